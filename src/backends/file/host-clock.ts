@@ -1,0 +1,30 @@
+import { readFileSync } from 'node:fs'
+import { uptime } from 'node:os'
+
+/**
+ * The host's monotonic clock in ms: CLOCK_MONOTONIC on Linux (libuv's hrtime), the same for every process
+ * of one boot, and never stepped by NTP or an administrator. `performance.now()` would not do: its origin
+ * is per process.
+ */
+export const monotonicMs = (): number => Number(process.hrtime.bigint()) / 1e6
+
+let cached: string | undefined
+
+/** Identifies this boot, so a deadline from an earlier boot's clock is never compared with ours. */
+export function bootId(): string {
+  if (cached) return cached
+  try {
+    cached = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
+  } catch {
+    cached = `uptime:${Math.round(Date.now() / 1000 - uptime())}`
+  }
+  return cached
+}
+
+/** Boot ids derived from the uptime carry the wall clock's jitter: compare them with a tolerance. */
+export function sameBoot(a: string, b: string): boolean {
+  if (a.startsWith('uptime:') && b.startsWith('uptime:')) {
+    return Math.abs(Number(a.slice(7)) - Number(b.slice(7))) <= 120
+  }
+  return a === b
+}

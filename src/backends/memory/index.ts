@@ -1,0 +1,145 @@
+/**
+ * memory: — locks among the clients of ONE process (tests, single-process apps, the in-process floor).
+ *
+ * Storage: per store, a map key → { owner, fence, expiresAt } plus a fence counter per key that is never
+ * deleted, so fences keep increasing after releases. `memory:` is the process-wide default store;
+ * `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
+ * Abandoned locks: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since
+ * a refused attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
+ * Waiting: waiters of a key are woken in-process on release.
+ * Limits: nothing is shared with other processes.
+ */
+import type { AcquireRequest, AttemptResult, HeldLease, LockBackend, LockInfo } from '../../core/backend.js'
+import { now } from '../../core/clock.js'
+
+interface Entry {
+  readonly owner: string
+  readonly fence: bigint
+  expiresAt: number
+}
+
+interface Store {
+  readonly entries: Map<string, Entry>
+  readonly fences: Map<string, bigint>
+  readonly waiters: Map<string, Set<() => void>>
+}
+
+const stores = new Map<string, Store>()
+
+function storeNamed(name: string): Store {
+  let store = stores.get(name)
+  if (!store) {
+    store = { entries: new Map(), fences: new Map(), waiters: new Map() }
+    stores.set(name, store)
+  }
+  return store
+}
+
+export interface MemoryBackendOptions {
+  /** Clients whose backends share a name share their locks. @default '' (the process-wide store) */
+  readonly name?: string
+}
+
+/** The memory backend, plus `breakLock` to end a lease behind its holder's back (for tests of loss). */
+export interface MemoryBackend extends LockBackend {
+  /** Ends the current lease of `key` as if it had expired; its holder finds out on its next renewal. */
+  breakLock(key: string): void
+}
+
+/**
+ * Creates an in-process backend.
+ * @example
+ * const locks = createLockClient(memoryBackend({ name: 'tests' }))
+ */
+export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend {
+  const name = options.name ?? ''
+  const store = storeNamed(name)
+  const id = `memory:${name}`
+
+  const live = (key: string): Entry | undefined => {
+    const entry = store.entries.get(key)
+    if (entry && entry.expiresAt > now()) return entry
+    return undefined
+  }
+  const notify = (key: string) => {
+    const set = store.waiters.get(key)
+    if (!set) return
+    store.waiters.delete(key)
+    for (const wake of set) wake()
+  }
+  const ours = (lease: HeldLease): Entry | undefined => {
+    const entry = live(lease.key)
+    return entry && entry.owner === lease.owner && entry.fence === lease.fence ? entry : undefined
+  }
+
+  return {
+    id,
+    capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
+
+    async tryAcquire({ key, owner, ttlMs }: AcquireRequest): Promise<AttemptResult> {
+      const entry = live(key)
+      if (entry) {
+        if (entry.owner === owner) return { granted: true, fence: entry.fence, ttlMs }
+        return { granted: false, retryInMs: entry.expiresAt - now() }
+      }
+      const fence = (store.fences.get(key) ?? 0n) + 1n
+      store.fences.set(key, fence)
+      store.entries.set(key, { owner, fence, expiresAt: now() + ttlMs })
+      return { granted: true, fence, ttlMs }
+    },
+
+    async extend(lease, ttlMs) {
+      const entry = ours(lease)
+      if (!entry) return { renewed: false }
+      entry.expiresAt = now() + ttlMs
+      return { renewed: true }
+    },
+
+    async release(lease) {
+      const entry = ours(lease)
+      if (!entry) return false
+      store.entries.delete(lease.key)
+      notify(lease.key)
+      return true
+    },
+
+    async inspect(key): Promise<LockInfo | null> {
+      const entry = live(key)
+      if (entry)
+        return { held: true, owner: entry.owner, fence: entry.fence, expiresInMs: entry.expiresAt - now() }
+      const fence = store.fences.get(key)
+      return fence === undefined ? null : { held: false, fence }
+    },
+
+    waitForChange(key, signal) {
+      return new Promise<void>((resolve) => {
+        if (signal.aborted) return resolve()
+        let set = store.waiters.get(key)
+        if (!set) {
+          set = new Set()
+          store.waiters.set(key, set)
+        }
+        const wake = () => {
+          signal.removeEventListener('abort', wake)
+          const current = store.waiters.get(key)
+          current?.delete(wake)
+          if (current?.size === 0) store.waiters.delete(key)
+          resolve()
+        }
+        set.add(wake)
+        signal.addEventListener('abort', wake, { once: true })
+      })
+    },
+
+    breakLock(key) {
+      if (store.entries.delete(key)) notify(key)
+    },
+
+    async close() {},
+  }
+}
+
+/** `memory:` or `memory:NAME`. */
+export function fromUrl(url: URL): MemoryBackend {
+  return memoryBackend({ name: decodeURIComponent(url.pathname) })
+}

@@ -1,0 +1,105 @@
+/**
+ * The contract between the core and a backend. A backend implements ONE attempt of each primitive; the
+ * core owns everything else: waiting, deadlines, retries with jitter, renewal, validity, the lost-lock
+ * signal and errors. Keep backends small: if one needs a loop, a timer or a retry, it belongs here.
+ */
+
+/** How a backend frees the lease of a holder that died. */
+export type ExpiryKind =
+  /** The store's own clock expires the lease (Redis PX, SQL now(), the host's monotonic clock for files). */
+  | 'server-ttl'
+  /** A session with keep-alives expires it (etcd lease, ZooKeeper session). */
+  | 'session'
+  /** Waiters observe the record unchanged for a whole lease on their own monotonic clock (S3, GCS, DynamoDB). */
+  | 'observed'
+
+export interface BackendCapabilities {
+  readonly expiry: ExpiryKind
+  /** `waitForChange` delivers real notifications (not just a poll). */
+  readonly notify: boolean
+  /** Waiters are served in arrival order. */
+  readonly fifo: boolean
+}
+
+/** One attempt to take `key` for `owner` with a lease of `ttlMs`. */
+export interface AcquireRequest {
+  readonly key: string
+  /**
+   * A random 128-bit id, the same for every attempt of one `acquire()` call. A backend that finds `key`
+   * already held by `owner` (an earlier attempt whose reply was lost) must treat it as granted.
+   */
+  readonly owner: string
+  readonly ttlMs: number
+}
+
+/** A successful attempt. */
+export interface Grant {
+  readonly granted: true
+  /** Strictly greater than every fence granted before for this key. */
+  readonly fence: bigint
+  /** The lease the store actually granted (may differ from the request, e.g. rounded to seconds). */
+  readonly ttlMs: number
+  /** Backend-private state the backend needs back in extend/release (a revision, a generation, an etag). */
+  readonly cookie?: unknown
+}
+
+/** A refused attempt: someone else holds the key. */
+export interface Busy {
+  readonly granted: false
+  /** When the current holder's lease ends if it is not renewed, when the backend knows: caps the next sleep. */
+  readonly retryInMs?: number
+}
+
+export type AttemptResult = Grant | Busy
+
+/** What the core hands back to extend and release. */
+export interface HeldLease {
+  readonly key: string
+  readonly owner: string
+  readonly fence: bigint
+  /** The cookie of the grant, or of the latest extend that returned a new one. */
+  readonly cookie: unknown
+}
+
+/** Diagnostic view of a key. Never use it to decide who may act: only a grant does that. */
+export interface LockInfo {
+  readonly held: boolean
+  readonly owner?: string
+  /** The fence of the current (or, when free, the latest) grant. */
+  readonly fence?: bigint
+  /** Remaining lease as the store sees it. */
+  readonly expiresInMs?: number
+  /** Anything unusual, said plainly (for example an unreadable record treated as held). */
+  readonly note?: string
+}
+
+/** The outcome of `extend`: `renewed` (optionally with a new cookie) or `lost`. Throwing means unknown. */
+export type ExtendResult = { readonly renewed: true; readonly cookie?: unknown } | { readonly renewed: false }
+
+/** One finding of `doctor`. */
+export interface DoctorFinding {
+  readonly level: 'ok' | 'info' | 'warn' | 'error'
+  readonly message: string
+}
+
+export interface LockBackend {
+  /** Names the store in errors and diagnostics, e.g. `file:///var/lock/dlock`. Never contains secrets. */
+  readonly id: string
+  readonly capabilities: BackendCapabilities
+  /** One attempt. Must not wait for the holder. Throw `BackendUnavailableError` when the store is unreachable. */
+  tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
+  /** Extends the lease only if `lease.owner` still holds it (never a blind write). Throw = outcome unknown. */
+  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult>
+  /** Releases only if `lease.owner` still holds it; `false` when it was no longer ours. */
+  release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
+  inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
+  /**
+   * A wake-up hint: resolves when `key` may have changed (released, expired, taken over) after the call
+   * began, or when `signal` aborts. Never a grant: the core re-attempts. May resolve spuriously.
+   */
+  waitForChange?(key: string, signal: AbortSignal): Promise<void>
+  /** Checks the store's settings and semantics we rely on, for `dlock doctor`. */
+  doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
+  /** Closes only what the backend itself opened. */
+  close(): Promise<void>
+}

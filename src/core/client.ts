@@ -1,0 +1,346 @@
+import { randomBytes } from 'node:crypto'
+import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
+import { jitter, now, sleep } from './clock.js'
+import { channels, publish } from './diagnostics.js'
+import { BackendUnavailableError, ClientClosedError, LockError, LockNotAcquiredError } from './errors.js'
+import { type Lock, LockHandle } from './lock.js'
+import {
+  type AcquireOptions,
+  type ClientOptions,
+  type ResolvedAcquireOptions,
+  type ResolvedClientOptions,
+  resolveAcquireOptions,
+  resolveClientOptions,
+  validateKey,
+  validUntil,
+} from './options.js'
+import { loadBackend, parseBackendUrl } from './registry.js'
+
+/** A lock client over one backend. Create it with {@link createLockClient}. */
+export interface LockClient extends AsyncDisposable {
+  /**
+   * Takes `key`, waiting while someone else holds it.
+   * @throws {LockNotAcquiredError} when `timeout` passes while the lock is held elsewhere
+   * @throws {BackendUnavailableError} when the store cannot be reached
+   * @throws `signal.reason` when `signal` aborts
+   */
+  acquire(key: string, options?: AcquireOptions): Promise<Lock>
+  /** Like `acquire` with `timeout` 0 by default; resolves `null` instead of throwing when held elsewhere. */
+  tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null>
+  /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
+  withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  /** Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it. */
+  inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo>
+  /** Stops renewers, releases held locks (best effort), rejects pending acquires, closes what it opened. */
+  close(): Promise<void>
+  /** The backend's id, e.g. `file:///var/lock/dlock`. Undefined until a URL-configured backend has loaded. */
+  readonly backendId: string | undefined
+}
+
+/** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
+const POLL_FIRST_MS = 10
+const POLL_MAX_MS = 250
+const POLL_MAX_NOTIFY_MS = 1000
+/** Consecutive unavailability longer than this (or one ttl, whichever is longer) fails a waiting acquire. */
+const UNAVAILABLE_GIVE_UP_MS = 5000
+
+/**
+ * Creates a lock client.
+ * @param urlOrBackend a URL (`file:///var/lock/app`, `memory:`, `redis://…`) or a backend built in code
+ * @example
+ * const locks = createLockClient('file:///tmp/locks', { ttl: '15s' })
+ * await locks.withLock('reports:nightly', async (lock) => writeReport(lock.fence))
+ * @throws {TypeError} for a malformed URL, an unknown scheme or a bad option
+ */
+export function createLockClient(
+  urlOrBackend: string | URL | LockBackend,
+  options?: ClientOptions,
+): LockClient {
+  const resolved = resolveClientOptions(options)
+  if (typeof urlOrBackend === 'string' || urlOrBackend instanceof URL) {
+    const url = parseBackendUrl(urlOrBackend)
+    const backend = loadBackend(url)
+    // Surfaced by the first operation; this only keeps an unused failure from being "unhandled".
+    backend.catch(() => {})
+    return new Client(backend, true, resolved)
+  }
+  if (
+    typeof urlOrBackend !== 'object' ||
+    urlOrBackend === null ||
+    typeof urlOrBackend.tryAcquire !== 'function'
+  ) {
+    throw new TypeError('Expected a backend URL string or a LockBackend object as the first argument')
+  }
+  return new Client(Promise.resolve(urlOrBackend), false, resolved)
+}
+
+class Client implements LockClient {
+  readonly #backend: Promise<LockBackend>
+  readonly #ownsBackend: boolean
+  readonly #options: ResolvedClientOptions
+  readonly #closing = new AbortController()
+  readonly #held = new Set<LockHandle>()
+  #backendId: string | undefined
+  #closed: Promise<void> | undefined
+
+  constructor(backend: Promise<LockBackend>, ownsBackend: boolean, options: ResolvedClientOptions) {
+    this.#backend = backend.then((b) => {
+      this.#backendId = b.id
+      return b
+    })
+    this.#backend.catch(() => {})
+    this.#ownsBackend = ownsBackend
+    this.#options = options
+  }
+
+  get backendId(): string | undefined {
+    return this.#backendId
+  }
+
+  async acquire(key: string, options?: AcquireOptions): Promise<Lock> {
+    validateKey(key)
+    const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
+    return this.#acquire(key, opts)
+  }
+
+  async tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null> {
+    validateKey(key)
+    const opts = resolveAcquireOptions(options, this.#options, 0)
+    try {
+      return await this.#acquire(key, opts)
+    } catch (error) {
+      if (error instanceof LockNotAcquiredError) return null
+      throw error
+    }
+  }
+
+  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
+    const lock = await this.acquire(key, options)
+    let result: T
+    try {
+      result = await fn(lock)
+    } catch (error) {
+      // The work's own error matters more than a failed release; the release failure is still published.
+      await lock.release().catch(() => {})
+      throw error
+    }
+    await lock.release()
+    return result
+  }
+
+  async inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo> {
+    validateKey(key)
+    const backend = await this.#open(key)
+    const signal = this.#signalFor(options?.signal)
+    try {
+      return (await backend.inspect(key, signal)) ?? { held: false }
+    } catch (error) {
+      throw this.#unavailable(backend, key, error, 'inspect')
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#closing.abort(new ClientClosedError('The lock client was closed while this call was pending'))
+      await Promise.allSettled([...this.#held].map((lock) => lock.release()))
+      if (this.#ownsBackend) {
+        const backend = await this.#backend.catch(() => undefined)
+        await backend?.close()
+      }
+    })()
+    return this.#closed
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close()
+  }
+
+  async #open(key: string): Promise<LockBackend> {
+    if (this.#closing.signal.aborted) {
+      throw new ClientClosedError(`Cannot use lock "${key}": the lock client is closed`, { key })
+    }
+    return this.#backend
+  }
+
+  #signalFor(user: AbortSignal | undefined): AbortSignal {
+    return user ? AbortSignal.any([user, this.#closing.signal]) : this.#closing.signal
+  }
+
+  #unavailable(backend: LockBackend, key: string, error: unknown, what: string): LockError {
+    if (error instanceof LockError) return error
+    return new BackendUnavailableError(
+      `Could not ${what} lock "${key}": ${backend.id} failed (${(error as Error)?.message ?? error})`,
+      { key, backend: backend.id, cause: error },
+    )
+  }
+
+  /**
+   * The acquire loop: one attempt, then wait for a change hint or a jittered sleep (bounded by the holder's
+   * remaining lease and the deadline), and again; one last attempt at the deadline.
+   */
+  async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
+    const backend = await this.#open(key)
+    const signal = this.#signalFor(opts.signal)
+    const startedAt = now()
+    const deadline = startedAt + opts.timeoutMs
+    // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
+    const owner = randomBytes(16).toString('hex')
+    const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs }
+    const diag = { key, backend: backend.id }
+    publish(channels.acquireStart, () => ({ ...diag, ttlMs: opts.ttlMs, timeoutMs: opts.timeoutMs }))
+
+    let attempts = 0
+    let poll = POLL_FIRST_MS
+    let unavailableSince: number | undefined
+    // The wake-up hint for the next wait. It is armed *before* the attempt that precedes the wait, so a
+    // release landing between a failed attempt and the wait is never missed.
+    let hint: { promise: Promise<void>; cancel: AbortController } | undefined
+    const arm = () => {
+      if (!backend.waitForChange) return undefined
+      const cancel = new AbortController()
+      const promise = backend.waitForChange(key, AbortSignal.any([cancel.signal, signal])).catch(() => {})
+      return { promise, cancel }
+    }
+    const fail = (error: unknown): never => {
+      hint?.cancel.abort()
+      publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
+      throw error
+    }
+
+    for (;;) {
+      if (signal.aborted) fail(signal.reason)
+      attempts++
+      const attemptStart = now()
+      let result: AttemptResult
+      try {
+        result = await this.#attempt(backend, req, signal)
+        unavailableSince = undefined
+      } catch (error) {
+        if (signal.aborted) fail(signal.reason)
+        const wrapped = this.#unavailable(backend, key, error, 'acquire')
+        if (!(wrapped instanceof BackendUnavailableError)) fail(wrapped)
+        unavailableSince ??= attemptStart
+        const giveUpAt = unavailableSince + Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
+        if (now() >= deadline || now() >= giveUpAt) fail(wrapped)
+        result = { granted: false }
+      }
+
+      if (result.granted) {
+        if (signal.aborted) {
+          await this.#releaseQuietly(backend, req, result)
+          fail(signal.reason)
+        }
+        const lock = await this.#grant(backend, req, result, attemptStart, opts)
+        if (lock) {
+          hint?.cancel.abort()
+          publish(channels.acquireOk, () => ({
+            ...diag,
+            owner,
+            fence: lock.fence,
+            attempts,
+            waitedMs: now() - startedAt,
+          }))
+          return lock
+        }
+        // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
+      }
+
+      if (now() >= deadline) {
+        fail(
+          new LockNotAcquiredError(
+            `Lock "${key}" on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
+              `(timeout ${opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
+            { key, backend: backend.id },
+          ),
+        )
+      }
+
+      if (!hint) {
+        hint = arm()
+        // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
+        if (hint && attempts === 1) continue
+      }
+      const cap = backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
+      let wait = jitter(poll)
+      poll = Math.min(poll * 2, cap)
+      if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
+      wait = Math.max(0, Math.min(wait, deadline - now()))
+      const timer = new AbortController()
+      const wakeSignal = AbortSignal.any([timer.signal, signal])
+      await Promise.race([sleep(wait, wakeSignal), hint?.promise].filter(Boolean))
+      timer.abort()
+      if (hint) {
+        hint.cancel.abort()
+        hint = arm()
+      }
+    }
+  }
+
+  /** One attempt, raced against the signal. A grant that lands after an abort is released, never leaked. */
+  #attempt(backend: LockBackend, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    const attempt = backend.tryAcquire(req, signal)
+    if (signal.aborted) {
+      this.#releaseLate(backend, req, attempt)
+      return Promise.reject(signal.reason)
+    }
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        this.#releaseLate(backend, req, attempt)
+        reject(signal.reason)
+      }
+      signal.addEventListener('abort', onAbort, { once: true })
+      attempt.then(
+        (result) => {
+          signal.removeEventListener('abort', onAbort)
+          resolve(result)
+        },
+        (error) => {
+          signal.removeEventListener('abort', onAbort)
+          reject(error)
+        },
+      )
+    })
+  }
+
+  #releaseLate(backend: LockBackend, req: AcquireRequest, attempt: Promise<AttemptResult>): void {
+    attempt.then(
+      (result) => (result.granted ? this.#releaseQuietly(backend, req, result) : undefined),
+      () => {},
+    )
+  }
+
+  /** Best effort: the lease ends by its ttl anyway if this fails. */
+  async #releaseQuietly(backend: LockBackend, req: AcquireRequest, grant: Grant): Promise<void> {
+    const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
+    await backend.release(lease, AbortSignal.timeout(grant.ttlMs)).catch(() => {})
+  }
+
+  async #grant(
+    backend: LockBackend,
+    req: AcquireRequest,
+    grant: Grant,
+    attemptStart: number,
+    opts: ResolvedAcquireOptions,
+  ): Promise<LockHandle | undefined> {
+    const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
+    const until = validUntil(attemptStart, grant.ttlMs, this.#options.driftFactor)
+    if (now() >= until) {
+      // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
+      await this.#releaseQuietly(backend, req, grant)
+      return undefined
+    }
+    const lock = new LockHandle(
+      {
+        backend,
+        driftFactor: this.#options.driftFactor,
+        onSettled: (l) => this.#held.delete(l),
+      },
+      lease,
+      { ttlMs: grant.ttlMs, validUntil: until },
+      opts.renew,
+    )
+    this.#held.add(lock)
+    return lock
+  }
+}

@@ -1,0 +1,30 @@
+/** The monotonic clock every validity computation uses, in milliseconds. Never the wall clock. */
+export const now = (): number => performance.now()
+
+/**
+ * Waits `ms`, or less if `signal` aborts first; never rejects, so callers check `signal.aborted` themselves
+ * and rethrow `signal.reason` unchanged. `ref: false` lets the process exit while it waits (renewers);
+ * an acquire the caller awaits keeps the process alive.
+ */
+export function sleep(
+  ms: number,
+  signal?: AbortSignal,
+  { ref = true }: { ref?: boolean } = {},
+): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve()
+    const done = () => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, Math.max(0, ms))
+    if (!ref) timer.unref()
+    signal?.addEventListener('abort', done, { once: true })
+  })
+}
+
+/** A uniformly random duration in [ms/2, ms]: spreads contenders so they do not retry in lockstep. */
+export function jitter(ms: number): number {
+  return ms / 2 + Math.random() * (ms / 2)
+}

@@ -1,0 +1,24 @@
+import * as diagnosticsChannel from 'node:diagnostics_channel'
+
+/**
+ * Observe dlock without a logging dependency: subscribe with `diagnostics_channel.subscribe(name, fn)`.
+ * Every message has `key` and `backend`; see each channel for the rest. Nothing is built when nobody listens.
+ */
+export const channels = {
+  /** `{ key, backend, ttlMs, timeoutMs }` when `acquire`/`tryAcquire` begins. */
+  acquireStart: diagnosticsChannel.channel('dlock:acquire:start'),
+  /** `{ key, backend, owner, fence, attempts, waitedMs }` when a lock is granted. */
+  acquireOk: diagnosticsChannel.channel('dlock:acquire:ok'),
+  /** `{ key, backend, attempts, waitedMs, error }` when an acquire gives up. */
+  acquireFail: diagnosticsChannel.channel('dlock:acquire:fail'),
+  /** `{ key, backend, owner, fence, outcome: 'renewed' | 'lost' | 'unknown', error? }` after each extend. */
+  extend: diagnosticsChannel.channel('dlock:extend'),
+  /** `{ key, backend, owner, fence, error }` when a held lock is lost. */
+  lost: diagnosticsChannel.channel('dlock:lost'),
+  /** `{ key, backend, owner, fence, released: boolean, error? }` after a release. */
+  release: diagnosticsChannel.channel('dlock:release'),
+} as const
+
+export function publish(channel: diagnosticsChannel.Channel, message: () => object): void {
+  if (channel.hasSubscribers) channel.publish(message())
+}

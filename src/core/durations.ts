@@ -1,0 +1,44 @@
+/** A duration: milliseconds as a number, or a string such as `'250ms'`, `'15s'`, `'2m'`, `'1h'`. */
+export type Duration = number | `${number}${'ms' | 's' | 'm' | 'h'}` | (string & {})
+
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 } as const
+const PATTERN = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$/
+
+/** Describes a received value for an error message: `-1` (number), `"abc"` (string). */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'string') return `${JSON.stringify(value)} (string)`
+  if (typeof value === 'bigint') return `${value}n (bigint)`
+  if (value === null) return 'null'
+  if (typeof value === 'object') return `${Object.prototype.toString.call(value)} (object)`
+  return `\`${String(value)}\` (${typeof value})`
+}
+
+/**
+ * Parses a duration into milliseconds.
+ * @throws {TypeError} naming `name`, the expected form and the value received.
+ */
+export function parseDuration(
+  name: string,
+  value: unknown,
+  { min = 0, allowInfinity = false }: { min?: number; allowInfinity?: boolean } = {},
+): number {
+  let ms: number | undefined
+  if (typeof value === 'number') ms = value
+  else if (typeof value === 'string') {
+    const match = PATTERN.exec(value)
+    if (match) ms = Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS]
+  }
+  const ok =
+    ms !== undefined &&
+    !Number.isNaN(ms) &&
+    (Number.isFinite(ms) || (allowInfinity && ms === Number.POSITIVE_INFINITY)) &&
+    (min === 0 ? ms >= 0 : ms >= min)
+  if (!ok) {
+    const range = min === 0 ? '>= 0' : `>= ${min} ms`
+    const forms = `milliseconds or a string like '250ms', '15s', '2m'${allowInfinity ? ', or Infinity' : ''}`
+    throw new TypeError(
+      `Expected \`${name}\` to be a duration ${range} (${forms}), got ${describeValue(value)}`,
+    )
+  }
+  return Math.ceil(ms as number)
+}

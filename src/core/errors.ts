@@ -1,0 +1,107 @@
+/**
+ * The errors dlock throws. Each has a stable `code` (match on it, not on the message), the `key` and the
+ * `backend` it concerns, and the underlying `cause` when there is one. Contention
+ * (`LockNotAcquiredError`) and unavailability (`BackendUnavailableError`) are never the same error.
+ */
+
+/** Context carried by every dlock error. */
+export interface LockErrorContext {
+  readonly key?: string | undefined
+  readonly backend?: string | undefined
+  readonly cause?: unknown
+}
+
+/** Base class of every dlock error. */
+export class LockError extends Error {
+  override name = 'LockError'
+  /** A stable machine-readable code such as `DLOCK_NOT_ACQUIRED`. */
+  readonly code: string
+  /** The lock key concerned, when there is one. */
+  readonly key: string | undefined
+  /** The backend id (for example `file:///var/lock/dlock`), when there is one. */
+  readonly backend: string | undefined
+
+  constructor(code: string, message: string, context: LockErrorContext = {}) {
+    super(message, context.cause === undefined ? undefined : { cause: context.cause })
+    this.code = code
+    this.key = context.key
+    this.backend = context.backend
+  }
+}
+
+/** The deadline passed while another owner held the lock. */
+export class LockNotAcquiredError extends LockError {
+  override name = 'LockNotAcquiredError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_NOT_ACQUIRED', message, context)
+  }
+}
+
+/** The lease was lost (expired, taken over, or unreachable past its validity) while we believed we held it. */
+export class LockLostError extends LockError {
+  override name = 'LockLostError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_LOST', message, context)
+  }
+}
+
+/** An operation on a lock that was already released. */
+export class LockReleasedError extends LockError {
+  override name = 'LockReleasedError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_RELEASED', message, context)
+  }
+}
+
+/** The store could not be reached, or answered with an error; says nothing about who holds the lock. */
+export class BackendUnavailableError extends LockError {
+  override name = 'BackendUnavailableError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_BACKEND_UNAVAILABLE', message, context)
+  }
+}
+
+/** One node's failure inside a {@link QuorumError}. */
+export interface NodeFailure {
+  readonly node: string
+  readonly error: unknown
+}
+
+/** A quorum-based backend could not reach a majority of its nodes. */
+export class QuorumError extends BackendUnavailableError {
+  override name = 'QuorumError'
+  override readonly code = 'DLOCK_QUORUM'
+  /** Each node that failed, and why. */
+  readonly failures: readonly NodeFailure[]
+  constructor(message: string, failures: readonly NodeFailure[], context: LockErrorContext = {}) {
+    super(message, context)
+    this.failures = failures
+  }
+}
+
+/** The backend cannot do what was asked (for example a feature its store does not offer). */
+export class CapabilityError extends LockError {
+  override name = 'CapabilityError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_CAPABILITY', message, context)
+  }
+}
+
+/** The backend's driver package is not installed. */
+export class DriverMissingError extends LockError {
+  override name = 'DriverMissingError'
+  /** The npm package to install. */
+  readonly packageName: string
+  constructor(packageName: string, message: string, context: LockErrorContext = {}) {
+    super('DLOCK_DRIVER_MISSING', message, context)
+    this.packageName = packageName
+  }
+}
+
+/** The client was closed while the operation was pending. */
+export class ClientClosedError extends LockError {
+  override name = 'ClientClosedError'
+  constructor(message: string, context: LockErrorContext = {}) {
+    super('DLOCK_CLIENT_CLOSED', message, context)
+  }
+}

@@ -1,0 +1,250 @@
+import type { HeldLease, LockBackend } from './backend.js'
+import { now } from './clock.js'
+import { channels, publish } from './diagnostics.js'
+import { BackendUnavailableError, LockError, LockLostError, LockReleasedError } from './errors.js'
+import { parseTtl, validUntil } from './options.js'
+
+/** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
+export interface Lock extends AsyncDisposable {
+  readonly key: string
+  /** A random 128-bit id naming this holder. */
+  readonly owner: string
+  /**
+   * The fencing token: strictly greater than the fence of every earlier grant of this key. Pass it to the
+   * protected resource and have it reject writes with a fence lower than the highest it has seen.
+   */
+  readonly fence: bigint
+  /**
+   * Until when (on `performance.now()`'s clock) the lease is certainly ours, conservatively: measured from
+   * before the request was sent, less the drift margin. Renewals move it forward.
+   */
+  readonly validUntil: number
+  /** Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. */
+  readonly signal: AbortSignal
+  /**
+   * Extends the lease to `ttl` from now (the lock's ttl by default).
+   * @throws {LockReleasedError} after `release()`
+   * @throws {LockLostError} when the lease is no longer ours
+   * @throws {BackendUnavailableError} when the outcome is unknown; the lease stays until `validUntil`
+   */
+  extend(ttl?: number | string): Promise<void>
+  /**
+   * Releases the lock; idempotent. Resolves even when the lease had already been lost.
+   * @throws {BackendUnavailableError} when the store could not be reached; the lease then ends by its ttl
+   */
+  release(): Promise<void>
+}
+
+export interface LockContext {
+  readonly backend: LockBackend
+  readonly driftFactor: number
+  /** Called once when the lock stops being held (released or lost). */
+  readonly onSettled: (lock: LockHandle) => void
+}
+
+type State = 'held' | 'lost' | 'released'
+
+export class LockHandle implements Lock {
+  readonly key: string
+  readonly owner: string
+  readonly fence: bigint
+  readonly #ctx: LockContext
+  readonly #lost = new AbortController()
+  #cookie: unknown
+  #ttlMs: number
+  #validUntil: number
+  #state: State = 'held'
+  #renew: boolean
+  /** Extends and the release run one after another on this chain: no renewal ever follows a release. */
+  #queue: Promise<unknown> = Promise.resolve()
+  #releasing: Promise<void> | undefined
+  #renewTimer: NodeJS.Timeout | undefined
+  #expiryTimer: NodeJS.Timeout | undefined
+
+  constructor(
+    ctx: LockContext,
+    lease: HeldLease,
+    grant: { ttlMs: number; validUntil: number },
+    renew: boolean,
+  ) {
+    this.#ctx = ctx
+    this.key = lease.key
+    this.owner = lease.owner
+    this.fence = lease.fence
+    this.#cookie = lease.cookie
+    this.#ttlMs = grant.ttlMs
+    this.#validUntil = grant.validUntil
+    this.#renew = renew
+    this.#armTimers()
+  }
+
+  get validUntil(): number {
+    return this.#validUntil
+  }
+
+  get signal(): AbortSignal {
+    return this.#lost.signal
+  }
+
+  get #lease(): HeldLease {
+    return { key: this.key, owner: this.owner, fence: this.fence, cookie: this.#cookie }
+  }
+
+  #context(cause?: unknown) {
+    return { key: this.key, backend: this.#ctx.backend.id, cause }
+  }
+
+  /** The local expiry timer fires at validUntil; the renewer every ttl/3. Both unref'd. */
+  #armTimers(renewInMs = this.#ttlMs / 3): void {
+    this.#armExpiry()
+    clearTimeout(this.#renewTimer)
+    if (this.#renew) {
+      this.#renewTimer = setTimeout(() => void this.#autoRenew(), renewInMs)
+      this.#renewTimer.unref()
+    }
+  }
+
+  #armExpiry(): void {
+    clearTimeout(this.#expiryTimer)
+    this.#expiryTimer = setTimeout(() => this.#expireLocally(), Math.max(0, this.#validUntil - now()))
+    this.#expiryTimer.unref()
+  }
+
+  #clearTimers(): void {
+    clearTimeout(this.#expiryTimer)
+    clearTimeout(this.#renewTimer)
+  }
+
+  #expireLocally(): void {
+    if (this.#state !== 'held') return
+    // The timer may fire a little early or a renewal may have just landed: re-check on the clock.
+    if (now() < this.#validUntil) {
+      this.#armExpiry()
+      return
+    }
+    this.#markLost(
+      new LockLostError(
+        `Lock "${this.key}" on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
+          'treat it as lost (the store may be unreachable, or the process was paused)',
+        this.#context(),
+      ),
+    )
+  }
+
+  #markLost(error: LockLostError): void {
+    if (this.#state !== 'held') return
+    this.#state = 'lost'
+    this.#clearTimers()
+    this.#ctx.onSettled(this)
+    publish(channels.lost, () => ({ ...this.#diag(), error }))
+    this.#lost.abort(error)
+  }
+
+  #diag() {
+    return { key: this.key, backend: this.#ctx.backend.id, owner: this.owner, fence: this.fence }
+  }
+
+  /** One extend against the store, serialised on the queue. Returns the outcome; never rejects. */
+  #extendOnce(ttlMs: number): Promise<'renewed' | 'lost' | 'released' | { error: unknown }> {
+    const run = async () => {
+      if (this.#state === 'released') return 'released' as const
+      if (this.#state === 'lost') return 'lost' as const
+      const start = now()
+      // Past validUntil the answer no longer matters: the lease is lost locally either way.
+      const signal = AbortSignal.timeout(Math.max(1, this.#validUntil - start))
+      try {
+        const result = await this.#ctx.backend.extend(this.#lease, ttlMs, signal)
+        if (this.#state !== 'held') return this.#state
+        if (!result.renewed) {
+          publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
+          this.#markLost(
+            new LockLostError(
+              `Lock "${this.key}" on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
+                '(it expired or was taken over)',
+              this.#context(),
+            ),
+          )
+          return 'lost' as const
+        }
+        if (result.cookie !== undefined) this.#cookie = result.cookie
+        this.#ttlMs = ttlMs
+        this.#validUntil = Math.max(this.#validUntil, validUntil(start, ttlMs, this.#ctx.driftFactor))
+        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed' }))
+        return 'renewed' as const
+      } catch (error) {
+        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
+        return { error }
+      }
+    }
+    const result = this.#queue.then(run)
+    this.#queue = result
+    return result
+  }
+
+  async #autoRenew(): Promise<void> {
+    const outcome = await this.#extendOnce(this.#ttlMs)
+    if (this.#state !== 'held') return
+    if (outcome === 'renewed') return this.#armTimers()
+    // Unknown outcome: retry soon, well before validUntil; the expiry timer declares the loss if none lands.
+    const remaining = this.#validUntil - now()
+    this.#armTimers(Math.max(10, Math.min(this.#ttlMs / 10, remaining / 2)))
+  }
+
+  async extend(ttl?: number | string): Promise<void> {
+    const ttlMs = ttl === undefined ? this.#ttlMs : parseTtl(ttl)
+    if (this.#state === 'released') {
+      throw new LockReleasedError(
+        `Cannot extend lock "${this.key}": it was already released`,
+        this.#context(),
+      )
+    }
+    const outcome = await this.#extendOnce(ttlMs)
+    if (outcome === 'renewed') return this.#armTimers()
+    if (outcome === 'released') {
+      throw new LockReleasedError(`Cannot extend lock "${this.key}": it was released`, this.#context())
+    }
+    if (outcome === 'lost') throw this.#lost.signal.reason
+    const { error } = outcome
+    if (error instanceof LockError) throw error
+    throw new BackendUnavailableError(
+      `Could not extend lock "${this.key}" on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
+        'valid until lock.validUntil; retry or stop the work',
+      this.#context(error),
+    )
+  }
+
+  release(): Promise<void> {
+    this.#releasing ??= this.#release()
+    return this.#releasing
+  }
+
+  async #release(): Promise<void> {
+    const wasHeld = this.#state === 'held'
+    if (wasHeld) {
+      this.#state = 'released'
+      this.#ctx.onSettled(this)
+    }
+    this.#clearTimers()
+    // Wait for an extend already in flight, so the release is the last word on this lease.
+    await this.#queue
+    try {
+      // Bounded: after one ttl the lease has ended by itself, and a hung store must not hang the caller.
+      const released = await this.#ctx.backend.release(this.#lease, AbortSignal.timeout(this.#ttlMs))
+      publish(channels.release, () => ({ ...this.#diag(), released }))
+    } catch (error) {
+      publish(channels.release, () => ({ ...this.#diag(), released: false, error }))
+      // A lost lease is not ours to clean up; a held one is, and the caller should know it will linger.
+      if (wasHeld) {
+        throw new BackendUnavailableError(
+          `Could not release lock "${this.key}" on ${this.#ctx.backend.id}; it will expire by itself within its ttl ` +
+            `(${this.#ttlMs} ms)`,
+          this.#context(error),
+        )
+      }
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release()
+  }
+}

@@ -1,0 +1,124 @@
+import { type Duration, describeValue, parseDuration } from './durations.js'
+
+/** Options of `createLockClient`; each is also the default for every call on that client. */
+export interface ClientOptions {
+  /**
+   * The lease: how long a lock outlives its holder if the holder dies without releasing.
+   * @default '30s'
+   */
+  readonly ttl?: Duration
+  /**
+   * How long `acquire` waits for a held lock. `tryAcquire` always defaults to 0.
+   * @default Infinity
+   */
+  readonly timeout?: Duration
+  /**
+   * Renew held locks automatically every ttl/3 until released.
+   * @default true
+   */
+  readonly renew?: boolean
+  /**
+   * The share of the ttl subtracted from a lease's validity for clock-rate drift between the store and us.
+   * @default 0.01
+   */
+  readonly driftFactor?: number
+}
+
+/** Options of one `acquire`, `tryAcquire` or `withLock` call. */
+export interface AcquireOptions {
+  /** The lease for this lock. @default the client's `ttl` */
+  readonly ttl?: Duration
+  /** How long to wait while someone else holds the lock. @default Infinity for acquire, 0 for tryAcquire */
+  readonly timeout?: Duration
+  /** Aborts the wait; the call rejects with `signal.reason` unchanged. */
+  readonly signal?: AbortSignal
+  /** Renew automatically until released. @default the client's `renew` */
+  readonly renew?: boolean
+}
+
+export interface ResolvedClientOptions {
+  readonly ttlMs: number
+  readonly timeoutMs: number
+  readonly renew: boolean
+  readonly driftFactor: number
+}
+
+/** The shortest lease we accept: below it the 2 ms validity margin and timer resolution eat the lease. */
+export const MIN_TTL_MS = 10
+export const DEFAULT_TTL_MS = 30_000
+
+function assertObject(name: string, value: unknown): void {
+  if (value !== undefined && (typeof value !== 'object' || value === null)) {
+    throw new TypeError(`Expected \`${name}\` to be an object, got ${describeValue(value)}`)
+  }
+}
+
+function parseBoolean(name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback
+  if (typeof value !== 'boolean')
+    throw new TypeError(`Expected \`${name}\` to be a boolean, got ${describeValue(value)}`)
+  return value
+}
+
+export function parseTtl(value: unknown, name = 'ttl'): number {
+  return parseDuration(name, value, { min: MIN_TTL_MS })
+}
+
+export function resolveClientOptions(options: ClientOptions | undefined): ResolvedClientOptions {
+  assertObject('options', options)
+  const o = options ?? {}
+  const driftFactor = o.driftFactor ?? 0.01
+  if (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 0.5)) {
+    throw new TypeError(
+      `Expected \`driftFactor\` to be a number in [0, 0.5), got ${describeValue(driftFactor)}`,
+    )
+  }
+  return {
+    ttlMs: o.ttl === undefined ? DEFAULT_TTL_MS : parseTtl(o.ttl),
+    timeoutMs:
+      o.timeout === undefined
+        ? Number.POSITIVE_INFINITY
+        : parseDuration('timeout', o.timeout, { allowInfinity: true }),
+    renew: parseBoolean('renew', o.renew, true),
+    driftFactor,
+  }
+}
+
+export interface ResolvedAcquireOptions {
+  readonly ttlMs: number
+  readonly timeoutMs: number
+  readonly renew: boolean
+  readonly signal: AbortSignal | undefined
+}
+
+export function resolveAcquireOptions(
+  options: AcquireOptions | undefined,
+  defaults: ResolvedClientOptions,
+  defaultTimeoutMs: number,
+): ResolvedAcquireOptions {
+  assertObject('options', options)
+  const o = options ?? {}
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
+    throw new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describeValue(o.signal)}`)
+  }
+  return {
+    ttlMs: o.ttl === undefined ? defaults.ttlMs : parseTtl(o.ttl),
+    timeoutMs:
+      o.timeout === undefined
+        ? defaultTimeoutMs
+        : parseDuration('timeout', o.timeout, { allowInfinity: true }),
+    renew: parseBoolean('renew', o.renew, defaults.renew),
+    signal: o.signal,
+  }
+}
+
+export function validateKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw new TypeError(`Expected \`key\` to be a non-empty string, got ${describeValue(key)}`)
+  }
+}
+
+/** Validity from the monotonic instant taken before the request: Redlock's MIN_VALIDITY. */
+export function validUntil(attemptStart: number, ttlMs: number, driftFactor: number): number {
+  return attemptStart + ttlMs - (ttlMs * driftFactor + 2)
+}

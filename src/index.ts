@@ -1,0 +1,32 @@
+export type {
+  AcquireRequest,
+  AttemptResult,
+  BackendCapabilities,
+  Busy,
+  DoctorFinding,
+  ExpiryKind,
+  ExtendResult,
+  Grant,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from './core/backend.js'
+export { createLockClient, type LockClient } from './core/client.js'
+export { channels } from './core/diagnostics.js'
+export type { Duration } from './core/durations.js'
+export { parseDuration } from './core/durations.js'
+export {
+  BackendUnavailableError,
+  CapabilityError,
+  ClientClosedError,
+  DriverMissingError,
+  LockError,
+  type LockErrorContext,
+  LockLostError,
+  LockNotAcquiredError,
+  LockReleasedError,
+  type NodeFailure,
+  QuorumError,
+} from './core/errors.js'
+export type { Lock } from './core/lock.js'
+export type { AcquireOptions, ClientOptions } from './core/options.js'
