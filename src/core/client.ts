@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
-import { jitter, now, sleep } from './clock.js'
+import { jitter, now, sleep, timeoutSignal } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, ClientClosedError, LockError, LockNotAcquiredError } from './errors.js'
 import { type Lock, LockHandle } from './lock.js'
@@ -313,7 +313,7 @@ class Client implements LockClient {
   /** Best effort: the lease ends by its ttl anyway if this fails. */
   async #releaseQuietly(backend: LockBackend, req: AcquireRequest, grant: Grant): Promise<void> {
     const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
-    await backend.release(lease, AbortSignal.timeout(grant.ttlMs)).catch(() => {})
+    await backend.release(lease, timeoutSignal(grant.ttlMs)).catch(() => {})
   }
 
   async #grant(

@@ -28,3 +28,8 @@ export function sleep(
 export function jitter(ms: number): number {
   return ms / 2 + Math.random() * (ms / 2)
 }
+
+/** `AbortSignal.timeout` for any duration (it insists on a whole number of ms >= 0). Unref'd by Node. */
+export function timeoutSignal(ms: number): AbortSignal {
+  return AbortSignal.timeout(Math.max(1, Math.ceil(Math.min(ms, 2 ** 31 - 1))))
+}

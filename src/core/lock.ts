@@ -1,5 +1,5 @@
 import type { HeldLease, LockBackend } from './backend.js'
-import { now } from './clock.js'
+import { now, timeoutSignal } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError } from './errors.js'
 import { parseTtl, validUntil } from './options.js'
@@ -150,9 +150,9 @@ export class LockHandle implements Lock {
       if (this.#state === 'released') return 'released' as const
       if (this.#state === 'lost') return 'lost' as const
       const start = now()
-      // Past validUntil the answer no longer matters: the lease is lost locally either way.
-      const signal = AbortSignal.timeout(Math.max(1, this.#validUntil - start))
       try {
+        // Past validUntil the answer no longer matters: the lease is lost locally either way.
+        const signal = timeoutSignal(this.#validUntil - start)
         const result = await this.#ctx.backend.extend(this.#lease, ttlMs, signal)
         if (this.#state !== 'held') return this.#state
         if (!result.renewed) {
@@ -229,7 +229,7 @@ export class LockHandle implements Lock {
     await this.#queue
     try {
       // Bounded: after one ttl the lease has ended by itself, and a hung store must not hang the caller.
-      const released = await this.#ctx.backend.release(this.#lease, AbortSignal.timeout(this.#ttlMs))
+      const released = await this.#ctx.backend.release(this.#lease, timeoutSignal(this.#ttlMs))
       publish(channels.release, () => ({ ...this.#diag(), released }))
     } catch (error) {
       publish(channels.release, () => ({ ...this.#diag(), released: false, error }))

@@ -1,0 +1,32 @@
+import { COMMON_OPTIONS, parse, resolveUrl, UsageError } from './args.js'
+import { open } from './context.js'
+import { EXIT } from './exit-codes.js'
+
+export const DOCTOR_HELP = `Usage: dlock doctor [<url>]
+
+Connects to the backend (default: --url, $DLOCK_URL, else the per-user folder), checks the settings and
+semantics dlock relies on, and prints one finding per line: ok, info, warn or error.
+Exits 0 when nothing is an error, 69 otherwise.`
+
+export async function doctorCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, COMMON_OPTIONS)
+  if (values.help) {
+    process.stdout.write(`${DOCTOR_HELP}\n`)
+    return EXIT.ok
+  }
+  if (positionals.length > 1) throw new UsageError('usage: dlock doctor [<url>]')
+  const url = positionals[0] ?? resolveUrl(values)
+  const opened = await open({ ...values, url })
+  try {
+    process.stdout.write(`backend: ${opened.backend.id}\n`)
+    const findings = opened.backend.doctor
+      ? await opened.backend.doctor(AbortSignal.timeout(30_000))
+      : [{ level: 'info' as const, message: 'this backend has no specific checks' }]
+    await opened.client.inspect('.dlock-doctor')
+    findings.push({ level: 'ok', message: 'the store answers' })
+    for (const f of findings) process.stdout.write(`${f.level.padEnd(5)} ${f.message}\n`)
+    return findings.some((f) => f.level === 'error') ? EXIT.unavailable : EXIT.ok
+  } finally {
+    await opened.close()
+  }
+}

@@ -1,0 +1,61 @@
+import { createInterface } from 'node:readline'
+import { COMMON_OPTIONS, parse, UsageError } from './args.js'
+import { open, printJson, showWaiting, timeoutOf } from './context.js'
+import { EXIT } from './exit-codes.js'
+
+export const HOLD_HELP = `Usage: dlock hold <key> [options]
+
+Takes the lock <key>, prints one JSON line when acquired ({"event":"acquired","key","owner","fence",...})
+and holds it, renewing, until a line on stdin says:
+  release   release the lock, print {"event":"released"} and exit 0
+  abandon   exit at once WITHOUT releasing (as a crash would): the lease ends after its ttl
+End of input releases too. If the lock is lost, prints {"event":"lost",...} and exits 76.
+
+Options:
+  --url <url>          backend URL (default: $DLOCK_URL, else a per-user folder of file locks)
+  --ttl <duration>     lease length (default: 30s)
+  --timeout <duration> how long to wait for the lock (default: forever)
+  -v, --verbose        say on stderr when waiting
+  -h, --help           this help`
+
+export async function holdCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, COMMON_OPTIONS)
+  if (values.help) {
+    process.stdout.write(`${HOLD_HELP}\n`)
+    return EXIT.ok
+  }
+  const [key, ...extra] = positionals
+  if (key === undefined || extra.length > 0) throw new UsageError('usage: dlock hold <key> [options]')
+  const timeout = timeoutOf(values)
+  const opened = await open(values)
+  try {
+    const stopStatus = showWaiting(opened.client, key, values.verbose === true)
+    const lock = await opened.client
+      .acquire(key, timeout === undefined ? {} : { timeout })
+      .finally(stopStatus)
+    printJson({ event: 'acquired', key, owner: lock.owner, fence: lock.fence, pid: process.pid })
+    const lines = createInterface({ input: process.stdin })
+    const outcome = await new Promise<'release' | 'abandon' | 'lost'>((resolve) => {
+      lock.signal.addEventListener('abort', () => resolve('lost'), { once: true })
+      lines.on('line', (line) => {
+        const word = line.trim()
+        if (word === 'release' || word === 'abandon') resolve(word)
+      })
+      lines.on('close', () => resolve('release'))
+    })
+    lines.close()
+    if (outcome === 'abandon') {
+      // A crash, on purpose: no release, no cleanup; the lease must end by its ttl.
+      process.exit(EXIT.ok)
+    }
+    if (outcome === 'lost') {
+      printJson({ event: 'lost', key, fence: lock.fence, reason: (lock.signal.reason as Error).message })
+      return EXIT.lost
+    }
+    await lock.release()
+    printJson({ event: 'released', key, fence: lock.fence })
+    return EXIT.ok
+  } finally {
+    await opened.close()
+  }
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+import { readFileSync } from 'node:fs'
+import { UsageError } from './args.js'
+import { DOCTOR_HELP, doctorCommand } from './doctor.js'
+import { EXIT, exitCodeFor } from './exit-codes.js'
+import { HOLD_HELP, holdCommand } from './hold.js'
+import { INSPECT_HELP, inspectCommand } from './inspect.js'
+import { RUN_HELP, runCommand } from './run.js'
+
+const HELP = `Usage: dlock <command> [options]
+
+Distributed locks with fencing tokens, from the shell.
+
+Commands:
+  run <key> -- <cmd...>   run a command while holding the lock (DLOCK_KEY, DLOCK_FENCE in its env)
+  hold <key>              hold the lock until stdin says release (or abandon)
+  inspect <key>           print who holds the lock now (diagnostic)
+  doctor [<url>]          check a backend's settings and semantics
+
+The backend is --url, else $DLOCK_URL, else a per-user folder of file locks
+($XDG_STATE_HOME/dlock/locks, by default ~/.local/state/dlock/locks).
+URLs: file:///dir, memory: (one process only).
+
+Exit codes: 64 usage, 69 backend unavailable, 75 not acquired, 76 lock lost; run passes on its command's.
+Run "dlock <command> --help" for a command's options.`
+
+const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help: string }> = {
+  run: { run: runCommand, help: RUN_HELP },
+  hold: { run: holdCommand, help: HOLD_HELP },
+  inspect: { run: inspectCommand, help: INSPECT_HELP },
+  doctor: { run: doctorCommand, help: DOCTOR_HELP },
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    const topic = name === 'help' && rest[0] ? COMMANDS[rest[0]]?.help : undefined
+    process.stdout.write(`${topic ?? HELP}\n`)
+    return name === undefined ? EXIT.usage : EXIT.ok
+  }
+  if (name === '--version') {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version: string
+    }
+    process.stdout.write(`${pkg.version}\n`)
+    return EXIT.ok
+  }
+  const command = COMMANDS[name]
+  if (!command)
+    throw new UsageError(`unknown command "${name}"; commands: ${Object.keys(COMMANDS).join(', ')}`)
+  return command.run(rest)
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code
+  },
+  (error: Error) => {
+    process.stderr.write(`dlock: ${error.message}\n`)
+    process.exitCode = error instanceof UsageError ? EXIT.usage : exitCodeFor(error)
+  },
+)

@@ -1,0 +1,120 @@
+import { spawn } from 'node:child_process'
+import { constants } from 'node:os'
+import { parseDuration } from '../core/durations.js'
+import { COMMON_OPTIONS, parse, UsageError } from './args.js'
+import { open, showWaiting, timeoutOf } from './context.js'
+import { EXIT } from './exit-codes.js'
+
+export const RUN_HELP = `Usage: dlock run <key> [options] -- <command> [args...]
+
+Takes the lock <key>, runs <command> while holding it (renewing the lease), releases it when the
+command ends, and exits with the command's status. The command gets DLOCK_KEY and DLOCK_FENCE in its
+environment: pass DLOCK_FENCE to whatever you write, so it can reject a stale holder.
+If the lock is lost while the command runs, the command gets SIGTERM, then SIGKILL after --kill-after.
+
+Options:
+  --url <url>          backend URL (default: $DLOCK_URL, else a per-user folder of file locks)
+  --ttl <duration>     lease length, renewed every ttl/3 (default: 30s)
+  --timeout <duration> how long to wait for the lock (default: forever; 0 = try once)
+  --kill-after <dur>   grace between SIGTERM and SIGKILL when the lock is lost (default: 10s)
+  -v, --verbose        say on stderr when waiting and acquiring even when stderr is not a terminal
+  -h, --help           this help
+
+Exit codes: the command's own; 64 usage, 69 backend unavailable, 75 not acquired within --timeout,
+76 lock lost while running, 126 command not executable, 127 command not found.`
+
+export async function runCommand(argv: string[]): Promise<number> {
+  const split = argv.indexOf('--')
+  const own = split === -1 ? argv : argv.slice(0, split)
+  const command = split === -1 ? [] : argv.slice(split + 1)
+  const { values, positionals } = parse(own, { ...COMMON_OPTIONS, 'kill-after': { type: 'string' } })
+  if (values.help) {
+    process.stdout.write(`${RUN_HELP}\n`)
+    return EXIT.ok
+  }
+  const [key, ...extra] = positionals
+  if (key === undefined) throw new UsageError('missing <key>; usage: dlock run <key> [options] -- <command>')
+  if (extra.length > 0 || command.length === 0) {
+    throw new UsageError(
+      `put the command after "--": dlock run ${key} -- ${[...extra, ...command].join(' ') || '<command>'}`,
+    )
+  }
+  const killAfterMs = parseDuration('--kill-after', values['kill-after'] ?? '10s')
+  const timeout = timeoutOf(values)
+  const verbose = values.verbose === true
+  const opened = await open(values)
+  const interrupted = new AbortController()
+  const onSignal = (signal: NodeJS.Signals) => interrupted.abort(signal)
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
+  try {
+    const stopStatus = showWaiting(opened.client, key, verbose)
+    let lock: Awaited<ReturnType<typeof opened.client.acquire>>
+    try {
+      lock = await opened.client.acquire(key, {
+        ...(timeout === undefined ? {} : { timeout }),
+        signal: interrupted.signal,
+      })
+    } catch (error) {
+      if (interrupted.signal.aborted)
+        return 128 + constants.signals[interrupted.signal.reason as NodeJS.Signals]
+      throw error
+    } finally {
+      stopStatus()
+    }
+    if (verbose) process.stderr.write(`dlock: acquired ${key} (fence ${lock.fence})\n`)
+    process.removeListener('SIGINT', onSignal)
+    process.removeListener('SIGTERM', onSignal)
+    const status = await runChild(command, lock, killAfterMs)
+    await lock.release().catch((error: Error) => {
+      process.stderr.write(`dlock: ${error.message}\n`)
+    })
+    if (lock.signal.aborted) {
+      process.stderr.write(`dlock: ${(lock.signal.reason as Error).message}\n`)
+      return EXIT.lost
+    }
+    return status
+  } finally {
+    process.removeListener('SIGINT', onSignal)
+    process.removeListener('SIGTERM', onSignal)
+    await opened.close()
+  }
+}
+
+/** Runs the command with the fence in its environment; resolves with its exit status, shell-style. */
+function runChild(
+  command: string[],
+  lock: { key: string; fence: bigint; signal: AbortSignal },
+  killAfterMs: number,
+): Promise<number> {
+  return new Promise((resolve) => {
+    const [file, ...args] = command as [string, ...string[]]
+    const child = spawn(file, args, {
+      stdio: 'inherit',
+      env: { ...process.env, DLOCK_KEY: lock.key, DLOCK_FENCE: lock.fence.toString() },
+    })
+    let killTimer: NodeJS.Timeout | undefined
+    const onLost = () => {
+      child.kill('SIGTERM')
+      killTimer = setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+    }
+    lock.signal.addEventListener('abort', onLost, { once: true })
+    // Signals meant for the job go to the job; we release once it has ended.
+    const forward = (signal: NodeJS.Signals) => child.kill(signal)
+    const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
+    for (const s of signals) process.on(s, forward)
+    const done = (status: number) => {
+      clearTimeout(killTimer)
+      lock.signal.removeEventListener('abort', onLost)
+      for (const s of signals) process.removeListener(s, forward)
+      resolve(status)
+    }
+    child.once('error', (error: NodeJS.ErrnoException) => {
+      process.stderr.write(`dlock: cannot run ${file}: ${error.message}\n`)
+      done(error.code === 'ENOENT' ? EXIT.notFound : EXIT.cannotExecute)
+    })
+    child.once('exit', (code, signal) => {
+      done(code ?? 128 + (signal ? constants.signals[signal] : 0))
+    })
+  })
+}
