@@ -176,7 +176,8 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
   }
 
   /**
-   * Creates generation `gen` exclusively. Returns false when another process created it first.
+   * Creates generation `gen` exclusively. Returns false when another process created it first, or when
+   * it had already been created, superseded and garbage-collected (see below).
    * The record is complete on disk before its name exists, so readers never see half a record.
    */
   const createGeneration = async (folder: string, gen: bigint, record: RecordV1, durable: boolean) => {
@@ -195,6 +196,15 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       throw error
     } finally {
       await unlink(tmp).catch(() => {})
+    }
+    // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
+    // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
+    // never deleted, so a stale name is always below it: list again, and if anything is higher, our
+    // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
+    const names = await readdir(folder)
+    if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) {
+      await unlink(join(folder, genName(gen))).catch(() => {})
+      return false
     }
     if (durable) {
       // The new name must survive a power loss too, or a reboot could hand out this fence again.

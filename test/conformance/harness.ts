@@ -1,0 +1,24 @@
+import type { ClientOptions, LockClient } from '../../src/index.js'
+
+/** What a backend's test entry provides to run the shared conformance suite against it. */
+export interface ConformanceHarness {
+  /** The backend's folder name under src/backends. */
+  readonly name: string
+  /** A URL that other processes (`dlock hold`) can use to reach the same locks; omit for process-local stores. */
+  readonly url?: string
+  /** A new client over the same store; the suite closes each one it creates. */
+  createClient(options?: ClientOptions): LockClient
+  /** Ends `key`'s current lease behind its holder's back (the store "forgets" it, as after an expiry). */
+  breakLease(key: string): Promise<void>
+  /** Runs once before the suite, e.g. to start a server. */
+  setup?(): Promise<void>
+  /** Runs once after the suite, e.g. to stop the server it started. */
+  teardown?(): Promise<void>
+}
+
+/** Context the cases share: a client factory that remembers what to close, and a unique key per test. */
+export interface CaseContext {
+  readonly harness: ConformanceHarness
+  client(options?: ClientOptions): LockClient
+  key(label: string): string
+}

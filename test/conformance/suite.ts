@@ -1,0 +1,44 @@
+import { randomBytes } from 'node:crypto'
+import { after, afterEach, before, describe } from 'node:test'
+import type { ClientOptions, LockClient } from '../../src/index.js'
+import { crossProcessCases } from './cases/cross-process.js'
+import { exclusivityCases } from './cases/exclusivity.js'
+import { fenceCases } from './cases/fences.js'
+import { keyCases } from './cases/keys.js'
+import { lossCases } from './cases/loss.js'
+import { waitingCases } from './cases/waiting.js'
+import type { CaseContext, ConformanceHarness } from './harness.js'
+
+export type { ConformanceHarness } from './harness.js'
+
+/**
+ * The contract every backend must honour, as one suite: exclusivity, timeouts, abort, release idempotence,
+ * loss, abandonment, cross-process use, validity bounds, fences, key names and wake-up.
+ */
+export function defineConformanceSuite(harness: ConformanceHarness): void {
+  describe(`conformance: ${harness.name}`, { timeout: 300_000 }, () => {
+    const open: LockClient[] = []
+    const run = randomBytes(4).toString('hex')
+    const ctx: CaseContext = {
+      harness,
+      client(options?: ClientOptions) {
+        const client = harness.createClient(options)
+        open.push(client)
+        return client
+      },
+      key: (label) => `conformance:${run}:${label}:${randomBytes(3).toString('hex')}`,
+    }
+    before(async () => harness.setup?.())
+    afterEach(async () => {
+      await Promise.all(open.splice(0).map((c) => c.close()))
+    })
+    after(async () => harness.teardown?.())
+
+    exclusivityCases(ctx)
+    waitingCases(ctx)
+    lossCases(ctx)
+    fenceCases(ctx)
+    keyCases(ctx)
+    if (harness.url !== undefined) crossProcessCases(ctx, harness.url)
+  })
+}
