@@ -27,6 +27,8 @@ export function parseDuration(
   else if (typeof value === 'string') {
     const match = PATTERN.exec(value)
     if (match) ms = Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS]
+    // Zero needs no unit; any other bare number is ambiguous (ms? seconds?) and refused.
+    else if (value.trim() === '0') ms = 0
   }
   const ok =
     ms !== undefined &&

@@ -15,5 +15,9 @@ it('every backend folder has a conformance entry that runs the shared suite', ()
     const entry = `${root}test/backends/${name}.test.ts`
     return !existsSync(entry) || !/defineConformanceSuite\(/.test(readFileSync(entry, 'utf8'))
   })
-  assert.deepEqual(missing, [], `backends without test/backends/<name>.test.ts calling defineConformanceSuite: ${missing}`)
+  assert.deepEqual(
+    missing,
+    [],
+    `backends without test/backends/<name>.test.ts calling defineConformanceSuite: ${missing}`,
+  )
 })

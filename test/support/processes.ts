@@ -47,9 +47,14 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
           const found = events.find((e) => e.event === event)
           if (found) return resolve(found)
           if (child.exitCode !== null || child.signalCode !== null) {
-            return reject(new Error(`dlock hold exited (${child.exitCode ?? child.signalCode}) before "${event}": ${stderr}`))
+            return reject(
+              new Error(
+                `dlock hold exited (${child.exitCode ?? child.signalCode}) before "${event}": ${stderr}`,
+              ),
+            )
           }
-          if (Date.now() - started > timeoutMs) return reject(new Error(`no "${event}" within ${timeoutMs} ms: ${stderr}`))
+          if (Date.now() - started > timeoutMs)
+            return reject(new Error(`no "${event}" within ${timeoutMs} ms: ${stderr}`))
           waiters.push(check)
           setTimeout(check, 200).unref()
         }

@@ -6,7 +6,10 @@
 export function abortedWithin(signal: AbortSignal, timeoutMs: number): Promise<unknown> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return resolve(signal.reason)
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs)
+    const timer = setTimeout(
+      () => reject(new Error(`signal did not abort within ${timeoutMs} ms`)),
+      timeoutMs,
+    )
     signal.addEventListener(
       'abort',
       () => {

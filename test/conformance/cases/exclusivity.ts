@@ -55,7 +55,10 @@ export function exclusivityCases(ctx: CaseContext): void {
     const next = await b.acquire(key, { timeout: '10s' })
     assert.ok(next.fence > stale.fence)
     await stale.release()
-    await assert.rejects(stale.extend(), (error: Error) => error.name === 'LockLostError' || error.name === 'LockReleasedError')
+    await assert.rejects(
+      stale.extend(),
+      (error: Error) => error.name === 'LockLostError' || error.name === 'LockReleasedError',
+    )
     const info = await b.inspect(key)
     assert.equal(info.held, true)
     assert.equal(info.owner, next.owner)
@@ -84,8 +87,14 @@ export function exclusivityCases(ctx: CaseContext): void {
     const lock = await client.acquire(key)
     const after = performance.now()
     const margin = 5000 * 0.01 + 2
-    assert.ok(lock.validUntil >= before + 5000 - margin, `validUntil ${lock.validUntil} earlier than the lease allows`)
-    assert.ok(lock.validUntil <= after + 5000 - margin, `validUntil ${lock.validUntil} later than the lease allows`)
+    assert.ok(
+      lock.validUntil >= before + 5000 - margin,
+      `validUntil ${lock.validUntil} earlier than the lease allows`,
+    )
+    assert.ok(
+      lock.validUntil <= after + 5000 - margin,
+      `validUntil ${lock.validUntil} later than the lease allows`,
+    )
     await lock.release()
   })
 }

@@ -5,7 +5,11 @@ import type { CaseContext } from '../harness.js'
 export function fenceCases(ctx: CaseContext): void {
   it('fences strictly increase across successive holders, clients, breaks and expiries', async () => {
     const key = ctx.key('fences')
-    const clients = [ctx.client({ ttl: '10s' }), ctx.client({ ttl: '10s' }), ctx.client({ ttl: '400ms', renew: false })]
+    const clients = [
+      ctx.client({ ttl: '10s' }),
+      ctx.client({ ttl: '10s' }),
+      ctx.client({ ttl: '400ms', renew: false }),
+    ]
     const fences: bigint[] = []
     for (let i = 0; i < 12; i++) {
       const lock = await clients[i % 3]!.acquire(key, { timeout: '20s' })

@@ -5,7 +5,10 @@ import type { CaseContext } from '../harness.js'
 export function keyCases(ctx: CaseContext): void {
   it('refuses an empty key with a TypeError naming it', async () => {
     const client = ctx.client()
-    await assert.rejects(client.acquire(''), (error: unknown) => error instanceof TypeError && /`key`/.test(error.message))
+    await assert.rejects(
+      client.acquire(''),
+      (error: unknown) => error instanceof TypeError && /`key`/.test(error.message),
+    )
     await assert.rejects(client.tryAcquire(''), TypeError)
     await assert.rejects(client.inspect(''), TypeError)
   })
@@ -36,7 +39,11 @@ export function keyCases(ctx: CaseContext): void {
     }
     for (const [i, name] of names.entries()) {
       const info = await client.inspect(name)
-      assert.equal(info.owner, locks[i]!.owner, `inspect(${JSON.stringify(name.slice(base.length))}) shows another holder`)
+      assert.equal(
+        info.owner,
+        locks[i]!.owner,
+        `inspect(${JSON.stringify(name.slice(base.length))}) shows another holder`,
+      )
     }
     await Promise.all(locks.map((l) => l.release()))
   })

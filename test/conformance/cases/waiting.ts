@@ -29,7 +29,10 @@ export function waitingCases(ctx: CaseContext): void {
     const waiting = b.acquire(key, { signal: controller.signal })
     setTimeout(() => controller.abort(reason), 100)
     await assert.rejects(waiting, (error: unknown) => error === reason)
-    await assert.rejects(b.acquire(key, { signal: AbortSignal.abort(reason) }), (error: unknown) => error === reason)
+    await assert.rejects(
+      b.acquire(key, { signal: AbortSignal.abort(reason) }),
+      (error: unknown) => error === reason,
+    )
     await lock.release()
     const next = await a.tryAcquire(key)
     assert.ok(next, 'the aborted waiter must not have kept the lock')

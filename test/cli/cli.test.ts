@@ -1,0 +1,225 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
+import { after, describe, it } from 'node:test'
+import { pathToFileURL } from 'node:url'
+import { fileBackend } from '../../src/backends/file/index.js'
+import { CLI, startHold } from '../support/processes.js'
+import { tempDir } from '../support/temp.js'
+
+const dir = tempDir('cli')
+after(() => dir.cleanup())
+const url = pathToFileURL(join(dir.path, 'locks')).href
+let n = 0
+const key = (label: string) => `cli-${label}-${n++}`
+
+interface Result {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+function dlock(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<Result> & { child: ReturnType<typeof spawn> } {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...process.env, DLOCK_URL: url, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout!.on('data', (c) => {
+    stdout += c
+  })
+  child.stderr!.on('data', (c) => {
+    stderr += c
+  })
+  const done = new Promise<Result>((resolve) => {
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }))
+  })
+  return Object.assign(done, { child })
+}
+
+describe('dlock run', () => {
+  it('runs the command with DLOCK_KEY and DLOCK_FENCE and exits with its status', async () => {
+    const k = key('env')
+    const r = await dlock(['run', k, '--', 'sh', '-c', 'echo "$DLOCK_KEY $DLOCK_FENCE"; exit 7'])
+    assert.equal(r.code, 7)
+    assert.match(r.stdout, new RegExp(`^${k} \\d+\\n$`))
+    assert.equal(r.stderr, '')
+  })
+
+  it('reports a command killed by a signal as 128 + N', async () => {
+    const r = await dlock(['run', key('sig'), '--', 'sh', '-c', 'kill -TERM $$'])
+    assert.equal(r.code, 128 + 15)
+  })
+
+  it('exits 127 for a command that does not exist, and releases the lock', async () => {
+    const k = key('missing')
+    const r = await dlock(['run', k, '--', 'no-such-command-dlock'])
+    assert.equal(r.code, 127)
+    assert.match(r.stderr, /cannot run no-such-command-dlock/)
+    const again = await dlock(['run', k, '--timeout', '0', '--', 'true'])
+    assert.equal(again.code, 0, 'the lock must have been released')
+  })
+
+  it('exits 75 when the lock stays held past --timeout, silently when stderr is not a terminal', async () => {
+    const k = key('held')
+    const holder = startHold(url, k)
+    await holder.next('acquired')
+    const r = await dlock(['run', k, '--timeout', '300ms', '--', 'true'])
+    assert.equal(r.code, 75)
+    // One line for the final error only: no progress output off a terminal.
+    assert.equal(r.stderr.trim().split('\n').length, 1)
+    assert.match(r.stderr, /held by another owner/)
+    const verbose = await dlock(['run', k, '--timeout', '600ms', '--verbose', '--', 'true'])
+    assert.equal(verbose.code, 75)
+    assert.match(verbose.stderr, new RegExp(`waiting for ${k}, held by [0-9a-f]{32} \\(fence \\d+\\)`))
+    holder.send('release')
+    assert.equal(await holder.exited, 0)
+  })
+
+  it('keeps one status line on a terminal while waiting (key, holder, fence, elapsed)', async () => {
+    const k = key('tty')
+    const holder = startHold(url, k)
+    const acquired = await holder.next('acquired')
+    // script(1) gives the CLI a pseudo-terminal, as a person at a shell would have.
+    const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} run ${k} --timeout 1500ms -- true`
+    const r = await new Promise<string>((resolve) => {
+      const child = spawn('script', ['-qec', command, '/dev/null'], {
+        env: { ...process.env, DLOCK_URL: url },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+      let out = ''
+      child.stdout.on('data', (c) => {
+        out += c
+      })
+      child.on('close', () => resolve(out))
+    })
+    assert.match(
+      r,
+      new RegExp(`waiting for ${k}, held by ${acquired.owner} \\(fence ${acquired.fence}\\), \\d+\\.\\d s`),
+    )
+    holder.send('release')
+    await holder.exited
+  })
+
+  it('waits for the holder and runs once it releases, with a larger fence', async () => {
+    const k = key('wait')
+    const holder = startHold(url, k)
+    const acquired = await holder.next('acquired')
+    const running = dlock(['run', k, '--', 'sh', '-c', 'echo $DLOCK_FENCE'])
+    setTimeout(() => holder.send('release'), 300)
+    const r = await running
+    assert.equal(r.code, 0)
+    assert.ok(BigInt(r.stdout.trim()) > BigInt(acquired.fence as string))
+  })
+
+  it('stops the command with SIGTERM and exits 76 when the lock is lost', async () => {
+    const k = key('lost')
+    const running = dlock([
+      'run',
+      k,
+      '--ttl',
+      '600ms',
+      '--',
+      'sh',
+      '-c',
+      'trap "echo got-term; exit 0" TERM; echo started; while true; do sleep 0.05; done',
+    ])
+    await new Promise<void>((resolve) => {
+      running.child.stdout!.on('data', (c: Buffer) => {
+        if (c.toString().includes('started')) resolve()
+      })
+    })
+    await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
+    const r = await running
+    assert.equal(r.code, 76)
+    assert.match(r.stdout, /got-term/)
+    assert.match(r.stderr, /lost/)
+  })
+
+  it('kills with SIGKILL a command that ignores SIGTERM, after --kill-after', async () => {
+    const k = key('kill')
+    const running = dlock([
+      'run',
+      k,
+      '--ttl',
+      '600ms',
+      '--kill-after',
+      '300ms',
+      '--',
+      'sh',
+      '-c',
+      'trap "" TERM; echo started; while true; do sleep 0.05; done',
+    ])
+    await new Promise<void>((resolve) => {
+      running.child.stdout!.on('data', (c: Buffer) => {
+        if (c.toString().includes('started')) resolve()
+      })
+    })
+    await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
+    const r = await running
+    assert.equal(r.code, 76)
+  })
+})
+
+describe('usage errors', () => {
+  const cases: Array<[string, string[], RegExp]> = [
+    ['no command', ['run', 'k'], /put the command after "--"/],
+    ['no key', ['run'], /missing <key>/],
+    ['unknown option', ['run', 'k', '--bogus', '--', 'true'], /bogus/],
+    ['unknown command', ['frobnicate'], /unknown command "frobnicate"/],
+    ['bad duration', ['run', 'k', '--ttl', 'soon', '--', 'true'], /`--ttl`.*"soon"/],
+    [
+      'unknown scheme',
+      ['run', 'k', '--url', 'foo://x', '--', 'true'],
+      /Unknown lock backend scheme "foo:".*supported: memory:, file:/,
+    ],
+    ['malformed URL', ['run', 'k', '--url', 'not a url', '--', 'true'], /Expected a backend URL/],
+    ['remote file URL', ['inspect', 'k', '--url', 'file://host/dir'], /local file URL/],
+  ]
+  for (const [name, args, message] of cases) {
+    it(`${name}: one clear line and exit 64`, async () => {
+      const r = await dlock(args)
+      assert.equal(r.code, 64)
+      assert.match(r.stderr, message)
+      assert.equal(r.stderr.trim().split('\n').length, 1)
+    })
+  }
+
+  it('every command has --help', async () => {
+    for (const command of ['run', 'hold', 'inspect', 'doctor']) {
+      const r = await dlock([command, '--help'])
+      assert.equal(r.code, 0)
+      assert.match(r.stdout, new RegExp(`^Usage: dlock ${command}`))
+    }
+    const top = await dlock(['--help'])
+    assert.equal(top.code, 0)
+    assert.match(top.stdout, /Exit codes/)
+  })
+})
+
+describe('dlock inspect and doctor', () => {
+  it('inspect prints the holder as JSON, using $DLOCK_URL', async () => {
+    const k = key('inspect')
+    const holder = startHold(url, k)
+    const acquired = await holder.next('acquired')
+    const r = await dlock(['inspect', k])
+    assert.equal(r.code, 0)
+    const info = JSON.parse(r.stdout) as Record<string, unknown>
+    assert.equal(info.held, true)
+    assert.equal(info.owner, acquired.owner)
+    assert.equal(info.fence, acquired.fence)
+    holder.send('release')
+    await holder.exited
+  })
+
+  it('doctor checks the file backend', async () => {
+    const r = await dlock(['doctor', url])
+    assert.equal(r.code, 0, r.stderr)
+    assert.match(r.stdout, /exclusive create with link\(\) works/)
+  })
+})
