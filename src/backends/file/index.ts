@@ -20,9 +20,9 @@
  * the machine sleeps, so leases stretch across a suspend. An unreadable record (corrupt, or from a newer
  * version) is treated as held until this process has seen it unchanged for `unreadableHoldMs`.
  */
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { watch } from 'node:fs'
-import { link, mkdir, open, readdir, readFile, stat, unlink } from 'node:fs/promises'
+import { mkdir } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type {
@@ -35,6 +35,7 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
+import { collect, createGeneration, keyFolderName, type RecordV1, readCurrent } from './generations.js'
 import { bootId, monotonicMs, sameBoot } from './host-clock.js'
 
 export interface FileBackendOptions {
@@ -58,57 +59,6 @@ export interface FileBackendOptions {
 export interface FileBackend extends LockBackend {
   /** Ends the current lease of `key` by writing a free record; its holder finds out on its next renewal. */
   breakLock(key: string): Promise<void>
-}
-
-interface RecordV1 {
-  readonly v: 1
-  readonly key: string
-  readonly state: 'held' | 'free'
-  readonly owner: string | null
-  /** Decimal string: the generation of the acquiring transition. */
-  readonly fence: string
-  readonly boot: string
-  /** ms on the host's monotonic clock. */
-  readonly deadline: number
-}
-
-type Current =
-  | { readonly gen: bigint; readonly record: RecordV1; readonly names: string[] }
-  | { readonly gen: bigint; readonly record: 'none' | 'unreadable'; readonly names: string[] }
-
-const GEN_NAME = /^\d{1,20}$/
-const TMP_PREFIX = '.tmp-'
-/** A temp file older than this belongs to a crashed writer (a live one links it within milliseconds). */
-const TMP_STALE_MS = 10 * 60_000
-
-const genName = (gen: bigint) => gen.toString().padStart(20, '0')
-
-/** A folder name for any key: a readable prefix for humans, the hash for uniqueness. */
-export function keyFolderName(key: string): string {
-  const readable = key
-    .toLowerCase()
-    .replace(/[^a-z0-9._-]+/g, '_')
-    .replace(/^[._]+/, '')
-    .slice(0, 40)
-  const hash = createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 32)
-  return `${readable}~${hash}`
-}
-
-function parseRecord(text: string): RecordV1 | undefined {
-  try {
-    const r = JSON.parse(text) as Partial<RecordV1>
-    if (
-      r.v === 1 &&
-      (r.state === 'held' || r.state === 'free') &&
-      typeof r.fence === 'string' &&
-      typeof r.boot === 'string' &&
-      typeof r.deadline === 'number' &&
-      typeof r.key === 'string'
-    ) {
-      return r as RecordV1
-    }
-  } catch {}
-  return undefined
 }
 
 /**
@@ -144,93 +94,6 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       madeFolders.add(folder)
     }
     return folder
-  }
-
-  /** Reads the highest generation. A concurrent GC may delete what we listed: then list again. */
-  const readCurrent = async (folder: string): Promise<Current> => {
-    for (;;) {
-      let names: string[]
-      try {
-        names = await readdir(folder)
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { gen: 0n, record: 'none', names: [] }
-        throw error
-      }
-      let gen = 0n
-      for (const name of names) {
-        if (GEN_NAME.test(name)) {
-          const g = BigInt(name)
-          if (g > gen) gen = g
-        }
-      }
-      if (gen === 0n) return { gen, record: 'none', names }
-      let text: string
-      try {
-        text = await readFile(join(folder, genName(gen)), 'utf8')
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-        throw error
-      }
-      return { gen, record: parseRecord(text) ?? 'unreadable', names }
-    }
-  }
-
-  /**
-   * Creates generation `gen` exclusively. Returns false when another process created it first, or when
-   * it had already been created, superseded and garbage-collected (see below).
-   * The record is complete on disk before its name exists, so readers never see half a record.
-   */
-  const createGeneration = async (folder: string, gen: bigint, record: RecordV1, durable: boolean) => {
-    const tmp = join(folder, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`)
-    const handle = await open(tmp, 'wx')
-    try {
-      await handle.writeFile(JSON.stringify(record))
-      if (durable) await handle.sync()
-    } finally {
-      await handle.close()
-    }
-    try {
-      await link(tmp, join(folder, genName(gen)))
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
-      throw error
-    } finally {
-      await unlink(tmp).catch(() => {})
-    }
-    // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
-    // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
-    // never deleted, so a stale name is always below it: list again, and if anything is higher, our
-    // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
-    const names = await readdir(folder)
-    if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) {
-      await unlink(join(folder, genName(gen))).catch(() => {})
-      return false
-    }
-    if (durable) {
-      // The new name must survive a power loss too, or a reboot could hand out this fence again.
-      const folderHandle = await open(folder, 'r')
-      try {
-        await folderHandle.sync()
-      } finally {
-        await folderHandle.close()
-      }
-    }
-    return true
-  }
-
-  /**
-   * Deletes generations below `gen` (never `gen` itself: the highest generation is the state and the fence
-   * counter), and temp files a crashed writer left behind.
-   */
-  const collect = async (folder: string, gen: bigint, names: string[]) => {
-    for (const name of names) {
-      if (GEN_NAME.test(name) && BigInt(name) < gen) await unlink(join(folder, name)).catch(() => {})
-      else if (name.startsWith(TMP_PREFIX)) {
-        const path = join(folder, name)
-        const info = await stat(path).catch(() => undefined)
-        if (info && Date.now() - info.mtimeMs > TMP_STALE_MS) await unlink(path).catch(() => {})
-      }
-    }
   }
 
   const isLive = (record: RecordV1) =>
