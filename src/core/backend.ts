@@ -97,7 +97,13 @@ export interface LockBackend {
    * A wake-up hint: resolves when `key` may have changed (released, expired, taken over) after the call
    * began, or when `signal` aborts. Never a grant: the core re-attempts. May resolve spuriously.
    */
-  waitForChange?(key: string, signal: AbortSignal): Promise<void>
+  waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  /**
+   * Called once, without waiting for it, when an acquire gives up without a grant (deadline, abort, close,
+   * error) after at least one attempt. Queue-based backends leave the queue here; a backend whose attempt
+   * had an unknown outcome removes what it may have taken (owner-checked, never blind).
+   */
+  abandon?(req: AcquireRequest, signal: AbortSignal): Promise<void>
   /** Checks the store's settings and semantics we rely on, for `dlock doctor`. */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
   /** Closes only what the backend itself opened. */

@@ -199,11 +199,12 @@ class Client implements LockClient {
     const arm = () => {
       if (!backend.waitForChange) return undefined
       const cancel = new AbortController()
-      const promise = backend.waitForChange(key, AbortSignal.any([cancel.signal, signal])).catch(() => {})
+      const promise = backend.waitForChange(req, AbortSignal.any([cancel.signal, signal])).catch(() => {})
       return { promise, cancel }
     }
     const fail = (error: unknown): never => {
       hint?.cancel.abort()
+      if (attempts > 0) backend.abandon?.(req, timeoutSignal(opts.ttlMs)).catch(() => {})
       publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
       throw error
     }
@@ -219,7 +220,7 @@ class Client implements LockClient {
       } catch (error) {
         if (signal.aborted) fail(signal.reason)
         const wrapped = this.#unavailable(backend, key, error, 'acquire')
-        if (!(wrapped instanceof BackendUnavailableError)) fail(wrapped)
+        if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) fail(wrapped)
         unavailableSince ??= attemptStart
         const giveUpAt = unavailableSince + Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
         if (now() >= deadline || now() >= giveUpAt) fail(wrapped)

@@ -56,8 +56,14 @@ export class LockReleasedError extends LockError {
 /** The store could not be reached, or answered with an error; says nothing about who holds the lock. */
 export class BackendUnavailableError extends LockError {
   override name = 'BackendUnavailableError'
-  constructor(message: string, context: LockErrorContext = {}) {
+  /**
+   * Whether waiting could help (a restart, a failover). False for errors that repeat until someone
+   * changes a setting, such as a wrong password: a waiting acquire then fails at once.
+   */
+  readonly retryable: boolean
+  constructor(message: string, context: LockErrorContext & { retryable?: boolean } = {}) {
     super('DLOCK_BACKEND_UNAVAILABLE', message, context)
+    this.retryable = context.retryable ?? true
   }
 }
 

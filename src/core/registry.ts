@@ -11,6 +11,8 @@ interface BackendModule {
 const SCHEMES: Record<string, () => Promise<BackendModule>> = {
   'memory:': () => import('../backends/memory/index.js'),
   'file:': () => import('../backends/file/index.js'),
+  'redis:': () => import('../backends/redis/index.js'),
+  'rediss:': () => import('../backends/redis/index.js'),
 }
 
 /** The schemes this build understands, for messages. */

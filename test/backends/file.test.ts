@@ -9,7 +9,7 @@ const url = pathToFileURL(dir.path).href
 
 defineConformanceSuite({
   name: 'file',
-  url,
+  url: () => url,
   createClient: (options) => createLockClient(url, options),
   breakLease: (key) => fileBackend({ dir: dir.path }).breakLock(key),
   teardown: async () => dir.cleanup(),

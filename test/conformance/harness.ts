@@ -4,8 +4,11 @@ import type { ClientOptions, LockClient } from '../../src/index.js'
 export interface ConformanceHarness {
   /** The backend's folder name under src/backends. */
   readonly name: string
-  /** A URL that other processes (`dlock hold`) can use to reach the same locks; omit for process-local stores. */
-  readonly url?: string
+  /**
+   * The URL other processes (`dlock hold`) use to reach the same locks, asked for once setup has run;
+   * omit it for process-local stores.
+   */
+  readonly url?: () => string
   /** A new client over the same store; the suite closes each one it creates. */
   createClient(options?: ClientOptions): LockClient
   /** Ends `key`'s current lease behind its holder's back (the store "forgets" it, as after an expiry). */

@@ -39,6 +39,7 @@ export function defineConformanceSuite(harness: ConformanceHarness): void {
     lossCases(ctx)
     fenceCases(ctx)
     keyCases(ctx)
-    if (harness.url !== undefined) crossProcessCases(ctx, harness.url)
+    const { url } = harness
+    if (url !== undefined) crossProcessCases(ctx, url)
   })
 }

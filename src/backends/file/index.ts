@@ -208,7 +208,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       }
     },
 
-    async waitForChange(key, signal) {
+    async waitForChange({ key }, signal) {
       if (signal.aborted) return
       const folder = await folderOf(key)
       await new Promise<void>((done) => {

@@ -111,7 +111,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       return fence === undefined ? null : { held: false, fence }
     },
 
-    waitForChange(key, signal) {
+    waitForChange({ key }, signal) {
       return new Promise<void>((resolve) => {
         if (signal.aborted) return resolve()
         let set = store.waiters.get(key)

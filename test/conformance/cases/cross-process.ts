@@ -3,10 +3,10 @@ import { it } from 'node:test'
 import { startHold } from '../../support/processes.js'
 import type { CaseContext } from '../harness.js'
 
-export function crossProcessCases(ctx: CaseContext, url: string): void {
+export function crossProcessCases(ctx: CaseContext, url: () => string): void {
   it('excludes and hands over across processes (dlock hold)', async () => {
     const key = ctx.key('xproc')
-    const holder = startHold(url, key, ['--ttl', '10s'])
+    const holder = startHold(url(), key, ['--ttl', '10s'])
     const acquired = await holder.next('acquired')
     const client = ctx.client()
     assert.equal(await client.tryAcquire(key), null, 'another process holds it')
@@ -21,7 +21,7 @@ export function crossProcessCases(ctx: CaseContext, url: string): void {
 
   it('frees the lock of a holder killed with SIGKILL after its ttl, not before', async () => {
     const key = ctx.key('killed')
-    const holder = startHold(url, key, ['--ttl', '1500ms'])
+    const holder = startHold(url(), key, ['--ttl', '1500ms'])
     const acquired = await holder.next('acquired')
     holder.child.kill('SIGKILL')
     await holder.exited
@@ -36,7 +36,7 @@ export function crossProcessCases(ctx: CaseContext, url: string): void {
 
   it('an abandoned lease (no release) ends by its ttl', async () => {
     const key = ctx.key('abandon')
-    const holder = startHold(url, key, ['--ttl', '1s'])
+    const holder = startHold(url(), key, ['--ttl', '1s'])
     await holder.next('acquired')
     holder.send('abandon')
     assert.equal(await holder.exited, 0)

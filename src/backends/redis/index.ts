@@ -1,0 +1,444 @@
+/**
+ * redis://host:port[/db] and rediss:// (TLS) — one Redis primary, or a Redis Cluster (`?cluster=true`).
+ *
+ * Storage (see scripts.ts): `<prefix>{<key>}` = owner id with the lease as PX expiry, and
+ * `<prefix>{<key>}:fence` = a counter INCR'd by the acquiring script. The counter never expires: one
+ * small key per distinct lock name (about 60–100 bytes with its key name) stays for good, so fences keep
+ * increasing across releases and expiries. Keys with a brace are hashed, so the hash tag stays intact.
+ * Acquire is one script, one round trip: SET NX PX + INCR. Release and extend compare the owner first.
+ * Abandoned locks: the server expires the key (PX) on its own clock.
+ * Waiting: one shared subscriber connection per backend; a waiter wakes on its key's release message and
+ * re-attempts. Expiry of a crashed holder publishes nothing: the core then wakes at the holder's
+ * remaining PTTL, which the refused attempt returned. Fair mode (`fair: true`) serves waiters in FIFO
+ * order through a queue in Redis (every client of a key must use the same mode).
+ * Limits: a restart without persistence (AOF, appendfsync always) forgets held locks and fence
+ * counters: it can grant a lock twice and reissue fences. Failover to an asynchronous replica can too;
+ * `minReplicas` narrows that window (WAIT after acquiring). `dlock doctor` checks these settings.
+ */
+import { createHash } from 'node:crypto'
+import type { Cluster, Redis, RedisOptions } from 'ioredis'
+import { raceSignal } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  DoctorFinding,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
+import { parseDuration } from '../../core/durations.js'
+import { BackendUnavailableError, CapabilityError, DriverMissingError, LockError } from '../../core/errors.js'
+import { redact } from '../../core/registry.js'
+import { ACQUIRE, ACQUIRE_FAIR, EXTEND, INSPECT, LEAVE, RELEASE, type Script } from './scripts.js'
+import { Subscriptions } from './subscriptions.js'
+
+/** The client methods we use: any ioredis `Redis` or `Cluster` has them. */
+export type RedisClient = Redis | Cluster
+
+export interface RedisBackendOptions {
+  /** Your ioredis client (`Redis` or `Cluster`). dlock never closes it; it opens one duplicate for pub/sub. */
+  readonly client: RedisClient
+  /** Prefix of every key and channel. @default 'dlock:' */
+  readonly prefix?: string
+  /**
+   * Serve waiters in arrival order through a queue in Redis. Every client of a key must agree.
+   * @default false
+   */
+  readonly fair?: boolean
+  /**
+   * In fair mode, how long a waiter stays in line without re-attempting before it is presumed dead.
+   * @default 5000
+   */
+  readonly waiterLivenessMs?: number
+  /**
+   * After acquiring, require this many replicas to acknowledge the write (`WAIT`), or release and fail.
+   * Narrows (does not close) the window in which a failover to a replica loses the lock. Not on Cluster.
+   * @default 0
+   */
+  readonly minReplicas?: number
+  /** How long `WAIT` may take. @default 1000 */
+  readonly replicaTimeoutMs?: number
+  /** Names the store in errors; defaults to the client's address. */
+  readonly id?: string
+}
+
+/** The Redis backend. */
+export interface RedisBackend extends LockBackend {
+  /** The lock and fence key names of `key`, for operators. */
+  keysOf(key: string): { lock: string; fence: string }
+}
+
+const isReplyError = (error: unknown): error is Error => error instanceof Error && error.name === 'ReplyError'
+
+function isCluster(client: RedisClient): client is Cluster {
+  return (client as Cluster).isCluster === true
+}
+
+/**
+ * Creates a Redis backend over your ioredis client.
+ * @example
+ * import { Redis } from 'ioredis'
+ * const locks = createLockClient(redisBackend({ client: new Redis() }), { ttl: '15s' })
+ */
+export function redisBackend(options: RedisBackendOptions): RedisBackend {
+  return createRedisBackend(options, [])
+}
+
+function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[]): RedisBackend {
+  const { client } = options
+  if (!client || typeof (client as Redis).evalsha !== 'function') {
+    throw new TypeError('Expected `client` to be an ioredis Redis or Cluster instance')
+  }
+  const prefix = options.prefix ?? 'dlock:'
+  const fair = options.fair ?? false
+  const waiterLivenessMs = options.waiterLivenessMs ?? 5000
+  const minReplicas = options.minReplicas ?? 0
+  const replicaTimeoutMs = options.replicaTimeoutMs ?? 1000
+  if (!Number.isInteger(minReplicas) || minReplicas < 0) {
+    throw new TypeError(`Expected \`minReplicas\` to be a whole number >= 0, got ${minReplicas}`)
+  }
+  if (minReplicas > 0 && isCluster(client)) {
+    throw new CapabilityError(
+      '`minReplicas` needs a single Redis primary: WAIT must run on the connection that wrote the lock, ' +
+        'which ioredis does not expose for Cluster. Use it with a primary and its replicas',
+    )
+  }
+  const id = options.id ?? describeClient(client)
+  const subscriptions = new Subscriptions(client, owned)
+  /** Owners whose acquire had an unknown outcome: `abandon` must make sure they hold nothing. */
+  const uncertain = new Set<string>()
+
+  const keysOf = (key: string) => {
+    // A brace in the key would end the hash tag early; hash such keys so lock and fence share a slot.
+    const tag = /[{}]/.test(key) ? `#${createHash('sha256').update(key).digest('hex')}` : key
+    const lock = `${prefix}{${tag}}`
+    return {
+      lock,
+      fence: `${lock}:fence`,
+      queue: `${lock}:queue`,
+      waiters: `${lock}:waiters`,
+      channel: `${lock}:released`,
+    }
+  }
+
+  /** Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. */
+  const run = async (s: Script, keys: string[], args: Array<string | number>): Promise<unknown> => {
+    try {
+      return await client.evalsha(s.sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (isReplyError(error) && error.message.startsWith('NOSCRIPT')) {
+        return client.eval(s.source, keys.length, ...keys, ...args)
+      }
+      throw error
+    }
+  }
+
+  const explain = (key: string, what: string, error: unknown): LockError => {
+    if (error instanceof LockError) return error
+    const message = (error as Error)?.message ?? String(error)
+    if (isReplyError(error) && /WRONGTYPE|not an integer/.test(message)) {
+      const k = keysOf(key)
+      return new LockError(
+        'DLOCK_KEY_CONFLICT',
+        `Redis key ${k.lock} or ${k.fence} on ${id} holds data that is not a dlock lock (${message}). ` +
+          'Another program uses these names: pick another `prefix`, or remove the keys',
+        { key, backend: id, cause: error },
+      )
+    }
+    const retryable = !(isReplyError(error) && /NOAUTH|WRONGPASS|NOPERM|DB index/i.test(message))
+    return new BackendUnavailableError(`Could not ${what} lock "${key}" on ${id}: ${message}`, {
+      key,
+      backend: id,
+      cause: error,
+      retryable,
+    })
+  }
+
+  const grantOf = (reply: unknown, ttlMs: number): AttemptResult => {
+    const [granted, value] = reply as [number, number]
+    if (granted === 1) return { granted: true, fence: BigInt(value), ttlMs }
+    return value > 0 ? { granted: false, retryInMs: value } : { granted: false }
+  }
+
+  const release = async (lease: { key: string; owner: string }): Promise<boolean> => {
+    const k = keysOf(lease.key)
+    const reply = await run(RELEASE, fair ? [k.lock, k.queue] : [k.lock], [lease.owner, k.channel])
+    return reply === 1
+  }
+
+  /** WAIT on the connection that wrote the lock; too few acknowledgements: release it and fail. */
+  const awaitReplicas = async (req: AcquireRequest, grant: AttemptResult) => {
+    const acks = (await (client as Redis).call('WAIT', minReplicas, replicaTimeoutMs)) as number
+    if (acks >= minReplicas) return grant
+    await release(req)
+    throw new BackendUnavailableError(
+      `Only ${acks} of the ${minReplicas} replicas required by \`minReplicas\` acknowledged lock "${req.key}" on ` +
+        `${id} within ${replicaTimeoutMs} ms, so it was released. Check the replicas (INFO replication)`,
+      { key: req.key, backend: id },
+    )
+  }
+
+  return {
+    id,
+    capabilities: { expiry: 'server-ttl', notify: true, fifo: fair },
+    keysOf: (key) => {
+      const k = keysOf(key)
+      return { lock: k.lock, fence: k.fence }
+    },
+
+    async tryAcquire(req, signal) {
+      const k = keysOf(req.key)
+      const attempt = fair
+        ? run(ACQUIRE_FAIR, [k.lock, k.fence, k.queue, k.waiters], [req.owner, req.ttlMs, waiterLivenessMs])
+        : run(ACQUIRE, [k.lock, k.fence], [req.owner, req.ttlMs])
+      let result: AttemptResult
+      try {
+        result = grantOf(await raceSignal(attempt, signal), req.ttlMs)
+      } catch (error) {
+        if (signal.aborted || isReplyError(error)) throw explain(req.key, 'acquire', error)
+        // No reply (timeout, reset): the script may have run. Read before deciding, never leave a lock we took.
+        uncertain.add(req.owner)
+        const holder = await client.get(k.lock).catch(() => undefined)
+        if (holder !== req.owner) throw explain(req.key, 'acquire', error)
+        result = { granted: true, fence: BigInt((await client.get(k.fence)) ?? 0), ttlMs: req.ttlMs }
+      }
+      uncertain.delete(req.owner)
+      if (result.granted && minReplicas > 0) return awaitReplicas(req, result)
+      return result
+    },
+
+    async extend(lease, ttlMs, signal) {
+      try {
+        const reply = await raceSignal(run(EXTEND, [keysOf(lease.key).lock], [lease.owner, ttlMs]), signal)
+        return reply === 1 ? { renewed: true } : { renewed: false }
+      } catch (error) {
+        throw explain(lease.key, 'extend', error)
+      }
+    },
+
+    async release(lease: HeldLease, signal) {
+      try {
+        return await raceSignal(release(lease), signal)
+      } catch (error) {
+        throw explain(lease.key, 'release', error)
+      }
+    },
+
+    async abandon(req, signal) {
+      const k = keysOf(req.key)
+      if (fair) await raceSignal(run(LEAVE, [k.lock, k.queue, k.waiters], [req.owner, k.channel]), signal)
+      if (uncertain.delete(req.owner)) await raceSignal(release(req), signal)
+    },
+
+    async inspect(key, signal): Promise<LockInfo | null> {
+      const k = keysOf(key)
+      try {
+        const [holder, pttl, fence] = (await raceSignal(run(INSPECT, [k.lock, k.fence], []), signal)) as [
+          string | null,
+          number,
+          string | null,
+        ]
+        if (holder === null) return fence === null ? null : { held: false, fence: BigInt(fence) }
+        return {
+          held: true,
+          owner: holder,
+          ...(fence === null ? {} : { fence: BigInt(fence) }),
+          ...(pttl >= 0 ? { expiresInMs: pttl } : {}),
+          ...(pttl === -1 ? { note: `${k.lock} has no expiry: something outside dlock wrote it` } : {}),
+        }
+      } catch (error) {
+        throw explain(key, 'inspect', error)
+      }
+    },
+
+    waitForChange(req, signal) {
+      return subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal)
+    },
+
+    doctor: (signal) => doctor(client, id, minReplicas, signal),
+
+    async close() {
+      await subscriptions.close()
+      await Promise.all(owned.map((c) => c.quit().catch(() => c.disconnect())))
+    },
+  }
+}
+
+function describeClient(client: RedisClient): string {
+  if (isCluster(client)) {
+    const seeds = (client as unknown as { startupNodes?: unknown[] }).startupNodes
+    const seed = seeds?.[0] as { host?: string; port?: number } | string | undefined
+    const address = typeof seed === 'string' ? seed : `${seed?.host ?? '127.0.0.1'}:${seed?.port ?? 6379}`
+    return `redis://${address}?cluster=true`
+  }
+  const o = client.options
+  const scheme = o.tls ? 'rediss' : 'redis'
+  return `${scheme}://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}${o.db ? `/${o.db}` : ''}`
+}
+
+const PARAMS = ['fair', 'minReplicas', 'replicaTimeout', 'prefix', 'cluster', 'waiterLiveness'] as const
+
+/**
+ * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:]`,
+ * `rediss://…` for TLS, `redis://host:port?cluster=true` for a Cluster (the node seeds the rest).
+ */
+export async function fromUrl(url: URL): Promise<RedisBackend> {
+  const ioredis = await import('ioredis').catch((cause: unknown) => {
+    throw new DriverMissingError(
+      'ioredis',
+      'The redis backend needs the ioredis package, which is not installed: npm install ioredis',
+      { backend: redact(url), cause },
+    )
+  })
+  for (const name of url.searchParams.keys()) {
+    if (!(PARAMS as readonly string[]).includes(name)) {
+      throw new TypeError(`Unknown parameter "${name}" in ${redact(url)}; known: ${PARAMS.join(', ')}`)
+    }
+  }
+  const flag = (name: string) => {
+    const v = url.searchParams.get(name)
+    if (v === null || v === 'false') return false
+    if (v === 'true' || v === '') return true
+    throw new TypeError(
+      `Expected \`${name}\` in ${redact(url)} to be true or false, got ${JSON.stringify(v)}`,
+    )
+  }
+  const dbText = url.pathname.replace(/^\//, '')
+  if (dbText !== '' && !/^\d+$/.test(dbText)) {
+    throw new TypeError(`Expected a database number after the port in ${redact(url)}, got "/${dbText}"`)
+  }
+  const port = url.port === '' ? 6379 : Number(url.port)
+  const host = url.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1'
+  const common: RedisOptions = {
+    // Fail a command after one reconnect attempt instead of queueing it forever: the core decides
+    // whether to retry, and a waiting acquire must see "unavailable", not hang.
+    maxRetriesPerRequest: 1,
+    connectTimeout: 5000,
+    ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
+    ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
+    ...(url.protocol === 'rediss:' ? { tls: {} } : {}),
+  }
+  const minReplicas = Number(url.searchParams.get('minReplicas') ?? 0)
+  const replicaTimeout = url.searchParams.get('replicaTimeout')
+  const liveness = url.searchParams.get('waiterLiveness')
+  const client: RedisClient = flag('cluster')
+    ? new ioredis.Cluster([{ host, port }], { redisOptions: common })
+    : new ioredis.Redis({ ...common, host, port, db: dbText === '' ? 0 : Number(dbText) })
+  // Connection errors surface on the commands that fail; ioredis also emits them here, where nobody listens.
+  client.on('error', () => {})
+  const owned: RedisClient[] = [client]
+  try {
+    return createRedisBackend(
+      {
+        client,
+        fair: flag('fair'),
+        minReplicas,
+        ...(replicaTimeout === null
+          ? {}
+          : { replicaTimeoutMs: parseDuration('replicaTimeout', replicaTimeout) }),
+        ...(liveness === null
+          ? {}
+          : { waiterLivenessMs: parseDuration('waiterLiveness', liveness, { min: 100 }) }),
+        ...(url.searchParams.has('prefix') ? { prefix: url.searchParams.get('prefix') as string } : {}),
+        id: redact(url),
+      },
+      owned,
+    )
+  } catch (error) {
+    client.disconnect()
+    throw error
+  }
+}
+
+async function doctor(
+  client: RedisClient,
+  id: string,
+  minReplicas: number,
+  signal: AbortSignal,
+): Promise<DoctorFinding[]> {
+  const findings: DoctorFinding[] = []
+  const node = (isCluster(client) ? client.nodes('master')[0] : client) as Redis | undefined
+  if (!node) return [{ level: 'error', message: `no reachable master in ${id}` }]
+  const info = parseInfo((await raceSignal(node.info(), signal)) as string)
+  findings.push({
+    level: 'info',
+    message: `Redis ${info.redis_version ?? 'unknown version'} (${info.redis_mode ?? 'standalone'})`,
+  })
+  if (info.role && info.role !== 'master') {
+    findings.push({
+      level: 'error',
+      message: `connected to a ${info.role}: locks must be taken on the primary`,
+    })
+  }
+  const config = async (name: string): Promise<string | undefined> => {
+    try {
+      const reply = (await raceSignal(node.config('GET', name), signal)) as string[]
+      return reply[1]
+    } catch {
+      return undefined
+    }
+  }
+  const appendonly = await config('appendonly')
+  const fsync = await config('appendfsync')
+  const policy = await config('maxmemory-policy')
+  if (appendonly === undefined) {
+    findings.push({
+      level: 'warn',
+      message: 'CONFIG GET is not allowed here: persistence and eviction could not be checked',
+    })
+  } else if (appendonly !== 'yes') {
+    findings.push({
+      level: 'warn',
+      message:
+        'appendonly is off: after a restart Redis forgets held locks and fence counters, so a lock can be ' +
+        'granted twice and fences start over. Use appendonly yes with appendfsync always, or keep a crashed ' +
+        'server down for longer than the longest ttl',
+    })
+  } else if (fsync !== 'always') {
+    findings.push({
+      level: 'warn',
+      message: `appendfsync is ${fsync}: a crash can lose the last second of grants and fences; "always" cannot`,
+    })
+  } else findings.push({ level: 'ok', message: 'appendonly yes, appendfsync always' })
+  if (policy !== undefined) {
+    findings.push(
+      policy === 'noeviction'
+        ? { level: 'ok', message: 'maxmemory-policy noeviction: lock keys are never evicted' }
+        : {
+            level: 'warn',
+            message:
+              `maxmemory-policy is ${policy}: under memory pressure Redis may evict lock keys (an early ` +
+              'release) or fence counters (fences start over). Use noeviction',
+          },
+    )
+  }
+  findings.push({
+    level: 'info',
+    message:
+      info.cluster_enabled === '1' ? 'cluster mode: keys are hash-tagged per lock' : 'cluster mode: off',
+  })
+  const replicas = Number(info.connected_slaves ?? 0)
+  if (replicas > 0 && minReplicas === 0) {
+    findings.push({
+      level: 'warn',
+      message:
+        `${replicas} replica(s) replicate asynchronously: a failover can lose a held lock. Consider ` +
+        '?minReplicas=1 (WAIT after acquiring), or Redlock over independent primaries',
+    })
+  } else if (minReplicas > replicas) {
+    findings.push({
+      level: 'error',
+      message: `minReplicas is ${minReplicas} but only ${replicas} replica(s) are connected: every acquire will fail`,
+    })
+  }
+  return findings
+}
+
+function parseInfo(text: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const line of text.split('\r\n')) {
+    const i = line.indexOf(':')
+    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1)
+  }
+  return out
+}

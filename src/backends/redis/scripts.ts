@@ -1,0 +1,116 @@
+/**
+ * The Lua scripts of the Redis backend. Each runs atomically on the server: no other command interleaves,
+ * so a check and the write that depends on it are one step. All keys of a lock share one hash tag, so
+ * every script touches a single slot and runs unchanged on Redis Cluster.
+ *
+ * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry.
+ *       KEYS[2] `<prefix>{<key>}:fence` is the fence counter: INCR'd once per grant, never expires.
+ * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first) and KEYS[4] `…:waiters`
+ * (a sorted set: each waiter's liveness deadline, in ms of the server's clock).
+ */
+import { createHash } from 'node:crypto'
+
+export interface Script {
+  readonly source: string
+  readonly sha: string
+}
+
+const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
+
+/**
+ * Acquire. ARGV: owner, ttl ms. Returns {1, fence} when granted — also when the key is already ours: an
+ * earlier attempt of the same acquire ran but its reply was lost — and {0, pttl} when held by another.
+ * Granting and minting the fence in one script is what makes the fence belong to exactly this grant.
+ */
+export const ACQUIRE = script(`
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+`)
+
+/**
+ * Fair acquire. ARGV: owner, ttl ms, waiter liveness ms. Waiters are served in arrival order: only the
+ * head of the queue may take a free lock. Each attempt refreshes the caller's liveness deadline; a
+ * waiter that crashed or gave up silently stops refreshing and is dropped when it reaches the head,
+ * so nobody waits behind it for longer than the liveness period. The server's clock (TIME) judges it.
+ * Returns {1, fence} or {0, ms until it is worth trying again}.
+ */
+export const ACQUIRE_FAIR = script(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+while true do
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  if not head then break end
+  local alive = tonumber(redis.call('ZSCORE', KEYS[4], head))
+  if alive and alive > now then break end
+  redis.call('LPOP', KEYS[3])
+  redis.call('ZREM', KEYS[4], head)
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+local head = redis.call('LINDEX', KEYS[3], 0)
+if not holder and (not head or head == ARGV[1]) then
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+if holder then return {0, redis.call('PTTL', KEYS[1])} end
+return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
+`)
+
+/**
+ * Release. ARGV: owner, channel. Deletes the key only if we still own it (never a blind DEL), then
+ * publishes on the key's channel so blocked waiters re-attempt at once. The message names the next
+ * waiter in fair mode (KEYS[2] is then the queue), so only it wakes; it is empty otherwise.
+ */
+export const RELEASE = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local nextOwner = ''
+if KEYS[2] then nextOwner = redis.call('LINDEX', KEYS[2], 0) or '' end
+redis.call('PUBLISH', ARGV[2], nextOwner)
+return 1
+`)
+
+/** Extend. ARGV: owner, ttl ms. Moves the expiry only if we still own the key. Returns 1 or 0. */
+export const EXTEND = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+/**
+ * Leave the fair queue (an acquire gave up). ARGV: owner, channel. If we were at the head and the lock
+ * is free, wake the next waiter, who would otherwise wait for our liveness deadline.
+ */
+export const LEAVE = script(`
+local wasHead = redis.call('LINDEX', KEYS[2], 0) == ARGV[1]
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if wasHead and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('PUBLISH', ARGV[2], redis.call('LINDEX', KEYS[2], 0) or '')
+end
+return 1
+`)
+
+/** Inspect: holder (or false), remaining ms, fence counter, in one consistent read. */
+export const INSPECT = script(`
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+`)

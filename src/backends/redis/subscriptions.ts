@@ -1,0 +1,121 @@
+import type { Cluster, Redis } from 'ioredis'
+
+type Client = Redis | Cluster
+
+interface Waiter {
+  /** In fair mode, only a release naming this owner (or naming nobody) wakes it. */
+  readonly owner: string | undefined
+  wake(): void
+}
+
+/** How long a channel stays subscribed after its last waiter left: contended keys come back at once. */
+const LINGER_MS = 5000
+
+/**
+ * One subscriber connection shared by every waiter of a backend, subscribed to the channels of the keys
+ * being waited on. A wait that starts before its channel's SUBSCRIBE is confirmed wakes once when it is
+ * (a spurious wake-up): a release published before that moment would otherwise be missed, and the
+ * core's re-attempt after any wake-up closes that gap.
+ */
+export class Subscriptions {
+  readonly #client: Client
+  readonly #owned: Client[]
+  #subscriber: Client | undefined
+  readonly #waiters = new Map<string, Set<Waiter>>()
+  /** Channel → its SUBSCRIBE, settled once the server confirmed it. */
+  readonly #subscribed = new Map<string, { ready: boolean; promise: Promise<void> }>()
+  readonly #lingering = new Map<string, NodeJS.Timeout>()
+  #closed = false
+
+  constructor(client: Client, owned: Client[]) {
+    this.#client = client
+    this.#owned = owned
+  }
+
+  #connection(): Client {
+    if (!this.#subscriber) {
+      const subscriber = this.#client.duplicate() as Client
+      subscriber.on('error', () => {})
+      subscriber.on('message', (channel: string, message: string) => this.#deliver(channel, message))
+      this.#owned.push(subscriber)
+      this.#subscriber = subscriber
+    }
+    return this.#subscriber
+  }
+
+  #deliver(channel: string, message: string): void {
+    const set = this.#waiters.get(channel)
+    if (!set) return
+    for (const waiter of [...set]) {
+      if (waiter.owner === undefined || message === '' || message === waiter.owner) waiter.wake()
+    }
+  }
+
+  wait(channel: string, owner: string | undefined, signal: AbortSignal): Promise<void> {
+    if (this.#closed || signal.aborted) return Promise.resolve()
+    return new Promise<void>((resolve) => {
+      let set = this.#waiters.get(channel)
+      if (!set) {
+        set = new Set()
+        this.#waiters.set(channel, set)
+      }
+      const waiter: Waiter = {
+        owner,
+        wake: () => {
+          signal.removeEventListener('abort', waiter.wake)
+          this.#leave(channel, waiter)
+          resolve()
+        },
+      }
+      set.add(waiter)
+      signal.addEventListener('abort', waiter.wake, { once: true })
+      clearTimeout(this.#lingering.get(channel))
+      this.#lingering.delete(channel)
+      const subscription = this.#subscribe(channel)
+      if (!subscription.ready) subscription.promise.then(waiter.wake, waiter.wake)
+    })
+  }
+
+  #subscribe(channel: string): { ready: boolean; promise: Promise<void> } {
+    let subscription = this.#subscribed.get(channel)
+    if (!subscription) {
+      const entry = { ready: false, promise: Promise.resolve() }
+      entry.promise = this.#connection()
+        .subscribe(channel)
+        .then(
+          () => {
+            entry.ready = true
+          },
+          () => {
+            // Not subscribed: forget it so the next wait tries again; the core's poll covers meanwhile.
+            this.#subscribed.delete(channel)
+          },
+        )
+      subscription = entry
+      this.#subscribed.set(channel, subscription)
+    }
+    return subscription
+  }
+
+  #leave(channel: string, waiter: Waiter): void {
+    const set = this.#waiters.get(channel)
+    if (!set) return
+    set.delete(waiter)
+    if (set.size > 0) return
+    this.#waiters.delete(channel)
+    const timer = setTimeout(() => {
+      this.#lingering.delete(channel)
+      if (this.#waiters.has(channel) || !this.#subscribed.has(channel)) return
+      this.#subscribed.delete(channel)
+      this.#subscriber?.unsubscribe(channel).catch(() => {})
+    }, LINGER_MS)
+    timer.unref()
+    this.#lingering.set(channel, timer)
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+    for (const timer of this.#lingering.values()) clearTimeout(timer)
+    for (const set of this.#waiters.values()) for (const waiter of [...set]) waiter.wake()
+  }
+}
