@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { setMaxListeners } from 'node:events'
 import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
 import { jitter, now, sleep, timeoutSignal } from './clock.js'
 import { channels, publish } from './diagnostics.js'
@@ -31,7 +32,10 @@ export interface LockClient extends AsyncDisposable {
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
   /** Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it. */
   inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo>
-  /** Stops renewers, releases held locks (best effort), rejects pending acquires, closes what it opened. */
+  /**
+   * Stops renewers, releases held locks (best effort; their holders see lock.signal abort), rejects pending
+   * acquires, and closes the backend, which closes only what it opened itself (never your driver client).
+   */
   close(): Promise<void>
   /** The backend's id, e.g. `file:///var/lock/dlock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
@@ -62,7 +66,7 @@ export function createLockClient(
     const backend = loadBackend(url)
     // Surfaced by the first operation; this only keeps an unused failure from being "unhandled".
     backend.catch(() => {})
-    return new Client(backend, true, resolved)
+    return new Client(backend, resolved)
   }
   if (
     typeof urlOrBackend !== 'object' ||
@@ -71,25 +75,26 @@ export function createLockClient(
   ) {
     throw new TypeError('Expected a backend URL string or a LockBackend object as the first argument')
   }
-  return new Client(Promise.resolve(urlOrBackend), false, resolved)
+  return new Client(Promise.resolve(urlOrBackend), resolved, urlOrBackend.id)
 }
 
 class Client implements LockClient {
   readonly #backend: Promise<LockBackend>
-  readonly #ownsBackend: boolean
   readonly #options: ResolvedClientOptions
   readonly #closing = new AbortController()
   readonly #held = new Set<LockHandle>()
   #backendId: string | undefined
   #closed: Promise<void> | undefined
 
-  constructor(backend: Promise<LockBackend>, ownsBackend: boolean, options: ResolvedClientOptions) {
+  constructor(backend: Promise<LockBackend>, options: ResolvedClientOptions, backendId?: string) {
+    this.#backendId = backendId
+    // Every pending acquire listens to this signal; dozens at once are normal, not a leak.
+    setMaxListeners(0, this.#closing.signal)
     this.#backend = backend.then((b) => {
       this.#backendId = b.id
       return b
     })
     this.#backend.catch(() => {})
-    this.#ownsBackend = ownsBackend
     this.#options = options
   }
 
@@ -125,6 +130,11 @@ class Client implements LockClient {
       await lock.release().catch(() => {})
       throw error
     }
+    if (lock.signal.aborted) {
+      // fn finished, but not entirely under the lock: say so rather than report a clean run.
+      await lock.release().catch(() => {})
+      throw lock.signal.reason
+    }
     await lock.release()
     return result
   }
@@ -143,11 +153,12 @@ class Client implements LockClient {
   async close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#closing.abort(new ClientClosedError('The lock client was closed while this call was pending'))
-      await Promise.allSettled([...this.#held].map((lock) => lock.release()))
-      if (this.#ownsBackend) {
-        const backend = await this.#backend.catch(() => undefined)
-        await backend?.close()
-      }
+      // Holders still at work are told through lock.signal; releases already under way are awaited.
+      await Promise.allSettled([...this.#held].map((lock) => lock.closeWithClient()))
+      // The backend closes only what it opened itself (its own connections, a subscriber), never a
+      // driver client the user handed it.
+      const backend = await this.#backend.catch(() => undefined)
+      await backend?.close()
     })()
     return this.#closed
   }
@@ -204,7 +215,13 @@ class Client implements LockClient {
     }
     const fail = (error: unknown): never => {
       hint?.cancel.abort()
-      if (attempts > 0) backend.abandon?.(req, timeoutSignal(opts.ttlMs)).catch(() => {})
+      if (attempts > 0 && backend.abandon) {
+        try {
+          backend.abandon(req, timeoutSignal(opts.ttlMs)).catch(() => {})
+        } catch {
+          // A backend bug must not replace the acquire's own error.
+        }
+      }
       publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
       throw error
     }

@@ -18,7 +18,7 @@ export function sleep(
       signal?.removeEventListener('abort', done)
       resolve()
     }
-    const timer = setTimeout(done, Math.max(0, ms))
+    const timer = setTimeout(done, timerDelay(ms))
     if (!ref) timer.unref()
     signal?.addEventListener('abort', done, { once: true })
   })
@@ -29,7 +29,15 @@ export function jitter(ms: number): number {
   return ms / 2 + Math.random() * (ms / 2)
 }
 
+/** The longest delay a Node timer holds; longer ones fire after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+/** A delay any Node timer accepts: whole, >= 0 and capped (callers re-check the clock when it fires). */
+export function timerDelay(ms: number): number {
+  return Math.max(0, Math.min(Math.ceil(ms), MAX_TIMER_MS))
+}
+
 /** `AbortSignal.timeout` for any duration (it insists on a whole number of ms >= 0). Unref'd by Node. */
 export function timeoutSignal(ms: number): AbortSignal {
-  return AbortSignal.timeout(Math.max(1, Math.ceil(Math.min(ms, 2 ** 31 - 1))))
+  return AbortSignal.timeout(Math.max(1, timerDelay(ms)))
 }

@@ -1,5 +1,5 @@
 import type { HeldLease, LockBackend } from './backend.js'
-import { now, timeoutSignal } from './clock.js'
+import { now, timeoutSignal, timerDelay } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError } from './errors.js'
 import { parseTtl, validUntil } from './options.js'
@@ -94,19 +94,23 @@ export class LockHandle implements Lock {
     return { key: this.key, backend: this.#ctx.backend.id, cause }
   }
 
-  /** The local expiry timer fires at validUntil; the renewer every ttl/3. Both unref'd. */
-  #armTimers(renewInMs = this.#ttlMs / 3): void {
+  /**
+   * The local expiry timer fires at validUntil; the renewer every ttl/3, or sooner when a slow reply
+   * left less validity than that (half the remainder, so a renewal still lands in time). Both unref'd.
+   */
+  #armTimers(renewInMs = Math.min(this.#ttlMs / 3, (this.#validUntil - now()) / 2)): void {
     this.#armExpiry()
     clearTimeout(this.#renewTimer)
     if (this.#renew) {
-      this.#renewTimer = setTimeout(() => void this.#autoRenew(), renewInMs)
+      this.#renewTimer = setTimeout(() => void this.#autoRenew(), timerDelay(renewInMs))
       this.#renewTimer.unref()
     }
   }
 
   #armExpiry(): void {
     clearTimeout(this.#expiryTimer)
-    this.#expiryTimer = setTimeout(() => this.#expireLocally(), Math.max(0, this.#validUntil - now()))
+    // A lease longer than a timer can hold is re-armed by #expireLocally until validUntil really passes.
+    this.#expiryTimer = setTimeout(() => this.#expireLocally(), timerDelay(this.#validUntil - now()))
     this.#expiryTimer.unref()
   }
 
@@ -168,7 +172,9 @@ export class LockHandle implements Lock {
         }
         if (result.cookie !== undefined) this.#cookie = result.cookie
         this.#ttlMs = ttlMs
-        this.#validUntil = Math.max(this.#validUntil, validUntil(start, ttlMs, this.#ctx.driftFactor))
+        // Assigned, not maxed: a shorter extend shortens the lease on the store too. Extends run one at
+        // a time, so this is the store's latest word.
+        this.#validUntil = validUntil(start, ttlMs, this.#ctx.driftFactor)
         publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed' }))
         return 'renewed' as const
       } catch (error) {
@@ -218,12 +224,30 @@ export class LockHandle implements Lock {
     return this.#releasing
   }
 
+  /** The client is closing: tell a holder still at work (lock.signal), then release. */
+  closeWithClient(): Promise<void> {
+    if (this.#state === 'held' && !this.#releasing) {
+      const error = new LockLostError(
+        `Lock "${this.key}" on ${this.#ctx.backend.id} was released because its lock client was closed`,
+        this.#context(),
+      )
+      publish(channels.lost, () => ({ ...this.#diag(), error }))
+      this.#lost.abort(error)
+    }
+    return this.release()
+  }
+
   async #release(): Promise<void> {
-    const wasHeld = this.#state === 'held'
-    if (wasHeld) {
-      this.#state = 'released'
+    try {
+      await this.#releaseOnStore()
+    } finally {
       this.#ctx.onSettled(this)
     }
+  }
+
+  async #releaseOnStore(): Promise<void> {
+    const wasHeld = this.#state === 'held'
+    if (wasHeld) this.#state = 'released'
     this.#clearTimers()
     // Wait for an extend already in flight, so the release is the last word on this lease.
     await this.#queue

@@ -26,10 +26,11 @@ export function parseBackendUrl(input: string | URL): URL {
   let url: URL
   try {
     url = input instanceof URL ? input : new URL(input)
-  } catch (cause) {
+  } catch {
+    // Never echo a password, even from a URL too broken to parse (the parser's own error quotes it whole).
+    const shown = String(input).replace(/\/\/([^/@:]*):[^@/]*@/, '//$1:***@')
     throw new TypeError(
-      `Expected a backend URL such as file:///var/lock/app or memory:, got ${JSON.stringify(String(input))}`,
-      { cause },
+      `Expected a backend URL such as file:///var/lock/app or memory:, got ${JSON.stringify(shown)}`,
     )
   }
   if (!(url.protocol in SCHEMES)) {

@@ -44,10 +44,16 @@ async function pingable(port: number): Promise<boolean> {
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   })
-  client.on('error', () => {})
+  let seen = ''
+  client.on('error', (error: Error) => {
+    seen += error.message
+  })
   try {
     await client.connect()
     return (await client.ping()) === 'PONG'
+  } catch (error) {
+    // A server that asks for a password is up (ioredis reports that as an event, then closes).
+    return /NOAUTH|WRONGPASS/.test(`${(error as Error).message} ${seen}`)
   } finally {
     client.disconnect()
   }

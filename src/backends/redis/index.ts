@@ -62,6 +62,12 @@ export interface RedisBackendOptions {
   readonly id?: string
 }
 
+/** What `fromUrl` adds: a check every operation waits for (the database exists), and clients to close. */
+interface Internal {
+  readonly ready?: Promise<unknown>
+  readonly owned: RedisClient[]
+}
+
 /** The Redis backend. */
 export interface RedisBackend extends LockBackend {
   /** The lock and fence key names of `key`, for operators. */
@@ -81,10 +87,10 @@ function isCluster(client: RedisClient): client is Cluster {
  * const locks = createLockClient(redisBackend({ client: new Redis() }), { ttl: '15s' })
  */
 export function redisBackend(options: RedisBackendOptions): RedisBackend {
-  return createRedisBackend(options, [])
+  return createRedisBackend(options, { owned: [] })
 }
 
-function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[]): RedisBackend {
+function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Internal): RedisBackend {
   const { client } = options
   if (!client || typeof (client as Redis).evalsha !== 'function') {
     throw new TypeError('Expected `client` to be an ioredis Redis or Cluster instance')
@@ -123,6 +129,7 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[]):
 
   /** Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. */
   const run = async (s: Script, keys: string[], args: Array<string | number>): Promise<unknown> => {
+    if (ready) await ready
     try {
       return await client.evalsha(s.sha, keys.length, ...keys, ...args)
     } catch (error) {
@@ -259,7 +266,8 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[]):
 
     async close() {
       await subscriptions.close()
-      await Promise.all(owned.map((c) => c.quit().catch(() => c.disconnect())))
+      // disconnect, not QUIT: QUIT waits in the offline queue of a client that cannot connect.
+      for (const c of owned) c.disconnect()
     },
   }
 }
@@ -321,12 +329,26 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
   const minReplicas = Number(url.searchParams.get('minReplicas') ?? 0)
   const replicaTimeout = url.searchParams.get('replicaTimeout')
   const liveness = url.searchParams.get('waiterLiveness')
+  const db = dbText === '' ? 0 : Number(dbText)
   const client: RedisClient = flag('cluster')
     ? new ioredis.Cluster([{ host, port }], { redisOptions: common })
-    : new ioredis.Redis({ ...common, host, port, db: dbText === '' ? 0 : Number(dbText) })
+    : new ioredis.Redis({ ...common, host, port, db })
   // Connection errors surface on the commands that fail; ioredis also emits them here, where nobody listens.
   client.on('error', () => {})
   const owned: RedisClient[] = [client]
+  // ioredis reports a failed SELECT as an event and goes on in database 0: locks would silently land in
+  // the wrong database. Select it ourselves first, and fail every operation (not retryably) if it fails.
+  let ready: Promise<unknown> | undefined
+  if (db !== 0) {
+    ready = (client as Redis).select(db).catch((cause: unknown) => {
+      throw new BackendUnavailableError(
+        `Redis database ${db} in ${redact(url)} cannot be selected (${(cause as Error).message}); the server has ` +
+          'fewer databases (see its `databases` setting)',
+        { backend: redact(url), cause, retryable: false },
+      )
+    })
+    ready.catch(() => {})
+  }
   try {
     return createRedisBackend(
       {
@@ -342,7 +364,7 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
         ...(url.searchParams.has('prefix') ? { prefix: url.searchParams.get('prefix') as string } : {}),
         id: redact(url),
       },
-      owned,
+      { owned, ...(ready ? { ready } : {}) },
     )
   } catch (error) {
     client.disconnect()

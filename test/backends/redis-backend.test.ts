@@ -1,0 +1,285 @@
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { createServer } from 'node:net'
+import { after, before, describe, it } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+import { redisBackend } from '../../src/backends/redis/index.js'
+import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
+import { type RedisServer, startRedis } from '../servers/redis.js'
+import { startProxy } from '../support/proxy.js'
+
+let server: RedisServer
+let admin: Redis
+const clients: LockClient[] = []
+const key = (label: string) => `redis-${label}-${randomBytes(3).toString('hex')}`
+const client = (url: string, options: Parameters<typeof createLockClient>[1] = {}) => {
+  const c = createLockClient(url, options)
+  clients.push(c)
+  return c
+}
+
+before(async () => {
+  server = await startRedis()
+  admin = new Redis(server.port, '127.0.0.1')
+})
+after(async () => {
+  await Promise.all(clients.map((c) => c.close()))
+  admin.disconnect()
+  await server.destroy()
+})
+
+describe('redis backend: storage and scripts', () => {
+  it('stores the owner with a PX lease and a fence counter that survives release', async () => {
+    const k = key('layout')
+    const locks = client(server.url)
+    const lock = await locks.acquire(k, { ttl: '20s' })
+    assert.equal(await admin.get(`dlock:{${k}}`), lock.owner)
+    const pttl = await admin.pttl(`dlock:{${k}}`)
+    assert.ok(pttl > 0 && pttl <= 20_000)
+    assert.equal(await admin.get(`dlock:{${k}}:fence`), lock.fence.toString())
+    await lock.release()
+    assert.equal(await admin.exists(`dlock:{${k}}`), 0)
+    assert.equal(await admin.ttl(`dlock:{${k}}:fence`), -1, 'the fence counter must never expire')
+    const next = await locks.acquire(k)
+    assert.equal(next.fence, lock.fence + 1n)
+    await next.release()
+  })
+
+  it('hashes keys with braces so the lock and its fence share one cluster slot', async () => {
+    const backend = redisBackend({ client: admin })
+    for (const k of ['a}b', '}x', 'x{y', '{}', 'plain']) {
+      const { lock, fence } = backend.keysOf(k)
+      const [slotA, slotB] = await Promise.all([
+        admin.cluster('KEYSLOT', lock),
+        admin.cluster('KEYSLOT', fence),
+      ]).catch(() => [undefined, undefined])
+      // Standalone servers refuse CLUSTER KEYSLOT; check the tag shape then.
+      if (slotA !== undefined) assert.equal(slotA, slotB, k)
+      const tag = /\{([^}]*)\}/.exec(lock)?.[1]
+      assert.ok(tag && tag.length > 0, `${k}: empty or missing hash tag in ${lock}`)
+      assert.ok(fence.startsWith(`${lock}:`), `${k}: fence key ${fence} must extend the lock key ${lock}`)
+    }
+    assert.notEqual(backend.keysOf('a}b').lock, backend.keysOf('a}c').lock)
+  })
+
+  it('recovers from SCRIPT FLUSH mid-run (NOSCRIPT falls back to EVAL)', async () => {
+    const k = key('noscript')
+    const locks = client(server.url)
+    for (let i = 0; i < 30; i++) {
+      if (i % 5 === 0) await admin.script('FLUSH')
+      const lock = await locks.acquire(k)
+      if (i % 7 === 0) await admin.script('FLUSH')
+      await lock.extend()
+      await lock.release()
+    }
+    assert.equal(await admin.get(`dlock:{${k}}:fence`), '30')
+  })
+
+  it('refuses a key holding a non-lock value with a clear error, never a grant', async () => {
+    const k = key('wrongtype')
+    await admin.hset(`dlock:{${k}}`, 'field', 'value')
+    const locks = client(server.url)
+    await assert.rejects(locks.acquire(k, { timeout: '5s' }), (error: unknown) => {
+      assert.ok(error instanceof LockError)
+      assert.equal(error.code, 'DLOCK_KEY_CONFLICT')
+      assert.match(error.message, /not a dlock lock/)
+      return true
+    })
+    const k2 = key('badfence')
+    await admin.set(`dlock:{${k2}}:fence`, 'not-a-number')
+    await assert.rejects(locks.acquire(k2), /not a dlock lock/)
+    assert.equal(
+      await admin.exists(`dlock:{${k2}}`),
+      1,
+      'the script failed after SET: Redis keeps earlier writes',
+    )
+  })
+})
+
+describe('redis backend: lost replies', () => {
+  it('an acquire whose reply is lost is resolved by reading the owner back, with one fence', async () => {
+    const k = key('lostreply')
+    const proxy = await startProxy(server.port)
+    const redis = new Redis({
+      port: proxy.port,
+      host: '127.0.0.1',
+      commandTimeout: 300,
+      maxRetriesPerRequest: 1,
+    })
+    redis.on('error', () => {})
+    const backend = redisBackend({ client: redis })
+    const owner = randomBytes(16).toString('hex')
+    await redis.ping()
+    proxy.mode = 'drop-replies'
+    await assert.rejects(
+      backend.tryAcquire({ key: k, owner, ttlMs: 10_000 }, new AbortController().signal),
+      BackendUnavailableError,
+    )
+    // The script ran: the lock is ours on the server though we never heard so.
+    assert.equal(await admin.get(`dlock:{${k}}`), owner)
+    proxy.mode = 'pass'
+    redis.disconnect(true)
+    await redis.ping()
+    const retry = await backend.tryAcquire({ key: k, owner, ttlMs: 10_000 }, new AbortController().signal)
+    assert.ok(retry.granted, 'the retried attempt must recognise its own lock')
+    assert.equal(retry.fence, 1n, 'one grant, one fence')
+    redis.disconnect()
+    await proxy.close()
+  })
+
+  it('a waiting acquire that gives up after an unknown outcome removes what it may have taken', async () => {
+    const k = key('abandon')
+    const proxy = await startProxy(server.port)
+    const redis = new Redis({
+      port: proxy.port,
+      host: '127.0.0.1',
+      commandTimeout: 200,
+      maxRetriesPerRequest: 1,
+    })
+    redis.on('error', () => {})
+    await redis.ping()
+    const locks = createLockClient(redisBackend({ client: redis }), { ttl: '30s' })
+    proxy.mode = 'drop-replies'
+    await assert.rejects(locks.acquire(k, { timeout: '600ms' }), BackendUnavailableError)
+    assert.ok(await admin.get(`dlock:{${k}}`), 'the attempt did take the lock on the server')
+    proxy.mode = 'pass'
+    redis.disconnect(true)
+    // abandon() runs in the background once the connection is back: the lock must go, not linger 30 s.
+    const deadline = Date.now() + 10_000
+    while ((await admin.exists(`dlock:{${k}}`)) === 1 && Date.now() < deadline) await sleep(50)
+    assert.equal(await admin.exists(`dlock:{${k}}`), 0)
+    await locks.close()
+    redis.disconnect()
+    await proxy.close()
+  })
+})
+
+describe('redis backend: fair mode', () => {
+  it('serves 8 waiters in arrival order', async () => {
+    const k = key('fifo')
+    const url = `${server.url}?fair=true`
+    const holder = await client(url).acquire(k, { ttl: '30s' })
+    const order: number[] = []
+    const waiters: Array<Promise<void>> = []
+    for (let i = 0; i < 8; i++) {
+      const locks = client(url, { ttl: '30s' })
+      waiters.push(
+        locks.withLock(k, async () => {
+          order.push(i)
+          await sleep(5)
+        }),
+      )
+      // Wait until this waiter is in the queue before the next one arrives.
+      const deadline = Date.now() + 10_000
+      while ((await admin.llen(`dlock:{${k}}:queue`)) < i + 1 && Date.now() < deadline) await sleep(10)
+    }
+    assert.equal(await admin.llen(`dlock:{${k}}:queue`), 8)
+    await holder.release()
+    await Promise.all(waiters)
+    assert.deepEqual(order, [0, 1, 2, 3, 4, 5, 6, 7])
+  })
+
+  it('skips a waiter that left the queue or died, after its liveness period at most', async () => {
+    const k = key('deadwaiter')
+    const url = `${server.url}?fair=true&waiterLiveness=500ms`
+    const holder = await client(url).acquire(k, { ttl: '30s' })
+    // A waiter that gives up leaves the queue at once.
+    await assert.rejects(client(url).acquire(k, { timeout: '200ms' }))
+    // A "dead" waiter: queued by hand with a liveness deadline it will never refresh.
+    await admin.rpush(`dlock:{${k}}:queue`, 'dead-owner')
+    const time = await admin.time()
+    await admin.zadd(`dlock:{${k}}:waiters`, Number(time[0]) * 1000 + 500, 'dead-owner')
+    const next = client(url).acquire(k, { timeout: '20s' })
+    await holder.release()
+    const lock = await next
+    assert.ok(lock.fence > holder.fence)
+    await lock.release()
+    assert.equal(await admin.exists(`dlock:{${k}}:queue`), 0, 'the queue must be empty again')
+  })
+})
+
+describe('redis backend: replicas and bad input', () => {
+  it('minReplicas: fails clearly and releases when no replica acknowledges', async () => {
+    const k = key('wait')
+    const locks = client(`${server.url}?minReplicas=1&replicaTimeout=200ms`)
+    await assert.rejects(locks.acquire(k, { timeout: '0' }), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError)
+      assert.match(error.message, /Only 0 of the 1 replicas/)
+      return true
+    })
+    assert.equal(await admin.exists(`dlock:{${k}}`), 0, 'the unacknowledged lock must be released')
+  })
+
+  it('minReplicas: acquires once a real replica acknowledges', async () => {
+    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(server.port)] })
+    try {
+      const deadline = Date.now() + 15_000
+      while (!/connected_slaves:1/.test(await admin.info('replication')) && Date.now() < deadline)
+        await sleep(100)
+      const k = key('replicated')
+      const lock = await client(`${server.url}?minReplicas=1&replicaTimeout=2s`).acquire(k, {
+        timeout: '10s',
+      })
+      const copy = new Redis(replica.port, '127.0.0.1')
+      assert.equal(
+        await copy.get(`dlock:{${k}}`),
+        lock.owner,
+        'the replica has the lock when acquire resolves',
+      )
+      copy.disconnect()
+      await lock.release()
+    } finally {
+      await replica.destroy()
+    }
+  })
+
+  it('a wrong password fails at once with a clear error, not after retries', async () => {
+    const guarded = await startRedis({ args: ['--requirepass', 'right'] })
+    try {
+      const locks = client(`redis://:wrong@127.0.0.1:${guarded.port}`)
+      const started = Date.now()
+      await assert.rejects(locks.acquire(key('auth')), (error: unknown) => {
+        assert.ok(error instanceof BackendUnavailableError)
+        assert.equal(error.retryable, false)
+        assert.match(error.message, /WRONGPASS|NOAUTH|password/i)
+        return true
+      })
+      assert.ok(Date.now() - started < 4000, 'a configuration error must not be retried like an outage')
+      const ok = await client(`redis://:right@127.0.0.1:${guarded.port}`).tryAcquire(key('auth'))
+      assert.ok(ok)
+      await ok.release()
+    } finally {
+      await guarded.destroy()
+    }
+  })
+
+  it('a database index out of range fails with a clear error', async () => {
+    const locks = client(`${server.url}/999`)
+    await assert.rejects(locks.tryAcquire(key('db')), (error: Error) =>
+      /DB index|out of range|SELECT/i.test(error.message),
+    )
+  })
+
+  it('a server that does not speak Redis gives an error, not a crash or a grant', async () => {
+    const impostor = createServer((socket) => {
+      socket.on('data', () => socket.write('HTTP/1.1 400 Bad Request\r\n\r\n'))
+    })
+    await new Promise<void>((resolve) => impostor.listen(0, '127.0.0.1', resolve))
+    const port = (impostor.address() as { port: number }).port
+    try {
+      const locks = client(`redis://127.0.0.1:${port}`, { ttl: '1s' })
+      await assert.rejects(locks.tryAcquire(key('impostor')), BackendUnavailableError)
+    } finally {
+      impostor.close()
+    }
+  })
+
+  it('rejects unknown URL parameters and a bad database path', async () => {
+    await assert.rejects(
+      createLockClient(`${server.url}?fiar=true`).tryAcquire('k'),
+      /Unknown parameter "fiar"/,
+    )
+    await assert.rejects(createLockClient(`${server.url}/abc`).tryAcquire('k'), /database number/)
+  })
+})

@@ -1,0 +1,147 @@
+import assert from 'node:assert/strict'
+import * as diagnosticsChannel from 'node:diagnostics_channel'
+import { afterEach, describe, it } from 'node:test'
+import {
+  BackendUnavailableError,
+  channels,
+  createLockClient,
+  LockLostError,
+  LockNotAcquiredError,
+} from '../../src/index.js'
+import { aborted, freshMemory, scripted, uniqueKey } from './fakes.js'
+
+type Message = Record<string, unknown>
+
+const names = [
+  'dlock:acquire:start',
+  'dlock:acquire:ok',
+  'dlock:acquire:fail',
+  'dlock:extend',
+  'dlock:release',
+  'dlock:lost',
+] as const
+type Name = (typeof names)[number]
+
+let unsubscribe: (() => void)[] = []
+
+/** Records the messages of every dlock channel that concern `key`. */
+function listen(key: string): Record<Name, Message[]> {
+  const seen = Object.fromEntries(names.map((n) => [n, [] as Message[]])) as Record<Name, Message[]>
+  for (const name of names) {
+    const onMessage = (message: unknown) => {
+      if ((message as Message).key === key) seen[name].push(message as Message)
+    }
+    diagnosticsChannel.subscribe(name, onMessage)
+    unsubscribe.push(() => diagnosticsChannel.unsubscribe(name, onMessage))
+  }
+  return seen
+}
+
+afterEach(() => {
+  for (const off of unsubscribe) off()
+  unsubscribe = []
+})
+
+describe('diagnostics_channel', { timeout: 20_000 }, () => {
+  it('exports the channels under their documented names', () => {
+    assert.deepEqual(
+      Object.values(channels)
+        .map((c) => c.name)
+        .sort(),
+      [...names].sort(),
+    )
+  })
+
+  it('publishes start, ok and release with the key, backend, owner and fence', async () => {
+    const backend = freshMemory()
+    const key = uniqueKey()
+    const seen = listen(key)
+    const client = createLockClient(backend, { ttl: '5s' })
+    const lock = await client.acquire(key, { timeout: '1s' })
+    await lock.extend()
+    await lock.release()
+
+    assert.deepEqual(seen['dlock:acquire:start'], [
+      { key, backend: backend.id, ttlMs: 5000, timeoutMs: 1000 },
+    ])
+    const [ok] = seen['dlock:acquire:ok']
+    assert.equal(seen['dlock:acquire:ok'].length, 1)
+    assert.equal(ok?.key, key)
+    assert.equal(ok?.backend, backend.id)
+    assert.equal(ok?.owner, lock.owner)
+    assert.equal(ok?.fence, lock.fence)
+    assert.equal(ok?.attempts, 1)
+    assert.equal(typeof ok?.waitedMs, 'number')
+    assert.deepEqual(seen['dlock:extend'], [
+      { key, backend: backend.id, owner: lock.owner, fence: lock.fence, outcome: 'renewed' },
+    ])
+    assert.deepEqual(seen['dlock:release'], [
+      { key, backend: backend.id, owner: lock.owner, fence: lock.fence, released: true },
+    ])
+    assert.deepEqual(seen['dlock:lost'], [])
+    assert.deepEqual(seen['dlock:acquire:fail'], [])
+  })
+
+  it('publishes lost with the error that aborts lock.signal, and release with released: false after', async () => {
+    const backend = freshMemory()
+    const key = uniqueKey()
+    const seen = listen(key)
+    const client = createLockClient(backend, { ttl: 150 })
+    const lock = await client.acquire(key)
+    backend.breakLock(key)
+    const { reason } = await aborted(lock.signal)
+    await lock.release()
+
+    assert.equal(seen['dlock:lost'].length, 1)
+    const [lost] = seen['dlock:lost']
+    assert.equal(lost?.key, key)
+    assert.equal(lost?.backend, backend.id)
+    assert.equal(lost?.owner, lock.owner)
+    assert.equal(lost?.fence, lock.fence)
+    assert.ok(lost?.error instanceof LockLostError)
+    assert.equal(lost?.error, reason)
+    assert.ok(seen['dlock:extend'].some((m) => m.outcome === 'lost'))
+    assert.deepEqual(
+      seen['dlock:release'].map((m) => m.released),
+      [false],
+    )
+  })
+
+  it('publishes acquire:fail with the error', async () => {
+    const backend = freshMemory()
+    const key = uniqueKey()
+    const client = createLockClient(backend)
+    const holder = await client.acquire(key)
+    const seen = listen(key)
+    await assert.rejects(client.acquire(key, { timeout: 50 }), LockNotAcquiredError)
+    const [fail] = seen['dlock:acquire:fail']
+    assert.equal(seen['dlock:acquire:fail'].length, 1)
+    assert.equal(fail?.backend, backend.id)
+    assert.ok(fail?.error instanceof LockNotAcquiredError)
+    assert.ok((fail?.attempts as number) >= 2)
+    await holder.release()
+  })
+
+  it('publishes an unknown extend and a failed release with their errors', async () => {
+    const backend = scripted({
+      extend: async () => {
+        throw new Error('ETIMEDOUT')
+      },
+      release: async () => {
+        throw new Error('ECONNRESET')
+      },
+    })
+    const key = uniqueKey()
+    const seen = listen(key)
+    const client = createLockClient(backend, { renew: false })
+    const lock = await client.acquire(key)
+    await assert.rejects(lock.extend(), BackendUnavailableError)
+    await assert.rejects(lock.release(), BackendUnavailableError)
+    const [extend] = seen['dlock:extend']
+    assert.equal(extend?.outcome, 'unknown')
+    assert.match(String((extend?.error as Error).message), /ETIMEDOUT/)
+    const [release] = seen['dlock:release']
+    assert.equal(release?.released, false)
+    assert.match(String((release?.error as Error).message), /ECONNRESET/)
+  })
+})

@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import {
+  BackendUnavailableError,
+  CapabilityError,
+  ClientClosedError,
+  DriverMissingError,
+  LockError,
+  type LockErrorContext,
+  LockLostError,
+  LockNotAcquiredError,
+  LockReleasedError,
+  QuorumError,
+} from '../../src/index.js'
+
+type AnyErrorClass = abstract new (...args: never[]) => LockError
+
+interface Row {
+  readonly name: string
+  readonly code: string
+  readonly make: (message: string, context?: LockErrorContext) => LockError
+  /** Every class it must be an instance of, besides its own, LockError and Error. */
+  readonly is: readonly AnyErrorClass[]
+  /** Classes it must not be an instance of. */
+  readonly isNot: readonly AnyErrorClass[]
+}
+
+const failures = [{ node: 'redis://a:6379', error: new Error('ECONNREFUSED') }]
+
+const rows: readonly Row[] = [
+  {
+    name: 'LockError',
+    code: 'DLOCK_TEST',
+    make: (m, c) => new LockError('DLOCK_TEST', m, c),
+    is: [],
+    isNot: [LockNotAcquiredError, BackendUnavailableError],
+  },
+  {
+    name: 'LockNotAcquiredError',
+    code: 'DLOCK_NOT_ACQUIRED',
+    make: (m, c) => new LockNotAcquiredError(m, c),
+    is: [],
+    isNot: [BackendUnavailableError, LockLostError],
+  },
+  {
+    name: 'LockLostError',
+    code: 'DLOCK_LOST',
+    make: (m, c) => new LockLostError(m, c),
+    is: [],
+    isNot: [LockReleasedError, LockNotAcquiredError],
+  },
+  {
+    name: 'LockReleasedError',
+    code: 'DLOCK_RELEASED',
+    make: (m, c) => new LockReleasedError(m, c),
+    is: [],
+    isNot: [LockLostError],
+  },
+  {
+    name: 'BackendUnavailableError',
+    code: 'DLOCK_BACKEND_UNAVAILABLE',
+    make: (m, c) => new BackendUnavailableError(m, c),
+    is: [],
+    isNot: [LockNotAcquiredError, QuorumError],
+  },
+  {
+    name: 'QuorumError',
+    code: 'DLOCK_QUORUM',
+    make: (m, c) => new QuorumError(m, failures, c),
+    is: [BackendUnavailableError],
+    isNot: [LockNotAcquiredError],
+  },
+  {
+    name: 'CapabilityError',
+    code: 'DLOCK_CAPABILITY',
+    make: (m, c) => new CapabilityError(m, c),
+    is: [],
+    isNot: [BackendUnavailableError],
+  },
+  {
+    name: 'DriverMissingError',
+    code: 'DLOCK_DRIVER_MISSING',
+    make: (m, c) => new DriverMissingError('ioredis', m, c),
+    is: [],
+    isNot: [BackendUnavailableError],
+  },
+  {
+    name: 'ClientClosedError',
+    code: 'DLOCK_CLIENT_CLOSED',
+    make: (m, c) => new ClientClosedError(m, c),
+    is: [],
+    isNot: [BackendUnavailableError, LockNotAcquiredError],
+  },
+]
+
+describe('errors', () => {
+  for (const row of rows) {
+    describe(row.name, () => {
+      it('has its name, a stable code, the key, the backend and the cause', () => {
+        const cause = new Error('socket hang up')
+        const error = row.make('Lock "jobs:42" is broken', {
+          key: 'jobs:42',
+          backend: 'redis://127.0.0.1:6379',
+          cause,
+        })
+        assert.equal(error.name, row.name)
+        assert.equal(error.code, row.code)
+        assert.equal(error.key, 'jobs:42')
+        assert.equal(error.backend, 'redis://127.0.0.1:6379')
+        assert.equal(error.cause, cause)
+        assert.equal(error.message, 'Lock "jobs:42" is broken')
+        assert.ok(String(error).startsWith(`${row.name}: `))
+        assert.ok(error.stack?.includes(row.name))
+      })
+
+      it('has the right instanceof relations', () => {
+        const error = row.make('x')
+        assert.ok(error instanceof Error)
+        assert.ok(error instanceof LockError)
+        assert.equal(error.constructor.name, row.name)
+        for (const parent of row.is) assert.ok(error instanceof parent, `instanceof ${parent.name}`)
+        for (const other of row.isNot) assert.ok(!(error instanceof other), `not instanceof ${other.name}`)
+      })
+
+      it('leaves key, backend and cause unset when not given', () => {
+        const error = row.make('x')
+        assert.equal(error.key, undefined)
+        assert.equal(error.backend, undefined)
+        assert.ok(!('cause' in error), 'no own cause property')
+      })
+    })
+  }
+
+  it('gives every class its own DLOCK_ code', () => {
+    const codes = rows.filter((r) => r.name !== 'LockError').map((r) => r.code)
+    for (const code of codes) assert.match(code, /^DLOCK_[A-Z_]+$/)
+    assert.equal(new Set(codes).size, codes.length)
+  })
+
+  it('BackendUnavailableError is retryable unless it says otherwise', () => {
+    assert.equal(new BackendUnavailableError('down').retryable, true)
+    assert.equal(new BackendUnavailableError('WRONGPASS', { retryable: false }).retryable, false)
+    assert.equal(new QuorumError('no majority', failures).retryable, true)
+  })
+
+  it('QuorumError lists the failing nodes', () => {
+    const error = new QuorumError('no majority', failures, { key: 'k' })
+    assert.deepEqual(error.failures, failures)
+  })
+
+  it('DriverMissingError names the package to install', () => {
+    assert.equal(new DriverMissingError('ioredis', 'install ioredis').packageName, 'ioredis')
+  })
+})
