@@ -23,3 +23,41 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise
     )
   })
 }
+
+/** An AbortController tied to parent signals, detachable. */
+export interface LinkedAbort {
+  readonly signal: AbortSignal
+  abort(reason?: unknown): void
+  /** Detaches from the parents; call it when done, or the parents keep a listener per link. */
+  dispose(): void
+}
+
+/**
+ * A controller that also aborts when any parent does. Unlike `AbortSignal.any`, which keeps every
+ * combined signal referenced from its sources until a garbage collection, `dispose()` leaves nothing
+ * behind: the acquire loop makes several per wait, on a client-wide signal that lives for hours.
+ */
+export function linkedAbort(...parents: Array<AbortSignal | undefined>): LinkedAbort {
+  const controller = new AbortController()
+  const attached: AbortSignal[] = []
+  const onAbort = function (this: AbortSignal) {
+    controller.abort(this.reason)
+  }
+  for (const parent of parents) {
+    if (!parent) continue
+    if (parent.aborted) {
+      controller.abort(parent.reason)
+      break
+    }
+    parent.addEventListener('abort', onAbort, { once: true })
+    attached.push(parent)
+  }
+  return {
+    signal: controller.signal,
+    abort: (reason) => controller.abort(reason),
+    dispose() {
+      for (const parent of attached) parent.removeEventListener('abort', onAbort)
+      attached.length = 0
+    },
+  }
+}

@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
+import { type LinkedAbort, linkedAbort } from './abort.js'
 import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
-import { jitter, now, sleep, timeoutSignal } from './clock.js'
+import { jitter, now, sleep, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, ClientClosedError, LockError, LockNotAcquiredError } from './errors.js'
 import { type Lock, LockHandle } from './lock.js'
@@ -15,6 +15,7 @@ import {
   validateKey,
   validUntil,
 } from './options.js'
+import { newOwnerId } from './owner.js'
 import { loadBackend, parseBackendUrl } from './registry.js'
 
 /** A lock client over one backend. Create it with {@link createLockClient}. */
@@ -142,11 +143,13 @@ class Client implements LockClient {
   async inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo> {
     validateKey(key)
     const backend = await this.#open(key)
-    const signal = this.#signalFor(options?.signal)
+    const link = linkedAbort(options?.signal, this.#closing.signal)
     try {
-      return (await backend.inspect(key, signal)) ?? { held: false }
+      return (await backend.inspect(key, link.signal)) ?? { held: false }
     } catch (error) {
       throw this.#unavailable(backend, key, error, 'inspect')
+    } finally {
+      link.dispose()
     }
   }
 
@@ -174,10 +177,6 @@ class Client implements LockClient {
     return this.#backend
   }
 
-  #signalFor(user: AbortSignal | undefined): AbortSignal {
-    return user ? AbortSignal.any([user, this.#closing.signal]) : this.#closing.signal
-  }
-
   #unavailable(backend: LockBackend, key: string, error: unknown, what: string): LockError {
     if (error instanceof LockError) return error
     return new BackendUnavailableError(
@@ -192,11 +191,19 @@ class Client implements LockClient {
    */
   async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
     const backend = await this.#open(key)
-    const signal = this.#signalFor(opts.signal)
+    const link = linkedAbort(opts.signal, this.#closing.signal)
+    try {
+      return await this.#acquireLoop(backend, key, opts, link.signal)
+    } finally {
+      link.dispose()
+    }
+  }
+
+  async #acquireLoop(backend: LockBackend, key: string, opts: ResolvedAcquireOptions, signal: AbortSignal) {
     const startedAt = now()
     const deadline = startedAt + opts.timeoutMs
     // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
-    const owner = randomBytes(16).toString('hex')
+    const owner = newOwnerId()
     const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs }
     const diag = { key, backend: backend.id }
     publish(channels.acquireStart, () => ({ ...diag, ttlMs: opts.ttlMs, timeoutMs: opts.timeoutMs }))
@@ -206,21 +213,22 @@ class Client implements LockClient {
     let unavailableSince: number | undefined
     // The wake-up hint for the next wait. It is armed *before* the attempt that precedes the wait, so a
     // release landing between a failed attempt and the wait is never missed.
-    let hint: { promise: Promise<void>; cancel: AbortController } | undefined
+    let hint: { promise: Promise<void>; cancel: LinkedAbort } | undefined
     const arm = () => {
       if (!backend.waitForChange) return undefined
-      const cancel = new AbortController()
-      const promise = backend.waitForChange(req, AbortSignal.any([cancel.signal, signal])).catch(() => {})
+      const cancel = linkedAbort(signal)
+      const promise = backend.waitForChange(req, cancel.signal).catch(() => {})
       return { promise, cancel }
     }
-    const fail = (error: unknown): never => {
+    const disarm = () => {
       hint?.cancel.abort()
+      hint?.cancel.dispose()
+    }
+    const fail = (error: unknown): never => {
+      disarm()
       if (attempts > 0 && backend.abandon) {
-        try {
-          backend.abandon(req, timeoutSignal(opts.ttlMs)).catch(() => {})
-        } catch {
-          // A backend bug must not replace the acquire's own error.
-        }
+        // In the background, and a backend bug (even a synchronous throw) never replaces the acquire's error.
+        withTimeout(opts.ttlMs, (s) => backend.abandon!(req, s)).catch(() => {})
       }
       publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
       throw error
@@ -251,7 +259,7 @@ class Client implements LockClient {
         }
         const lock = await this.#grant(backend, req, result, attemptStart, opts)
         if (lock) {
-          hint?.cancel.abort()
+          disarm()
           publish(channels.acquireOk, () => ({
             ...diag,
             owner,
@@ -284,12 +292,12 @@ class Client implements LockClient {
       poll = Math.min(poll * 2, cap)
       if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
       wait = Math.max(0, Math.min(wait, deadline - now()))
-      const timer = new AbortController()
-      const wakeSignal = AbortSignal.any([timer.signal, signal])
-      await Promise.race([sleep(wait, wakeSignal), hint?.promise].filter(Boolean))
+      const timer = linkedAbort(signal)
+      await (hint ? Promise.race([sleep(wait, timer.signal), hint.promise]) : sleep(wait, timer.signal))
       timer.abort()
+      timer.dispose()
       if (hint) {
-        hint.cancel.abort()
+        disarm()
         hint = arm()
       }
     }
@@ -331,7 +339,7 @@ class Client implements LockClient {
   /** Best effort: the lease ends by its ttl anyway if this fails. */
   async #releaseQuietly(backend: LockBackend, req: AcquireRequest, grant: Grant): Promise<void> {
     const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
-    await backend.release(lease, timeoutSignal(grant.ttlMs)).catch(() => {})
+    await withTimeout(grant.ttlMs, (s) => backend.release(lease, s)).catch(() => {})
   }
 
   async #grant(

@@ -1,5 +1,5 @@
 import type { HeldLease, LockBackend } from './backend.js'
-import { now, timeoutSignal, timerDelay } from './clock.js'
+import { now, timerDelay, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError } from './errors.js'
 import { parseTtl, validUntil } from './options.js'
@@ -156,8 +156,10 @@ export class LockHandle implements Lock {
       const start = now()
       try {
         // Past validUntil the answer no longer matters: the lease is lost locally either way.
-        const signal = timeoutSignal(this.#validUntil - start)
-        const result = await this.#ctx.backend.extend(this.#lease, ttlMs, signal)
+        const lease = this.#lease
+        const result = await withTimeout(this.#validUntil - start, (signal) =>
+          this.#ctx.backend.extend(lease, ttlMs, signal),
+        )
         if (this.#state !== 'held') return this.#state
         if (!result.renewed) {
           publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
@@ -253,7 +255,8 @@ export class LockHandle implements Lock {
     await this.#queue
     try {
       // Bounded: after one ttl the lease has ended by itself, and a hung store must not hang the caller.
-      const released = await this.#ctx.backend.release(this.#lease, timeoutSignal(this.#ttlMs))
+      const lease = this.#lease
+      const released = await withTimeout(this.#ttlMs, (signal) => this.#ctx.backend.release(lease, signal))
       publish(channels.release, () => ({ ...this.#diag(), released }))
     } catch (error) {
       publish(channels.release, () => ({ ...this.#diag(), released: false, error }))

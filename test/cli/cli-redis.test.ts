@@ -1,0 +1,71 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { cpSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { type RedisServer, startRedis } from '../servers/redis.js'
+import { CLI } from '../support/processes.js'
+import { tempDir } from '../support/temp.js'
+
+const run = (args: string[]) =>
+  promisify(execFile)(process.execPath, [CLI, ...args]).then(
+    (r) => ({ code: 0, ...r }),
+    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  )
+
+describe('dlock doctor redis://', () => {
+  let plain: RedisServer
+  let durable: RedisServer
+  before(async () => {
+    plain = await startRedis({ args: ['--maxmemory-policy', 'allkeys-lru'] })
+    durable = await startRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] })
+  })
+  after(async () => {
+    await plain.destroy()
+    await durable.destroy()
+  })
+
+  it('warns plainly about missing persistence and an evicting memory policy', async () => {
+    const r = await run(['doctor', plain.url])
+    assert.equal(r.code, 0, r.stderr)
+    assert.match(r.stdout, /Redis 7\.|Redis \d/)
+    assert.match(r.stdout, /warn +appendonly is off: .*granted twice/)
+    assert.match(r.stdout, /warn +maxmemory-policy is allkeys-lru/)
+  })
+
+  it('approves AOF with appendfsync always and noeviction', async () => {
+    const r = await run(['doctor', durable.url])
+    assert.equal(r.code, 0, r.stderr)
+    assert.match(r.stdout, /ok +appendonly yes, appendfsync always/)
+    assert.match(r.stdout, /ok +maxmemory-policy noeviction/)
+    assert.doesNotMatch(r.stdout, /^warn/m)
+  })
+
+  it('says unavailable (69) when nothing listens', async () => {
+    const r = await run(['inspect', 'k', '--url', 'redis://127.0.0.1:1'])
+    assert.equal(r.code, 69)
+    assert.match(r.stderr, /redis:\/\/127\.0\.0\.1:1/)
+  })
+})
+
+describe('a missing driver package', () => {
+  const dir = tempDir('no-driver')
+  after(() => dir.cleanup())
+
+  it('names the package to install and exits with the usage code', async () => {
+    // A copy of the built CLI where no node_modules (so no ioredis) can be found.
+    const built = fileURLToPath(new URL('../../src', import.meta.url))
+    cpSync(built, join(dir.path, 'src'), { recursive: true })
+    writeFileSync(join(dir.path, 'package.json'), JSON.stringify({ type: 'module', version: '0.0.0' }))
+    const cli = join(dir.path, 'src', 'cli', 'main.js')
+    const r = await promisify(execFile)(process.execPath, [cli, 'inspect', 'k', '--url', 'redis://127.0.0.1:6379']).then(
+      () => ({ code: 0, stderr: '' }),
+      (e: { code: number; stderr: string }) => e,
+    )
+    assert.equal(r.code, 64)
+    assert.match(r.stderr, /npm install ioredis/)
+    assert.equal(r.stderr.trim().split('\n').length, 1)
+  })
+})
