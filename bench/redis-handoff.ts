@@ -132,7 +132,7 @@ console.log(
   `dlock / floor handoff (p50): ${fmt(percentile(handoffs, 50) / percentile(floorHandoffs, 50), 2)}x (target: p50 <= 0.5 ms)`,
 )
 
-// Polling load: commands the server gets while one waiter is blocked for 3 s behind a holder.
+// Polling load: script round trips the server gets while one waiter is blocked for 3 s behind a holder.
 const commands = async () => {
   const info = await raw.info('commandstats')
   let total = 0
@@ -151,7 +151,7 @@ const seconds = (performance.now() - waitedFrom) / 1000
 await held.release()
 await (await waiter).release()
 console.log(
-  `\nPolling load while blocked: ${fmt((after - before) / seconds, 2)} commands/s (fallback poll only)`,
+  `\nPolling load while blocked: ${fmt((after - before) / seconds, 2)} round trips/s (the fallback poll only)`,
 )
 
 await Promise.all(locks.map((l) => l.close()))
