@@ -137,7 +137,8 @@ const commands = async () => {
   const info = await raw.info('commandstats')
   let total = 0
   // INFO also counts the commands a script runs (GET, PTTL…); a waiter's round trips are its script calls.
-  for (const m of info.matchAll(/cmdstat_(\w+):calls=(\d+)/g)) if (m[1] === 'evalsha' || m[1] === 'eval') total += Number(m[2])
+  for (const m of info.matchAll(/cmdstat_(\w+):calls=(\d+)/g))
+    if (m[1] === 'evalsha' || m[1] === 'eval') total += Number(m[2])
   return total
 }
 const held = await locks[0].acquire('polling', { renew: false, ttl: '60s' })

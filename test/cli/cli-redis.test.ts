@@ -12,7 +12,11 @@ import { tempDir } from '../support/temp.js'
 const run = (args: string[]) =>
   promisify(execFile)(process.execPath, [CLI, ...args]).then(
     (r) => ({ code: 0, ...r }),
-    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+    (e: { code: number; stdout: string; stderr: string }) => ({
+      code: e.code,
+      stdout: e.stdout,
+      stderr: e.stderr,
+    }),
   )
 
 describe('dlock doctor redis://', () => {
@@ -60,7 +64,13 @@ describe('a missing driver package', () => {
     cpSync(built, join(dir.path, 'src'), { recursive: true })
     writeFileSync(join(dir.path, 'package.json'), JSON.stringify({ type: 'module', version: '0.0.0' }))
     const cli = join(dir.path, 'src', 'cli', 'main.js')
-    const r = await promisify(execFile)(process.execPath, [cli, 'inspect', 'k', '--url', 'redis://127.0.0.1:6379']).then(
+    const r = await promisify(execFile)(process.execPath, [
+      cli,
+      'inspect',
+      'k',
+      '--url',
+      'redis://127.0.0.1:6379',
+    ]).then(
       () => ({ code: 0, stderr: '' }),
       (e: { code: number; stderr: string }) => e,
     )
