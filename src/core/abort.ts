@@ -33,31 +33,53 @@ export interface LinkedAbort {
 }
 
 /**
+ * Children of each parent signal. A parent gets ONE listener, however many acquires share it (a
+ * shutdown signal passed to every call is common): listeners per call would trip Node's leak warning.
+ */
+const children = new WeakMap<AbortSignal, Set<AbortController>>()
+
+function attach(parent: AbortSignal, child: AbortController): () => void {
+  let set = children.get(parent)
+  if (!set) {
+    const created = new Set<AbortController>()
+    set = created
+    children.set(parent, created)
+    parent.addEventListener(
+      'abort',
+      () => {
+        children.delete(parent)
+        for (const c of created) c.abort(parent.reason)
+      },
+      { once: true },
+    )
+  }
+  const own = set
+  own.add(child)
+  return () => own.delete(child)
+}
+
+/**
  * A controller that also aborts when any parent does. Unlike `AbortSignal.any`, which keeps every
  * combined signal referenced from its sources until a garbage collection, `dispose()` leaves nothing
  * behind: the acquire loop makes several per wait, on a client-wide signal that lives for hours.
  */
 export function linkedAbort(...parents: Array<AbortSignal | undefined>): LinkedAbort {
   const controller = new AbortController()
-  const attached: AbortSignal[] = []
-  const onAbort = function (this: AbortSignal) {
-    controller.abort(this.reason)
-  }
+  const detach: Array<() => void> = []
   for (const parent of parents) {
     if (!parent) continue
     if (parent.aborted) {
       controller.abort(parent.reason)
       break
     }
-    parent.addEventListener('abort', onAbort, { once: true })
-    attached.push(parent)
+    detach.push(attach(parent, controller))
   }
   return {
     signal: controller.signal,
     abort: (reason) => controller.abort(reason),
     dispose() {
-      for (const parent of attached) parent.removeEventListener('abort', onAbort)
-      attached.length = 0
+      for (const d of detach) d()
+      detach.length = 0
     },
   }
 }

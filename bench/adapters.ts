@@ -1,0 +1,306 @@
+/**
+ * Everything the benchmark measures, as adapters: dlock on each backend, the peer libraries people use
+ * today (with their defaults and, where they have one, a tuned polling setting), and raw floors written
+ * directly with the clients. A later backend joins with one entry here.
+ */
+import { randomBytes } from 'node:crypto'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock'
+import { Mutex as AsyncMutex } from 'async-mutex'
+import { Redis } from 'ioredis'
+import lockfile from 'proper-lockfile'
+import { RedlockMutex, Mutex as SemaphoreMutex } from 'redis-semaphore'
+import Redlock from 'redlock'
+import { createLockClient } from '../src/index.js'
+
+/** What the scenarios need from a running store. */
+export interface Env {
+  /** One Redis primary. */
+  readonly redis: number
+  /** Five independent Redis primaries (scenario d). */
+  readonly redis5: number[]
+  /** A folder for file locks. */
+  readonly dir: string
+}
+
+export interface Held {
+  release(): Promise<void>
+  readonly fence?: bigint
+}
+
+/** One lock user: a client with its own connections, as a worker in an application would have. */
+export interface Locker {
+  /** Waits until `key` is ours (or throws when the library gives up). */
+  acquire(key: string): Promise<Held>
+  close(): Promise<void>
+}
+
+export interface Adapter {
+  readonly name: string
+  /** Which store it runs on; ratios compare dlock with the best peer on the same store. */
+  readonly store: 'memory' | 'file' | 'redis' | 'redis x5'
+  readonly kind: 'dlock' | 'peer' | 'floor'
+  /** Whether each grant carries a fencing token. */
+  readonly fences: boolean
+  /** Floors never wait: they are measured uncontended only. */
+  readonly waits: boolean
+  /** Several lockers of this adapter exclude each other across clients (false for an in-process mutex per client). */
+  readonly createLocker: (env: Env) => Promise<Locker>
+  readonly note?: string
+}
+
+const TTL = 30_000
+const sharedAsyncMutexes = new Map<string, AsyncMutex>()
+const redisClient = (port: number) => new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 })
+const disconnect = async (...clients: Redis[]) => {
+  for (const c of clients) c.disconnect()
+}
+
+const dlock = (name: string, store: Adapter['store'], url: (env: Env) => string, note?: string): Adapter => ({
+  name,
+  store,
+  kind: 'dlock',
+  fences: true,
+  waits: true,
+  ...(note ? { note } : {}),
+  async createLocker(env) {
+    const client = createLockClient(url(env), { ttl: TTL, renew: false })
+    return { acquire: (key) => client.acquire(key), close: () => client.close() }
+  },
+})
+
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+export const ADAPTERS: Adapter[] = [
+  dlock('dlock memory', 'memory', () => `memory:bench-${process.pid}`),
+  {
+    name: 'async-mutex',
+    store: 'memory',
+    kind: 'peer',
+    fences: false,
+    waits: true,
+    note: 'in-process only, no lease',
+    async createLocker() {
+      return {
+        async acquire(key) {
+          let mutex = sharedAsyncMutexes.get(key)
+          if (!mutex) sharedAsyncMutexes.set(key, (mutex = new AsyncMutex()))
+          const release = await mutex.acquire()
+          return { release: async () => release() }
+        },
+        close: async () => {},
+      }
+    },
+  },
+  dlock('dlock file', 'file', (env) => pathToFileURL(join(env.dir, 'dlock')).href, 'fsync on acquire'),
+  dlock(
+    'dlock file (fsync=false)',
+    'file',
+    (env) => `${pathToFileURL(join(env.dir, 'dlock-nosync')).href}?fsync=false`,
+  ),
+  ...(['defaults', 'tuned'] as const).map(
+    (mode): Adapter => ({
+      name: `proper-lockfile (${mode})`,
+      store: 'file',
+      kind: 'peer',
+      fences: false,
+      waits: true,
+      note: mode === 'defaults' ? 'retries: 0 — fails at once when held' : 'retries 10000, 5–50 ms backoff',
+      async createLocker(env) {
+        const folder = join(env.dir, 'proper-lockfile')
+        mkdirSync(folder, { recursive: true })
+        return {
+          async acquire(key) {
+            const file = join(folder, key.replace(/[^a-z0-9]/gi, '_'))
+            const options =
+              mode === 'defaults'
+                ? { realpath: false }
+                : {
+                    realpath: false,
+                    retries: { retries: 10_000, minTimeout: 5, maxTimeout: 50, factor: 1.5 },
+                  }
+            writeFileSync(file, '', { flag: 'a' })
+            const release = await lockfile.lock(file, options)
+            return { release }
+          },
+          close: async () => {},
+        }
+      },
+    }),
+  ),
+  dlock('dlock redis', 'redis', (env) => `redis://127.0.0.1:${env.redis}`),
+  dlock('dlock redis (fair)', 'redis', (env) => `redis://127.0.0.1:${env.redis}?fair=true`),
+  ...(['defaults', 'tuned'] as const).map(
+    (mode): Adapter => ({
+      name: `redis-semaphore Mutex (${mode})`,
+      store: 'redis',
+      kind: 'peer',
+      fences: false,
+      waits: true,
+      note:
+        mode === 'defaults'
+          ? 'retryInterval 10 ms, acquireTimeout 10 s'
+          : 'retryInterval 1 ms, acquireTimeout 60 s',
+      async createLocker(env) {
+        const client = redisClient(env.redis)
+        const options =
+          mode === 'defaults'
+            ? { lockTimeout: TTL, refreshInterval: 0 }
+            : { lockTimeout: TTL, refreshInterval: 0, retryInterval: 1, acquireTimeout: 60_000 }
+        return {
+          async acquire(key) {
+            const mutex = new SemaphoreMutex(client, key, options)
+            await mutex.acquire()
+            return { release: () => mutex.release() }
+          },
+          close: () => disconnect(client),
+        }
+      },
+    }),
+  ),
+  ...(
+    [
+      ['redlock@5.0.0-beta.2', Redlock],
+      ['@sesamecare-oss/redlock', SesameRedlock],
+    ] as const
+  ).flatMap(([label, Impl]) =>
+    (['defaults', 'tuned'] as const).map(
+      (mode): Adapter => ({
+        name: `${label} 1 node (${mode})`,
+        store: 'redis',
+        kind: 'peer',
+        fences: false,
+        waits: true,
+        note:
+          mode === 'defaults'
+            ? 'retryCount 10, retryDelay 200 ms'
+            : 'retryCount -1 (forever), retryDelay 5 ms',
+        async createLocker(env) {
+          const client = redisClient(env.redis)
+          const redlock = new Impl(
+            [client],
+            mode === 'defaults' ? {} : { retryCount: -1, retryDelay: 5, retryJitter: 5 },
+          )
+          redlock.on('error', () => {})
+          return {
+            async acquire(key) {
+              const lock = await redlock.acquire([key], TTL)
+              return { release: async () => void (await lock.release()) }
+            },
+            close: () => disconnect(client),
+          }
+        },
+      }),
+    ),
+  ),
+  {
+    name: 'raw floor: SET NX PX + EVALSHA del',
+    store: 'redis',
+    kind: 'floor',
+    fences: false,
+    waits: false,
+    note: 'two round trips, no fence, never waits',
+    async createLocker(env) {
+      const client = redisClient(env.redis)
+      const sha = (await client.script('LOAD', RELEASE)) as string
+      return {
+        async acquire(key) {
+          const owner = randomBytes(16).toString('hex')
+          if ((await client.set(key, owner, 'PX', TTL, 'NX')) !== 'OK') throw new Error(`${key} is held`)
+          return { release: async () => void (await client.evalsha(sha, 1, key, owner)) }
+        },
+        close: () => disconnect(client),
+      }
+    },
+  },
+  {
+    name: 'redlock@5.0.0-beta.2 5 nodes',
+    store: 'redis x5',
+    kind: 'peer',
+    fences: false,
+    waits: true,
+    async createLocker(env) {
+      const clients = env.redis5.map(redisClient)
+      const redlock = new Redlock(clients, { retryCount: -1, retryDelay: 5, retryJitter: 5 })
+      redlock.on('error', () => {})
+      return {
+        async acquire(key) {
+          const lock = await redlock.acquire([key], TTL)
+          return { release: async () => void (await lock.release()) }
+        },
+        close: () => disconnect(...clients),
+      }
+    },
+  },
+  {
+    name: 'redis-semaphore RedlockMutex 5 nodes',
+    store: 'redis x5',
+    kind: 'peer',
+    fences: false,
+    waits: true,
+    async createLocker(env) {
+      const clients = env.redis5.map(redisClient)
+      return {
+        async acquire(key) {
+          const mutex = new RedlockMutex(clients, key, {
+            lockTimeout: TTL,
+            refreshInterval: 0,
+            retryInterval: 1,
+          })
+          await mutex.acquire()
+          return { release: () => mutex.release() }
+        },
+        close: () => disconnect(...clients),
+      }
+    },
+  },
+  {
+    name: 'raw floor: 5 nodes, 3 of 5 replies',
+    store: 'redis x5',
+    kind: 'floor',
+    fences: false,
+    waits: false,
+    note: 'SET NX PX on all 5 in parallel, decided at the 3rd reply; release waits for 3',
+    async createLocker(env) {
+      const clients = env.redis5.map(redisClient)
+      const shas = await Promise.all(clients.map((c) => c.script('LOAD', RELEASE) as Promise<string>))
+      const quorum = <T>(promises: Array<Promise<T>>, ok: (v: T) => boolean) =>
+        new Promise<boolean>((resolve) => {
+          let yes = 0
+          let no = 0
+          for (const p of promises) {
+            p.then(
+              (v) => (ok(v) ? ++yes : ++no),
+              () => ++no,
+            ).then(() => {
+              if (yes >= 3) resolve(true)
+              else if (no >= 3) resolve(false)
+            })
+          }
+        })
+      return {
+        async acquire(key) {
+          const owner = randomBytes(16).toString('hex')
+          const granted = await quorum(
+            clients.map((c) => c.set(key, owner, 'PX', TTL, 'NX')),
+            (v) => v === 'OK',
+          )
+          const release = async () => {
+            await quorum(
+              clients.map((c, i) => c.evalsha(shas[i]!, 1, key, owner)),
+              () => true,
+            )
+          }
+          if (!granted) {
+            await release()
+            throw new Error(`${key} is held`)
+          }
+          return { release }
+        },
+        close: () => disconnect(...clients),
+      }
+    },
+  },
+]
