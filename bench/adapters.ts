@@ -86,7 +86,10 @@ export const ADAPTERS: Adapter[] = [
       return {
         async acquire(key) {
           let mutex = sharedAsyncMutexes.get(key)
-          if (!mutex) sharedAsyncMutexes.set(key, (mutex = new AsyncMutex()))
+          if (!mutex) {
+            mutex = new AsyncMutex()
+            sharedAsyncMutexes.set(key, mutex)
+          }
           const release = await mutex.acquire()
           return { release: async () => release() }
         },
