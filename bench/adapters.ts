@@ -72,6 +72,7 @@ const dlock = (name: string, store: Adapter['store'], url: (env: Env) => string,
 })
 
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+const NOTIFY_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '') end return 0`
 
 export const ADAPTERS: Adapter[] = [
   dlock('dlock memory', 'memory', () => `memory:bench-${process.pid}`),
@@ -215,6 +216,43 @@ export const ADAPTERS: Adapter[] = [
           return { release: async () => void (await client.evalsha(sha, 1, key, owner)) }
         },
         close: () => disconnect(client),
+      }
+    },
+  },
+  {
+    name: 'raw floor: SET NX + pub/sub wake-up',
+    store: 'redis',
+    kind: 'floor',
+    fences: false,
+    waits: true,
+    note: 'the least a notified lock does: SET NX PX; on refusal wait for the release message; no fence',
+    async createLocker(env) {
+      const client = redisClient(env.redis)
+      const subscriber = redisClient(env.redis)
+      const sha = (await client.script('LOAD', NOTIFY_RELEASE)) as string
+      const wakers = new Map<string, Set<() => void>>()
+      subscriber.on('message', (channel: string) => {
+        for (const wake of wakers.get(channel) ?? []) wake()
+      })
+      return {
+        async acquire(key) {
+          const owner = randomBytes(16).toString('hex')
+          const channel = `${key}:released`
+          for (;;) {
+            let wake: () => void = () => {}
+            const woken = new Promise<void>((resolve) => {
+              wake = resolve
+            })
+            const set = wakers.get(channel) ?? new Set()
+            wakers.set(channel, set.add(wake))
+            if (set.size === 1) await subscriber.subscribe(channel)
+            const ok = (await client.set(key, owner, 'PX', TTL, 'NX')) === 'OK'
+            if (!ok) await Promise.race([woken, new Promise((r) => setTimeout(r, 1000))])
+            set.delete(wake)
+            if (ok) return { release: async () => void (await client.evalsha(sha, 1, key, owner, channel)) }
+          }
+        },
+        close: () => disconnect(client, subscriber),
       }
     },
   },

@@ -191,6 +191,8 @@ class Client implements LockClient {
    */
   async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
     const backend = await this.#open(key)
+    // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
+    if (!opts.signal) return this.#acquireLoop(backend, key, opts, this.#closing.signal)
     const link = linkedAbort(opts.signal, this.#closing.signal)
     try {
       return await this.#acquireLoop(backend, key, opts, link.signal)

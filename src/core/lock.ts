@@ -49,7 +49,8 @@ export class LockHandle implements Lock {
   readonly owner: string
   readonly fence: bigint
   readonly #ctx: LockContext
-  readonly #lost = new AbortController()
+  /** Made on first use of `signal` (or at loss): most locks are released without anyone reading it. */
+  #lost: AbortController | undefined
   #cookie: unknown
   #ttlMs: number
   #validUntil: number
@@ -83,6 +84,7 @@ export class LockHandle implements Lock {
   }
 
   get signal(): AbortSignal {
+    this.#lost ??= new AbortController()
     return this.#lost.signal
   }
 
@@ -141,6 +143,7 @@ export class LockHandle implements Lock {
     this.#clearTimers()
     this.#ctx.onSettled(this)
     publish(channels.lost, () => ({ ...this.#diag(), error }))
+    this.#lost ??= new AbortController()
     this.#lost.abort(error)
   }
 
@@ -211,7 +214,7 @@ export class LockHandle implements Lock {
     if (outcome === 'released') {
       throw new LockReleasedError(`Cannot extend lock "${this.key}": it was released`, this.#context())
     }
-    if (outcome === 'lost') throw this.#lost.signal.reason
+    if (outcome === 'lost') throw this.signal.reason
     const { error } = outcome
     if (error instanceof LockError) throw error
     throw new BackendUnavailableError(
@@ -234,6 +237,7 @@ export class LockHandle implements Lock {
         this.#context(),
       )
       publish(channels.lost, () => ({ ...this.#diag(), error }))
+      this.#lost ??= new AbortController()
       this.#lost.abort(error)
     }
     return this.release()

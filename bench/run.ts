@@ -1,0 +1,158 @@
+/**
+ * `npm run bench [-- --runs N] [--only a,b] [--match text]`: dlock beside the peer libraries and raw
+ * floors, on real servers started by the test harness, in one run. Prints a table per scenario with a
+ * `dlock / best peer` ratio, writes bench/results/latest.json and bench/report.html.
+ * Machines here are shared and noisy: read ratios from one run, never a lone absolute number.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { arch, cpus, totalmem } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import { startRedis } from '../test/servers/redis.js'
+import { tempDir } from '../test/support/temp.js'
+import { ADAPTERS, type Adapter, type Env } from './adapters.js'
+import { writeReport } from './report.js'
+import { type Figures, SCENARIOS } from './scenarios.js'
+import { fmt } from './stats.js'
+
+export interface Row {
+  readonly scenario: string
+  readonly adapter: string
+  readonly store: Adapter['store']
+  readonly kind: Adapter['kind']
+  readonly fences: boolean
+  readonly note?: string
+  /** Medians over runs. */
+  readonly metrics: Record<string, number>
+  readonly perWorker?: number[]
+  readonly samples?: number[]
+  readonly error?: string
+}
+
+export interface Results {
+  readonly date: string
+  readonly machine: string
+  readonly runs: number
+  readonly scenarios: Array<{
+    id: string
+    title: string
+    primary: (typeof SCENARIOS)[number]['primary']
+    rows: Row[]
+  }>
+}
+
+const { values } = parseArgs({
+  options: { runs: { type: 'string', default: '1' }, only: { type: 'string' }, match: { type: 'string' } },
+})
+const runs = Math.max(1, Number(values.runs))
+const only = values.only?.split(',')
+const match = values.match
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+const dir = tempDir('bench')
+const redis = await startRedis()
+const redis5 = await Promise.all(Array.from({ length: 5 }, () => startRedis()))
+const env: Env = { redis: redis.port, redis5: redis5.map((r) => r.port), dir: dir.path }
+const results: Results = {
+  date: new Date().toISOString(),
+  machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'} (${arch()}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
+  runs,
+  scenarios: [],
+}
+
+try {
+  for (const scenario of SCENARIOS) {
+    if (only && !only.includes(scenario.id)) continue
+    const adapters = ADAPTERS.filter((a) => scenario.applies(a) && (!match || a.name.includes(match)))
+    const figures = new Map<string, Figures[]>()
+    const errors = new Map<string, string>()
+    for (let run = 0; run < runs; run++) {
+      // Rotate the order each run, so drift in the machine's load does not favour whoever goes first.
+      const order = adapters.map((_, i) => adapters[(i + run) % adapters.length]!)
+      for (const adapter of order) {
+        process.stderr.write(`  ${scenario.id} run ${run + 1}/${runs}: ${adapter.name}\n`)
+        try {
+          const f = await scenario.run(adapter, env)
+          figures.set(adapter.name, [...(figures.get(adapter.name) ?? []), f])
+        } catch (error) {
+          errors.set(adapter.name, (error as Error).message)
+        }
+      }
+    }
+    const rows: Row[] = adapters.map((a) => {
+      const fs = figures.get(a.name) ?? []
+      const metrics: Record<string, number> = {}
+      for (const name of Object.keys(fs[0]?.metrics ?? {}))
+        metrics[name] = median(fs.map((f) => f.metrics[name]!))
+      const last = fs.at(-1)
+      return {
+        scenario: scenario.id,
+        adapter: a.name,
+        store: a.store,
+        kind: a.kind,
+        fences: a.fences,
+        ...(a.note ? { note: a.note } : {}),
+        metrics,
+        ...(last?.perWorker ? { perWorker: last.perWorker } : {}),
+        ...(last?.samples ? { samples: last.samples } : {}),
+        ...(errors.has(a.name) && fs.length === 0 ? { error: errors.get(a.name)! } : {}),
+      }
+    })
+    results.scenarios.push({ id: scenario.id, title: scenario.title, primary: scenario.primary, rows })
+    printTable(results.scenarios.at(-1)!)
+  }
+} finally {
+  await Promise.all([redis, ...redis5].map((r) => r.destroy()))
+  dir.cleanup()
+}
+
+const here = fileURLToPath(new URL('../../bench/', import.meta.url))
+mkdirSync(join(here, 'results'), { recursive: true })
+writeFileSync(join(here, 'results', 'latest.json'), `${JSON.stringify(results, null, 2)}\n`)
+writeReport(results, join(here, 'report.html'))
+process.stderr.write(`\nwrote bench/results/latest.json and bench/report.html\n`)
+
+/** The ratio of a dlock row to the best peer on the same store, on the scenario's primary figure. */
+export function ratio(
+  row: Row,
+  rows: Row[],
+  primary: { metric: string; lowerIsBetter: boolean },
+): number | undefined {
+  if (row.kind !== 'dlock') return undefined
+  const peers = rows.filter(
+    (r) => r.kind === 'peer' && r.store === row.store && r.metrics[primary.metric] !== undefined,
+  )
+  const values = peers.map((p) => p.metrics[primary.metric]!).filter(Number.isFinite)
+  if (values.length === 0 || row.metrics[primary.metric] === undefined) return undefined
+  const best = primary.lowerIsBetter ? Math.min(...values) : Math.max(...values)
+  return row.metrics[primary.metric]! / best
+}
+
+function printTable(s: Results['scenarios'][number]): void {
+  const metricNames = [...new Set(s.rows.flatMap((r) => Object.keys(r.metrics)))]
+  const better = s.primary.lowerIsBetter ? 'lower is better' : 'higher is better'
+  console.log(`\n### ${s.title}\n`)
+  console.log(
+    `| adapter | store | fence | ${metricNames.join(' | ')} | dlock / best peer (${s.primary.label}, ${better}) |`,
+  )
+  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|`)
+  for (const row of s.rows) {
+    const r = ratio(row, s.rows, s.primary)
+    const cells = metricNames.map((m) => {
+      const v = row.metrics[m]
+      return v === undefined
+        ? row.error
+          ? 'error'
+          : ''
+        : fmt(v, m.startsWith('p') || m.startsWith('handoff') ? 3 : 2)
+    })
+    console.log(
+      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} |`,
+    )
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * The benchmark scenarios. Each runs one adapter and returns its figures; the runner compares adapters.
+ * Timing uses performance.now() (monotonic) in this one process, so handoff latencies are on one clock.
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+import type { Adapter, Env, Locker } from './adapters.js'
+import { percentile } from './stats.js'
+
+export interface Figures {
+  readonly metrics: Record<string, number>
+  /** Acquisitions per worker (fairness), where it applies. */
+  readonly perWorker?: number[]
+  /** Latency samples in ms (downsampled), for the report's distributions. */
+  readonly samples?: number[]
+}
+
+export interface Scenario {
+  readonly id: 'a' | 'c' | 'b' | 'h' | 'd'
+  readonly title: string
+  /** The figure the ratio column compares, and whether lower is better. */
+  readonly primary: { metric: string; lowerIsBetter: boolean; label: string }
+  readonly applies: (adapter: Adapter) => boolean
+  run(adapter: Adapter, env: Env): Promise<Figures>
+}
+
+const n = (name: string, fallback: number) => Number(process.env[name] ?? fallback)
+const downsample = (samples: number[], max = 400) =>
+  samples.length <= max ? samples : samples.filter((_, i) => i % Math.ceil(samples.length / max) === 0)
+
+async function lockers(adapter: Adapter, env: Env, count: number): Promise<Locker[]> {
+  return Promise.all(Array.from({ length: count }, () => adapter.createLocker(env)))
+}
+const closeAll = (ls: Locker[]) => Promise.all(ls.map((l) => l.close()))
+
+async function uncontended(adapter: Adapter, env: Env, key: string): Promise<Figures> {
+  const [locker] = await lockers(adapter, env, 1)
+  try {
+    for (let i = 0; i < 200; i++) await (await locker!.acquire(key)).release()
+    const cycles = n('BENCH_CYCLES', 2000)
+    const samples: number[] = []
+    const started = performance.now()
+    for (let i = 0; i < cycles; i++) {
+      const t = performance.now()
+      await (await locker!.acquire(key)).release()
+      samples.push(performance.now() - t)
+    }
+    const seconds = (performance.now() - started) / 1000
+    return {
+      metrics: { opsPerSec: cycles / seconds, p50: percentile(samples, 50), p99: percentile(samples, 99) },
+      samples: downsample(samples),
+    }
+  } finally {
+    await closeAll([locker!])
+  }
+}
+
+export const SCENARIOS: Scenario[] = [
+  {
+    id: 'a',
+    title: 'a — uncontended: one client, acquire+release of one key',
+    primary: { metric: 'p50', lowerIsBetter: true, label: 'cycle p50' },
+    applies: (a) => a.store !== 'redis x5',
+    run: (adapter, env) => uncontended(adapter, env, `bench-a-${process.pid}`),
+  },
+  {
+    id: 'c',
+    title: 'c — many keys: 8 workers over 10,000 distinct keys',
+    primary: { metric: 'opsPerSec', lowerIsBetter: false, label: 'ops/s' },
+    applies: (a) => a.store !== 'redis x5',
+    async run(adapter, env) {
+      const workers = await lockers(adapter, env, 8)
+      try {
+        const total = n('BENCH_MANY_OPS', 8000)
+        let next = 0
+        const started = performance.now()
+        await Promise.all(
+          workers.map(async (w) => {
+            while (next < total) {
+              const key = `bench-c-${process.pid}-${next++ % 10_000}`
+              await (await w.acquire(key)).release()
+            }
+          }),
+        )
+        return { metrics: { opsPerSec: total / ((performance.now() - started) / 1000) } }
+      } finally {
+        await closeAll(workers)
+      }
+    },
+  },
+  {
+    id: 'b',
+    title: 'b — contended: 8 workers, one key, ~1 ms of work while holding',
+    primary: { metric: 'acquisitionsPerSec', lowerIsBetter: false, label: 'acquisitions/s' },
+    applies: (a) => a.waits && a.store !== 'redis x5',
+    async run(adapter, env) {
+      const workers = await lockers(adapter, env, 8)
+      const key = `bench-b-${process.pid}-${Math.random()}`
+      const durationMs = n('BENCH_CONTENDED_MS', 5000)
+      const perWorker = Array<number>(workers.length).fill(0)
+      const handoffs: number[] = []
+      let inside = 0
+      let overlaps = 0
+      let failures = 0
+      let reacquisitions = 0
+      let lastHolder = -1
+      let lastReleaseStart = 0
+      const stopAt = performance.now() + durationMs
+      try {
+        await Promise.all(
+          workers.map(async (w, i) => {
+            while (performance.now() < stopAt) {
+              let held: Awaited<ReturnType<Locker['acquire']>>
+              try {
+                held = await w.acquire(key)
+              } catch {
+                failures++
+                await sleep(1)
+                continue
+              }
+              const grantedAt = performance.now()
+              if (lastReleaseStart > 0) handoffs.push(grantedAt - lastReleaseStart)
+              if (lastHolder === i) reacquisitions++
+              lastHolder = i
+              if (++inside > 1) overlaps++
+              perWorker[i]!++
+              await sleep(1)
+              inside--
+              lastReleaseStart = performance.now()
+              await held.release()
+            }
+          }),
+        )
+      } finally {
+        await closeAll(workers)
+      }
+      const total = perWorker.reduce((a, b) => a + b, 0)
+      return {
+        metrics: {
+          acquisitionsPerSec: total / (durationMs / 1000),
+          handoffP50: percentile(handoffs, 50),
+          handoffP99: percentile(handoffs, 99),
+          minPerWorker: Math.min(...perWorker),
+          maxPerWorker: Math.max(...perWorker),
+          fairness: Math.max(...perWorker) === 0 ? 0 : Math.min(...perWorker) / Math.max(...perWorker),
+          reacquisitionShare: total === 0 ? 0 : reacquisitions / total,
+          failures,
+          overlaps,
+        },
+        perWorker,
+        samples: downsample(handoffs),
+      }
+    },
+  },
+  {
+    id: 'h',
+    title: 'h — handoff to a blocked waiter: A holds 5 ms while B waits in acquire()',
+    primary: { metric: 'p50', lowerIsBetter: true, label: 'handoff p50' },
+    applies: (a) => a.waits && a.store !== 'redis x5',
+    async run(adapter, env) {
+      const pair = await lockers(adapter, env, 2)
+      const key = `bench-h-${process.pid}-${Math.random()}`
+      const count = n('BENCH_HANDOFFS', 300)
+      const latencies: number[] = []
+      try {
+        let held = await pair[0]!.acquire(key)
+        for (let i = 0; i < count + 20; i++) {
+          let grantedAt = 0
+          const waiting = pair[(i + 1) % 2]!.acquire(key).then((h) => {
+            grantedAt = performance.now()
+            return h
+          })
+          // A library that refuses at once instead of waiting fails the scenario below, not the process.
+          waiting.catch(() => {})
+          await sleep(5)
+          const releaseStart = performance.now()
+          await held.release()
+          held = await waiting
+          if (i >= 20) latencies.push(grantedAt - releaseStart)
+        }
+        await held.release()
+        const waitingCommands =
+          adapter.store === 'redis' ? await commandsWhileBlocked(pair, `${key}:blocked`, env) : undefined
+        return {
+          metrics: {
+            p50: percentile(latencies, 50),
+            p99: percentile(latencies, 99),
+            ...(waitingCommands === undefined ? {} : { commandsPerWaitingSecond: waitingCommands }),
+          },
+          samples: downsample(latencies),
+        }
+      } finally {
+        await closeAll(pair)
+      }
+    },
+  },
+  {
+    id: 'd',
+    title: 'd — Redlock over 5 nodes: uncontended acquire+release',
+    primary: { metric: 'p50', lowerIsBetter: true, label: 'cycle p50' },
+    applies: (a) => a.store === 'redis x5',
+    run: (adapter, env) => uncontended(adapter, env, `bench-d-${process.pid}`),
+  },
+]
+
+/**
+ * Commands a blocked waiter sends per second, counted at the server with MONITOR: commands a script runs
+ * inside Redis are reported with source "lua" and are not counted (they are not round trips).
+ */
+async function commandsWhileBlocked(pair: Locker[], key: string, env: Env): Promise<number> {
+  const admin = new Redis(env.redis, '127.0.0.1')
+  const monitor = await admin.monitor()
+  let count = 0
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source !== 'lua' && args[0]?.toLowerCase() !== 'monitor') count++
+  })
+  const blocker = await pair[1]!.acquire(key)
+  const blocked = pair[0]!.acquire(key)
+  await sleep(300)
+  count = 0
+  const from = performance.now()
+  await sleep(3000)
+  const perSecond = count / ((performance.now() - from) / 1000)
+  await blocker.release()
+  await (await blocked).release()
+  monitor.disconnect()
+  admin.disconnect()
+  return perSecond
+}
