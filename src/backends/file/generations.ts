@@ -2,9 +2,14 @@
  * The generation store under one key's folder: the highest generation file is the state, and a new state
  * is created exclusively as generation N+1 (see index.ts for the whole design). Everything here is one
  * atomic step or a read; the backend composes them.
+ *
+ * Metadata calls (list, read, create, link, unlink) are synchronous on purpose: on a local file system
+ * each takes microseconds, far less than a hop through libuv's thread pool, and the lock cycle is a
+ * chain of them. Only fsync, which can take milliseconds, stays asynchronous.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { link, open, readdir, readFile, stat, unlink } from 'node:fs/promises'
+import { closeSync, linkSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs'
+import { open, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 
 export interface RecordV1 {
@@ -63,7 +68,7 @@ export async function readCurrent(folder: string): Promise<Current> {
   for (;;) {
     let names: string[]
     try {
-      names = await readdir(folder)
+      names = readdirSync(folder)
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { gen: 0n, record: 'none', names: [] }
       throw error
@@ -78,7 +83,7 @@ export async function readCurrent(folder: string): Promise<Current> {
     if (gen === 0n) return { gen, record: 'none', names }
     let text: string
     try {
-      text = await readFile(join(folder, genName(gen)), 'utf8')
+      text = readFileSync(join(folder, genName(gen)), 'utf8')
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
       throw error
@@ -99,28 +104,41 @@ export async function createGeneration(
   durable: boolean,
 ): Promise<boolean> {
   const tmp = join(folder, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`)
-  const handle = await open(tmp, 'wx')
-  try {
-    await handle.writeFile(JSON.stringify(record))
-    if (durable) await handle.sync()
-  } finally {
-    await handle.close()
+  if (durable) {
+    const handle = await open(tmp, 'wx')
+    try {
+      await handle.writeFile(JSON.stringify(record))
+      await handle.sync()
+    } finally {
+      await handle.close()
+    }
+  } else {
+    const fd = openSync(tmp, 'wx')
+    try {
+      writeSync(fd, JSON.stringify(record))
+    } finally {
+      closeSync(fd)
+    }
   }
   try {
-    await link(tmp, join(folder, genName(gen)))
+    linkSync(tmp, join(folder, genName(gen)))
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
     throw error
   } finally {
-    await unlink(tmp).catch(() => {})
+    try {
+      unlinkSync(tmp)
+    } catch {}
   }
   // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
   // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
   // never deleted, so a stale name is always below it: list again, and if anything is higher, our
   // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
-  const names = await readdir(folder)
+  const names = readdirSync(folder)
   if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) {
-    await unlink(join(folder, genName(gen))).catch(() => {})
+    try {
+      unlinkSync(join(folder, genName(gen)))
+    } catch {}
     return false
   }
   if (durable) {
@@ -141,8 +159,11 @@ export async function createGeneration(
  */
 export async function collect(folder: string, gen: bigint, names: string[]): Promise<void> {
   for (const name of names) {
-    if (GEN_NAME.test(name) && BigInt(name) < gen) await unlink(join(folder, name)).catch(() => {})
-    else if (name.startsWith(TMP_PREFIX)) {
+    if (GEN_NAME.test(name) && BigInt(name) < gen) {
+      try {
+        unlinkSync(join(folder, name))
+      } catch {}
+    } else if (name.startsWith(TMP_PREFIX)) {
       const path = join(folder, name)
       const info = await stat(path).catch(() => undefined)
       if (info && Date.now() - info.mtimeMs > TMP_STALE_MS) await unlink(path).catch(() => {})

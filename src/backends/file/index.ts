@@ -21,8 +21,7 @@
  * version) is treated as held until this process has seen it unchanged for `unreadableHoldMs`.
  */
 import { randomBytes } from 'node:crypto'
-import { watch } from 'node:fs'
-import { mkdir } from 'node:fs/promises'
+import { mkdirSync, watch } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type {
@@ -90,7 +89,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
   const folderOf = async (key: string): Promise<string> => {
     const folder = join(dir, keyFolderName(key))
     if (!madeFolders.has(folder)) {
-      await mkdir(folder, { recursive: true })
+      mkdirSync(folder, { recursive: true })
       madeFolders.add(folder)
     }
     return folder
