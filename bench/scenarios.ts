@@ -2,7 +2,9 @@
  * The benchmark scenarios. Each runs one adapter and returns its figures; the runner compares adapters.
  * Timing uses performance.now() (monotonic) in this one process, so handoff latencies are on one clock.
  */
+import { execFile } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapters.js'
 import { percentile } from './stats.js'
@@ -16,7 +18,7 @@ export interface Figures {
 }
 
 export interface Scenario {
-  readonly id: 'a' | 'c' | 'b' | 'h' | 'd'
+  readonly id: 'a' | 'c' | 'b' | 'bp' | 'h' | 'd'
   readonly title: string
   /** The figure the ratio column compares, and whether lower is better. */
   readonly primary: { metric: string; lowerIsBetter: boolean; label: string }
@@ -153,6 +155,51 @@ export const SCENARIOS: Scenario[] = [
     },
   },
   {
+    id: 'bp',
+    title: 'bp — contended across 4 processes (2 workers each), one key, ~1 ms of work while holding',
+    primary: { metric: 'acquisitionsPerSec', lowerIsBetter: false, label: 'acquisitions/s' },
+    applies: (a) => a.waits && a.store !== 'redis x5' && a.store !== 'memory',
+    async run(adapter, env) {
+      const durationMs = n('BENCH_CONTENDED_MS', 5000)
+      const key = `bench-bp-${process.pid}-${Math.random().toString(36).slice(2)}`
+      const startAt = Number(process.hrtime.bigint()) / 1e6 + 1500
+      const outputs = await Promise.all(
+        Array.from({ length: 4 }, (_, id) =>
+          runWorker({ adapter: adapter.name, env, key, durationMs, workers: 2, id }, startAt),
+        ),
+      )
+      const holds = outputs.flatMap((o) => o.holds).sort((x, y) => x[1] - y[1])
+      const perWorker = Array<number>(8).fill(0)
+      const handoffs: number[] = []
+      let overlaps = 0
+      let reacquisitions = 0
+      for (let i = 0; i < holds.length; i++) {
+        const [worker, grantedAt] = holds[i]!
+        perWorker[worker]!++
+        const previous = holds[i - 1]
+        if (!previous) continue
+        if (grantedAt < previous[2]) overlaps++
+        else handoffs.push(grantedAt - previous[2])
+        if (previous[0] === worker) reacquisitions++
+      }
+      return {
+        metrics: {
+          acquisitionsPerSec: holds.length / (durationMs / 1000),
+          handoffP50: percentile(handoffs, 50),
+          handoffP99: percentile(handoffs, 99),
+          minPerWorker: Math.min(...perWorker),
+          maxPerWorker: Math.max(...perWorker),
+          fairness: Math.max(...perWorker) === 0 ? 0 : Math.min(...perWorker) / Math.max(...perWorker),
+          reacquisitionShare: holds.length === 0 ? 0 : reacquisitions / holds.length,
+          failures: outputs.reduce((a, o) => a + o.failures, 0),
+          overlaps,
+        },
+        perWorker,
+        samples: downsample(handoffs),
+      }
+    },
+  },
+  {
     id: 'h',
     title: 'h — handoff to a blocked waiter: A holds 5 ms while B waits in acquire()',
     primary: { metric: 'p50', lowerIsBetter: true, label: 'handoff p50' },
@@ -216,14 +263,37 @@ async function commandsWhileBlocked(pair: Locker[], key: string, env: Env): Prom
   })
   const blocker = await pair[1]!.acquire(key)
   const blocked = pair[0]!.acquire(key)
+  // Libraries that stop retrying (redlock's defaults give up after ~2 s) reject here; the count stands.
+  blocked.catch(() => {})
   await sleep(300)
   count = 0
   const from = performance.now()
   await sleep(3000)
   const perSecond = count / ((performance.now() - from) / 1000)
   await blocker.release()
-  await (await blocked).release()
+  await blocked.then(
+    (held) => held.release(),
+    () => {},
+  )
   monitor.disconnect()
   admin.disconnect()
   return perSecond
+}
+
+const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url))
+
+/** Runs one bp process; resolves with its holds on the shared monotonic clock. */
+function runWorker(
+  job: { adapter: string; env: Env; key: string; durationMs: number; workers: number; id: number },
+  startAt: number,
+): Promise<{ holds: Array<[number, number, number]>; failures: number }> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      process.execPath,
+      [WORKER, JSON.stringify(job)],
+      { env: { ...process.env, BENCH_START_AT: String(startAt) }, maxBuffer: 64 * 2 ** 20 },
+      (error, stdout, stderr) =>
+        error ? reject(new Error(`${error.message}: ${stderr}`)) : resolve(JSON.parse(stdout)),
+    )
+  })
 }

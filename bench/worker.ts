@@ -1,0 +1,55 @@
+/**
+ * One process of scenario bp: runs `workers` contending workers of one adapter for `durationMs` and prints
+ * each hold as [worker, grantedAt, releaseStartedAt] on the host's monotonic clock (CLOCK_MONOTONIC, shared
+ * by every process), so the parent can merge the holds of all processes on one timeline.
+ * Usage: node worker.js '<json: { adapter, env, key, durationMs, workers, id }>'
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import { ADAPTERS, type Env } from './adapters.js'
+
+const {
+  adapter: name,
+  env,
+  key,
+  durationMs,
+  workers,
+  id,
+} = JSON.parse(process.argv[2]!) as {
+  adapter: string
+  env: Env
+  key: string
+  durationMs: number
+  workers: number
+  id: number
+}
+const adapter = ADAPTERS.find((a) => a.name === name)
+if (!adapter) throw new Error(`no adapter named ${name}`)
+const clock = () => Number(process.hrtime.bigint()) / 1e6
+const lockers = await Promise.all(Array.from({ length: workers }, () => adapter.createLocker(env)))
+const holds: Array<[number, number, number]> = []
+let failures = 0
+// Start together: every process waits for the same instant on the shared clock.
+const startAt = Number(process.env.BENCH_START_AT)
+await sleep(Math.max(0, startAt - clock()))
+const stopAt = startAt + durationMs
+await Promise.all(
+  lockers.map(async (locker, w) => {
+    while (clock() < stopAt) {
+      let held: Awaited<ReturnType<typeof locker.acquire>>
+      try {
+        held = await locker.acquire(key)
+      } catch {
+        failures++
+        await sleep(1)
+        continue
+      }
+      const grantedAt = clock()
+      await sleep(1)
+      const releaseStart = clock()
+      holds.push([id * workers + w, grantedAt, releaseStart])
+      await held.release()
+    }
+  }),
+)
+await Promise.all(lockers.map((l) => l.close()))
+process.stdout.write(JSON.stringify({ holds, failures }))
