@@ -47,8 +47,10 @@ function cdf(rows: Row[], label: string): string {
   if (shown.length === 0) return ''
   const all = shown.flatMap((r) => r.samples!)
   const xmax = Math.max(...all.filter(Number.isFinite)) || 1
-  const width = 760
-  const height = 260
+  // The plot on the left, its legend on the right, so labels never cover the curves.
+  const width = 520
+  const legend = 300
+  const height = Math.max(260, 30 + shown.length * 14)
   const pad = 40
   const lines = shown
     .map((r, i) => {
@@ -62,7 +64,8 @@ function cdf(rows: Row[], label: string): string {
         .join(' ')
       const c = PALETTE[i % PALETTE.length]
       return `<polyline fill="none" stroke="${c}" stroke-width="${r.kind === 'dlock' ? 2.5 : 1.5}" points="${pts}"/>
-<text x="${width - 10}" y="${16 + i * 14}" text-anchor="end" fill="${c}">${esc(r.adapter)}</text>`
+<line x1="${width + 10}" x2="${width + 30}" y1="${12 + i * 14}" y2="${12 + i * 14}" stroke="${c}" stroke-width="2.5"/>
+<text x="${width + 36}" y="${16 + i * 14}" fill="${c}">${esc(r.adapter)}</text>`
     })
     .join('\n')
   const ticks = [0.1, 1, 10, 100, 1000]
@@ -72,7 +75,7 @@ function cdf(rows: Row[], label: string): string {
       return `<line x1="${x}" x2="${x}" y1="${height - pad}" y2="10" stroke="#eee"/><text x="${x}" y="${height - pad + 14}" text-anchor="middle">${t} ms</text>`
     })
     .join('')
-  return `<h3>${esc(label)}</h3><svg width="${width}" height="${height}" font-size="11" font-family="sans-serif">
+  return `<h3>${esc(label)}</h3><svg width="${width + legend}" height="${height}" font-size="11" font-family="sans-serif">
 ${ticks}<line x1="${pad}" x2="${width - 10}" y1="${height - pad}" y2="${height - pad}" stroke="#999"/>
 <text x="${pad}" y="${height - 8}">latency (log scale) →; share of samples ↑</text>${lines}</svg>`
 }

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --runs N] [--only a,b] [--match text]`: dlock beside the peer libraries and raw
+ * `npm run bench [-- --runs N] [--only a,b] [--match text] [--out dir]`: dlock beside the peer libraries and raw
  * floors, on real servers started by the test harness, in one run. Prints a table per scenario with a
  * `dlock / best peer` ratio, writes bench/results/latest.json and bench/report.html.
  * Machines here are shared and noisy: read ratios from one run, never a lone absolute number.
@@ -43,11 +43,17 @@ export interface Results {
 }
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '1' }, only: { type: 'string' }, match: { type: 'string' } },
+  options: {
+    runs: { type: 'string', default: '1' },
+    only: { type: 'string' },
+    match: { type: 'string' },
+    out: { type: 'string' },
+  },
 })
 const runs = Math.max(1, Number(values.runs))
 const only = values.only?.split(',')
-const match = values.match
+/** Adapters whose name contains any of these (comma-separated). */
+const match = values.match?.split(',')
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b)
@@ -68,7 +74,9 @@ const results: Results = {
 try {
   for (const scenario of SCENARIOS) {
     if (only && !only.includes(scenario.id)) continue
-    const adapters = ADAPTERS.filter((a) => scenario.applies(a) && (!match || a.name.includes(match)))
+    const adapters = ADAPTERS.filter(
+      (a) => scenario.applies(a) && (!match || match.some((m) => a.name.includes(m))),
+    )
     const figures = new Map<string, Figures[]>()
     const errors = new Map<string, string>()
     for (let run = 0; run < runs; run++) {
@@ -111,11 +119,11 @@ try {
   dir.cleanup()
 }
 
-const here = fileURLToPath(new URL('../../bench/', import.meta.url))
-mkdirSync(join(here, 'results'), { recursive: true })
-writeFileSync(join(here, 'results', 'latest.json'), `${JSON.stringify(results, null, 2)}\n`)
-writeReport(results, join(here, 'report.html'))
-process.stderr.write(`\nwrote bench/results/latest.json and bench/report.html\n`)
+const out = values.out ?? fileURLToPath(new URL('../../bench/', import.meta.url))
+mkdirSync(join(out, 'results'), { recursive: true })
+writeFileSync(join(out, 'results', 'latest.json'), `${JSON.stringify(results, null, 2)}\n`)
+writeReport(results, join(out, 'report.html'))
+process.stderr.write(`\nwrote ${join(out, 'results', 'latest.json')} and ${join(out, 'report.html')}\n`)
 
 /** The ratio of a dlock row to the best peer on the same store, on the scenario's primary figure. */
 export function ratio(
