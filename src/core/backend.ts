@@ -82,6 +82,11 @@ export interface DoctorFinding {
   readonly message: string
 }
 
+/**
+ * Every primitive gets an AbortSignal. It aborts when the caller gives up (abort, deadline, client closed);
+ * once the call has settled the core may hand the same signal to a later call, so detach any listener
+ * you added when your call settles.
+ */
 export interface LockBackend {
   /** Names the store in errors and diagnostics, e.g. `file:///var/lock/dlock`. Never contains secrets. */
   readonly id: string

@@ -38,12 +38,19 @@ export function timerDelay(ms: number): number {
 }
 
 /**
+ * Controllers whose operation finished without timing out, kept for the next one: creating an
+ * AbortController costs several microseconds in Node 20, a quarter of an in-memory lock cycle. Only
+ * never-aborted controllers are reused, and backends detach their listeners when an operation settles.
+ */
+const spare: AbortController[] = []
+
+/**
  * Runs `operation` with a signal that aborts after `ms`, and clears the timer as soon as it settles.
  * `AbortSignal.timeout` would cost ~10 µs and leave its timer pending for the whole duration (a lease
  * long) after every renewal and release.
  */
 export async function withTimeout<T>(ms: number, operation: (signal: AbortSignal) => Promise<T>): Promise<T> {
-  const controller = new AbortController()
+  const controller = spare.pop() ?? new AbortController()
   const timer = setTimeout(
     () =>
       controller.abort(
@@ -56,5 +63,6 @@ export async function withTimeout<T>(ms: number, operation: (signal: AbortSignal
     return await operation(controller.signal)
   } finally {
     clearTimeout(timer)
+    if (!controller.signal.aborted && spare.length < 64) spare.push(controller)
   }
 }
