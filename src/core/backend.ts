@@ -100,9 +100,13 @@ export interface LockBackend {
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
   /**
    * A wake-up hint: resolves when `key` may have changed (released, expired, taken over) after the call
-   * began, or when `signal` aborts. Never a grant: the core re-attempts. May resolve spuriously.
+   * began, or when `signal` aborts; the core then re-attempts. May resolve spuriously. A backend that
+   * hands a released lock straight to a waiter (a fair queue) resolves with that waiter's Grant instead;
+   * the core counts its validity from the start of the waiter's last refused attempt, which the hand-over
+   * necessarily followed.
    */
-  waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  // biome-ignore lint/suspicious/noConfusingVoidType: a plain hint (most backends) resolves with nothing
+  waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined | void>
   /**
    * Called once, without waiting for it, when an acquire gives up without a grant (deadline, abort, close,
    * error) after at least one attempt. Queue-based backends leave the queue here; a backend whose attempt

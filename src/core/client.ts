@@ -215,13 +215,20 @@ class Client implements LockClient {
     let unavailableSince: number | undefined
     // The wake-up hint for the next wait. It is armed *before* the attempt that precedes the wait, so a
     // release landing between a failed attempt and the wait is never missed.
-    let hint: { promise: Promise<void>; cancel: LinkedAbort } | undefined
+    let hint: { promise: Promise<Grant | undefined>; cancel: LinkedAbort } | undefined
     const arm = () => {
       if (!backend.waitForChange) return undefined
       const cancel = linkedAbort(signal)
-      const promise = backend.waitForChange(req, cancel.signal).catch(() => {})
+      const promise = backend.waitForChange(req, cancel.signal).then(
+        (g) => (g && g.granted === true ? g : undefined),
+        () => undefined,
+      )
       return { promise, cancel }
     }
+    // A grant handed over by the backend while we waited (fair queues), and when our last refused attempt
+    // started: the hand-over happened after the store saw that attempt, so validity counts from there.
+    let handed: Grant | undefined
+    let attemptStart = now()
     const disarm = () => {
       hint?.cancel.abort()
       hint?.cancel.dispose()
@@ -238,11 +245,16 @@ class Client implements LockClient {
 
     for (;;) {
       if (signal.aborted) fail(signal.reason)
-      attempts++
-      const attemptStart = now()
       let result: AttemptResult
       try {
-        result = await this.#attempt(backend, req, signal)
+        if (handed) {
+          result = handed
+          handed = undefined
+        } else {
+          attempts++
+          attemptStart = now()
+          result = await this.#attempt(backend, req, signal)
+        }
         unavailableSince = undefined
       } catch (error) {
         if (signal.aborted) fail(signal.reason)
@@ -295,7 +307,8 @@ class Client implements LockClient {
       if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
       wait = Math.max(0, Math.min(wait, deadline - now()))
       const timer = linkedAbort(signal)
-      await (hint ? Promise.race([sleep(wait, timer.signal), hint.promise]) : sleep(wait, timer.signal))
+      const slept = sleep(wait, timer.signal).then(() => undefined)
+      handed = await (hint ? Promise.race([slept, hint.promise]) : slept)
       timer.abort()
       timer.dispose()
       if (hint) {

@@ -180,6 +180,36 @@ describe('redis backend: fair mode', () => {
     assert.deepEqual(order, [0, 1, 2, 3, 4, 5, 6, 7])
   })
 
+  it('hands a released lock straight to the next waiter, on the server, with the next fence', async () => {
+    const k = key('handover')
+    const url = `${server.url}?fair=true`
+    const holder = await client(url).acquire(k, { ttl: '30s' })
+    const waiting = client(url).acquire(k, { timeout: '20s' })
+    const deadline = Date.now() + 10_000
+    while ((await admin.llen(`dlock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
+    await holder.release()
+    // The release itself made the waiter the holder, before the waiter did anything.
+    const owner = await admin.get(`dlock:{${k}}`)
+    const lock = await waiting
+    assert.equal(owner, lock.owner)
+    assert.equal(lock.fence, holder.fence + 1n)
+    await lock.release()
+  })
+
+  it('a waiter handed the lock as it gave up passes it on instead of holding it for a ttl', async () => {
+    const k = key('handover-abandon')
+    const backend = redisBackend({ client: admin, fair: true })
+    const signal = new AbortController().signal
+    const a = await backend.tryAcquire({ key: k, owner: 'owner-a', ttlMs: 30_000 }, signal)
+    assert.ok(a.granted)
+    const b = await backend.tryAcquire({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
+    assert.equal(b.granted, false, 'b waits in line')
+    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
+    assert.equal(await admin.get(`dlock:{${k}}`), 'owner-b', 'the release handed the lock to b')
+    await backend.abandon!({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
+    assert.equal(await admin.exists(`dlock:{${k}}`), 0, 'b gave up: the lock must be free at once')
+  })
+
   it('skips a waiter that left the queue or died, after its liveness period at most', async () => {
     const k = key('deadwaiter')
     const url = `${server.url}?fair=true&waiterLiveness=500ms`

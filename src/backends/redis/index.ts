@@ -29,7 +29,16 @@ import type {
 import { parseDuration } from '../../core/durations.js'
 import { BackendUnavailableError, CapabilityError, DriverMissingError, LockError } from '../../core/errors.js'
 import { redact } from '../../core/registry.js'
-import { ACQUIRE, ACQUIRE_FAIR, EXTEND, INSPECT, LEAVE, RELEASE, type Script } from './scripts.js'
+import {
+  ACQUIRE,
+  ACQUIRE_FAIR,
+  EXTEND,
+  INSPECT,
+  LEAVE,
+  RELEASE,
+  RELEASE_FAIR,
+  type Script,
+} from './scripts.js'
 import { Subscriptions } from './subscriptions.js'
 
 /** The client methods we use: any ioredis `Redis` or `Cluster` has them. */
@@ -123,6 +132,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       fence: `${lock}:fence`,
       queue: `${lock}:queue`,
       waiters: `${lock}:waiters`,
+      ttls: `${lock}:ttls`,
       channel: `${lock}:released`,
     }
   }
@@ -169,7 +179,9 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
 
   const release = async (lease: { key: string; owner: string }): Promise<boolean> => {
     const k = keysOf(lease.key)
-    const reply = await run(RELEASE, fair ? [k.lock, k.queue] : [k.lock], [lease.owner, k.channel])
+    const reply = fair
+      ? await run(RELEASE_FAIR, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [lease.owner, k.channel])
+      : await run(RELEASE, [k.lock], [lease.owner, k.channel])
     return reply === 1
   }
 
@@ -196,7 +208,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     async tryAcquire(req, signal) {
       const k = keysOf(req.key)
       const attempt = fair
-        ? run(ACQUIRE_FAIR, [k.lock, k.fence, k.queue, k.waiters], [req.owner, req.ttlMs, waiterLivenessMs])
+        ? run(
+            ACQUIRE_FAIR,
+            [k.lock, k.fence, k.queue, k.waiters, k.ttls],
+            [req.owner, req.ttlMs, waiterLivenessMs],
+          )
         : run(ACQUIRE, [k.lock, k.fence], [req.owner, req.ttlMs])
       let result: AttemptResult
       try {
@@ -233,7 +249,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
 
     async abandon(req, signal) {
       const k = keysOf(req.key)
-      if (fair) await raceSignal(run(LEAVE, [k.lock, k.queue, k.waiters], [req.owner, k.channel]), signal)
+      if (fair)
+        await raceSignal(
+          run(LEAVE, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [req.owner, k.channel]),
+          signal,
+        )
       if (uncertain.delete(req.owner)) await raceSignal(release(req), signal)
     },
 
@@ -258,8 +278,13 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       }
     },
 
-    waitForChange(req, signal) {
-      return subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal)
+    async waitForChange(req, signal) {
+      const message = await subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal)
+      // Fair mode: "<owner>:<fence>" means the release handed the lock to us on the server.
+      if (fair && message?.startsWith(`${req.owner}:`)) {
+        return { granted: true, fence: BigInt(message.slice(req.owner.length + 1)), ttlMs: req.ttlMs }
+      }
+      return undefined
     },
 
     doctor: (signal) => doctor(client, id, minReplicas, signal),

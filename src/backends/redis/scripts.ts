@@ -5,8 +5,9 @@
  *
  * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry.
  *       KEYS[2] `<prefix>{<key>}:fence` is the fence counter: INCR'd once per grant, never expires.
- * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first) and KEYS[4] `…:waiters`
- * (a sorted set: each waiter's liveness deadline, in ms of the server's clock).
+ * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first), KEYS[4] `…:waiters`
+ * (a sorted set: each waiter's liveness deadline, in ms of the server's clock) and KEYS[5] `…:ttls`
+ * (a hash: each waiter's requested ttl, for the hand-over).
  */
 import { createHash } from 'node:crypto'
 
@@ -37,9 +38,10 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /**
  * Fair acquire. ARGV: owner, ttl ms, waiter liveness ms. Waiters are served in arrival order: only the
- * head of the queue may take a free lock. Each attempt refreshes the caller's liveness deadline; a
- * waiter that crashed or gave up silently stops refreshing and is dropped when it reaches the head,
- * so nobody waits behind it for longer than the liveness period. The server's clock (TIME) judges it.
+ * head of the queue may take a free lock. Each attempt refreshes the caller's liveness deadline and
+ * records its ttl (KEYS[5], a hash), so a release can hand the lock straight to it (RELEASE_FAIR). A waiter
+ * that crashed or gave up silently stops refreshing and is dropped when it reaches the head, so nobody
+ * waits behind it for longer than the liveness period. The server's clock (TIME) judges it.
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
 export const ACQUIRE_FAIR = script(`
@@ -52,6 +54,7 @@ while true do
   if alive and alive > now then break end
   redis.call('LPOP', KEYS[3])
   redis.call('ZREM', KEYS[4], head)
+  redis.call('HDEL', KEYS[5], head)
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -63,6 +66,7 @@ if not holder and (not head or head == ARGV[1]) then
   if head then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
+    redis.call('HDEL', KEYS[5], ARGV[1])
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('INCR', KEYS[2])}
@@ -71,21 +75,51 @@ if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 if holder then return {0, redis.call('PTTL', KEYS[1])} end
 return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
 `)
 
 /**
+ * The fair hand-over, shared by RELEASE_FAIR and LEAVE (KEYS as in ACQUIRE_FAIR; ARGV[2] the channel),
+ * run once the lock is free: the first live waiter becomes the holder right here, with its own ttl and a
+ * fresh fence, and the message "<owner>:<fence>" tells it so. That saves the waiter a wake-up and a round
+ * trip, and nobody can barge in between. Dead waiters met on the way are dropped.
+ */
+const HAND_OVER = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+while true do
+  local head = redis.call('LPOP', KEYS[3])
+  if not head then break end
+  local alive = tonumber(redis.call('ZSCORE', KEYS[4], head))
+  local ttl = redis.call('HGET', KEYS[5], head)
+  redis.call('ZREM', KEYS[4], head)
+  redis.call('HDEL', KEYS[5], head)
+  if alive and alive > now and ttl then
+    redis.call('SET', KEYS[1], head, 'PX', ttl)
+    redis.call('PUBLISH', ARGV[2], head .. ':' .. redis.call('INCR', KEYS[2]))
+    return 1
+  end
+end
+redis.call('PUBLISH', ARGV[2], '')
+return 1
+`
+
+/** Fair release. ARGV: owner, channel. Owner-checked; then hands over (see HAND_OVER). Returns 1 or 0. */
+export const RELEASE_FAIR = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+${HAND_OVER}`)
+
+/**
  * Release. ARGV: owner, channel. Deletes the key only if we still own it (never a blind DEL), then
- * publishes on the key's channel so blocked waiters re-attempt at once. The message names the next
- * waiter in fair mode (KEYS[2] is then the queue), so only it wakes; it is empty otherwise.
+ * publishes on the key's channel so blocked waiters re-attempt at once.
  */
 export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-local nextOwner = ''
-if KEYS[2] then nextOwner = redis.call('LINDEX', KEYS[2], 0) or '' end
-redis.call('PUBLISH', ARGV[2], nextOwner)
+redis.call('PUBLISH', ARGV[2], '')
 return 1
 `)
 
@@ -97,16 +131,19 @@ return 1
 `)
 
 /**
- * Leave the fair queue (an acquire gave up). ARGV: owner, channel. If we were at the head and the lock
- * is free, wake the next waiter, who would otherwise wait for our liveness deadline.
+ * Leave the fair queue (an acquire gave up). ARGV: owner, channel. If a release handed us the lock just
+ * as we gave up, pass it on at once rather than hold it for a whole ttl; if we were at the head of the
+ * queue of a free lock, hand it over to the next waiter.
  */
 export const LEAVE = script(`
-local wasHead = redis.call('LINDEX', KEYS[2], 0) == ARGV[1]
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if wasHead and redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], redis.call('LINDEX', KEYS[2], 0) or '')
-end
+local holds = redis.call('GET', KEYS[1]) == ARGV[1]
+local wasHead = redis.call('LINDEX', KEYS[3], 0) == ARGV[1]
+redis.call('LREM', KEYS[3], 0, ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+if holds then redis.call('DEL', KEYS[1]) end
+if holds or (wasHead and redis.call('EXISTS', KEYS[1]) == 0) then
+${HAND_OVER}end
 return 1
 `)
 

@@ -3,9 +3,10 @@ import type { Cluster, Redis } from 'ioredis'
 type Client = Redis | Cluster
 
 interface Waiter {
-  /** In fair mode, only a release naming this owner (or naming nobody) wakes it. */
+  /** In fair mode, only a message naming this owner (or naming nobody) wakes it. */
   readonly owner: string | undefined
-  wake(): void
+  /** Wakes the waiter with the message that concerned it, or with nothing (abort, subscription ready). */
+  wake(message?: string): void
 }
 
 /** How long a channel stays subscribed after its last waiter left: contended keys come back at once. */
@@ -47,13 +48,17 @@ export class Subscriptions {
     const set = this.#waiters.get(channel)
     if (!set) return
     for (const waiter of [...set]) {
-      if (waiter.owner === undefined || message === '' || message === waiter.owner) waiter.wake()
+      const { owner } = waiter
+      if (owner === undefined || message === '' || message === owner || message.startsWith(`${owner}:`)) {
+        waiter.wake(message)
+      }
     }
   }
 
-  wait(channel: string, owner: string | undefined, signal: AbortSignal): Promise<void> {
-    if (this.#closed || signal.aborted) return Promise.resolve()
-    return new Promise<void>((resolve) => {
+  /** Resolves with the message that woke the waiter, if a message did. */
+  wait(channel: string, owner: string | undefined, signal: AbortSignal): Promise<string | undefined> {
+    if (this.#closed || signal.aborted) return Promise.resolve(undefined)
+    return new Promise<string | undefined>((resolve) => {
       let set = this.#waiters.get(channel)
       if (!set) {
         set = new Set()
@@ -61,18 +66,23 @@ export class Subscriptions {
       }
       const waiter: Waiter = {
         owner,
-        wake: () => {
-          signal.removeEventListener('abort', waiter.wake)
+        wake: (message) => {
+          signal.removeEventListener('abort', onAbort)
           this.#leave(channel, waiter)
-          resolve()
+          resolve(message)
         },
       }
+      const onAbort = () => waiter.wake()
       set.add(waiter)
-      signal.addEventListener('abort', waiter.wake, { once: true })
+      signal.addEventListener('abort', onAbort, { once: true })
       clearTimeout(this.#lingering.get(channel))
       this.#lingering.delete(channel)
       const subscription = this.#subscribe(channel)
-      if (!subscription.ready) subscription.promise.then(waiter.wake, waiter.wake)
+      if (!subscription.ready)
+        subscription.promise.then(
+          () => waiter.wake(),
+          () => waiter.wake(),
+        )
     })
   }
 
