@@ -378,7 +378,8 @@ class Client implements LockClient {
         onSettled: (l) => this.#held.delete(l),
       },
       lease,
-      { ttlMs: grant.ttlMs, validUntil: until },
+      // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
+      { ttlMs: Math.max(grant.ttlMs, opts.ttlMs), validUntil: until },
       opts.renew,
     )
     this.#held.add(lock)

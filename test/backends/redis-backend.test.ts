@@ -196,6 +196,37 @@ describe('redis backend: fair mode', () => {
     await lock.release()
   })
 
+  it('a hand-over starts with a lease no longer than the waiter liveness, then renews to the full ttl', async () => {
+    const k = key('handover-lease')
+    const url = `${server.url}?fair=true&waiterLiveness=1s`
+    const holder = await client(url).acquire(k, { ttl: '30s' })
+    const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
+    const deadline = Date.now() + 10_000
+    while ((await admin.llen(`dlock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
+    await holder.release()
+    const first = await admin.pttl(`dlock:{${k}}`)
+    assert.ok(first > 0 && first <= 1000, `first lease ${first} ms should be at most the 1 s liveness`)
+    const lock = await waiting
+    await sleep(1500)
+    assert.equal(lock.signal.aborted, false, 'the first renewal must come before the short lease ends')
+    assert.ok((await admin.pttl(`dlock:{${k}}`)) > 1000, 'renewed to the requested 30 s ttl')
+    await lock.release()
+  })
+
+  it('a waiter that died after queueing blocks the lock no longer than its liveness', async () => {
+    const k = key('handover-ghost')
+    const backend = redisBackend({ client: admin, fair: true, waiterLivenessMs: 800 })
+    const signal = new AbortController().signal
+    const a = await backend.tryAcquire({ key: k, owner: 'owner-a', ttlMs: 30_000 }, signal)
+    assert.ok(a.granted)
+    // The ghost queues (alive for 800 ms) asking for a 30 s lease, then never comes back.
+    await backend.tryAcquire({ key: k, owner: 'ghost', ttlMs: 30_000 }, signal)
+    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
+    assert.equal(await admin.get(`dlock:{${k}}`), 'ghost')
+    const pttl = await admin.pttl(`dlock:{${k}}`)
+    assert.ok(pttl > 0 && pttl <= 800, `the ghost's lease is ${pttl} ms, not its 30 s ttl`)
+  })
+
   it('a waiter handed the lock as it gave up passes it on instead of holding it for a ttl', async () => {
     const k = key('handover-abandon')
     const backend = redisBackend({ client: admin, fair: true })

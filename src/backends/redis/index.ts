@@ -180,7 +180,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
   const release = async (lease: { key: string; owner: string }): Promise<boolean> => {
     const k = keysOf(lease.key)
     const reply = fair
-      ? await run(RELEASE_FAIR, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [lease.owner, k.channel])
+      ? await run(
+          RELEASE_FAIR,
+          [k.lock, k.fence, k.queue, k.waiters, k.ttls],
+          [lease.owner, k.channel, waiterLivenessMs],
+        )
       : await run(RELEASE, [k.lock], [lease.owner, k.channel])
     return reply === 1
   }
@@ -251,7 +255,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       const k = keysOf(req.key)
       if (fair)
         await raceSignal(
-          run(LEAVE, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [req.owner, k.channel]),
+          run(LEAVE, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [req.owner, k.channel, waiterLivenessMs]),
           signal,
         )
       if (uncertain.delete(req.owner)) await raceSignal(release(req), signal)
@@ -280,9 +284,10 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
 
     async waitForChange(req, signal) {
       const message = await subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal)
-      // Fair mode: "<owner>:<fence>" means the release handed the lock to us on the server.
+      // Fair mode: "<owner>:<fence>:<lease ms>" means the release handed the lock to us on the server.
       if (fair && message?.startsWith(`${req.owner}:`)) {
-        return { granted: true, fence: BigInt(message.slice(req.owner.length + 1)), ttlMs: req.ttlMs }
+        const [fence, lease] = message.slice(req.owner.length + 1).split(':')
+        return { granted: true, fence: BigInt(fence!), ttlMs: Number(lease) }
       }
       return undefined
     },

@@ -81,10 +81,13 @@ return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
 `)
 
 /**
- * The fair hand-over, shared by RELEASE_FAIR and LEAVE (KEYS as in ACQUIRE_FAIR; ARGV[2] the channel),
- * run once the lock is free: the first live waiter becomes the holder right here, with its own ttl and a
- * fresh fence, and the message "<owner>:<fence>" tells it so. That saves the waiter a wake-up and a round
- * trip, and nobody can barge in between. Dead waiters met on the way are dropped.
+ * The fair hand-over, shared by RELEASE_FAIR and LEAVE (KEYS as in ACQUIRE_FAIR; ARGV[2] the channel,
+ * ARGV[3] the waiter liveness ms), run once the lock is free: the first live waiter becomes the holder
+ * right here with a fresh fence, and the message "<owner>:<fence>:<lease ms>" tells it so. That saves the
+ * waiter a wake-up and a round trip, and nobody can barge in between. Dead waiters met on the way are
+ * dropped. The first lease is no longer than the liveness period: a waiter that died a moment ago then
+ * blocks the lock no longer than it would have in the queue, and a live one's first renewal (due within
+ * half of it) extends it to its own ttl.
  */
 const HAND_OVER = `
 local t = redis.call('TIME')
@@ -97,8 +100,9 @@ while true do
   redis.call('ZREM', KEYS[4], head)
   redis.call('HDEL', KEYS[5], head)
   if alive and alive > now and ttl then
-    redis.call('SET', KEYS[1], head, 'PX', ttl)
-    redis.call('PUBLISH', ARGV[2], head .. ':' .. redis.call('INCR', KEYS[2]))
+    local lease = math.min(tonumber(ttl), tonumber(ARGV[3]))
+    redis.call('SET', KEYS[1], head, 'PX', lease)
+    redis.call('PUBLISH', ARGV[2], head .. ':' .. redis.call('INCR', KEYS[2]) .. ':' .. lease)
     return 1
   end
 end
@@ -106,7 +110,7 @@ redis.call('PUBLISH', ARGV[2], '')
 return 1
 `
 
-/** Fair release. ARGV: owner, channel. Owner-checked; then hands over (see HAND_OVER). Returns 1 or 0. */
+/** Fair release. ARGV: owner, channel, liveness ms. Owner-checked; then hands over (see HAND_OVER). 1 or 0. */
 export const RELEASE_FAIR = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -131,7 +135,7 @@ return 1
 `)
 
 /**
- * Leave the fair queue (an acquire gave up). ARGV: owner, channel. If a release handed us the lock just
+ * Leave the fair queue (an acquire gave up). ARGV: owner, channel, liveness ms. If a release handed us the lock just
  * as we gave up, pass it on at once rather than hold it for a whole ttl; if we were at the head of the
  * queue of a free lock, hand it over to the next waiter.
  */
