@@ -117,17 +117,18 @@ describe('dlock run', () => {
     assert.ok(BigInt(r.stdout.trim()) > BigInt(acquired.fence as string))
   })
 
-  it('stops the command with SIGTERM and exits 76 when the lock is lost', async () => {
-    const k = key('lost')
+  /** Runs a looping shell command under the lock, breaks the lease once it has started, returns the result. */
+  async function runThenBreak(k: string, options: string[], script: string): Promise<Result> {
     const running = dlock([
       'run',
       k,
       '--ttl',
       '600ms',
+      ...options,
       '--',
       'sh',
       '-c',
-      'trap "echo got-term; exit 0" TERM; echo started; while true; do sleep 0.05; done',
+      `${script}; echo started; while true; do sleep 0.05; done`,
     ])
     await new Promise<void>((resolve) => {
       running.child.stdout!.on('data', (c: Buffer) => {
@@ -135,34 +136,20 @@ describe('dlock run', () => {
       })
     })
     await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
-    const r = await running
+    return running
+  }
+
+  it('stops the command with SIGTERM and exits 76 when the lock is lost', async () => {
+    const r = await runThenBreak(key('lost'), [], 'trap "echo got-term; exit 0" TERM')
     assert.equal(r.code, 76)
     assert.match(r.stdout, /got-term/)
     assert.match(r.stderr, /lost/)
   })
 
   it('kills with SIGKILL a command that ignores SIGTERM, after --kill-after', async () => {
-    const k = key('kill')
-    const running = dlock([
-      'run',
-      k,
-      '--ttl',
-      '600ms',
-      '--kill-after',
-      '300ms',
-      '--',
-      'sh',
-      '-c',
-      'trap "" TERM; echo started; while true; do sleep 0.05; done',
-    ])
-    await new Promise<void>((resolve) => {
-      running.child.stdout!.on('data', (c: Buffer) => {
-        if (c.toString().includes('started')) resolve()
-      })
-    })
-    await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
-    const r = await running
+    const r = await runThenBreak(key('kill'), ['--kill-after', '300ms'], 'trap "" TERM')
     assert.equal(r.code, 76)
+    assert.equal(r.signal, null)
   })
 })
 
