@@ -155,6 +155,35 @@ describe('redis backend: lost replies', () => {
   })
 })
 
+describe('redis backend: waking', () => {
+  it('a release wakes one waiter of a client, not all of them', async () => {
+    const k = key('herd')
+    const holder = await client(server.url).acquire(k, { ttl: '30s' })
+    const locks = client(server.url, { ttl: '30s' })
+    const order: number[] = []
+    const waiters = Array.from({ length: 10 }, (_, i) =>
+      locks.acquire(k, { timeout: '30s' }).then(async (lock) => {
+        order.push(i)
+        await lock.release()
+      }),
+    )
+    // Let the waiters settle into waiting on the release message (their fallback polls slow down).
+    await sleep(1500)
+    const scripts = async () => {
+      const info = await admin.info('commandstats')
+      return Number(/cmdstat_evalsha:calls=(\d+)/.exec(info)?.[1] ?? 0)
+    }
+    const before = await scripts()
+    await holder.release()
+    await Promise.race([waiters[0], ...waiters])
+    const attempts = (await scripts()) - before - 1 // minus the holder's release
+    // A herd would be 10 attempts at once; one woken waiter plus a stray fallback poll or two is expected.
+    assert.ok(attempts <= 5, `${attempts} acquire attempts followed one release`)
+    await Promise.all(waiters)
+    assert.equal(order.length, 10)
+  })
+})
+
 describe('redis backend: fair mode', () => {
   it('serves 8 waiters in arrival order', async () => {
     const k = key('fifo')

@@ -49,9 +49,14 @@ export class Subscriptions {
     if (!set) return
     for (const waiter of [...set]) {
       const { owner } = waiter
-      if (owner === undefined || message === '' || message === owner || message.startsWith(`${owner}:`)) {
+      if (owner === undefined) {
+        // One release frees the lock for one holder: wake this process's oldest waiter only, not a herd
+        // that would all re-attempt and all but one fail. The others wait for the next release (or their
+        // holder-expiry and fallback timers), and being woken oldest-first keeps this process roughly fair.
         waiter.wake(message)
+        return
       }
+      if (message === '' || message === owner || message.startsWith(`${owner}:`)) waiter.wake(message)
     }
   }
 
