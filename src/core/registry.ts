@@ -13,6 +13,37 @@ const SCHEMES: Record<string, () => Promise<BackendModule>> = {
   'file:': () => import('../backends/file/index.js'),
   'redis:': () => import('../backends/redis/index.js'),
   'rediss:': () => import('../backends/redis/index.js'),
+  'redlock:': () => import('../backends/redlock/index.js'),
+}
+
+/**
+ * Schemes whose authority lists several servers (`redlock://h1:p1,h2:p2`). The WHATWG URL parser rejects
+ * a comma-separated host list, so the URL keeps the first host and the whole list is kept beside it.
+ */
+const MULTI_HOST = new Set(['redlock:'])
+const hostLists = new WeakMap<URL, readonly string[]>()
+
+/** The `host:port` entries of a URL's authority: several for multi-host schemes, else its one host. */
+export function hostsOf(url: URL): readonly string[] {
+  return hostLists.get(url) ?? [url.host]
+}
+
+function parseMultiHost(input: string): URL | undefined {
+  const match = /^([a-z][a-z0-9+.-]*:)\/\/([^/?#]*)(.*)$/i.exec(input)
+  if (!match || !MULTI_HOST.has(match[1]!.toLowerCase())) return undefined
+  const [, scheme, authority, rest] = match as unknown as [string, string, string, string]
+  const at = authority.lastIndexOf('@')
+  const userinfo = at >= 0 ? authority.slice(0, at + 1) : ''
+  const hosts = authority
+    .slice(at + 1)
+    .split(',')
+    .map((h) => h.trim())
+  if (hosts.some((h) => h === '')) return undefined
+  const url = new URL(`${scheme}//${userinfo}${hosts[0]}${rest}`)
+  // Each entry must parse as a host[:port] on its own.
+  for (const h of hosts) new URL(`${scheme}//${h}`)
+  hostLists.set(url, hosts)
+  return url
 }
 
 /** The schemes this build understands, for messages. */
@@ -25,7 +56,7 @@ export const supportedSchemes = (): string[] => Object.keys(SCHEMES)
 export function parseBackendUrl(input: string | URL): URL {
   let url: URL
   try {
-    url = input instanceof URL ? input : new URL(input)
+    url = input instanceof URL ? input : (parseMultiHost(String(input)) ?? new URL(input))
   } catch {
     // Never echo a password, even from a URL too broken to parse (the parser's own error quotes it whole).
     const shown = String(input).replace(/\/\/([^/@:]*):[^@/]*@/, '//$1:***@')
@@ -50,8 +81,13 @@ export async function loadBackend(url: URL): Promise<LockBackend> {
 
 /** The URL without its password, for messages and backend ids. */
 export function redact(url: URL): string {
-  if (!url.password) return url.href
-  const copy = new URL(url.href)
-  copy.password = '***'
-  return copy.href
+  let href = url.href
+  if (url.password) {
+    const copy = new URL(url.href)
+    copy.password = '***'
+    href = copy.href
+  }
+  const hosts = hostLists.get(url)
+  // Show every server of a multi-host URL, not just the first one the URL object kept.
+  return hosts ? href.replace(/^([^:]+:\/\/(?:[^@/?#]*@)?)[^/?#]*/, `$1${hosts.join(',')}`) : href
 }

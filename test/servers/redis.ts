@@ -171,3 +171,22 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
 }
 
 export const redisDataDir = (server: RedisServer, file: string) => join(server.dir, file)
+
+/** Independent Redis masters for Redlock, started side by side. */
+export interface RedisNodes {
+  readonly servers: RedisServer[]
+  /** `redlock://127.0.0.1:p1,127.0.0.1:p2,…` plus `query` (e.g. `?restartDelay=0`). */
+  url(query?: string): string
+  destroy(): Promise<void>
+}
+
+export async function startRedisNodes(count: number): Promise<RedisNodes> {
+  const servers = await Promise.all(Array.from({ length: count }, () => startRedis()))
+  return {
+    servers,
+    url: (query = '') => `redlock://${servers.map((s) => `127.0.0.1:${s.port}`).join(',')}${query}`,
+    destroy: async () => {
+      await Promise.all(servers.map((s) => s.destroy()))
+    },
+  }
+}

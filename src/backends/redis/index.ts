@@ -35,6 +35,7 @@ import {
   EXTEND,
   INSPECT,
   LEAVE,
+  RAISE_FENCE,
   RELEASE,
   RELEASE_FAIR,
   type Script,
@@ -81,6 +82,11 @@ interface Internal {
 export interface RedisBackend extends LockBackend {
   /** The lock and fence key names of `key`, for operators. */
   keysOf(key: string): { lock: string; fence: string }
+  /**
+   * Raises `key`'s fence counter to at least `atLeast` and returns its value afterwards: the single-node
+   * step of Redlock's fencing, which writes a minted token back to a majority.
+   */
+  raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<bigint>
 }
 
 const isReplyError = (error: unknown): error is Error => error instanceof Error && error.name === 'ReplyError'
@@ -232,6 +238,16 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       uncertain.delete(req.owner)
       if (result.granted && minReplicas > 0) return awaitReplicas(req, result)
       return result
+    },
+
+    async raiseFence(key, atLeast, signal) {
+      try {
+        return BigInt(
+          (await raceSignal(run(RAISE_FENCE, [keysOf(key).fence], [String(atLeast)]), signal)) as number,
+        )
+      } catch (error) {
+        throw explain(key, 'record the fence of', error)
+      }
     },
 
     async extend(lease, ttlMs, signal) {
@@ -486,7 +502,8 @@ async function doctor(
   return findings
 }
 
-function parseInfo(text: string): Record<string, string> {
+/** The fields of an INFO reply. */
+export function parseInfo(text: string): Record<string, string> {
   const out: Record<string, string> = {}
   for (const line of text.split('\r\n')) {
     const i = line.indexOf(':')

@@ -152,6 +152,21 @@ return 1
 `)
 
 /** Inspect: holder (or false), remaining ms, fence counter, in one consistent read. */
+/**
+ * Raise the fence counter to at least ARGV[1] (never lower it). Redlock writes the token it minted back to
+ * the nodes of its majority whose counter was behind, so that any later majority, which shares a node with
+ * this one, mints a larger token. Returns the counter afterwards.
+ */
+export const RAISE_FENCE = script(`
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local wanted = tonumber(ARGV[1])
+if current < wanted then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return wanted
+end
+return current
+`)
+
 export const INSPECT = script(`
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 `)

@@ -35,7 +35,14 @@ export class Subscriptions {
 
   #connection(): Client {
     if (!this.#subscriber) {
-      const subscriber = this.#client.duplicate() as Client
+      // SUBSCRIBE may wait for the connection (a client made with enableOfflineQueue: false, as Redlock's
+      // are, would fail it at once while connecting, and every wait would wake straight away).
+      const client = this.#client
+      const subscriber = (
+        (client as { isCluster?: boolean }).isCluster
+          ? client.duplicate()
+          : (client as Redis).duplicate({ enableOfflineQueue: true })
+      ) as Client
       subscriber.on('error', () => {})
       subscriber.on('message', (channel: string, message: string) => this.#deliver(channel, message))
       this.#owned.push(subscriber)

@@ -1,0 +1,455 @@
+/**
+ * Redlock: one lock over N independent Redis masters, as the Redlock specification describes it, built as
+ * a quorum over the single-node Redis backend (its scripts run unchanged on each node).
+ *
+ * - Every operation goes to all nodes at once; each node has `nodeTimeout` to answer, and a verdict is
+ *   reached as soon as a majority (N/2+1) has answered one way: a slow node never stalls the others.
+ * - Validity: the core times every attempt from before the first request on its monotonic clock, and keeps
+ *   TTL - elapsed - (TTL x drift + 2 ms); a grant whose validity is gone is released.
+ * - A failed attempt is released on every node, answered or not (a late grant is removed too: each node's
+ *   release travels on the same connection after its acquire). The core retries after a jittered delay.
+ * - Fencing, which no other Redlock library has: each node's acquire script increments that node's fence
+ *   counter and returns it; the grant's token is the maximum M over the granting majority, written back
+ *   (`counter = max(counter, M)`) to the majority's nodes that were behind, before the grant counts. Any
+ *   later majority shares a node with this one, so it mints a larger M. When every node of the majority
+ *   already returned M (the nodes are in step, the usual case) nothing is written back and a grant costs
+ *   one round trip. The node index sits in the low 8 bits, so grants from different nodes never share a
+ *   token.
+ * - Delayed restart: see node.ts.
+ */
+import type { Redis, RedisOptions } from 'ioredis'
+import { linkedAbort } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  DoctorFinding,
+  ExtendResult,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
+import { parseDuration } from '../../core/durations.js'
+import { DriverMissingError, type NodeFailure, QuorumError } from '../../core/errors.js'
+import { hostsOf, redact } from '../../core/registry.js'
+import { redisBackend } from '../redis/index.js'
+import { RedlockNode } from './node.js'
+import { majorityVerdict, round, tally, type Votes } from './quorum.js'
+
+export interface RedlockBackendOptions {
+  /**
+   * One ioredis client per independent Redis master (use an odd number: 3, 5, 7). Create them with
+   * `autoResendUnfulfilledCommands: false` (a command resent after a reconnect could run on a restarted
+   * server before dlock has checked it) and preferably `enableOfflineQueue: false` (a down node fails at
+   * once instead of queueing).
+   */
+  readonly clients: readonly Redis[]
+  /** Prefix of every key dlock writes on the nodes. @default 'dlock:' */
+  readonly prefix?: string
+  /**
+   * How long one node may take to answer before it counts as failed in that round.
+   * @default ttl / 100, between 20 ms and 200 ms
+   */
+  readonly nodeTimeoutMs?: number
+  /**
+   * A node whose server has been up for less than this does not count toward a quorum (the Redlock
+   * spec's delayed restart; set it to the largest ttl any client uses on these nodes). 0 turns it off,
+   * which is safe only if every node persists each write (`appendonly yes`, `appendfsync always`).
+   * @default the largest ttl this backend has been asked for
+   */
+  readonly restartDelayMs?: number
+  /** Names the store in errors. */
+  readonly id?: string
+}
+
+/** Bits of a Redlock fence that hold the index of the node that minted it. */
+const NODE_BITS = 8n
+const MAX_NODES = 1 << Number(NODE_BITS)
+
+/**
+ * Creates a Redlock backend over your ioredis clients (the backend never closes them).
+ * @example
+ * const nodes = [6379, 6380, 6381].map((port) => new Redis({ port, autoResendUnfulfilledCommands: false }))
+ * const locks = createLockClient(redlockBackend({ clients: nodes }), { ttl: '10s' })
+ */
+export function redlockBackend(options: RedlockBackendOptions): LockBackend {
+  for (const c of options.clients ?? []) {
+    if (c?.options?.autoResendUnfulfilledCommands !== false) {
+      throw new TypeError(
+        'Expected every Redlock client to be created with `autoResendUnfulfilledCommands: false`: ioredis would ' +
+          'otherwise resend a lock command after a reconnect, possibly to a restarted server that must not ' +
+          'count toward a quorum yet',
+      )
+    }
+  }
+  return createRedlockBackend(options, [])
+}
+
+function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): LockBackend {
+  const clients = options.clients ?? []
+  if (clients.length === 0 || clients.length > MAX_NODES) {
+    throw new TypeError(`Expected 1 to ${MAX_NODES} Redis clients in \`clients\`, got ${clients.length}`)
+  }
+  const n = clients.length
+  const q = Math.floor(n / 2) + 1
+  const nodes = clients.map((client, i) => {
+    const backend = redisBackend({
+      client,
+      ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
+    })
+    return new RedlockNode(i, backend.id, client, backend)
+  })
+  const id = options.id ?? `redlock://${nodes.map((node) => node.id.replace(/^rediss?:\/\//, '')).join(',')}`
+  let largestTtl = 0
+  const restartDelay = () => options.restartDelayMs ?? largestTtl
+  const nodeTimeout = (ttlMs: number) =>
+    options.nodeTimeoutMs ?? Math.min(200, Math.max(20, Math.round(ttlMs / 100)))
+  /** The timeout of rounds that are not tied to one lease (release, inspect). */
+  const defaultTimeout = () => nodeTimeout(largestTtl || 10_000)
+
+  /** Every node's failure in a round (a node that had not answered counts as "no reply yet"). */
+  const failures = <T>(votes: Votes<T>): NodeFailure[] =>
+    votes.flatMap((v, i) =>
+      v === undefined
+        ? [{ node: nodes[i]!.id, error: new Error('no reply before the verdict') }]
+        : v.ok
+          ? []
+          : [{ node: nodes[i]!.id, error: v.error }],
+    )
+  const unreachable = <T>(key: string, what: string, votes: Votes<T>): QuorumError => {
+    const list = failures(votes)
+    return new QuorumError(
+      `Could not ${what} lock "${key}": ${list.length} of the ${n} Redlock nodes failed and a majority (${q}) ` +
+        `is needed — ${list.map((f) => `${f.node}: ${(f.error as Error)?.message ?? f.error}`).join('; ')}. ` +
+        'Check that these Redis servers are up and reachable',
+      list,
+      { key, backend: id },
+    )
+  }
+
+  /** Releases `owner`'s hold on every node (owner-checked), without waiting: after a failed attempt. */
+  const releaseEverywhere = (lease: { key: string; owner: string }) => {
+    const link = linkedAbort()
+    const timer = setTimeout(() => link.abort(new Error('release timed out')), defaultTimeout() * 5)
+    timer.unref()
+    const held: HeldLease = { key: lease.key, owner: lease.owner, fence: 0n, cookie: undefined }
+    return Promise.allSettled(nodes.map((node) => node.backend.release(held, link.signal))).finally(() =>
+      clearTimeout(timer),
+    )
+  }
+
+  /** Raises the fence counter to `m` on nodes `behind` until `needed` of them have it; false if they cannot. */
+  const writeBack = async (
+    key: string,
+    m: bigint,
+    behind: number[],
+    needed: number,
+    timeoutMs: number,
+    signal: AbortSignal,
+  ) => {
+    const { verdict } = await round(
+      behind.length,
+      timeoutMs,
+      signal,
+      (i, s) => nodes[behind[i]!]!.backend.raiseFence(key, m, s),
+      (votes) => {
+        const t = tally(votes, () => true)
+        if (t.yes >= needed) return true
+        if (t.yes + t.pending < needed) return false
+        return undefined
+      },
+    )
+    return verdict
+  }
+
+  return {
+    id,
+    capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
+
+    async tryAcquire(req, signal): Promise<AttemptResult> {
+      if (req.ttlMs > largestTtl) largestTtl = req.ttlMs
+      const timeoutMs = nodeTimeout(req.ttlMs)
+      const delay = restartDelay()
+      const { verdict, votes } = await round(
+        n,
+        timeoutMs,
+        signal,
+        async (i, s) => {
+          const node = nodes[i]!
+          await node.ready(delay, s)
+          return node.backend.tryAcquire(req, s)
+        },
+        (v) =>
+          majorityVerdict(
+            tally(v, (r) => r.granted),
+            n,
+            q,
+          ),
+      )
+      if (verdict === 'yes') {
+        // The token: the largest counter of the granting majority (see the top of this file).
+        let m = -1n
+        for (const v of votes) if (v?.ok && v.value.granted && v.value.fence > m) m = v.value.fence
+        const atM: number[] = []
+        const behind: number[] = []
+        votes.forEach((v, i) => {
+          if (v?.ok && v.value.granted) (v.value.fence === m ? atM : behind).push(i)
+        })
+        const needed = q - atM.length
+        if (
+          needed <= 0 ||
+          (await writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
+        ) {
+          return { granted: true, fence: (m << NODE_BITS) | BigInt(atM[0]!), ttlMs: req.ttlMs }
+        }
+        void releaseEverywhere(req)
+        throw new QuorumError(
+          `Could not record the fence of lock "${req.key}" on a majority of the Redlock nodes (${id}); released it. ` +
+            'Check that these Redis servers are up and reachable',
+          [],
+          { key: req.key, backend: id },
+        )
+      }
+      // Not granted: take back whatever this attempt got, on every node (late grants included).
+      void releaseEverywhere(req)
+      if (verdict === 'unreachable') throw unreachable(req.key, 'acquire', votes)
+      if (verdict === 'no') {
+        // Held on a majority: it frees up when all but q-1 of those holds have expired.
+        const pttls: number[] = []
+        for (const v of votes) {
+          if (v?.ok && !v.value.granted && v.value.retryInMs !== undefined) pttls.push(v.value.retryInMs)
+        }
+        pttls.sort((a, b) => a - b)
+        const at = pttls[pttls.length - q]
+        return at === undefined ? { granted: false } : { granted: false, retryInMs: at }
+      }
+      // Split votes (two contenders mid-way, or a node down among them): retry soon, after the core's jitter.
+      return { granted: false }
+    },
+
+    async extend(lease, ttlMs, signal): Promise<ExtendResult> {
+      if (ttlMs > largestTtl) largestTtl = ttlMs
+      const delay = restartDelay()
+      const { verdict, votes } = await round(
+        n,
+        nodeTimeout(ttlMs),
+        signal,
+        async (i, s) => {
+          const node = nodes[i]!
+          await node.ready(delay, s)
+          return node.backend.extend(lease, ttlMs, s)
+        },
+        (v) =>
+          majorityVerdict(
+            tally(v, (r) => r.renewed),
+            n,
+            q,
+          ),
+      )
+      if (verdict === 'yes') return { renewed: true }
+      const t = tally(votes, (r) => r.renewed)
+      // Lost once so many nodes say "not ours" that no majority can hold it; anything else is unknown.
+      if (t.no > n - q) return { renewed: false }
+      throw unreachable(lease.key, 'extend', votes)
+    },
+
+    async release(lease, signal) {
+      const { votes } = await round(
+        n,
+        defaultTimeout(),
+        signal,
+        async (i, s) => {
+          // Waits for the connection (and checks a reconnected server) but never keeps a release from a node.
+          await nodes[i]!.ready(0, s)
+          return nodes[i]!.backend.release(lease, s)
+        },
+        // Every node gets the release; wait for all of them (or their timeout) so none is left holding.
+        (v) => (v.includes(undefined) ? undefined : true),
+      )
+      const t = tally(votes, (released) => released)
+      if (t.yes >= q) return true
+      if (t.no > n - q) return false
+      throw unreachable(lease.key, 'release', votes)
+    },
+
+    async abandon(req, signal) {
+      await Promise.allSettled(nodes.map((node) => node.backend.abandon?.(req, signal)))
+      await releaseEverywhere(req)
+    },
+
+    async inspect(key, signal): Promise<LockInfo | null> {
+      const { votes } = await round(
+        n,
+        defaultTimeout(),
+        signal,
+        async (i, s) => {
+          await nodes[i]!.ready(0, s)
+          return nodes[i]!.backend.inspect(key, s)
+        },
+        (v) => (v.includes(undefined) ? undefined : true),
+      )
+      const t = tally(votes, () => true)
+      if (t.failed > n - q) throw unreachable(key, 'inspect', votes)
+      const infos = votes.map((v) => (v?.ok ? v.value : undefined))
+      const byOwner = new Map<string, number[]>()
+      infos.forEach((info, i) => {
+        if (info?.held && info.owner !== undefined)
+          byOwner.set(info.owner, [...(byOwner.get(info.owner) ?? []), i])
+      })
+      const fenceOf = (among: number[]) => {
+        let m = -1n
+        let at = -1
+        for (const i of among) {
+          const f = infos[i]?.fence
+          if (f !== undefined && f > m) {
+            m = f
+            at = i
+          }
+        }
+        return at < 0 ? undefined : (m << NODE_BITS) | BigInt(at)
+      }
+      for (const [owner, held] of byOwner) {
+        if (held.length < q) continue
+        // Valid while a majority holds it: until the q-th longest remaining lease ends.
+        const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
+        const fence = fenceOf(held)
+        return {
+          held: true,
+          owner,
+          ...(fence === undefined ? {} : { fence }),
+          expiresInMs: remaining[q - 1]!,
+          ...(held.length < n ? { note: `held on ${held.length} of ${n} nodes` } : {}),
+        }
+      }
+      const fence = fenceOf(infos.flatMap((info, i) => (info ? [i] : [])))
+      const partial = [...byOwner].map(([owner, held]) => `${owner} on ${held.length}`).join(', ')
+      if (fence === undefined && !partial) return null
+      return {
+        held: false,
+        ...(fence === undefined ? {} : { fence }),
+        ...(partial ? { note: `held without a majority (${partial} of ${n} nodes)` } : {}),
+      }
+    },
+
+    waitForChange(req, signal) {
+      // A release publishes on every node; the first message wakes the waiter. A node whose connection is
+      // down wakes its waiter at once (its SUBSCRIBE failed): that is no news, and would make waiting spin.
+      const link = linkedAbort(signal)
+      return new Promise<undefined>((resolve) => {
+        const done = () => resolve(undefined)
+        link.signal.addEventListener('abort', done, { once: true })
+        for (const node of nodes) {
+          node.backend.waitForChange!(req, link.signal).then(
+            () => {
+              if (node.client.status === 'ready') done()
+            },
+            () => {},
+          )
+        }
+      }).finally(() => {
+        link.abort()
+        link.dispose()
+      })
+    },
+
+    async doctor(signal) {
+      const findings: DoctorFinding[] = []
+      if (n < 3 || n % 2 === 0) {
+        findings.push({
+          level: 'warn',
+          message: `${n} node${n === 1 ? '' : 's'}: a majority is ${q}, so ${n - q} may fail. Use an odd number, at least 3`,
+        })
+      } else findings.push({ level: 'ok', message: `${n} nodes: a majority is ${q}, ${n - q} may fail` })
+      const each = await Promise.allSettled(nodes.map((node) => node.backend.doctor!(signal)))
+      each.forEach((r, i) => {
+        const node = nodes[i]!.id
+        if (r.status === 'rejected') {
+          findings.push({ level: 'error', message: `${node}: ${(r.reason as Error)?.message ?? r.reason}` })
+        } else for (const f of r.value) findings.push({ level: f.level, message: `${node}: ${f.message}` })
+      })
+      const delay = restartDelay()
+      findings.push({
+        level: 'info',
+        message:
+          delay > 0
+            ? `a node counts toward a quorum once it has been up for ${Math.ceil(delay / 1000)} s (restartDelay)`
+            : 'restartDelay is 0: safe only if every node persists each write (appendfsync always)',
+      })
+      return findings
+    },
+
+    async close() {
+      await Promise.allSettled(nodes.map((node) => node.backend.close()))
+      for (const c of owned) c.disconnect()
+    },
+  }
+}
+
+const PARAMS = ['prefix', 'nodeTimeout', 'restartDelay'] as const
+
+/**
+ * `redlock://[user:password@]host1:port1,host2:port2,host3:port3[?prefix=app:&nodeTimeout=50ms&restartDelay=30s]`
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const ioredis = await import('ioredis').catch((cause: unknown) => {
+    throw new DriverMissingError(
+      'ioredis',
+      'The redlock backend needs the ioredis package, which is not installed: npm install ioredis',
+      { backend: redact(url), cause },
+    )
+  })
+  for (const name of url.searchParams.keys()) {
+    if (!(PARAMS as readonly string[]).includes(name)) {
+      throw new TypeError(`Unknown parameter "${name}" in ${redact(url)}; known: ${PARAMS.join(', ')}`)
+    }
+  }
+  if (url.pathname !== '' && url.pathname !== '/') {
+    throw new TypeError(
+      `Expected no path in ${redact(url)}: Redlock uses database 0 on every node; use ?prefix= to keep applications apart`,
+    )
+  }
+  const hosts = hostsOf(url)
+  if (new Set(hosts).size !== hosts.length) {
+    throw new TypeError(
+      `Expected distinct nodes in ${redact(url)}: a node listed twice would count twice toward a majority`,
+    )
+  }
+  const duration = (name: string, min: number) => {
+    const v = url.searchParams.get(name)
+    return v === null ? undefined : parseDuration(name, v, { min })
+  }
+  const nodeTimeoutMs = duration('nodeTimeout', 1)
+  const restartDelayMs = duration('restartDelay', 0)
+  const clients = hosts.map((host) => {
+    const parsed = new URL(`redis://${host}`)
+    const options: RedisOptions = {
+      host: parsed.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1',
+      port: parsed.port === '' ? 6379 : Number(parsed.port),
+      // A down node fails at once instead of queueing commands that would run much later.
+      enableOfflineQueue: false,
+      // A command resent after a reconnect might reach a restarted server before it is checked.
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 1,
+      connectTimeout: 5000,
+      ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
+      ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
+    }
+    const client = new ioredis.Redis(options)
+    client.on('error', () => {})
+    return client
+  })
+  try {
+    return createRedlockBackend(
+      {
+        clients,
+        ...(url.searchParams.has('prefix') ? { prefix: url.searchParams.get('prefix') as string } : {}),
+        ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
+        ...(restartDelayMs === undefined ? {} : { restartDelayMs }),
+        id: redact(url),
+      },
+      clients,
+    )
+  } catch (error) {
+    for (const c of clients) c.disconnect()
+    throw error
+  }
+}
