@@ -23,9 +23,15 @@ export async function startProxy(targetPort: number, targetHost = '127.0.0.1'): 
   const sockets = new Set<Socket>()
   const state = { mode: 'pass' as ProxyMode, delayMs: 0 }
   const relay = (from: Socket, to: Socket, isReply: boolean) => {
+    // Bytes keep their order when the delay changes: a chunk never overtakes one delayed before it (a
+    // reordered stream would pair replies with the wrong commands).
+    let lastAt = 0
     from.on('data', (chunk) => {
       if (state.mode === 'blackhole' || (isReply && state.mode === 'drop-replies')) return
-      if (state.delayMs > 0) setTimeout(() => to.write(chunk), state.delayMs)
+      const at = Math.max(performance.now() + state.delayMs, lastAt)
+      lastAt = at
+      const wait = at - performance.now()
+      if (wait > 0) setTimeout(() => to.write(chunk), wait)
       else to.write(chunk)
     })
   }

@@ -20,7 +20,6 @@
 import type { Redis, RedisOptions } from 'ioredis'
 import { linkedAbort } from '../../core/abort.js'
 import type {
-  AcquireRequest,
   AttemptResult,
   DoctorFinding,
   ExtendResult,
@@ -267,8 +266,14 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
       )
       const t = tally(votes, (released) => released)
       if (t.yes >= q) return true
+      // No longer ours on so many nodes that it no longer held a majority: it had been lost.
       if (t.no > n - q) return false
-      throw unreachable(lease.key, 'release', votes)
+      // Most nodes never got the release: it lingers there until its ttl, which the caller should hear of.
+      if (t.failed > n - q) throw unreachable(lease.key, 'release', votes)
+      // A majority answered, the nodes in the middle of a change (some paused during the acquire, some now):
+      // released wherever it was ours, and a node that missed it gets it when it answers again (same
+      // connection) or lets it expire.
+      return t.yes > 0
     },
 
     async abandon(req, signal) {
