@@ -256,6 +256,12 @@ export const ADAPTERS: Adapter[] = [
       }
     },
   },
+  dlock(
+    'dlock redlock 5 nodes',
+    'redis x5',
+    (env) => `redlock://${env.redis5.map((port) => `127.0.0.1:${port}`).join(',')}?restartDelay=0`,
+    'fences (max of the majority, written back where behind); restartDelay=0 because the servers are seconds old',
+  ),
   {
     name: 'redlock@5.0.0-beta.2 5 nodes',
     store: 'redis x5',

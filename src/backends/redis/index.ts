@@ -87,6 +87,12 @@ export interface RedisBackend extends LockBackend {
    * step of Redlock's fencing, which writes a minted token back to a majority.
    */
   raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<bigint>
+  /**
+   * `waitForChange`, resolving with the message that woke it: "-<owner>" when `owner` released the lock,
+   * `undefined` when no message did (abort, a fresh subscription). For Redlock, which hears each release
+   * once per node.
+   */
+  waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined>
 }
 
 const isReplyError = (error: unknown): error is Error => error instanceof Error && error.name === 'ReplyError'
@@ -297,6 +303,9 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
         throw explain(key, 'inspect', error)
       }
     },
+
+    waitForMessage: (req, signal) =>
+      subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal),
 
     async waitForChange(req, signal) {
       const message = await subscriptions.wait(keysOf(req.key).channel, fair ? req.owner : undefined, signal)

@@ -118,12 +118,13 @@ ${HAND_OVER}`)
 
 /**
  * Release. ARGV: owner, channel. Deletes the key only if we still own it (never a blind DEL), then
- * publishes on the key's channel so blocked waiters re-attempt at once.
+ * publishes "-<owner>" on the key's channel so blocked waiters re-attempt at once. Naming the released
+ * owner lets a Redlock waiter, which hears the same release from every node, react to it once.
  */
 export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '')
+redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1])
 return 1
 `)
 

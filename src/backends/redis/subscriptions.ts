@@ -63,7 +63,10 @@ export class Subscriptions {
         waiter.wake(message)
         return
       }
-      if (message === '' || message === owner || message.startsWith(`${owner}:`)) waiter.wake(message)
+      // '' and "-<owner>" (a plain release) concern every waiter; "<owner>…" only that one.
+      if (message === '' || message[0] === '-' || message === owner || message.startsWith(`${owner}:`)) {
+        waiter.wake(message)
+      }
     }
   }
 

@@ -27,6 +27,7 @@ import type {
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
+import { now } from '../../core/clock.js'
 import { parseDuration } from '../../core/durations.js'
 import { DriverMissingError, type NodeFailure, QuorumError } from '../../core/errors.js'
 import { hostsOf, redact } from '../../core/registry.js'
@@ -58,6 +59,19 @@ export interface RedlockBackendOptions {
   readonly restartDelayMs?: number
   /** Names the store in errors. */
   readonly id?: string
+}
+
+/** The reason given to node operations this backend stops itself (a cheap shared value, no stack). */
+const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the Redlock backend' })
+
+/** The longest pause before a contended waiter re-attempts after a wake-up (see `refusals`). */
+const SPREAD_MS = 2
+
+/** FNV-1a: a cheap, stable spread of keys over nodes. */
+function hash(text: string): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193)
+  return h >>> 0
 }
 
 /** Bits of a Redlock fence that hold the index of the node that minted it. */
@@ -98,6 +112,33 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     return new RedlockNode(i, backend.id, client, backend)
   })
   const id = options.id ?? `redlock://${nodes.map((node) => node.id.replace(/^rediss?:\/\//, '')).join(',')}`
+  const heard = new RecentReleases(() => 2 * defaultTimeout())
+  /**
+   * Attempts refused so far, per acquire still waiting. A waiter that has lost a race after a wake-up
+   * knows others wait too; it then re-attempts after a random pause of up to SPREAD_MS instead of at once,
+   * so the first of them reaches every node before the next starts and takes the majority cleanly. Without
+   * it, waiters woken by the same release, in different processes, reach the nodes in different orders,
+   * each gets a minority (a split), all release and retry, and throughput collapses. A lone waiter never
+   * loses a race, so its handoff is not delayed.
+   */
+  const refusals = new Map<string, number>()
+  const refused = (owner: string) => {
+    refusals.set(owner, (refusals.get(owner) ?? 0) + 1)
+    // Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind.
+    if (refusals.size > 4096) refusals.delete(refusals.keys().next().value as string)
+  }
+  /**
+   * The nodes a waiter on `key` listens to: n - q + 1 of them, so at least one is up whenever a majority
+   * is (a release publishes on every node); not all n, which would deliver each release n times to each
+   * waiting client. Chosen by the key's hash, so the subscriptions of many keys spread over the nodes.
+   */
+  const listeners = (key: string): RedlockNode[] => {
+    const want = n - q + 1
+    const start = hash(key) % n
+    const ring = [...nodes.slice(start), ...nodes.slice(0, start)]
+    const up = ring.filter((node) => node.client.status === 'ready')
+    return (up.length >= want ? up : ring).slice(0, want)
+  }
   let largestTtl = 0
   const restartDelay = () => options.restartDelayMs ?? largestTtl
   const nodeTimeout = (ttlMs: number) =>
@@ -125,13 +166,17 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     )
   }
 
-  /** Releases `owner`'s hold on every node (owner-checked), without waiting: after a failed attempt. */
-  const releaseEverywhere = (lease: { key: string; owner: string }) => {
+  /**
+   * Releases `owner`'s hold (owner-checked) on the given nodes, without waiting: after a failed attempt.
+   * Each node's release travels on the same connection after that node's acquire, so it lands after it.
+   */
+  const releaseOn = (lease: { key: string; owner: string }, which: readonly RedlockNode[] = nodes) => {
+    if (which.length === 0) return Promise.resolve()
     const link = linkedAbort()
-    const timer = setTimeout(() => link.abort(new Error('release timed out')), defaultTimeout() * 5)
+    const timer = setTimeout(() => link.abort(STOPPED), defaultTimeout() * 5)
     timer.unref()
     const held: HeldLease = { key: lease.key, owner: lease.owner, fence: 0n, cookie: undefined }
-    return Promise.allSettled(nodes.map((node) => node.backend.release(held, link.signal))).finally(() =>
+    return Promise.allSettled(which.map((node) => node.backend.release(held, link.signal))).finally(() =>
       clearTimeout(timer),
     )
   }
@@ -172,10 +217,10 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         n,
         timeoutMs,
         signal,
-        async (i, s) => {
+        (i, s) => {
           const node = nodes[i]!
-          await node.ready(delay, s)
-          return node.backend.tryAcquire(req, s)
+          if (node.votes(delay)) return node.backend.tryAcquire(req, s)
+          return node.ready(delay, s).then(() => node.backend.tryAcquire(req, s))
         },
         (v) =>
           majorityVerdict(
@@ -184,6 +229,19 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
             q,
           ),
       )
+      if (verdict !== 'yes') {
+        refused(req.owner)
+        // Take back what this attempt got, now, on every node that may hold it: those that granted, those
+        // that failed (the script may have run after their time was up) and those still pending. Sent now,
+        // each release follows its node's acquire on the same connection and precedes the next attempt's:
+        // a release sent later, when a slow node's grant arrives, could land after the next attempt (same
+        // owner) was granted there, and delete the hold that attempt counts on (two holders). Nodes that
+        // refused hold nothing of ours.
+        void releaseOn(
+          req,
+          nodes.filter((_, i) => !(votes[i]?.ok && !votes[i].value.granted)),
+        )
+      }
       if (verdict === 'yes') {
         // The token: the largest counter of the granting majority (see the top of this file).
         let m = -1n
@@ -198,9 +256,10 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
           needed <= 0 ||
           (await writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
         ) {
+          refusals.delete(req.owner)
           return { granted: true, fence: (m << NODE_BITS) | BigInt(atM[0]!), ttlMs: req.ttlMs }
         }
-        void releaseEverywhere(req)
+        void releaseOn(req)
         throw new QuorumError(
           `Could not record the fence of lock "${req.key}" on a majority of the Redlock nodes (${id}); released it. ` +
             'Check that these Redis servers are up and reachable',
@@ -208,8 +267,6 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
           { key: req.key, backend: id },
         )
       }
-      // Not granted: take back whatever this attempt got, on every node (late grants included).
-      void releaseEverywhere(req)
       if (verdict === 'unreachable') throw unreachable(req.key, 'acquire', votes)
       if (verdict === 'no') {
         // Held on a majority: it frees up when all but q-1 of those holds have expired.
@@ -221,8 +278,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         const at = pttls[pttls.length - q]
         return at === undefined ? { granted: false } : { granted: false, retryInMs: at }
       }
-      // Split votes (two contenders mid-way, or a node down among them): retry soon, after the core's jitter.
-      return { granted: false }
+      // Split votes: contenders took a minority each (or a node is down among them). Everyone released what
+      // it got; retry after a short random delay, as the spec says, so one of them gets ahead.
+      return { granted: false, retryInMs: Math.random() * 3 }
     },
 
     async extend(lease, ttlMs, signal): Promise<ExtendResult> {
@@ -232,10 +290,10 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         n,
         nodeTimeout(ttlMs),
         signal,
-        async (i, s) => {
+        (i, s) => {
           const node = nodes[i]!
-          await node.ready(delay, s)
-          return node.backend.extend(lease, ttlMs, s)
+          if (node.votes(delay)) return node.backend.extend(lease, ttlMs, s)
+          return node.ready(delay, s).then(() => node.backend.extend(lease, ttlMs, s))
         },
         (v) =>
           majorityVerdict(
@@ -256,13 +314,15 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         n,
         defaultTimeout(),
         signal,
-        async (i, s) => {
+        (i, s) => {
           // Waits for the connection (and checks a reconnected server) but never keeps a release from a node.
-          await nodes[i]!.ready(0, s)
-          return nodes[i]!.backend.release(lease, s)
+          const node = nodes[i]!
+          if (node.votes(0)) return node.backend.release(lease, s)
+          return node.ready(0, s).then(() => node.backend.release(lease, s))
         },
-        // Every node gets the release; wait for all of them (or their timeout) so none is left holding.
-        (v) => (v.includes(undefined) ? undefined : true),
+        // Every node gets the release at once; the answer is known when a majority says it was released
+        // (the rest go on in the background, like the floor's), or when everyone has answered.
+        (v) => (tally(v, (released) => released).yes >= q || !v.includes(undefined) ? true : undefined),
       )
       const t = tally(votes, (released) => released)
       if (t.yes >= q) return true
@@ -277,8 +337,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     },
 
     async abandon(req, signal) {
+      refusals.delete(req.owner)
       await Promise.allSettled(nodes.map((node) => node.backend.abandon?.(req, signal)))
-      await releaseEverywhere(req)
+      await releaseOn(req)
     },
 
     async inspect(key, signal): Promise<LockInfo | null> {
@@ -286,10 +347,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         n,
         defaultTimeout(),
         signal,
-        async (i, s) => {
-          await nodes[i]!.ready(0, s)
-          return nodes[i]!.backend.inspect(key, s)
-        },
+        (i, s) => nodes[i]!.ready(0, s).then(() => nodes[i]!.backend.inspect(key, s)),
         (v) => (v.includes(undefined) ? undefined : true),
       )
       const t = tally(votes, () => true)
@@ -336,22 +394,28 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     },
 
     waitForChange(req, signal) {
-      // A release publishes on every node; the first message wakes the waiter. A node whose connection is
-      // down wakes its waiter at once (its SUBSCRIBE failed): that is no news, and would make waiting spin.
+      // A release publishes "-<owner>" on every node: the first copy wakes the waiter, and the copies from
+      // the other nodes, a moment later, are the same news (without this, each would wake a fresh attempt
+      // and a herd of attempts would follow every release). A node whose connection is down wakes its
+      // waiter at once (its SUBSCRIBE failed): that is no news either, and would make waiting spin.
       const link = linkedAbort(signal)
       return new Promise<undefined>((resolve) => {
         const done = () => resolve(undefined)
         link.signal.addEventListener('abort', done, { once: true })
-        for (const node of nodes) {
-          node.backend.waitForChange!(req, link.signal).then(
-            () => {
-              if (node.client.status === 'ready') done()
+        const listen = (node: RedlockNode) => {
+          node.backend.waitForMessage(req, link.signal).then(
+            (message) => {
+              if (link.signal.aborted || node.client.status !== 'ready') return
+              if (message && heard.repeats(req.key, message)) listen(node)
+              else if ((refusals.get(req.owner) ?? 0) >= 2) setTimeout(done, Math.random() * SPREAD_MS)
+              else done()
             },
             () => {},
           )
         }
+        for (const node of listeners(req.key)) listen(node)
       }).finally(() => {
-        link.abort()
+        link.abort(STOPPED)
         link.dispose()
       })
     },
@@ -456,5 +520,25 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
   } catch (error) {
     for (const c of clients) c.disconnect()
     throw error
+  }
+}
+
+/**
+ * The releases a client's waiters have already reacted to, per key, for a short while: the copies of one
+ * release arriving from the other nodes are then recognised as the same news. Bounded: old keys go first.
+ */
+class RecentReleases {
+  readonly #seen = new Map<string, { message: string; at: number }>()
+  constructor(readonly windowMs: () => number) {}
+
+  /** True if `message` on `key` was heard within the window; otherwise records it and returns false. */
+  repeats(key: string, message: string): boolean {
+    const last = this.#seen.get(key)
+    const t = now()
+    if (last && last.message === message && t - last.at < this.windowMs()) return true
+    this.#seen.delete(key)
+    this.#seen.set(key, { message, at: t })
+    if (this.#seen.size > 1024) this.#seen.delete(this.#seen.keys().next().value as string)
+    return false
   }
 }

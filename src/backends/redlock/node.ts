@@ -45,14 +45,21 @@ export class RedlockNode {
    */
   async ready(restartDelayMs: number, signal: AbortSignal): Promise<void> {
     if (this.#verifiedEpoch !== this.#epoch) await raceSignal(this.#verify(), signal)
-    if (restartDelayMs <= 0) return
+    if (this.votes(restartDelayMs)) return
     const upMs = now() - this.#startedAt
-    if (upMs >= restartDelayMs) return
     throw new BackendUnavailableError(
       `${this.id} ${this.#restarted ? `restarted (its run_id changed)` : 'started'} ${Math.floor(upMs / 1000)} s ago; ` +
         `it does not count toward a quorum until it has been up for ${Math.ceil(restartDelayMs / 1000)} s ` +
         '(restartDelay, the largest ttl in use): a node restarted without persistence has forgotten the locks it held',
       { backend: this.id },
+    )
+  }
+
+  /** True when the node may vote now without any check (the common case: no await, no promise). */
+  votes(restartDelayMs: number): boolean {
+    return (
+      this.#verifiedEpoch === this.#epoch &&
+      (restartDelayMs <= 0 || now() - this.#startedAt >= restartDelayMs)
     )
   }
 
