@@ -1,0 +1,80 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { Redis } from 'ioredis'
+import { redlockBackend } from '../../src/backends/redlock/index.js'
+import { parseBackendUrl, redact } from '../../src/core/registry.js'
+import { createLockClient } from '../../src/index.js'
+import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
+
+describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
+  let nodes: RedisNodes
+  before(async () => {
+    nodes = await startRedisNodes(3)
+  })
+  after(async () => {
+    await nodes.destroy()
+  })
+
+  it('parses a comma-separated node list and shows all of it (never the password) in messages', () => {
+    const url = parseBackendUrl('redlock://user:secret@10.0.0.1:6379,10.0.0.2:6380,[::1]:6381?prefix=app:')
+    assert.equal(redact(url), 'redlock://user:***@10.0.0.1:6379,10.0.0.2:6380,[::1]:6381?prefix=app:')
+    assert.equal(redact(parseBackendUrl('redlock://a:1,b:2')), 'redlock://a:1,b:2')
+    assert.throws(() => parseBackendUrl('redlock://a:1,,b:2'), /Expected a backend URL/)
+    assert.throws(() => parseBackendUrl('redlock://a:1,b:99999'), /Expected a backend URL/)
+  })
+
+  it('refuses unknown parameters, a database path and a node listed twice', async () => {
+    const base = nodes.url()
+    await assert.rejects(
+      createLockClient(`${base}?nodeTimout=5ms`).tryAcquire('k'),
+      /Unknown parameter "nodeTimout"/,
+    )
+    await assert.rejects(createLockClient(`${base}/2`).tryAcquire('k'), /no path/)
+    const port = nodes.servers[0]!.port
+    await assert.rejects(
+      createLockClient(`redlock://127.0.0.1:${port},127.0.0.1:${port}`).tryAcquire('k'),
+      /distinct nodes/,
+    )
+    await assert.rejects(createLockClient(`${base}?restartDelay=soon`).tryAcquire('k'), /restartDelay/)
+  })
+
+  it('works over your own ioredis clients, which it does not close, and insists they never resend commands', async () => {
+    const make = (resend: boolean) =>
+      nodes.servers.map((s) => new Redis(s.port, '127.0.0.1', { autoResendUnfulfilledCommands: resend }))
+    const risky = make(true)
+    try {
+      assert.throws(() => redlockBackend({ clients: risky }), /autoResendUnfulfilledCommands: false/)
+    } finally {
+      for (const c of risky) c.disconnect()
+    }
+    const mine = make(false)
+    try {
+      const locks = createLockClient(redlockBackend({ clients: mine, restartDelayMs: 0 }), { ttl: '5s' })
+      const lock = await locks.acquire('own-clients')
+      assert.ok(lock.fence > 0n)
+      await lock.release()
+      await locks.close()
+      for (const c of mine) assert.equal(await c.ping(), 'PONG', 'a user client was closed by dlock')
+    } finally {
+      for (const c of mine) c.disconnect()
+    }
+    assert.throws(() => redlockBackend({ clients: [] }), /1 to 256 Redis clients/)
+  })
+
+  it('doctor reports the quorum size, each node and the restart rule', async () => {
+    const mine = nodes.servers.map(
+      (s) => new Redis(s.port, '127.0.0.1', { autoResendUnfulfilledCommands: false }),
+    )
+    const backend = redlockBackend({ clients: mine })
+    try {
+      const findings = await backend.doctor!(AbortSignal.timeout(5000))
+      const text = findings.map((f) => `${f.level}: ${f.message}`).join('\n')
+      assert.match(text, /3 nodes: a majority is 2, 1 may fail/)
+      for (const s of nodes.servers) assert.match(text, new RegExp(`127\\.0\\.0\\.1:${s.port}: Redis`))
+      assert.match(text, /restartDelay/)
+    } finally {
+      await backend.close()
+      for (const c of mine) c.disconnect()
+    }
+  })
+})
