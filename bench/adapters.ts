@@ -270,7 +270,9 @@ export const ADAPTERS: Adapter[] = [
     waits: true,
     async createLocker(env) {
       const clients = env.redis5.map(redisClient)
-      const redlock = new Redlock(clients, { retryCount: -1, retryDelay: 5, retryJitter: 5 })
+      // Finite retries (about 10 s): with retryCount -1 an acquire under contention sometimes never
+      // returned (in b and bp, growing past 500 MB); this way it fails, is counted, and the worker goes on.
+      const redlock = new Redlock(clients, { retryCount: 2000, retryDelay: 5, retryJitter: 5 })
       redlock.on('error', () => {})
       return {
         async acquire(key) {

@@ -85,7 +85,15 @@ try {
       for (const adapter of order) {
         process.stderr.write(`  ${scenario.id} run ${run + 1}/${runs}: ${adapter.name}\n`)
         try {
-          const f = await scenario.run(adapter, env)
+          // A peer whose acquire never returns (redlock@5 under contention did) must not stall the whole
+          // run: after this long the adapter's figure is an error, and the run goes on.
+          let timer: NodeJS.Timeout | undefined
+          const f = await Promise.race([
+            scenario.run(adapter, env),
+            new Promise<never>((_, reject) => {
+              timer = setTimeout(() => reject(new Error('did not finish within 3 minutes')), 180_000)
+            }),
+          ]).finally(() => clearTimeout(timer))
           figures.set(adapter.name, [...(figures.get(adapter.name) ?? []), f])
         } catch (error) {
           errors.set(adapter.name, (error as Error).message)

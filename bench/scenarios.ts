@@ -165,10 +165,7 @@ export const SCENARIOS: Scenario[] = [
     id: 'bp',
     title: 'bp — contended across 4 processes (2 workers each), one key, ~1 ms of work while holding',
     primary: { metric: 'acquisitionsPerSec', lowerIsBetter: false, label: 'acquisitions/s' },
-    // redlock@5 is left out on 5 nodes: in 4 processes its infinite retries never ended (10 minutes, each
-    // worker growing past 500 MB: it keeps every attempt's statistics), so no figure could be taken.
-    applies: (a) =>
-      a.waits && a.store !== 'memory' && !(a.store === 'redis x5' && a.name.startsWith('redlock@')),
+    applies: (a) => a.waits && a.store !== 'memory',
     async run(adapter, env) {
       const durationMs = n('BENCH_CONTENDED_MS', 5000)
       const key = `bench-bp-${process.pid}-${Math.random().toString(36).slice(2)}`
