@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock'
 import { Mutex as AsyncMutex } from 'async-mutex'
+import { Etcd3, EtcdLockFailedError } from 'etcd3'
 import { Redis } from 'ioredis'
 import lockfile from 'proper-lockfile'
 import { RedlockMutex, Mutex as SemaphoreMutex } from 'redis-semaphore'
@@ -23,6 +24,8 @@ export interface Env {
   readonly redis5: number[]
   /** A folder for file locks. */
   readonly dir: string
+  /** One etcd member's client endpoint, host:port. */
+  readonly etcd: string
 }
 
 export interface Held {
@@ -40,7 +43,7 @@ export interface Locker {
 export interface Adapter {
   readonly name: string
   /** Which store it runs on; ratios compare dlock with the best peer on the same store. */
-  readonly store: 'memory' | 'file' | 'redis' | 'redis x5'
+  readonly store: 'memory' | 'file' | 'redis' | 'redis x5' | 'etcd'
   readonly kind: 'dlock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
   readonly fences: boolean
@@ -262,6 +265,57 @@ export const ADAPTERS: Adapter[] = [
     (env) => `redlock://${env.redis5.map((port) => `127.0.0.1:${port}`).join(',')}?restartDelay=0`,
     'fences (max of the majority, written back where behind); restartDelay=0 because the servers are seconds old',
   ),
+  dlock('dlock etcd', 'etcd', (env) => `etcd://${env.etcd}`),
+  ...(['defaults', 'tuned'] as const).map(
+    (mode): Adapter => ({
+      name: `etcd3 Lock + retry loop (${mode === 'defaults' ? '50 ms' : '5 ms'})`,
+      store: 'etcd',
+      kind: 'peer',
+      fences: false,
+      waits: true,
+      note:
+        "etcd3's Lock never waits (it throws EtcdLockFailedError when held): wrapped in a retry loop with " +
+        `${mode === 'defaults' ? '50' : '5'} ms ± 50 % jitter. Each attempt grants a lease, a txn, and revokes it on release`,
+      async createLocker(env) {
+        const client = new Etcd3({ hosts: `http://${env.etcd}` })
+        const pause = mode === 'defaults' ? 50 : 5
+        return {
+          async acquire(key) {
+            for (;;) {
+              const lock = client.lock(key).ttl(TTL / 1000)
+              try {
+                await lock.acquire()
+                return { release: () => lock.release() }
+              } catch (error) {
+                if (!(error instanceof EtcdLockFailedError)) throw error
+                await new Promise((r) => setTimeout(r, pause / 2 + Math.random() * pause))
+              }
+            }
+          },
+          close: async () => client.close(),
+        }
+      },
+    }),
+  ),
+  {
+    name: 'raw floor: etcd txn put-if-absent + delete',
+    store: 'etcd',
+    kind: 'floor',
+    fences: false,
+    waits: false,
+    note: 'one txn (create revision = 0 → put) and one delete, no lease, no waiting',
+    async createLocker(env) {
+      const client = new Etcd3({ hosts: `http://${env.etcd}` })
+      return {
+        async acquire(key) {
+          const done = await client.if(key, 'Create', '==', 0).then(client.put(key).value('x')).commit()
+          if (!done.succeeded) throw new Error('held')
+          return { release: async () => void (await client.delete().key(key)) }
+        },
+        close: async () => client.close(),
+      }
+    },
+  },
   {
     name: 'redlock@5.0.0-beta.2 5 nodes',
     store: 'redis x5',

@@ -9,6 +9,7 @@ import { arch, cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { startEtcd } from '../test/servers/etcd.js'
 import { startRedis } from '../test/servers/redis.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Adapter, type Env } from './adapters.js'
@@ -63,7 +64,13 @@ const median = (xs: number[]) => {
 const dir = tempDir('bench')
 const redis = await startRedis()
 const redis5 = await Promise.all(Array.from({ length: 5 }, () => startRedis()))
-const env: Env = { redis: redis.port, redis5: redis5.map((r) => r.port), dir: dir.path }
+const etcd = await startEtcd(1)
+const env: Env = {
+  redis: redis.port,
+  redis5: redis5.map((r) => r.port),
+  dir: dir.path,
+  etcd: etcd.members[0]!.endpoint,
+}
 const results: Results = {
   date: new Date().toISOString(),
   machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'} (${arch()}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
@@ -124,6 +131,7 @@ try {
   }
 } finally {
   await Promise.all([redis, ...redis5].map((r) => r.destroy()))
+  await etcd.destroy()
   dir.cleanup()
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server), and a Node 24 binary from the npm registry.
+# (redis-server, etcd-server and etcd-client), and a Node 24 binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,13 +14,15 @@ step() { printf '\n== %s\n' "$*"; }
 step "install the servers the backend tests start (Debian packages)"
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v etcdctl >/dev/null || need+=(etcd-client)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-echo "servers: redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')"
+echo "servers: redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(etcd --version | head -1)"
 
 step "install npm dependencies"
 npm ci --no-audit --no-fund

@@ -41,6 +41,12 @@ export interface Grant {
   readonly ttlMs: number
   /** Backend-private state the backend needs back in extend/release (a revision, a generation, an etag). */
   readonly cookie?: unknown
+  /**
+   * For backends whose leases are kept alive by a session (etcd, ZooKeeper): aborts when the backend
+   * learns the session is gone (a lease revoked or expired). The core then aborts `lock.signal` at once
+   * with a `LockLostError`, instead of at the next renewal. Its reason's message says what happened.
+   */
+  readonly lost?: AbortSignal
 }
 
 /** A refused attempt: someone else holds the key. */

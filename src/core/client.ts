@@ -48,6 +48,8 @@ export interface LockClient extends AsyncDisposable {
  * DOMException with a stack trace on every wait (measurable when many waiters wake per release).
  */
 const WAIT_OVER = Object.freeze({ name: 'WaitOver', message: 'the wait is over' })
+/** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
+const ABANDON_WAIT_MS = 1000
 const POLL_FIRST_MS = 10
 const POLL_MAX_MS = 250
 const POLL_MAX_NOTIFY_MS = 1000
@@ -238,88 +240,102 @@ class Client implements LockClient {
       hint?.cancel.abort(WAIT_OVER)
       hint?.cancel.dispose()
     }
+    /** The clean-up of a failed acquire; the rejection waits for it briefly (see the end of the loop). */
+    let abandoning: Promise<unknown> | undefined
     const fail = (error: unknown): never => {
       disarm()
       if (attempts > 0 && backend.abandon) {
-        // In the background, and a backend bug (even a synchronous throw) never replaces the acquire's error.
-        withTimeout(opts.ttlMs, (s) => backend.abandon!(req, s)).catch(() => {})
+        // A backend bug (even a synchronous throw) never replaces the acquire's error.
+        abandoning = withTimeout(opts.ttlMs, (s) => backend.abandon!(req, s)).catch(() => {})
       }
       publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
       throw error
     }
 
-    for (;;) {
-      if (signal.aborted) fail(signal.reason)
-      let result: AttemptResult
-      try {
-        if (handed) {
-          result = handed
-          handed = undefined
-        } else {
-          attempts++
-          attemptStart = now()
-          result = await this.#attempt(backend, req, signal)
-        }
-        unavailableSince = undefined
-      } catch (error) {
+    try {
+      for (;;) {
         if (signal.aborted) fail(signal.reason)
-        const wrapped = this.#unavailable(backend, key, error, 'acquire')
-        if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) fail(wrapped)
-        unavailableSince ??= attemptStart
-        const giveUpAt = unavailableSince + Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
-        if (now() >= deadline || now() >= giveUpAt) fail(wrapped)
-        result = { granted: false }
-      }
-
-      if (result.granted) {
-        if (signal.aborted) {
-          await this.#releaseQuietly(backend, req, result)
-          fail(signal.reason)
+        let result: AttemptResult
+        try {
+          if (handed) {
+            result = handed
+            handed = undefined
+          } else {
+            attempts++
+            attemptStart = now()
+            result = await this.#attempt(backend, req, signal)
+          }
+          unavailableSince = undefined
+        } catch (error) {
+          if (signal.aborted) fail(signal.reason)
+          const wrapped = this.#unavailable(backend, key, error, 'acquire')
+          if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) fail(wrapped)
+          unavailableSince ??= attemptStart
+          const giveUpAt = unavailableSince + Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
+          if (now() >= deadline || now() >= giveUpAt) fail(wrapped)
+          result = { granted: false }
         }
-        const lock = await this.#grant(backend, req, result, attemptStart, opts)
-        if (lock) {
+
+        if (result.granted) {
+          if (signal.aborted) {
+            await this.#releaseQuietly(backend, req, result)
+            fail(signal.reason)
+          }
+          const lock = await this.#grant(backend, req, result, attemptStart, opts)
+          if (lock) {
+            disarm()
+            publish(channels.acquireOk, () => ({
+              ...diag,
+              owner,
+              fence: lock.fence,
+              attempts,
+              waitedMs: now() - startedAt,
+            }))
+            return lock
+          }
+          // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
+        }
+
+        if (now() >= deadline) {
+          fail(
+            new LockNotAcquiredError(
+              `Lock "${key}" on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
+                `(timeout ${opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
+              { key, backend: backend.id },
+            ),
+          )
+        }
+
+        if (!hint) {
+          hint = arm()
+          // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
+          if (hint && attempts === 1) continue
+        }
+        const cap = backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
+        let wait = jitter(poll)
+        poll = Math.min(poll * 2, cap)
+        if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
+        wait = Math.max(0, Math.min(wait, deadline - now()))
+        const timer = linkedAbort(signal)
+        const slept = sleep(wait, timer.signal).then(() => undefined)
+        handed = await (hint ? Promise.race([slept, hint.promise]) : slept)
+        timer.abort(WAIT_OVER)
+        timer.dispose()
+        if (hint) {
           disarm()
-          publish(channels.acquireOk, () => ({
-            ...diag,
-            owner,
-            fence: lock.fence,
-            attempts,
-            waitedMs: now() - startedAt,
-          }))
-          return lock
+          hint = arm()
         }
-        // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
       }
-
-      if (now() >= deadline) {
-        fail(
-          new LockNotAcquiredError(
-            `Lock "${key}" on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
-              `(timeout ${opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
-            { key, backend: backend.id },
-          ),
-        )
+    } catch (error) {
+      // Leave nothing behind when the caller hears of the failure: a queue ticket (etcd, fair Redis) or
+      // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
+      // Bounded, so a hung store cannot hold up an abort; the clean-up itself goes on in the background.
+      if (abandoning) {
+        const stop = new AbortController()
+        await Promise.race([abandoning, sleep(ABANDON_WAIT_MS, stop.signal, { ref: false })])
+        stop.abort()
       }
-
-      if (!hint) {
-        hint = arm()
-        // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
-        if (hint && attempts === 1) continue
-      }
-      const cap = backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
-      let wait = jitter(poll)
-      poll = Math.min(poll * 2, cap)
-      if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
-      wait = Math.max(0, Math.min(wait, deadline - now()))
-      const timer = linkedAbort(signal)
-      const slept = sleep(wait, timer.signal).then(() => undefined)
-      handed = await (hint ? Promise.race([slept, hint.promise]) : slept)
-      timer.abort(WAIT_OVER)
-      timer.dispose()
-      if (hint) {
-        disarm()
-        hint = arm()
-      }
+      throw error
     }
   }
 
@@ -371,7 +387,7 @@ class Client implements LockClient {
   ): Promise<LockHandle | undefined> {
     const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
     const until = validUntil(attemptStart, grant.ttlMs, this.#options.driftFactor)
-    if (now() >= until) {
+    if (now() >= until || grant.lost?.aborted) {
       // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
       await this.#releaseQuietly(backend, req, grant)
       return undefined
@@ -384,7 +400,11 @@ class Client implements LockClient {
       },
       lease,
       // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
-      { ttlMs: Math.max(grant.ttlMs, opts.ttlMs), validUntil: until },
+      {
+        ttlMs: Math.max(grant.ttlMs, opts.ttlMs),
+        validUntil: until,
+        ...(grant.lost ? { lost: grant.lost } : {}),
+      },
       opts.renew,
     )
     this.#held.add(lock)

@@ -62,10 +62,13 @@ export class LockHandle implements Lock {
   #renewTimer: NodeJS.Timeout | undefined
   #expiryTimer: NodeJS.Timeout | undefined
 
+  /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
+  #detachLost: (() => void) | undefined
+
   constructor(
     ctx: LockContext,
     lease: HeldLease,
-    grant: { ttlMs: number; validUntil: number },
+    grant: { ttlMs: number; validUntil: number; lost?: AbortSignal },
     renew: boolean,
   ) {
     this.#ctx = ctx
@@ -77,6 +80,18 @@ export class LockHandle implements Lock {
     this.#validUntil = grant.validUntil
     this.#renew = renew
     this.#armTimers()
+    const lost = grant.lost
+    if (lost) {
+      const onLost = () =>
+        this.#markLost(
+          new LockLostError(
+            `Lock "${this.key}" on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
+            this.#context(lost.reason),
+          ),
+        )
+      lost.addEventListener('abort', onLost, { once: true })
+      this.#detachLost = () => lost.removeEventListener('abort', onLost)
+    }
   }
 
   get validUntil(): number {
@@ -135,12 +150,18 @@ export class LockHandle implements Lock {
         this.#context(),
       ),
     )
+    // We no longer count on it, so nobody should wait for it: where the store still keeps it (a session
+    // that stays alive while this process does, as etcd's; a store clock a little slower than ours), take
+    // it back. Owner-checked, so it never touches a later holder; in the background, errors ignored.
+    const lease = this.#lease
+    withTimeout(this.#ttlMs, (signal) => this.#ctx.backend.release(lease, signal)).catch(() => {})
   }
 
   #markLost(error: LockLostError): void {
     if (this.#state !== 'held') return
     this.#state = 'lost'
     this.#clearTimers()
+    this.#detachLost?.()
     this.#ctx.onSettled(this)
     publish(channels.lost, () => ({ ...this.#diag(), error }))
     this.#lost ??= new AbortController()
@@ -255,6 +276,7 @@ export class LockHandle implements Lock {
     const wasHeld = this.#state === 'held'
     if (wasHeld) this.#state = 'released'
     this.#clearTimers()
+    this.#detachLost?.()
     // Wait for an extend already in flight, so the release is the last word on this lease.
     await this.#queue
     try {

@@ -14,13 +14,14 @@ const SCHEMES: Record<string, () => Promise<BackendModule>> = {
   'redis:': () => import('../backends/redis/index.js'),
   'rediss:': () => import('../backends/redis/index.js'),
   'redlock:': () => import('../backends/redlock/index.js'),
+  'etcd:': () => import('../backends/etcd/index.js'),
 }
 
 /**
  * Schemes whose authority lists several servers (`redlock://h1:p1,h2:p2`). The WHATWG URL parser rejects
  * a comma-separated host list, so the URL keeps the first host and the whole list is kept beside it.
  */
-const MULTI_HOST = new Set(['redlock:'])
+const MULTI_HOST = new Set(['redlock:', 'etcd:'])
 const hostLists = new WeakMap<URL, readonly string[]>()
 
 /** The `host:port` entries of a URL's authority: several for multi-host schemes, else its one host. */

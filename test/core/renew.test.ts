@@ -80,6 +80,49 @@ describe('renewal', { timeout: 20_000 }, () => {
     await lock.release()
   })
 
+  it("aborts lock.signal at once when the grant's session-lost signal aborts (no renewal needed)", async () => {
+    const session = new AbortController()
+    const backend = scripted({
+      async tryAcquire(req, signal, inner) {
+        const grant = await inner.tryAcquire(req, signal)
+        return grant.granted ? { ...grant, lost: session.signal } : grant
+      },
+    })
+    const client = createLockClient(backend, { ttl: '60s' })
+    const lock = await client.acquire(uniqueKey())
+    const other = await client.acquire(uniqueKey())
+    session.abort(new Error('its etcd lease (session) ended: revoked'))
+    const { reason } = await aborted(lock.signal)
+    assert.ok(reason instanceof LockLostError)
+    assert.match(reason.message, /was lost: its etcd lease \(session\) ended: revoked/)
+    assert.ok(other.signal.aborted, 'every lock of the session is told')
+    // The renewal (every 20 s) played no part: no extend was sent.
+    assert.equal(backend.of('extend').length, 0)
+    await lock.release().catch(() => {})
+    await other.release().catch(() => {})
+    await client.close()
+  })
+
+  it('a grant whose session is already lost is never handed out', async () => {
+    const session = new AbortController()
+    session.abort(new Error('gone'))
+    let attempts = 0
+    const backend = scripted({
+      async tryAcquire(req, signal, inner) {
+        const grant = await inner.tryAcquire(req, signal)
+        // The first grant comes with a dead session; the retry with a live one.
+        return grant.granted && ++attempts === 1 ? { ...grant, lost: session.signal } : grant
+      },
+    })
+    const client = createLockClient(backend, { ttl: '60s' })
+    const lock = await client.acquire(uniqueKey(), { timeout: '5s' })
+    assert.equal(attempts, 2)
+    assert.equal(lock.signal.aborted, false)
+    assert.equal(backend.of('release').length, 1, 'the grant on a dead session was released')
+    await lock.release()
+    await client.close()
+  })
+
   it('declares the lock lost by validUntil when extends keep failing, and keeps trying until then', async () => {
     const outage = new Error('ETIMEDOUT')
     const backend = scripted({
