@@ -1,4 +1,5 @@
 import type { LockBackend } from './backend.js'
+import { DriverMissingError } from './errors.js'
 
 /**
  * URL schemes and the module that serves each. Modules load lazily, so a backend's driver (an optional
@@ -91,4 +92,29 @@ export function redact(url: URL): string {
   const hosts = hostLists.get(url)
   // Show every server of a multi-host URL, not just the first one the URL object kept.
   return hosts ? href.replace(/^([^:]+:\/\/(?:[^@/?#]*@)?)[^/?#]*/, `$1${hosts.join(',')}`) : href
+}
+
+/**
+ * Loads a backend's driver (an optional peer dependency), or fails with one line saying what to install.
+ * `load` is the backend's own `import('…')`, kept literal where bundlers can see it.
+ */
+export function loadDriver<T>(pkg: string, backend: string, url: URL, load: () => Promise<T>): Promise<T> {
+  return load().catch((cause: unknown) => {
+    throw new DriverMissingError(
+      pkg,
+      `The ${backend} backend needs the ${pkg} package, which is not installed: npm install ${pkg}`,
+      { backend: redact(url), cause },
+    )
+  })
+}
+
+/** Refuses a URL parameter the backend does not know, naming the ones it does. */
+export function checkParams(url: URL, known: readonly string[]): void {
+  for (const name of url.searchParams.keys()) {
+    if (!known.includes(name)) {
+      throw new TypeError(
+        `Unknown parameter "${name}" in ${redact(url)}; ${known.length ? `known: ${known.join(', ')}` : 'it takes none'}`,
+      )
+    }
+  }
 }

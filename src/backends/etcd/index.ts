@@ -26,8 +26,8 @@ import type {
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
-import { BackendUnavailableError, DriverMissingError } from '../../core/errors.js'
-import { hostsOf, redact } from '../../core/registry.js'
+import { BackendUnavailableError } from '../../core/errors.js'
+import { checkParams, hostsOf, loadDriver, redact } from '../../core/registry.js'
 
 export interface EtcdBackendOptions {
   /** An `Etcd3` client of the `etcd3` package. dlock never closes it. */
@@ -360,18 +360,8 @@ const PARAMS = [] as const
 
 /** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `dlock/`. */
 export async function fromUrl(url: URL): Promise<LockBackend> {
-  const etcd3 = await import('etcd3').catch((cause: unknown) => {
-    throw new DriverMissingError(
-      'etcd3',
-      'The etcd backend needs the etcd3 package, which is not installed: npm install etcd3',
-      { backend: redact(url), cause },
-    )
-  })
-  for (const name of url.searchParams.keys()) {
-    if (!(PARAMS as readonly string[]).includes(name)) {
-      throw new TypeError(`Unknown parameter "${name}" in ${redact(url)}; etcd URLs take none`)
-    }
-  }
+  const etcd3 = await loadDriver('etcd3', 'etcd', url, () => import('etcd3'))
+  checkParams(url, PARAMS)
   const path = decodeURIComponent(url.pathname.replace(/^\//, ''))
   const hosts = hostsOf(url).map((h) => `http://${h.includes(':') ? h : `${h}:2379`}`)
   const options: IOptions = {

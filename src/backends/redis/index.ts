@@ -27,8 +27,8 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { parseDuration } from '../../core/durations.js'
-import { BackendUnavailableError, CapabilityError, DriverMissingError, LockError } from '../../core/errors.js'
-import { redact } from '../../core/registry.js'
+import { BackendUnavailableError, CapabilityError, LockError } from '../../core/errors.js'
+import { checkParams, loadDriver, redact } from '../../core/registry.js'
 import {
   ACQUIRE,
   ACQUIRE_FAIR,
@@ -346,18 +346,8 @@ const PARAMS = ['fair', 'minReplicas', 'replicaTimeout', 'prefix', 'cluster', 'w
  * `rediss://…` for TLS, `redis://host:port?cluster=true` for a Cluster (the node seeds the rest).
  */
 export async function fromUrl(url: URL): Promise<RedisBackend> {
-  const ioredis = await import('ioredis').catch((cause: unknown) => {
-    throw new DriverMissingError(
-      'ioredis',
-      'The redis backend needs the ioredis package, which is not installed: npm install ioredis',
-      { backend: redact(url), cause },
-    )
-  })
-  for (const name of url.searchParams.keys()) {
-    if (!(PARAMS as readonly string[]).includes(name)) {
-      throw new TypeError(`Unknown parameter "${name}" in ${redact(url)}; known: ${PARAMS.join(', ')}`)
-    }
-  }
+  const ioredis = await loadDriver('ioredis', 'redis', url, () => import('ioredis'))
+  checkParams(url, PARAMS)
   const flag = (name: string) => {
     const v = url.searchParams.get(name)
     if (v === null || v === 'false') return false

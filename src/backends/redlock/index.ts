@@ -29,8 +29,8 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { parseDuration } from '../../core/durations.js'
-import { DriverMissingError, type NodeFailure, QuorumError } from '../../core/errors.js'
-import { hostsOf, redact } from '../../core/registry.js'
+import { type NodeFailure, QuorumError } from '../../core/errors.js'
+import { checkParams, hostsOf, loadDriver, redact } from '../../core/registry.js'
 import { redisBackend } from '../redis/index.js'
 import { RedlockNode } from './node.js'
 import { majorityVerdict, round, tally, type Votes } from './quorum.js'
@@ -459,18 +459,8 @@ const PARAMS = ['prefix', 'nodeTimeout', 'restartDelay'] as const
  * `redlock://[user:password@]host1:port1,host2:port2,host3:port3[?prefix=app:&nodeTimeout=50ms&restartDelay=30s]`
  */
 export async function fromUrl(url: URL): Promise<LockBackend> {
-  const ioredis = await import('ioredis').catch((cause: unknown) => {
-    throw new DriverMissingError(
-      'ioredis',
-      'The redlock backend needs the ioredis package, which is not installed: npm install ioredis',
-      { backend: redact(url), cause },
-    )
-  })
-  for (const name of url.searchParams.keys()) {
-    if (!(PARAMS as readonly string[]).includes(name)) {
-      throw new TypeError(`Unknown parameter "${name}" in ${redact(url)}; known: ${PARAMS.join(', ')}`)
-    }
-  }
+  const ioredis = await loadDriver('ioredis', 'redlock', url, () => import('ioredis'))
+  checkParams(url, PARAMS)
   if (url.pathname !== '' && url.pathname !== '/') {
     throw new TypeError(
       `Expected no path in ${redact(url)}: Redlock uses database 0 on every node; use ?prefix= to keep applications apart`,
