@@ -5,6 +5,7 @@ import { promisify } from 'node:util'
 import { Etcd3 } from 'etcd3'
 import { createLockClient, type LockClient, LockLostError, LockNotAcquiredError } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
+import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
 import { abortedWithin } from '../support/wait.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -111,7 +112,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
 
   it('killing the leader while locks are held and contended: no double grant, fences increase, waiters go on', async () => {
     const key = 'leader-crash'
-    const holds: Array<{ fence: bigint; start: number; end: number }> = []
+    const holds: Hold[] = []
     const until = performance.now() + 6000
     let failures = 0
     const workers = Array.from({ length: 5 }, () => client({ ttl: '4s' }))
@@ -143,12 +144,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     )
     await crash
     await leader.restart()
-    holds.sort((a, b) => a.start - b.start)
-    for (let i = 1; i < holds.length; i++) {
-      const [a, b] = [holds[i - 1]!, holds[i]!]
-      assert.ok(a.end <= b.start, `holds ${i - 1} and ${i} overlap (fences ${a.fence}, ${b.fence})`)
-      assert.ok(b.fence > a.fence, `fence ${b.fence} is not above ${a.fence}`)
-    }
+    assertSuccessiveHolds(holds)
     const after = holds.filter((h) => h.start > killedAt + 500).length
     assert.ok(after >= 5, `only ${after} grants after the leader was killed (${failures} failed calls)`)
   })

@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
 import { createLockClient, type LockClient, LockNotAcquiredError, QuorumError } from '../../src/index.js'
 import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
+import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -100,7 +101,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
     // clean-up that landed after the next attempt was granted would delete a hold that attempt counts on.
     const url = proxied('&nodeTimeout=80ms')
     const key = 'late-answers'
-    const holds: Array<{ fence: bigint; start: number; end: number }> = []
+    const holds: Hold[] = []
     const until = performance.now() + 4000
     let jitter = true
     const jitterLoop = (async () => {
@@ -128,18 +129,13 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
       for (const p of proxies) p.delayMs = 0
     }
     assert.ok(holds.length >= 20, `only ${holds.length} grants in 4 s`)
-    holds.sort((a, b) => a.start - b.start)
-    for (let i = 1; i < holds.length; i++) {
-      const [a, b] = [holds[i - 1]!, holds[i]!]
-      assert.ok(a.end <= b.start, `holds ${i - 1} and ${i} overlap (fences ${a.fence}, ${b.fence})`)
-      assert.ok(b.fence > a.fence, `fence ${b.fence} of holder ${i} is not above ${a.fence}`)
-    }
+    assertSuccessiveHolds(holds)
   })
 
   it('fences strictly increase across successive holders while nodes pause and resume', async () => {
     const url = nodes.url('?restartDelay=0&nodeTimeout=50ms')
     const key = 'chaos'
-    const holds: Array<{ fence: bigint; start: number; end: number }> = []
+    const holds: Hold[] = []
     const until = performance.now() + 4000
     let chaos = true
     const admins = nodes.servers.map((s) => new Redis(s.port, '127.0.0.1'))
@@ -180,15 +176,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
       for (const a of admins) a.disconnect()
     }
     assert.ok(holds.length >= 20, `only ${holds.length} grants in 4 s`)
-    holds.sort((a, b) => a.start - b.start)
-    for (let i = 1; i < holds.length; i++) {
-      const [a, b] = [holds[i - 1]!, holds[i]!]
-      assert.ok(a.end <= b.start, `holds ${i - 1} and ${i} overlap`)
-      assert.ok(
-        b.fence > a.fence,
-        `fence ${b.fence} of holder ${i} is not above ${a.fence} of the one before`,
-      )
-    }
+    assertSuccessiveHolds(holds)
     // The scenario did what it claims: the nodes' counters were seen out of step (the paused ones missed
     // grants), so tokens had to be written back for the order above to hold.
     assert.ok(outOfStep > 0, 'the fence counters never fell out of step: the chaos did not bite')
