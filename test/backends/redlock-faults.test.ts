@@ -128,7 +128,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
       await jitterLoop
       for (const p of proxies) p.delayMs = 0
     }
-    assert.ok(holds.length >= 20, `only ${holds.length} grants in 4 s`)
+    assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s`)
     assertSuccessiveHolds(holds)
   })
 
@@ -175,7 +175,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
       for (const i of [0, 1, 2, 3, 4]) nodes.servers[i]!.signal('SIGCONT')
       for (const a of admins) a.disconnect()
     }
-    assert.ok(holds.length >= 20, `only ${holds.length} grants in 4 s`)
+    assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s`)
     assertSuccessiveHolds(holds)
     // The scenario did what it claims: the nodes' counters were seen out of step (the paused ones missed
     // grants), so tokens had to be written back for the order above to hold.
