@@ -61,6 +61,37 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
     assert.throws(() => redlockBackend({ clients: [] }), /1 to 256 Redis clients/)
   })
 
+  it('inspect: the holder reports its token; another client the counter of the holding nodes, at least M', async () => {
+    // Node 0 ahead of the others (as after attempts that were granted only there and released): whether
+    // or not node 0 is in the granting majority, the nodes no longer agree on the counter.
+    const first = new Redis(nodes.servers[0]!.port, '127.0.0.1')
+    try {
+      await first.set('dlock:{out-of-step}:fence', '100')
+    } finally {
+      first.disconnect()
+    }
+    const holder = createLockClient(nodes.url(), { ttl: '10s' })
+    const other = createLockClient(nodes.url(), { ttl: '10s' })
+    try {
+      const lock = await holder.acquire('out-of-step')
+      const mine = await holder.inspect('out-of-step')
+      assert.equal(mine.owner, lock.owner)
+      assert.equal(mine.fence, lock.fence)
+      const seen = await other.inspect('out-of-step')
+      assert.equal(seen.held, true)
+      assert.equal(seen.owner, lock.owner)
+      assert.ok(
+        seen.fence !== undefined && seen.fence >> 8n >= lock.fence >> 8n,
+        `${seen.fence} < ${lock.fence}`,
+      )
+      await lock.release()
+      assert.equal((await other.inspect('out-of-step')).held, false)
+    } finally {
+      await holder.close()
+      await other.close()
+    }
+  })
+
   it('doctor reports the quorum size, each node and the restart rule', async () => {
     const mine = nodes.servers.map(
       (s) => new Redis(s.port, '127.0.0.1', { autoResendUnfulfilledCommands: false }),

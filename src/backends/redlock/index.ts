@@ -122,6 +122,12 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
    * loses a race, so its handoff is not delayed.
    */
   const refusals = new Map<string, number>()
+  /**
+   * The token of each hold this client has, by owner, for `inspect`. The nodes cannot say which node's
+   * counter made the token: a node that granted after the verdict may also show M (with a lower index) or
+   * more, so only the holder knows its token for sure. Removed on release and abandon.
+   */
+  const tokens = new Map<string, bigint>()
   const refused = (owner: string) => {
     refusals.set(owner, (refusals.get(owner) ?? 0) + 1)
     // Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind.
@@ -257,7 +263,11 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
           (await writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
         ) {
           refusals.delete(req.owner)
-          return { granted: true, fence: (m << NODE_BITS) | BigInt(atM[0]!), ttlMs: req.ttlMs }
+          const fence = (m << NODE_BITS) | BigInt(atM[0]!)
+          tokens.set(req.owner, fence)
+          // Bounded like `refusals`: a hold whose release never reaches us must not pile up.
+          if (tokens.size > 4096) tokens.delete(tokens.keys().next().value as string)
+          return { granted: true, fence, ttlMs: req.ttlMs }
         }
         void releaseOn(req)
         throw new QuorumError(
@@ -310,6 +320,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     },
 
     async release(lease, signal) {
+      tokens.delete(lease.owner)
       const { votes } = await round(
         n,
         defaultTimeout(),
@@ -338,6 +349,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
 
     async abandon(req, signal) {
       refusals.delete(req.owner)
+      tokens.delete(req.owner)
       await Promise.allSettled(nodes.map((node) => node.backend.abandon?.(req, signal)))
       await releaseOn(req)
     },
@@ -374,7 +386,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         if (held.length < q) continue
         // Valid while a majority holds it: until the q-th longest remaining lease ends.
         const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
-        const fence = fenceOf(held)
+        const fence = tokens.get(owner) ?? fenceOf(held)
         return {
           held: true,
           owner,
