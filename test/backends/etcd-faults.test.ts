@@ -110,6 +110,51 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     }
   })
 
+  it('a waiter whose key was deleted while it waited is never granted on it (Jepsen etcd #11456)', async () => {
+    const key = 'waiter-key-gone'
+    const holder = await client({ ttl: '6s' }).acquire(key)
+    const admin = new Etcd3({ hosts: cluster.members.map((m) => `http://${m.endpoint}`) })
+    try {
+      const keys = async () => (await admin.getAll().prefix(`dlock/${key}/`).exec()).kvs
+      const waiting = client({ ttl: '6s' }).acquire(key, { timeout: '20s' })
+      // The waiter's key is the one that is not the holder's; wait (bounded) until it is in line.
+      let gone: { key: string; revision: bigint } | undefined
+      for (let i = 0; i < 250 && !gone; i++) {
+        const kv = (await keys()).find((k) => k.value.toString() !== holder.owner)
+        if (kv) gone = { key: kv.key.toString(), revision: BigInt(kv.create_revision) }
+        else await sleep(20)
+      }
+      assert.ok(gone, 'the waiter never put its key')
+      // Until the waiter's fallback poll (which would notice the deletion on its own) is ~1 s apart.
+      await sleep(2000)
+      // Its lease dying would do this. The waiter watches the holder's key, not its own, and the holder
+      // leaves at once: the waiter's wake-up is the first it hears of either.
+      await admin.delete().key(gone.key).exec()
+      await holder.release()
+      // Someone else comes for the lock: a waiter granted on its deleted key would hold it without a key,
+      // so the newcomer would find nobody in line and take it too.
+      const later = client({ ttl: '6s' }).acquire(key, { timeout: '20s' })
+      const settled = new Set<string>()
+      const track = (name: string, p: Promise<unknown>) => {
+        const done = () => settled.add(name)
+        p.then(done, done)
+      }
+      track('waiting', waiting)
+      track('later', later)
+      const first = await Promise.race([waiting, later])
+      await sleep(300)
+      assert.equal(settled.size, 1, 'both were granted: two holders')
+      await first.release()
+      const second = await (settled.has('waiting') ? later : waiting)
+      assert.ok(second.fence > first.fence)
+      const waiter = await waiting
+      assert.ok(waiter.fence > gone.revision, `granted on its deleted key (fence ${waiter.fence})`)
+      await second.release()
+    } finally {
+      admin.close()
+    }
+  })
+
   it('killing the leader while locks are held and contended: no double grant, fences increase, waiters go on', async () => {
     const key = 'leader-crash'
     const holds: Hold[] = []

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
+import { ACQUIRE } from '../../src/backends/redis/scripts.js'
+import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { createLockClient, type LockClient, LockNotAcquiredError, QuorumError } from '../../src/index.js'
 import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
@@ -39,6 +41,37 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
     await Promise.all(proxies.map((p) => p.close()))
     await nodes.destroy()
   })
+
+  /** Six clients take turns on `key` for 4 s while `fault` runs in a loop: no overlap, fences increase. */
+  const contendUnder = async (key: string, fault: () => Promise<void>) => {
+    const url = proxied('&nodeTimeout=80ms')
+    const holds: Hold[] = []
+    const until = performance.now() + 4000
+    let running = true
+    const faults = (async () => {
+      while (running) await fault()
+    })()
+    try {
+      await Promise.all(
+        Array.from({ length: 6 }, async () => {
+          const client = clients.make(url, { ttl: '10s' })
+          while (performance.now() < until) {
+            const lock = await client.acquire(key, { timeout: '10s' })
+            const start = performance.now()
+            await sleep(Math.random() * 2)
+            holds.push({ fence: lock.fence, start, end: performance.now() })
+            await lock.release()
+          }
+        }),
+      )
+    } finally {
+      running = false
+      await faults
+      for (const p of proxies) p.delayMs = 0
+    }
+    assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s`)
+    assertSuccessiveHolds(holds)
+  }
 
   it('acquires and releases with 1 and with 2 of 5 nodes stopped; with 3 stopped it names them in a QuorumError', async () => {
     const client = clients.make(nodes.url('?restartDelay=0'), { ttl: '5s' })
@@ -97,39 +130,67 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
   it('never grants twice while slow nodes answer after the verdicts (late grants, retries of one owner)', async () => {
     // Three nodes answer after random delays that change every few ms, within the node timeout: verdicts
     // are reached before they answer, contenders reach the nodes in different orders (splits), and each
-    // retry of an acquire (same owner) meets the late answers of its previous attempt. A failed attempt's
-    // clean-up that landed after the next attempt was granted would delete a hold that attempt counts on.
-    const url = proxied('&nodeTimeout=80ms')
-    const key = 'late-answers'
-    const holds: Hold[] = []
-    const until = performance.now() + 4000
-    let jitter = true
-    const jitterLoop = (async () => {
-      while (jitter) {
-        for (const i of [2, 3, 4]) proxies[i]!.delayMs = Math.random() * 30
-        await sleep(3)
-      }
-    })()
+    // retry of an acquire meets the late answers of its previous attempt. A failed attempt's clean-up that
+    // landed after the next attempt was granted would delete a hold that attempt counts on.
+    await contendUnder('late-answers', async () => {
+      for (const i of [2, 3, 4]) proxies[i]!.delayMs = Math.random() * 30
+      await sleep(3)
+    })
+  })
+
+  it('never grants twice while the nodes keep forgetting their scripts (each is re-sent after NOSCRIPT)', async () => {
+    // A script the server does not know is answered NOSCRIPT and sent again with its source, one round
+    // trip later: after whatever else the client sent meanwhile on that connection. A failed attempt's
+    // clean-up re-sent that way landed after the next attempt of the same acquire had been granted there,
+    // and deleted the hold it counted on (the conformance suite saw two holders on fresh servers).
+    const admins = nodes.servers.map((s) => new Redis(s.port, '127.0.0.1'))
     try {
-      await Promise.all(
-        Array.from({ length: 6 }, async () => {
-          const client = clients.make(url, { ttl: '10s' })
-          while (performance.now() < until) {
-            const lock = await client.acquire(key, { timeout: '10s' })
-            const start = performance.now()
-            await sleep(Math.random() * 2)
-            holds.push({ fence: lock.fence, start, end: performance.now() })
-            await lock.release()
-          }
-        }),
-      )
+      await contendUnder('noscript', async () => {
+        // Within the node timeout even with the NOSCRIPT round trip added (2 x 2 x 12 < 80 ms).
+        for (const i of [2, 3, 4]) proxies[i]!.delayMs = Math.random() * 12
+        await Promise.all(admins.map((a) => a.script('FLUSH')))
+        await sleep(2)
+      })
     } finally {
-      jitter = false
-      await jitterLoop
-      for (const p of proxies) p.delayMs = 0
+      for (const a of admins) a.disconnect()
     }
-    assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s`)
-    assertSuccessiveHolds(holds)
+  })
+
+  it("the clean-up of a failed attempt, re-sent after NOSCRIPT, never undoes the next attempt's grant", async () => {
+    // Deterministic: nodes 3 and 4 are slow (30 ms each way) and know ACQUIRE but not RELEASE. Attempt 1
+    // is refused by 0-2 (another owner holds them) and granted on 3 and 4; its clean-up is answered
+    // NOSCRIPT and re-sent a round trip later. Attempt 2 of the same acquire starts at once, with node 0
+    // freed meanwhile: it reaches 3 and 4 before the re-sent clean-up does. Had it counted them (same owner
+    // id: "already ours"), the clean-up would then delete them, and the grant would rest on node 0 alone.
+    const mine = proxies.map((p) => new Redis(p.port, '127.0.0.1', { autoResendUnfulfilledCommands: false }))
+    const admins = nodes.servers.map((s) => new Redis(s.port, '127.0.0.1'))
+    const backend = redlockBackend({ clients: mine, nodeTimeoutMs: 200, restartDelayMs: 0 })
+    const key = 'resent-clean-up'
+    const lockKey = `dlock:{${key}}`
+    try {
+      await backend.inspect(key, AbortSignal.timeout(5000)) // every connection checked (scripts loaded)
+      await Promise.all(admins.slice(0, 3).map((a) => a.set(lockKey, 'someone-else', 'PX', 10_000)))
+      for (const a of admins.slice(3)) {
+        await a.script('FLUSH')
+        await a.script('LOAD', ACQUIRE.source)
+      }
+      proxies[3]!.delayMs = 30
+      proxies[4]!.delayMs = 30
+      const req = { key, owner: 'a'.repeat(32), ttlMs: 10_000 }
+      const first = await backend.tryAcquire(req, AbortSignal.timeout(5000))
+      assert.equal(first.granted, false)
+      await admins[0]!.del(lockKey)
+      const second = await backend.tryAcquire(req, AbortSignal.timeout(5000))
+      await sleep(300) // the re-sent clean-up has landed
+      const holders = await Promise.all(admins.map((a) => a.get(lockKey)))
+      const ours = holders.filter((h) => h?.startsWith(req.owner)).length
+      if (second.granted) assert.ok(ours >= 3, `granted, but held on ${ours} of 5 nodes: ${holders}`)
+    } finally {
+      proxies[3]!.delayMs = 0
+      proxies[4]!.delayMs = 0
+      await backend.close()
+      for (const c of [...mine, ...admins]) c.disconnect()
+    }
   })
 
   it('fences strictly increase across successive holders while nodes pause and resume', async () => {

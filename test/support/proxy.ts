@@ -23,16 +23,26 @@ export async function startProxy(targetPort: number, targetHost = '127.0.0.1'): 
   const sockets = new Set<Socket>()
   const state = { mode: 'pass' as ProxyMode, delayMs: 0 }
   const relay = (from: Socket, to: Socket, isReply: boolean) => {
-    // Bytes keep their order when the delay changes: a chunk never overtakes one delayed before it (a
-    // reordered stream would pair replies with the wrong commands).
-    let lastAt = 0
-    from.on('data', (chunk) => {
+    // Bytes keep their order when the delay changes: chunks wait in one queue drained by one timer, so a
+    // chunk never overtakes one delayed before it (separate timers can fire out of order: a reordered
+    // stream runs commands out of order, or pairs replies with the wrong commands).
+    const queue: Array<{ at: number; chunk: Buffer }> = []
+    let timer: NodeJS.Timeout | undefined
+    const drain = () => {
+      timer = undefined
+      const t = performance.now()
+      while (queue.length > 0 && queue[0]!.at <= t) to.write(queue.shift()!.chunk)
+      if (queue.length > 0) timer = setTimeout(drain, queue[0]!.at - t)
+    }
+    from.on('data', (chunk: Buffer) => {
       if (state.mode === 'blackhole' || (isReply && state.mode === 'drop-replies')) return
-      const at = Math.max(performance.now() + state.delayMs, lastAt)
-      lastAt = at
-      const wait = at - performance.now()
-      if (wait > 0) setTimeout(() => to.write(chunk), wait)
-      else to.write(chunk)
+      if (queue.length === 0 && state.delayMs <= 0) {
+        to.write(chunk)
+        return
+      }
+      const at = Math.max(performance.now() + state.delayMs, queue.at(-1)?.at ?? 0)
+      queue.push({ at, chunk })
+      if (timer === undefined) timer = setTimeout(drain, at - performance.now())
     })
   }
   const server: Server = createServer((client) => {

@@ -149,13 +149,23 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     }
   }
 
-  /** Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. */
-  const run = async (s: Script, keys: string[], args: Array<string | number>): Promise<unknown> => {
+  /**
+   * Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. The
+   * source goes out a round trip late, after whatever was sent meanwhile; an acquire whose `signal` has
+   * aborted by then is not re-sent (it would grant a lock nobody waits for, after its clean-up).
+   */
+  const run = async (
+    s: Script,
+    keys: string[],
+    args: Array<string | number>,
+    signal?: AbortSignal,
+  ): Promise<unknown> => {
     if (ready) await ready
     try {
       return await client.evalsha(s.sha, keys.length, ...keys, ...args)
     } catch (error) {
       if (isReplyError(error) && error.message.startsWith('NOSCRIPT')) {
+        if (signal?.aborted) throw signal.reason
         return client.eval(s.source, keys.length, ...keys, ...args)
       }
       throw error
@@ -228,8 +238,9 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
             ACQUIRE_FAIR,
             [k.lock, k.fence, k.queue, k.waiters, k.ttls],
             [req.owner, req.ttlMs, waiterLivenessMs],
+            signal,
           )
-        : run(ACQUIRE, [k.lock, k.fence], [req.owner, req.ttlMs])
+        : run(ACQUIRE, [k.lock, k.fence], [req.owner, req.ttlMs], signal)
       let result: AttemptResult
       try {
         result = grantOf(await raceSignal(attempt, signal), req.ttlMs)
@@ -238,7 +249,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
         // No reply (timeout, reset): the script may have run. Read before deciding, never leave a lock we took.
         uncertain.add(req.owner)
         const holder = await client.get(k.lock).catch(() => undefined)
-        if (holder !== req.owner) throw explain(req.key, 'acquire', error)
+        if (holder !== req.owner) {
+          // Read after the script on the same connection: not ours now means nothing to clean up later.
+          if (holder !== undefined) uncertain.delete(req.owner)
+          throw explain(req.key, 'acquire', error)
+        }
         result = { granted: true, fence: BigInt((await client.get(k.fence)) ?? 0), ttlMs: req.ttlMs }
       }
       uncertain.delete(req.owner)

@@ -8,6 +8,10 @@
  *   TTL - elapsed - (TTL x drift + 2 ms); a grant whose validity is gone is released.
  * - A failed attempt is released on every node, answered or not (a late grant is removed too: each node's
  *   release travels on the same connection after its acquire). The core retries after a jittered delay.
+ * - Each attempt writes its own owner id on the nodes, `<owner>.<attempt>`: the clean-up of a failed
+ *   attempt can then never delete the hold of a later attempt of the same acquire, whatever order the
+ *   commands reach a node in (a script re-sent after NOSCRIPT goes out one round trip late, after the
+ *   next attempt's acquire). With one owner id for all attempts that happened, and made two holders.
  * - Fencing, which no other Redlock library has: each node's acquire script increments that node's fence
  *   counter and returns it; the grant's token is the maximum M over the granting majority, written back
  *   (`counter = max(counter, M)`) to the majority's nodes that were behind, before the grant counts. Any
@@ -60,6 +64,13 @@ export interface RedlockBackendOptions {
   /** Names the store in errors. */
   readonly id?: string
 }
+
+/** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
+const onNodes = (lease: HeldLease): HeldLease =>
+  typeof lease.cookie === 'string' ? { ...lease, owner: lease.cookie } : lease
+
+/** The acquire's owner id of a node-side owner id `<owner>.<attempt>` (other writers' values unchanged). */
+const acquireOwner = (owner: string) => owner.replace(/^([0-9a-f]{32})\.[0-9a-z]+$/, '$1')
 
 /** The reason given to node operations this backend stops itself (a cheap shared value, no stack). */
 const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the Redlock backend' })
@@ -128,6 +139,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
    * more, so only the holder knows its token for sure. Removed on release and abandon.
    */
   const tokens = new Map<string, bigint>()
+  /** The node-side owner id of the latest attempt of each acquire still going, for `abandon`. */
+  const attempts = new Map<string, string>()
+  let attemptSeq = 0
   const refused = (owner: string) => {
     refusals.set(owner, (refusals.get(owner) ?? 0) + 1)
     // Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind.
@@ -215,10 +229,15 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
     id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
 
-    async tryAcquire(req, signal): Promise<AttemptResult> {
-      if (req.ttlMs > largestTtl) largestTtl = req.ttlMs
-      const timeoutMs = nodeTimeout(req.ttlMs)
+    async tryAcquire(request, signal): Promise<AttemptResult> {
+      if (request.ttlMs > largestTtl) largestTtl = request.ttlMs
+      const timeoutMs = nodeTimeout(request.ttlMs)
       const delay = restartDelay()
+      // This attempt's own owner id on the nodes (see the top of this file).
+      const req = { ...request, owner: `${request.owner}.${(++attemptSeq).toString(36)}` }
+      attempts.delete(request.owner)
+      attempts.set(request.owner, req.owner)
+      if (attempts.size > 4096) attempts.delete(attempts.keys().next().value as string)
       const { verdict, votes } = await round(
         n,
         timeoutMs,
@@ -226,7 +245,12 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         (i, s) => {
           const node = nodes[i]!
           if (node.votes(delay)) return node.backend.tryAcquire(req, s)
-          return node.ready(delay, s).then(() => node.backend.tryAcquire(req, s))
+          // A node that becomes ready after the verdict gets nothing: its acquire would follow the clean-up
+          // sent at the verdict and leave a hold that blocks the node until its ttl.
+          return node.ready(delay, s).then(() => {
+            if (s.aborted) throw s.reason
+            return node.backend.tryAcquire(req, s)
+          })
         },
         (v) =>
           majorityVerdict(
@@ -234,9 +258,12 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
             n,
             q,
           ),
+        // Pending acquires stop at the verdict: not sent yet, or to be re-sent after NOSCRIPT, they would
+        // land after the clean-up (below) and hold the node for a ttl. Sent ones are cleaned up.
+        true,
       )
       if (verdict !== 'yes') {
-        refused(req.owner)
+        refused(request.owner)
         // Take back what this attempt got, now, on every node that may hold it: those that granted, those
         // that failed (the script may have run after their time was up) and those still pending. Sent now,
         // each release follows its node's acquire on the same connection and precedes the next attempt's:
@@ -262,12 +289,13 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
           needed <= 0 ||
           (await writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
         ) {
-          refusals.delete(req.owner)
+          refusals.delete(request.owner)
+          attempts.delete(request.owner)
           const fence = (m << NODE_BITS) | BigInt(atM[0]!)
-          tokens.set(req.owner, fence)
+          tokens.set(request.owner, fence)
           // Bounded like `refusals`: a hold whose release never reaches us must not pile up.
           if (tokens.size > 4096) tokens.delete(tokens.keys().next().value as string)
-          return { granted: true, fence, ttlMs: req.ttlMs }
+          return { granted: true, fence, ttlMs: req.ttlMs, cookie: req.owner }
         }
         void releaseOn(req)
         throw new QuorumError(
@@ -293,8 +321,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
       return { granted: false, retryInMs: Math.random() * 3 }
     },
 
-    async extend(lease, ttlMs, signal): Promise<ExtendResult> {
+    async extend(handle, ttlMs, signal): Promise<ExtendResult> {
       if (ttlMs > largestTtl) largestTtl = ttlMs
+      const lease = onNodes(handle)
       const delay = restartDelay()
       const { verdict, votes } = await round(
         n,
@@ -319,8 +348,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
       throw unreachable(lease.key, 'extend', votes)
     },
 
-    async release(lease, signal) {
-      tokens.delete(lease.owner)
+    async release(handle, signal) {
+      tokens.delete(handle.owner)
+      const lease = onNodes(handle)
       const { votes } = await round(
         n,
         defaultTimeout(),
@@ -347,9 +377,13 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
       return t.yes > 0
     },
 
-    async abandon(req, signal) {
-      refusals.delete(req.owner)
-      tokens.delete(req.owner)
+    async abandon(request, signal) {
+      refusals.delete(request.owner)
+      tokens.delete(request.owner)
+      const owner = attempts.get(request.owner)
+      if (owner === undefined) return
+      attempts.delete(request.owner)
+      const req = { ...request, owner }
       await Promise.allSettled(nodes.map((node) => node.backend.abandon?.(req, signal)))
       await releaseOn(req)
     },
@@ -365,6 +399,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
       const t = tally(votes, () => true)
       if (t.failed > n - q) throw unreachable(key, 'inspect', votes)
       const infos = votes.map((v) => (v?.ok ? v.value : undefined))
+      // By the owner id on the nodes (one attempt's hold); reported as the acquire's owner id.
       const byOwner = new Map<string, number[]>()
       infos.forEach((info, i) => {
         if (info?.held && info.owner !== undefined)
@@ -382,8 +417,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         }
         return at < 0 ? undefined : (m << NODE_BITS) | BigInt(at)
       }
-      for (const [owner, held] of byOwner) {
+      for (const [onNode, held] of byOwner) {
         if (held.length < q) continue
+        const owner = acquireOwner(onNode)
         // Valid while a majority holds it: until the q-th longest remaining lease ends.
         const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
         const fence = tokens.get(owner) ?? fenceOf(held)
@@ -396,7 +432,9 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         }
       }
       const fence = fenceOf(infos.flatMap((info, i) => (info ? [i] : [])))
-      const partial = [...byOwner].map(([owner, held]) => `${owner} on ${held.length}`).join(', ')
+      const partial = [...byOwner]
+        .map(([owner, held]) => `${acquireOwner(owner)} on ${held.length}`)
+        .join(', ')
       if (fence === undefined && !partial) return null
       return {
         held: false,

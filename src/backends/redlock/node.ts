@@ -11,6 +11,10 @@ import { raceSignal } from '../../core/abort.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
+import { ACQUIRE, EXTEND, INSPECT, RAISE_FENCE, RELEASE } from '../redis/scripts.js'
+
+/** The scripts Redlock runs on each node. */
+const REDLOCK_SCRIPTS = [ACQUIRE, RELEASE, EXTEND, RAISE_FENCE, INSPECT]
 
 export class RedlockNode {
   /** Bumped whenever the connection closes: whatever answers next may be a restarted server. */
@@ -68,7 +72,13 @@ export class RedlockNode {
       const epoch = this.#epoch
       try {
         await connected(this.client)
-        const info = parseInfo(await this.client.info('server'))
+        // Loaded before the node votes, with the INFO in one round trip: a fresh server would otherwise
+        // answer the first acquire NOSCRIPT, and its source, re-sent a round trip later, could land after the
+        // attempt's clean-up and leave a stray hold until its ttl.
+        const [, info] = await Promise.all([
+          Promise.all(REDLOCK_SCRIPTS.map((s) => this.client.script('LOAD', s.source))),
+          this.client.info('server').then(parseInfo),
+        ])
         const uptimeS = Number(info.uptime_in_seconds)
         // Uptime is whole seconds, rounded down: the server started at the latest `uptime` seconds ago.
         // Assuming the latest start keeps the quarantine at least as long as it must be.

@@ -20,11 +20,16 @@ export class NodeTimeoutError extends Error {
   override name = 'NodeTimeoutError'
 }
 
+/** The reason operations still running are stopped with when the verdict is in (`stopAtVerdict`). */
+const VERDICT = Object.freeze({ name: 'Verdict', message: 'the round was decided without this node' })
+
 /**
  * Runs `op` on nodes `0 … count-1` at once and resolves with `decide`'s verdict as soon as it gives one.
  * `decide` sees the votes after each answer; once every node has answered or timed out it must decide.
  * Operations still running after the verdict go on (a sent command cannot be recalled) until they settle
  * or time out; callers that may have been granted something by them clean up on every node.
+ * With `stopAtVerdict`, the operations' signal aborts at the verdict instead (for an acquire: a node not yet
+ * sent to gets nothing, and the clean-up sent at the verdict is the last word).
  * Rejects with `signal.reason` if `signal` aborts first.
  */
 export function round<T, V>(
@@ -33,6 +38,7 @@ export function round<T, V>(
   signal: AbortSignal,
   op: (node: number, signal: AbortSignal) => Promise<T>,
   decide: (votes: Votes<T>) => V | undefined,
+  stopAtVerdict = false,
 ): Promise<{ verdict: V; votes: Votes<T> }> {
   return new Promise((resolve, reject) => {
     const link = linkedAbort(signal)
@@ -65,6 +71,7 @@ export function round<T, V>(
       if (verdict !== undefined) {
         decided = true
         resolve({ verdict, votes: votes.slice() })
+        if (stopAtVerdict && pending > 0) link.abort(VERDICT)
       } else if (pending === 0) {
         decided = true
         reject(new Error('quorum round: every node answered but no verdict was reached (a bug in decide)'))
