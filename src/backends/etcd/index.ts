@@ -27,6 +27,7 @@ import type {
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
+import { now } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { checkParams, hostsOf, loadDriver, redact } from '../../core/registry.js'
 
@@ -53,9 +54,18 @@ interface Session {
   readonly id: Promise<{ hex: string; decimal: string }>
   /** Aborts when etcd says the lease is gone. */
   readonly lost: AbortController
+  /**
+   * Until when (our monotonic clock) etcd keeps the lease at least: the send time of the latest
+   * acknowledged grant or keep-alive plus the TTL etcd answered with. A lock on this lease is valid no
+   * longer than that, whatever its ttl: the key goes with the lease.
+   */
+  aliveUntil: number
 }
 
 const utf8 = (b: Buffer | undefined) => (b ? b.toString('utf8') : '')
+
+/** How much of a lease must remain beyond a lock's ttl before an acquire skips refreshing it. */
+const REFRESH_SLACK_MS = 50
 
 /** The first key after every key with `prefix` (etcd's range_end for a prefix). */
 function prefixEnd(prefix: string): Buffer {
@@ -125,6 +135,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
   const sessionFor = (ttlS: number): Session => {
     const existing = sessions.get(ttlS)
     if (existing && !existing.lost.signal.aborted) return existing
+    const grantedFrom = now()
     const lease = client.lease(ttlS)
     const lost = new AbortController()
     const session: Session = {
@@ -132,14 +143,42 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
       lease,
       lost,
       id: lease.grant().then((decimal) => ({ decimal, hex: BigInt(decimal).toString(16) })),
+      aliveUntil: Number.NEGATIVE_INFINITY,
     }
-    session.id.catch(() => {})
+    session.id.then(
+      () => {
+        session.aliveUntil = Math.max(session.aliveUntil, grantedFrom + ttlS * 1000)
+      },
+      () => {},
+    )
+    // etcd3 keeps the lease alive every ttl/3; each acknowledged keep-alive moves aliveUntil (replies come
+    // in the order the keep-alives were sent, on one stream).
+    const fired: number[] = []
+    lease.on('keepaliveFired', () => {
+      fired.push(now())
+    })
+    lease.on('keepaliveSucceeded', (res: { TTL: string }) => {
+      const at = fired.shift()
+      if (at !== undefined) session.aliveUntil = Math.max(session.aliveUntil, at + Number(res.TTL) * 1000)
+    })
+    lease.on('keepaliveFailed', () => {
+      fired.length = 0
+    })
     lease.on('lost', (error: Error) => {
       if (sessions.get(ttlS) === session) sessions.delete(ttlS)
       lost.abort(new Error(`its etcd lease (session) ended: ${error?.message ?? 'lost'}`))
     })
     sessions.set(ttlS, session)
     return session
+  }
+
+  /** One keep-alive of the session's lease now; true if etcd still has it (and aliveUntil moved). */
+  const keepAlive = async (session: Session): Promise<boolean> => {
+    const sentAt = now()
+    const alive = await session.lease.keepaliveOnce()
+    if (Number(alive.TTL) <= 0) return false
+    session.aliveUntil = Math.max(session.aliveUntil, sentAt + Number(alive.TTL) * 1000)
+    return true
   }
 
   /** The key holding the lock: the first under the prefix by create revision. */
@@ -200,10 +239,17 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
     return { before, mine }
   }
 
-  const grantOf = (ticket: Ticket): Grant => ({
+  /**
+   * The grant of a ticket that is first in line. Its lease is what remains of the session's from `since`,
+   * a moment no earlier than the core's attempt start (validity counts from there), so the lock's validity
+   * ends before etcd could expire the session's lease and our key with it. A full ttl would outlast the
+   * lease by up to a keep-alive interval when the holder dies right after the grant (the chaos suite's S7
+   * found that).
+   */
+  const grantOf = (ticket: Ticket, since: number): Grant => ({
     granted: true,
     fence: BigInt(ticket.revision),
-    ttlMs: ticket.session.ttlS * 1000,
+    ttlMs: Math.min(ticket.session.ttlS * 1000, ticket.session.aliveUntil - since),
     cookie: ticket,
     lost: ticket.session.lost.signal,
   })
@@ -233,6 +279,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
     capabilities: { expiry: 'session', notify: true, fifo: true },
 
     async tryAcquire(req, signal): Promise<AttemptResult> {
+      const started = now()
       // etcd leases are whole seconds (and the server may raise them to its minimum).
       const ttlS = Math.max(1, Math.ceil(req.ttlMs / 1000))
       const p = lockPrefix(req.key)
@@ -245,13 +292,17 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
           if (mine?.create_revision === queued.revision) {
             if (before) return { granted: false }
             tickets.delete(req.owner)
-            return grantOf(queued)
+            return grantOf(queued, started)
           }
           tickets.delete(req.owner)
         }
         const session = sessionFor(ttlS)
         const lease = await raceSignal(session.id, signal)
         const key = `${p}${lease.hex}-${req.owner}`
+        // A lease that etcd is known to keep for less than this lock's ttl is kept alive in the same
+        // moment (in parallel: no extra wait), so the grant gets its full ttl from before the request.
+        const refresh =
+          session.aliveUntil - now() < req.ttlMs + REFRESH_SLACK_MS ? keepAlive(session) : undefined
         const reply = await raceSignal(
           kv.txn({
             // Our key exists already when an earlier attempt of this acquire put it (we are in line).
@@ -272,7 +323,9 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
         const holder = reply.responses[1]?.response_range.kvs[0]
         if (holder && holder.create_revision === revision) {
           tickets.delete(req.owner)
-          return grantOf(ticket)
+          // Without it (lease gone or unreachable) the grant is as long as the lease is known to live.
+          await raceSignal(refresh ?? Promise.resolve(true), signal)
+          return grantOf(ticket, started)
         }
         tickets.set(req.owner, ticket)
         return { granted: false }
@@ -310,7 +363,9 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
           }
           if (!before) {
             tickets.delete(req.owner)
-            return grantOf(ticket)
+            // Handed over while we waited: the core counts validity from its last refused attempt, which
+            // may have begun after this wait did, so the lease left is counted from now.
+            return grantOf(ticket, now())
           }
           // Watch only the key just before ours. The watch starts at etcd's current revision, and only then do
           // we make sure that key is still there: a watch from an earlier revision (the one read above) is
@@ -351,10 +406,10 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
       try {
         if (ticket.session.lost.signal.aborted) return { renewed: false }
         const [alive, mine] = await raceSignal(
-          Promise.all([ticket.session.lease.keepaliveOnce(), kv.range({ key: Buffer.from(ticket.key) })]),
+          Promise.all([keepAlive(ticket.session), kv.range({ key: Buffer.from(ticket.key) })]),
           signal,
         )
-        const ok = Number(alive.TTL) > 0 && mine.kvs[0]?.create_revision === ticket.revision
+        const ok = alive && mine.kvs[0]?.create_revision === ticket.revision
         return ok ? { renewed: true } : { renewed: false }
       } catch (error) {
         throw unavailable(lease.key, 'extend', error)

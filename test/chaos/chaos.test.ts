@@ -1,0 +1,47 @@
+/**
+ * The short chaos run of CI: scenarios S1, S2, S4, S5, S13 and S14 on the stores that start in a second
+ * (file and Redis; Redis with persistence too for the crash), and S7 (holder killed) on etcd. Fails on any
+ * unexpected violation; a failing run keeps its history, seed and report (the path is in the message) so
+ * it can be replayed with `npm run chaos -- --seed`. The full matrix is `npm run chaos`.
+ */
+import assert from 'node:assert/strict'
+import { rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, it } from 'node:test'
+import { figuresLine, runScenario } from './harness.js'
+import { CI_SCENARIOS, scenarios } from './scenarios.js'
+import { targets } from './targets.js'
+
+const DURATION_MS = Number(process.env.DLOCK_CHAOS_MS ?? 20_000)
+/**
+ * Redis with persistence only where it changes the answer (a crash); etcd for the killed holder, whose
+ * lock must not outlive its session's lease (S7 found that it did).
+ */
+const storesFor = (id: string) =>
+  id === 'S5' ? ['redis', 'redis-aof'] : id === 'S7' ? ['etcd'] : ['file', 'redis']
+
+describe('chaos (short)', { concurrency: 1 }, () => {
+  const outDir = join(tmpdir(), `dlock-chaos-${process.pid}`)
+  let seed = Date.now() % 100_000
+  for (const id of CI_SCENARIOS) {
+    const scenario = scenarios.find((s) => s.id === id)!
+    for (const name of storesFor(id)) {
+      const target = targets[name]!
+      if (!scenario.applies(target)) continue
+      it(`${id} on ${name}: ${scenario.title}`, { timeout: DURATION_MS + 120_000 }, async () => {
+        const result = await runScenario(scenario, target, { seed: seed++, durationMs: DURATION_MS, outDir })
+        const line = figuresLine(result)
+        console.log(line)
+        assert.equal(result.verdict === 'violation', false, `${line}\nhistory kept in ${result.dir}`)
+        // A run that did nothing proves nothing.
+        assert.ok(result.report.grants > 0, `no grant at all: ${line}`)
+        if (scenario.nemesis) {
+          const faults = Object.values(result.report.faultsByType).reduce((a, b) => a + b, 0)
+          assert.ok(faults > 0, `the nemesis injected no fault: ${line}`)
+        }
+        rmSync(result.dir, { recursive: true, force: true })
+      })
+    }
+  }
+})

@@ -1,0 +1,326 @@
+/**
+ * Runs one chaos scenario on one store: starts the store, the protected resource, a TCP proxy per worker
+ * and server (so a fault can hit one client's network), the worker processes and the nemesis; collects
+ * the history (every line stamped on receipt with this process's CLOCK_MONOTONIC); checks it. Every loop
+ * is bounded in count and time, traffic stays on loopback, and only processes started here are signalled.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
+import { type ChaosReport, checkHistory, violationsOf } from './checker.js'
+import type { HistoryEvent } from './history.js'
+import { ProtectedResource, type ResourceMode } from './resource.js'
+import type { Store, Target } from './targets.js'
+import type { WorkerConfig } from './worker.js'
+
+const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url))
+
+/** CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here. */
+export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** A small seeded PRNG (mulberry32): a run's faults are replayed from its seed. */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+export type Rule = 'A1' | 'A2' | 'A3' | 'A4' | 'A5' | 'A7'
+
+export interface Worker {
+  readonly id: string
+  readonly child: ChildProcess
+  /** One proxy per server of the store (none for the file backend). */
+  readonly proxies: readonly TcpProxy[]
+  paused: boolean
+  exited: boolean
+}
+
+/** What a nemesis can do; every fault is recorded as fault-start / fault-end. */
+export interface NemesisContext {
+  readonly rng: () => number
+  readonly ttlMs: number
+  readonly store: Store
+  readonly key: string
+  /** Ends when the run's time is up. */
+  readonly signal: AbortSignal
+  /** The worker that holds the lock now (by its history), if any. */
+  holder(): Worker | undefined
+  /** A live worker that is waiting (not holding), if any. */
+  waiter(): Worker | undefined
+  readonly workers: readonly Worker[]
+  /** Records a fault around `during` (start, then end when it settles). */
+  fault(type: string, target: string, during: () => Promise<void>): Promise<void>
+  /** SIGKILLs a worker and starts a replacement under a new id. */
+  replace(worker: Worker): Promise<void>
+  sleep(ms: number): Promise<void>
+}
+
+export interface Scenario {
+  readonly id: string
+  readonly title: string
+  readonly mode: ResourceMode
+  readonly workers: number
+  readonly ttlMs: number
+  readonly holdMs: readonly [number, number]
+  /** Whether it means anything on this store (a partition needs a network). */
+  applies(target: Target): boolean
+  /** Violations this store is known to show here, with the reason (reported as expected, never hidden). */
+  expected?(target: Target): Partial<Record<Rule, string>>
+  nemesis?(ctx: NemesisContext): Promise<void>
+}
+
+export interface RunOptions {
+  readonly seed: number
+  readonly durationMs: number
+  /** Where the history, report and picture go. */
+  readonly outDir: string
+}
+
+export interface RunResult {
+  readonly scenario: Scenario
+  readonly target: Target
+  readonly seed: number
+  readonly events: HistoryEvent[]
+  readonly report: ChaosReport
+  readonly violations: Record<Rule, number>
+  /** Violations beyond the expected ones. */
+  readonly unexpected: Partial<Record<Rule, number>>
+  readonly expected: Partial<Record<Rule, string>>
+  readonly verdict: 'ok' | 'expected' | 'violation'
+  readonly dir: string
+}
+
+export async function runScenario(
+  scenario: Scenario,
+  target: Target,
+  options: RunOptions,
+): Promise<RunResult> {
+  const dir = join(options.outDir, `${scenario.id}-${target.name}-${options.seed}`)
+  mkdirSync(dir, { recursive: true })
+  const events: HistoryEvent[] = []
+  const record = (client: string, event: Record<string, unknown>) => {
+    const t = monotonicMs()
+    const { validInMs, ...rest } = event as { validInMs?: number }
+    // A deadline the worker knows only as "ms from now" is placed on our clock at receipt.
+    const stamped = { t, client, ...rest, ...(validInMs === undefined ? {} : { validUntil: t + validInMs }) }
+    events.push(stamped as unknown as HistoryEvent)
+  }
+  const store = await target.start(dir)
+  const resource = new ProtectedResource(scenario.mode, (e) => record('resource', e))
+  await resource.start()
+  const key = `chaos-${scenario.id}`
+  const workers: Worker[] = []
+  /** Per worker: the op it holds now (acquire-ok not yet released or lost). */
+  const holding = new Map<string, string>()
+  let nextId = 1
+
+  const spawnWorker = async (): Promise<Worker> => {
+    const id = `w${nextId++}`
+    const proxies = await Promise.all(store.ports.map((port) => startProxy(port)))
+    const config: WorkerConfig = {
+      id,
+      url: store.urlVia(proxies.map((p) => p.port)),
+      key,
+      ttlMs: scenario.ttlMs,
+      timeoutMs: scenario.ttlMs * 5,
+      holdMs: scenario.holdMs,
+      resourcePort: resource.port,
+    }
+    const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    })
+    const worker: Worker = { id, child, proxies, paused: false, exited: false }
+    let stderr = ''
+    child.stderr?.on('data', (chunk) => {
+      stderr = (stderr + chunk).slice(-4000)
+    })
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      let event: Record<string, unknown>
+      try {
+        event = JSON.parse(line) as Record<string, unknown>
+      } catch {
+        return
+      }
+      record(id, event)
+      if (event.ev === 'acquire-ok') holding.set(id, event.op as string)
+      if ((event.ev === 'release-invoke' || event.ev === 'lost') && holding.get(id) === event.op)
+        holding.delete(id)
+    })
+    child.on('exit', (code) => {
+      worker.exited = true
+      holding.delete(id)
+      if (code !== 0 && code !== null) writeFileSync(join(dir, `${id}.stderr`), stderr)
+    })
+    workers.push(worker)
+    return worker
+  }
+
+  for (let i = 0; i < scenario.workers; i++) await spawnWorker()
+  const rng = seeded(options.seed)
+  const stop = new AbortController()
+  const live = () => workers.filter((w) => !w.exited)
+  const ctx: NemesisContext = {
+    rng,
+    ttlMs: scenario.ttlMs,
+    store,
+    key,
+    signal: stop.signal,
+    workers,
+    holder: () => live().find((w) => holding.has(w.id) && !w.paused),
+    waiter: () => live().find((w) => !holding.has(w.id) && !w.paused),
+    async fault(type, target, during) {
+      record('nemesis', { ev: 'fault-start', type, target })
+      try {
+        await during()
+      } finally {
+        record('nemesis', { ev: 'fault-end', type, target })
+      }
+    },
+    async replace(worker) {
+      worker.child.kill('SIGKILL')
+      await new Promise<void>((resolve) =>
+        worker.exited ? resolve() : worker.child.once('exit', () => resolve()),
+      )
+      for (const p of worker.proxies) await p.close()
+      await spawnWorker()
+    },
+    sleep: async (ms) => {
+      await sleep(Math.min(ms, Math.max(0, deadline - performance.now())))
+    },
+  }
+  const deadline = performance.now() + options.durationMs
+  try {
+    const timer = setTimeout(() => stop.abort(), options.durationMs)
+    const nemesis = scenario.nemesis ? scenario.nemesis(ctx).catch((error: unknown) => error) : undefined
+    await sleep(options.durationMs)
+    clearTimeout(timer)
+    stop.abort()
+    const failed = await nemesis
+    if (failed instanceof Error) writeFileSync(join(dir, 'nemesis-error.txt'), `${failed.stack}`)
+  } finally {
+    await stopWorkers(workers, scenario.ttlMs, (id) => {
+      // Killed at the end (it did not stop in time): a fault like any other, so A5 asks nothing of it.
+      record('nemesis', { ev: 'fault-start', type: 'kill-at-end', target: id })
+      record('nemesis', { ev: 'fault-end', type: 'kill-at-end', target: id })
+    })
+    await resource.close()
+    await store.close()
+  }
+
+  const report = checkHistory(events, {
+    fenced: scenario.mode === 'fenced',
+    ttlMs: scenario.ttlMs,
+    recoveryMs: store.recoveryMs,
+  })
+  const violations = violationsOf(report) as Record<Rule, number>
+  const expected = scenario.expected?.(target) ?? {}
+  const unexpected: Partial<Record<Rule, number>> = {}
+  for (const [rule, count] of Object.entries(violations) as Array<[Rule, number]>) {
+    if (count > 0 && expected[rule] === undefined) unexpected[rule] = count
+  }
+  const anyExpected = (Object.keys(expected) as Rule[]).some((rule) => violations[rule] > 0)
+  const verdict = Object.keys(unexpected).length > 0 ? 'violation' : anyExpected ? 'expected' : 'ok'
+  writeFileSync(join(dir, 'history.jsonl'), `${events.map((e) => JSON.stringify(e)).join('\n')}\n`)
+  writeFileSync(
+    join(dir, 'report.json'),
+    JSON.stringify({ seed: options.seed, report, violations, expected }, null, 2),
+  )
+  return {
+    scenario,
+    target,
+    seed: options.seed,
+    events,
+    report,
+    violations,
+    unexpected,
+    expected,
+    verdict,
+    dir,
+  }
+}
+
+/** Asks every worker to stop after its cycle; resumes paused ones; kills what has not exited in time. */
+async function stopWorkers(
+  workers: readonly Worker[],
+  ttlMs: number,
+  killed: (id: string) => void,
+): Promise<void> {
+  for (const w of workers) {
+    if (w.paused) w.child.kill('SIGCONT')
+    w.paused = false
+    if (!w.exited) w.child.stdin?.write('stop\n')
+  }
+  const bound = performance.now() + ttlMs * 6 + 5000
+  while (workers.some((w) => !w.exited) && performance.now() < bound) await sleep(50)
+  for (const w of workers) {
+    if (w.exited) continue
+    killed(w.id)
+    w.child.kill('SIGKILL')
+  }
+  while (workers.some((w) => !w.exited)) await sleep(20)
+  await Promise.all(workers.flatMap((w) => w.proxies.map((p) => p.close())))
+}
+
+/** The figures of a run, for the report table. */
+export function figuresOf(result: RunResult): Record<string, string | number> {
+  const r = result.report
+  const ms = (v: number | undefined) => (v === undefined ? '-' : Math.round(v))
+  const faults = Object.entries(r.faultsByType)
+    .map(([type, count]) => `${type}:${count}`)
+    .join(' ')
+  const expected = Object.keys(result.expected).filter((rule) => result.violations[rule as Rule] > 0)
+  return {
+    seed: result.seed,
+    store: result.target.name,
+    duration: `${Math.round(span(result.events) / 1000)}s`,
+    clients: new Set(result.events.filter((e) => /^w\d+$/.test(e.client)).map((e) => e.client)).size,
+    operations: r.operations,
+    grants: r.grants,
+    'fails (definite/maybe)': `${r.failsDefinite}/${r.failsIndeterminate}`,
+    faults: faults || 'none',
+    A1: `${r.a1.overlaps}${r.a1.potential ? ` (+${r.a1.potential} potential)` : ''}`,
+    'A2 dup/order/regr': `${r.a2.duplicates}/${r.a2.orderViolations}/${r.a2.regressions}`,
+    A3: r.a3.violations,
+    A4: r.a4.violations,
+    A5: r.a5.violations,
+    A7: r.a7.violations,
+    'stale writes rejected': r.a3.staleRejected,
+    'lost updates': r.fenced ? '-' : r.a3.lostUpdates,
+    'I1 believed overlaps': r.i1.overlappingHolds,
+    'recovery p50/p99 ms': `${ms(r.recoveryP50)}/${ms(r.recoveryP99)}`,
+    'acquire p50/p99 ms': `${ms(r.acquireP50)}/${ms(r.acquireP99)}`,
+    expected: expected.length > 0 ? expected.join(',') : '-',
+  }
+}
+
+/** One line of figures per run: what `npm run chaos` prints. */
+export function figuresLine(result: RunResult): string {
+  const f = figuresOf(result)
+  const body = Object.entries(f)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(' | ')
+  const verdict =
+    result.verdict === 'violation'
+      ? `VIOLATION ${JSON.stringify(result.unexpected)}`
+      : result.verdict === 'expected'
+        ? `expected violations (${Object.entries(result.expected)
+            .filter(([rule]) => result.violations[rule as Rule] > 0)
+            .map(([rule, why]) => `${rule} ${result.violations[rule as Rule]}: ${why}`)
+            .join('; ')})`
+        : 'ok'
+  return `${result.scenario.id} ${result.target.name}: ${verdict} | ${body}`
+}
+
+const span = (events: readonly HistoryEvent[]) =>
+  events.length === 0 ? 0 : events[events.length - 1]!.t - events[0]!.t

@@ -1,0 +1,258 @@
+/**
+ * The chaos scenarios (../shared/research/reliability-anchors.md, Part C.4). Each names the faults its
+ * nemesis injects and, per store, the violations that store is known to show there (reported as
+ * expected, with the reason; never hidden). Times scale with the ttl, so a short CI run and a longer
+ * full run exercise the same physics.
+ */
+import type { NemesisContext, Scenario } from './harness.js'
+
+const TTL = 1000
+const HOLD: readonly [number, number] = [5, 40]
+
+/** Repeats `fault` every `everyMs` (first after a random part of it) until the run ends. */
+async function every(ctx: NemesisContext, everyMs: number, fault: () => Promise<void>): Promise<void> {
+  await ctx.sleep(everyMs * (0.5 + ctx.rng() / 2))
+  while (!ctx.signal.aborted) {
+    await fault()
+    await ctx.sleep(everyMs)
+  }
+}
+
+/** Waits (bounded) for someone to hold the lock. */
+async function holderOf(ctx: NemesisContext) {
+  for (let i = 0; i < 100 && !ctx.signal.aborted; i++) {
+    const holder = ctx.holder()
+    if (holder) return holder
+    await ctx.sleep(20)
+  }
+  return undefined
+}
+
+/** SIGSTOPs the current holder for `ms`, then SIGCONTs it. */
+async function pauseHolder(ctx: NemesisContext, ms: number, type = 'pause-holder'): Promise<void> {
+  const worker = await holderOf(ctx)
+  if (!worker) return
+  await ctx.fault(type, worker.id, async () => {
+    worker.paused = true
+    worker.child.kill('SIGSTOP')
+    await ctx.sleep(ms)
+    worker.child.kill('SIGCONT')
+    worker.paused = false
+  })
+}
+
+const networked: Scenario['applies'] = (t) => t.networked
+
+export const scenarios: Scenario[] = [
+  {
+    id: 'S1',
+    title: 'baseline contention, no faults',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+  },
+  {
+    id: 'S2',
+    title: 'holder paused 2.5 x ttl every 3 x ttl (fenced resource)',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'S2u',
+    title: 'holder paused 2.5 x ttl every 3 x ttl (unfenced resource: the damage fencing prevents)',
+    mode: 'unfenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    // A lease cannot stop a paused holder: its late write lands after the next holder's (a lost update).
+    expected: () => ({ A3: 'unfenced resource: a holder paused past its lease overwrites the next holder' }),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'S3',
+    title: 'holder paused 0.4 x ttl every 2 x ttl (renewal catches up)',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => pauseHolder(ctx, 0.4 * TTL)),
+  },
+  {
+    id: 'S4',
+    title: 'holder cut off from the store (blackhole) for 2 x ttl every 4 x ttl',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: networked,
+    nemesis: (ctx) =>
+      every(ctx, 4 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (!worker) return
+        await ctx.fault('partition', worker.id, async () => {
+          for (const p of worker.proxies) p.mode = 'blackhole'
+          await ctx.sleep(2 * TTL)
+          // Connections that lost bytes are reset, as a real partition's would time out.
+          for (const p of worker.proxies) {
+            p.mode = 'pass'
+            p.cut()
+          }
+        })
+      }),
+  },
+  {
+    id: 'S5',
+    title: 'store crashes (SIGKILL) and restarts every 3 x ttl',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: (t) => t.features.has('crash'),
+    expected: (t) =>
+      t.features.has('durable')
+        ? {}
+        : {
+            A1: 'Redis without persistence forgets held locks on restart',
+            A2: 'Redis without persistence forgets its fence counters on restart (tokens start over)',
+            A3: 'after the counter reset the fenced resource refuses every new holder (lockout)',
+          },
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, () => ctx.fault('server-restart', 'store', () => ctx.store.crash!())),
+  },
+  {
+    id: 'S6',
+    title: 'a Redlock node crashes and restarts empty while a lock is held (delayed restart on)',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: (t) => t.features.has('redlock'),
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, async () => {
+        const node = Math.floor(ctx.rng() * 3)
+        await ctx.fault('node-restart', `node ${node}`, () => ctx.store.crash!(node))
+      }),
+  },
+  {
+    id: 'S7',
+    title: 'holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
+      }),
+  },
+  {
+    id: 'S8',
+    title: 'etcd leader killed and restarted every 4 x ttl (3 members)',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: (t) => t.features.has('leader'),
+    nemesis: (ctx) =>
+      every(ctx, 4 * TTL, () => ctx.fault('leader-kill', 'leader', () => ctx.store.killLeader!())),
+  },
+  {
+    id: 'S9',
+    title: 'a waiter paused 2 x ttl while it waits (its lease/session dies meanwhile)',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, async () => {
+        const worker = ctx.waiter()
+        if (!worker) return
+        await ctx.fault('pause-waiter', worker.id, async () => {
+          worker.paused = true
+          worker.child.kill('SIGSTOP')
+          await ctx.sleep(2 * TTL)
+          worker.child.kill('SIGCONT')
+          worker.paused = false
+        })
+      }),
+  },
+  {
+    id: 'S11',
+    title: "the holder's lease removed on the server behind its back (premature expiry) every 2 x ttl",
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: [20, 80],
+    applies: (t) => t.features.has('expire'),
+    // No lock survives its store forgetting it; the fence is what keeps the resource safe (A3 holds).
+    expected: () => ({ A1: 'the store itself ended the lease early: a second grant inside the first one' }),
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        if (await holderOf(ctx))
+          await ctx.fault('expire-early', 'store', () => ctx.store.expireEarly!(ctx.key))
+      }),
+  },
+  {
+    id: 'S12',
+    title: 'every client 15 ms slower each way (latency) for 2 x ttl every 3 x ttl',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: networked,
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, () =>
+        ctx.fault('latency', 'all clients', async () => {
+          for (const w of ctx.workers) for (const p of w.proxies) p.delayMs = 15
+          await ctx.sleep(2 * TTL)
+          for (const w of ctx.workers) for (const p of w.proxies) p.delayMs = 0
+        }),
+      ),
+  },
+  {
+    id: 'S13',
+    title: 'replies lost: a waiting client hears nothing back for 300 ms, then its connections reset',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: networked,
+    nemesis: (ctx) =>
+      every(ctx, 1.5 * TTL, async () => {
+        const worker = ctx.waiter() ?? ctx.holder()
+        if (!worker) return
+        await ctx.fault('lost-reply', worker.id, async () => {
+          for (const p of worker.proxies) p.mode = 'drop-replies'
+          await ctx.sleep(300)
+          for (const p of worker.proxies) {
+            p.mode = 'pass'
+            p.cut()
+          }
+        })
+      }),
+  },
+  {
+    id: 'S14',
+    title: 'holder paused just past its ttl (1.2 x): its release and renewal come after the next grant',
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    nemesis: (ctx) => every(ctx, 2.5 * TTL, () => pauseHolder(ctx, 1.2 * TTL, 'pause-holder')),
+  },
+]
+
+/** The short CI set: the scenarios the issue names, on the stores that start in a second. */
+export const CI_SCENARIOS = ['S1', 'S2', 'S4', 'S5', 'S7', 'S13', 'S14']

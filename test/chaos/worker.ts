@@ -1,0 +1,148 @@
+/**
+ * A chaos worker: a separate process (so the nemesis can SIGSTOP or SIGKILL exactly one client) that runs
+ * the library in a loop: acquire → read-modify-write on the protected resource, carrying the fence →
+ * release. Every step is one JSON line on stdout; the harness stamps each line on receipt with its own
+ * CLOCK_MONOTONIC, so a worker whose clocks are faked (libfaketime) or that is paused never stamps the
+ * history itself. Times that only the worker knows (a validity deadline) travel as "ms from now".
+ *
+ * Usage: node worker.js '<json WorkerConfig>'; stdin "stop" ends the loop after the current cycle.
+ */
+import { subscribe } from 'node:diagnostics_channel'
+import { request } from 'node:http'
+import { createInterface } from 'node:readline'
+import {
+  BackendUnavailableError,
+  createLockClient,
+  type Lock,
+  LockNotAcquiredError,
+} from '../../src/index.js'
+
+export interface WorkerConfig {
+  readonly id: string
+  readonly url: string
+  readonly key: string
+  readonly ttlMs: number
+  /** How long one acquire may wait. */
+  readonly timeoutMs: number
+  /** Time spent holding the lock before the write, ms: [min, max). */
+  readonly holdMs: readonly [number, number]
+  /** The protected resource (harness HTTP server on loopback). */
+  readonly resourcePort: number
+}
+
+/** One history line, without `t` and `client` (the harness adds both). */
+const emit = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`)
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/**
+ * One HTTP exchange with the resource; resolves with the reply body ('' if it failed: a write that does
+ * not arrive is no write, and the resource records only what it decided).
+ */
+function call(port: number, method: 'GET' | 'POST', path: string, body?: object): Promise<string> {
+  return new Promise((resolve) => {
+    const req = request({ host: '127.0.0.1', port, method, path }, (res) => {
+      let text = ''
+      res.on('data', (chunk) => {
+        text += chunk
+      })
+      res.on('end', () => resolve(text))
+    })
+    req.on('error', () => resolve(''))
+    req.setTimeout(5000, () => req.destroy())
+    req.end(body === undefined ? undefined : JSON.stringify(body))
+  })
+}
+
+async function main(config: WorkerConfig): Promise<void> {
+  const locks = createLockClient(config.url, { ttl: config.ttlMs })
+  let stopping = false
+  createInterface({ input: process.stdin }).on('line', (line) => {
+    if (line.trim() === 'stop') stopping = true
+  })
+  /** The lock held now, by owner, so a renewal (reported on a diagnostics channel) finds its op. */
+  const held = new Map<string, { op: string; lock: Lock }>()
+  /** What the library said of each release (`release()` itself resolves with nothing). */
+  const releases = new Map<string, boolean>()
+  subscribe('dlock:release', (message) => {
+    const { owner, released } = message as { owner: string; released: boolean }
+    releases.set(owner, released)
+  })
+  subscribe('dlock:extend', (message) => {
+    const { owner, outcome } = message as { owner: string; outcome: string }
+    const h = held.get(owner)
+    if (h && outcome === 'renewed') {
+      emit({ ev: 'renew-ok', op: h.op, validInMs: h.lock.validUntil - performance.now() })
+    }
+  })
+
+  for (let n = 1; !stopping; n++) {
+    const op = `${config.id}-${n}`
+    emit({ ev: 'acquire-invoke', op, key: config.key, ttlMs: config.ttlMs })
+    let lock: Lock
+    try {
+      lock = await locks.acquire(config.key, { timeout: config.timeoutMs })
+    } catch (error) {
+      // Refused until the timeout: definite. Anything else (a store that did not answer) may have been
+      // applied: the checker counts a maybe-hold.
+      const definite = error instanceof LockNotAcquiredError
+      const reason = `${(error as Error).name}: ${(error as Error).message}`.slice(0, 300)
+      emit({ ev: 'acquire-fail', op, key: config.key, definite, reason })
+      if (error instanceof BackendUnavailableError || !definite) await sleep(50)
+      continue
+    }
+    emit({
+      ev: 'acquire-ok',
+      op,
+      key: config.key,
+      owner: lock.owner,
+      fence: lock.fence.toString(),
+      validInMs: lock.validUntil - performance.now(),
+    })
+    held.set(lock.owner, { op, lock })
+    lock.signal.addEventListener(
+      'abort',
+      () => {
+        const reason = lock.signal.reason as Error | undefined
+        emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
+      },
+      { once: true },
+    )
+    // Read-modify-write on the resource, fenced by our token (written even if the lock was lost meanwhile:
+    // that is the stale write a fenced resource must refuse).
+    const key = encodeURIComponent(config.key)
+    const values = JSON.parse(
+      (await call(config.resourcePort, 'GET', `/read?key=${key}`)) || '[]',
+    ) as string[]
+    const [min, max] = config.holdMs
+    await sleep(min + Math.random() * (max - min))
+    const value = `${op}:${lock.fence}`
+    const fence = lock.fence.toString()
+    emit({ ev: 'write-invoke', op, key: config.key, fence, value })
+    await call(config.resourcePort, 'POST', '/write', {
+      op,
+      key: config.key,
+      fence,
+      value,
+      values: [...values, value],
+    })
+    emit({ ev: 'release-invoke', op })
+    try {
+      await lock.release()
+      emit({ ev: 'release-ok', op, released: releases.get(lock.owner) ?? false })
+    } catch (error) {
+      emit({ ev: 'release-fail', op, reason: `${(error as Error).message}`.slice(0, 300) })
+    }
+    held.delete(lock.owner)
+    releases.delete(lock.owner)
+  }
+  await locks.close()
+}
+
+main(JSON.parse(process.argv[2] ?? '{}') as WorkerConfig).then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`${(error as Error)?.stack ?? error}\n`)
+    process.exit(1)
+  },
+)
