@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server, etcd-server and etcd-client), and a Node 24 binary from the npm registry.
+# (redis-server, etcd-server and etcd-client; faketime for the chaos suite's clock faults), and a Node 24
+# binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v faketime >/dev/null || need+=(faketime)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"

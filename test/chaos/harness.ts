@@ -5,7 +5,7 @@
  * is bounded in count and time, traffic stays on loopback, and only processes started here are signalled.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
@@ -17,6 +17,15 @@ import type { Store, Target } from './targets.js'
 import type { WorkerConfig } from './worker.js'
 
 const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url))
+
+/** libfaketime's preload library (Debian package `faketime`); a clock scenario cannot run without it. */
+function libfaketime(): string {
+  for (const dir of ['/usr/lib/x86_64-linux-gnu', '/usr/lib/aarch64-linux-gnu', '/usr/lib']) {
+    const lib = join(dir, 'faketime', 'libfaketimeMT.so.1')
+    if (existsSync(lib)) return lib
+  }
+  throw new Error('libfaketime is not installed: apt-get install faketime (npm run test:all installs it)')
+}
 
 /** CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here. */
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6
@@ -73,6 +82,17 @@ export interface Scenario {
   readonly workers: number
   readonly ttlMs: number
   readonly holdMs: readonly [number, number]
+  /**
+   * Run the first `workers` workers under libfaketime with `env` (e.g. FAKETIME="+0 x0.5": their clocks,
+   * monotonic included, run at half speed) for the whole run: a client clock fault.
+   */
+  readonly fakeClock?: {
+    readonly workers: number
+    readonly env: Readonly<Record<string, string>>
+    readonly label: string
+    /** How fast the faked clock runs (1 = real time): a worker's "valid for N ms" is N / rate real ms. */
+    readonly rate: number
+  }
   /** Whether it means anything on this store (a partition needs a network). */
   applies(target: Target): boolean
   /** Violations this store is known to show here, with the reason (reported as expected, never hidden). */
@@ -109,11 +129,14 @@ export async function runScenario(
   const dir = join(options.outDir, `${scenario.id}-${target.name}-${options.seed}`)
   mkdirSync(dir, { recursive: true })
   const events: HistoryEvent[] = []
+  /** Clock rates of workers under a faked clock (others run at 1). */
+  const rates = new Map<string, number>()
   const record = (client: string, event: Record<string, unknown>) => {
     const t = monotonicMs()
     const { validInMs, ...rest } = event as { validInMs?: number }
-    // A deadline the worker knows only as "ms from now" is placed on our clock at receipt.
-    const stamped = { t, client, ...rest, ...(validInMs === undefined ? {} : { validUntil: t + validInMs }) }
+    // A deadline the worker knows only as "ms from now" (of its own clock) is placed on our clock at receipt.
+    const validUntil = validInMs === undefined ? undefined : t + validInMs / (rates.get(client) ?? 1)
+    const stamped = { t, client, ...rest, ...(validUntil === undefined ? {} : { validUntil }) }
     events.push(stamped as unknown as HistoryEvent)
   }
   const store = await target.start(dir)
@@ -126,7 +149,9 @@ export async function runScenario(
   let nextId = 1
 
   const spawnWorker = async (): Promise<Worker> => {
+    const index = nextId - 1
     const id = `w${nextId++}`
+    const faked = scenario.fakeClock && index < scenario.fakeClock.workers ? scenario.fakeClock : undefined
     const proxies = await Promise.all(store.ports.map((port) => startProxy(port)))
     const config: WorkerConfig = {
       id,
@@ -137,8 +162,16 @@ export async function runScenario(
       holdMs: scenario.holdMs,
       resourcePort: resource.port,
     }
+    const env = faked
+      ? { ...process.env, LD_PRELOAD: libfaketime(), FAKETIME_NO_CACHE: '1', ...faked.env }
+      : process.env
+    if (faked) {
+      rates.set(id, faked.rate)
+      record('nemesis', { ev: 'fault-start', type: 'clock', target: id, detail: faked.label })
+    }
     const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {
       stdio: ['pipe', 'pipe', 'pipe'],
+      env,
     })
     const worker: Worker = { id, child, proxies, paused: false, exited: false }
     let stderr = ''
@@ -158,6 +191,7 @@ export async function runScenario(
         holding.delete(id)
     })
     child.on('exit', (code) => {
+      if (faked) record('nemesis', { ev: 'fault-end', type: 'clock', target: id })
       worker.exited = true
       holding.delete(id)
       if (code !== 0 && code !== null) writeFileSync(join(dir, `${id}.stderr`), stderr)

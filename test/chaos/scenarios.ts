@@ -43,6 +43,18 @@ async function pauseHolder(ctx: NemesisContext, ms: number, type = 'pause-holder
 
 const networked: Scenario['applies'] = (t) => t.networked
 
+/**
+ * The file backend's leases are deadlines on the host's CLOCK_MONOTONIC, which every process of a host
+ * shares: a process whose monotonic clock is faked (libfaketime) is outside that model. It judges the
+ * others' leases by its own clock, so one running fast takes over live locks (and its late releases and
+ * renewals meet their successors), one running slow keeps expired ones. Real processes cannot do this.
+ */
+const FILE_CLOCK = {
+  A1: "file: a process with a faked monotonic clock judges other processes' deadlines wrongly",
+  A2: 'file: … and its takeovers reorder fences against real time',
+  A4: "file: … and its release or renewal lands on its successor's generation",
+} as const
+
 export const scenarios: Scenario[] = [
   {
     id: 'S1',
@@ -186,6 +198,50 @@ export const scenarios: Scenario[] = [
           worker.paused = false
         })
       }),
+  },
+  {
+    id: 'S10w',
+    title: "one client's wall clock 2 h ahead (its monotonic clock untouched)",
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    // dlock times leases on the monotonic clock only: a wall-clock step changes nothing.
+    fakeClock: {
+      workers: 1,
+      label: 'wall +2h',
+      rate: 1,
+      env: { FAKETIME: '+2h', FAKETIME_DONT_FAKE_MONOTONIC: '1' },
+    },
+  },
+  {
+    id: 'S10f',
+    title: "one client's clocks (monotonic too) run 2x fast",
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    // A fast clock ends its leases early in its own eyes: safe, at some cost in renewals.
+    expected: (t) => (t.name === 'file' ? FILE_CLOCK : {}),
+    fakeClock: { workers: 1, label: 'x2 speed', rate: 2, env: { FAKETIME: '+0 x2' } },
+  },
+  {
+    id: 'S10s',
+    title: "one client's clocks (monotonic too) run at half speed",
+    mode: 'fenced',
+    workers: 4,
+    ttlMs: TTL,
+    holdMs: HOLD,
+    applies: () => true,
+    // Outside the model: driftFactor (1 %) bounds the clock-rate difference a lease tolerates. A client
+    // whose clock runs at half speed believes in its lease for twice as long as the store keeps it.
+    expected: (t) => ({
+      A1: 'a client clock at half speed is far beyond driftFactor: it believes in its lease past its end',
+      ...(t.name === 'file' ? FILE_CLOCK : {}),
+    }),
+    fakeClock: { workers: 1, label: 'x0.5 speed', rate: 0.5, env: { FAKETIME: '+0 x0.5' } },
   },
   {
     id: 'S11',
