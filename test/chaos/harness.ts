@@ -249,6 +249,8 @@ export async function runScenario(
       record('nemesis', { ev: 'fault-end', type: 'kill-at-end', target: id })
     })
     await resource.close()
+    // The servers' logs go beside the history, for a replay of a failing run.
+    for (const [name, log] of Object.entries(store.logs())) writeFileSync(join(dir, `${name}.log`), log)
     await store.close()
   }
 

@@ -15,6 +15,8 @@ export interface Store {
   readonly ports: readonly number[]
   /** The URL a worker uses, given its proxies' ports (same order as `ports`). */
   urlVia(proxyPorts: readonly number[]): string
+  /** The tail of each server's log, by name (kept beside a run's history). */
+  logs(): Record<string, string>
   /** How long after a healed fault the store may take to serve again (on top of one ttl). */
   readonly recoveryMs: number
   /** Crash (SIGKILL) and restart the server, or one Redlock node (`node`), with whatever it persisted. */
@@ -38,6 +40,7 @@ export interface Target {
 const redisStore = (server: RedisServer): Store => ({
   ports: [server.port],
   urlVia: ([p]) => `redis://127.0.0.1:${p}`,
+  logs: () => ({ redis: server.log() }),
   recoveryMs: 2000,
   async crash() {
     server.signal('SIGKILL')
@@ -62,7 +65,13 @@ export const targets: Record<string, Target> = {
     async start(dir) {
       const locks = join(dir, 'locks')
       mkdirSync(locks, { recursive: true })
-      return { ports: [], urlVia: () => `file://${locks}`, recoveryMs: 1000, close: async () => {} }
+      return {
+        ports: [],
+        urlVia: () => `file://${locks}`,
+        logs: () => ({}),
+        recoveryMs: 1000,
+        close: async () => {},
+      }
     },
   },
   redis: {
@@ -100,6 +109,7 @@ export const targets: Record<string, Target> = {
         ports: nodes.servers.map((s) => s.port),
         // The default restartDelay (the largest ttl) guards a restarted node.
         urlVia: (ports) => `redlock://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
+        logs: () => Object.fromEntries(nodes.servers.map((s, i) => [`redis-node-${i}`, s.log()])),
         recoveryMs: 3000,
         async crash(node = 0) {
           const server = nodes.servers[node % nodes.servers.length]!
@@ -129,6 +139,7 @@ function etcdStore(cluster: EtcdCluster): Store {
   return {
     ports: cluster.members.map((m) => m.clientPort),
     urlVia: (ports) => `etcd://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
+    logs: () => Object.fromEntries(cluster.members.map((m) => [`etcd-${m.name}`, m.log()])),
     recoveryMs: 5000,
     async crash() {
       const member = cluster.members[0]!

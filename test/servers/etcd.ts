@@ -27,6 +27,8 @@ export interface EtcdMember {
   restart(): Promise<void>
   /** Whether it answers /health. */
   healthy(): Promise<boolean>
+  /** The tail of its output (its log), for a failing test to keep. */
+  log(): string
 }
 
 /** A single etcd or a cluster of members, each on loopback ports in its own temp folder. */
@@ -122,6 +124,7 @@ export async function startEtcd(size = 1): Promise<EtcdCluster> {
         )
       },
       healthy: () => health(spec.clientPort).catch(() => false),
+      log: () => proc.output(),
     }
   })
   const destroy = async () => {

@@ -28,6 +28,8 @@ export interface RedisServer {
   restart(): Promise<void>
   /** Stops it and removes its folder. */
   destroy(): Promise<void>
+  /** The tail of its output (its log), for a failing test to keep. */
+  log(): string
 }
 
 export interface RedisServerOptions {
@@ -108,6 +110,7 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
       await stopProcess(proc.child)
       removeDir(dir)
     },
+    log: () => proc.output(),
   }
 }
 
