@@ -67,6 +67,9 @@ const utf8 = (b: Buffer | undefined) => (b ? b.toString('utf8') : '')
 /** How much of a lease must remain beyond a lock's ttl before an acquire skips refreshing it. */
 const REFRESH_SLACK_MS = 50
 
+/** How long a granted acquire waits for the keep-alive sent beside it before returning without it. */
+const REFRESH_WAIT_MS = 1000
+
 /** The first key after every key with `prefix` (etcd's range_end for a prefix). */
 function prefixEnd(prefix: string): Buffer {
   const end = Buffer.from(prefix)
@@ -302,7 +305,9 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
         // A lease that etcd is known to keep for less than this lock's ttl is kept alive in the same
         // moment (in parallel: no extra wait), so the grant gets its full ttl from before the request.
         const refresh =
-          session.aliveUntil - now() < req.ttlMs + REFRESH_SLACK_MS ? keepAlive(session) : undefined
+          session.aliveUntil - now() < req.ttlMs + REFRESH_SLACK_MS
+            ? keepAlive(session).catch(() => false)
+            : undefined
         const reply = await raceSignal(
           kv.txn({
             // Our key exists already when an earlier attempt of this acquire put it (we are in line).
@@ -323,8 +328,15 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
         const holder = reply.responses[1]?.response_range.kvs[0]
         if (holder && holder.create_revision === revision) {
           tickets.delete(req.owner)
-          // Without it (lease gone or unreachable) the grant is as long as the lease is known to live.
-          await raceSignal(refresh ?? Promise.resolve(true), signal)
+          // Waited for briefly: without it (lease gone, etcd unreachable, a keep-alive that never answers)
+          // the grant is only as long as the lease is known to live.
+          if (refresh) {
+            let timer: NodeJS.Timeout | undefined
+            const late = new Promise<void>((resolve) => {
+              timer = setTimeout(resolve, REFRESH_WAIT_MS)
+            })
+            await raceSignal(Promise.race([refresh, late]), signal).finally(() => clearTimeout(timer))
+          }
           return grantOf(ticket, started)
         }
         tickets.set(req.owner, ticket)
