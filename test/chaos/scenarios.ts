@@ -9,6 +9,9 @@ import type { NemesisContext, Scenario } from './harness.js'
 const TTL = 1000
 const HOLD: readonly [number, number] = [5, 40]
 
+/** What most scenarios share: four workers on a fenced resource, ttl 1 s, short holds. */
+const FENCED = { mode: 'fenced', workers: 4, ttlMs: TTL, holdMs: HOLD } as const
+
 /** Repeats `fault` every `everyMs` (first after a random part of it) until the run ends. */
 async function every(ctx: NemesisContext, everyMs: number, fault: () => Promise<void>): Promise<void> {
   await ctx.sleep(everyMs * (0.5 + ctx.rng() / 2))
@@ -59,19 +62,13 @@ export const scenarios: Scenario[] = [
   {
     id: 'S1',
     title: 'baseline contention, no faults',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
   },
   {
     id: 'S2',
     title: 'holder paused 2.5 x ttl every 3 x ttl (fenced resource)',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
   },
@@ -90,20 +87,14 @@ export const scenarios: Scenario[] = [
   {
     id: 'S3',
     title: 'holder paused 0.4 x ttl every 2 x ttl (renewal catches up)',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     nemesis: (ctx) => every(ctx, 2 * TTL, () => pauseHolder(ctx, 0.4 * TTL)),
   },
   {
     id: 'S4',
     title: 'holder cut off from the store (blackhole) for 2 x ttl every 4 x ttl',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: networked,
     nemesis: (ctx) =>
       every(ctx, 4 * TTL, async () => {
@@ -123,10 +114,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S5',
     title: 'store crashes (SIGKILL) and restarts every 3 x ttl',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: (t) => t.features.has('crash'),
     expected: (t) =>
       t.features.has('durable')
@@ -142,10 +130,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S6',
     title: 'a Redlock node crashes and restarts empty while a lock is held (delayed restart on)',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: (t) => t.features.has('redlock'),
     nemesis: (ctx) =>
       every(ctx, 3 * TTL, async () => {
@@ -156,10 +141,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S7',
     title: 'holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     nemesis: (ctx) =>
       every(ctx, 2 * TTL, async () => {
@@ -170,10 +152,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S8',
     title: 'etcd leader killed and restarted every 4 x ttl (3 members)',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: (t) => t.features.has('leader'),
     nemesis: (ctx) =>
       every(ctx, 4 * TTL, () => ctx.fault('leader-kill', 'leader', () => ctx.store.killLeader!())),
@@ -181,10 +160,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S9',
     title: 'a waiter paused 2 x ttl while it waits (its lease/session dies meanwhile)',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     nemesis: (ctx) =>
       every(ctx, 3 * TTL, async () => {
@@ -202,10 +178,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S10w',
     title: "one client's wall clock 2 h ahead (its monotonic clock untouched)",
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     // dlock times leases on the monotonic clock only: a wall-clock step changes nothing.
     fakeClock: {
@@ -218,10 +191,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S10f',
     title: "one client's clocks (monotonic too) run 2x fast",
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     // A fast clock ends its leases early in its own eyes: safe, at some cost in renewals.
     expected: (t) => (t.name === 'file' ? FILE_CLOCK : {}),
@@ -230,10 +200,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S10s',
     title: "one client's clocks (monotonic too) run at half speed",
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     // Outside the model: driftFactor (1 %) bounds the clock-rate difference a lease tolerates. A client
     // whose clock runs at half speed believes in its lease for twice as long as the store keeps it.
@@ -262,10 +229,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S12',
     title: 'every client 15 ms slower each way (latency) for 2 x ttl every 3 x ttl',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: networked,
     nemesis: (ctx) =>
       every(ctx, 3 * TTL, () =>
@@ -279,10 +243,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S13',
     title: 'replies lost: a waiting client hears nothing back for 300 ms, then its connections reset',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: networked,
     nemesis: (ctx) =>
       every(ctx, 1.5 * TTL, async () => {
@@ -301,10 +262,7 @@ export const scenarios: Scenario[] = [
   {
     id: 'S14',
     title: 'holder paused just past its ttl (1.2 x): its release and renewal come after the next grant',
-    mode: 'fenced',
-    workers: 4,
-    ttlMs: TTL,
-    holdMs: HOLD,
+    ...FENCED,
     applies: () => true,
     nemesis: (ctx) => every(ctx, 2.5 * TTL, () => pauseHolder(ctx, 1.2 * TTL, 'pause-holder')),
   },

@@ -37,6 +37,16 @@ export interface Target {
   start(dir: string): Promise<Store>
 }
 
+/** Deletes a lock's key on one Redis server behind its holder's back (the backend's default prefix). */
+async function deleteLockKey(port: number, key: string): Promise<void> {
+  const admin = new Redis(port, '127.0.0.1')
+  try {
+    await admin.del(`dlock:{${key}}`)
+  } finally {
+    admin.disconnect()
+  }
+}
+
 const redisStore = (server: RedisServer): Store => ({
   ports: [server.port],
   urlVia: ([p]) => `redis://127.0.0.1:${p}`,
@@ -46,14 +56,7 @@ const redisStore = (server: RedisServer): Store => ({
     server.signal('SIGKILL')
     await server.restart()
   },
-  async expireEarly(key) {
-    const admin = new Redis(server.port, '127.0.0.1')
-    try {
-      await admin.del(`dlock:{${key}}`)
-    } finally {
-      admin.disconnect()
-    }
-  },
+  expireEarly: (key) => deleteLockKey(server.port, key),
   close: () => server.destroy(),
 })
 
@@ -117,16 +120,7 @@ export const targets: Record<string, Target> = {
           await server.restart()
         },
         async expireEarly(key) {
-          await Promise.all(
-            nodes.servers.map(async (s) => {
-              const admin = new Redis(s.port, '127.0.0.1')
-              try {
-                await admin.del(`dlock:{${key}}`)
-              } finally {
-                admin.disconnect()
-              }
-            }),
-          )
+          await Promise.all(nodes.servers.map((s) => deleteLockKey(s.port, key)))
         },
         close: () => nodes.destroy(),
       }
