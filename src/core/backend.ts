@@ -79,8 +79,22 @@ export interface LockInfo {
   readonly note?: string
 }
 
-/** The outcome of `extend`: `renewed` (optionally with a new cookie) or `lost`. Throwing means unknown. */
-export type ExtendResult = { readonly renewed: true; readonly cookie?: unknown } | { readonly renewed: false }
+/**
+ * The outcome of `extend`: `renewed` (optionally with a new cookie) or `lost`. Throwing means unknown.
+ * `ttlMs`, when given, is the lease the store actually keeps from the extend's start (a session's lease,
+ * a server's cap): the core never counts a validity longer than it, whatever ttl was asked for.
+ */
+export type ExtendResult =
+  | { readonly renewed: true; readonly cookie?: unknown; readonly ttlMs?: number }
+  | { readonly renewed: false }
+
+/** What a store can represent; the core refuses larger keys and ttls with a `TypeError` before any I/O. */
+export interface BackendLimits {
+  /** The longest key, in UTF-8 bytes. */
+  readonly maxKeyBytes: number
+  /** The longest lease the store can keep, in ms. */
+  readonly maxTtlMs: number
+}
 
 /** One finding of `doctor`. */
 export interface DoctorFinding {
@@ -97,6 +111,8 @@ export interface LockBackend {
   /** Names the store in errors and diagnostics, e.g. `file:///var/lock/dlock`. Never contains secrets. */
   readonly id: string
   readonly capabilities: BackendCapabilities
+  /** Key and ttl limits; without them the core applies `DEFAULT_LIMITS` (src/core/options.ts). */
+  readonly limits?: BackendLimits
   /** One attempt. Must not wait for the holder. Throw `BackendUnavailableError` when the store is unreachable. */
   tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
   /** Extends the lease only if `lease.owner` still holds it (never a blind write). Throw = outcome unknown. */
@@ -114,11 +130,13 @@ export interface LockBackend {
   // biome-ignore lint/suspicious/noConfusingVoidType: a plain hint (most backends) resolves with nothing
   waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined | void>
   /**
-   * Called once, without waiting for it, when an acquire gives up without a grant (deadline, abort, close,
-   * error) after at least one attempt. Queue-based backends leave the queue here; a backend whose attempt
-   * had an unknown outcome removes what it may have taken (owner-checked, never blind).
+   * Called once when an acquire gives up without a grant (deadline, abort, close, error) after at least one
+   * attempt, and only once that acquire's last attempt has settled (or was given up on): the attempt may
+   * have been granted on the store although its caller never heard of it (an abort racing the reply, a
+   * lost reply). Must remove whatever `req.owner` may hold or have queued for `req.key`, owner-checked and
+   * never blind, whether or not any attempt reported a grant. Required: no backend may forget it.
    */
-  abandon?(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
   /** Checks the store's settings and semantics we rely on, for `dlock doctor`. */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
   /** Closes only what the backend itself opened. */

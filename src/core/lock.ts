@@ -198,9 +198,12 @@ export class LockHandle implements Lock {
         }
         if (result.cookie !== undefined) this.#cookie = result.cookie
         this.#ttlMs = ttlMs
+        // Never more than the store keeps: a store may hold the lease for less than asked (a session's
+        // lease, a cap), and believing the longer one would let a successor in while we still act.
+        const kept = result.ttlMs === undefined ? ttlMs : Math.min(ttlMs, result.ttlMs)
         // Assigned, not maxed: a shorter extend shortens the lease on the store too. Extends run one at
         // a time, so this is the store's latest word.
-        this.#validUntil = validUntil(start, ttlMs, this.#ctx.driftFactor)
+        this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
         publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed' }))
         return 'renewed' as const
       } catch (error) {

@@ -1,3 +1,4 @@
+import type { BackendLimits } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
 /** Options of `createLockClient`; each is also the default for every call on that client. */
@@ -46,6 +47,12 @@ export interface ResolvedClientOptions {
 /** The shortest lease we accept: below it the 2 ms validity margin and timer resolution eat the lease. */
 export const MIN_TTL_MS = 10
 export const DEFAULT_TTL_MS = 30_000
+
+/**
+ * The limits of a backend that declares none: keys up to 64 KiB of UTF-8, leases up to about 285 years
+ * (2^53 ms would overflow nothing in JavaScript, but a store's arithmetic on it might).
+ */
+export const DEFAULT_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
 
 function assertObject(name: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null)) {

@@ -181,6 +181,21 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       }
     },
 
+    async abandon({ key, owner }) {
+      // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked
+      // (the transition is a compare-and-swap on the generation we read, so a successor is never touched).
+      try {
+        const folder = await folderOf(key)
+        const current = await readCurrent(folder)
+        if (current.record === 'none' || current.record === 'unreadable') return
+        if (current.record.state !== 'held' || current.record.owner !== owner) return
+        const lease = { key, owner, fence: BigInt(current.record.fence), cookie: current.gen }
+        await transition(lease, () => record(key, 'free', null, lease.fence, 0))
+      } catch (error) {
+        fail(key, 'abandon', error)
+      }
+    },
+
     async inspect(key): Promise<LockInfo | null> {
       try {
         const folder = await folderOf(key)

@@ -131,6 +131,11 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       })
     },
 
+    async abandon({ key, owner }) {
+      // Owner-checked: only a lease this acquire holds (an attempt whose caller gave up) is removed.
+      if (store.entries.get(key)?.owner === owner && store.entries.delete(key)) notify(key)
+    },
+
     breakLock(key) {
       if (store.entries.delete(key)) notify(key)
     },
