@@ -4,6 +4,24 @@
  * (`LockNotAcquiredError`) and unavailability (`BackendUnavailableError`) are never the same error.
  */
 
+/** The longest part of a key a message shows: a key can be megabytes, a message should be a line. */
+const KEY_SHOWN = 80
+
+/**
+ * A key as messages show it: quoted, and cut (with its full length) when long. The error's `key` field
+ * keeps the whole key; a message never does.
+ */
+export function quoteKey(key: string): string {
+  if (key.length <= KEY_SHOWN) return JSON.stringify(key)
+  return `${JSON.stringify(key.slice(0, KEY_SHOWN))}… (${Buffer.byteLength(key)} bytes)`
+}
+
+/** A driver's message, cut to one readable line (some quote whole requests back). */
+export function causeText(error: unknown, max = 300): string {
+  const text = String((error as Error)?.message ?? error).replace(/\s+/g, ' ')
+  return text.length <= max ? text : `${text.slice(0, max)}…`
+}
+
 /** Context carried by every dlock error. */
 export interface LockErrorContext {
   readonly key?: string | undefined
