@@ -1,13 +1,21 @@
 import { setMaxListeners } from 'node:events'
 import { type LinkedAbort, linkedAbort } from './abort.js'
 import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
-import { jitter, now, sleep, withTimeout } from './clock.js'
+import { jitter, now, sleep, timerDelay, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
-import { BackendUnavailableError, ClientClosedError, LockError, LockNotAcquiredError } from './errors.js'
+import {
+  BackendUnavailableError,
+  ClientClosedError,
+  causeText,
+  LockError,
+  LockNotAcquiredError,
+  quoteKey,
+} from './errors.js'
 import { type Lock, LockHandle } from './lock.js'
 import {
   type AcquireOptions,
   type ClientOptions,
+  checkLimits,
   type ResolvedAcquireOptions,
   type ResolvedClientOptions,
   resolveAcquireOptions,
@@ -42,7 +50,6 @@ export interface LockClient extends AsyncDisposable {
   readonly backendId: string | undefined
 }
 
-/** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
 /**
  * The reason for ending a wait's own timer and hint: a shared value, since `abort()` without one builds a
  * DOMException with a stack trace on every wait (measurable when many waiters wake per release).
@@ -50,11 +57,24 @@ export interface LockClient extends AsyncDisposable {
 const WAIT_OVER = Object.freeze({ name: 'WaitOver', message: 'the wait is over' })
 /** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
 const ABANDON_WAIT_MS = 1000
+/** How long `close` waits for the clean-ups of acquires it interrupted. */
+const CLOSE_CLEANUP_WAIT_MS = 2000
+/** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
 const POLL_FIRST_MS = 10
 const POLL_MAX_MS = 250
 const POLL_MAX_NOTIFY_MS = 1000
-/** Consecutive unavailability longer than this (or one ttl, whichever is longer) fails a waiting acquire. */
+/**
+ * Unavailability for longer than this (or one ttl, whichever is longer) fails a waiting acquire with
+ * `BackendUnavailableError`, whatever its timeout: a store that is down is reported, not waited on forever.
+ */
 const UNAVAILABLE_GIVE_UP_MS = 5000
+/** Backoff after a failed attempt: a real timer, never a wake-up hint, so a failing store cannot make us spin. */
+const FAILURE_BACKOFF_FIRST_MS = 50
+const FAILURE_BACKOFF_MAX_MS = 1000
+/** The least time one attempt gets, even at its deadline (a `tryAcquire` makes one whole attempt). */
+const ATTEMPT_MIN_MS = 2000
+/** A hint that settles faster than this after being armed, twice in a row, is ignored for one wait. */
+const INSTANT_HINT_MS = 1
 
 /**
  * Creates a lock client.
@@ -91,6 +111,8 @@ class Client implements LockClient {
   readonly #options: ResolvedClientOptions
   readonly #closing = new AbortController()
   readonly #held = new Set<LockHandle>()
+  /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
+  readonly #cleanups = new Set<Promise<unknown>>()
   #backendId: string | undefined
   #closed: Promise<void> | undefined
 
@@ -165,6 +187,15 @@ class Client implements LockClient {
       this.#closing.abort(new ClientClosedError('The lock client was closed while this call was pending'))
       // Holders still at work are told through lock.signal; releases already under way are awaited.
       await Promise.allSettled([...this.#held].map((lock) => lock.closeWithClient()))
+      // Let the acquires this close rejected reach their clean-up (a few microtask hops away).
+      await new Promise((resolve) => setImmediate(resolve))
+      // Acquires the close just rejected may hold what an attempt in flight took: their clean-up needs
+      // the backend open. Bounded: a hung store must not hang close(); their leases end by their ttl.
+      if (this.#cleanups.size > 0) {
+        const stop = new AbortController()
+        await Promise.race([Promise.allSettled([...this.#cleanups]), sleep(CLOSE_CLEANUP_WAIT_MS, stop.signal)])
+        stop.abort()
+      }
       // The backend closes only what it opened itself (its own connections, a subscriber), never a
       // driver client the user handed it.
       const backend = await this.#backend.catch(() => undefined)
@@ -177,17 +208,26 @@ class Client implements LockClient {
     await this.close()
   }
 
-  async #open(key: string): Promise<LockBackend> {
+  async #open(key: string, ttlMs?: number): Promise<LockBackend> {
     if (this.#closing.signal.aborted) {
-      throw new ClientClosedError(`Cannot use lock "${key}": the lock client is closed`, { key })
+      throw new ClientClosedError(`Cannot use lock ${quoteKey(key)}: the lock client is closed`, { key })
     }
-    return this.#backend
+    const backend = await this.#backend
+    // Before any I/O: a key or a ttl the store cannot represent is the caller's mistake, not an outage.
+    checkLimits(backend, key, ttlMs)
+    return backend
   }
 
   #unavailable(backend: LockBackend, key: string, error: unknown, what: string): LockError {
     if (error instanceof LockError) return error
+    if (error instanceof AttemptTimeout) {
+      return new BackendUnavailableError(
+        `Could not ${what} lock ${quoteKey(key)}: ${backend.id} did not answer within ${error.ms} ms`,
+        { key, backend: backend.id, cause: error },
+      )
+    }
     return new BackendUnavailableError(
-      `Could not ${what} lock "${key}": ${backend.id} failed (${(error as Error)?.message ?? error})`,
+      `Could not ${what} lock ${quoteKey(key)}: ${backend.id} failed (${causeText(error)})`,
       { key, backend: backend.id, cause: error },
     )
   }
@@ -197,7 +237,7 @@ class Client implements LockClient {
    * remaining lease and the deadline), and again; one last attempt at the deadline.
    */
   async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
-    const backend = await this.#open(key)
+    const backend = await this.#open(key, opts.ttlMs)
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     if (!opts.signal) return this.#acquireLoop(backend, key, opts, this.#closing.signal)
     const link = linkedAbort(opts.signal, this.#closing.signal)
@@ -216,21 +256,45 @@ class Client implements LockClient {
     const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs }
     const diag = { key, backend: backend.id }
     publish(channels.acquireStart, () => ({ ...diag, ttlMs: opts.ttlMs, timeoutMs: opts.timeoutMs }))
+    const giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
 
     let attempts = 0
     let poll = POLL_FIRST_MS
+    let backoff = FAILURE_BACKOFF_FIRST_MS
     let unavailableSince: number | undefined
+    /**
+     * The start of the earliest attempt whose outcome is unknown (no answer, an abort racing the reply) and
+     * not yet resolved by a refusal: it may have set the lease a later attempt finds "already ours", so a
+     * grant's validity counts from there, never later. A refusal resolves it: had that attempt taken the
+     * lock, the store would have answered the later attempt "ours" while its lease lived.
+     */
+    let unresolvedSince: number | undefined
+    /** The latest attempt as the backend runs it, for the clean-up to follow (see `fail`). */
+    let inFlight: Promise<unknown> | undefined
     // The wake-up hint for the next wait. It is armed *before* the attempt that precedes the wait, so a
     // release landing between a failed attempt and the wait is never missed.
-    let hint: { promise: Promise<Grant | undefined>; cancel: LinkedAbort } | undefined
+    let hint:
+      | { promise: Promise<Grant | undefined>; cancel: LinkedAbort; armedAt: number; settledAt?: number }
+      | undefined
+    let instantHints = 0
     const arm = () => {
       if (!backend.waitForChange) return undefined
       const cancel = linkedAbort(signal)
-      const promise = backend.waitForChange(req, cancel.signal).then(
-        (g) => (g && g.granted === true ? g : undefined),
-        () => undefined,
-      )
-      return { promise, cancel }
+      const armedAt = now()
+      let promise: Promise<Grant | undefined>
+      try {
+        promise = backend.waitForChange(req, cancel.signal).then(
+          (g) => (g && g.granted === true ? g : undefined),
+          () => undefined,
+        )
+      } catch {
+        promise = Promise.resolve(undefined)
+      }
+      const armed: NonNullable<typeof hint> = { promise, cancel, armedAt }
+      promise.then(() => {
+        armed.settledAt = now()
+      })
+      return armed
     }
     // A grant handed over by the backend while we waited (fair queues), and when our last refused attempt
     // started: the hand-over happened after the store saw that attempt, so validity counts from there.
@@ -244,9 +308,19 @@ class Client implements LockClient {
     let abandoning: Promise<unknown> | undefined
     const fail = (error: unknown): never => {
       disarm()
-      if (attempts > 0 && backend.abandon) {
-        // A backend bug (even a synchronous throw) never replaces the acquire's error.
-        abandoning = withTimeout(opts.ttlMs, (s) => backend.abandon!(req, s)).catch(() => {})
+      if (attempts > 0) {
+        // Outcome unknown -> owner-checked clean-up, for every backend, whatever the last attempt said:
+        // an attempt aborted or timed out may still be granted on the store. The clean-up follows the
+        // attempt (bounded), so it is the last word on what that attempt did. A backend bug (even a
+        // synchronous throw) never replaces the acquire's error.
+        const last = inFlight
+        abandoning = withTimeout(opts.ttlMs, async (s) => {
+          if (last) await Promise.race([last.catch(() => {}), aborted(s)])
+          await backend.abandon(req, s)
+        }).catch(() => {})
+        const cleanup = abandoning
+        this.#cleanups.add(cleanup)
+        void cleanup.finally(() => this.#cleanups.delete(cleanup))
       }
       publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
       throw error
@@ -254,8 +328,13 @@ class Client implements LockClient {
 
     try {
       for (;;) {
-        if (signal.aborted) fail(signal.reason)
+        if (signal.aborted) {
+          // A hand-over that arrived with the abort is ours on the store: give it back.
+          if (handed) void this.#releaseQuietly(backend, req, handed)
+          fail(signal.reason)
+        }
         let result: AttemptResult
+        let failed = false
         try {
           if (handed) {
             result = handed
@@ -263,17 +342,26 @@ class Client implements LockClient {
           } else {
             attempts++
             attemptStart = now()
-            result = await this.#attempt(backend, req, signal)
+            // Every attempt is bounded by the deadline (but gets ATTEMPT_MIN_MS at least) and by the
+            // give-up time, so an unreachable store is reported on time, never waited on past them.
+            const giveUpAt = (unavailableSince ?? attemptStart) + giveUpAfterMs
+            const bound = Math.min(Math.max(deadline, attemptStart + ATTEMPT_MIN_MS), giveUpAt) - attemptStart
+            result = await this.#attempt(backend, req, signal, bound, (p) => {
+              inFlight = p
+            })
+            if (!result.granted) unresolvedSince = undefined
           }
           unavailableSince = undefined
+          backoff = FAILURE_BACKOFF_FIRST_MS
         } catch (error) {
           if (signal.aborted) fail(signal.reason)
+          unresolvedSince ??= attemptStart
           const wrapped = this.#unavailable(backend, key, error, 'acquire')
           if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) fail(wrapped)
           unavailableSince ??= attemptStart
-          const giveUpAt = unavailableSince + Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
-          if (now() >= deadline || now() >= giveUpAt) fail(wrapped)
+          if (now() >= deadline || now() >= unavailableSince + giveUpAfterMs) fail(wrapped)
           result = { granted: false }
+          failed = true
         }
 
         if (result.granted) {
@@ -281,7 +369,8 @@ class Client implements LockClient {
             await this.#releaseQuietly(backend, req, result)
             fail(signal.reason)
           }
-          const lock = await this.#grant(backend, req, result, attemptStart, opts)
+          const from = Math.min(attemptStart, unresolvedSince ?? attemptStart)
+          const lock = await this.#grant(backend, req, result, from, opts)
           if (lock) {
             disarm()
             publish(channels.acquireOk, () => ({
@@ -294,16 +383,29 @@ class Client implements LockClient {
             return lock
           }
           // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
+          unresolvedSince = undefined
         }
 
         if (now() >= deadline) {
           fail(
             new LockNotAcquiredError(
-              `Lock "${key}" on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
+              `Lock ${quoteKey(key)} on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
                 `(timeout ${opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
               { key, backend: backend.id },
             ),
           )
+        }
+
+        if (failed) {
+          // After a failure: a real timer with backoff, never the hint (a failing store fails its hint
+          // too, at once, and racing it would spin without ever yielding to timers or I/O).
+          const giveUpAt = (unavailableSince ?? now()) + giveUpAfterMs
+          const wait = Math.max(1, Math.min(jitter(backoff), deadline - now(), giveUpAt - now()))
+          backoff = Math.min(backoff * 2, FAILURE_BACKOFF_MAX_MS)
+          const timer = linkedAbort(signal)
+          await sleep(wait, timer.signal)
+          timer.dispose()
+          continue
         }
 
         if (!hint) {
@@ -318,10 +420,16 @@ class Client implements LockClient {
         wait = Math.max(0, Math.min(wait, deadline - now()))
         const timer = linkedAbort(signal)
         const slept = sleep(wait, timer.signal).then(() => undefined)
-        handed = await (hint ? Promise.race([slept, hint.promise]) : slept)
+        // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
+        // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
+        const useHint = hint && instantHints < 2
+        handed = await (useHint && hint ? Promise.race([slept, hint.promise]) : slept)
         timer.abort(WAIT_OVER)
         timer.dispose()
         if (hint) {
+          const { settledAt, armedAt } = hint
+          const instant = settledAt !== undefined && settledAt - armedAt < INSTANT_HINT_MS
+          instantHints = instant ? instantHints + 1 : 0
           disarm()
           hint = arm()
         }
@@ -330,35 +438,62 @@ class Client implements LockClient {
       // Leave nothing behind when the caller hears of the failure: a queue ticket (etcd, fair Redis) or
       // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
       // Bounded, so a hung store cannot hold up an abort; the clean-up itself goes on in the background.
-      if (abandoning) {
+      // An abort rejects at once, as the caller asked: its clean-up may wait for an attempt still in flight.
+      if (abandoning && !signal.aborted) {
         const stop = new AbortController()
-        await Promise.race([abandoning, sleep(ABANDON_WAIT_MS, stop.signal, { ref: false })])
+        await Promise.race([abandoning, sleep(ABANDON_WAIT_MS, stop.signal)])
         stop.abort()
       }
       throw error
     }
   }
 
-  /** One attempt, raced against the signal. A grant that lands after an abort is released, never leaked. */
-  #attempt(backend: LockBackend, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
-    const attempt = backend.tryAcquire(req, signal)
-    if (signal.aborted) {
+  /**
+   * One attempt, raced against the signal and bounded by `boundMs`. A grant that lands after an abort or
+   * the bound is released, never leaked; `track` receives the backend's own promise, which the clean-up of
+   * a failed acquire waits for.
+   */
+  #attempt(
+    backend: LockBackend,
+    req: AcquireRequest,
+    signal: AbortSignal,
+    boundMs: number,
+    track: (attempt: Promise<AttemptResult>) => void,
+  ): Promise<AttemptResult> {
+    const link = linkedAbort(signal)
+    const timer = setTimeout(() => link.abort(new AttemptTimeout(Math.round(boundMs))), timerDelay(boundMs))
+    let attempt: Promise<AttemptResult>
+    try {
+      attempt = backend.tryAcquire(req, link.signal)
+    } catch (error) {
+      attempt = Promise.reject(error)
+    }
+    track(attempt)
+    const done = () => {
+      clearTimeout(timer)
+      link.dispose()
+    }
+    if (link.signal.aborted) {
+      done()
       this.#releaseLate(backend, req, attempt)
-      return Promise.reject(signal.reason)
+      return Promise.reject(link.signal.reason)
     }
     return new Promise((resolve, reject) => {
       const onAbort = () => {
+        done()
         this.#releaseLate(backend, req, attempt)
-        reject(signal.reason)
+        reject(link.signal.reason)
       }
-      signal.addEventListener('abort', onAbort, { once: true })
+      link.signal.addEventListener('abort', onAbort, { once: true })
       attempt.then(
         (result) => {
-          signal.removeEventListener('abort', onAbort)
+          link.signal.removeEventListener('abort', onAbort)
+          done()
           resolve(result)
         },
         (error) => {
-          signal.removeEventListener('abort', onAbort)
+          link.signal.removeEventListener('abort', onAbort)
+          done()
           reject(error)
         },
       )
@@ -409,5 +544,21 @@ class Client implements LockClient {
     )
     this.#held.add(lock)
     return lock
+  }
+}
+
+/** Resolves when `signal` aborts (no timer: nothing keeps the process alive). */
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve()
+    else signal.addEventListener('abort', () => resolve(), { once: true })
+  })
+}
+
+/** An attempt that outlived its bound (the deadline, or the give-up time of an unreachable store). */
+class AttemptTimeout extends Error {
+  override name = 'TimeoutError'
+  constructor(readonly ms: number) {
+    super(`no answer within ${ms} ms`)
   }
 }

@@ -22,6 +22,45 @@ export function causeText(error: unknown, max = 300): string {
   return text.length <= max ? text : `${text.slice(0, max)}…`
 }
 
+/**
+ * A network failure in plain words ("connection refused at 127.0.0.1:6379"), from the error or any of its
+ * causes; undefined when it is not one we recognise. `address` names the server when the error does not.
+ */
+export function describeNetworkError(error: unknown, address?: string): string | undefined {
+  for (
+    let e = error as (Error & { code?: string; address?: string; port?: number }) | undefined, depth = 0;
+    e && depth < 5;
+    depth++
+  ) {
+    const at = e.address ? `${e.address}${e.port ? `:${e.port}` : ''}` : address
+    const where = at ? ` at ${at}` : ''
+    const message = String(e.message ?? '')
+    switch (e.code) {
+      case 'ECONNREFUSED':
+        return `connection refused${where} (is the server running, on this port?)`
+      case 'ENOTFOUND':
+      case 'EAI_AGAIN':
+        return `host not found${where}`
+      case 'ETIMEDOUT':
+        return `connection timed out${where}`
+      case 'ECONNRESET':
+      case 'EPIPE':
+        return `connection reset${where}`
+      case 'EHOSTUNREACH':
+      case 'ENETUNREACH':
+        return `host unreachable${where}`
+    }
+    if ((e.code ?? '').startsWith('ERR_SSL') || /SSL|TLS|wrong version number|certificate/i.test(message)) {
+      return `TLS handshake failed${where} (${causeText(e, 120)}); check that the server speaks TLS and trusts this client, or use the plain scheme`
+    }
+    if (/NOAUTH|WRONGPASS|invalid username-password|authentication failed|auth.*fail/i.test(message)) {
+      return `authentication failed${where}: check the user and password in the URL`
+    }
+    e = e.cause as typeof e
+  }
+  return undefined
+}
+
 /** Context carried by every dlock error. */
 export interface LockErrorContext {
   readonly key?: string | undefined

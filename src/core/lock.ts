@@ -1,8 +1,8 @@
 import type { HeldLease, LockBackend } from './backend.js'
 import { now, timerDelay, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
-import { BackendUnavailableError, LockError, LockLostError, LockReleasedError } from './errors.js'
-import { parseTtl, validUntil } from './options.js'
+import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
+import { checkLimits, parseTtl, validUntil } from './options.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -85,7 +85,7 @@ export class LockHandle implements Lock {
       const onLost = () =>
         this.#markLost(
           new LockLostError(
-            `Lock "${this.key}" on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
+            `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
             this.#context(lost.reason),
           ),
         )
@@ -145,7 +145,7 @@ export class LockHandle implements Lock {
     }
     this.#markLost(
       new LockLostError(
-        `Lock "${this.key}" on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
+        `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
           'treat it as lost (the store may be unreachable, or the process was paused)',
         this.#context(),
       ),
@@ -189,7 +189,7 @@ export class LockHandle implements Lock {
           publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
           this.#markLost(
             new LockLostError(
-              `Lock "${this.key}" on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
+              `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
                 '(it expired or was taken over)',
               this.#context(),
             ),
@@ -227,22 +227,26 @@ export class LockHandle implements Lock {
 
   async extend(ttl?: number | string): Promise<void> {
     const ttlMs = ttl === undefined ? this.#ttlMs : parseTtl(ttl)
+    checkLimits(this.#ctx.backend, this.key, ttlMs)
     if (this.#state === 'released') {
       throw new LockReleasedError(
-        `Cannot extend lock "${this.key}": it was already released`,
+        `Cannot extend lock ${quoteKey(this.key)}: it was already released`,
         this.#context(),
       )
     }
     const outcome = await this.#extendOnce(ttlMs)
     if (outcome === 'renewed') return this.#armTimers()
     if (outcome === 'released') {
-      throw new LockReleasedError(`Cannot extend lock "${this.key}": it was released`, this.#context())
+      throw new LockReleasedError(
+        `Cannot extend lock ${quoteKey(this.key)}: it was released`,
+        this.#context(),
+      )
     }
     if (outcome === 'lost') throw this.signal.reason
     const { error } = outcome
     if (error instanceof LockError) throw error
     throw new BackendUnavailableError(
-      `Could not extend lock "${this.key}" on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
+      `Could not extend lock ${quoteKey(this.key)} on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
         'valid until lock.validUntil; retry or stop the work',
       this.#context(error),
     )
@@ -257,7 +261,7 @@ export class LockHandle implements Lock {
   closeWithClient(): Promise<void> {
     if (this.#state === 'held' && !this.#releasing) {
       const error = new LockLostError(
-        `Lock "${this.key}" on ${this.#ctx.backend.id} was released because its lock client was closed`,
+        `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was released because its lock client was closed`,
         this.#context(),
       )
       publish(channels.lost, () => ({ ...this.#diag(), error }))
@@ -292,7 +296,7 @@ export class LockHandle implements Lock {
       // A lost lease is not ours to clean up; a held one is, and the caller should know it will linger.
       if (wasHeld) {
         throw new BackendUnavailableError(
-          `Could not release lock "${this.key}" on ${this.#ctx.backend.id}; it will expire by itself within its ttl ` +
+          `Could not release lock ${quoteKey(this.key)} on ${this.#ctx.backend.id}; it will expire by itself within its ttl ` +
             `(${this.#ttlMs} ms)`,
           this.#context(error),
         )

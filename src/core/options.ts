@@ -1,4 +1,4 @@
-import type { BackendLimits } from './backend.js'
+import type { BackendLimits, LockBackend } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
 /** Options of `createLockClient`; each is also the default for every call on that client. */
@@ -54,9 +54,78 @@ export const DEFAULT_TTL_MS = 30_000
  */
 export const DEFAULT_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
 
+const CLIENT_OPTIONS = ['ttl', 'timeout', 'renew', 'driftFactor'] as const
+const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew'] as const
+
 function assertObject(name: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null)) {
     throw new TypeError(`Expected \`${name}\` to be an object, got ${describeValue(value)}`)
+  }
+}
+
+/** Edit distance, for "did you mean" (option names are short: the quadratic table is nothing). */
+function distance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = row
+  }
+  return previous[b.length]!
+}
+
+/** The known name closest to `name`, if it is close enough to be a typo. */
+export function suggest(name: string, known: readonly string[]): string | undefined {
+  let best: string | undefined
+  let bestDistance = Number.POSITIVE_INFINITY
+  for (const candidate of known) {
+    const d = distance(name.toLowerCase(), candidate.toLowerCase())
+    if (d < bestDistance) {
+      best = candidate
+      bestDistance = d
+    }
+  }
+  return bestDistance <= Math.max(2, Math.floor(name.length / 3)) ? best : undefined
+}
+
+/**
+ * Refuses option names nobody reads: a typo such as `tiemout` would otherwise silently mean "wait forever".
+ * @throws {TypeError} naming the option, the closest known one and all known ones
+ */
+export function assertKnownKeys(what: string, value: object | undefined, known: readonly string[]): void {
+  if (value === undefined) return
+  for (const name of Object.keys(value)) {
+    if (known.includes(name)) continue
+    const guess = suggest(name, known)
+    throw new TypeError(
+      `Unknown option \`${name}\` in ${what}${guess ? `; did you mean \`${guess}\`?` : ''} Known options: ${known.join(', ')}`,
+    )
+  }
+}
+
+/**
+ * Checks a key and a ttl against what the backend's store can represent, before any I/O.
+ * @throws {TypeError} naming the backend and its maximum
+ */
+export function checkLimits(backend: LockBackend, key: string, ttlMs: number | undefined): void {
+  const limits = backend.limits ?? DEFAULT_LIMITS
+  // Cheap first: a string of n UTF-16 units has at most 3n UTF-8 bytes.
+  if (key.length * 3 > limits.maxKeyBytes) {
+    const bytes = Buffer.byteLength(key)
+    if (bytes > limits.maxKeyBytes) {
+      throw new TypeError(
+        `Expected \`key\` to be at most ${limits.maxKeyBytes} bytes of UTF-8 on ${backend.id}, got ${bytes} bytes ` +
+          `(starting ${JSON.stringify(key.slice(0, 40))}). Use a shorter name, e.g. a hash of it`,
+      )
+    }
+  }
+  if (ttlMs !== undefined && ttlMs > limits.maxTtlMs) {
+    throw new TypeError(
+      `Expected \`ttl\` to be at most ${limits.maxTtlMs} ms on ${backend.id} (the longest lease its store can keep), ` +
+        `got ${ttlMs} ms`,
+    )
   }
 }
 
@@ -73,6 +142,7 @@ export function parseTtl(value: unknown, name = 'ttl'): number {
 
 export function resolveClientOptions(options: ClientOptions | undefined): ResolvedClientOptions {
   assertObject('options', options)
+  assertKnownKeys('createLockClient options', options, CLIENT_OPTIONS)
   const o = options ?? {}
   const driftFactor = o.driftFactor ?? 0.01
   if (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 0.5)) {
@@ -104,6 +174,7 @@ export function resolveAcquireOptions(
   defaultTimeoutMs: number,
 ): ResolvedAcquireOptions {
   assertObject('options', options)
+  assertKnownKeys('acquire options', options, ACQUIRE_OPTIONS)
   const o = options ?? {}
   if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
     throw new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describeValue(o.signal)}`)

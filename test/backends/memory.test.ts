@@ -9,5 +9,6 @@ const name = randomUUID()
 defineConformanceSuite({
   name: 'memory',
   createClient: (options) => createLockClient(`memory:${name}`, options),
+  createBackend: () => memoryBackend({ name }),
   breakLease: async (key) => memoryBackend({ name }).breakLock(key),
 })

@@ -1,4 +1,4 @@
-import type { ClientOptions, LockClient } from '../../src/index.js'
+import type { ClientOptions, LockBackend, LockClient } from '../../src/index.js'
 
 /** What a backend's test entry provides to run the shared conformance suite against it. */
 export interface ConformanceHarness {
@@ -11,6 +11,11 @@ export interface ConformanceHarness {
   readonly url?: () => string
   /** A new client over the same store; the suite closes each one it creates. */
   createClient(options?: ClientOptions): LockClient
+  /**
+   * A new backend object over the same store, for cases that wrap it (fault injection). Defaults to the
+   * backend `url` names; process-local stores without a URL provide it.
+   */
+  createBackend?(): LockBackend | Promise<LockBackend>
   /** Ends `key`'s current lease behind its holder's back (the store "forgets" it, as after an expiry). */
   breakLease(key: string): Promise<void>
   /** Runs once before the suite, e.g. to start a server. */
@@ -23,5 +28,7 @@ export interface ConformanceHarness {
 export interface CaseContext {
   readonly harness: ConformanceHarness
   client(options?: ClientOptions): LockClient
+  /** A new backend object over the same store (see `ConformanceHarness.createBackend`). */
+  backend(): Promise<LockBackend>
   key(label: string): string
 }

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { after, afterEach, before, describe } from 'node:test'
+import { loadBackend, parseBackendUrl } from '../../src/core/registry.js'
 import type { ClientOptions, LockClient } from '../../src/index.js'
+import { abandonCases } from './cases/abandon.js'
 import { crossProcessCases } from './cases/cross-process.js'
 import { exclusivityCases } from './cases/exclusivity.js'
 import { fenceCases } from './cases/fences.js'
@@ -26,6 +28,11 @@ export function defineConformanceSuite(harness: ConformanceHarness): void {
         open.push(client)
         return client
       },
+      async backend() {
+        if (harness.createBackend) return harness.createBackend()
+        if (!harness.url) throw new Error(`${harness.name}: give the harness a url or createBackend`)
+        return loadBackend(parseBackendUrl(harness.url()))
+      },
       key: (label) => `conformance:${run}:${label}:${randomBytes(3).toString('hex')}`,
     }
     before(async () => harness.setup?.())
@@ -39,6 +46,7 @@ export function defineConformanceSuite(harness: ConformanceHarness): void {
     lossCases(ctx)
     fenceCases(ctx)
     keyCases(ctx)
+    abandonCases(ctx)
     const { url } = harness
     if (url !== undefined) crossProcessCases(ctx, url)
   })

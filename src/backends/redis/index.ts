@@ -27,7 +27,14 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { parseDuration } from '../../core/durations.js'
-import { BackendUnavailableError, CapabilityError, LockError } from '../../core/errors.js'
+import {
+  BackendUnavailableError,
+  CapabilityError,
+  causeText,
+  describeNetworkError,
+  LockError,
+  quoteKey,
+} from '../../core/errors.js'
 import { checkParams, loadDriver, redact } from '../../core/registry.js'
 import {
   ACQUIRE,
@@ -131,9 +138,22 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     )
   }
   const id = options.id ?? describeClient(client)
+  const address = describeAddress(client)
   const subscriptions = new Subscriptions(client, owned)
-  /** Owners whose acquire had an unknown outcome: `abandon` must make sure they hold nothing. */
-  const uncertain = new Set<string>()
+  /**
+   * The latest connection error of a client this backend created (a user's own client keeps its own
+   * 'error' listeners: adding one would silence ioredis's warnings for them). A command that times out while
+   * ioredis reconnects says nothing of why; this does.
+   */
+  let lastConnectionError: unknown
+  for (const c of owned) {
+    c.on('error', (error: unknown) => {
+      lastConnectionError = error
+    })
+    c.on('ready', () => {
+      lastConnectionError = undefined
+    })
+  }
 
   const keysOf = (key: string) => {
     // A brace in the key would end the hash tag early; hash such keys so lock and fence share a slot.
@@ -185,7 +205,14 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       )
     }
     const retryable = !(isReplyError(error) && /NOAUTH|WRONGPASS|NOPERM|DB index/i.test(message))
-    return new BackendUnavailableError(`Could not ${what} lock "${key}" on ${id}: ${message}`, {
+    // In plain words: what failed on the way to the server, rather than ioredis's retry bookkeeping
+    // ("Reached the max retries per request limit…") or a bare timeout while it reconnects.
+    const down = client.status !== 'ready'
+    const plain =
+      describeNetworkError(error, address) ??
+      (down ? describeNetworkError(lastConnectionError, address) : undefined) ??
+      (down ? `${address} is unreachable (${causeText(lastConnectionError ?? error)})` : causeText(error))
+    return new BackendUnavailableError(`Could not ${what} lock ${quoteKey(key)} on ${id}: ${plain}`, {
       key,
       backend: id,
       cause: error,
@@ -217,7 +244,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     if (acks >= minReplicas) return grant
     await release(req)
     throw new BackendUnavailableError(
-      `Only ${acks} of the ${minReplicas} replicas required by \`minReplicas\` acknowledged lock "${req.key}" on ` +
+      `Only ${acks} of the ${minReplicas} replicas required by \`minReplicas\` acknowledged lock ${quoteKey(req.key)} on ` +
         `${id} within ${replicaTimeoutMs} ms, so it was released. Check the replicas (INFO replication)`,
       { key: req.key, backend: id },
     )
@@ -226,6 +253,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
   return {
     id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: fair },
+    limits: REDIS_LIMITS,
     keysOf: (key) => {
       const k = keysOf(key)
       return { lock: k.lock, fence: k.fence }
@@ -245,18 +273,19 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       try {
         result = grantOf(await raceSignal(attempt, signal), req.ttlMs)
       } catch (error) {
+        // An abort (the core's deadline, the caller) or an error reply: the core treats the outcome as
+        // unknown and calls `abandon`, which removes any hold of this owner once this attempt has settled.
         if (signal.aborted || isReplyError(error)) throw explain(req.key, 'acquire', error)
         // No reply (timeout, reset): the script may have run. Read before deciding, never leave a lock we took.
-        uncertain.add(req.owner)
-        const holder = await client.get(k.lock).catch(() => undefined)
-        if (holder !== req.owner) {
-          // Read after the script on the same connection: not ours now means nothing to clean up later.
-          if (holder !== undefined) uncertain.delete(req.owner)
-          throw explain(req.key, 'acquire', error)
-        }
-        result = { granted: true, fence: BigInt((await client.get(k.fence)) ?? 0), ttlMs: req.ttlMs }
+        // One script reads holder, remaining lease and fence together: the lease is what the store keeps
+        // now (a fair hand-over sets a short one; an earlier attempt's PX has partly run), never the ttl
+        // asked for. The core counts it from this attempt's start, which is before this read.
+        const read = (await raceSignal(run(INSPECT, [k.lock, k.fence], []), signal).catch(() => undefined)) as
+          | [string | null, number, string | null]
+          | undefined
+        if (!read || read[0] !== req.owner || read[1] <= 0) throw explain(req.key, 'acquire', error)
+        result = { granted: true, fence: BigInt(read[2] ?? 0), ttlMs: read[1] }
       }
-      uncertain.delete(req.owner)
       if (result.granted && minReplicas > 0) return awaitReplicas(req, result)
       return result
     },
@@ -290,12 +319,15 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
 
     async abandon(req, signal) {
       const k = keysOf(req.key)
+      // Always, not only after a known-uncertain attempt: an abort can race any reply. Owner-checked on
+      // the server, and sent on the connection that carried the attempts, so it lands after all of them.
+      // LEAVE also drops our place in the fair queue and passes on a lock handed to us meanwhile.
       if (fair)
         await raceSignal(
           run(LEAVE, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [req.owner, k.channel, waiterLivenessMs]),
           signal,
         )
-      if (uncertain.delete(req.owner)) await raceSignal(release(req), signal)
+      else await raceSignal(release(req), signal)
     },
 
     async inspect(key, signal): Promise<LockInfo | null> {
@@ -340,6 +372,19 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       for (const c of owned) c.disconnect()
     },
   }
+}
+
+/**
+ * Keys: the name goes into three key names and a channel name (Redis allows 512 MB; a lock name of more
+ * than 64 KiB is a mistake). Leases: PX is a signed 64-bit count of ms added to the server's clock; 2^43 ms
+ * (about 278 years) stays exact in a JavaScript number and far from that overflow.
+ */
+export const REDIS_LIMITS = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 } as const
+
+/** host:port of a client, for messages. */
+function describeAddress(client: RedisClient): string {
+  if (isCluster(client)) return describeClient(client).replace(/^redis:\/\/|\?cluster=true$/g, '')
+  return `${client.options.host ?? '127.0.0.1'}:${client.options.port ?? 6379}`
 }
 
 function describeClient(client: RedisClient): string {
