@@ -57,8 +57,10 @@ export interface LockClient extends AsyncDisposable {
 const WAIT_OVER = Object.freeze({ name: 'WaitOver', message: 'the wait is over' })
 /** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
 const ABANDON_WAIT_MS = 1000
+/** How long the clean-up of a failed acquire waits for its last attempt to settle before it goes ahead. */
+const SETTLE_WAIT_MS = 2000
 /** How long `close` waits for the clean-ups of acquires it interrupted. */
-const CLOSE_CLEANUP_WAIT_MS = 2000
+const CLOSE_CLEANUP_WAIT_MS = 3000
 /** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
 const POLL_FIRST_MS = 10
 const POLL_MAX_MS = 250
@@ -111,6 +113,8 @@ class Client implements LockClient {
   readonly #options: ResolvedClientOptions
   readonly #closing = new AbortController()
   readonly #held = new Set<LockHandle>()
+  /** Acquires under way. */
+  readonly #running = new Set<Promise<unknown>>()
   /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
   readonly #cleanups = new Set<Promise<unknown>>()
   #backendId: string | undefined
@@ -187,8 +191,8 @@ class Client implements LockClient {
       this.#closing.abort(new ClientClosedError('The lock client was closed while this call was pending'))
       // Holders still at work are told through lock.signal; releases already under way are awaited.
       await Promise.allSettled([...this.#held].map((lock) => lock.closeWithClient()))
-      // Let the acquires this close rejected reach their clean-up (a few microtask hops away).
-      await new Promise((resolve) => setImmediate(resolve))
+      // The acquires this close rejects start their clean-up as they end (an abort ends them at once).
+      await Promise.all([...this.#running])
       // Acquires the close just rejected may hold what an attempt in flight took: their clean-up needs
       // the backend open. Bounded: a hung store must not hang close(); their leases end by their ttl.
       if (this.#cleanups.size > 0) {
@@ -239,12 +243,23 @@ class Client implements LockClient {
   async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
     const backend = await this.#open(key, opts.ttlMs)
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
-    if (!opts.signal) return this.#acquireLoop(backend, key, opts, this.#closing.signal)
-    const link = linkedAbort(opts.signal, this.#closing.signal)
+    const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
+    const run = this.#acquireLoop(backend, key, opts, link?.signal ?? this.#closing.signal)
+    // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up.
+    const ended: Promise<unknown> = run.then(
+      () => this.#running.delete(ended),
+      () => this.#running.delete(ended),
+    )
+    this.#running.add(ended)
     try {
-      return await this.#acquireLoop(backend, key, opts, link.signal)
+      return await run
+    } catch (error) {
+      // Rejected by close(): settle once close() has done its work, so that `await client.close()` and then
+      // handling this rejection (a common order) never leaves it unhandled for a turn of the event loop.
+      if (this.#closed && error === this.#closing.signal.reason) await this.#closed.catch(() => {})
+      throw error
     } finally {
-      link.dispose()
+      link?.dispose()
     }
   }
 
@@ -314,10 +329,11 @@ class Client implements LockClient {
         // attempt (bounded), so it is the last word on what that attempt did. A backend bug (even a
         // synchronous throw) never replaces the acquire's error.
         const last = inFlight
-        abandoning = withTimeout(opts.ttlMs, async (s) => {
-          if (last) await Promise.race([last.catch(() => {}), aborted(s)])
-          await backend.abandon(req, s)
-        }).catch(() => {})
+        abandoning = (async () => {
+          // A hung attempt is not waited for beyond this: the clean-up then goes first, best effort.
+          if (last) await withTimeout(SETTLE_WAIT_MS, (s) => Promise.race([last.catch(() => {}), aborted(s)]))
+          await withTimeout(opts.ttlMs, (s) => backend.abandon(req, s))
+        })().catch(() => {})
         const cleanup = abandoning
         this.#cleanups.add(cleanup)
         void cleanup.finally(() => this.#cleanups.delete(cleanup))

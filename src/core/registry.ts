@@ -57,13 +57,13 @@ export const supportedSchemes = (): string[] => Object.keys(SCHEMES)
  */
 export function parseBackendUrl(input: string | URL): URL {
   let url: URL
+  const text = String(input)
   try {
-    url = input instanceof URL ? input : (parseMultiHost(String(input)) ?? new URL(input))
+    url = input instanceof URL ? input : (parseMultiHost(text) ?? new URL(input))
   } catch {
     // Never echo a password, even from a URL too broken to parse (the parser's own error quotes it whole).
-    const shown = String(input).replace(/\/\/([^/@:]*):[^@/]*@/, '//$1:***@')
     throw new TypeError(
-      `Expected a backend URL such as file:///var/lock/app or memory:, got ${JSON.stringify(shown)}`,
+      `Expected a backend URL such as file:///var/lock/app or memory:, got ${JSON.stringify(hideUserinfo(text))}`,
     )
   }
   if (!(url.protocol in SCHEMES)) {
@@ -71,7 +71,50 @@ export function parseBackendUrl(input: string | URL): URL {
       `Unknown lock backend scheme "${url.protocol}" in ${redact(url)}; supported: ${supportedSchemes().join(', ')}`,
     )
   }
+  // A password with a reserved character ('/', '?', '#') ends the authority early: the URL then parses
+  // with the rest of the password in its path or query, and every later message would quote it.
+  if (
+    !LOCAL.has(url.protocol) &&
+    !url.username &&
+    !url.password &&
+    /^[^:]+:\/\/[^@]*[/?#][^@]*@/.test(text)
+  ) {
+    throw new TypeError(
+      `The backend URL ${JSON.stringify(hideUserinfo(text))} has an "@" after its host: if it holds a user and ` +
+        'password, percent-encode the reserved characters in them (/ as %2F, ? as %3F, # as %23, @ as %40)',
+    )
+  }
+  for (const [part, value] of [
+    ['user', url.username],
+    ['password', url.password],
+    ['path', url.pathname],
+  ] as const) {
+    try {
+      decodeURIComponent(value)
+    } catch {
+      const shown = part === 'password' ? '***' : JSON.stringify(value)
+      throw new TypeError(
+        `Malformed percent-escape in the ${part} of the backend URL ${redact(url)} (${shown}): write "%" as %25`,
+      )
+    }
+  }
+  if (url.protocol === 'memory:' && url.host !== '') {
+    throw new TypeError(
+      `Expected memory: or memory:NAME, got ${redact(url)}: the name goes right after the colon (memory:${url.host}), ` +
+        'not after "//"',
+    )
+  }
   return url
+}
+
+/** Schemes without a server: their URLs carry no user or password. */
+const LOCAL = new Set(['memory:', 'file:'])
+
+/** The text of a URL with everything between "//" and its last "@" hidden (it may hold a password). */
+function hideUserinfo(text: string): string {
+  const at = text.lastIndexOf('@')
+  const start = text.indexOf('//')
+  return start >= 0 && at > start ? `${text.slice(0, start + 2)}***${text.slice(at)}` : text
 }
 
 export async function loadBackend(url: URL): Promise<LockBackend> {
