@@ -197,7 +197,10 @@ class Client implements LockClient {
       // the backend open. Bounded: a hung store must not hang close(); their leases end by their ttl.
       if (this.#cleanups.size > 0) {
         const stop = new AbortController()
-        await Promise.race([Promise.allSettled([...this.#cleanups]), sleep(CLOSE_CLEANUP_WAIT_MS, stop.signal)])
+        await Promise.race([
+          Promise.allSettled([...this.#cleanups]),
+          sleep(CLOSE_CLEANUP_WAIT_MS, stop.signal),
+        ])
         stop.abort()
       }
       // The backend closes only what it opened itself (its own connections, a subscriber), never a
