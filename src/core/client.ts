@@ -57,6 +57,8 @@ export interface LockClient extends AsyncDisposable {
 const WAIT_OVER = Object.freeze({ name: 'WaitOver', message: 'the wait is over' })
 /** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
 const ABANDON_WAIT_MS = 1000
+/** How long a timed-out attempt waits for the backend's own account of the failure. */
+const EXPLAIN_WAIT_MS = 100
 /** How long the clean-up of a failed acquire waits for its last attempt to settle before it goes ahead. */
 const SETTLE_WAIT_MS = 2000
 /** How long `close` waits for the clean-ups of acquires it interrupted. */
@@ -501,7 +503,21 @@ class Client implements LockClient {
       const onAbort = () => {
         done()
         this.#releaseLate(backend, req, attempt)
-        reject(link.signal.reason)
+        const reason = link.signal.reason
+        if (!(reason instanceof AttemptTimeout)) return reject(reason)
+        // Our own bound: the backend, which races the same signal, usually says at once what it was
+        // waiting for (a connection refused, a TLS handshake failing): that beats "no answer".
+        const stop = new AbortController()
+        void Promise.race([
+          attempt.then(
+            () => reason,
+            (error: unknown) => error,
+          ),
+          sleep(EXPLAIN_WAIT_MS, stop.signal),
+        ]).then((error) => {
+          stop.abort()
+          reject(error instanceof BackendUnavailableError ? error : reason)
+        })
       }
       link.signal.addEventListener('abort', onAbort, { once: true })
       attempt.then(

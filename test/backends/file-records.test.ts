@@ -1,14 +1,16 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
+import { bumpEpoch, currentEpoch, EPOCH_FOLDER, RANGE } from '../../src/backends/file/epochs.js'
 import {
   collect,
   createGeneration,
   genName,
   keyFolderName,
+  Pending,
   type RecordV1,
   readCurrent,
 } from '../../src/backends/file/generations.js'
@@ -30,6 +32,13 @@ const record = (over: Partial<RecordV1> = {}): RecordV1 => ({
   deadline: monotonicMs() + 60_000,
   ...over,
 })
+
+/** The stamp of a folder's current generation, as a writer's read takes it. */
+const stampOf = async (f: string) => {
+  const current = await readCurrent(f)
+  assert.ok(current.record !== 'none', `no generation in ${f}`)
+  return current.stamp
+}
 
 const folder = () => {
   const path = join(dir.path, randomBytes(4).toString('hex'))
@@ -73,6 +82,112 @@ describe('generation files (the atomic step)', () => {
     writeFileSync(join(f, '.tmp-inflight'), '{')
     await collect(f, 4n, readdirSync(f))
     assert.deepEqual(readdirSync(f).sort(), ['.tmp-inflight', genName(4n)].sort())
+  })
+})
+
+describe('removals and epochs (the atomic steps)', () => {
+  it('a pending record pins its folder: removing the folder makes the link fail, never land elsewhere', async () => {
+    const f = folder()
+    const pending = new Pending(f)
+    await pending.write(record(), false)
+    // rmdir alone cannot remove a folder that holds the temp file.
+    assert.throws(() => rmdirSync(f), /ENOTEMPTY/)
+    // rm -rf removes the temp file first; a new folder at the same path has no such file.
+    rmSync(f, { recursive: true, force: true })
+    mkdirSync(f)
+    assert.equal(await pending.commit(1n, false), false)
+    assert.deepEqual(readdirSync(f), [], 'nothing may land in the new folder')
+  })
+
+  it('refuses a writer whose state was removed with its folder, even when the new folder reached the same generation', async () => {
+    const f = folder()
+    assert.ok(await createGeneration(f, 1n, record(), false))
+    assert.ok(await createGeneration(f, 2n, record({ state: 'free' }), false, await stampOf(f)))
+    const stale = await stampOf(f)
+    // The folder is removed and recreated, and advances to generation 2 again (a later mtime tick).
+    rmSync(f, { recursive: true, force: true })
+    await new Promise((r) => setTimeout(r, 30))
+    mkdirSync(f)
+    assert.ok(await createGeneration(f, 1n, record(), false))
+    assert.ok(await createGeneration(f, 2n, record(), false, await stampOf(f)))
+    // The stale writer links generation 3 after the state it read: refused, the new folder untouched.
+    assert.equal(await createGeneration(f, 3n, record(), false, stale), false)
+    assert.equal((await readCurrent(f)).gen, 2n)
+    assert.equal(existsSync(join(f, genName(3n))), false)
+  })
+
+  it('refuses a writer whose predecessor was deleted behind its back (no successor, files removed)', async () => {
+    const f = folder()
+    assert.ok(await createGeneration(f, 1n, record(), false))
+    const read = await stampOf(f)
+    rmSync(join(f, genName(1n)))
+    assert.equal(await createGeneration(f, 2n, record(), false, read), false)
+    assert.deepEqual(readdirSync(f), [])
+  })
+
+  it('issues each epoch once, above every earlier one, however many bump at once', async () => {
+    const root = folder()
+    const epochs = await Promise.all(Array.from({ length: 30 }, () => bumpEpoch(root, 0n, true)))
+    assert.equal(new Set(epochs).size, epochs.length, `epochs issued twice: ${epochs.join(', ')}`)
+    const top = epochs.reduce((a, b) => (a > b ? a : b))
+    assert.equal(currentEpoch(root), top)
+    assert.ok((await bumpEpoch(root, 0n, false)) > top)
+    assert.ok((await bumpEpoch(root, 1000n, false)) > 1000n, 'a floor is respected')
+    const names = readdirSync(join(root, EPOCH_FOLDER)).filter((n) => /^\d+$/.test(n))
+    assert.ok(names.length <= 2, `old epochs are collected: ${names.join(', ')}`)
+  })
+
+  it('takes a new epoch when a fence range is used up (2^32 generations)', async () => {
+    const root = folder()
+    const key = 'rollover'
+    const f = join(root, keyFolderName(key))
+    mkdirSync(f)
+    // Generation 5 holds the last fence of epoch 0's range: the next generation's would leave it.
+    const base = RANGE - 6n
+    writeFileSync(
+      join(f, genName(5n)),
+      JSON.stringify(record({ key, state: 'free', fence: (base + 5n).toString(), base: base.toString() })),
+    )
+    const client = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+    const lock = await client.acquire(key)
+    assert.ok(lock.fence > base + 5n, `${lock.fence}`)
+    assert.equal(lock.fence % RANGE, 1n, 'the first fence of a new range')
+    await lock.extend()
+    await lock.release()
+    const next = await client.acquire(key)
+    assert.equal(next.fence, lock.fence + 3n, 'extend and release go on in the new range')
+    await next.release()
+    await client.close()
+  })
+
+  it("abandon frees only what the given owner holds, and never a new folder's record of the same generation", async () => {
+    const root = folder()
+    const backend = fileBackend({ dir: root })
+    const signal = AbortSignal.timeout(10_000)
+    const req = { key: 'abandoned', owner: randomBytes(16).toString('hex'), ttlMs: 30_000 }
+    const grant = await backend.tryAcquire(req, signal)
+    assert.ok(grant.granted)
+    await backend.abandon({ ...req, owner: randomBytes(16).toString('hex') }, signal)
+    assert.equal(
+      (await backend.inspect(req.key, signal))?.held,
+      true,
+      "another owner's abandon must not free it",
+    )
+    await backend.abandon(req, signal)
+    const info = await backend.inspect(req.key, signal)
+    assert.equal(info?.held, false)
+    assert.equal(info?.fence, grant.fence)
+    // The same owner's record at generation 1 of the old folder; a new folder's generation 1 is someone else's.
+    const again = await backend.tryAcquire(req, signal)
+    assert.ok(again.granted)
+    rmSync(join(root, keyFolderName(req.key)), { recursive: true })
+    const other = { ...req, owner: randomBytes(16).toString('hex') }
+    const theirs = await backend.tryAcquire(other, signal)
+    assert.ok(theirs.granted)
+    await backend.abandon(req, signal)
+    assert.equal((await backend.inspect(req.key, signal))?.owner, other.owner)
+    assert.equal(await backend.release({ ...req, fence: again.fence, cookie: again.cookie }, signal), false)
+    assert.equal((await backend.inspect(req.key, signal))?.owner, other.owner)
   })
 })
 

@@ -126,6 +126,81 @@ describe('redis backend: lost replies', () => {
     await proxy.close()
   })
 
+  it("a read-back after a lost reply reports the key's remaining lease, not the ttl asked for", async () => {
+    // Fair mode hands a released lock to the next waiter with a short first lease (waiterLiveness). If the
+    // waiter's own attempt loses its reply and the read-back then finds the handed lock, the grant must be
+    // that short lease: the store keeps nothing longer. Injected: the acquire script's reply is lost after
+    // the hand-over set the key (on the real server) to the waiter with a 2 s lease.
+    const k = key('readback-pttl')
+    const owner = randomBytes(16).toString('hex')
+    const redis = new Redis(server.port, '127.0.0.1')
+    await redis.ping()
+    let dropped = true
+    const lossy = new Proxy(redis, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target)
+        if (prop !== 'evalsha') return typeof value === 'function' ? value.bind(target) : value
+        return async (...args: unknown[]) => {
+          const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+          if (!dropped && args.includes(owner)) {
+            // The attempt ran (refused: the lock was held); meanwhile the release handed it to us.
+            dropped = true
+            await admin.set(`dlock:{${k}}`, owner, 'PX', 2000)
+            throw new Error('Connection is closed.')
+          }
+          return result
+        }
+      },
+    })
+    await admin.set(`dlock:{${k}}`, 'someone-else', 'PX', 60_000)
+    const backend = redisBackend({ client: lossy as Redis, fair: true })
+    // The scripts are loaded first (a NOSCRIPT answer goes around the injected loss, through EVAL).
+    await backend.tryAcquire({ key: key('warm'), owner: 'warm', ttlMs: 1000 }, new AbortController().signal)
+    dropped = false
+    const result = await backend.tryAcquire({ key: k, owner, ttlMs: 30_000 }, new AbortController().signal)
+    assert.ok(result.granted, 'the read-back finds the handed lock ours')
+    assert.ok(result.ttlMs <= 2000, `granted ${result.ttlMs} ms while the key had 2000 ms left`)
+    await backend.close()
+    redis.disconnect()
+  })
+
+  it('a stopped server is reported as unreachable on time, in plain words, never as contention', async () => {
+    const port = await freePort()
+    const locks = client(`redis://127.0.0.1:${port}`)
+    const start = performance.now()
+    await assert.rejects(locks.acquire(key('down'), { timeout: '2s' }), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, new RegExp(`connection refused at 127\\.0\\.0\\.1:${port}`))
+      assert.doesNotMatch(error.message, /maxRetriesPerRequest|max retries/i)
+      return true
+    })
+    const ms = performance.now() - start
+    assert.ok(ms < 5000, `a 2 s timeout took ${Math.round(ms)} ms`)
+  })
+
+  it('rediss:// against a plain server says the TLS handshake failed, within the timeout', async () => {
+    const locks = client(`rediss://127.0.0.1:${server.port}`)
+    const start = performance.now()
+    await assert.rejects(locks.acquire(key('tls'), { timeout: '2s' }), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, /TLS/)
+      return true
+    })
+    const ms = performance.now() - start
+    assert.ok(ms < 5000, `a 2 s timeout took ${Math.round(ms)} ms`)
+  })
+
+  it('refuses a ttl Redis cannot keep, before any I/O, naming the maximum', async () => {
+    const locks = client(server.url)
+    for (const ttl of [1e21, 9.2e18]) {
+      await assert.rejects(locks.acquire(key('ttl'), { ttl }), (error: unknown) => {
+        assert.ok(error instanceof TypeError, `got ${error}`)
+        assert.match(error.message, /at most \d+ ms on redis:/)
+        return true
+      })
+    }
+  })
+
   it('a waiting acquire that gives up after an unknown outcome removes what it may have taken', async () => {
     const k = key('abandon')
     const proxy = await startProxy(server.port)
@@ -378,3 +453,12 @@ describe('redis backend: replicas and bad input', () => {
     await assert.rejects(createLockClient(`${server.url}/abc`).tryAcquire('k'), /database number/)
   })
 })
+
+/** A loopback port nobody listens on (taken, then freed). */
+async function freePort(): Promise<number> {
+  const probe = createServer()
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
+  const { port } = probe.address() as { port: number }
+  await new Promise((resolve) => probe.close(resolve))
+  return port
+}

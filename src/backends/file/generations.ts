@@ -1,14 +1,25 @@
 /**
- * The generation store under one key's folder: the highest generation file is the state, and a new state
- * is created exclusively as generation N+1 (see index.ts for the whole design). Everything here is one
- * atomic step or a read; the backend composes them.
+ * The generation store under one folder: the highest generation file is the state, and a new state is
+ * created exclusively as generation N+1 (see index.ts for the whole design: fences, epochs, removals).
+ * Everything here is one atomic step or a read; the backend composes them.
  *
- * Metadata calls (list, read, create, link, unlink) are synchronous on purpose: on a local file system
- * each takes microseconds, far less than a hop through libuv's thread pool, and the lock cycle is a
- * chain of them. Only fsync, which can take milliseconds, stays asynchronous.
+ * Metadata calls (list, read, stat, create, link, unlink) are synchronous on purpose: on a local file
+ * system each takes microseconds, far less than a hop through libuv's thread pool, and the lock cycle is
+ * a chain of them. Only fsync, which can take milliseconds, stays asynchronous.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { closeSync, linkSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs'
+import {
+  closeSync,
+  fstatSync,
+  fsync,
+  linkSync,
+  openSync,
+  readdirSync,
+  readSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs'
 import { open, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 
@@ -17,16 +28,33 @@ export interface RecordV1 {
   readonly key: string
   readonly state: 'held' | 'free'
   readonly owner: string | null
-  /** Decimal string: the generation of the acquiring transition. */
+  /** Decimal string: the fence of the lease (`base` + the generation of its acquiring transition). */
   readonly fence: string
+  /**
+   * Decimal string: the fence of any generation g of this folder is `base + g` (see index.ts). Absent in
+   * records written before epochs existed, where it is 0 (the fence was the generation).
+   */
+  readonly base?: string
   readonly boot: string
   /** ms on the host's monotonic clock. */
   readonly deadline: number
 }
 
+/**
+ * Which file a generation name pointed to when it was read: its inode and its modification time (set once,
+ * by the write before the link; nothing writes a generation file afterwards). A later stat that finds the
+ * same stamp under the same name found the same file, hence the same folder: see `commit`.
+ */
+export interface Stamp {
+  readonly dev: bigint
+  readonly ino: bigint
+  readonly mtimeNs: bigint
+}
+
 export type Current =
-  | { readonly gen: bigint; readonly record: RecordV1; readonly names: string[] }
-  | { readonly gen: bigint; readonly record: 'none' | 'unreadable'; readonly names: string[] }
+  | { readonly gen: bigint; readonly record: RecordV1; readonly names: string[]; readonly stamp: Stamp }
+  | { readonly gen: bigint; readonly record: 'unreadable'; readonly names: string[]; readonly stamp: Stamp }
+  | { readonly gen: 0n; readonly record: 'none'; readonly names: string[]; readonly missing: boolean }
 
 export const GEN_NAME = /^\d{1,20}$/
 const TMP_PREFIX = '.tmp-'
@@ -46,6 +74,8 @@ export function keyFolderName(key: string): string {
   return `${readable}~${hash}`
 }
 
+const DECIMAL = /^-?\d{1,60}$/
+
 export function parseRecord(text: string): RecordV1 | undefined {
   try {
     const r = JSON.parse(text) as Partial<RecordV1>
@@ -53,6 +83,8 @@ export function parseRecord(text: string): RecordV1 | undefined {
       r.v === 1 &&
       (r.state === 'held' || r.state === 'free') &&
       typeof r.fence === 'string' &&
+      DECIMAL.test(r.fence) &&
+      (r.base === undefined || (typeof r.base === 'string' && DECIMAL.test(r.base))) &&
       typeof r.boot === 'string' &&
       typeof r.deadline === 'number' &&
       typeof r.key === 'string'
@@ -63,6 +95,54 @@ export function parseRecord(text: string): RecordV1 | undefined {
   return undefined
 }
 
+/** The base of a record (0 for records from before epochs). */
+export const baseOf = (record: RecordV1): bigint => (record.base === undefined ? 0n : BigInt(record.base))
+
+const errno = (error: unknown) => (error as NodeJS.ErrnoException)?.code
+
+/** The highest generation number among `names`, 0 when there is none. */
+export function highest(names: readonly string[]): bigint {
+  let gen = 0n
+  for (const name of names) {
+    if (GEN_NAME.test(name)) {
+      const g = BigInt(name)
+      if (g > gen) gen = g
+    }
+  }
+  return gen
+}
+
+/**
+ * Reads one generation file and its stamp: open, fstat, read, close (what readFileSync does anyway, so
+ * the stamp costs no extra system call). Undefined when the name is gone.
+ */
+function readGeneration(path: string): { text: string; stamp: Stamp } | undefined {
+  let fd: number
+  try {
+    fd = openSync(path, 'r')
+  } catch (error) {
+    if (errno(error) === 'ENOENT') return undefined
+    throw error
+  }
+  try {
+    const info = fstatSync(fd, { bigint: true })
+    const size = Number(info.size)
+    const buffer = Buffer.allocUnsafe(size)
+    let read = 0
+    while (read < size) {
+      const n = readSync(fd, buffer, read, size - read, read)
+      if (n === 0) break
+      read += n
+    }
+    return {
+      text: buffer.toString('utf8', 0, read),
+      stamp: { dev: info.dev, ino: info.ino, mtimeNs: info.mtimeNs },
+    }
+  } finally {
+    closeSync(fd)
+  }
+}
+
 /** Reads the highest generation. A concurrent GC may delete what we listed: then list again. */
 export async function readCurrent(folder: string): Promise<Current> {
   for (;;) {
@@ -70,87 +150,157 @@ export async function readCurrent(folder: string): Promise<Current> {
     try {
       names = readdirSync(folder)
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { gen: 0n, record: 'none', names: [] }
+      if (errno(error) === 'ENOENT') return { gen: 0n, record: 'none', names: [], missing: true }
       throw error
     }
-    let gen = 0n
-    for (const name of names) {
-      if (GEN_NAME.test(name)) {
-        const g = BigInt(name)
-        if (g > gen) gen = g
-      }
-    }
-    if (gen === 0n) return { gen, record: 'none', names }
-    let text: string
-    try {
-      text = readFileSync(join(folder, genName(gen)), 'utf8')
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw error
-    }
-    return { gen, record: parseRecord(text) ?? 'unreadable', names }
+    const gen = highest(names)
+    if (gen === 0n) return { gen, record: 'none', names, missing: false }
+    const file = readGeneration(join(folder, genName(gen)))
+    if (!file) continue
+    return { gen, record: parseRecord(file.text) ?? 'unreadable', names, stamp: file.stamp }
   }
 }
 
 /**
- * Creates generation `gen` exclusively. Returns false when another process created it first, or when
- * it had already been created, superseded and garbage-collected (see below).
- * The record is complete on disk before its name exists, so readers never see half a record.
+ * A record on its way to becoming a generation. Opening it creates the temp file in the folder at once,
+ * and that file PINS the folder: a directory that holds a file cannot be removed (rmdir fails with
+ * ENOTEMPTY), and `rm -rf`, which unlinks the file first, makes our link fail with ENOENT (the link
+ * looks the temp file up by its path, and its random name exists in no other folder). So from `open` to
+ * `commit`, the folder at this path stays the very folder the temp file was created in, or the commit
+ * fails. A folder that is moved away takes the temp file with it: the same ENOENT.
+ */
+export class Pending {
+  readonly #folder: string
+  readonly #path: string
+  #fd: number | undefined
+  #removed = false
+
+  /** @throws ENOENT when the folder is missing (the caller decides whether to recreate it) */
+  constructor(folder: string) {
+    this.#folder = folder
+    this.#path = join(folder, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`)
+    this.#fd = openSync(this.#path, 'wx')
+  }
+
+  /** Writes the record; with `durable`, it is on disk before its name can appear (a power loss keeps it whole). */
+  async write(content: object, durable: boolean): Promise<void> {
+    const fd = this.#fd!
+    writeSync(fd, JSON.stringify(content))
+    if (durable) await new Promise<void>((done, fail) => fsync(fd, (e) => (e ? fail(e) : done())))
+    closeSync(fd)
+    this.#fd = undefined
+  }
+
+  /**
+   * Links the record as generation `gen`: a compare-and-swap against the state `gen - 1` the caller read.
+   * Returns false when another writer created `gen` first, when `gen - 1` is no longer the file the caller
+   * read (`after`, the stamp of that read), when the folder went away, or when the name was free only
+   * because it had been created, superseded and collected meanwhile (ABA, see below).
+   */
+  async commit(gen: bigint, durable: boolean, after?: Stamp): Promise<boolean> {
+    try {
+      return await this.#commit(gen, durable, after)
+    } finally {
+      // After a link the temp name is no longer needed; without one, the record is abandoned.
+      this.discard()
+    }
+  }
+
+  async #commit(gen: bigint, durable: boolean, after?: Stamp): Promise<boolean> {
+    const target = join(this.#folder, genName(gen))
+    if (after) {
+      // The read that decided this write named a file; the folder may have been removed and recreated since
+      // (a tmp cleaner, an operator) and even advanced to the same generation. Same name, same inode and
+      // same mtime: the same file, so the same folder, and our temp file pins that folder from here to the
+      // link. Anything else: the state we read is gone, and so is our right to succeed it.
+      const now = statSync(join(this.#folder, genName(gen - 1n)), { bigint: true, throwIfNoEntry: false })
+      if (!now || now.ino !== after.ino || now.dev !== after.dev || now.mtimeNs !== after.mtimeNs)
+        return false
+    }
+    try {
+      // The atomic step: link() creates the name or fails with EEXIST; of all writers that read state
+      // gen - 1, exactly one gets here first.
+      linkSync(this.#path, target)
+    } catch (error) {
+      const code = errno(error)
+      // EEXIST: someone else won; ENOENT: the folder (and with it our temp file) was removed.
+      if (code === 'EEXIST' || code === 'ENOENT') return false
+      throw error
+    }
+    this.discard()
+    // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
+    // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
+    // never deleted, so a stale name is always below it: list again, and if anything is higher, our
+    // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
+    // Likewise when the state we succeeded has vanished without a successor (its files deleted behind
+    // our back): only a higher generation may ever remove it, so we succeeded nothing; stand back, and
+    // the next attempt finds the folder as it really is.
+    let names: string[]
+    try {
+      names = readdirSync(this.#folder)
+    } catch (error) {
+      // The folder was removed right after our link, and our record with it: nothing was created.
+      if (errno(error) === 'ENOENT') return false
+      throw error
+    }
+    if (
+      names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen) ||
+      (after !== undefined && !names.includes(genName(gen - 1n)))
+    ) {
+      try {
+        unlinkSync(target)
+      } catch {}
+      return false
+    }
+    if (durable) {
+      // The new name must survive a power loss too, or a reboot could hand out this fence again. (A folder
+      // removed just now fails this with ENOENT: the caller reports the store unavailable and retries.)
+      const folderHandle = await open(this.#folder, 'r')
+      try {
+        await folderHandle.sync()
+      } finally {
+        await folderHandle.close()
+      }
+    }
+    return true
+  }
+
+  /** Closes and removes the temp file; safe to call more than once. */
+  discard(): void {
+    if (this.#fd !== undefined) {
+      try {
+        closeSync(this.#fd)
+      } catch {}
+      this.#fd = undefined
+    }
+    if (this.#removed) return
+    this.#removed = true
+    try {
+      unlinkSync(this.#path)
+    } catch {}
+  }
+}
+
+/**
+ * Creates generation `gen` exclusively, in one go: see `Pending`. `after` is the stamp of the state
+ * `gen - 1` the caller read (omit it only when that read found no generation and the folder was pinned
+ * before it). The record is complete on disk before its name exists, so readers never see half a record.
+ * @throws ENOENT when the folder is missing
  */
 export async function createGeneration(
   folder: string,
   gen: bigint,
-  record: RecordV1,
+  record: object,
   durable: boolean,
+  after?: Stamp,
 ): Promise<boolean> {
-  const tmp = join(folder, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`)
-  if (durable) {
-    const handle = await open(tmp, 'wx')
-    try {
-      await handle.writeFile(JSON.stringify(record))
-      await handle.sync()
-    } finally {
-      await handle.close()
-    }
-  } else {
-    const fd = openSync(tmp, 'wx')
-    try {
-      writeSync(fd, JSON.stringify(record))
-    } finally {
-      closeSync(fd)
-    }
-  }
+  const pending = new Pending(folder)
   try {
-    linkSync(tmp, join(folder, genName(gen)))
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
-    throw error
+    await pending.write(record, durable)
+    return await pending.commit(gen, durable, after)
   } finally {
-    try {
-      unlinkSync(tmp)
-    } catch {}
+    pending.discard()
   }
-  // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
-  // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
-  // never deleted, so a stale name is always below it: list again, and if anything is higher, our
-  // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
-  const names = readdirSync(folder)
-  if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) {
-    try {
-      unlinkSync(join(folder, genName(gen)))
-    } catch {}
-    return false
-  }
-  if (durable) {
-    // The new name must survive a power loss too, or a reboot could hand out this fence again.
-    const folderHandle = await open(folder, 'r')
-    try {
-      await folderHandle.sync()
-    } finally {
-      await folderHandle.close()
-    }
-  }
-  return true
 }
 
 /**

@@ -1,49 +1,103 @@
 /**
  * file:///dir — the embedded default: locks shared by every process on ONE host through a directory.
  *
- * Storage: one folder per key, `<dir>/<readable-prefix>~<sha256(key), 32 hex>` (hashed, so any key works and
- * keys differing only in case stay distinct on case-insensitive file systems). In it, one file per state
- * transition, named by its generation N (20 digits): a JSON record
- * `{ v: 1, key, state: 'held' | 'free', owner, fence, boot, deadline }`.
- * The highest generation is the current state. Every transition (acquire, extend, release) creates
- * generation N+1 *exclusively*: the record is written to a temp file, then `link()`ed to the name N+1.
- * link() fails with EEXIST if the name exists, so of several contenders that all read state N exactly one
- * wins: a compare-and-swap on the generation, with no lock files to go stale and no partial records (a
- * record is complete before its name appears).
- * Fence: the generation of the acquiring transition. Generations only grow, and the highest is never
- * deleted, so fences strictly increase for as long as the folder exists (one small folder per key name).
+ * Storage layout, under the lock root `<dir>`:
+ *   <dir>/<readable-prefix>~<sha256(key), 32 hex>/   one folder per key (hashed, so any key works and keys
+ *                                                    differing only in case stay distinct everywhere)
+ *       00000000000000000007                         generation files: the highest is the state
+ *       .tmp-<random>                                a record being written (or a crashed writer's)
+ *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
+ *                                                    latest epoch issued (see epochs.ts)
+ * A generation file is a JSON record `{ v: 1, key, state: 'held' | 'free', owner, fence, base, boot, deadline }`.
+ * Every transition (acquire, extend, release) creates generation N+1 *exclusively*: the record is written
+ * to a temp file, then `link()`ed to the name N+1. link() fails with EEXIST if the name exists, so of
+ * several contenders that all read state N exactly one wins: a compare-and-swap on the generation, with no
+ * lock files to go stale and no partial records (a record is complete before its name appears).
+ *
+ * Where the fence comes from: every record carries a `base`, and the fence of generation g is `base + g`.
+ * A transition copies the base of the state it succeeds, so within a folder fences grow with generations,
+ * for free. A folder with no generation (a new key, or one whose folder or files were removed: the two look
+ * the same) starts afresh: the contender takes a new epoch E from `<dir>/.epoch` and races, like everyone,
+ * for the name 1, with the base that makes its fence E·2^32 + 1. Epochs only grow, and a range holds
+ * 2^32 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
+ * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
+ * range is used up (2^32 generations; the next one takes a new epoch: there is no "beyond", and the
+ * generation names themselves stay far below 20 digits: fences are never names). Losers of
+ * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, durably when fsync is on
+ * (a power loss must not issue it again). Records from before epochs have no base: it is 0.
+ *
+ * What resets fences: only removing the whole lock root, or its `.epoch` folder (the epochs start over).
+ * Removing a key's folder or files never does. Tmp cleaners must leave `<dir>/.epoch` alone.
+ *
+ * The race with a removal, and why it is closed: a contender reads state N of folder F, F is removed (and
+ * recreated, maybe advanced to the same N by others), and the contender links N+1 with F's base into the
+ * new folder — a stale fence, and a second holder. Two things stop it. (1) Before linking, the writer
+ * creates its temp file in the folder and then checks, with one stat, that the name N it read is still the
+ * same file (inode and mtime, taken for free when it read the record): the same file means the same folder.
+ * From then on the temp file PINS that folder: a folder holding a file cannot be removed, and `rm -rf`,
+ * which unlinks the temp file first, makes the link fail with ENOENT (the link finds the temp file by its
+ * path, and its random name exists in no other folder). So the link lands in the folder that was read, or
+ * nowhere. (2) A contender that found no generation first pins the folder with its temp file, reads it
+ * again, and only then takes its epoch: the link lands in the pinned folder (or fails), and the epoch is
+ * taken after every removal that preceded the pin, so it exceeds every epoch any earlier folder used.
+ * (Comparing the folder's own inode before the read and after the link would not do: ext4 and XFS reuse
+ * a removed directory's inode number at once, and an undo after the link comes too late for a reader
+ * that already acted on the stale record.) Where a removal's
+ * `rm -rf` deletes files one by one during a transition, the check after the link (the predecessor N must
+ * still be there, and no higher name) makes the writer stand back. The residual risk is a name reused with
+ * the same inode number AND the same mtime tick (a few ms), by a folder removed, recreated and advanced to
+ * that generation inside that tick: not a thing a cleaner or an operator does.
+ * The hot path pays one stat for all this: acquire, extend and release on an existing folder make no
+ * other extra call, and never touch `.epoch`.
+ *
  * Expiry of a dead holder: the record's `deadline` is on the host's monotonic clock (CLOCK_MONOTONIC via
  * process.hrtime, shared by all processes of one boot and immune to wall-clock steps), tagged with the boot
  * id; a record from another boot has expired.
  * Waiting: fs.watch on the key's folder, with the core's poll as the fallback.
+ * Errors: a folder that cannot be created or written (EACCES, EPERM, ENOTDIR, EROFS, ENOSPC, …) is a
+ * setting, not an outage: the acquire fails at once, naming the path and the reason.
  * Limits: one host only (not NFS: link() and watch semantics differ there). The monotonic clock stops while
  * the machine sleeps, so leases stretch across a suspend. An unreadable record (corrupt, or from a newer
- * version) is treated as held until this process has seen it unchanged for `unreadableHoldMs`.
+ * version) is treated as held until this process has seen it unchanged for `unreadableHoldMs`. All the
+ * processes sharing a root must run a version with epochs: an older one numbers fences by generation only.
  */
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, watch } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { tmpdir } from 'node:os'
+import { join, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type {
   AcquireRequest,
   AttemptResult,
+  BackendLimits,
   DoctorFinding,
   HeldLease,
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
-import { BackendUnavailableError } from '../../core/errors.js'
-import { collect, createGeneration, keyFolderName, type RecordV1, readCurrent } from './generations.js'
+import { BackendUnavailableError, causeText, LockError, quoteKey } from '../../core/errors.js'
+import { checkParams } from '../../core/registry.js'
+import { baseFor, bumpEpoch, currentEpoch, EPOCH_FOLDER, epochOf, RANGE } from './epochs.js'
+import {
+  baseOf,
+  type Current,
+  collect,
+  createGeneration,
+  keyFolderName,
+  Pending,
+  type RecordV1,
+  readCurrent,
+} from './generations.js'
 import { bootId, monotonicMs, sameBoot } from './host-clock.js'
 
 export interface FileBackendOptions {
   /** The folder holding the locks; created if missing. Every process that shares locks must use the same one. */
   readonly dir: string
   /**
-   * fsync each acquiring record and its folder before granting, so a power loss cannot hand out the same
-   * fence twice. Extends and releases never need it: after a crash the boot id changes and every lease
-   * has ended anyway.
+   * fsync each acquiring record, its folder and each new epoch before granting, so a power loss cannot
+   * hand out the same fence twice. Extends and releases never need it: after a crash the boot id changes
+   * and every lease has ended anyway.
    * @default true
    */
   readonly fsync?: boolean
@@ -61,6 +115,40 @@ export interface FileBackend extends LockBackend {
 }
 
 /**
+ * What the file backend can represent. Keys: any length works for the folder name (it is a hash), but the
+ * record stores the key and every attempt reads the record: 64 KiB keeps that a few pages. Ttl: the
+ * record's deadline is the monotonic clock (ms since boot, below 2^43 for 278 years of uptime) plus the
+ * ttl; with ttl ≤ 2^43 the sum stays below 2^44, where a double holds every integer ms exactly (with
+ * 4 µs to spare) and JSON gives it back bit for bit.
+ */
+export const FILE_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
+
+/** errno codes that repeat until someone changes a setting (a path, a permission, a mount), in plain words. */
+const SETTING_ERRORS: Readonly<Record<string, string>> = {
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  ENOTDIR: 'a part of the path is a file, not a folder',
+  EEXIST: 'a file is in the way where the folder must be',
+  EROFS: 'the file system is mounted read-only',
+  ENOSPC: 'no space left on the device',
+  EDQUOT: "the user's disk quota is used up",
+  ELOOP: 'too many symbolic links in the path',
+  ENAMETOOLONG: 'the path is too long',
+}
+
+/** Backend-private state of a grant: the generation we hold and its base (together, one record, ever). */
+interface Cookie {
+  readonly gen: bigint
+  readonly base: bigint
+}
+
+/** What an attempt found: someone's live lease, our own (a lost reply), or a state we may succeed. */
+type Plan =
+  | { readonly act: 'answer'; readonly result: AttemptResult }
+  /** `base` undefined: start a fresh range (no generation, or an unreadable one). */
+  | { readonly act: 'take'; readonly base: bigint | undefined }
+
+/**
  * Creates the file backend.
  * @example
  * const locks = createLockClient(fileBackend({ dir: '/var/lock/myapp' }))
@@ -74,25 +162,50 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
   const unreadableHoldMs = options.unreadableHoldMs ?? 60_000
   const id = `file://${dir}`
   const boot = bootId()
-  const madeFolders = new Set<string>()
   /** First time this process saw an unreadable generation, per folder: the observed-expiry clock. */
   const unreadableSince = new Map<string, { gen: bigint; since: number }>()
 
   const fail = (key: string, what: string, cause: unknown): never => {
+    if (cause instanceof LockError) throw cause
+    const code = (cause as NodeJS.ErrnoException)?.code
+    const plain = code === undefined ? undefined : SETTING_ERRORS[code]
+    if (plain !== undefined) {
+      const path = (cause as NodeJS.ErrnoException).path ?? dir
+      throw new BackendUnavailableError(
+        `File backend ${id} cannot create or write ${path} for lock ${quoteKey(key)}: ${code} (${plain}). ` +
+          'This is a setting, not an outage: fix the lock folder path, its permissions or its file system; every ' +
+          'process that shares these locks must be able to create folders and files in it',
+        { key, backend: id, cause, retryable: false },
+      )
+    }
     throw new BackendUnavailableError(
-      `File backend ${id} could not ${what} for lock "${key}": ${(cause as Error)?.message ?? cause}. ` +
+      `File backend ${id} could not ${what} for lock ${quoteKey(key)}: ${causeText(cause)}. ` +
         'Check that the folder exists on a local file system and is writable by this user',
       { key, backend: id, cause },
     )
   }
 
-  const folderOf = async (key: string): Promise<string> => {
-    const folder = join(dir, keyFolderName(key))
-    if (!madeFolders.has(folder)) {
-      mkdirSync(folder, { recursive: true })
-      madeFolders.add(folder)
+  const folderOf = (key: string) => join(dir, keyFolderName(key))
+
+  /** A pending record in `folder`, or undefined when the folder is gone (it was removed meanwhile). */
+  const pendingIn = (folder: string): Pending | undefined => {
+    try {
+      return new Pending(folder)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+      throw error
     }
-    return folder
+  }
+
+  /**
+   * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
+   * or a new epoch's when there is none to go on from or the range is used up. A new epoch is only ever
+   * taken after the read that found the state, so it exceeds every epoch of every fence minted before.
+   */
+  const baseForNext = async (base: bigint | undefined, gen: bigint): Promise<bigint> => {
+    if (base !== undefined && (base + gen) % RANGE !== 0n) return base
+    const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
+    return baseFor(await bumpEpoch(dir, floor, fsync), gen)
   }
 
   const isLive = (record: RecordV1) =>
@@ -113,60 +226,124 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     state: 'held' | 'free',
     owner: string | null,
     fence: bigint,
+    base: bigint,
     deadline: number,
-  ) => ({ v: 1, key, state, owner, fence: fence.toString(), boot, deadline }) satisfies RecordV1
+  ) =>
+    ({
+      v: 1,
+      key,
+      state,
+      owner,
+      fence: fence.toString(),
+      base: base.toString(),
+      boot,
+      deadline,
+    }) satisfies RecordV1
 
-  /** Moves a lease we hold from generation `cookie` to the next one; false when it is no longer ours. */
-  const transition = async (lease: HeldLease, next: (gen: bigint) => RecordV1) => {
-    const folder = await folderOf(lease.key)
+  const plan = (folder: string, current: Current, owner: string): Plan => {
+    if (current.record === 'none') return { act: 'take', base: undefined }
+    if (current.record === 'unreadable') {
+      const remaining = unreadableRemaining(folder, current.gen)
+      if (remaining > 0) return { act: 'answer', result: { granted: false, retryInMs: remaining } }
+      return { act: 'take', base: undefined }
+    }
+    const r = current.record
+    if (!isLive(r)) return { act: 'take', base: baseOf(r) }
+    if (r.owner === owner) {
+      // An earlier attempt of this same acquire won and its reply was lost: it is ours.
+      // Its lease is what is left of that attempt's deadline, not a fresh ttl.
+      const cookie: Cookie = { gen: current.gen, base: baseOf(r) }
+      const ttlMs = r.deadline - monotonicMs()
+      return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
+    }
+    return { act: 'answer', result: { granted: false, retryInMs: r.deadline - monotonicMs() } }
+  }
+
+  /** Whether `current` is the very record `cookie` names (same generation AND same base: one record, ever). */
+  const isOurs = (current: Current, cookie: Cookie): current is Extract<Current, { record: RecordV1 }> =>
+    current.record !== 'none' &&
+    current.record !== 'unreadable' &&
+    current.gen === cookie.gen &&
+    baseOf(current.record) === cookie.base
+
+  /** Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. */
+  const transition = async (
+    lease: HeldLease,
+    next: (base: bigint) => RecordV1,
+  ): Promise<Cookie | undefined> => {
+    const cookie = lease.cookie as Cookie
+    const folder = folderOf(lease.key)
     const current = await readCurrent(folder)
-    // Only the holder writes after its own generation while its lease lives; any other generation means
-    // the lease expired and someone took over (or it was broken).
-    if (current.gen !== lease.cookie) return undefined
-    const gen = current.gen + 1n
-    if (!(await createGeneration(folder, gen, next(gen), false))) return undefined
-    await collect(folder, gen, current.names)
-    return gen
+    // Only the holder writes after its own record while its lease lives; any other record means the lease
+    // expired and someone took over, or it was broken, or its folder was removed (a new folder's records
+    // have another base, even at the same generation).
+    if (!isOurs(current, cookie)) return undefined
+    // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+    const pending = pendingIn(folder)
+    if (!pending) return undefined
+    try {
+      const gen = current.gen + 1n
+      const base = await baseForNext(cookie.base, gen)
+      await pending.write(next(base), false)
+      if (!(await pending.commit(gen, false, current.stamp))) return undefined
+      await collect(folder, gen, current.names)
+      return { gen, base }
+    } finally {
+      pending.discard()
+    }
   }
 
   return {
     id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
+    limits: FILE_LIMITS,
 
     async tryAcquire({ key, owner, ttlMs }: AcquireRequest): Promise<AttemptResult> {
+      const folder = folderOf(key)
+      let pending: Pending | undefined
       try {
-        const folder = await folderOf(key)
         // The deadline counts from before we read: never later than the lease the core believes in.
         const start = monotonicMs()
-        const current = await readCurrent(folder)
-        if (current.record === 'unreadable') {
-          const remaining = unreadableRemaining(folder, current.gen)
-          if (remaining > 0) return { granted: false, retryInMs: remaining }
-        } else if (current.record !== 'none' && isLive(current.record)) {
-          if (current.record.owner === owner) {
-            // An earlier attempt of this same acquire won and its reply was lost: it is ours.
-            return { granted: true, fence: BigInt(current.record.fence), ttlMs, cookie: current.gen }
-          }
-          return { granted: false, retryInMs: current.record.deadline - monotonicMs() }
+        let current = await readCurrent(folder)
+        if (current.record === 'none') {
+          // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
+          // that cannot be made is a setting error, thrown as such below.
+          mkdirSync(folder, { recursive: true })
+          // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
+          // link will land in, and a new epoch is taken after every removal that preceded this read.
+          pending = pendingIn(folder)
+          if (!pending) return { granted: false, retryInMs: 0 }
+          current = await readCurrent(folder)
+          if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
         }
+        const next = plan(folder, current, owner)
+        if (next.act === 'answer') return next.result
+        // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+        pending ??= pendingIn(folder)
+        // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
+        if (!pending) return { granted: false, retryInMs: 0 }
         const gen = current.gen + 1n
-        if (!(await createGeneration(folder, gen, record(key, 'held', owner, gen, start + ttlMs), fsync))) {
-          return { granted: false }
-        }
+        const base = await baseForNext(next.base, gen)
+        const fence = base + gen
+        await pending.write(record(key, 'held', owner, fence, base, start + ttlMs), fsync)
+        const stamp = current.record === 'none' ? undefined : current.stamp
+        if (!(await pending.commit(gen, fsync, stamp))) return { granted: false }
         await collect(folder, gen, current.names)
-        return { granted: true, fence: gen, ttlMs, cookie: gen }
+        return { granted: true, fence, ttlMs, cookie: { gen, base } satisfies Cookie }
       } catch (error) {
         return fail(key, 'acquire', error)
+      } finally {
+        pending?.discard()
       }
     },
 
     async extend(lease, ttlMs) {
       try {
         const start = monotonicMs()
-        const gen = await transition(lease, () =>
-          record(lease.key, 'held', lease.owner, lease.fence, start + ttlMs),
+        const cookie = await transition(lease, (base) =>
+          record(lease.key, 'held', lease.owner, lease.fence, base, start + ttlMs),
         )
-        return gen === undefined ? { renewed: false } : { renewed: true, cookie: gen }
+        return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
       } catch (error) {
         return fail(lease.key, 'extend', error)
       }
@@ -174,23 +351,26 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
 
     async release(lease) {
       try {
-        const gen = await transition(lease, () => record(lease.key, 'free', null, lease.fence, 0))
-        return gen !== undefined
+        const cookie = await transition(lease, (base) =>
+          record(lease.key, 'free', null, lease.fence, base, 0),
+        )
+        return cookie !== undefined
       } catch (error) {
         return fail(lease.key, 'release', error)
       }
     },
 
     async abandon({ key, owner }) {
-      // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked
-      // (the transition is a compare-and-swap on the generation we read, so a successor is never touched).
+      // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked.
+      // The transition is a compare-and-swap on the record we read (generation and base), so a successor,
+      // or a new folder's record of the same generation, is never touched.
       try {
-        const folder = await folderOf(key)
-        const current = await readCurrent(folder)
+        const current = await readCurrent(folderOf(key))
         if (current.record === 'none' || current.record === 'unreadable') return
         if (current.record.state !== 'held' || current.record.owner !== owner) return
-        const lease = { key, owner, fence: BigInt(current.record.fence), cookie: current.gen }
-        await transition(lease, () => record(key, 'free', null, lease.fence, 0))
+        const fence = BigInt(current.record.fence)
+        const cookie: Cookie = { gen: current.gen, base: baseOf(current.record) }
+        await transition({ key, owner, fence, cookie }, (base) => record(key, 'free', null, fence, base, 0))
       } catch (error) {
         fail(key, 'abandon', error)
       }
@@ -198,9 +378,18 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
 
     async inspect(key): Promise<LockInfo | null> {
       try {
-        const folder = await folderOf(key)
+        // Read only: inspecting never creates a folder.
+        const folder = folderOf(key)
         const current = await readCurrent(folder)
-        if (current.record === 'none') return null
+        if (current.record === 'none') {
+          return {
+            held: false,
+            note:
+              `no record in ${folder}${current.missing ? ' (no folder)' : ''}: the next grant takes a new epoch ` +
+              `from ${join(dir, EPOCH_FOLDER)}, so its fence exceeds every fence granted before for this key; ` +
+              'only removing the whole lock root (or its .epoch folder) resets fences',
+          }
+        }
         if (current.record === 'unreadable') {
           return {
             held: true,
@@ -224,7 +413,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
 
     async waitForChange({ key }, signal) {
       if (signal.aborted) return
-      const folder = await folderOf(key)
+      const folder = folderOf(key)
       await new Promise<void>((done) => {
         let watcher: ReturnType<typeof watch> | undefined
         const finish = () => {
@@ -232,28 +421,44 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
           watcher?.close()
           done()
         }
+        signal.addEventListener('abort', finish, { once: true })
         try {
           // Any new name in the folder is a new generation (or GC): a hint, never a grant.
           watcher = watch(folder, { persistent: false }, finish)
           watcher.on('error', finish)
-        } catch {
-          // No watch support (some network or FUSE file systems): the core's poll takes over.
-          return finish()
+        } catch (error) {
+          // No folder: the key has no record, so it is free: wake the core, whose next attempt recreates it.
+          if ((error as NodeJS.ErrnoException).code === 'ENOENT') finish()
+          // Otherwise no watch support here (some network or FUSE file systems): resolving now would make
+          // the core spin, so stay pending; its poll timer takes over and aborts this wait.
         }
-        signal.addEventListener('abort', finish, { once: true })
       })
     },
 
     async breakLock(key) {
       try {
-        const folder = await folderOf(key)
-        for (;;) {
+        const folder = folderOf(key)
+        // Bounded: each round loses only to another writer's transition.
+        for (let round = 0; round < 100; round++) {
           const current = await readCurrent(folder)
-          const fence =
-            current.record === 'none' || current.record === 'unreadable' ? 0n : BigInt(current.record.fence)
-          if (await createGeneration(folder, current.gen + 1n, record(key, 'free', null, fence, 0), false))
-            return
+          if (current.record === 'none') return // No record: nothing to break.
+          const known = current.record === 'unreadable' ? undefined : current.record
+          const gen = current.gen + 1n
+          const base = await baseForNext(known ? baseOf(known) : undefined, gen)
+          const fence = known ? BigInt(known.fence) : 0n
+          const created = await createGeneration(
+            folder,
+            gen,
+            record(key, 'free', null, fence, base, 0),
+            false,
+            current.stamp,
+          ).catch((error: unknown) => {
+            if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true // Folder gone: broken.
+            throw error
+          })
+          if (created) return
         }
+        throw new Error('the lock kept changing under 100 attempts to break it')
       } catch (error) {
         return fail(key, 'break the lock', error)
       }
@@ -281,6 +486,19 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
           AbortSignal.timeout(5000),
         )
       }
+      const epochs = join(dir, EPOCH_FOLDER)
+      const temporary = ['/tmp', '/var/tmp', '/dev/shm', tmpdir()].some(
+        (t) => dir === t || dir.startsWith(t.endsWith(sep) ? t : `${t}${sep}`),
+      )
+      findings.push({
+        level: temporary ? 'warn' : 'info',
+        message:
+          `fences: epoch ${currentEpoch(dir)} in ${epochs}. Removing a key's folder or files never lowers its ` +
+          'fence; only removing the whole lock root (or its .epoch folder) resets fences. ' +
+          (temporary
+            ? `This root is in a temporary folder: make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
+            : `Keep tmp cleaners away from ${epochs}`),
+      })
       findings.push({
         level: fsync ? 'ok' : 'warn',
         message: fsync ? 'fsync on acquire: on' : 'fsync on acquire is off: a power loss may reissue a fence',
@@ -299,6 +517,7 @@ export function fromUrl(url: URL): FileBackend {
       `Expected a local file URL like file:///var/lock/app, got ${url.href} (host "${url.host}")`,
     )
   }
+  checkParams(url, ['fsync'])
   const fsyncParam = url.searchParams.get('fsync')
   if (fsyncParam !== null && fsyncParam !== 'true' && fsyncParam !== 'false') {
     throw new TypeError(

@@ -208,9 +208,14 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     // In plain words: what failed on the way to the server, rather than ioredis's retry bookkeeping
     // ("Reached the max retries per request limit…") or a bare timeout while it reconnects.
     const down = client.status !== 'ready'
+    const tls = !isCluster(client) && client.options.tls !== undefined
     const plain =
       describeNetworkError(error, address) ??
       (down ? describeNetworkError(lastConnectionError, address) : undefined) ??
+      (down && tls && lastConnectionError === undefined
+        ? `the TLS handshake with ${address} did not complete (${causeText(error)}): check that the server ` +
+          'speaks TLS, or use redis:// for a plain one'
+        : undefined) ??
       (down ? `${address} is unreachable (${causeText(lastConnectionError ?? error)})` : causeText(error))
     return new BackendUnavailableError(`Could not ${what} lock ${quoteKey(key)} on ${id}: ${plain}`, {
       key,

@@ -1,0 +1,89 @@
+/**
+ * The lock root's epoch counter: `<root>/.epoch/`, a generation store of its own whose highest name is the
+ * latest epoch issued. An epoch is taken whenever a key folder must start a fence range afresh (a new or
+ * removed folder, an unreadable record, a range used up): the range of epoch E is (E·2^32, (E+1)·2^32), so
+ * every fence minted in it is above every fence of an earlier epoch. See index.ts for the argument.
+ */
+import { mkdirSync, readdirSync } from 'node:fs'
+import { open } from 'node:fs/promises'
+import { join } from 'node:path'
+import { collect, createGeneration, highest } from './generations.js'
+
+/** The epochs' folder in the lock root. Its name has no `~`, so no key folder can ever be called that. */
+export const EPOCH_FOLDER = '.epoch'
+
+/**
+ * Fences per epoch. 2^32 rather than more: every new key (and every removed folder) takes an epoch, so
+ * epochs are plentiful, and 2^31 of them still keep fences below 2^63, where a SQL `bigint` column holds
+ * them. A key that makes 2^32 transitions in one range (days at full speed) simply takes a new epoch.
+ */
+export const RANGE = 2n ** 32n
+
+/** How often one bump retries after losing the race for the next name before it reports contention. */
+const BUMP_TRIES = 50
+
+/** The epoch whose range holds `fence`. */
+export const epochOf = (fence: bigint): bigint => fence / RANGE
+
+/** The base that makes generation `gen` the first fence of epoch `epoch`'s range: epoch·2^32 + 1. */
+export const baseFor = (epoch: bigint, gen: bigint): bigint => epoch * RANGE + 1n - gen
+
+/** The latest epoch issued in `root`, 0 when none (a new root, or one whose `.epoch` was removed). */
+export function currentEpoch(root: string): bigint {
+  try {
+    return highest(readdirSync(join(root, EPOCH_FOLDER)))
+  } catch {
+    return 0n
+  }
+}
+
+/**
+ * Issues a new epoch: one greater than every epoch issued before in this root, and than `floor`. Several
+ * processes may bump at once: each links the name `latest + 1` (a compare-and-swap, as for generations);
+ * the loser of a race re-reads and tries the next name. With `durable`, the new name is on disk before
+ * this returns: a power loss must never let the same epoch be issued twice.
+ */
+export async function bumpEpoch(root: string, floor: bigint, durable: boolean): Promise<bigint> {
+  const folder = join(root, EPOCH_FOLDER)
+  for (let i = 0; i < BUMP_TRIES; i++) {
+    let names: string[]
+    try {
+      names = readdirSync(folder)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      await makeFolder(root, folder, durable)
+      continue
+    }
+    const latest = highest(names)
+    const next = (latest > floor ? latest : floor) + 1n
+    let created: boolean
+    try {
+      // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
+      // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
+      // never collected, so an issued epoch is never issued again.
+      created = await createGeneration(folder, next, { epoch: next.toString() }, durable)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      continue // The folder went away between the list and the write: make it again.
+    }
+    if (created) {
+      await collect(folder, next, names)
+      return next
+    }
+  }
+  throw new Error(
+    `could not take a new fence epoch in ${folder} after ${BUMP_TRIES} tries: too many processes at once`,
+  )
+}
+
+/** Creates `.epoch`; with `durable`, its name in the root is on disk too (else a power loss could drop it). */
+async function makeFolder(root: string, folder: string, durable: boolean): Promise<void> {
+  mkdirSync(folder, { recursive: true })
+  if (!durable) return
+  const handle = await open(root, 'r')
+  try {
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+}
