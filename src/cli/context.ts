@@ -47,16 +47,28 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
   if (!tty && !verbose) return () => {}
   const started = performance.now()
   let holder = ''
+  let unreachable: string | undefined
   let stopped = false
   const describe = async () => {
-    const info = await client.inspect(key).catch(() => undefined)
-    if (info?.held)
-      holder = `, held by ${info.owner ?? 'unknown'}${info.fence === undefined ? '' : ` (fence ${info.fence})`}`
+    try {
+      const info = await client.inspect(key, { signal: AbortSignal.timeout(2000) })
+      unreachable = undefined
+      holder = info.held
+        ? `, held by ${info.owner ?? 'unknown'}${info.fence === undefined ? '' : ` (fence ${info.fence})`}`
+        : ''
+    } catch (error) {
+      // Never let an outage look like contention: say the store cannot be reached, and why.
+      unreachable = reasonOf(error)
+    }
   }
+  const line = () =>
+    unreachable === undefined
+      ? `waiting for ${key}${holder}`
+      : `store unreachable (${unreachable}), retrying ${key}`
   if (!tty) {
     const timer = setTimeout(() => {
       void describe().then(() => {
-        if (!stopped) process.stderr.write(`dlock: waiting for ${key}${holder}\n`)
+        if (!stopped) process.stderr.write(`dlock: ${line()}\n`)
       })
     }, 200)
     timer.unref()
@@ -69,7 +81,7 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
   const draw = () => {
     if (ticks++ % 4 === 0) void describe()
     const seconds = ((performance.now() - started) / 1000).toFixed(1)
-    process.stderr.write(`\r\x1b[Kwaiting for ${key}${holder}, ${seconds} s`)
+    process.stderr.write(`\r\x1b[K${line()}, ${seconds} s`)
   }
   const timer = setInterval(draw, 250)
   timer.unref()
@@ -77,4 +89,11 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
     clearInterval(timer)
     if (ticks > 0) process.stderr.write('\r\x1b[K')
   }
+}
+
+/** The plain reason of a store failure: what its message says after naming the lock and the store. */
+export function reasonOf(error: unknown): string {
+  const message = String((error as Error)?.message ?? error)
+  const i = message.indexOf(': ')
+  return i >= 0 ? message.slice(i + 2) : message
 }

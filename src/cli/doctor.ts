@@ -1,5 +1,6 @@
+import type { DoctorFinding } from '../core/backend.js'
 import { COMMON_OPTIONS, parse, resolveUrl, UsageError } from './args.js'
-import { open } from './context.js'
+import { open, reasonOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const DOCTOR_HELP = `Usage: dlock doctor [<url>]
@@ -19,11 +20,24 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   const opened = await open({ ...values, url })
   try {
     process.stdout.write(`backend: ${opened.backend.id}\n`)
-    const findings = opened.backend.doctor
-      ? await opened.backend.doctor(AbortSignal.timeout(30_000))
-      : [{ level: 'info' as const, message: 'this backend has no specific checks' }]
-    await opened.client.inspect('.dlock-doctor')
-    findings.push({ level: 'ok', message: 'the store answers' })
+    const findings: DoctorFinding[] = []
+    try {
+      // The store is asked first, with a bound: an unreachable one is a finding with its fix, not a hang.
+      await opened.client.inspect('.dlock-doctor', { signal: AbortSignal.timeout(10_000) })
+      findings.push({ level: 'ok', message: 'the store answers' })
+      findings.push(
+        ...(opened.backend.doctor
+          ? await opened.backend.doctor(AbortSignal.timeout(30_000))
+          : [{ level: 'info' as const, message: 'this backend has no specific checks' }]),
+      )
+    } catch (error) {
+      findings.push({
+        level: 'error',
+        message:
+          `cannot reach the store: ${reasonOf(error)}. Check that the server runs and that the URL's host, ` +
+          'port, scheme (TLS or not) and credentials are right',
+      })
+    }
     for (const f of findings) process.stdout.write(`${f.level.padEnd(5)} ${f.message}\n`)
     return findings.some((f) => f.level === 'error') ? EXIT.unavailable : EXIT.ok
   } finally {

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
+import { fileURLToPath } from 'node:url'
 import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, parse, UsageError } from './args.js'
 import { open, showWaiting, timeoutOf } from './context.js'
@@ -10,13 +11,18 @@ export const RUN_HELP = `Usage: dlock run <key> [options] -- <command> [args...]
 Takes the lock <key>, runs <command> while holding it (renewing the lease), releases it when the
 command ends, and exits with the command's status. The command gets DLOCK_KEY and DLOCK_FENCE in its
 environment: pass DLOCK_FENCE to whatever you write, so it can reject a stale holder.
-If the lock is lost while the command runs, the command gets SIGTERM, then SIGKILL after --kill-after.
+The command runs in a process group of its own (as with timeout(1)). If the lock is lost while it runs,
+the whole group gets SIGTERM, then SIGKILL after --kill-after; if dlock itself dies (SIGKILL, the OOM
+killer), a watchdog in that group stops it the same way, before the unrenewed lease expires (keep
+--kill-after below 2/3 of --ttl for that to hold).
 
 Options:
   --url <url>          backend URL (default: $DLOCK_URL, else a per-user folder of file locks)
   --ttl <duration>     lease length, renewed every ttl/3 (default: 30s)
   --timeout <duration> how long to wait for the lock (default: forever; 0 = try once)
   --kill-after <dur>   grace between SIGTERM and SIGKILL when the lock is lost (default: 10s)
+  --foreground         run the command in dlock's own process group, so it can read the terminal and get
+                       its signals; then only the command itself (not its children) is stopped on loss
   -v, --verbose        say on stderr when waiting and acquiring even when stderr is not a terminal
   -h, --help           this help
 
@@ -27,7 +33,11 @@ export async function runCommand(argv: string[]): Promise<number> {
   const split = argv.indexOf('--')
   const own = split === -1 ? argv : argv.slice(0, split)
   const command = split === -1 ? [] : argv.slice(split + 1)
-  const { values, positionals } = parse(own, { ...COMMON_OPTIONS, 'kill-after': { type: 'string' } })
+  const { values, positionals } = parse(own, {
+    ...COMMON_OPTIONS,
+    'kill-after': { type: 'string' },
+    foreground: { type: 'boolean' },
+  })
   if (values.help) {
     process.stdout.write(`${RUN_HELP}\n`)
     return EXIT.ok
@@ -65,7 +75,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (verbose) process.stderr.write(`dlock: acquired ${key} (fence ${lock.fence})\n`)
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
-    const status = await runChild(command, lock, killAfterMs)
+    const status = await runChild(command, lock, killAfterMs, values.foreground === true)
     await lock.release().catch((error: Error) => {
       process.stderr.write(`dlock: ${error.message}\n`)
     })
@@ -81,32 +91,55 @@ export async function runCommand(argv: string[]): Promise<number> {
   }
 }
 
-/** Runs the command with the fence in its environment; resolves with its exit status, shell-style. */
+/**
+ * Runs the command with the fence in its environment; resolves with its exit status, shell-style.
+ * By default under the watchdog (./watchdog.ts), which leads a process group of its own: a lost lock stops
+ * the whole group, grandchildren included, and so does the watchdog if this process dies. `foreground`
+ * keeps the command in our group (a terminal program needs that) and signals the command alone.
+ */
 function runChild(
   command: string[],
   lock: { key: string; fence: bigint; signal: AbortSignal },
   killAfterMs: number,
+  foreground: boolean,
 ): Promise<number> {
   return new Promise((resolve) => {
     const [file, ...args] = command as [string, ...string[]]
-    const child = spawn(file, args, {
-      stdio: 'inherit',
-      env: { ...process.env, DLOCK_KEY: lock.key, DLOCK_FENCE: lock.fence.toString() },
-    })
+    const env = { ...process.env, DLOCK_KEY: lock.key, DLOCK_FENCE: lock.fence.toString() }
+    const child = foreground
+      ? spawn(file, args, { stdio: 'inherit', env })
+      : spawn(process.execPath, [WATCHDOG, String(killAfterMs), file, ...args], {
+          // fd 3: a pipe the watchdog watches for EOF (this process died). Nothing is ever written on it.
+          stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
+          detached: true,
+          env,
+        })
+    // The watchdog's pipe must not keep this process alive once the command has ended (nor before: the
+    // child process itself does that).
+    const pipe = child.stdio[3] as (NodeJS.ReadableStream & { unref?: () => void; destroy?: () => void }) | null
+    pipe?.unref?.()
+    const send = (signal: NodeJS.Signals) => {
+      try {
+        if (foreground || child.pid === undefined) child.kill(signal)
+        else process.kill(-child.pid, signal)
+      } catch {}
+    }
     let killTimer: NodeJS.Timeout | undefined
     const onLost = () => {
-      child.kill('SIGTERM')
-      killTimer = setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+      send('SIGTERM')
+      killTimer = setTimeout(() => send('SIGKILL'), killAfterMs)
     }
     lock.signal.addEventListener('abort', onLost, { once: true })
     // Signals meant for the job go to the job; we release once it has ended.
-    const forward = (signal: NodeJS.Signals) => child.kill(signal)
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
-    for (const s of signals) process.on(s, forward)
+    for (const s of signals) process.on(s, send)
     const done = (status: number) => {
       clearTimeout(killTimer)
       lock.signal.removeEventListener('abort', onLost)
-      for (const s of signals) process.removeListener(s, forward)
+      for (const s of signals) process.removeListener(s, send)
+      // Lost: nothing of the group may go on without the lock, not even a child the command left behind.
+      if (lock.signal.aborted && !foreground) send('SIGKILL')
+      pipe?.destroy?.()
       resolve(status)
     }
     child.once('error', (error: NodeJS.ErrnoException) => {
@@ -118,3 +151,6 @@ function runChild(
     })
   })
 }
+
+/** The watchdog script, beside this file once compiled. */
+const WATCHDOG = fileURLToPath(new URL('./watchdog.js', import.meta.url))

@@ -52,6 +52,24 @@ describe('dlock doctor redis://', () => {
     assert.equal(r.code, 69)
     assert.match(r.stderr, /redis:\/\/127\.0\.0\.1:1/)
   })
+
+  it('reports a store nothing listens on as an error finding with the fix, and exits 69', async () => {
+    const r = await run(['doctor', 'redis://127.0.0.1:1'])
+    assert.equal(r.code, 69)
+    assert.match(
+      r.stdout,
+      /^error +cannot reach the store: .*connection refused at 127\.0\.0\.1:1.*Check that the server runs/m,
+    )
+  })
+})
+
+describe('dlock run against an unreachable store', () => {
+  it('says "store unreachable (connection refused), retrying", never "waiting for" a holder, and exits 69', async () => {
+    const r = await run(['run', 'k', '--url', 'redis://127.0.0.1:1', '--timeout', '3s', '-v', '--', 'true'])
+    assert.equal(r.code, 69, r.stderr)
+    assert.match(r.stderr, /store unreachable \(.*connection refused.*\), retrying k/)
+    assert.doesNotMatch(r.stderr, /waiting for k/)
+  })
 })
 
 describe('a missing driver package', () => {

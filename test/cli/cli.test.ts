@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
@@ -146,6 +147,58 @@ describe('dlock run', () => {
     assert.match(r.stderr, /lost/)
   })
 
+  it("stops the command's whole process group when the lock is lost, grandchildren included", async () => {
+    const pidFile = join(dir.path, `grandchild-${n}`)
+    const k = key('group')
+    const running = dlock([
+      'run',
+      k,
+      '--ttl',
+      '600ms',
+      '--',
+      'sh',
+      '-c',
+      `sleep 60 & echo $! > ${pidFile}; echo started; wait`,
+    ])
+    await new Promise<void>((resolve) => {
+      running.child.stdout!.on('data', (c: Buffer) => {
+        if (c.toString().includes('started')) resolve()
+      })
+    })
+    await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
+    // dlock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
+    const code = await new Promise((resolve) => running.child.once('exit', resolve))
+    assert.equal(code, 76)
+    await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000)
+    await running
+  })
+
+  it('stops the command when dlock itself is killed, before the unrenewed lease could expire', async () => {
+    const pidFile = join(dir.path, `orphan-${n}`)
+    const running = dlock([
+      'run',
+      key('wrapper-killed'),
+      '--ttl',
+      '30s',
+      '--kill-after',
+      '1s',
+      '--',
+      'sh',
+      '-c',
+      `sleep 60 & echo $! > ${pidFile}; echo started; wait`,
+    ])
+    await new Promise<void>((resolve) => {
+      running.child.stdout!.on('data', (c: Buffer) => {
+        if (c.toString().includes('started')) resolve()
+      })
+    })
+    const started = performance.now()
+    running.child.kill('SIGKILL')
+    const pid = Number(readFileSync(pidFile, 'utf8'))
+    await waitUntilDead(pid, 10_000)
+    assert.ok(performance.now() - started < 20_000, 'stopped well within the 30 s lease')
+  })
+
   it('kills with SIGKILL a command that ignores SIGTERM, after --kill-after', async () => {
     const r = await runThenBreak(key('kill'), ['--kill-after', '300ms'], 'trap "" TERM')
     assert.equal(r.code, 76)
@@ -210,3 +263,22 @@ describe('dlock inspect and doctor', () => {
     assert.match(r.stdout, /exclusive create with link\(\) works/)
   })
 })
+
+/** Waits until `pid` is gone or a zombie (PID 1 here does not reap orphans): it no longer runs. */
+async function waitUntilDead(pid: number, withinMs: number): Promise<void> {
+  const giveUpAt = performance.now() + withinMs
+  for (;;) {
+    let state: string | undefined
+    try {
+      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0]
+    } catch {
+      return
+    }
+    if (state === 'Z' || state === 'X') return
+    if (performance.now() > giveUpAt) {
+      process.kill(pid, 'SIGKILL')
+      assert.fail(`process ${pid} (state ${state}) still runs ${withinMs} ms later: it outlived its lock`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
