@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
+import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
-import { parseBackendUrl, redact } from '../../src/core/registry.js'
+import { loadBackend, parseBackendUrl, redact } from '../../src/core/registry.js'
 import { createLockClient } from '../../src/index.js'
 import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
+import { CLI } from '../support/processes.js'
 
 describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
   let nodes: RedisNodes
@@ -62,17 +65,21 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
   })
 
   it('inspect: the holder reports its token; another client the counter of the holding nodes, at least M', async () => {
-    // Node 0 ahead of the others (as after attempts that were granted only there and released): whether
-    // or not node 0 is in the granting majority, the nodes no longer agree on the counter.
-    const first = new Redis(nodes.servers[0]!.port, '127.0.0.1')
+    // The servers are seconds old: restartDelay=0, so that no node waits to vote (not the point here).
+    const holder = createLockClient(nodes.url('?restartDelay=0'), { ttl: '10s' })
+    const other = createLockClient(nodes.url('?restartDelay=0'), { ttl: '10s' })
     try {
-      await first.set('dlock:{out-of-step}:fence', '100')
-    } finally {
-      first.disconnect()
-    }
-    const holder = createLockClient(nodes.url(), { ttl: '10s' })
-    const other = createLockClient(nodes.url(), { ttl: '10s' })
-    try {
+      // Admitted first (a fresh set is admitted by its first use; one with counters but no admitted
+      // node is not fresh and waits).
+      await (await holder.acquire('bootstrap')).release()
+      // Node 0 ahead of the others (as after attempts that were granted only there and released): whether
+      // or not node 0 is in the granting majority, the nodes no longer agree on the counter.
+      const first = new Redis(nodes.servers[0]!.port, '127.0.0.1')
+      try {
+        await first.set('dlock:{out-of-step}:fence', '100')
+      } finally {
+        first.disconnect()
+      }
       const lock = await holder.acquire('out-of-step')
       const mine = await holder.inspect('out-of-step')
       assert.equal(mine.owner, lock.owner)
@@ -106,6 +113,80 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
     } finally {
       await backend.close()
       for (const c of mine) c.disconnect()
+    }
+  })
+})
+
+describe('redlock: doctor over URL clients, on fresh nodes', { timeout: 60_000 }, () => {
+  let nodes: RedisNodes
+  before(async () => {
+    nodes = await startRedisNodes(3)
+  })
+  after(async () => {
+    await nodes.destroy()
+  })
+
+  const cli = (args: string[]) =>
+    promisify(execFile)(process.execPath, [CLI, ...args]).then(
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (e: { code: number; stdout: string; stderr: string }) => ({
+        code: e.code,
+        stdout: e.stdout,
+        stderr: e.stderr,
+      }),
+    )
+
+  it('names an unreachable node at once, and says the others wait for the whole fresh set', async () => {
+    // Nothing listens on port 1: the doctor reports the first connection error instead of waiting.
+    const url = `redlock://${nodes.servers.map((s) => `127.0.0.1:${s.port}`).join(',')},127.0.0.1:1`
+    const backend = await loadBackend(parseBackendUrl(url))
+    try {
+      const started = performance.now()
+      const findings = await backend.doctor!(AbortSignal.timeout(20_000))
+      const text = findings.map((f) => `${f.level}: ${f.message}`).join('\n')
+      assert.ok(
+        performance.now() - started < 15_000,
+        `the doctor took ${Math.round(performance.now() - started)} ms`,
+      )
+      assert.match(text, /error: redis:\/\/127\.0\.0\.1:1: .*ECONNREFUSED/)
+      for (const s of nodes.servers) {
+        assert.match(
+          text,
+          new RegExp(`warn: redis://127\\.0\\.0\\.1:${s.port}: waiting for bootstrap, does not vote yet`),
+        )
+      }
+      assert.match(text, /error: only 0 of 4 nodes admitted/)
+    } finally {
+      await backend.close()
+    }
+  })
+
+  it('`dlock doctor redlock://…` on fresh nodes reports them healthy and admitted (exit 0)', async () => {
+    // The URL's clients do not queue commands while they connect (enableOfflineQueue: false): the doctor
+    // used to check each node before its connection was up ("Stream isn't writeable…", exit 69).
+    const r = await cli(['doctor', nodes.url()])
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`)
+    assert.doesNotMatch(r.stdout, /writeable|^error/m)
+    for (const s of nodes.servers) {
+      assert.match(r.stdout, new RegExp(`127\\.0\\.0\\.1:${s.port}: Redis \\d`))
+      assert.match(r.stdout, new RegExp(`ok +redis://127\\.0\\.0\\.1:${s.port}: admitted`))
+    }
+    assert.match(r.stdout, /ok +3 of 3 nodes admitted/)
+    // restartDelay not given: it is the largest ttl used, not 0.
+    assert.match(
+      r.stdout,
+      /restartDelay is not set, so it is the largest ttl this client has used \(none yet\)/,
+    )
+    assert.doesNotMatch(r.stdout, /restartDelay is 0/)
+  })
+
+  it('says "restartDelay is 0" only when it was set to 0', async () => {
+    const backend = await loadBackend(parseBackendUrl(nodes.url('?restartDelay=0')))
+    try {
+      const text = (await backend.doctor!(AbortSignal.timeout(20_000))).map((f) => f.message).join('\n')
+      assert.match(text, /restartDelay is 0: safe only if every node persists each write/)
+    } finally {
+      await backend.close()
     }
   })
 })

@@ -1,6 +1,7 @@
 /**
  * The short chaos run of CI: scenarios S1, S2, S4, S5, S13 and S14 on the stores that start in a second
- * (file and Redis; Redis with persistence too for the crash), and S7 (holder killed) on etcd. Fails on any
+ * (file and Redis; Redis with persistence too for the crash), S7 (holder killed) on etcd, S11 on file, S6 on
+ * Redlock and S15 (aborted acquires) on file, Redis and etcd. Fails on any
  * unexpected violation; a failing run keeps its history, seed and report (the path is in the message) so
  * it can be replayed with `npm run chaos -- --seed`. The full matrix is `npm run chaos`.
  */
@@ -18,8 +19,17 @@ const DURATION_MS = Number(process.env.DLOCK_CHAOS_MS ?? 20_000)
  * Redis with persistence only where it changes the answer (a crash); etcd for the killed holder, whose
  * lock must not outlive its session's lease (S7 found that it did).
  */
-const storesFor = (id: string) =>
-  id === 'S5' ? ['redis', 'redis-aof'] : id === 'S7' ? ['etcd'] : ['file', 'redis']
+const STORES: Record<string, string[]> = {
+  S5: ['redis', 'redis-aof'],
+  S7: ['etcd'],
+  // Issue 11's sequences: a key's folder removed under its holder (fences must not go back), nodes
+  // restarted empty one after another (fences must not go back), acquires aborted at every await point
+  // (nothing may be left behind).
+  S11: ['file'],
+  S6: ['redlock'],
+  S15: ['file', 'redis', 'etcd'],
+}
+const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 
 describe('chaos (short)', { concurrency: 1 }, () => {
   const outDir = join(tmpdir(), `dlock-chaos-${process.pid}`)

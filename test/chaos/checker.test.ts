@@ -185,7 +185,7 @@ describe('checkHistory', () => {
       },
       a4: { violations: 0, releases: 0, renewals: 0, ...nothing },
       a5: { violations: 0, lateLost: 0, writesAfterValidity: 0, ...nothing },
-      a7: { violations: 0, lastRecoveryMs: 100, slowRecovery: false, stuck: 0, ...nothing },
+      a7: { violations: 0, lastRecoveryMs: 100, slowRecovery: false, stuck: 0, idle: 0, ...nothing },
       i1: { overlappingHolds: 0, examples: [] },
       findings: [],
     })
@@ -488,6 +488,41 @@ describe('A5: the loss signal comes on time', () => {
   })
 })
 
+describe('A7: the lock idle while acquires wait (scenarios that set idleBoundMs)', () => {
+  const OPTIONS: CheckOptions = { ...FENCED, idleBoundMs: 500 }
+  const base = [
+    ...hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10, release: 100 }),
+    invoke(50, 'w2', 'b'),
+  ]
+
+  it('flags a lock left idle longer than the bound while an acquire waited (a grant nobody knows of)', () => {
+    const report = checkHistory(
+      [...base, ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 50, ok: 1200, release: 1300 })].filter(
+        (e, i, all) => all.findIndex((x) => JSON.stringify(x) === JSON.stringify(e)) === i,
+      ),
+      OPTIONS,
+    )
+    assert.equal(report.a7.idle, 1)
+    assert.equal(violationsOf(report).A7, 1)
+    assert.match(report.a7.examples[0]!, /idle 1\d\d\d ms from t=1\d\d while acquires waited/)
+  })
+
+  it('accepts a short idle time, idle time with nobody waiting, and histories checked without the bound', () => {
+    const quick = [...base, ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 50, ok: 400, release: 500 })]
+    assert.equal(checkHistory(quick, OPTIONS).a7.idle, 0)
+    const nobody = [
+      ...hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10, release: 100 }),
+      ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 2000, ok: 2010, release: 2100 }),
+    ]
+    assert.equal(checkHistory(nobody, OPTIONS).a7.idle, 0)
+    const slow = [
+      ...base,
+      ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 50, ok: 1200, release: 1300 }),
+    ]
+    assert.equal(checkHistory(slow, FENCED).a7.idle, 0)
+  })
+})
+
 describe('A7: liveness after the faults', () => {
   const OPTIONS = FENCED // bound: ttl 1000 + recovery 500
 
@@ -502,6 +537,7 @@ describe('A7: liveness after the faults', () => {
       lastRecoveryMs: 1600,
       slowRecovery: true,
       stuck: 0,
+      idle: 0,
       examples: 1,
       notes: 0,
     })
@@ -525,6 +561,7 @@ describe('A7: liveness after the faults', () => {
       lastRecoveryMs: undefined,
       slowRecovery: true,
       stuck: 1, // the same waiter, 1900 ms without an answer
+      idle: 0,
       examples: 2,
       notes: 0,
     })

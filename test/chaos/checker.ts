@@ -46,6 +46,12 @@ export interface CheckOptions {
    * @default 250
    */
   readonly lostGraceMs?: number
+  /**
+   * A7 (idle): when set, the lock may lie idle — nobody holding it by the history — for at most this long
+   * while an acquire is waiting. Scenarios without faults that stall holders set it: a longer idle time means
+   * a hold nobody knows of (a leaked grant) kept the waiters out.
+   */
+  readonly idleBoundMs?: number
 }
 
 /** Every hard rule: a run passes when `violationsOf` is zero for each. */
@@ -123,6 +129,8 @@ export interface ChaosReport {
     readonly slowRecovery: boolean
     /** Acquire invocations never answered, by a client that was not killed, older than the bound. */
     readonly stuck: number
+    /** Idle periods longer than `idleBoundMs` while an acquire waited (0 when the bound is not set). */
+    readonly idle: number
   }
   /** Informational: holds whose believed interval overlaps another hold's on the same key. */
   readonly i1: { readonly overlappingHolds: number; readonly examples: readonly string[] }
@@ -157,7 +165,7 @@ export function checkHistory(events: readonly HistoryEvent[], options: CheckOpti
     a3: checkA3(history, options.fenced, findings),
     a4: checkA4(byKey),
     a5: checkA5(holds, history, options.lostGraceMs ?? DEFAULT_LOST_GRACE_MS),
-    a7: checkA7(history, options.ttlMs + options.recoveryMs, findings),
+    a7: checkA7(history, options.ttlMs + options.recoveryMs, findings, options.idleBoundMs),
     i1: checkI1(byKey),
     findings,
   }
@@ -688,15 +696,22 @@ function nextGrant(history: History, t: number): number | undefined {
 }
 
 /** A7: after the last fault, a grant within the bound; and no waiter left unanswered past the bound. */
-function checkA7(history: History, boundMs: number, findings: string[]): ChaosReport['a7'] {
+function checkA7(
+  history: History,
+  boundMs: number,
+  findings: string[],
+  idleBoundMs: number | undefined,
+): ChaosReport['a7'] {
   const examples: string[] = []
   const recovery = lastRecovery(history, boundMs, examples, findings)
   const stuck = stuckWaiters(history, boundMs, examples)
+  const idle = idleBoundMs === undefined ? 0 : idleWhileWaited(history, idleBoundMs, examples)
   return {
-    violations: stuck + (recovery.slow ? 1 : 0),
+    violations: stuck + idle + (recovery.slow ? 1 : 0),
     lastRecoveryMs: recovery.ms,
     slowRecovery: recovery.slow,
     stuck,
+    idle,
     examples,
     notes: [],
   }
@@ -760,4 +775,52 @@ function checkI1(byKey: Map<string, Hold[]>): ChaosReport['i1'] {
     }
   }
   return { overlappingHolds: overlapping.size, examples }
+}
+
+/**
+ * Periods longer than `boundMs`, after the first grant, in which no hold was open by the history (granted
+ * and not yet released, failed to release, or lost) while some acquire was waiting (invoked, not yet
+ * answered). Keys are not told
+ * apart: the scenarios that set the bound use one key.
+ */
+function idleWhileWaited(history: History, boundMs: number, examples: string[]): number {
+  // +1 / -1 steps of "holds open" and "acquires waiting", swept in time order.
+  const steps: Array<{ t: number; holds: number; waits: number }> = []
+  for (const op of history.ops.values()) {
+    if (op.invoke) {
+      steps.push({ t: op.invoke.t, holds: 0, waits: 1 })
+      const answered = op.ok?.t ?? op.fail?.t
+      if (answered !== undefined) steps.push({ t: answered, holds: 0, waits: -1 })
+    }
+    if (op.ok) {
+      steps.push({ t: op.ok.t, holds: 1, waits: 0 })
+      const ended = op.releases.at(-1)?.t ?? op.lost?.t ?? op.releaseInvoke?.t
+      steps.push({ t: ended ?? history.end, holds: -1, waits: 0 })
+    }
+  }
+  steps.sort((a, b) => a.t - b.t || b.holds - a.holds)
+  // From the first grant on: before it, the store may still be warming up (a Redlock node waits out its
+  // restart delay after a start, an etcd cluster elects a leader), which is not a lock left behind.
+  const firstGrant = history.grantTimes[0] ?? Number.POSITIVE_INFINITY
+  let holds = 0
+  let waits = 0
+  let idleSince: number | undefined
+  let count = 0
+  for (const step of steps) {
+    holds += step.holds
+    waits += step.waits
+    const idle = holds === 0 && waits > 0 && step.t >= firstGrant
+    if (idle && idleSince === undefined) idleSince = step.t
+    if (!idle && idleSince !== undefined) {
+      if (step.t - idleSince > boundMs) {
+        count++
+        note(
+          examples,
+          `the lock lay idle ${Math.round(step.t - idleSince)} ms from ${at(idleSince)} while acquires waited`,
+        )
+      }
+      idleSince = undefined
+    }
+  }
+  return count
 }

@@ -83,6 +83,12 @@ export interface Scenario {
   readonly ttlMs: number
   readonly holdMs: readonly [number, number]
   /**
+   * Workers abort half of their acquires after a random delay below this many ms: the abort lands at any
+   * await point of an attempt or a wait. The checker's idle rule (A7) is then on: a grant left behind by
+   * an aborted acquire would keep the waiters out for a whole ttl.
+   */
+  readonly abortAcquiresWithinMs?: number
+  /**
    * Run the first `workers` workers under libfaketime with `env` (e.g. FAKETIME="+0 x0.5": their clocks,
    * monotonic included, run at half speed) for the whole run: a client clock fault.
    */
@@ -160,6 +166,9 @@ export async function runScenario(
       ttlMs: scenario.ttlMs,
       timeoutMs: scenario.ttlMs * 5,
       holdMs: scenario.holdMs,
+      ...(scenario.abortAcquiresWithinMs === undefined
+        ? {}
+        : { abortWithinMs: scenario.abortAcquiresWithinMs }),
       resourcePort: resource.port,
     }
     const env = faked
@@ -258,6 +267,8 @@ export async function runScenario(
     fenced: scenario.mode === 'fenced',
     ttlMs: scenario.ttlMs,
     recoveryMs: store.recoveryMs,
+    // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
+    ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: scenario.ttlMs / 2 }),
   })
   const violations = violationsOf(report) as Record<Rule, number>
   const expected = scenario.expected?.(target) ?? {}

@@ -3,10 +3,11 @@
  * servers, loopback ports, their own temp folders). Workers reach a networked store through their own
  * TCP proxies, so a fault can cut, slow or drop one client's traffic; the file backend has no network.
  */
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { Etcd3 } from 'etcd3'
 import { Redis } from 'ioredis'
+import { keyFolderName } from '../../src/backends/file/generations.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { type RedisServer, startRedis, startRedisNodes } from '../servers/redis.js'
 
@@ -64,7 +65,7 @@ export const targets: Record<string, Target> = {
   file: {
     name: 'file',
     networked: false,
-    features: new Set(),
+    features: new Set(['expire']),
     async start(dir) {
       const locks = join(dir, 'locks')
       mkdirSync(locks, { recursive: true })
@@ -73,6 +74,20 @@ export const targets: Record<string, Target> = {
         urlVia: () => `file://${locks}`,
         logs: () => ({}),
         recoveryMs: 1000,
+        // What a tmp cleaner or an operator does: the key's whole folder (its hashed name) removed, `rm -rf`.
+        // The lease goes with it; the fence must not (the root's .epoch stays). A writer's temp file can
+        // land in the folder during the removal (ENOTEMPTY): remove again, as a cleaner's next pass would.
+        async expireEarly(key) {
+          const folder = join(locks, keyFolderName(key))
+          for (let tries = 1; ; tries++) {
+            try {
+              return rmSync(folder, { recursive: true, force: true })
+            } catch (error) {
+              if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || tries === 100) throw error
+              await new Promise((resolve) => setTimeout(resolve, 1))
+            }
+          }
+        },
         close: async () => {},
       }
     },

@@ -28,6 +28,8 @@ export interface WorkerConfig {
   readonly holdMs: readonly [number, number]
   /** The protected resource (harness HTTP server on loopback). */
   readonly resourcePort: number
+  /** Abort half of the acquires after a random delay below this (ms): at any await point. */
+  readonly abortWithinMs?: number
 }
 
 /** One history line, without `t` and `client` (the harness adds both). */
@@ -81,7 +83,19 @@ async function main(config: WorkerConfig): Promise<void> {
     emit({ ev: 'acquire-invoke', op, key: config.key, ttlMs: config.ttlMs })
     let lock: Lock
     try {
-      lock = await locks.acquire(config.key, { timeout: config.timeoutMs })
+      // Half of the acquires are aborted (when the scenario asks): a quarter one event-loop turn after the
+      // call (the attempt's request is out, its reply not yet read: the race a timer of >= 1 ms would almost
+      // never hit on loopback), a quarter after a random delay (while waiting, or at a hand-over).
+      const controller = config.abortWithinMs === undefined ? undefined : new AbortController()
+      const dice = Math.random()
+      if (controller && dice < 0.25) setImmediate(() => controller.abort(new Error('aborted in flight')))
+      else if (controller && dice < 0.5) {
+        setTimeout(() => controller.abort(new Error('aborted')), Math.random() * config.abortWithinMs!)
+      }
+      lock = await locks.acquire(config.key, {
+        timeout: config.timeoutMs,
+        ...(controller ? { signal: controller.signal } : {}),
+      })
     } catch (error) {
       // Refused until the timeout: definite. Anything else (a store that did not answer) may have been
       // applied: the checker counts a maybe-hold.

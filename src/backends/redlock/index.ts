@@ -19,7 +19,9 @@
  *   already returned M (the nodes are in step, the usual case) nothing is written back and a grant costs
  *   one round trip. The node index sits in the low 8 bits, so grants from different nodes never share a
  *   token.
- * - Delayed restart: see node.ts.
+ * - Delayed restart: see node.ts. Admission (fences after restarts): a node votes only once its fence
+ *   counters have been caught up from the other nodes after it (re)started; see admission.ts for how and
+ *   why (invariant J), and node.ts for where it is checked (once per connection, off the acquire path).
  */
 import type { Redis, RedisOptions } from 'ioredis'
 import { linkedAbort } from '../../core/abort.js'
@@ -34,8 +36,10 @@ import type {
 import { now } from '../../core/clock.js'
 import { parseDuration } from '../../core/durations.js'
 import { type NodeFailure, QuorumError } from '../../core/errors.js'
+import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { checkParams, hostsOf, loadDriver, redact } from '../../core/registry.js'
 import { redisBackend } from '../redis/index.js'
+import { catchUp } from './admission.js'
 import { RedlockNode } from './node.js'
 import { majorityVerdict, round, tally, type Votes } from './quorum.js'
 
@@ -47,7 +51,10 @@ export interface RedlockBackendOptions {
    * once instead of queueing).
    */
   readonly clients: readonly Redis[]
-  /** Prefix of every key dlock writes on the nodes. @default 'dlock:' */
+  /**
+   * Prefix of every key dlock writes on the nodes, including each node's admission marker
+   * `<prefix>!admitted` (see admission.ts). @default 'dlock:'
+   */
   readonly prefix?: string
   /**
    * How long one node may take to answer before it counts as failed in that round.
@@ -77,6 +84,24 @@ const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the Redloc
 
 /** The longest pause before a contended waiter re-attempts after a wake-up (see `refusals`). */
 const SPREAD_MS = 2
+
+/** A node's admission state, as `dlock doctor` reports it. */
+function admissionFinding(node: RedlockNode): DoctorFinding {
+  const { state, reason } = node.admission
+  switch (state) {
+    case 'admitted':
+      return { level: 'ok', message: 'admitted: its fence counters are caught up since its server started' }
+    case 'bootstrap':
+      return { level: 'warn', message: `waiting for bootstrap, does not vote yet: ${reason}` }
+    case 'catching-up':
+      return {
+        level: 'warn',
+        message: `catching up, does not vote yet: ${reason ?? 'copying the fence counters of the other nodes'}`,
+      }
+    default:
+      return { level: 'warn', message: 'admission unknown: its connection was lost during the check' }
+  }
+}
 
 /** FNV-1a: a cheap, stable spread of keys over nodes. */
 function hash(text: string): number {
@@ -115,12 +140,21 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
   }
   const n = clients.length
   const q = Math.floor(n / 2) + 1
-  const nodes = clients.map((client, i) => {
+  const nodes: RedlockNode[] = clients.map((client, i) => {
     const backend = redisBackend({
       client,
       ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
     })
-    return new RedlockNode(i, backend.id, client, backend)
+    return new RedlockNode(
+      i,
+      backend.id,
+      client,
+      backend,
+      (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
+      // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
+      // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
+      () => options.restartDelayMs ?? (largestTtl || DEFAULT_TTL_MS),
+    )
   })
   const id = options.id ?? `redlock://${nodes.map((node) => node.id.replace(/^rediss?:\/\//, '')).join(',')}`
   const heard = new RecentReleases(() => 2 * defaultTimeout())
@@ -356,10 +390,11 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         defaultTimeout(),
         signal,
         (i, s) => {
-          // Waits for the connection (and checks a reconnected server) but never keeps a release from a node.
+          // Waits for the connection (and checks a reconnected server) but never keeps a release from a node,
+          // admitted or not.
           const node = nodes[i]!
-          if (node.votes(0)) return node.backend.release(lease, s)
-          return node.ready(0, s).then(() => node.backend.release(lease, s))
+          if (node.isChecked) return node.backend.release(lease, s)
+          return node.checked(s).then(() => node.backend.release(lease, s))
         },
         // Every node gets the release at once; the answer is known when a majority says it was released
         // (the rest go on in the background, like the floor's), or when everyone has answered.
@@ -393,7 +428,7 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         n,
         defaultTimeout(),
         signal,
-        (i, s) => nodes[i]!.ready(0, s).then(() => nodes[i]!.backend.inspect(key, s)),
+        (i, s) => nodes[i]!.checked(s).then(() => nodes[i]!.backend.inspect(key, s)),
         (v) => (v.includes(undefined) ? undefined : true),
       )
       const t = tally(votes, () => true)
@@ -478,25 +513,54 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
           message: `${n} node${n === 1 ? '' : 's'}: a majority is ${q}, so ${n - q} may fail. Use an odd number, at least 3`,
         })
       } else findings.push({ level: 'ok', message: `${n} nodes: a majority is ${q}, ${n - q} may fail` })
-      const each = await Promise.allSettled(nodes.map((node) => node.backend.doctor!(signal)))
+      const each = await Promise.allSettled(
+        nodes.map(async (node) => {
+          // The URL's clients connect in the background and never queue a command (enableOfflineQueue:
+          // false): a check sent before the connection is up fails with "Stream isn't writeable". So wait
+          // for it (a node that cannot be reached says why at its first connection error).
+          await node.reachable(signal)
+          await node.checked(signal)
+          // Checking the connection starts the node's catch-up if it needs one: report how it ended.
+          await node.settled(signal).catch(() => {})
+          return [...(await node.backend.doctor!(signal)), admissionFinding(node)]
+        }),
+      )
+      let admitted = 0
       each.forEach((r, i) => {
         const node = nodes[i]!.id
         if (r.status === 'rejected') {
           findings.push({ level: 'error', message: `${node}: ${(r.reason as Error)?.message ?? r.reason}` })
         } else for (const f of r.value) findings.push({ level: f.level, message: `${node}: ${f.message}` })
+        if (nodes[i]!.admission.state === 'admitted') admitted++
       })
+      findings.push(
+        admitted >= q
+          ? { level: 'ok', message: `${admitted} of ${n} nodes admitted: a majority (${q}) can vote` }
+          : {
+              level: 'error',
+              message:
+                `only ${admitted} of ${n} nodes admitted (a majority is ${q}): no lock can be granted until ` +
+                'more are (see each node above)',
+            },
+      )
       const delay = restartDelay()
       findings.push({
         level: 'info',
         message:
-          delay > 0
-            ? `a node counts toward a quorum once it has been up for ${Math.ceil(delay / 1000)} s (restartDelay)`
-            : 'restartDelay is 0: safe only if every node persists each write (appendfsync always)',
+          options.restartDelayMs === undefined
+            ? 'restartDelay is not set, so it is the largest ttl this client has used' +
+              (largestTtl > 0 ? ` (${Math.ceil(largestTtl / 1000)} s so far)` : ' (none yet)') +
+              ': a node counts toward a quorum once it has been up that long. Set restartDelay to the ' +
+              'largest ttl any client uses on these nodes, so that every client waits as long'
+            : delay > 0
+              ? `a node counts toward a quorum once it has been up for ${Math.ceil(delay / 1000)} s (restartDelay)`
+              : 'restartDelay is 0: safe only if every node persists each write (appendfsync always)',
       })
       return findings
     },
 
     async close() {
+      for (const node of nodes) node.dispose()
       await Promise.allSettled(nodes.map((node) => node.backend.close()))
       for (const c of owned) c.disconnect()
     },

@@ -1,20 +1,49 @@
 /**
  * One Redis master of a Redlock set: the single-node Redis backend (its scripts, errors and pub/sub), plus
- * what only Redlock needs to know about the server: has it restarted? A master restarted without
- * persistence has forgotten the locks it held; counting it toward a quorum at once lets a second client
- * take a lock the first still holds on the other majority (the Redlock spec's crash-recovery section).
- * So a node votes only once it has been up for `restartDelay` (the spec's *delayed restart*, enforced here
- * on the client side instead of by the operator).
+ * what only Redlock needs to know about the server: has it restarted, and may it vote?
+ *
+ * - Delayed restart (for the locks): a master restarted without persistence has forgotten the locks it
+ *   held; counting it toward a quorum at once lets a second client take a lock the first still holds on
+ *   the other majority (the Redlock spec's crash-recovery section). So a node votes only once it has been
+ *   up for `restartDelay` (the spec's *delayed restart*, enforced here on the client side).
+ * - Admission (for the fences): a node votes only while its server process is admitted, that is, its fence
+ *   counters were caught up from the other nodes after it (re)started (admission.ts). The state lives on
+ *   the node (`<prefix>!admitted` = the admitted run_id), so a client that connects after a restart sees
+ *   it as well as one that saw the restart.
+ *
+ * Both are checked once per connection: INFO, the admission state and the scripts travel together, in one
+ * round trip, whenever the connection is (re)established. A node not admitted is caught up in the
+ * background (a fresh set at once; a restarted node once its server has been up for restartDelay, when it
+ * could vote anyway); the hot path (an acquire on admitted nodes) has no extra round trip.
  */
 import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
-import { ACQUIRE, EXTEND, INSPECT, RAISE_FENCE, RELEASE } from '../redis/scripts.js'
+import { ACQUIRE, EXTEND, INSPECT, RAISE_FENCE, RELEASE, type Script } from '../redis/scripts.js'
+import {
+  AdmissionError,
+  type AdmissionState,
+  fenceKeys,
+  type NodeState,
+  raiseAll,
+  STEP_MS,
+  within,
+} from './admission.js'
+import { ADMIT, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
-const REDLOCK_SCRIPTS = [ACQUIRE, RELEASE, EXTEND, RAISE_FENCE, INSPECT]
+const REDLOCK_SCRIPTS = [ACQUIRE, RELEASE, EXTEND, RAISE_FENCE, INSPECT, STATE, ADMIT]
+
+/** The shortest pause between two catch-ups of a node that failed (they run when the node is needed). */
+const RETRY_MS = 500
+
+/**
+ * Catches a node up and admits it, or rejects with why not (the backend's `catchUp` over all nodes, with
+ * its restartDelay).
+ */
+export type CatchUp = (node: RedlockNode, delayMs: number, closed: AbortSignal) => Promise<void>
 
 export class RedlockNode {
   /** Bumped whenever the connection closes: whatever answers next may be a restarted server. */
@@ -25,17 +54,49 @@ export class RedlockNode {
   #startedAt = Number.NEGATIVE_INFINITY
   #runId: string | undefined
   #restarted = false
+  /** The verified server process is admitted: its fence counters are caught up, it may vote. */
+  #admitted = false
+  #catchingUp: Promise<void> | undefined
+  /** Why the latest catch-up did not admit the node. */
+  #refusal: AdmissionError | undefined
+  /** No new catch-up before this moment (after one that failed), except the one then due. */
+  #notBefore = Number.NEGATIVE_INFINITY
+  /** A catch-up due once the server has been up for restartDelay. */
+  #due: ReturnType<typeof setTimeout> | undefined
+  readonly #closed = new AbortController()
+  readonly #marker: string
+  readonly #fences: ReturnType<typeof fenceKeys>
+  readonly #onClose = () => {
+    this.#epoch++
+  }
+  readonly #onReady = () => {
+    // A connection that comes back may lead to a restarted server: check it now, and catch it up if it
+    // needs it, rather than at the next acquire (which would then find it unable to vote).
+    if (this.#verifiedEpoch >= 0 && this.#verifiedEpoch !== this.#epoch) this.#verify().catch(() => {})
+  }
 
   constructor(
     readonly index: number,
     readonly id: string,
     readonly client: Redis,
     readonly backend: RedisBackend,
+    readonly catchUp: CatchUp,
+    /** How long a restarted server must have been up before it is caught up (see admission.ts). */
+    readonly restartDelay: () => number,
   ) {
     // Runs before any reply of the next connection can be read, so no command slips through unchecked.
-    client.on('close', () => {
-      this.#epoch++
-    })
+    client.on('close', this.#onClose)
+    client.on('ready', this.#onReady)
+    // The prefix, as the Redis backend applies it: `<prefix>{<key>}`.
+    const { lock } = backend.keysOf('k')
+    const prefix = lock.slice(0, -'{k}'.length)
+    this.#marker = `${prefix}!admitted`
+    this.#fences = fenceKeys(prefix)
+  }
+
+  /** host:port, for messages. */
+  get address(): string {
+    return this.id.replace(/^rediss?:\/\//, '')
   }
 
   /** The server's run id, once seen. */
@@ -43,12 +104,32 @@ export class RedlockNode {
     return this.#runId
   }
 
+  /** How long the checked server has been up, at least (on our monotonic clock). */
+  get upMs(): number {
+    return now() - this.#startedAt
+  }
+
+  /** The admission state of the server process behind the current connection, as far as known. */
+  get admission(): { state: AdmissionState | 'unknown'; reason?: string } {
+    if (this.#verifiedEpoch !== this.#epoch) return { state: 'unknown' }
+    if (this.#admitted) return { state: 'admitted' }
+    const why = this.#refusal
+    return why ? { state: why.state, reason: why.message } : { state: 'catching-up' }
+  }
+
   /**
-   * Resolves when this node may vote: its current connection has been checked, and its server has been up
-   * for at least `restartDelayMs`. Throws (a failure of this node in the round) otherwise.
+   * Resolves when this node may vote: its current connection has been checked, its server process is
+   * admitted (caught up, if it needed to), and it has been up for at least `restartDelayMs`. Throws (a
+   * failure of this node in the round) otherwise.
    */
   async ready(restartDelayMs: number, signal: AbortSignal): Promise<void> {
-    if (this.#verifiedEpoch !== this.#epoch) await raceSignal(this.#verify(), signal)
+    await this.checked(signal)
+    if (!this.#admitted) {
+      const catching = this.#startCatchUp()
+      // The catch-up goes on after the round has given up on this node; its outcome is kept.
+      if (catching) await raceSignal(catching, signal).catch(() => {})
+      if (!this.#admitted) throw this.#notAdmitted()
+    }
     if (this.votes(restartDelayMs)) return
     const upMs = now() - this.#startedAt
     throw new BackendUnavailableError(
@@ -63,8 +144,194 @@ export class RedlockNode {
   votes(restartDelayMs: number): boolean {
     return (
       this.#verifiedEpoch === this.#epoch &&
+      this.#admitted &&
       (restartDelayMs <= 0 || now() - this.#startedAt >= restartDelayMs)
     )
+  }
+
+  /** True when the current connection has been checked (enough for a release or an inspect). */
+  get isChecked(): boolean {
+    return this.#verifiedEpoch === this.#epoch
+  }
+
+  /** Resolves once the current connection has been checked (its scripts loaded, its state read). */
+  async checked(signal: AbortSignal): Promise<void> {
+    if (this.#verifiedEpoch !== this.#epoch) await raceSignal(this.#verify(), signal)
+  }
+
+  /** Resolves when the catch-up under way, if any, has ended (for `doctor`). */
+  async settled(signal: AbortSignal): Promise<void> {
+    if (this.#catchingUp) await raceSignal(this.#catchingUp, signal)
+  }
+
+  /**
+   * Resolves once the client is connected, or rejects with the first connection error (for `doctor`,
+   * which reports a node that cannot be reached instead of waiting for it).
+   */
+  reachable(signal: AbortSignal): Promise<void> {
+    const client = this.client
+    if (client.status === 'ready') return Promise.resolve()
+    if (client.status === 'end') {
+      return Promise.reject(new Error('the connection was closed (client.quit() or disconnect())'))
+    }
+    if (client.status === 'wait') client.connect().catch(() => {})
+    let detach = () => {}
+    const connecting = new Promise<void>((resolve, reject) => {
+      const onReady = () => resolve()
+      const onError = (error: Error) => reject(error)
+      client.once('ready', onReady)
+      client.once('error', onError)
+      detach = () => {
+        client.off('ready', onReady)
+        client.off('error', onError)
+      }
+    })
+    return raceSignal(connecting, signal).finally(() => detach())
+  }
+
+  /** Stops the node's background work and listeners (the client itself is the caller's). */
+  dispose(): void {
+    this.#closed.abort(new Error('the Redlock backend was closed'))
+    clearTimeout(this.#due)
+    this.client.off('close', this.#onClose)
+    this.client.off('ready', this.#onReady)
+  }
+
+  // ---- What a catch-up (admission.ts) does on this node. Each is bounded by STEP_MS per round trip.
+
+  /** The run_id and the admission marker, in one atomic step (the STATE script). */
+  async readState(signal: AbortSignal): Promise<NodeState> {
+    await this.checked(signal)
+    const [runId, marker] = (await raceSignal(this.#run(STATE, [this.#marker], []), signal)) as [
+      string,
+      string | null,
+    ]
+    return { runId, marker }
+  }
+
+  /** Writes `runId` as the marker if, and only if, the server still runs as `runId` (the ADMIT script). */
+  async admit(runId: string, signal: AbortSignal): Promise<boolean> {
+    return (await raceSignal(this.#run(ADMIT, [this.#marker], [runId]), signal)) === 1
+  }
+
+  /** Every fence counter under the prefix: SCAN MATCH, one MGET per page. */
+  async readFences(closed: AbortSignal): Promise<Map<string, bigint>> {
+    const out = new Map<string, bigint>()
+    let cursor = '0'
+    do {
+      const page = await within(STEP_MS, closed, async (s) => {
+        const [next, keys] = await raceSignal(
+          this.client.scan(cursor, 'MATCH', this.#fences.pattern, 'COUNT', 1000),
+          s,
+        )
+        const ours = keys.filter(this.#fences.test)
+        const values = ours.length > 0 ? await raceSignal(this.client.mget(ours), s) : []
+        return { next, ours, values }
+      })
+      page.ours.forEach((key, i) => {
+        const v = page.values[i]
+        // Anything but a whole number is not a dlock counter (an acquire on it would fail anyway).
+        if (typeof v === 'string' && /^\d+$/.test(v)) out.set(key, BigInt(v))
+      })
+      cursor = page.next
+    } while (cursor !== '0')
+    return out
+  }
+
+  /** The name of one fence counter under the prefix, or undefined if there is none (for a bootstrap). */
+  async firstFence(closed: AbortSignal): Promise<string | undefined> {
+    let cursor = '0'
+    do {
+      const [next, keys] = await within(STEP_MS, closed, (s) =>
+        raceSignal(this.client.scan(cursor, 'MATCH', this.#fences.pattern, 'COUNT', 1000), s),
+      )
+      const hit = keys.find(this.#fences.test)
+      if (hit !== undefined) return hit
+      cursor = next
+    } while (cursor !== '0')
+    return undefined
+  }
+
+  /** Raises this node's counters to `values` (never lowers one). */
+  raiseFences(values: ReadonlyMap<string, bigint>, closed: AbortSignal): Promise<void> {
+    return raiseAll(this.client, values, closed)
+  }
+
+  /** Called by a catch-up that admitted `runId`: this node votes if that is the process it checked. */
+  admitted(runId: string): void {
+    if (runId === this.#runId && this.#verifiedEpoch === this.#epoch) {
+      this.#admitted = true
+      this.#refusal = undefined
+    }
+  }
+
+  /** The error of a round for a node that may not vote yet: which node, why, and what happens next. */
+  #notAdmitted(): BackendUnavailableError {
+    const why = this.#refusal
+    const reason = why
+      ? why.message
+      : 'its catch-up is under way (it reads the counters of the other nodes; that takes a few round trips)'
+    return new BackendUnavailableError(
+      `${this.id} does not vote yet: its server process (run_id ${this.#runId?.slice(0, 8)}…) is not admitted, ` +
+        `that is, its fence counters are not caught up since it ${this.#restarted ? 'restarted' : 'started'}; ` +
+        `a node that lost its memory could otherwise mint a fence that was already used. ${capital(reason)}`,
+      { backend: this.id },
+    )
+  }
+
+  /**
+   * The catch-up under way, or a new one; none while a failed one is recent (failed ones run again on
+   * demand, or when due: one that was too early is due once the server has been up for restartDelay).
+   */
+  #startCatchUp(): Promise<void> | undefined {
+    if (this.#admitted || this.#closed.signal.aborted) return undefined
+    if (this.#catchingUp) return this.#catchingUp
+    if (now() < this.#notBefore) return undefined
+    const run = this.catchUp(this, this.restartDelay(), this.#closed.signal).then(
+      () => {
+        this.#refusal = undefined
+      },
+      (error: unknown) => {
+        this.#refusal =
+          error instanceof AdmissionError
+            ? error
+            : new AdmissionError(
+                'catching-up',
+                `its catch-up failed (${(error as Error)?.message ?? error}); it tries again`,
+              )
+        // Too early: due once the server has been up for restartDelay (on a timer, even if nobody asks).
+        // Any other failure: again when the node is next needed, not sooner than RETRY_MS.
+        const retry = (error as AdmissionError).retryInMs
+        this.#notBefore = now() + (retry ?? RETRY_MS)
+        if (retry !== undefined) this.#catchUpIn(retry)
+      },
+    )
+    this.#catchingUp = run.finally(() => {
+      this.#catchingUp = undefined
+    })
+    return this.#catchingUp
+  }
+
+  /** Starts a catch-up in `ms` (without keeping the process alive), instead of any due before. */
+  #catchUpIn(ms: number): void {
+    clearTimeout(this.#due)
+    this.#due = setTimeout(() => {
+      this.#due = undefined
+      void this.#startCatchUp()
+    }, ms + 5)
+    this.#due.unref?.()
+  }
+
+  /** Runs a script by its SHA; sends the source if the server does not know it (NOSCRIPT). */
+  async #run(s: Script, keys: string[], args: string[]): Promise<unknown> {
+    try {
+      return await this.client.evalsha(s.sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (error instanceof Error && error.message.startsWith('NOSCRIPT')) {
+        return this.client.eval(s.source, keys.length, ...keys, ...args)
+      }
+      throw error
+    }
   }
 
   #verify(): Promise<void> {
@@ -72,12 +339,14 @@ export class RedlockNode {
       const epoch = this.#epoch
       try {
         await connected(this.client)
-        // Loaded before the node votes, with the INFO in one round trip: a fresh server would otherwise
-        // answer the first acquire NOSCRIPT, and its source, re-sent a round trip later, could land after the
-        // attempt's clean-up and leave a stray hold until its ttl.
-        const [, info] = await Promise.all([
+        // Loaded before the node votes, with the INFO and the admission state in one round trip: a fresh
+        // server would otherwise answer the first acquire NOSCRIPT, and its source, re-sent a round trip
+        // later, could land after the attempt's clean-up and leave a stray hold until its ttl. (Sent in
+        // this order on one connection, so STATE runs after its script is loaded.)
+        const [, info, state] = await Promise.all([
           Promise.all(REDLOCK_SCRIPTS.map((s) => this.client.script('LOAD', s.source))),
           this.client.info('server').then(parseInfo),
+          this.client.evalsha(STATE.sha, 1, this.#marker) as Promise<[string, string | null]>,
         ])
         const uptimeS = Number(info.uptime_in_seconds)
         // Uptime is whole seconds, rounded down: the server started at the latest `uptime` seconds ago.
@@ -85,14 +354,25 @@ export class RedlockNode {
         this.#startedAt = now() - (Number.isFinite(uptimeS) ? uptimeS * 1000 : 0)
         if (this.#runId !== undefined && this.#runId !== info.run_id) this.#restarted = true
         this.#runId = info.run_id
+        // Admitted iff the marker names this very process (STATE read both atomically).
+        this.#admitted = state[0] === info.run_id && state[1] === state[0]
+        if (this.#admitted) this.#refusal = undefined
         this.#verifiedEpoch = epoch
       } finally {
         this.#verifying = undefined
+      }
+      // Not admitted: catch up in the background, now or when due (an acquire, or the doctor, waits for
+      // the same run).
+      if (this.#verifiedEpoch === epoch && !this.#admitted) {
+        this.#notBefore = Number.NEGATIVE_INFINITY
+        void this.#startCatchUp()
       }
     })()
     return this.#verifying
   }
 }
+
+const capital = (text: string) => text.charAt(0).toUpperCase() + text.slice(1)
 
 /** Resolves once the client's connection is ready (dlock's node clients do not queue commands offline). */
 function connected(client: Redis): Promise<void> {

@@ -1,0 +1,350 @@
+/**
+ * Admission: a Redlock node votes only while it is *admitted*, that is, while its fence counters are known
+ * to be caught up. A grant's token is the largest counter M of its majority, written back to that majority
+ * before the grant counts, and any later majority shares a node with it, so mints more: as long as the
+ * nodes remember. A node restarted without persistence forgets its counters, and the write-back raises
+ * only each grant's own majority: after C restarts empty, then B, a majority {B, C} (A down) minted M = 1
+ * again (issue 11), although at no moment could more than one node not vote. Remembering run_ids in the
+ * client cannot catch that (a client that connects after the restart never saw the old run_id), so the
+ * state lives on the node.
+ *
+ * - Marker: `<prefix>!admitted` holds the run_id of the server process that was admitted. A node is
+ *   admitted iff its marker equals its current run_id (the STATE script reads both in one step). A server
+ *   restarted empty has no marker; one restarted from its files has an older run_id there: both catch up
+ *   (conservative: files may lag behind the last writes). Checked once per connection, in the round trip
+ *   of INFO and SCRIPT LOAD the node makes anyway (node.ts): the acquire path has no extra round trip.
+ * - Catch-up of X: (0) read X's run_id R: what follows is for that server process only; (1) read every
+ *   other node's state and keep the admitted ones: s = n - q + 1 are needed (q for an odd n), and only
+ *   once R has been up for restartDelay (see below); (2) read all their fence counters (SCAN MATCH
+ *   `<prefix>{*}:fence`, then one MGET per page); (3) read their state again and drop any whose run_id
+ *   changed (it restarted during the read); (4) raise X's counters to the per-key maximum (RAISE_FENCE,
+ *   pipelined); (5) ADMIT: write R as X's marker, in a script that does so only if X still runs as R.
+ *   Each of steps 1-3 starts once the previous one is over on every node.
+ * - Bootstrap: a fresh set has no marker anywhere. When every node answers, none has a marker, none holds a
+ *   fence counter under the prefix, and a second look still finds no marker (so no node was admitted, and
+ *   nothing granted, while the counters were looked for), all are admitted at once. Anything else is not
+ *   a fresh set: the node waits (unavailable: liveness lost, never safety).
+ *
+ * Why fences keep increasing. q = floor(n/2) + 1; NA = the number of nodes not admitted; for a past grant
+ * value m of a key K, H(m) = the admitted nodes whose counter for K is at least m. Invariant J:
+ *     |H(m)| >= q - NA    for every past grant value m of every key.
+ * - A grant writes M back to q admitted nodes before it counts: J holds for M. (A voter that restarts
+ *   before the grant counts is in NA then: its new process catches up only once it has been up for
+ *   restartDelay, at least the largest ttl, and a grant counts only while valid, within a ttl of its
+ *   start, which came before that vote.)
+ * - A restart of an admitted node lowers both sides by at most one. Nothing else lowers a counter.
+ * - Admitting X (catch-up): when step 1 ended, the s sources and H(m) lay within the n - NA admitted nodes
+ *   and s + |H(m)| >= (n - q + 1) + (q - NA) > n - NA, so a source held m; it was the same process until
+ *   step 3, so it showed at least m in step 2, and X was raised to at least m: both sides move by one.
+ *   A grant that ends after that moment ends while X is not admitted (X is in NA), a margin of one that X's
+ *   admission without it uses up. Bootstrap happens only when no current server process holds a counter.
+ * - A grant by q admitted voters: voters and H(m) lie within the n - NA admitted nodes and q + q - NA >
+ *   n - NA, so a voter holds m and M > m. (Voters answer at different moments; a voter below m can only be
+ *   a node that was not in H(m) when m was granted, since a node that loses m by a restart catches up, after
+ *   the restart, before it votes again; and fewer than q nodes were not in H(m).)
+ * Assumed: counters are lost only by restarts (no FLUSHALL, no eviction: `maxmemory-policy noeviction`;
+ * an operator must not write the marker by hand unless the node kept every write); and not every node has
+ * lost them: when all n have restarted empty before any caught up, the set looks fresh, and its fences
+ * start over, like those of a single Redis without persistence; and restartDelay is at least the largest
+ * ttl any client uses (the delayed restart assumes it too; by default it is the largest ttl this client has
+ * used, or the default ttl before any).
+ * Availability: grants need q admitted nodes that answer, a catch-up s admitted other nodes that answer.
+ * If more than n - q nodes restart (empty, or from their files) before the first of them has caught up,
+ * no node can know the counters the lost ones held, and the set stays unavailable until an operator acts.
+ * Cost: a catch-up reads every fence key (one per distinct lock name) on s nodes and writes them on X:
+ * once per restart, by each client connected then (or connecting before it is admitted).
+ */
+import type { Redis } from 'ioredis'
+import { linkedAbort } from '../../core/abort.js'
+import { RAISE_FENCE } from '../redis/scripts.js'
+import type { RedlockNode } from './node.js'
+import { NodeTimeoutError, round } from './quorum.js'
+
+/** How long one step of a catch-up may wait for one node (or one page of its counters). */
+export const STEP_MS = 2000
+
+/** A node's admission state, as `dlock doctor` reports it. */
+export type AdmissionState = 'admitted' | 'catching-up' | 'bootstrap'
+
+/** Why a catch-up did not admit its node; `state` says which of the two waits it is. */
+export class AdmissionError extends Error {
+  override name = 'AdmissionError'
+  constructor(
+    readonly state: Exclude<AdmissionState, 'admitted'>,
+    message: string,
+    /** Another client changed the nodes meanwhile: trying again at once may well succeed. */
+    readonly raced = false,
+    /** Too early: try again in this many ms (not sooner). */
+    readonly retryInMs?: number,
+  ) {
+    super(message)
+  }
+}
+
+/** Why a node waits before its catch-up, for messages. */
+export function tooEarly(delayMs: number, leftMs: number): string {
+  return (
+    `it starts copying the fence counters of the other nodes once its server has been up for restartDelay ` +
+    `(${Math.ceil(delayMs / 1000)} s, so in about ${Math.ceil(leftMs / 1000)} s): a grant it voted in before ` +
+    'it restarted may still be under way, and the catch-up must see it'
+  )
+}
+
+/** What the STATE script returns: the server process's run_id and the node's admission marker. */
+export interface NodeState {
+  readonly runId: string
+  readonly marker: string | null
+}
+
+export const isAdmitted = (s: NodeState | undefined): boolean => s !== undefined && s.marker === s.runId
+
+/** The redis glob pattern of the fence keys under `prefix`, and the exact test of one key name. */
+export function fenceKeys(prefix: string): { pattern: string; test: (key: string) => boolean } {
+  const glob = prefix.replace(/[*?[\]\\]/g, '\\$&')
+  const exact = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\{[^{}]*\\}:fence$`)
+  // A tag never holds a brace (keys with one are hashed, see the Redis backend), so this is exact.
+  return { pattern: `${glob}{*}:fence`, test: (key) => exact.test(key) }
+}
+
+/** Runs `fn` with a signal that aborts after `ms` or when `parent` does. */
+export async function within<T>(ms: number, parent: AbortSignal, fn: (s: AbortSignal) => Promise<T>) {
+  const link = linkedAbort(parent)
+  const timer = setTimeout(() => link.abort(new Error(`no reply within ${ms} ms`)), ms)
+  try {
+    return await fn(link.signal)
+  } finally {
+    clearTimeout(timer)
+    link.dispose()
+  }
+}
+
+/** Raises each counter of `values` on `client` (RAISE_FENCE, never lowers), in pipelined batches. */
+export async function raiseAll(client: Redis, values: ReadonlyMap<string, bigint>, signal: AbortSignal) {
+  const entries = [...values]
+  for (let i = 0; i < entries.length; i += 500) {
+    const batch = entries.slice(i, i + 500)
+    for (let attempt = 0; ; attempt++) {
+      if (signal.aborted) throw signal.reason
+      const pipeline = client.pipeline()
+      for (const [key, value] of batch) pipeline.evalsha(RAISE_FENCE.sha, 1, key, String(value))
+      const replies = (await within(STEP_MS, signal, () => pipeline.exec())) ?? []
+      const failed = replies.find(([error]) => error)?.[0]
+      if (!failed) break
+      // A server that lost its scripts (a restart: then its run_id changed too, and ADMIT will refuse)
+      // or had them flushed: load it and raise the batch again (raising is idempotent).
+      if (!/NOSCRIPT/.test(failed.message) || attempt > 0) throw failed
+      await within(STEP_MS, signal, () => client.script('LOAD', RAISE_FENCE.source))
+    }
+  }
+}
+
+/** Lists the others' states for a message: "127.0.0.1:6380 admitted, 127.0.0.1:6381 not admitted, …". */
+function summary(others: readonly RedlockNode[], states: ReadonlyArray<NodeState | Error | undefined>) {
+  return others
+    .map((o, i) => {
+      const s = states[i]
+      const what =
+        s === undefined
+          ? 'no answer'
+          : s instanceof Error
+            ? `unreachable (${s.message})`
+            : isAdmitted(s)
+              ? 'admitted'
+              : s.marker === null
+                ? 'not admitted (no marker: restarted empty, or new)'
+                : 'not admitted (restarted: its marker names an earlier server process)'
+      return `${o.address} ${what}`
+    })
+    .join(', ')
+}
+
+/**
+ * Catches `x` up and admits it, or throws an `AdmissionError` saying why not (see the top of this file).
+ * Raced attempts (another client admitted nodes meanwhile) are tried once more at once.
+ */
+export async function catchUp(
+  x: RedlockNode,
+  all: readonly RedlockNode[],
+  q: number,
+  delayMs: number,
+  closed: AbortSignal,
+) {
+  try {
+    return await catchUpOnce(x, all, q, delayMs, closed)
+  } catch (error) {
+    if (!(error instanceof AdmissionError && error.raced)) throw error
+    return catchUpOnce(x, all, q, delayMs, closed)
+  }
+}
+
+async function catchUpOnce(
+  x: RedlockNode,
+  all: readonly RedlockNode[],
+  q: number,
+  delayMs: number,
+  closed: AbortSignal,
+) {
+  const n = all.length
+  const need = n - q + 1
+  const others = all.filter((o) => o !== x)
+  const step = <T>(fn: (s: AbortSignal) => Promise<T>) => within(STEP_MS, closed, fn)
+
+  // (0) The server process being caught up. Everything below is for it alone: ADMIT names its run_id.
+  const own = await step((s) => x.readState(s))
+  if (isAdmitted(own)) {
+    // Another client caught it up meanwhile.
+    x.admitted(own.runId)
+    return
+  }
+  if (own.runId !== x.runId) {
+    // Restarted since its connection was checked: the check that comes with the new connection starts
+    // the catch-up of the new process.
+    throw new AdmissionError('catching-up', 'it restarted again during its catch-up', false, 0)
+  }
+
+  // (1) The others' states. Done as soon as enough admitted ones have answered (a paused node does not
+  // hold it up), or when every node has answered or timed out.
+  const { votes } =
+    others.length === 0
+      ? { votes: [] }
+      : await round(
+          others.length,
+          STEP_MS,
+          closed,
+          (i, s) => others[i]!.readState(s),
+          (v) =>
+            v.filter((r) => r?.ok && isAdmitted(r.value)).length >= need || !v.includes(undefined)
+              ? true
+              : undefined,
+        )
+  const first = votes.map((v) =>
+    v === undefined
+      ? undefined
+      : v.ok
+        ? v.value
+        : v.error instanceof NodeTimeoutError
+          ? new Error(`no reply within ${STEP_MS} ms`)
+          : asError(v.error),
+  )
+  const sources = others.filter((_, i) => isAdmitted(stateOf(first[i])))
+
+  if (sources.length >= need) {
+    // Not before X's server has been up for restartDelay (at least the largest ttl in use): a grant that
+    // X's previous process voted in, just before it died, counts only while it is valid, so by then it
+    // has ended (or was dropped), and its value is on the nodes that hold it when step 1 ends. Caught up
+    // sooner, X could miss a grant that still counted on its old process's vote. (A bootstrap, below,
+    // needs no wait: nothing was granted on these processes.)
+    const left = delayMs - x.upMs
+    if (left > 0) throw new AdmissionError('catching-up', tooEarly(delayMs, left), false, left)
+    // (2) Every fence counter of every source. Starts after step 1 has ended on every node: the proof
+    // needs one moment at which all sources were admitted, and that is it.
+    const reads = await Promise.all(
+      sources.map((o) => o.readFences(closed).catch((e: unknown) => asError(e))),
+    )
+    // (3) A source that restarted during its read (its run_id changed) may have shown an empty server's
+    // counters: drop it. One that kept its run_id was the same process throughout, admitted (markers are
+    // never removed), and its counters only grew.
+    const again = await Promise.all(sources.map((o) => step((s) => o.readState(s)).catch(asError)))
+    const highest = new Map<string, bigint>()
+    const used: RedlockNode[] = []
+    sources.forEach((o, i) => {
+      const read = reads[i]!
+      const later = again[i]!
+      const before = stateOf(first[others.indexOf(o)])
+      if (read instanceof Error || later instanceof Error || !isAdmitted(later)) return
+      if (later.runId !== before?.runId) return
+      used.push(o)
+      for (const [key, value] of read) if (value > (highest.get(key) ?? -1n)) highest.set(key, value)
+    })
+    if (used.length < need) {
+      throw new AdmissionError(
+        'catching-up',
+        `it could read the fence counters of only ${used.length} of the ${need} admitted other nodes it needs ` +
+          `(${summary(sources, again)}); it tries again`,
+      )
+    }
+    // (4) X's counters up to the maximum. Raising never lowers a counter, so a concurrent grant, or
+    // another client catching X up at the same time, is never undone.
+    await x.raiseFences(highest, closed)
+    // (5) Admitted only if X is still the process of step 0: had it restarted since, the counters just
+    // written went (partly) to a process that must catch up on its own, and the script refuses.
+    if (!(await step((s) => x.admit(own.runId, s)))) {
+      throw new AdmissionError('catching-up', 'it restarted during its catch-up; it catches up again')
+    }
+    x.admitted(own.runId)
+    return
+  }
+
+  const admittedOthers = sources.length
+  const marked = [own, ...first].some((s) => stateOf(s)?.marker != null)
+  if (admittedOthers > 0 || marked) {
+    // Not a fresh set: some node was admitted in some server process. Waiting for enough of them is all
+    // that is safe.
+    throw new AdmissionError(
+      'catching-up',
+      `it needs ${need} admitted other node${need === 1 ? '' : 's'} to copy its fence counters from, and ` +
+        `${admittedOthers === 0 ? 'none is' : `only ${admittedOthers} ${admittedOthers === 1 ? 'is' : 'are'}`}: ` +
+        `${summary(others, first)}. It catches up by itself once enough of them are admitted and answer. ` +
+        `If more than ${n - q} node${n - q === 1 ? '' : 's'} restarted before the first caught up, that ` +
+        'never happens on its own: no node knows the counters the others forgot (see "Fences across ' +
+        `restarts" under Redlock in dlock's README for what an operator can do)`,
+    )
+  }
+  const unreachable = others.filter((_, i) => !(first[i] && !(first[i] instanceof Error)))
+  if (unreachable.length > 0) {
+    throw new AdmissionError(
+      'bootstrap',
+      `no node of this Redlock set is admitted yet (a fresh set): all ${n} are admitted together once every ` +
+        `one of them answers and none holds a fence counter; ${summary(others, first)}`,
+    )
+  }
+
+  // Bootstrap. (B1) was steps 0 and 1: nobody has a marker. (B2) Nobody holds a fence counter either.
+  const runIds = [own, ...first].map((s) => (s as NodeState).runId)
+  const everyone = [x, ...others]
+  const found = await Promise.all(everyone.map((o) => o.firstFence(closed).catch(asError)))
+  const failed = found.findIndex((f) => f instanceof Error)
+  if (failed >= 0) {
+    throw new AdmissionError(
+      'bootstrap',
+      `no node of this Redlock set is admitted yet (a fresh set), and ${everyone[failed]!.address} could not be ` +
+        `searched for fence counters (${(found[failed] as Error).message}); it tries again`,
+    )
+  }
+  const holder = found.findIndex((f) => typeof f === 'string')
+  if (holder >= 0) {
+    throw new AdmissionError(
+      'bootstrap',
+      `no node of this Redlock set is admitted, yet ${everyone[holder]!.address} holds fence counters ` +
+        `(${found[holder]}): this is not a fresh set, and no node can tell which counters are current, so ` +
+        'none is admitted automatically. If this set was used by a dlock without admission markers, or ' +
+        'every node restarted from files holding every write, an operator can admit the nodes by hand ' +
+        '(see "Fences across restarts" under Redlock in dlock\'s README)',
+    )
+  }
+  // (B3) Still no marker anywhere, same processes: nobody was admitted while (B2) looked, so nothing was
+  // granted that (B2) could have missed. Only then (B4) admit each process seen in (B1).
+  const last = await Promise.all(everyone.map((o) => step((s) => o.readState(s)).catch(asError)))
+  const changed = last.findIndex((s, i) => s instanceof Error || s.marker !== null || s.runId !== runIds[i])
+  if (changed >= 0) {
+    throw new AdmissionError(
+      'bootstrap',
+      `${everyone[changed]!.address} changed while this fresh set was being admitted (${summary([everyone[changed]!], [last[changed]])})`,
+      true,
+    )
+  }
+  const admitted = await Promise.all(
+    everyone.map((o, i) => step((s) => o.admit(runIds[i]!, s)).catch(() => false)),
+  )
+  everyone.forEach((o, i) => {
+    if (admitted[i]) o.admitted(runIds[i]!)
+  })
+  if (!admitted[0])
+    throw new AdmissionError('catching-up', 'it restarted while the fresh set was admitted', true)
+}
+
+const stateOf = (s: NodeState | Error | undefined): NodeState | undefined =>
+  s === undefined || s instanceof Error ? undefined : s
+
+const asError = (e: unknown): Error =>
+  e instanceof Error ? e : new Error(String((e as Error)?.message ?? e))
