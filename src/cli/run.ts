@@ -116,7 +116,9 @@ function runChild(
         })
     // The watchdog's pipe must not keep this process alive once the command has ended (nor before: the
     // child process itself does that).
-    const pipe = child.stdio[3] as (NodeJS.ReadableStream & { unref?: () => void; destroy?: () => void }) | null
+    const pipe = child.stdio[3] as
+      | (NodeJS.ReadableStream & { unref?: () => void; destroy?: () => void })
+      | null
     pipe?.unref?.()
     const send = (signal: NodeJS.Signals) => {
       try {

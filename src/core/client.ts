@@ -336,7 +336,16 @@ class Client implements LockClient {
         const last = inFlight
         abandoning = (async () => {
           // A hung attempt is not waited for beyond this: the clean-up then goes first, best effort.
-          if (last) await withTimeout(SETTLE_WAIT_MS, (s) => Promise.race([last.catch(() => {}), aborted(s)]))
+          if (last) {
+            // A plain timer, cleared as soon as the attempt settles (a listener on a pooled signal would
+            // outlive this wait).
+            let timer: NodeJS.Timeout | undefined
+            const late = new Promise<void>((resolve) => {
+              timer = setTimeout(resolve, SETTLE_WAIT_MS)
+            })
+            await Promise.race([last.catch(() => {}), late])
+            clearTimeout(timer)
+          }
           await withTimeout(opts.ttlMs, (s) => backend.abandon(req, s))
         })().catch(() => {})
         const cleanup = abandoning
@@ -580,14 +589,6 @@ class Client implements LockClient {
     this.#held.add(lock)
     return lock
   }
-}
-
-/** Resolves when `signal` aborts (no timer: nothing keeps the process alive). */
-function aborted(signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) resolve()
-    else signal.addEventListener('abort', () => resolve(), { once: true })
-  })
 }
 
 /** An attempt that outlived its bound (the deadline, or the give-up time of an unreachable store). */
