@@ -131,11 +131,7 @@ describe('dlock run', () => {
       '-c',
       `${script}; echo started; while true; do sleep 0.05; done`,
     ])
-    await new Promise<void>((resolve) => {
-      running.child.stdout!.on('data', (c: Buffer) => {
-        if (c.toString().includes('started')) resolve()
-      })
-    })
+    await untilStarted(running)
     await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
     return running
   }
@@ -147,24 +143,18 @@ describe('dlock run', () => {
     assert.match(r.stderr, /lost/)
   })
 
+  /** `dlock run` of a shell that starts a grandchild (its pid in `pidFile`), once the shell is running. */
+  async function runWithGrandchild(k: string, options: string[]) {
+    const pidFile = join(dir.path, `grandchild-${k}`)
+    const script = `sleep 60 & echo $! > ${pidFile}; echo started; wait`
+    const running = dlock(['run', k, ...options, '--', 'sh', '-c', script])
+    await untilStarted(running)
+    return { running, pidFile }
+  }
+
   it("stops the command's whole process group when the lock is lost, grandchildren included", async () => {
-    const pidFile = join(dir.path, `grandchild-${n}`)
     const k = key('group')
-    const running = dlock([
-      'run',
-      k,
-      '--ttl',
-      '600ms',
-      '--',
-      'sh',
-      '-c',
-      `sleep 60 & echo $! > ${pidFile}; echo started; wait`,
-    ])
-    await new Promise<void>((resolve) => {
-      running.child.stdout!.on('data', (c: Buffer) => {
-        if (c.toString().includes('started')) resolve()
-      })
-    })
+    const { running, pidFile } = await runWithGrandchild(k, ['--ttl', '600ms'])
     await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
     // dlock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
     const code = await new Promise((resolve) => running.child.once('exit', resolve))
@@ -174,24 +164,12 @@ describe('dlock run', () => {
   })
 
   it('stops the command when dlock itself is killed, before the unrenewed lease could expire', async () => {
-    const pidFile = join(dir.path, `orphan-${n}`)
-    const running = dlock([
-      'run',
-      key('wrapper-killed'),
+    const { running, pidFile } = await runWithGrandchild(key('wrapper-killed'), [
       '--ttl',
       '30s',
       '--kill-after',
       '1s',
-      '--',
-      'sh',
-      '-c',
-      `sleep 60 & echo $! > ${pidFile}; echo started; wait`,
     ])
-    await new Promise<void>((resolve) => {
-      running.child.stdout!.on('data', (c: Buffer) => {
-        if (c.toString().includes('started')) resolve()
-      })
-    })
     const started = performance.now()
     running.child.kill('SIGKILL')
     const pid = Number(readFileSync(pidFile, 'utf8'))
@@ -281,4 +259,13 @@ async function waitUntilDead(pid: number, withinMs: number): Promise<void> {
     }
     await new Promise((r) => setTimeout(r, 50))
   }
+}
+
+/** Resolves once the command under `dlock run` has printed "started". */
+function untilStarted(running: { child: ReturnType<typeof spawn> }): Promise<void> {
+  return new Promise<void>((resolve) => {
+    running.child.stdout!.on('data', (c: Buffer) => {
+      if (c.toString().includes('started')) resolve()
+    })
+  })
 }
