@@ -38,7 +38,12 @@ export interface LinkedAbort {
  */
 const children = new WeakMap<AbortSignal, Set<AbortController>>()
 
-function attach(parent: AbortSignal, child: AbortController): () => void {
+/** Makes `child` abort when `parent` does (at once if it already has); returns the detach. */
+export function attach(parent: AbortSignal, child: AbortController): () => void {
+  if (parent.aborted) {
+    child.abort(parent.reason)
+    return () => {}
+  }
   let set = children.get(parent)
   if (!set) {
     const created = new Set<AbortController>()

@@ -44,13 +44,23 @@ export function timerDelay(ms: number): number {
  */
 const spare: AbortController[] = []
 
+/** A never-aborted controller from the pool (or a new one). Hand it back with `giveBack` once its operation settled. */
+export function takeController(): AbortController {
+  return spare.pop() ?? new AbortController()
+}
+
+/** Returns a controller to the pool, unless it aborted (its signal's listeners then matter to someone). */
+export function giveBack(controller: AbortController): void {
+  if (!controller.signal.aborted && spare.length < 64) spare.push(controller)
+}
+
 /**
  * Runs `operation` with a signal that aborts after `ms`, and clears the timer as soon as it settles.
  * `AbortSignal.timeout` would cost ~10 µs and leave its timer pending for the whole duration (a lease
  * long) after every renewal and release.
  */
 export async function withTimeout<T>(ms: number, operation: (signal: AbortSignal) => Promise<T>): Promise<T> {
-  const controller = spare.pop() ?? new AbortController()
+  const controller = takeController()
   const timer = setTimeout(
     () =>
       controller.abort(
@@ -63,6 +73,6 @@ export async function withTimeout<T>(ms: number, operation: (signal: AbortSignal
     return await operation(controller.signal)
   } finally {
     clearTimeout(timer)
-    if (!controller.signal.aborted && spare.length < 64) spare.push(controller)
+    giveBack(controller)
   }
 }
