@@ -308,18 +308,31 @@ describe('redis backend: fair mode', () => {
   it('a hand-over starts with a lease no longer than the waiter liveness, then renews to the full ttl', async () => {
     const k = key('handover-lease')
     const url = `${server.url}?fair=true&waiterLiveness=1s`
-    const holder = await client(url).acquire(k, { ttl: '30s' })
-    const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
-    const deadline = Date.now() + 10_000
-    while ((await admin.llen(`dlock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
-    await holder.release()
-    const first = await admin.pttl(`dlock:{${k}}`)
-    assert.ok(first > 0 && first <= 1000, `first lease ${first} ms should be at most the 1 s liveness`)
-    const lock = await waiting
-    await sleep(1500)
-    assert.equal(lock.signal.aborted, false, 'the first renewal must come before the short lease ends')
-    assert.ok((await admin.pttl(`dlock:{${k}}`)) > 1000, 'renewed to the requested 30 s ttl')
-    await lock.release()
+    // The hand-over's lease is read from the message the release publishes, not from the key afterwards: a
+    // live waiter may already have re-asked for its full ttl by then (it does when its subscription came up
+    // after the release; that is correct, and made this test flaky when it read the key).
+    const listener = admin.duplicate()
+    const published = new Promise<string>((resolve) => listener.on('message', (_channel, message) => resolve(message)))
+    await listener.subscribe(`dlock:{${k}}:released`)
+    try {
+      const holder = await client(url).acquire(k, { ttl: '30s' })
+      const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
+      const deadline = Date.now() + 10_000
+      while ((await admin.llen(`dlock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
+      await holder.release()
+      const [, owner, fence, lease] = /^(.*):(\d+):(\d+)$/.exec(await published) ?? []
+      const first = Number(lease)
+      assert.ok(first > 0 && first <= 1000, `first lease ${first} ms should be at most the 1 s liveness`)
+      const lock = await waiting
+      assert.equal(owner, lock.owner)
+      assert.equal(BigInt(fence!), lock.fence)
+      await sleep(1500)
+      assert.equal(lock.signal.aborted, false, 'the first renewal must come before the short lease ends')
+      assert.ok((await admin.pttl(`dlock:{${k}}`)) > 1000, 'renewed to the requested 30 s ttl')
+      await lock.release()
+    } finally {
+      listener.disconnect()
+    }
   })
 
   it('a waiter that died after queueing blocks the lock no longer than its liveness', async () => {
