@@ -312,7 +312,9 @@ describe('redis backend: fair mode', () => {
     // live waiter may already have re-asked for its full ttl by then (it does when its subscription came up
     // after the release; that is correct, and made this test flaky when it read the key).
     const listener = admin.duplicate()
-    const published = new Promise<string>((resolve) => listener.on('message', (_channel, message) => resolve(message)))
+    const published = new Promise<string>((resolve) =>
+      listener.on('message', (_channel, message) => resolve(message)),
+    )
     await listener.subscribe(`dlock:{${k}}:released`)
     try {
       const holder = await client(url).acquire(k, { ttl: '30s' })
