@@ -1,5 +1,5 @@
 /**
- * Everything the benchmark measures, as adapters: dlock on each backend, the peer libraries people use
+ * Everything the benchmark measures, as adapters: fencelock on each backend, the peer libraries people use
  * today (with their defaults and, where they have one, a tuned polling setting), and raw floors written
  * directly with the clients. A later backend joins with one entry here.
  */
@@ -42,9 +42,9 @@ export interface Locker {
 
 export interface Adapter {
   readonly name: string
-  /** Which store it runs on; ratios compare dlock with the best peer on the same store. */
+  /** Which store it runs on; ratios compare fencelock with the best peer on the same store. */
   readonly store: 'memory' | 'file' | 'redis' | 'redis x5' | 'etcd'
-  readonly kind: 'dlock' | 'peer' | 'floor'
+  readonly kind: 'fencelock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
   readonly fences: boolean
   /** Floors never wait: they are measured uncontended only. */
@@ -61,10 +61,15 @@ const disconnect = async (...clients: Redis[]) => {
   for (const c of clients) c.disconnect()
 }
 
-const dlock = (name: string, store: Adapter['store'], url: (env: Env) => string, note?: string): Adapter => ({
+const fencelock = (
+  name: string,
+  store: Adapter['store'],
+  url: (env: Env) => string,
+  note?: string,
+): Adapter => ({
   name,
   store,
-  kind: 'dlock',
+  kind: 'fencelock',
   fences: true,
   waits: true,
   ...(note ? { note } : {}),
@@ -78,7 +83,7 @@ const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call
 const NOTIFY_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '') end return 0`
 
 export const ADAPTERS: Adapter[] = [
-  dlock('dlock memory', 'memory', () => `memory:bench-${process.pid}`),
+  fencelock('fencelock memory', 'memory', () => `memory:bench-${process.pid}`),
   {
     name: 'async-mutex',
     store: 'memory',
@@ -101,11 +106,16 @@ export const ADAPTERS: Adapter[] = [
       }
     },
   },
-  dlock('dlock file', 'file', (env) => pathToFileURL(join(env.dir, 'dlock')).href, 'fsync on acquire'),
-  dlock(
-    'dlock file (fsync=false)',
+  fencelock(
+    'fencelock file',
     'file',
-    (env) => `${pathToFileURL(join(env.dir, 'dlock-nosync')).href}?fsync=false`,
+    (env) => pathToFileURL(join(env.dir, 'fencelock')).href,
+    'fsync on acquire',
+  ),
+  fencelock(
+    'fencelock file (fsync=false)',
+    'file',
+    (env) => `${pathToFileURL(join(env.dir, 'fencelock-nosync')).href}?fsync=false`,
   ),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
@@ -137,8 +147,8 @@ export const ADAPTERS: Adapter[] = [
       },
     }),
   ),
-  dlock('dlock redis', 'redis', (env) => `redis://127.0.0.1:${env.redis}`),
-  dlock('dlock redis (fair)', 'redis', (env) => `redis://127.0.0.1:${env.redis}?fair=true`),
+  fencelock('fencelock redis', 'redis', (env) => `redis://127.0.0.1:${env.redis}`),
+  fencelock('fencelock redis (fair)', 'redis', (env) => `redis://127.0.0.1:${env.redis}?fair=true`),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
       name: `redis-semaphore Mutex (${mode})`,
@@ -259,13 +269,13 @@ export const ADAPTERS: Adapter[] = [
       }
     },
   },
-  dlock(
-    'dlock redlock 5 nodes',
+  fencelock(
+    'fencelock redlock 5 nodes',
     'redis x5',
     (env) => `redlock://${env.redis5.map((port) => `127.0.0.1:${port}`).join(',')}?restartDelay=0`,
     'fences (max of the majority, written back where behind); restartDelay=0 because the servers are seconds old',
   ),
-  dlock('dlock etcd', 'etcd', (env) => `etcd://${env.etcd}`),
+  fencelock('fencelock etcd', 'etcd', (env) => `etcd://${env.etcd}`),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
       name: `etcd3 Lock + retry loop (${mode === 'defaults' ? '50 ms' : '5 ms'})`,

@@ -1,5 +1,5 @@
 /**
- * Turns bench/results/latest.json into bench/report.html: per scenario, bars of the primary figure (dlock
+ * Turns bench/results/latest.json into bench/report.html: per scenario, bars of the primary figure (fencelock
  * in colour), latency distributions as CDFs, and per-worker acquisitions (fairness) for scenario b.
  * Plain SVG, no scripts, so any browser (or headless Chromium) renders it.
  */
@@ -8,7 +8,8 @@ import type { Results, Row } from './run.js'
 
 const esc = (s: string) =>
   s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!)
-const colour = (row: Row) => (row.kind === 'dlock' ? '#1f6feb' : row.kind === 'floor' ? '#8b949e' : '#d29922')
+const colour = (row: Row) =>
+  row.kind === 'fencelock' ? '#1f6feb' : row.kind === 'floor' ? '#8b949e' : '#d29922'
 const PALETTE = [
   '#1f6feb',
   '#2da44e',
@@ -63,7 +64,7 @@ function cdf(rows: Row[], label: string): string {
         })
         .join(' ')
       const c = PALETTE[i % PALETTE.length]
-      return `<polyline fill="none" stroke="${c}" stroke-width="${r.kind === 'dlock' ? 2.5 : 1.5}" points="${pts}"/>
+      return `<polyline fill="none" stroke="${c}" stroke-width="${r.kind === 'fencelock' ? 2.5 : 1.5}" points="${pts}"/>
 <line x1="${width + 10}" x2="${width + 30}" y1="${12 + i * 14}" y2="${12 + i * 14}" stroke="${c}" stroke-width="2.5"/>
 <text x="${width + 36}" y="${16 + i * 14}" fill="${c}">${esc(r.adapter)}</text>`
     })
@@ -118,12 +119,12 @@ export function writeReport(results: Results, path: string): void {
     .join('\n')
   writeFileSync(
     path,
-    `<!doctype html><html><head><meta charset="utf-8"><title>dlock benchmarks</title>
+    `<!doctype html><html><head><meta charset="utf-8"><title>fencelock benchmarks</title>
 <style>body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#24292f}h2{border-top:1px solid #ddd;padding-top:1em}
 .grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;font-size:11px;width:200px}.key span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}</style>
-</head><body><h1>dlock benchmarks</h1>
+</head><body><h1>fencelock benchmarks</h1>
 <p>${esc(results.date)} · ${esc(results.machine)} · ${results.runs} run(s), medians. One run, one machine: compare the bars, not the numbers.</p>
-<p class="key"><span style="background:#1f6feb"></span>dlock<span style="background:#d29922"></span>peer library<span style="background:#8b949e"></span>raw floor (no fence, no waiting)</p>
+<p class="key"><span style="background:#1f6feb"></span>fencelock<span style="background:#d29922"></span>peer library<span style="background:#8b949e"></span>raw floor (no fence, no waiting)</p>
 ${sections}</body></html>\n`,
   )
 }

@@ -1,7 +1,7 @@
 /**
- * `npm run bench [-- --runs N] [--only a,b] [--match text] [--out dir]`: dlock beside the peer libraries and raw
+ * `npm run bench [-- --runs N] [--only a,b] [--match text] [--out dir]`: fencelock beside the peer libraries and raw
  * floors, on real servers started by the test harness, in one run. Prints a table per scenario with a
- * `dlock / best peer` ratio, writes bench/results/latest.json and bench/report.html.
+ * `fencelock / best peer` ratio, writes bench/results/latest.json and bench/report.html.
  * Machines here are shared and noisy: read ratios from one run, never a lone absolute number.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
@@ -141,13 +141,13 @@ writeFileSync(join(out, 'results', 'latest.json'), `${JSON.stringify(results, nu
 writeReport(results, join(out, 'report.html'))
 process.stderr.write(`\nwrote ${join(out, 'results', 'latest.json')} and ${join(out, 'report.html')}\n`)
 
-/** The ratio of a dlock row to the best peer on the same store, on the scenario's primary figure. */
+/** The ratio of a fencelock row to the best peer on the same store, on the scenario's primary figure. */
 export function ratio(
   row: Row,
   rows: Row[],
   primary: { metric: string; lowerIsBetter: boolean },
 ): number | undefined {
-  if (row.kind !== 'dlock') return undefined
+  if (row.kind !== 'fencelock') return undefined
   const peers = rows.filter(
     (r) => r.kind === 'peer' && r.store === row.store && r.metrics[primary.metric] !== undefined,
   )
@@ -162,7 +162,7 @@ function printTable(s: Results['scenarios'][number]): void {
   const better = s.primary.lowerIsBetter ? 'lower is better' : 'higher is better'
   console.log(`\n### ${s.title}\n`)
   console.log(
-    `| adapter | store | fence | ${metricNames.join(' | ')} | dlock / best peer (${s.primary.label}, ${better}) |`,
+    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) |`,
   )
   console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|`)
   for (const row of s.rows) {

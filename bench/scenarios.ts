@@ -38,7 +38,7 @@ const closeAll = (ls: Locker[]) => Promise.all(ls.map((l) => l.close()))
 async function uncontended(adapter: Adapter, env: Env, key: string): Promise<Figures> {
   const [locker] = await lockers(adapter, env, 1)
   try {
-    // Long enough for the JIT to settle every adapter's hot path (200 cycles left dlock and peers half-optimised).
+    // Long enough for the JIT to settle every adapter's hot path (200 cycles left fencelock and peers half-optimised).
     for (let i = 0; i < 1000; i++) await (await locker!.acquire(key)).release()
     const cycles = n('BENCH_CYCLES', 2000)
     const samples: number[] = []

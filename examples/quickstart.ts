@@ -1,6 +1,6 @@
-import { createLockClient } from 'dlock'
+import { createLockClient } from 'fencelock'
 
-const locks = createLockClient('file:///tmp/dlock-example', { ttl: '15s' })
+const locks = createLockClient('file:///tmp/fencelock-example', { ttl: '15s' })
 
 {
   // Waits up to 10 s, renews the lease while held, releases at the end of the block.

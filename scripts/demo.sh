@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's first command: several `dlock run` processes contend for one lock on the embedded default
+# The README's first command: several `fencelock run` processes contend for one lock on the embedded default
 # backend (a folder of lock files) and take turns; each prints the fence it was given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,13 +8,13 @@ npm run --silent build
 
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-export DLOCK_URL="file://$dir"
+export FENCELOCK_URL="file://$dir"
 echo "4 workers, 2 rounds each, one lock (\"demo\") in $dir:"
 for worker in A B C D; do
   (
     for round in 1 2; do
       node dist/cli/main.js run demo --ttl 5s -- sh -c \
-        "echo \"  worker $worker round $round: holds the lock with fence \$DLOCK_FENCE\"; sleep 0.2; echo \"  worker $worker round $round: done\""
+        "echo \"  worker $worker round $round: holds the lock with fence \$FENCELOCK_FENCE\"; sleep 0.2; echo \"  worker $worker round $round: done\""
     done
   ) &
 done

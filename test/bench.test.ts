@@ -16,16 +16,16 @@ it('the benchmark harness runs and writes its table, JSON and report', { timeout
   try {
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      [RUN, '--only', 'a,b', '--match', 'dlock memory,async-mutex', '--out', out.path],
+      [RUN, '--only', 'a,b', '--match', 'fencelock memory,async-mutex', '--out', out.path],
       { env: { ...process.env, BENCH_CYCLES: '50', BENCH_CONTENDED_MS: '300' } },
     )
-    assert.match(stdout, /\| dlock memory \| memory \| yes \|.*\d+\.\d+× \|/)
+    assert.match(stdout, /\| fencelock memory \| memory \| yes \|.*\d+\.\d+× \|/)
     const results = JSON.parse(readFileSync(join(out.path, 'results', 'latest.json'), 'utf8'))
     const contended = results.scenarios.find((s: { id: string }) => s.id === 'b')
     for (const row of contended.rows) assert.equal(row.metrics.overlaps, 0, `${row.adapter} overlapped`)
     const html = readFileSync(join(out.path, 'report.html'), 'utf8')
     assert.match(html, /<svg/)
-    assert.match(html, /dlock memory/)
+    assert.match(html, /fencelock memory/)
   } finally {
     out.cleanup()
   }

@@ -10,7 +10,7 @@ export class UsageError extends Error {
 /** The per-user default: locks shared by this user's processes on this host, kept across reboots. */
 export function defaultUrl(env: NodeJS.ProcessEnv = process.env): string {
   const state = env.XDG_STATE_HOME || join(homedir(), '.local', 'state')
-  return pathToFileURL(join(state, 'dlock', 'locks')).href
+  return pathToFileURL(join(state, 'fencelock', 'locks')).href
 }
 
 export const COMMON_OPTIONS = {
@@ -37,5 +37,5 @@ export function parse(
 }
 
 export function resolveUrl(values: ParsedOptions, env: NodeJS.ProcessEnv = process.env): string {
-  return (values.url as string | undefined) || env.DLOCK_URL || defaultUrl(env)
+  return (values.url as string | undefined) || env.FENCELOCK_URL || defaultUrl(env)
 }

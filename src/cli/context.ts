@@ -68,7 +68,7 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
   if (!tty) {
     const timer = setTimeout(() => {
       void describe().then(() => {
-        if (!stopped) process.stderr.write(`dlock: ${line()}\n`)
+        if (!stopped) process.stderr.write(`fencelock: ${line()}\n`)
       })
     }, 200)
     timer.unref()

@@ -3,10 +3,10 @@ import { COMMON_OPTIONS, parse, resolveUrl, UsageError } from './args.js'
 import { open, reasonOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
-export const DOCTOR_HELP = `Usage: dlock doctor [<url>]
+export const DOCTOR_HELP = `Usage: fencelock doctor [<url>]
 
-Connects to the backend (default: --url, $DLOCK_URL, else the per-user folder), checks the settings and
-semantics dlock relies on, and prints one finding per line: ok, info, warn or error.
+Connects to the backend (default: --url, $FENCELOCK_URL, else the per-user folder), checks the settings and
+semantics fencelock relies on, and prints one finding per line: ok, info, warn or error.
 Exits 0 when nothing is an error, 69 otherwise.`
 
 export async function doctorCommand(argv: string[]): Promise<number> {
@@ -15,7 +15,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
     process.stdout.write(`${DOCTOR_HELP}\n`)
     return EXIT.ok
   }
-  if (positionals.length > 1) throw new UsageError('usage: dlock doctor [<url>]')
+  if (positionals.length > 1) throw new UsageError('usage: fencelock doctor [<url>]')
   const url = positionals[0] ?? resolveUrl(values)
   const opened = await open({ ...values, url })
   try {
@@ -23,7 +23,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
     const findings: DoctorFinding[] = []
     try {
       // The store is asked first, with a bound: an unreachable one is a finding with its fix, not a hang.
-      await opened.client.inspect('.dlock-doctor', { signal: AbortSignal.timeout(10_000) })
+      await opened.client.inspect('.fencelock-doctor', { signal: AbortSignal.timeout(10_000) })
       findings.push({ level: 'ok', message: 'the store answers' })
       findings.push(
         ...(opened.backend.doctor

@@ -6,7 +6,7 @@ import {
 } from '../core/errors.js'
 
 /**
- * Exit codes of the CLI. `dlock run` otherwise exits with its command's status (128 + N when the command
+ * Exit codes of the CLI. `fencelock run` otherwise exits with its command's status (128 + N when the command
  * died of signal N, as shells do), so a command that itself exits with one of these is ambiguous; pick
  * other codes in commands whose status matters to you.
  */

@@ -3,7 +3,7 @@ import { COMMON_OPTIONS, parse, UsageError } from './args.js'
 import { open, printJson, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
-export const HOLD_HELP = `Usage: dlock hold <key> [options]
+export const HOLD_HELP = `Usage: fencelock hold <key> [options]
 
 Takes the lock <key>, prints one JSON line when acquired ({"event":"acquired","key","owner","fence",...})
 and holds it, renewing, until a line on stdin says:
@@ -12,7 +12,7 @@ and holds it, renewing, until a line on stdin says:
 End of input releases too. If the lock is lost, prints {"event":"lost",...} and exits 76.
 
 Options:
-  --url <url>          backend URL (default: $DLOCK_URL, else a per-user folder of file locks)
+  --url <url>          backend URL (default: $FENCELOCK_URL, else a per-user folder of file locks)
   --ttl <duration>     lease length (default: 30s)
   --timeout <duration> how long to wait for the lock (default: forever)
   -v, --verbose        say on stderr when waiting
@@ -25,7 +25,7 @@ export async function holdCommand(argv: string[]): Promise<number> {
     return EXIT.ok
   }
   const [key, ...extra] = positionals
-  if (key === undefined || extra.length > 0) throw new UsageError('usage: dlock hold <key> [options]')
+  if (key === undefined || extra.length > 0) throw new UsageError('usage: fencelock hold <key> [options]')
   const timeout = timeoutOf(values)
   const opened = await open(values)
   try {

@@ -7,22 +7,22 @@ import { HOLD_HELP, holdCommand } from './hold.js'
 import { INSPECT_HELP, inspectCommand } from './inspect.js'
 import { RUN_HELP, runCommand } from './run.js'
 
-const HELP = `Usage: dlock <command> [options]
+const HELP = `Usage: fencelock <command> [options]
 
 Distributed locks with fencing tokens, from the shell.
 
 Commands:
-  run <key> -- <cmd...>   run a command while holding the lock (DLOCK_KEY, DLOCK_FENCE in its env)
+  run <key> -- <cmd...>   run a command while holding the lock (FENCELOCK_KEY, FENCELOCK_FENCE in its env)
   hold <key>              hold the lock until stdin says release (or abandon)
   inspect <key>           print who holds the lock now (diagnostic)
   doctor [<url>]          check a backend's settings and semantics
 
-The backend is --url, else $DLOCK_URL, else a per-user folder of file locks
-($XDG_STATE_HOME/dlock/locks, by default ~/.local/state/dlock/locks).
+The backend is --url, else $FENCELOCK_URL, else a per-user folder of file locks
+($XDG_STATE_HOME/fencelock/locks, by default ~/.local/state/fencelock/locks).
 URLs: file:///dir, memory: (one process only).
 
 Exit codes: 64 usage, 69 backend unavailable, 75 not acquired, 76 lock lost; run passes on its command's.
-Run "dlock <command> --help" for a command's options.`
+Run "fencelock <command> --help" for a command's options.`
 
 const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help: string }> = {
   run: { run: runCommand, help: RUN_HELP },
@@ -56,7 +56,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = code
   },
   (error: Error) => {
-    process.stderr.write(`dlock: ${error.message}\n`)
+    process.stderr.write(`fencelock: ${error.message}\n`)
     process.exitCode = error instanceof UsageError ? EXIT.usage : exitCodeFor(error)
   },
 )

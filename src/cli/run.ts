@@ -6,22 +6,22 @@ import { COMMON_OPTIONS, parse, UsageError } from './args.js'
 import { open, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
-export const RUN_HELP = `Usage: dlock run <key> [options] -- <command> [args...]
+export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args...]
 
 Takes the lock <key>, runs <command> while holding it (renewing the lease), releases it when the
-command ends, and exits with the command's status. The command gets DLOCK_KEY and DLOCK_FENCE in its
-environment: pass DLOCK_FENCE to whatever you write, so it can reject a stale holder.
+command ends, and exits with the command's status. The command gets FENCELOCK_KEY and FENCELOCK_FENCE in its
+environment: pass FENCELOCK_FENCE to whatever you write, so it can reject a stale holder.
 The command runs in a process group of its own (as with timeout(1)). If the lock is lost while it runs,
-the whole group gets SIGTERM, then SIGKILL after --kill-after; if dlock itself dies (SIGKILL, the OOM
+the whole group gets SIGTERM, then SIGKILL after --kill-after; if fencelock itself dies (SIGKILL, the OOM
 killer), a watchdog in that group stops it the same way, before the unrenewed lease expires (keep
 --kill-after below 2/3 of --ttl for that to hold).
 
 Options:
-  --url <url>          backend URL (default: $DLOCK_URL, else a per-user folder of file locks)
+  --url <url>          backend URL (default: $FENCELOCK_URL, else a per-user folder of file locks)
   --ttl <duration>     lease length, renewed every ttl/3 (default: 30s)
   --timeout <duration> how long to wait for the lock (default: forever; 0 = try once)
   --kill-after <dur>   grace between SIGTERM and SIGKILL when the lock is lost (default: 10s)
-  --foreground         run the command in dlock's own process group, so it can read the terminal and get
+  --foreground         run the command in fencelock's own process group, so it can read the terminal and get
                        its signals; then only the command itself (not its children) is stopped on loss
   -v, --verbose        say on stderr when waiting and acquiring even when stderr is not a terminal
   -h, --help           this help
@@ -43,10 +43,11 @@ export async function runCommand(argv: string[]): Promise<number> {
     return EXIT.ok
   }
   const [key, ...extra] = positionals
-  if (key === undefined) throw new UsageError('missing <key>; usage: dlock run <key> [options] -- <command>')
+  if (key === undefined)
+    throw new UsageError('missing <key>; usage: fencelock run <key> [options] -- <command>')
   if (extra.length > 0 || command.length === 0) {
     throw new UsageError(
-      `put the command after "--": dlock run ${key} -- ${[...extra, ...command].join(' ') || '<command>'}`,
+      `put the command after "--": fencelock run ${key} -- ${[...extra, ...command].join(' ') || '<command>'}`,
     )
   }
   const killAfterMs = parseDuration('--kill-after', values['kill-after'] ?? '10s')
@@ -72,15 +73,15 @@ export async function runCommand(argv: string[]): Promise<number> {
     } finally {
       stopStatus()
     }
-    if (verbose) process.stderr.write(`dlock: acquired ${key} (fence ${lock.fence})\n`)
+    if (verbose) process.stderr.write(`fencelock: acquired ${key} (fence ${lock.fence})\n`)
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
     const status = await runChild(command, lock, killAfterMs, values.foreground === true)
     await lock.release().catch((error: Error) => {
-      process.stderr.write(`dlock: ${error.message}\n`)
+      process.stderr.write(`fencelock: ${error.message}\n`)
     })
     if (lock.signal.aborted) {
-      process.stderr.write(`dlock: ${(lock.signal.reason as Error).message}\n`)
+      process.stderr.write(`fencelock: ${(lock.signal.reason as Error).message}\n`)
       return EXIT.lost
     }
     return status
@@ -105,7 +106,7 @@ function runChild(
 ): Promise<number> {
   return new Promise((resolve) => {
     const [file, ...args] = command as [string, ...string[]]
-    const env = { ...process.env, DLOCK_KEY: lock.key, DLOCK_FENCE: lock.fence.toString() }
+    const env = { ...process.env, FENCELOCK_KEY: lock.key, FENCELOCK_FENCE: lock.fence.toString() }
     const child = foreground
       ? spawn(file, args, { stdio: 'inherit', env })
       : spawn(process.execPath, [WATCHDOG, String(killAfterMs), file, ...args], {
@@ -145,7 +146,7 @@ function runChild(
       resolve(status)
     }
     child.once('error', (error: NodeJS.ErrnoException) => {
-      process.stderr.write(`dlock: cannot run ${file}: ${error.message}\n`)
+      process.stderr.write(`fencelock: cannot run ${file}: ${error.message}\n`)
       done(error.code === 'ENOENT' ? EXIT.notFound : EXIT.cannotExecute)
     })
     child.once('exit', (code, signal) => {

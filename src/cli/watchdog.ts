@@ -1,5 +1,5 @@
 /**
- * The watchdog `dlock run` starts its command under: `node watchdog.js <kill-after ms> <file> [args…]`.
+ * The watchdog `fencelock run` starts its command under: `node watchdog.js <kill-after ms> <file> [args…]`.
  *
  * It leads the command's process group (the wrapper spawns it detached), runs the command in that group,
  * and exits with the command's status. Its one job: if the wrapper dies (SIGKILL, the OOM killer) the lease
@@ -18,7 +18,7 @@ import { constants } from 'node:os'
 const [killAfterText, file, ...args] = process.argv.slice(2)
 const killAfterMs = Number(killAfterText)
 if (!file || !Number.isFinite(killAfterMs)) {
-  process.stderr.write('dlock watchdog: usage: watchdog.js <kill-after ms> <file> [args...]\n')
+  process.stderr.write('fencelock watchdog: usage: watchdog.js <kill-after ms> <file> [args...]\n')
   process.exit(64)
 }
 
@@ -29,7 +29,7 @@ let exited = false
 
 child.once('error', (error: NodeJS.ErrnoException) => {
   exited = true
-  process.stderr.write(`dlock: cannot run ${file}: ${error.message}\n`)
+  process.stderr.write(`fencelock: cannot run ${file}: ${error.message}\n`)
   process.exit(error.code === 'ENOENT' ? 127 : 126)
 })
 child.once('exit', (code, signal) => {
@@ -51,7 +51,7 @@ wrapper.on('data', () => {})
 wrapper.on('error', () => {})
 wrapper.once('close', () => {
   if (exited) return
-  process.stderr.write('dlock: the dlock process holding the lock died; stopping the command\n')
+  process.stderr.write('fencelock: the fencelock process holding the lock died; stopping the command\n')
   signalGroup('SIGTERM')
   setTimeout(() => signalGroup('SIGKILL'), killAfterMs).unref()
 })

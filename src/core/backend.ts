@@ -108,7 +108,7 @@ export interface DoctorFinding {
  * you added when your call settles.
  */
 export interface LockBackend {
-  /** Names the store in errors and diagnostics, e.g. `file:///var/lock/dlock`. Never contains secrets. */
+  /** Names the store in errors and diagnostics, e.g. `file:///var/lock/fencelock`. Never contains secrets. */
   readonly id: string
   readonly capabilities: BackendCapabilities
   /** Key and ttl limits; without them the core applies `DEFAULT_LIMITS` (src/core/options.ts). */
@@ -137,7 +137,7 @@ export interface LockBackend {
    * never blind, whether or not any attempt reported a grant. Required: no backend may forget it.
    */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
-  /** Checks the store's settings and semantics we rely on, for `dlock doctor`. */
+  /** Checks the store's settings and semantics we rely on, for `fencelock doctor`. */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
   /** Closes only what the backend itself opened. */
   close(): Promise<void>

@@ -46,7 +46,7 @@ export interface LockClient extends AsyncDisposable {
    * acquires, and closes the backend, which closes only what it opened itself (never your driver client).
    */
   close(): Promise<void>
-  /** The backend's id, e.g. `file:///var/lock/dlock`. Undefined until a URL-configured backend has loaded. */
+  /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
 

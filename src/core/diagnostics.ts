@@ -1,22 +1,22 @@
 import * as diagnosticsChannel from 'node:diagnostics_channel'
 
 /**
- * Observe dlock without a logging dependency: subscribe with `diagnostics_channel.subscribe(name, fn)`.
+ * Observe fencelock without a logging dependency: subscribe with `diagnostics_channel.subscribe(name, fn)`.
  * Every message has `key` and `backend`; see each channel for the rest. Nothing is built when nobody listens.
  */
 export const channels = {
   /** `{ key, backend, ttlMs, timeoutMs }` when `acquire`/`tryAcquire` begins. */
-  acquireStart: diagnosticsChannel.channel('dlock:acquire:start'),
+  acquireStart: diagnosticsChannel.channel('fencelock:acquire:start'),
   /** `{ key, backend, owner, fence, attempts, waitedMs }` when a lock is granted. */
-  acquireOk: diagnosticsChannel.channel('dlock:acquire:ok'),
+  acquireOk: diagnosticsChannel.channel('fencelock:acquire:ok'),
   /** `{ key, backend, attempts, waitedMs, error }` when an acquire gives up. */
-  acquireFail: diagnosticsChannel.channel('dlock:acquire:fail'),
+  acquireFail: diagnosticsChannel.channel('fencelock:acquire:fail'),
   /** `{ key, backend, owner, fence, outcome: 'renewed' | 'lost' | 'unknown', error? }` after each extend. */
-  extend: diagnosticsChannel.channel('dlock:extend'),
+  extend: diagnosticsChannel.channel('fencelock:extend'),
   /** `{ key, backend, owner, fence, error }` when a held lock is lost. */
-  lost: diagnosticsChannel.channel('dlock:lost'),
+  lost: diagnosticsChannel.channel('fencelock:lost'),
   /** `{ key, backend, owner, fence, released: boolean, error? }` after a release. */
-  release: diagnosticsChannel.channel('dlock:release'),
+  release: diagnosticsChannel.channel('fencelock:release'),
 } as const
 
 export function publish(channel: diagnosticsChannel.Channel, message: () => object): void {

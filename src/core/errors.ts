@@ -1,5 +1,5 @@
 /**
- * The errors dlock throws. Each has a stable `code` (match on it, not on the message), the `key` and the
+ * The errors fencelock throws. Each has a stable `code` (match on it, not on the message), the `key` and the
  * `backend` it concerns, and the underlying `cause` when there is one. Contention
  * (`LockNotAcquiredError`) and unavailability (`BackendUnavailableError`) are never the same error.
  */
@@ -61,21 +61,21 @@ export function describeNetworkError(error: unknown, address?: string): string |
   return undefined
 }
 
-/** Context carried by every dlock error. */
+/** Context carried by every fencelock error. */
 export interface LockErrorContext {
   readonly key?: string | undefined
   readonly backend?: string | undefined
   readonly cause?: unknown
 }
 
-/** Base class of every dlock error. */
+/** Base class of every fencelock error. */
 export class LockError extends Error {
   override name = 'LockError'
-  /** A stable machine-readable code such as `DLOCK_NOT_ACQUIRED`. */
+  /** A stable machine-readable code such as `FENCELOCK_NOT_ACQUIRED`. */
   readonly code: string
   /** The lock key concerned, when there is one. */
   readonly key: string | undefined
-  /** The backend id (for example `file:///var/lock/dlock`), when there is one. */
+  /** The backend id (for example `file:///var/lock/fencelock`), when there is one. */
   readonly backend: string | undefined
 
   constructor(code: string, message: string, context: LockErrorContext = {}) {
@@ -90,7 +90,7 @@ export class LockError extends Error {
 export class LockNotAcquiredError extends LockError {
   override name = 'LockNotAcquiredError'
   constructor(message: string, context: LockErrorContext = {}) {
-    super('DLOCK_NOT_ACQUIRED', message, context)
+    super('FENCELOCK_NOT_ACQUIRED', message, context)
   }
 }
 
@@ -98,7 +98,7 @@ export class LockNotAcquiredError extends LockError {
 export class LockLostError extends LockError {
   override name = 'LockLostError'
   constructor(message: string, context: LockErrorContext = {}) {
-    super('DLOCK_LOST', message, context)
+    super('FENCELOCK_LOST', message, context)
   }
 }
 
@@ -106,7 +106,7 @@ export class LockLostError extends LockError {
 export class LockReleasedError extends LockError {
   override name = 'LockReleasedError'
   constructor(message: string, context: LockErrorContext = {}) {
-    super('DLOCK_RELEASED', message, context)
+    super('FENCELOCK_RELEASED', message, context)
   }
 }
 
@@ -119,7 +119,7 @@ export class BackendUnavailableError extends LockError {
    */
   readonly retryable: boolean
   constructor(message: string, context: LockErrorContext & { retryable?: boolean } = {}) {
-    super('DLOCK_BACKEND_UNAVAILABLE', message, context)
+    super('FENCELOCK_BACKEND_UNAVAILABLE', message, context)
     this.retryable = context.retryable ?? true
   }
 }
@@ -133,7 +133,7 @@ export interface NodeFailure {
 /** A quorum-based backend could not reach a majority of its nodes. */
 export class QuorumError extends BackendUnavailableError {
   override name = 'QuorumError'
-  override readonly code = 'DLOCK_QUORUM'
+  override readonly code = 'FENCELOCK_QUORUM'
   /** Each node that failed, and why. */
   readonly failures: readonly NodeFailure[]
   constructor(message: string, failures: readonly NodeFailure[], context: LockErrorContext = {}) {
@@ -146,7 +146,7 @@ export class QuorumError extends BackendUnavailableError {
 export class CapabilityError extends LockError {
   override name = 'CapabilityError'
   constructor(message: string, context: LockErrorContext = {}) {
-    super('DLOCK_CAPABILITY', message, context)
+    super('FENCELOCK_CAPABILITY', message, context)
   }
 }
 
@@ -156,7 +156,7 @@ export class DriverMissingError extends LockError {
   /** The npm package to install. */
   readonly packageName: string
   constructor(packageName: string, message: string, context: LockErrorContext = {}) {
-    super('DLOCK_DRIVER_MISSING', message, context)
+    super('FENCELOCK_DRIVER_MISSING', message, context)
     this.packageName = packageName
   }
 }
@@ -165,6 +165,6 @@ export class DriverMissingError extends LockError {
 export class ClientClosedError extends LockError {
   override name = 'ClientClosedError'
   constructor(message: string, context: LockErrorContext = {}) {
-    super('DLOCK_CLIENT_CLOSED', message, context)
+    super('FENCELOCK_CLIENT_CLOSED', message, context)
   }
 }

@@ -129,7 +129,7 @@ describe(
           // a second away, and the release's delete wakes the wait (which hands over) within milliseconds.
           // Should a poll come first all the same, it is interrupted just as well.
           for (let i = 0; i < 250; i++) {
-            const keys = await admin.getAll().prefix(`dlock/${key}/`).keys()
+            const keys = await admin.getAll().prefix(`fencelock/${key}/`).keys()
             if (keys.length === 2) break
             await new Promise((r) => setTimeout(r, 20))
           }
@@ -147,7 +147,7 @@ describe(
         const next = await others
           .acquire(key, { timeout: '5s' })
           .catch((error: unknown) => assert.fail(`${point}: the key stayed held after the abort: ${error}`))
-        const keys = await admin.getAll().prefix(`dlock/${key}/`).strings()
+        const keys = await admin.getAll().prefix(`fencelock/${key}/`).strings()
         assert.deepEqual(
           Object.values(keys),
           [next.owner],

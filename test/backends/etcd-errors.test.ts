@@ -45,7 +45,7 @@ describe('etcd: request errors, limits and unreachable servers', { timeout: 120_
     'the client fromUrl makes': () => loadBackend(parseBackendUrl(cluster.url())),
     'your own client built with etcdClientOptions': async () => {
       const { etcdBackend, etcdClientOptions } = etcdModule
-      assert.equal(typeof etcdClientOptions, 'function', 'dlock/etcd exports etcdClientOptions')
+      assert.equal(typeof etcdClientOptions, 'function', 'fencelock/etcd exports etcdClientOptions')
       const client = new etcd3.Etcd3(etcdClientOptions(etcd3, { hosts: cluster.endpoints }))
       clients.push(client)
       return etcdBackend({ client })

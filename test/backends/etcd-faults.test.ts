@@ -57,11 +57,11 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
 
   it('excludes `etcdctl lock` (Go concurrency.Mutex) on the same name, both ways', async () => {
     const locks = client({ ttl: '5s' })
-    // etcdctl holds dlock/interop-a: dlock must wait.
-    const go = etcdctlLock(cluster, 'dlock/interop-a')
+    // etcdctl holds fencelock/interop-a: fencelock must wait.
+    const go = etcdctlLock(cluster, 'fencelock/interop-a')
     try {
-      await go.printed('dlock/interop-a/', 10_000)
-      assert.equal(await locks.tryAcquire('interop-a'), null, 'dlock took a lock etcdctl holds')
+      await go.printed('fencelock/interop-a/', 10_000)
+      assert.equal(await locks.tryAcquire('interop-a'), null, 'fencelock took a lock etcdctl holds')
       const waiting = locks.acquire('interop-a', { timeout: '10s' })
       await sleep(300)
       go.child.kill('SIGINT')
@@ -70,12 +70,12 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     } finally {
       go.child.kill('SIGKILL')
     }
-    // dlock holds dlock/interop-b: etcdctl must wait until dlock releases.
+    // fencelock holds fencelock/interop-b: etcdctl must wait until fencelock releases.
     const lock = await locks.acquire('interop-b')
-    const other = etcdctlLock(cluster, 'dlock/interop-b', ['echo', 'etcdctl-got-it'])
+    const other = etcdctlLock(cluster, 'fencelock/interop-b', ['echo', 'etcdctl-got-it'])
     try {
       await sleep(700)
-      assert.doesNotMatch(other.output(), /etcdctl-got-it/, 'etcdctl took a lock dlock holds')
+      assert.doesNotMatch(other.output(), /etcdctl-got-it/, 'etcdctl took a lock fencelock holds')
       await lock.release()
       await other.printed('etcdctl-got-it', 10_000)
       assert.equal(await other.exited, 0)
@@ -91,7 +91,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     try {
       const [kv] = await admin
         .getAll()
-        .prefix('dlock/revoked/')
+        .prefix('fencelock/revoked/')
         .exec()
         .then((r) => r.kvs)
       assert.ok(kv, 'our key is under the lock prefix')
@@ -115,7 +115,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     const holder = await client({ ttl: '6s' }).acquire(key)
     const admin = new Etcd3({ hosts: cluster.members.map((m) => `http://${m.endpoint}`) })
     try {
-      const keys = async () => (await admin.getAll().prefix(`dlock/${key}/`).exec()).kvs
+      const keys = async () => (await admin.getAll().prefix(`fencelock/${key}/`).exec()).kvs
       const waiting = client({ ttl: '6s' }).acquire(key, { timeout: '20s' })
       // The waiter's key is the one that is not the holder's; wait (bounded) until it is in line.
       let gone: { key: string; revision: bigint } | undefined

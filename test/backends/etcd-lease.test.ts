@@ -23,7 +23,7 @@ describe('etcd: leases and what the holder believes', { timeout: 120_000 }, () =
     return c
   }
   /** Our keys of lock `key`, as etcd has them. */
-  const keysOf = async (key: string) => (await admin.getAll().prefix(`dlock/${key}/`).exec()).kvs
+  const keysOf = async (key: string) => (await admin.getAll().prefix(`fencelock/${key}/`).exec()).kvs
   /** Every lease etcd has now, with the TTL it was granted. */
   const leases = async () => {
     const { leases: all } = await admin.leaseClient.leaseLeases({})

@@ -19,7 +19,7 @@ for (const size of [1, 3]) {
     breakLease: async (key) => {
       await admin
         .delete()
-        .prefix(`dlock/${key.replace(/%/g, '%25').replace(/\//g, '%2F')}/`)
+        .prefix(`fencelock/${key.replace(/%/g, '%25').replace(/\//g, '%2F')}/`)
         .exec()
     },
     async teardown() {

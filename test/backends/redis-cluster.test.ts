@@ -15,7 +15,7 @@ defineConformanceSuite({
   },
   createClient: (options) => createLockClient(cluster.url, options),
   breakLease: async (key) => {
-    await admin.del(`dlock:{${key}}`)
+    await admin.del(`fencelock:{${key}}`)
   },
   async teardown() {
     admin.disconnect()

@@ -17,7 +17,7 @@ for (const mode of ['', '?fair=true']) {
     createClient: (options) => createLockClient(`${server.url}${mode}`, options),
     // The store forgets the lease, as an early expiry would; the fence counter stays.
     breakLease: async (key) => {
-      await admin.del(`dlock:{${key}}`)
+      await admin.del(`fencelock:{${key}}`)
     },
     async teardown() {
       admin.disconnect()

@@ -57,7 +57,7 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
       assert.ok(lock.fence > 0n)
       await lock.release()
       await locks.close()
-      for (const c of mine) assert.equal(await c.ping(), 'PONG', 'a user client was closed by dlock')
+      for (const c of mine) assert.equal(await c.ping(), 'PONG', 'a user client was closed by fencelock')
     } finally {
       for (const c of mine) c.disconnect()
     }
@@ -76,7 +76,7 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
       // or not node 0 is in the granting majority, the nodes no longer agree on the counter.
       const first = new Redis(nodes.servers[0]!.port, '127.0.0.1')
       try {
-        await first.set('dlock:{out-of-step}:fence', '100')
+        await first.set('fencelock:{out-of-step}:fence', '100')
       } finally {
         first.disconnect()
       }
@@ -161,7 +161,7 @@ describe('redlock: doctor over URL clients, on fresh nodes', { timeout: 60_000 }
     }
   })
 
-  it('`dlock doctor redlock://…` on fresh nodes reports them healthy and admitted (exit 0)', async () => {
+  it('`fencelock doctor redlock://…` on fresh nodes reports them healthy and admitted (exit 0)', async () => {
     // The URL's clients do not queue commands while they connect (enableOfflineQueue: false): the doctor
     // used to check each node before its connection was up ("Stream isn't writeable…", exit 69).
     const r = await cli(['doctor', nodes.url()])

@@ -27,7 +27,7 @@ function clientsOf() {
 /** The admission marker of a node and its current run_id, read by an admin connection. */
 async function admissionOf(
   port: number,
-  prefix = 'dlock:',
+  prefix = 'fencelock:',
 ): Promise<{ runId: string; marker: string | null }> {
   const admin = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 0 })
   admin.on('error', () => {})
@@ -43,7 +43,7 @@ async function admissionOf(
  * Whether the node at `port` is admitted (its marker is its run_id) within `ms`: the connected clients catch
  * a restarted node up by themselves. False when it is not by then (the caller asserts what it needs).
  */
-async function admittedWithin(port: number, ms: number, prefix = 'dlock:'): Promise<boolean> {
+async function admittedWithin(port: number, ms: number, prefix = 'fencelock:'): Promise<boolean> {
   const until = performance.now() + ms
   for (;;) {
     const { runId, marker } = await admissionOf(port, prefix).catch(() => ({ runId: '', marker: null }))
@@ -202,7 +202,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
     const admins = nodes.servers.map((s) => new Redis(s.port, '127.0.0.1'))
     const backend = redlockBackend({ clients: mine, nodeTimeoutMs: 200, restartDelayMs: 0 })
     const key = 'resent-clean-up'
-    const lockKey = `dlock:{${key}}`
+    const lockKey = `fencelock:{${key}}`
     try {
       await backend.inspect(key, AbortSignal.timeout(5000)) // every connection checked (scripts loaded)
       await Promise.all(admins.slice(0, 3).map((a) => a.set(lockKey, 'someone-else', 'PX', 10_000)))
@@ -247,7 +247,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
         for (const i of pick) nodes.servers[i]!.signal('SIGSTOP')
         await sleep(100 + Math.random() * 200)
         for (const i of pick) nodes.servers[i]!.signal('SIGCONT')
-        const counters = await Promise.all(admins.map((a) => a.get(`dlock:{${key}}:fence`)))
+        const counters = await Promise.all(admins.map((a) => a.get(`fencelock:{${key}}:fence`)))
         if (new Set(counters).size > 1) outOfStep++
         await sleep(Math.random() * 100)
       }
@@ -303,7 +303,7 @@ describe('redlock: fence write-back (3 nodes)', { timeout: 60_000 }, () => {
     await (await client.acquire('bootstrap')).release()
     const admin = new Redis(nodes.servers[0]!.port, '127.0.0.1')
     // Node 0 is far ahead (it granted this key often while the others were away).
-    await admin.set(`dlock:{${key}}:fence`, '100')
+    await admin.set(`fencelock:{${key}}:fence`, '100')
     admin.disconnect()
     // Node 2 answers late, so the deciding majority is {0, 1}: node 0 mints 101, node 1 returns 1.
     proxies[2]!.delayMs = 300
@@ -499,7 +499,7 @@ describe(
       // A grant with M = 50 was written back to {A, C}; B missed it (as if paused meanwhile).
       for (const s of [A, C]) {
         const admin = new Redis(s.port, '127.0.0.1')
-        await admin.set(`dlock:{${key}}:fence`, '50')
+        await admin.set(`fencelock:{${key}}:fence`, '50')
         admin.disconnect()
       }
       const highest = 50n << NODE_BITS
@@ -575,9 +575,9 @@ describe('redlock: bootstrap of a fresh set (3 nodes)', { timeout: 60_000 }, () 
   it('does not take a set with fence counters but no admitted node for a fresh one', async () => {
     nodes = await startRedisNodes(3)
     const [A, B, C] = nodes.servers as [RedisServer, RedisServer, RedisServer]
-    // A counter left by earlier use (e.g. every node restarted from its files, or an older dlock).
+    // A counter left by earlier use (e.g. every node restarted from its files, or an older fencelock).
     const admin = new Redis(B.port, '127.0.0.1')
-    await admin.set('dlock:{earlier}:fence', '7')
+    await admin.set('fencelock:{earlier}:fence', '7')
     const client = clients.make(nodes.url('?restartDelay=0&nodeTimeout=100ms'), { ttl: '2s' })
     try {
       const refused = await client.acquire('k', { timeout: '3500ms' }).then(
@@ -590,13 +590,13 @@ describe('redlock: bootstrap of a fresh set (3 nodes)', { timeout: 60_000 }, () 
       assert.ok(refused instanceof QuorumError, `expected a QuorumError, got ${refused}`)
       assert.match(
         refused.message,
-        /holds fence counters \(dlock:\{earlier\}:fence\): this is not a fresh set/,
+        /holds fence counters \(fencelock:\{earlier\}:fence\): this is not a fresh set/,
       )
       for (const s of [A, B, C]) assert.equal((await admissionOf(s.port)).marker, null)
       // The README's way out, for an operator who knows the nodes kept every write: admit them by hand.
       for (const s of [A, B, C]) {
         const each = new Redis(s.port, '127.0.0.1')
-        await each.set('dlock:!admitted', (await admissionOf(s.port)).runId)
+        await each.set('fencelock:!admitted', (await admissionOf(s.port)).runId)
         each.disconnect()
       }
       const lock = await client.acquire('k', { timeout: '10s' })
@@ -637,7 +637,7 @@ describe(
       // for less than a ttl after its start, has counted or been dropped by then, and C shows its M.
       const [A, B, C] = nodes.servers as [RedisServer, RedisServer, RedisServer]
       const key = 'in-flight'
-      const fenceKey = `dlock:{${key}}:fence`
+      const fenceKey = `fencelock:{${key}}:fence`
       // The set admitted by its first use; then every counter at 10 (in step: a node that missed a grant
       // meanwhile would shift the values this test expects).
       const setup = createLockClient(nodes.url('?restartDelay=0'), { ttl: '2s' })
@@ -669,7 +669,7 @@ describe(
         try {
           await first.inspect(key) // every connection checked
           // A refuses (someone else holds the key there); C gets the request 3 s late.
-          await admins[0]!.set(`dlock:{${key}}`, 'someone-else', 'PX', 30_000)
+          await admins[0]!.set(`fencelock:{${key}}`, 'someone-else', 'PX', 30_000)
           slowC.delayMs = 3000
           const granted = first.acquire(key, { timeout: '20s' })
           for (let i = 0; (await admins[1]!.get(fenceKey)) !== '11'; i++) {
@@ -686,7 +686,7 @@ describe(
         } finally {
           await first.close()
         }
-        await admins[0]!.del(`dlock:{${key}}`)
+        await admins[0]!.del(`fencelock:{${key}}`)
         assert.ok(await admittedWithin(B.port, 20_000), 'B was not caught up')
         // B old enough to vote at once: a refused attempt would raise A's counter meanwhile (and hide a
         // repeated fence, which this test is about).

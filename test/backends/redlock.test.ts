@@ -20,7 +20,7 @@ for (const count of [5, 3]) {
     createClient: (options) => createLockClient(url(), options),
     // Every node forgets the lease, as an early expiry would; the fence counters stay.
     breakLease: async (key) => {
-      await Promise.all(admins.map((a) => a.del(`dlock:{${key}}`)))
+      await Promise.all(admins.map((a) => a.del(`fencelock:{${key}}`)))
     },
     async teardown() {
       for (const a of admins) a.disconnect()

@@ -14,7 +14,7 @@ import { figuresLine, runScenario } from './harness.js'
 import { CI_SCENARIOS, scenarios } from './scenarios.js'
 import { targets } from './targets.js'
 
-const DURATION_MS = Number(process.env.DLOCK_CHAOS_MS ?? 20_000)
+const DURATION_MS = Number(process.env.FENCELOCK_CHAOS_MS ?? 20_000)
 /**
  * Redis with persistence only where it changes the answer (a crash); etcd for the killed holder, whose
  * lock must not outlive its session's lease (S7 found that it did).
@@ -32,7 +32,7 @@ const STORES: Record<string, string[]> = {
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 
 describe('chaos (short)', { concurrency: 1 }, () => {
-  const outDir = join(tmpdir(), `dlock-chaos-${process.pid}`)
+  const outDir = join(tmpdir(), `fencelock-chaos-${process.pid}`)
   let seed = Date.now() % 100_000
   for (const id of CI_SCENARIOS) {
     const scenario = scenarios.find((s) => s.id === id)!

@@ -55,7 +55,7 @@ for (const scenario of scenarios) {
       }),
       verdict: result.verdict,
     })
-    writeFileSync(join(outDir, 'report.html'), renderReport(summaries, 'dlock chaos runs'))
+    writeFileSync(join(outDir, 'report.html'), renderReport(summaries, 'fencelock chaos runs'))
   }
 }
 console.log(

@@ -147,7 +147,7 @@ export const scenarios: Scenario[] = [
         try {
           await admin.connect()
           const runId = /run_id:(\w+)/.exec(await admin.info('server'))?.[1]
-          return runId !== undefined && (await admin.get('dlock:!admitted')) === runId
+          return runId !== undefined && (await admin.get('fencelock:!admitted')) === runId
         } catch {
           return false
         } finally {
@@ -211,7 +211,7 @@ export const scenarios: Scenario[] = [
     title: "one client's wall clock 2 h ahead (its monotonic clock untouched)",
     ...FENCED,
     applies: () => true,
-    // dlock times leases on the monotonic clock only: a wall-clock step changes nothing.
+    // fencelock times leases on the monotonic clock only: a wall-clock step changes nothing.
     fakeClock: {
       workers: 1,
       label: 'wall +2h',

@@ -42,7 +42,7 @@ export interface Target {
 async function deleteLockKey(port: number, key: string): Promise<void> {
   const admin = new Redis(port, '127.0.0.1')
   try {
-    await admin.del(`dlock:{${key}}`)
+    await admin.del(`fencelock:{${key}}`)
   } finally {
     admin.disconnect()
   }
@@ -164,7 +164,12 @@ function etcdStore(cluster: EtcdCluster): Store {
       // The holder is the first key of the lock's prefix by create revision.
       const admin = new Etcd3({ hosts })
       try {
-        const first = await admin.getAll().prefix(`dlock/${key}/`).sort('Create', 'Ascend').limit(1).keys()
+        const first = await admin
+          .getAll()
+          .prefix(`fencelock/${key}/`)
+          .sort('Create', 'Ascend')
+          .limit(1)
+          .keys()
         if (first[0]) await admin.delete().key(first[0]).exec()
       } finally {
         admin.close()

@@ -66,11 +66,11 @@ async function main(config: WorkerConfig): Promise<void> {
   const held = new Map<string, { op: string; lock: Lock }>()
   /** What the library said of each release (`release()` itself resolves with nothing). */
   const releases = new Map<string, boolean>()
-  subscribe('dlock:release', (message) => {
+  subscribe('fencelock:release', (message) => {
     const { owner, released } = message as { owner: string; released: boolean }
     releases.set(owner, released)
   })
-  subscribe('dlock:extend', (message) => {
+  subscribe('fencelock:extend', (message) => {
     const { owner, outcome } = message as { owner: string; outcome: string }
     const h = held.get(owner)
     if (h && outcome === 'renewed') {

@@ -19,7 +19,7 @@ const run = (args: string[]) =>
     }),
   )
 
-describe('dlock doctor redis://', () => {
+describe('fencelock doctor redis://', () => {
   let plain: RedisServer
   let durable: RedisServer
   before(async () => {
@@ -63,7 +63,7 @@ describe('dlock doctor redis://', () => {
   })
 })
 
-describe('dlock run against an unreachable store', () => {
+describe('fencelock run against an unreachable store', () => {
   it('says "store unreachable (connection refused), retrying", never "waiting for" a holder, and exits 69', async () => {
     const r = await run(['run', 'k', '--url', 'redis://127.0.0.1:1', '--timeout', '3s', '-v', '--', 'true'])
     assert.equal(r.code, 69, r.stderr)

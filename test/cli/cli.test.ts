@@ -21,12 +21,12 @@ interface Result {
   stderr: string
 }
 
-function dlock(
+function fencelock(
   args: string[],
   env: NodeJS.ProcessEnv = {},
 ): Promise<Result> & { child: ReturnType<typeof spawn> } {
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { ...process.env, DLOCK_URL: url, ...env },
+    env: { ...process.env, FENCELOCK_URL: url, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let stdout = ''
@@ -43,26 +43,26 @@ function dlock(
   return Object.assign(done, { child })
 }
 
-describe('dlock run', () => {
-  it('runs the command with DLOCK_KEY and DLOCK_FENCE and exits with its status', async () => {
+describe('fencelock run', () => {
+  it('runs the command with FENCELOCK_KEY and FENCELOCK_FENCE and exits with its status', async () => {
     const k = key('env')
-    const r = await dlock(['run', k, '--', 'sh', '-c', 'echo "$DLOCK_KEY $DLOCK_FENCE"; exit 7'])
+    const r = await fencelock(['run', k, '--', 'sh', '-c', 'echo "$FENCELOCK_KEY $FENCELOCK_FENCE"; exit 7'])
     assert.equal(r.code, 7)
     assert.match(r.stdout, new RegExp(`^${k} \\d+\\n$`))
     assert.equal(r.stderr, '')
   })
 
   it('reports a command killed by a signal as 128 + N', async () => {
-    const r = await dlock(['run', key('sig'), '--', 'sh', '-c', 'kill -TERM $$'])
+    const r = await fencelock(['run', key('sig'), '--', 'sh', '-c', 'kill -TERM $$'])
     assert.equal(r.code, 128 + 15)
   })
 
   it('exits 127 for a command that does not exist, and releases the lock', async () => {
     const k = key('missing')
-    const r = await dlock(['run', k, '--', 'no-such-command-dlock'])
+    const r = await fencelock(['run', k, '--', 'no-such-command-fencelock'])
     assert.equal(r.code, 127)
-    assert.match(r.stderr, /cannot run no-such-command-dlock/)
-    const again = await dlock(['run', k, '--timeout', '0', '--', 'true'])
+    assert.match(r.stderr, /cannot run no-such-command-fencelock/)
+    const again = await fencelock(['run', k, '--timeout', '0', '--', 'true'])
     assert.equal(again.code, 0, 'the lock must have been released')
   })
 
@@ -70,12 +70,12 @@ describe('dlock run', () => {
     const k = key('held')
     const holder = startHold(url, k)
     await holder.next('acquired')
-    const r = await dlock(['run', k, '--timeout', '300ms', '--', 'true'])
+    const r = await fencelock(['run', k, '--timeout', '300ms', '--', 'true'])
     assert.equal(r.code, 75)
     // One line for the final error only: no progress output off a terminal.
     assert.equal(r.stderr.trim().split('\n').length, 1)
     assert.match(r.stderr, /held by another owner/)
-    const verbose = await dlock(['run', k, '--timeout', '600ms', '--verbose', '--', 'true'])
+    const verbose = await fencelock(['run', k, '--timeout', '600ms', '--verbose', '--', 'true'])
     assert.equal(verbose.code, 75)
     assert.match(verbose.stderr, new RegExp(`waiting for ${k}, held by [0-9a-f]{32} \\(fence \\d+\\)`))
     holder.send('release')
@@ -90,7 +90,7 @@ describe('dlock run', () => {
     const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} run ${k} --timeout 1500ms -- true`
     const r = await new Promise<string>((resolve) => {
       const child = spawn('script', ['-qec', command, '/dev/null'], {
-        env: { ...process.env, DLOCK_URL: url },
+        env: { ...process.env, FENCELOCK_URL: url },
         stdio: ['ignore', 'pipe', 'pipe'],
       })
       let out = ''
@@ -111,7 +111,7 @@ describe('dlock run', () => {
     const k = key('wait')
     const holder = startHold(url, k)
     const acquired = await holder.next('acquired')
-    const running = dlock(['run', k, '--', 'sh', '-c', 'echo $DLOCK_FENCE'])
+    const running = fencelock(['run', k, '--', 'sh', '-c', 'echo $FENCELOCK_FENCE'])
     setTimeout(() => holder.send('release'), 300)
     const r = await running
     assert.equal(r.code, 0)
@@ -120,7 +120,7 @@ describe('dlock run', () => {
 
   /** Runs a looping shell command under the lock, breaks the lease once it has started, returns the result. */
   async function runThenBreak(k: string, options: string[], script: string): Promise<Result> {
-    const running = dlock([
+    const running = fencelock([
       'run',
       k,
       '--ttl',
@@ -143,11 +143,11 @@ describe('dlock run', () => {
     assert.match(r.stderr, /lost/)
   })
 
-  /** `dlock run` of a shell that starts a grandchild (its pid in `pidFile`), once the shell is running. */
+  /** `fencelock run` of a shell that starts a grandchild (its pid in `pidFile`), once the shell is running. */
   async function runWithGrandchild(k: string, options: string[]) {
     const pidFile = join(dir.path, `grandchild-${k}`)
     const script = `sleep 60 & echo $! > ${pidFile}; echo started; wait`
-    const running = dlock(['run', k, ...options, '--', 'sh', '-c', script])
+    const running = fencelock(['run', k, ...options, '--', 'sh', '-c', script])
     await untilStarted(running)
     return { running, pidFile }
   }
@@ -156,14 +156,14 @@ describe('dlock run', () => {
     const k = key('group')
     const { running, pidFile } = await runWithGrandchild(k, ['--ttl', '600ms'])
     await fileBackend({ dir: join(dir.path, 'locks') }).breakLock(k)
-    // dlock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
+    // fencelock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
     const code = await new Promise((resolve) => running.child.once('exit', resolve))
     assert.equal(code, 76)
     await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000)
     await running
   })
 
-  it('stops the command when dlock itself is killed, before the unrenewed lease could expire', async () => {
+  it('stops the command when fencelock itself is killed, before the unrenewed lease could expire', async () => {
     const { running, pidFile } = await runWithGrandchild(key('wrapper-killed'), [
       '--ttl',
       '30s',
@@ -201,7 +201,7 @@ describe('usage errors', () => {
   ]
   for (const [name, args, message] of cases) {
     it(`${name}: one clear line and exit 64`, async () => {
-      const r = await dlock(args)
+      const r = await fencelock(args)
       assert.equal(r.code, 64)
       assert.match(r.stderr, message)
       assert.equal(r.stderr.trim().split('\n').length, 1)
@@ -210,22 +210,22 @@ describe('usage errors', () => {
 
   it('every command has --help', async () => {
     for (const command of ['run', 'hold', 'inspect', 'doctor']) {
-      const r = await dlock([command, '--help'])
+      const r = await fencelock([command, '--help'])
       assert.equal(r.code, 0)
-      assert.match(r.stdout, new RegExp(`^Usage: dlock ${command}`))
+      assert.match(r.stdout, new RegExp(`^Usage: fencelock ${command}`))
     }
-    const top = await dlock(['--help'])
+    const top = await fencelock(['--help'])
     assert.equal(top.code, 0)
     assert.match(top.stdout, /Exit codes/)
   })
 })
 
-describe('dlock inspect and doctor', () => {
-  it('inspect prints the holder as JSON, using $DLOCK_URL', async () => {
+describe('fencelock inspect and doctor', () => {
+  it('inspect prints the holder as JSON, using $FENCELOCK_URL', async () => {
     const k = key('inspect')
     const holder = startHold(url, k)
     const acquired = await holder.next('acquired')
-    const r = await dlock(['inspect', k])
+    const r = await fencelock(['inspect', k])
     assert.equal(r.code, 0)
     const info = JSON.parse(r.stdout) as Record<string, unknown>
     assert.equal(info.held, true)
@@ -236,7 +236,7 @@ describe('dlock inspect and doctor', () => {
   })
 
   it('doctor checks the file backend', async () => {
-    const r = await dlock(['doctor', url])
+    const r = await fencelock(['doctor', url])
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /exclusive create with link\(\) works/)
   })
@@ -261,7 +261,7 @@ async function waitUntilDead(pid: number, withinMs: number): Promise<void> {
   }
 }
 
-/** Resolves once the command under `dlock run` has printed "started". */
+/** Resolves once the command under `fencelock run` has printed "started". */
 function untilStarted(running: { child: ReturnType<typeof spawn> }): Promise<void> {
   return new Promise<void>((resolve) => {
     running.child.stdout!.on('data', (c: Buffer) => {

@@ -5,7 +5,7 @@ export interface ConformanceHarness {
   /** The backend's folder name under src/backends. */
   readonly name: string
   /**
-   * The URL other processes (`dlock hold`) use to reach the same locks, asked for once setup has run;
+   * The URL other processes (`fencelock hold`) use to reach the same locks, asked for once setup has run;
    * omit it for process-local stores.
    */
   readonly url?: () => string

@@ -71,7 +71,7 @@ describe('acquire', { timeout: 20_000 }, () => {
     const started = performance.now()
     await assert.rejects(client.acquire(key, { timeout: 200 }), (error: unknown) => {
       assert.ok(error instanceof LockNotAcquiredError)
-      assert.equal(error.code, 'DLOCK_NOT_ACQUIRED')
+      assert.equal(error.code, 'FENCELOCK_NOT_ACQUIRED')
       assert.equal(error.key, key)
       assert.equal(error.backend, backend.id)
       assert.ok(error.message.includes(key), 'the message names the key')
@@ -277,7 +277,7 @@ describe('release and extend', { timeout: 20_000 }, () => {
     await lock.release()
     await assert.rejects(lock.extend(), (error: unknown) => {
       assert.ok(error instanceof LockReleasedError)
-      assert.equal(error.code, 'DLOCK_RELEASED')
+      assert.equal(error.code, 'FENCELOCK_RELEASED')
       assert.equal(error.key, key)
       assert.equal(error.backend, backend.id)
       return true
@@ -480,7 +480,7 @@ describe('abandon', { timeout: 20_000 }, () => {
       const waiting = client.acquire(key, { timeout: '10s' })
       await waitFor(() => backend.of('tryAcquire').length > 0, 'an attempt')
       await client.close()
-      await assert.rejects(waiting, { code: 'DLOCK_CLIENT_CLOSED' })
+      await assert.rejects(waiting, { code: 'FENCELOCK_CLIENT_CLOSED' })
       await waitFor(() => backend.of('abandon').length > 0, 'abandon after close')
       abandonedOnce(backend)
       await holder.release()

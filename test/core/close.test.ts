@@ -5,7 +5,7 @@ import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 const closed = (key?: string) => (error: unknown) => {
   assert.ok(error instanceof ClientClosedError, `expected ClientClosedError, got ${error}`)
-  assert.equal(error.code, 'DLOCK_CLIENT_CLOSED')
+  assert.equal(error.code, 'FENCELOCK_CLIENT_CLOSED')
   if (key !== undefined) assert.equal(error.key, key)
   return true
 }

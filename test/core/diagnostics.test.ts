@@ -13,18 +13,18 @@ import { aborted, freshMemory, scripted, uniqueKey } from './fakes.js'
 type Message = Record<string, unknown>
 
 const names = [
-  'dlock:acquire:start',
-  'dlock:acquire:ok',
-  'dlock:acquire:fail',
-  'dlock:extend',
-  'dlock:release',
-  'dlock:lost',
+  'fencelock:acquire:start',
+  'fencelock:acquire:ok',
+  'fencelock:acquire:fail',
+  'fencelock:extend',
+  'fencelock:release',
+  'fencelock:lost',
 ] as const
 type Name = (typeof names)[number]
 
 let unsubscribe: (() => void)[] = []
 
-/** Records the messages of every dlock channel that concern `key`. */
+/** Records the messages of every fencelock channel that concern `key`. */
 function listen(key: string): Record<Name, Message[]> {
   const seen = Object.fromEntries(names.map((n) => [n, [] as Message[]])) as Record<Name, Message[]>
   for (const name of names) {
@@ -61,25 +61,25 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     await lock.extend()
     await lock.release()
 
-    assert.deepEqual(seen['dlock:acquire:start'], [
+    assert.deepEqual(seen['fencelock:acquire:start'], [
       { key, backend: backend.id, ttlMs: 5000, timeoutMs: 1000 },
     ])
-    const [ok] = seen['dlock:acquire:ok']
-    assert.equal(seen['dlock:acquire:ok'].length, 1)
+    const [ok] = seen['fencelock:acquire:ok']
+    assert.equal(seen['fencelock:acquire:ok'].length, 1)
     assert.equal(ok?.key, key)
     assert.equal(ok?.backend, backend.id)
     assert.equal(ok?.owner, lock.owner)
     assert.equal(ok?.fence, lock.fence)
     assert.equal(ok?.attempts, 1)
     assert.equal(typeof ok?.waitedMs, 'number')
-    assert.deepEqual(seen['dlock:extend'], [
+    assert.deepEqual(seen['fencelock:extend'], [
       { key, backend: backend.id, owner: lock.owner, fence: lock.fence, outcome: 'renewed' },
     ])
-    assert.deepEqual(seen['dlock:release'], [
+    assert.deepEqual(seen['fencelock:release'], [
       { key, backend: backend.id, owner: lock.owner, fence: lock.fence, released: true },
     ])
-    assert.deepEqual(seen['dlock:lost'], [])
-    assert.deepEqual(seen['dlock:acquire:fail'], [])
+    assert.deepEqual(seen['fencelock:lost'], [])
+    assert.deepEqual(seen['fencelock:acquire:fail'], [])
   })
 
   it('publishes lost with the error that aborts lock.signal, and release with released: false after', async () => {
@@ -92,17 +92,17 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     const { reason } = await aborted(lock.signal)
     await lock.release()
 
-    assert.equal(seen['dlock:lost'].length, 1)
-    const [lost] = seen['dlock:lost']
+    assert.equal(seen['fencelock:lost'].length, 1)
+    const [lost] = seen['fencelock:lost']
     assert.equal(lost?.key, key)
     assert.equal(lost?.backend, backend.id)
     assert.equal(lost?.owner, lock.owner)
     assert.equal(lost?.fence, lock.fence)
     assert.ok(lost?.error instanceof LockLostError)
     assert.equal(lost?.error, reason)
-    assert.ok(seen['dlock:extend'].some((m) => m.outcome === 'lost'))
+    assert.ok(seen['fencelock:extend'].some((m) => m.outcome === 'lost'))
     assert.deepEqual(
-      seen['dlock:release'].map((m) => m.released),
+      seen['fencelock:release'].map((m) => m.released),
       [false],
     )
   })
@@ -114,8 +114,8 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     const holder = await client.acquire(key)
     const seen = listen(key)
     await assert.rejects(client.acquire(key, { timeout: 50 }), LockNotAcquiredError)
-    const [fail] = seen['dlock:acquire:fail']
-    assert.equal(seen['dlock:acquire:fail'].length, 1)
+    const [fail] = seen['fencelock:acquire:fail']
+    assert.equal(seen['fencelock:acquire:fail'].length, 1)
     assert.equal(fail?.backend, backend.id)
     assert.ok(fail?.error instanceof LockNotAcquiredError)
     assert.ok((fail?.attempts as number) >= 2)
@@ -137,10 +137,10 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     const lock = await client.acquire(key)
     await assert.rejects(lock.extend(), BackendUnavailableError)
     await assert.rejects(lock.release(), BackendUnavailableError)
-    const [extend] = seen['dlock:extend']
+    const [extend] = seen['fencelock:extend']
     assert.equal(extend?.outcome, 'unknown')
     assert.match(String((extend?.error as Error).message), /ETIMEDOUT/)
-    const [release] = seen['dlock:release']
+    const [release] = seen['fencelock:release']
     assert.equal(release?.released, false)
     assert.match(String((release?.error as Error).message), /ECONNRESET/)
   })

@@ -30,63 +30,63 @@ const failures = [{ node: 'redis://a:6379', error: new Error('ECONNREFUSED') }]
 const rows: readonly Row[] = [
   {
     name: 'LockError',
-    code: 'DLOCK_TEST',
-    make: (m, c) => new LockError('DLOCK_TEST', m, c),
+    code: 'FENCELOCK_TEST',
+    make: (m, c) => new LockError('FENCELOCK_TEST', m, c),
     is: [],
     isNot: [LockNotAcquiredError, BackendUnavailableError],
   },
   {
     name: 'LockNotAcquiredError',
-    code: 'DLOCK_NOT_ACQUIRED',
+    code: 'FENCELOCK_NOT_ACQUIRED',
     make: (m, c) => new LockNotAcquiredError(m, c),
     is: [],
     isNot: [BackendUnavailableError, LockLostError],
   },
   {
     name: 'LockLostError',
-    code: 'DLOCK_LOST',
+    code: 'FENCELOCK_LOST',
     make: (m, c) => new LockLostError(m, c),
     is: [],
     isNot: [LockReleasedError, LockNotAcquiredError],
   },
   {
     name: 'LockReleasedError',
-    code: 'DLOCK_RELEASED',
+    code: 'FENCELOCK_RELEASED',
     make: (m, c) => new LockReleasedError(m, c),
     is: [],
     isNot: [LockLostError],
   },
   {
     name: 'BackendUnavailableError',
-    code: 'DLOCK_BACKEND_UNAVAILABLE',
+    code: 'FENCELOCK_BACKEND_UNAVAILABLE',
     make: (m, c) => new BackendUnavailableError(m, c),
     is: [],
     isNot: [LockNotAcquiredError, QuorumError],
   },
   {
     name: 'QuorumError',
-    code: 'DLOCK_QUORUM',
+    code: 'FENCELOCK_QUORUM',
     make: (m, c) => new QuorumError(m, failures, c),
     is: [BackendUnavailableError],
     isNot: [LockNotAcquiredError],
   },
   {
     name: 'CapabilityError',
-    code: 'DLOCK_CAPABILITY',
+    code: 'FENCELOCK_CAPABILITY',
     make: (m, c) => new CapabilityError(m, c),
     is: [],
     isNot: [BackendUnavailableError],
   },
   {
     name: 'DriverMissingError',
-    code: 'DLOCK_DRIVER_MISSING',
+    code: 'FENCELOCK_DRIVER_MISSING',
     make: (m, c) => new DriverMissingError('ioredis', m, c),
     is: [],
     isNot: [BackendUnavailableError],
   },
   {
     name: 'ClientClosedError',
-    code: 'DLOCK_CLIENT_CLOSED',
+    code: 'FENCELOCK_CLIENT_CLOSED',
     make: (m, c) => new ClientClosedError(m, c),
     is: [],
     isNot: [BackendUnavailableError, LockNotAcquiredError],
@@ -131,9 +131,9 @@ describe('errors', () => {
     })
   }
 
-  it('gives every class its own DLOCK_ code', () => {
+  it('gives every class its own FENCELOCK_ code', () => {
     const codes = rows.filter((r) => r.name !== 'LockError').map((r) => r.code)
-    for (const code of codes) assert.match(code, /^DLOCK_[A-Z_]+$/)
+    for (const code of codes) assert.match(code, /^FENCELOCK_[A-Z_]+$/)
     assert.equal(new Set(codes).size, codes.length)
   })
 

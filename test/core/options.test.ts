@@ -72,7 +72,7 @@ describe('client options', () => {
     const client = createLockClient(backend, { timeout: 150 })
     const started = performance.now()
     assert.equal(await client.tryAcquire(key), null)
-    await assert.rejects(client.acquire(key), { code: 'DLOCK_NOT_ACQUIRED' })
+    await assert.rejects(client.acquire(key), { code: 'FENCELOCK_NOT_ACQUIRED' })
     assert.ok(performance.now() - started >= 150, 'acquire waited for the client timeout')
     await holder.release()
   })

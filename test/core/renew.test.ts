@@ -49,7 +49,7 @@ describe('renewal', { timeout: 20_000 }, () => {
     const lock = await client.acquire(key)
     const { reason, at } = await aborted(lock.signal)
     assert.ok(reason instanceof LockLostError)
-    assert.equal(reason.code, 'DLOCK_LOST')
+    assert.equal(reason.code, 'FENCELOCK_LOST')
     assert.equal(reason.key, key)
     assert.equal(reason.backend, backend.id)
     assert.ok(at >= lock.validUntil, 'not declared lost before its validity ended')
@@ -181,9 +181,9 @@ describe('renewal', { timeout: 20_000 }, () => {
     })
     const client = createLockClient(backend, { ttl: '10s' })
     const lock = await client.acquire(uniqueKey(), { renew: false })
-    const inFlight = assert.rejects(lock.extend(), { code: 'DLOCK_RELEASED' })
+    const inFlight = assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' })
     await waitFor(() => backend.of('extend').length === 1, 'the extend to start')
-    const queued = assert.rejects(lock.extend(), { code: 'DLOCK_RELEASED' })
+    const queued = assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' })
     await lock.release()
     await inFlight
     await queued

@@ -111,7 +111,7 @@ describe('no unhandled rejections', { timeout: 20_000 }, () => {
     const client = createLockClient(backend)
     const key = uniqueKey()
     const holder = await client.acquire(key)
-    await assert.rejects(client.acquire(key, { timeout: 100 }), { code: 'DLOCK_NOT_ACQUIRED' })
+    await assert.rejects(client.acquire(key, { timeout: 100 }), { code: 'FENCELOCK_NOT_ACQUIRED' })
     await holder.release()
   })
 
@@ -121,7 +121,7 @@ describe('no unhandled rejections', { timeout: 20_000 }, () => {
     const key = uniqueKey()
     const holder = await client.acquire(key)
     assert.equal(await client.tryAcquire(key), null)
-    await assert.rejects(client.acquire(key, { timeout: 50 }), { code: 'DLOCK_NOT_ACQUIRED' })
+    await assert.rejects(client.acquire(key, { timeout: 50 }), { code: 'FENCELOCK_NOT_ACQUIRED' })
     await holder.release()
     assert.equal(backend.of('abandon').length, 2)
   })

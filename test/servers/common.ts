@@ -29,7 +29,7 @@ export function requireBinary(binary: string, install: string): string {
 }
 
 export function makeTempDir(label: string): string {
-  return mkdtempSync(join(tmpdir(), `dlock-${label}-`))
+  return mkdtempSync(join(tmpdir(), `fencelock-${label}-`))
 }
 
 export function removeDir(dir: string): void {

@@ -54,7 +54,7 @@ async function health(port: number): Promise<boolean> {
 export async function startEtcd(size = 1): Promise<EtcdCluster> {
   const binary = requireBinary('etcd', INSTALL)
   requireBinary('etcdctl', INSTALL)
-  const token = `dlock-${randomBytes(4).toString('hex')}`
+  const token = `fencelock-${randomBytes(4).toString('hex')}`
   const specs = await Promise.all(
     Array.from({ length: size }, async (_, i) => ({
       name: `m${i}`,

@@ -16,7 +16,7 @@ export interface HoldProcess {
   send(line: string): void
 }
 
-/** Starts `dlock hold <key>` in its own process. */
+/** Starts `fencelock hold <key>` in its own process. */
 export function startHold(url: string, key: string, args: string[] = []): HoldProcess {
   const child = spawn(process.execPath, [CLI, 'hold', key, '--url', url, ...args], { stdio: 'pipe' })
   const events: Array<Record<string, unknown>> = []
@@ -49,7 +49,7 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
           if (child.exitCode !== null || child.signalCode !== null) {
             return reject(
               new Error(
-                `dlock hold exited (${child.exitCode ?? child.signalCode}) before "${event}": ${stderr}`,
+                `fencelock hold exited (${child.exitCode ?? child.signalCode}) before "${event}": ${stderr}`,
               ),
             )
           }

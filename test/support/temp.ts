@@ -4,6 +4,6 @@ import { join } from 'node:path'
 
 /** A fresh temporary folder, removed by `cleanup()`. */
 export function tempDir(label: string): { path: string; cleanup(): void } {
-  const path = mkdtempSync(join(tmpdir(), `dlock-${label}-`))
+  const path = mkdtempSync(join(tmpdir(), `fencelock-${label}-`))
   return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) }
 }

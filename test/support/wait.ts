@@ -1,5 +1,5 @@
 /**
- * Resolves when `signal` aborts; rejects after `timeoutMs`. Its timer is ref'd on purpose: dlock's own
+ * Resolves when `signal` aborts; rejects after `timeoutMs`. Its timer is ref'd on purpose: fencelock's own
  * renewal and expiry timers are unref'd (they never keep a process alive), so a test that only awaits
  * a lock's signal needs something to keep the event loop running.
  */

@@ -1,5 +1,5 @@
 /**
- * How an etcd3 client fails, and what dlock does about it: the client options it recommends (fault
+ * How an etcd3 client fails, and what fencelock does about it: the client options it recommends (fault
  * handling, a deadline per call) and the plain words for etcd3's errors.
  *
  * etcd3's default fault handling treats every "recoverable" error as a failing member, and one request's
@@ -123,7 +123,7 @@ function callPolicy(etcd3: Etcd3Module, members: number): GlobalPolicy {
 }
 
 /**
- * Options for an `Etcd3` client as dlock recommends them: a request's own error (an oversized key, a
+ * Options for an `Etcd3` client as fencelock recommends them: a request's own error (an oversized key, a
  * permission) fails that request only, instead of closing the member's channels and tripping etcd3's
  * circuit breaker for every lock on the client; each unary call has a deadline; a broken watch stream is
  * reopened within a second. Anything you set in `options` (your own `faultHandling` policies,

@@ -1,6 +1,6 @@
 /**
  * The etcd backend: etcd's own lock recipe (Go's `concurrency.Mutex`, which `etcdctl lock` also uses), so
- * a Go service and a dlock client on the same prefix exclude each other.
+ * a Go service and a fencelock client on the same prefix exclude each other.
  *
  * - Layout: a lock named `k` is the set of keys under `<prefix>k/` (`/` and `%` in `k` escaped), one per
  *   acquire: `<prefix>k/<lease hex>-<owner>`, its value the owner id, attached to a session's lease. The
@@ -52,11 +52,11 @@ export { type Etcd3Module, etcdClientOptions } from './faults.js'
 
 export interface EtcdBackendOptions {
   /**
-   * An `Etcd3` client of the `etcd3` package. dlock never closes it. Build it with `etcdClientOptions`, or
+   * An `Etcd3` client of the `etcd3` package. fencelock never closes it. Build it with `etcdClientOptions`, or
    * etcd3's default fault handling lets one failing request (an oversized key) stop every lock on it.
    */
   readonly client: Etcd3
-  /** Prefix of every key dlock writes. A lock named `k` lives under `<prefix>k/`. @default 'dlock/' */
+  /** Prefix of every key fencelock writes. A lock named `k` lives under `<prefix>k/`. @default 'fencelock/' */
   readonly prefix?: string
   /** Names the store in errors. */
   readonly id?: string
@@ -153,7 +153,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
   if (!client || typeof client.lease !== 'function') {
     throw new TypeError('Expected `client` to be an Etcd3 instance of the etcd3 package')
   }
-  const prefix = options.prefix ?? 'dlock/'
+  const prefix = options.prefix ?? 'fencelock/'
   const id = options.id ?? 'etcd'
   const kv = client.kv
   /** Acquisitions by owner, from the first attempt until released, lost or abandoned. */
@@ -693,7 +693,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
           fence: BigInt(holder.create_revision),
           ...(expiresInMs === undefined ? {} : { expiresInMs }),
           ...(value === ''
-            ? { note: `held by a key not written by dlock (${quoteKey(utf8(holder.key))})` }
+            ? { note: `held by a key not written by fencelock (${quoteKey(utf8(holder.key))})` }
             : {}),
         }
       } catch (error) {
@@ -729,7 +729,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
 
 const PARAMS = [] as const
 
-/** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `dlock/`. */
+/** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `fencelock/`. */
 export async function fromUrl(url: URL): Promise<LockBackend> {
   const etcd3 = await loadDriver('etcd3', 'etcd', url, () => import('etcd3'))
   checkParams(url, PARAMS)

@@ -394,7 +394,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
           return {
             held: true,
             note:
-              `generation ${current.gen} in ${folder} is unreadable (corrupt, or written by a newer dlock); it ` +
+              `generation ${current.gen} in ${folder} is unreadable (corrupt, or written by a newer fencelock); it ` +
               `counts as held until it has been seen unchanged for ${unreadableHoldMs} ms`,
           }
         }
@@ -475,14 +475,14 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
           : { level: 'ok', message: `boot id ${boot}` },
       )
       const probe = await this.tryAcquire(
-        { key: '.dlock-doctor', owner: randomBytes(16).toString('hex'), ttlMs: 1000 },
+        { key: '.fencelock-doctor', owner: randomBytes(16).toString('hex'), ttlMs: 1000 },
         AbortSignal.timeout(5000),
       ).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))
       if (probe instanceof Error) findings.push({ level: 'error', message: probe.message })
       else if (probe.granted) {
         findings.push({ level: 'ok', message: 'exclusive create with link() works in this folder' })
         await this.release(
-          { key: '.dlock-doctor', owner: '', fence: probe.fence, cookie: probe.cookie },
+          { key: '.fencelock-doctor', owner: '', fence: probe.fence, cookie: probe.cookie },
           AbortSignal.timeout(5000),
         )
       }

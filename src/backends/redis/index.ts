@@ -13,7 +13,7 @@
  * order through a queue in Redis (every client of a key must use the same mode).
  * Limits: a restart without persistence (AOF, appendfsync always) forgets held locks and fence
  * counters: it can grant a lock twice and reissue fences. Failover to an asynchronous replica can too;
- * `minReplicas` narrows that window (WAIT after acquiring). `dlock doctor` checks these settings.
+ * `minReplicas` narrows that window (WAIT after acquiring). `fencelock doctor` checks these settings.
  */
 import { createHash } from 'node:crypto'
 import type { Cluster, Redis, RedisOptions } from 'ioredis'
@@ -53,9 +53,9 @@ import { Subscriptions } from './subscriptions.js'
 export type RedisClient = Redis | Cluster
 
 export interface RedisBackendOptions {
-  /** Your ioredis client (`Redis` or `Cluster`). dlock never closes it; it opens one duplicate for pub/sub. */
+  /** Your ioredis client (`Redis` or `Cluster`). fencelock never closes it; it opens one duplicate for pub/sub. */
   readonly client: RedisClient
-  /** Prefix of every key and channel. @default 'dlock:' */
+  /** Prefix of every key and channel. @default 'fencelock:' */
   readonly prefix?: string
   /**
    * Serve waiters in arrival order through a queue in Redis. Every client of a key must agree.
@@ -123,7 +123,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
   if (!client || typeof (client as Redis).evalsha !== 'function') {
     throw new TypeError('Expected `client` to be an ioredis Redis or Cluster instance')
   }
-  const prefix = options.prefix ?? 'dlock:'
+  const prefix = options.prefix ?? 'fencelock:'
   const fair = options.fair ?? false
   const waiterLivenessMs = options.waiterLivenessMs ?? 5000
   const minReplicas = options.minReplicas ?? 0
@@ -198,8 +198,8 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     if (isReplyError(error) && /WRONGTYPE|not an integer/.test(message)) {
       const k = keysOf(key)
       return new LockError(
-        'DLOCK_KEY_CONFLICT',
-        `Redis key ${k.lock} or ${k.fence} on ${id} holds data that is not a dlock lock (${message}). ` +
+        'FENCELOCK_KEY_CONFLICT',
+        `Redis key ${k.lock} or ${k.fence} on ${id} holds data that is not a fencelock lock (${message}). ` +
           'Another program uses these names: pick another `prefix`, or remove the keys',
         { key, backend: id, cause: error },
       )
@@ -349,7 +349,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
           owner: holder,
           ...(fence === null ? {} : { fence: BigInt(fence) }),
           ...(pttl >= 0 ? { expiresInMs: pttl } : {}),
-          ...(pttl === -1 ? { note: `${k.lock} has no expiry: something outside dlock wrote it` } : {}),
+          ...(pttl === -1 ? { note: `${k.lock} has no expiry: something outside fencelock wrote it` } : {}),
         }
       } catch (error) {
         throw explain(key, 'inspect', error)

@@ -63,7 +63,7 @@ import { NodeTimeoutError, round } from './quorum.js'
 /** How long one step of a catch-up may wait for one node (or one page of its counters). */
 export const STEP_MS = 2000
 
-/** A node's admission state, as `dlock doctor` reports it. */
+/** A node's admission state, as `fencelock doctor` reports it. */
 export type AdmissionState = 'admitted' | 'catching-up' | 'bootstrap'
 
 /** Why a catch-up did not admit its node; `state` says which of the two waits it is. */
@@ -287,7 +287,7 @@ async function catchUpOnce(
         `${summary(others, first)}. It catches up by itself once enough of them are admitted and answer. ` +
         `If more than ${n - q} node${n - q === 1 ? '' : 's'} restarted before the first caught up, that ` +
         'never happens on its own: no node knows the counters the others forgot (see "Fences across ' +
-        `restarts" under Redlock in dlock's README for what an operator can do)`,
+        `restarts" under Redlock in fencelock's README for what an operator can do)`,
     )
   }
   const unreachable = others.filter((_, i) => !(first[i] && !(first[i] instanceof Error)))
@@ -317,9 +317,9 @@ async function catchUpOnce(
       'bootstrap',
       `no node of this Redlock set is admitted, yet ${everyone[holder]!.address} holds fence counters ` +
         `(${found[holder]}): this is not a fresh set, and no node can tell which counters are current, so ` +
-        'none is admitted automatically. If this set was used by a dlock without admission markers, or ' +
+        'none is admitted automatically. If this set was used by a fencelock without admission markers, or ' +
         'every node restarted from files holding every write, an operator can admit the nodes by hand ' +
-        '(see "Fences across restarts" under Redlock in dlock\'s README)',
+        '(see "Fences across restarts" under Redlock in fencelock\'s README)',
     )
   }
   // (B3) Still no marker anywhere, same processes: nobody was admitted while (B2) looked, so nothing was

@@ -47,13 +47,13 @@ export interface RedlockBackendOptions {
   /**
    * One ioredis client per independent Redis master (use an odd number: 3, 5, 7). Create them with
    * `autoResendUnfulfilledCommands: false` (a command resent after a reconnect could run on a restarted
-   * server before dlock has checked it) and preferably `enableOfflineQueue: false` (a down node fails at
+   * server before fencelock has checked it) and preferably `enableOfflineQueue: false` (a down node fails at
    * once instead of queueing).
    */
   readonly clients: readonly Redis[]
   /**
-   * Prefix of every key dlock writes on the nodes, including each node's admission marker
-   * `<prefix>!admitted` (see admission.ts). @default 'dlock:'
+   * Prefix of every key fencelock writes on the nodes, including each node's admission marker
+   * `<prefix>!admitted` (see admission.ts). @default 'fencelock:'
    */
   readonly prefix?: string
   /**
@@ -85,7 +85,7 @@ const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the Redloc
 /** The longest pause before a contended waiter re-attempts after a wake-up (see `refusals`). */
 const SPREAD_MS = 2
 
-/** A node's admission state, as `dlock doctor` reports it. */
+/** A node's admission state, as `fencelock doctor` reports it. */
 function admissionFinding(node: RedlockNode): DoctorFinding {
   const { state, reason } = node.admission
   switch (state) {

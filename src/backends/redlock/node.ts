@@ -230,7 +230,7 @@ export class RedlockNode {
       })
       page.ours.forEach((key, i) => {
         const v = page.values[i]
-        // Anything but a whole number is not a dlock counter (an acquire on it would fail anyway).
+        // Anything but a whole number is not a fencelock counter (an acquire on it would fail anyway).
         if (typeof v === 'string' && /^\d+$/.test(v)) out.set(key, BigInt(v))
       })
       cursor = page.next
@@ -374,7 +374,7 @@ export class RedlockNode {
 
 const capital = (text: string) => text.charAt(0).toUpperCase() + text.slice(1)
 
-/** Resolves once the client's connection is ready (dlock's node clients do not queue commands offline). */
+/** Resolves once the client's connection is ready (fencelock's node clients do not queue commands offline). */
 function connected(client: Redis): Promise<void> {
   if (client.status === 'ready') return Promise.resolve()
   if (client.status === 'wait') client.connect().catch(() => {})

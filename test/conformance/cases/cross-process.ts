@@ -4,7 +4,7 @@ import { startHold } from '../../support/processes.js'
 import type { CaseContext } from '../harness.js'
 
 export function crossProcessCases(ctx: CaseContext, url: () => string): void {
-  it('excludes and hands over across processes (dlock hold)', async () => {
+  it('excludes and hands over across processes (fencelock hold)', async () => {
     const key = ctx.key('xproc')
     const holder = startHold(url(), key, ['--ttl', '10s'])
     const acquired = await holder.next('acquired')
