@@ -20,6 +20,7 @@ export {
   CapabilityError,
   ClientClosedError,
   DriverMissingError,
+  type FencelockErrorCode,
   LockError,
   type LockErrorContext,
   LockLostError,

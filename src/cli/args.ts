@@ -1,16 +1,46 @@
-import { homedir } from 'node:os'
-import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
+import { backendSchemes, hideUserinfo, parseBackendUrl } from '../core/registry.js'
+import { defaultFolder } from './lock-folder.js'
 
 export class UsageError extends Error {
   override name = 'UsageError'
 }
 
-/** The per-user default: locks shared by this user's processes on this host, kept across reboots. */
+/** The default backend: this host's shared folder of file locks, else the per-user one (see lock-folder.ts). */
 export function defaultUrl(env: NodeJS.ProcessEnv = process.env): string {
-  const state = env.XDG_STATE_HOME || join(homedir(), '.local', 'state')
-  return pathToFileURL(join(state, 'fencelock', 'locks')).href
+  return pathToFileURL(defaultFolder(env)).href
+}
+
+/** The backends the CLI offers: every scheme of this build but memory:, whose locks live in one process. */
+export const cliSchemes = () => backendSchemes().filter(([scheme]) => scheme !== 'memory:')
+
+/**
+ * Parses a backend URL for the CLI.
+ * @throws {UsageError} for memory: and for schemes this build lacks, saying what to use instead
+ */
+export function parseCliUrl(text: string): URL {
+  const scheme = /^[a-z][a-z0-9+.-]*:/i.exec(text)?.[0].toLowerCase()
+  const schemes = cliSchemes()
+  const example = (s: string) => schemes.find(([name]) => name === s)?.[1].example
+  if (scheme === 'memory:') {
+    throw new UsageError(
+      "memory: locks live inside one process, so separate fencelock processes would never see each other's: " +
+        `use a folder of file locks, e.g. --url ${example('file:')}, or no --url for this host's shared folder`,
+    )
+  }
+  if (scheme === undefined) {
+    throw new UsageError(
+      `Expected a backend URL such as ${example('file:')} or ${example('redis:')}, got ` +
+        JSON.stringify(hideUserinfo(text)),
+    )
+  }
+  if (example(scheme) === undefined) {
+    throw new UsageError(
+      `unknown lock backend scheme "${scheme}"; fencelock supports ${schemes.map(([, s]) => s.example).join(', ')}`,
+    )
+  }
+  return parseBackendUrl(text)
 }
 
 export const COMMON_OPTIONS = {

@@ -1,8 +1,11 @@
-import type { LockBackend } from '../core/backend.js'
+import { hostname } from 'node:os'
+import type { LockBackend, LockInfo } from '../core/backend.js'
 import { createLockClient, type LockClient } from '../core/client.js'
 import { parseDuration } from '../core/durations.js'
-import { loadBackend, parseBackendUrl } from '../core/registry.js'
-import { type ParsedOptions, resolveUrl } from './args.js'
+import { parseHolder, toHolder } from '../core/options.js'
+import { loadBackend } from '../core/registry.js'
+import { type ParsedOptions, parseCliUrl, resolveUrl } from './args.js'
+import { sharedFolders } from './lock-folder.js'
 
 export interface Opened {
   readonly backend: LockBackend
@@ -11,11 +14,12 @@ export interface Opened {
 }
 
 /** Opens the backend eagerly, so a bad URL or a missing driver fails before anything else happens. */
-export async function open(values: ParsedOptions): Promise<Opened> {
-  const url = parseBackendUrl(resolveUrl(values))
+export async function open(values: ParsedOptions, holder?: string): Promise<Opened> {
+  const url = parseCliUrl(resolveUrl(values))
   const ttl = values.ttl === undefined ? undefined : parseDuration('--ttl', values.ttl, { min: 10 })
-  const backend = await loadBackend(url)
-  const client = createLockClient(backend, ttl === undefined ? {} : { ttl })
+  const described = values.holder === undefined ? holder : parseHolder(values.holder, '--holder')
+  const backend = sharedFolders(await loadBackend(url), url)
+  const client = createLockClient(backend, { ttl, holder: described })
   return {
     backend,
     client,
@@ -24,6 +28,17 @@ export async function open(values: ParsedOptions): Promise<Opened> {
       await backend.close()
     },
   }
+}
+
+/**
+ * The CLI's holder description: "<host> (pid <pid>, `<command>`)", the command quoted as a shell would
+ * need it, so an operator who sees a lock held knows what runs and where.
+ */
+export function holderOf(command?: readonly string[]): string {
+  const line = command
+    ?.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", "'\\''")}'`))
+    .join(' ')
+  return toHolder(`${hostname()} (pid ${process.pid}${line === undefined ? '' : `, \`${line}\``})`)
 }
 
 export function timeoutOf(values: ParsedOptions): number | undefined {
@@ -53,9 +68,7 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
     try {
       const info = await client.inspect(key, { signal: AbortSignal.timeout(2000) })
       unreachable = undefined
-      holder = info.held
-        ? `, held by ${info.owner ?? 'unknown'}${info.fence === undefined ? '' : ` (fence ${info.fence})`}`
-        : ''
+      holder = info.held ? `, ${describeHolder(info)}` : ''
     } catch (error) {
       // Never let an outage look like contention: say the store cannot be reached, and why.
       unreachable = reasonOf(error)
@@ -89,6 +102,15 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
     clearInterval(timer)
     if (ticks > 0) process.stderr.write('\r\x1b[K')
   }
+}
+
+/**
+ * "held by build-7 (pid 4121, `./deploy.sh`), fence 17": the holder's description when the store keeps
+ * one (made printable: another process wrote it), else its owner id.
+ */
+export function describeHolder(info: LockInfo): string {
+  const who = info.holder === undefined ? (info.owner ?? 'unknown') : toHolder(info.holder)
+  return `held by ${who}${info.fence === undefined ? '' : `, fence ${info.fence}`}`
 }
 
 /** The plain reason of a store failure: what its message says after naming the lock and the store. */

@@ -5,8 +5,9 @@ import { EXIT } from './exit-codes.js'
 
 export const DOCTOR_HELP = `Usage: fencelock doctor [<url>]
 
-Connects to the backend (default: --url, $FENCELOCK_URL, else the per-user folder), checks the settings and
-semantics fencelock relies on, and prints one finding per line: ok, info, warn or error.
+Connects to the backend (default: --url, $FENCELOCK_URL, else this host's shared lock folder: see
+fencelock --help), checks the settings and semantics fencelock relies on, and prints one finding per
+line: ok, info, warn or error.
 Exits 0 when nothing is an error, 69 otherwise.`
 
 export async function doctorCommand(argv: string[]): Promise<number> {

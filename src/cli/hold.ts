@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline'
 import { COMMON_OPTIONS, parse, UsageError } from './args.js'
-import { open, printJson, showWaiting, timeoutOf } from './context.js'
+import { holderOf, open, printJson, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const HOLD_HELP = `Usage: fencelock hold <key> [options]
@@ -12,14 +12,16 @@ and holds it, renewing, until a line on stdin says:
 End of input releases too. If the lock is lost, prints {"event":"lost",...} and exits 76.
 
 Options:
-  --url <url>          backend URL (default: $FENCELOCK_URL, else a per-user folder of file locks)
+  --url <url>          backend URL (default: $FENCELOCK_URL, else this host's shared lock folder: see
+                       fencelock --help); memory: is refused (it cannot work across processes)
   --ttl <duration>     lease length (default: 30s)
   --timeout <duration> how long to wait for the lock (default: forever)
+  --holder <text>      who holds the lock, as inspect and waiters show it (default: "<host> (pid <pid>)")
   -v, --verbose        say on stderr when waiting
   -h, --help           this help`
 
 export async function holdCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, COMMON_OPTIONS)
+  const { values, positionals } = parse(argv, { ...COMMON_OPTIONS, holder: { type: 'string' } })
   if (values.help) {
     process.stdout.write(`${HOLD_HELP}\n`)
     return EXIT.ok
@@ -27,7 +29,7 @@ export async function holdCommand(argv: string[]): Promise<number> {
   const [key, ...extra] = positionals
   if (key === undefined || extra.length > 0) throw new UsageError('usage: fencelock hold <key> [options]')
   const timeout = timeoutOf(values)
-  const opened = await open(values)
+  const opened = await open(values, holderOf())
   try {
     const stopStatus = showWaiting(opened.client, key, values.verbose === true)
     const lock = await opened.client

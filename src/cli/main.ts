@@ -1,13 +1,22 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs'
-import { UsageError } from './args.js'
+import { setDriverSearchPaths } from '../core/drivers.js'
+import { cliSchemes, UsageError } from './args.js'
 import { DOCTOR_HELP, doctorCommand } from './doctor.js'
+import { driverSearchPaths } from './driver-paths.js'
 import { EXIT, exitCodeFor } from './exit-codes.js'
 import { HOLD_HELP, holdCommand } from './hold.js'
 import { INSPECT_HELP, inspectCommand } from './inspect.js'
+import { perUserFolder, sharedFolder } from './lock-folder.js'
 import { RUN_HELP, runCommand } from './run.js'
 
-const HELP = `Usage: fencelock <command> [options]
+/** The top-level help; the backends and the default folder are this build's and this host's. */
+function help(): string {
+  const shared = sharedFolder()
+  const schemes = cliSchemes()
+  const width = Math.max(...schemes.map(([, s]) => s.example.length))
+  const backends = schemes.map(([, s]) => `  ${s.example.padEnd(width)}  ${s.summary}`)
+  return `Usage: fencelock <command> [options]
 
 Distributed locks with fencing tokens, from the shell.
 
@@ -17,12 +26,19 @@ Commands:
   inspect <key>           print who holds the lock now (diagnostic)
   doctor [<url>]          check a backend's settings and semantics
 
-The backend is --url, else $FENCELOCK_URL, else a per-user folder of file locks
-($XDG_STATE_HOME/fencelock/locks, by default ~/.local/state/fencelock/locks).
-URLs: file:///dir, memory: (one process only).
+Backends (--url URL, or $FENCELOCK_URL):
+${backends.join('\n')}
+
+${
+  shared === undefined
+    ? `Without either, a per-user folder of file locks: ${perUserFolder()}.`
+    : `Without either, this host's shared folder of file locks, ${shared}, where the processes of every
+user exclude each other (if it cannot be used: the per-user ${perUserFolder()}, with a note).`
+}
 
 Exit codes: 64 usage, 69 backend unavailable, 75 not acquired, 76 lock lost; run passes on its command's.
 Run "fencelock <command> --help" for a command's options.`
+}
 
 const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help: string }> = {
   run: { run: runCommand, help: RUN_HELP },
@@ -35,7 +51,7 @@ async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
     const topic = name === 'help' && rest[0] ? COMMANDS[rest[0]]?.help : undefined
-    process.stdout.write(`${topic ?? HELP}\n`)
+    process.stdout.write(`${topic ?? help()}\n`)
     return name === undefined ? EXIT.usage : EXIT.ok
   }
   if (name === '--version') {
@@ -51,6 +67,8 @@ async function main(argv: string[]): Promise<number> {
   return command.run(rest)
 }
 
+// A driver installed in the current project or globally serves a global or npx-run CLI too.
+setDriverSearchPaths(driverSearchPaths())
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code

@@ -3,7 +3,7 @@ import { constants } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, parse, UsageError } from './args.js'
-import { open, showWaiting, timeoutOf } from './context.js'
+import { holderOf, open, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args...]
@@ -17,12 +17,15 @@ killer), a watchdog in that group stops it the same way, before the unrenewed le
 --kill-after below 2/3 of --ttl for that to hold).
 
 Options:
-  --url <url>          backend URL (default: $FENCELOCK_URL, else a per-user folder of file locks)
+  --url <url>          backend URL (default: $FENCELOCK_URL, else this host's shared lock folder: see
+                       fencelock --help); memory: is refused (it cannot work across processes)
   --ttl <duration>     lease length, renewed every ttl/3 (default: 30s)
   --timeout <duration> how long to wait for the lock (default: forever; 0 = try once)
   --kill-after <dur>   grace between SIGTERM and SIGKILL when the lock is lost (default: 10s)
   --foreground         run the command in fencelock's own process group, so it can read the terminal and get
                        its signals; then only the command itself (not its children) is stopped on loss
+  --holder <text>      who holds the lock, as inspect and waiters show it
+                       (default: "<host> (pid <pid>, \`<command>\`)")
   -v, --verbose        say on stderr when waiting and acquiring even when stderr is not a terminal
   -h, --help           this help
 
@@ -37,6 +40,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     ...COMMON_OPTIONS,
     'kill-after': { type: 'string' },
     foreground: { type: 'boolean' },
+    holder: { type: 'string' },
   })
   if (values.help) {
     process.stdout.write(`${RUN_HELP}\n`)
@@ -53,7 +57,7 @@ export async function runCommand(argv: string[]): Promise<number> {
   const killAfterMs = parseDuration('--kill-after', values['kill-after'] ?? '10s')
   const timeout = timeoutOf(values)
   const verbose = values.verbose === true
-  const opened = await open(values)
+  const opened = await open(values, holderOf(command))
   const interrupted = new AbortController()
   const onSignal = (signal: NodeJS.Signals) => interrupted.abort(signal)
   process.once('SIGINT', onSignal)

@@ -30,6 +30,12 @@ export interface AcquireRequest {
    */
   readonly owner: string
   readonly ttlMs: number
+  /**
+   * Who asks, in words ("build-7 (pid 4121, `./deploy.sh`)"; at most 256 bytes, no control characters),
+   * for `inspect` to show. A backend stores it with the grant where the store can, and never uses it to
+   * decide anything: the owner id alone says who holds a key.
+   */
+  readonly holder?: string | undefined
 }
 
 /** A successful attempt. */
@@ -46,14 +52,14 @@ export interface Grant {
    * learns the session is gone (a lease revoked or expired). The core then aborts `lock.signal` at once
    * with a `LockLostError`, instead of at the next renewal. Its reason's message says what happened.
    */
-  readonly lost?: AbortSignal
+  readonly lost?: AbortSignal | undefined
 }
 
 /** A refused attempt: someone else holds the key. */
 export interface Busy {
   readonly granted: false
   /** When the current holder's lease ends if it is not renewed, when the backend knows: caps the next sleep. */
-  readonly retryInMs?: number
+  readonly retryInMs?: number | undefined
 }
 
 export type AttemptResult = Grant | Busy
@@ -70,13 +76,15 @@ export interface HeldLease {
 /** Diagnostic view of a key. Never use it to decide who may act: only a grant does that. */
 export interface LockInfo {
   readonly held: boolean
-  readonly owner?: string
+  readonly owner?: string | undefined
+  /** The holder's description (`AcquireRequest.holder`), when the store keeps one. */
+  readonly holder?: string | undefined
   /** The fence of the current (or, when free, the latest) grant. */
-  readonly fence?: bigint
+  readonly fence?: bigint | undefined
   /** Remaining lease as the store sees it. */
-  readonly expiresInMs?: number
+  readonly expiresInMs?: number | undefined
   /** Anything unusual, said plainly (for example an unreadable record treated as held). */
-  readonly note?: string
+  readonly note?: string | undefined
 }
 
 /**
@@ -85,7 +93,7 @@ export interface LockInfo {
  * a server's cap): the core never counts a validity longer than it, whatever ttl was asked for.
  */
 export type ExtendResult =
-  | { readonly renewed: true; readonly cookie?: unknown; readonly ttlMs?: number }
+  | { readonly renewed: true; readonly cookie?: unknown; readonly ttlMs?: number | undefined }
   | { readonly renewed: false }
 
 /** What a store can represent; the core refuses larger keys and ttls with a `TypeError` before any I/O. */
@@ -112,7 +120,7 @@ export interface LockBackend {
   readonly id: string
   readonly capabilities: BackendCapabilities
   /** Key and ttl limits; without them the core applies `DEFAULT_LIMITS` (src/core/options.ts). */
-  readonly limits?: BackendLimits
+  readonly limits?: BackendLimits | undefined
   /** One attempt. Must not wait for the holder. Throw `BackendUnavailableError` when the store is unreachable. */
   tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
   /** Extends the lease only if `lease.owner` still holds it (never a blind write). Throw = outcome unknown. */

@@ -40,7 +40,7 @@ export interface LockClient extends AsyncDisposable {
   /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
   /** Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it. */
-  inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo>
+  inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo>
   /**
    * Stops renewers, releases held locks (best effort; their holders see lock.signal abort), rejects pending
    * acquires, and closes the backend, which closes only what it opened itself (never your driver client).
@@ -175,7 +175,7 @@ class Client implements LockClient {
     return result
   }
 
-  async inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockInfo> {
+  async inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo> {
     validateKey(key)
     const backend = await this.#open(key)
     const link = linkedAbort(options?.signal, this.#closing.signal)
@@ -273,7 +273,7 @@ class Client implements LockClient {
     const deadline = startedAt + opts.timeoutMs
     // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
     const owner = newOwnerId()
-    const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs }
+    const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs, holder: opts.holder }
     const diag = { key, backend: backend.id }
     publish(channels.acquireStart, () => ({ ...diag, ttlMs: opts.ttlMs, timeoutMs: opts.timeoutMs }))
     const giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)

@@ -20,7 +20,7 @@ export function describeValue(value: unknown): string {
 export function parseDuration(
   name: string,
   value: unknown,
-  { min = 0, allowInfinity = false }: { min?: number; allowInfinity?: boolean } = {},
+  { min = 0, allowInfinity = false }: { min?: number | undefined; allowInfinity?: boolean | undefined } = {},
 ): number {
   let ms: number | undefined
   if (typeof value === 'number') ms = value

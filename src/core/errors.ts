@@ -61,6 +61,22 @@ export function describeNetworkError(error: unknown, address?: string): string |
   return undefined
 }
 
+/**
+ * Every `code` a fencelock error can carry. A union of literals, so that comparing `error.code` with a
+ * misspelled code fails to compile.
+ */
+export type FencelockErrorCode =
+  | 'FENCELOCK_NOT_ACQUIRED'
+  | 'FENCELOCK_LOST'
+  | 'FENCELOCK_RELEASED'
+  | 'FENCELOCK_BACKEND_UNAVAILABLE'
+  | 'FENCELOCK_QUORUM'
+  | 'FENCELOCK_CAPABILITY'
+  | 'FENCELOCK_DRIVER_MISSING'
+  | 'FENCELOCK_CLIENT_CLOSED'
+  /** Redis: the lock's keys hold data fencelock did not write (another program uses the names). */
+  | 'FENCELOCK_KEY_CONFLICT'
+
 /** Context carried by every fencelock error. */
 export interface LockErrorContext {
   readonly key?: string | undefined
@@ -71,14 +87,14 @@ export interface LockErrorContext {
 /** Base class of every fencelock error. */
 export class LockError extends Error {
   override name = 'LockError'
-  /** A stable machine-readable code such as `FENCELOCK_NOT_ACQUIRED`. */
-  readonly code: string
+  /** A stable machine-readable code such as `FENCELOCK_NOT_ACQUIRED`; each subclass narrows it to its own. */
+  readonly code: FencelockErrorCode
   /** The lock key concerned, when there is one. */
   readonly key: string | undefined
   /** The backend id (for example `file:///var/lock/fencelock`), when there is one. */
   readonly backend: string | undefined
 
-  constructor(code: string, message: string, context: LockErrorContext = {}) {
+  constructor(code: FencelockErrorCode, message: string, context: LockErrorContext = {}) {
     super(message, context.cause === undefined ? undefined : { cause: context.cause })
     this.code = code
     this.key = context.key
@@ -89,6 +105,7 @@ export class LockError extends Error {
 /** The deadline passed while another owner held the lock. */
 export class LockNotAcquiredError extends LockError {
   override name = 'LockNotAcquiredError'
+  declare readonly code: 'FENCELOCK_NOT_ACQUIRED'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_NOT_ACQUIRED', message, context)
   }
@@ -97,6 +114,7 @@ export class LockNotAcquiredError extends LockError {
 /** The lease was lost (expired, taken over, or unreachable past its validity) while we believed we held it. */
 export class LockLostError extends LockError {
   override name = 'LockLostError'
+  declare readonly code: 'FENCELOCK_LOST'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_LOST', message, context)
   }
@@ -105,6 +123,7 @@ export class LockLostError extends LockError {
 /** An operation on a lock that was already released. */
 export class LockReleasedError extends LockError {
   override name = 'LockReleasedError'
+  declare readonly code: 'FENCELOCK_RELEASED'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_RELEASED', message, context)
   }
@@ -113,12 +132,17 @@ export class LockReleasedError extends LockError {
 /** The store could not be reached, or answered with an error; says nothing about who holds the lock. */
 export class BackendUnavailableError extends LockError {
   override name = 'BackendUnavailableError'
+  /** Its own code, or its subclass {@link QuorumError}'s. */
+  declare readonly code: 'FENCELOCK_BACKEND_UNAVAILABLE' | 'FENCELOCK_QUORUM'
   /**
    * Whether waiting could help (a restart, a failover). False for errors that repeat until someone
    * changes a setting, such as a wrong password: a waiting acquire then fails at once.
    */
   readonly retryable: boolean
-  constructor(message: string, context: LockErrorContext & { retryable?: boolean } = {}) {
+  constructor(
+    message: string,
+    context: LockErrorContext & { readonly retryable?: boolean | undefined } = {},
+  ) {
     super('FENCELOCK_BACKEND_UNAVAILABLE', message, context)
     this.retryable = context.retryable ?? true
   }
@@ -145,6 +169,7 @@ export class QuorumError extends BackendUnavailableError {
 /** The backend cannot do what was asked (for example a feature its store does not offer). */
 export class CapabilityError extends LockError {
   override name = 'CapabilityError'
+  declare readonly code: 'FENCELOCK_CAPABILITY'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_CAPABILITY', message, context)
   }
@@ -153,6 +178,7 @@ export class CapabilityError extends LockError {
 /** The backend's driver package is not installed. */
 export class DriverMissingError extends LockError {
   override name = 'DriverMissingError'
+  declare readonly code: 'FENCELOCK_DRIVER_MISSING'
   /** The npm package to install. */
   readonly packageName: string
   constructor(packageName: string, message: string, context: LockErrorContext = {}) {
@@ -164,6 +190,7 @@ export class DriverMissingError extends LockError {
 /** The client was closed while the operation was pending. */
 export class ClientClosedError extends LockError {
   override name = 'ClientClosedError'
+  declare readonly code: 'FENCELOCK_CLIENT_CLOSED'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_CLIENT_CLOSED', message, context)
   }

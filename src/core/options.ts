@@ -1,3 +1,4 @@
+import { hostname } from 'node:os'
 import type { BackendLimits, LockBackend } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
@@ -7,34 +8,43 @@ export interface ClientOptions {
    * The lease: how long a lock outlives its holder if the holder dies without releasing.
    * @default '30s'
    */
-  readonly ttl?: Duration
+  readonly ttl?: Duration | undefined
   /**
    * How long `acquire` waits for a held lock. `tryAcquire` always defaults to 0.
    * @default Infinity
    */
-  readonly timeout?: Duration
+  readonly timeout?: Duration | undefined
   /**
    * Renew held locks automatically every ttl/3 until released.
    * @default true
    */
-  readonly renew?: boolean
+  readonly renew?: boolean | undefined
   /**
    * The share of the ttl subtracted from a lease's validity for clock-rate drift between the store and us.
    * @default 0.01
    */
-  readonly driftFactor?: number
+  readonly driftFactor?: number | undefined
+  /**
+   * Who holds the lock, in words, stored with each grant and shown by `inspect` and the CLI's waiting line
+   * ("held by build-7 (pid 4121)"). Diagnostic only: the random owner id, never this text, decides who
+   * may extend or release. At most 256 bytes of UTF-8, no control characters.
+   * @default `<host name> (pid <pid>)`
+   */
+  readonly holder?: string | undefined
 }
 
 /** Options of one `acquire`, `tryAcquire` or `withLock` call. */
 export interface AcquireOptions {
   /** The lease for this lock. @default the client's `ttl` */
-  readonly ttl?: Duration
+  readonly ttl?: Duration | undefined
   /** How long to wait while someone else holds the lock. @default Infinity for acquire, 0 for tryAcquire */
-  readonly timeout?: Duration
+  readonly timeout?: Duration | undefined
   /** Aborts the wait; the call rejects with `signal.reason` unchanged. */
-  readonly signal?: AbortSignal
+  readonly signal?: AbortSignal | undefined
   /** Renew automatically until released. @default the client's `renew` */
-  readonly renew?: boolean
+  readonly renew?: boolean | undefined
+  /** Who holds the lock, in words (see `ClientOptions.holder`). @default the client's `holder` */
+  readonly holder?: string | undefined
 }
 
 export interface ResolvedClientOptions {
@@ -42,6 +52,7 @@ export interface ResolvedClientOptions {
   readonly timeoutMs: number
   readonly renew: boolean
   readonly driftFactor: number
+  readonly holder: string
 }
 
 /** The shortest lease we accept: below it the 2 ms validity margin and timer resolution eat the lease. */
@@ -54,8 +65,8 @@ export const DEFAULT_TTL_MS = 30_000
  */
 export const DEFAULT_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
 
-const CLIENT_OPTIONS = ['ttl', 'timeout', 'renew', 'driftFactor'] as const
-const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew'] as const
+const CLIENT_OPTIONS = ['ttl', 'timeout', 'renew', 'driftFactor', 'holder'] as const
+const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew', 'holder'] as const
 
 function assertObject(name: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null)) {
@@ -158,6 +169,7 @@ export function resolveClientOptions(options: ClientOptions | undefined): Resolv
         : parseDuration('timeout', o.timeout, { allowInfinity: true }),
     renew: parseBoolean('renew', o.renew, true),
     driftFactor,
+    holder: o.holder === undefined ? defaultHolder() : parseHolder(o.holder),
   }
 }
 
@@ -166,6 +178,7 @@ export interface ResolvedAcquireOptions {
   readonly timeoutMs: number
   readonly renew: boolean
   readonly signal: AbortSignal | undefined
+  readonly holder: string
 }
 
 export function resolveAcquireOptions(
@@ -187,7 +200,55 @@ export function resolveAcquireOptions(
         : parseDuration('timeout', o.timeout, { allowInfinity: true }),
     renew: parseBoolean('renew', o.renew, defaults.renew),
     signal: o.signal,
+    holder: o.holder === undefined ? defaults.holder : parseHolder(o.holder),
   }
+}
+
+/** The longest holder description, in UTF-8 bytes: a line in a status display, not a document. */
+export const MAX_HOLDER_BYTES = 256
+
+/**
+ * Checks a user-supplied holder description. Control characters are refused: the text is printed on
+ * terminals by `inspect` and the CLI, where an escape sequence could rewrite what an operator sees.
+ * @throws {TypeError} naming the problem
+ */
+export function parseHolder(value: unknown, name = 'holder'): string {
+  if (typeof value !== 'string' || value.trim() === '') {
+    throw new TypeError(`Expected \`${name}\` to be a non-empty string, got ${describeValue(value)}`)
+  }
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(value)) {
+    throw new TypeError(
+      `Expected \`${name}\` without control characters (newlines, escapes), got ${JSON.stringify(value)}`,
+    )
+  }
+  const bytes = Buffer.byteLength(value)
+  if (bytes > MAX_HOLDER_BYTES) {
+    throw new TypeError(
+      `Expected \`${name}\` to be at most ${MAX_HOLDER_BYTES} bytes of UTF-8, got ${bytes} bytes ` +
+        `(starting ${JSON.stringify(value.slice(0, 40))})`,
+    )
+  }
+  return value
+}
+
+/**
+ * Makes any text a valid holder description: control characters become spaces and it is cut to
+ * `MAX_HOLDER_BYTES` with an ellipsis. For descriptions we build (a command line), not for user input.
+ */
+export function toHolder(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: replacing control characters is the point
+  let out = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ')
+  if (Buffer.byteLength(out) <= MAX_HOLDER_BYTES) return out
+  while (Buffer.byteLength(out) > MAX_HOLDER_BYTES - 3) out = [...out].slice(0, -1).join('')
+  return `${out}…`
+}
+
+let cachedHolder: string | undefined
+/** `<host name> (pid <pid>)`: which process holds a lock, enough to find it and, if need be, kill it. */
+export function defaultHolder(): string {
+  cachedHolder ??= toHolder(`${hostname()} (pid ${process.pid})`)
+  return cachedHolder
 }
 
 export function validateKey(key: unknown): asserts key is string {

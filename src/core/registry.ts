@@ -1,21 +1,53 @@
 import type { LockBackend } from './backend.js'
-import { DriverMissingError } from './errors.js'
+import { importDriver, notFoundText } from './drivers.js'
+import { causeText, DriverMissingError } from './errors.js'
 
-/**
- * URL schemes and the module that serves each. Modules load lazily, so a backend's driver (an optional
- * peer dependency) is needed only by those who use it.
- */
 interface BackendModule {
   fromUrl(url: URL): LockBackend | Promise<LockBackend>
 }
 
-const SCHEMES: Record<string, () => Promise<BackendModule>> = {
-  'memory:': () => import('../backends/memory/index.js'),
-  'file:': () => import('../backends/file/index.js'),
-  'redis:': () => import('../backends/redis/index.js'),
-  'rediss:': () => import('../backends/redis/index.js'),
-  'redlock:': () => import('../backends/redlock/index.js'),
-  'etcd:': () => import('../backends/etcd/index.js'),
+/** One URL scheme: the module that serves it, and what help and error messages say of it. */
+export interface BackendScheme {
+  /** Loads the module lazily, so a backend's driver (an optional peer dependency) is needed only by its users. */
+  readonly load: () => Promise<BackendModule>
+  /** A URL of this scheme, as help and messages show it. */
+  readonly example: string
+  /** What the backend is, in a few words. */
+  readonly summary: string
+}
+
+/** Every scheme this build understands: the one table that loading, help and messages all read. */
+const SCHEMES: Readonly<Record<string, BackendScheme>> = {
+  'memory:': {
+    load: () => import('../backends/memory/index.js'),
+    example: 'memory:tests',
+    summary: 'in this process only (tests)',
+  },
+  'file:': {
+    load: () => import('../backends/file/index.js'),
+    example: 'file:///var/lock/app',
+    summary: 'a folder of lock files, shared by the processes of one host',
+  },
+  'redis:': {
+    load: () => import('../backends/redis/index.js'),
+    example: 'redis://host:6379',
+    summary: 'one Redis primary, or a Redis Cluster with ?cluster=true',
+  },
+  'rediss:': {
+    load: () => import('../backends/redis/index.js'),
+    example: 'rediss://user:password@host:6380',
+    summary: 'the same over TLS',
+  },
+  'redlock:': {
+    load: () => import('../backends/redlock/index.js'),
+    example: 'redlock://h1:6379,h2:6379,h3:6379',
+    summary: 'a majority of independent Redis masters',
+  },
+  'etcd:': {
+    load: () => import('../backends/etcd/index.js'),
+    example: 'etcd://h1:2379,h2:2379',
+    summary: "etcd v3's lock recipe",
+  },
 }
 
 /**
@@ -50,6 +82,10 @@ function parseMultiHost(input: string): URL | undefined {
 
 /** The schemes this build understands, for messages. */
 export const supportedSchemes = (): string[] => Object.keys(SCHEMES)
+
+/** The schemes this build understands, with their examples and summaries, for help. */
+export const backendSchemes = (): ReadonlyArray<readonly [scheme: string, BackendScheme]> =>
+  Object.entries(SCHEMES)
 
 /**
  * Parses and checks a backend URL.
@@ -111,16 +147,16 @@ export function parseBackendUrl(input: string | URL): URL {
 const LOCAL = new Set(['memory:', 'file:'])
 
 /** The text of a URL with everything between "//" and its last "@" hidden (it may hold a password). */
-function hideUserinfo(text: string): string {
+export function hideUserinfo(text: string): string {
   const at = text.lastIndexOf('@')
   const start = text.indexOf('//')
   return start >= 0 && at > start ? `${text.slice(0, start + 2)}***${text.slice(at)}` : text
 }
 
 export async function loadBackend(url: URL): Promise<LockBackend> {
-  const load = SCHEMES[url.protocol]
-  if (!load) throw new TypeError(`Unknown lock backend scheme "${url.protocol}"`)
-  const module = await load()
+  const scheme = SCHEMES[url.protocol]
+  if (!scheme) throw new TypeError(`Unknown lock backend scheme "${url.protocol}"`)
+  const module = await scheme.load()
   return module.fromUrl(url)
 }
 
@@ -138,14 +174,18 @@ export function redact(url: URL): string {
 }
 
 /**
- * Loads a backend's driver (an optional peer dependency), or fails with one line saying what to install.
+ * Loads a backend's driver (an optional peer dependency), or fails with one line saying what to install
+ * and, when it was searched for beyond fencelock's own location, where (see drivers.ts).
  * `load` is the backend's own `import('…')`, kept literal where bundlers can see it.
  */
 export function loadDriver<T>(pkg: string, backend: string, url: URL, load: () => Promise<T>): Promise<T> {
-  return load().catch((cause: unknown) => {
+  return importDriver(pkg, load).catch((cause: unknown) => {
+    const missing = notFoundText(pkg, cause)
     throw new DriverMissingError(
       pkg,
-      `The ${backend} backend needs the ${pkg} package, which is not installed: npm install ${pkg}`,
+      missing === undefined
+        ? `The ${backend} backend needs the ${pkg} package, which failed to load: ${causeText(cause)}`
+        : `The ${backend} backend needs the ${pkg} package, which ${missing}`,
       { backend: redact(url), cause },
     )
   })

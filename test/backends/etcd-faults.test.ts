@@ -120,7 +120,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
       // The waiter's key is the one that is not the holder's; wait (bounded) until it is in line.
       let gone: { key: string; revision: bigint } | undefined
       for (let i = 0; i < 250 && !gone; i++) {
-        const kv = (await keys()).find((k) => k.value.toString() !== holder.owner)
+        const kv = (await keys()).find((k) => !k.value.toString().startsWith(`${holder.owner} `))
         if (kv) gone = { key: kv.key.toString(), revision: BigInt(kv.create_revision) }
         else await sleep(20)
       }

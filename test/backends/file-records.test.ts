@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
@@ -137,7 +137,52 @@ describe('removals and epochs (the atomic steps)', () => {
     assert.ok(names.length <= 2, `old epochs are collected: ${names.join(', ')}`)
   })
 
-  it('takes a new epoch when a fence range is used up (2^32 generations)', async () => {
+  it('starts epochs at the wall clock, so fences rise even when the whole lock root is lost (tmpfs, reboot)', async () => {
+    const root = folder()
+    assert.ok((await bumpEpoch(root, 0n, false, () => 5000)) === 5000n, 'an empty root starts at the clock')
+    assert.equal(await bumpEpoch(root, 0n, false, () => 4000), 5001n, 'never below an epoch issued before')
+    rmSync(join(root, EPOCH_FOLDER), { recursive: true })
+    assert.equal(await bumpEpoch(root, 0n, false, () => 9000), 9000n, 'a lost counter restarts at the clock')
+    // The same through the backend: remove the whole root between two grants, as a reboot clears tmpfs.
+    const lost = folder()
+    const client = createLockClient(fileBackend({ dir: lost }), { ttl: '5s' })
+    const first = await client.acquire('reboot')
+    await first.release()
+    rmSync(lost, { recursive: true })
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    const second = await client.acquire('reboot')
+    assert.ok(
+      second.fence > first.fence,
+      `fence ${second.fence} after a lost root is not above ${first.fence}`,
+    )
+    await second.release()
+    await client.close()
+  })
+
+  it('a holder whose newest record was removed by hand loses the lock, even if the next grant repeats its number', async () => {
+    const root = folder()
+    const key = 'rolled-back'
+    const f = join(root, keyFolderName(key))
+    const a = createLockClient(fileBackend({ dir: root }), { ttl: '30s', renew: false })
+    const b = createLockClient(fileBackend({ dir: root }), { ttl: '30s', renew: false })
+    await (await a.acquire(key)).release()
+    // Keep the free record, which the next transition collects (in a shared folder, the sticky bit keeps
+    // another user's), then put it back under the held one and remove the held one.
+    const [freeName] = readdirSync(f).filter((n) => /^\d+$/.test(n))
+    const freeRecord = readFileSync(join(f, freeName!))
+    const held = await a.acquire(key)
+    const [heldName] = readdirSync(f).filter((n) => /^\d+$/.test(n))
+    writeFileSync(join(f, freeName!), freeRecord)
+    rmSync(join(f, heldName!))
+    const second = await b.acquire(key, { timeout: 0 })
+    await assert.rejects(held.extend(), (error: Error) => error.name === 'LockLostError')
+    assert.equal(held.signal.aborted, true)
+    assert.equal((await b.inspect(key)).owner, second.owner, "the old holder's renewal did not take it over")
+    await second.release()
+    await Promise.all([a.close(), b.close()])
+  })
+
+  it('takes a new epoch when a fence range is used up (2^21 generations)', async () => {
     const root = folder()
     const key = 'rollover'
     const f = join(root, keyFolderName(key))

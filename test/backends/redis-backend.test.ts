@@ -293,16 +293,19 @@ describe('redis backend: fair mode', () => {
     const k = key('handover')
     const url = `${server.url}?fair=true`
     const holder = await client(url).acquire(k, { ttl: '30s' })
-    const waiting = client(url).acquire(k, { timeout: '20s' })
+    const waiting = client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' })
     const deadline = Date.now() + 10_000
     while ((await admin.llen(`fencelock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
     await holder.release()
-    // The release itself made the waiter the holder, before the waiter did anything.
-    const owner = await admin.get(`fencelock:{${k}}`)
+    // The release itself made the waiter the holder, before the waiter did anything, and wrote its description.
+    const [owner, described] = await admin.mget(`fencelock:{${k}}`, `fencelock:{${k}}:holder`)
     const lock = await waiting
     assert.equal(owner, lock.owner)
+    assert.equal(described, `${lock.owner} the waiter (pid 1)`)
     assert.equal(lock.fence, holder.fence + 1n)
+    assert.equal((await client(url).inspect(k)).holder, 'the waiter (pid 1)')
     await lock.release()
+    assert.equal(await admin.exists(`fencelock:{${k}}:holder`), 0, 'the release removes the description')
   })
 
   it('a hand-over starts with a lease no longer than the waiter liveness, then renews to the full ttl', async () => {

@@ -1,13 +1,9 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { cpSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { CLI } from '../support/processes.js'
-import { tempDir } from '../support/temp.js'
 
 const run = (args: string[]) =>
   promisify(execFile)(process.execPath, [CLI, ...args]).then(
@@ -69,31 +65,5 @@ describe('fencelock run against an unreachable store', () => {
     assert.equal(r.code, 69, r.stderr)
     assert.match(r.stderr, /store unreachable \(.*connection refused.*\), retrying k/)
     assert.doesNotMatch(r.stderr, /waiting for k/)
-  })
-})
-
-describe('a missing driver package', () => {
-  const dir = tempDir('no-driver')
-  after(() => dir.cleanup())
-
-  it('names the package to install and exits with the usage code', async () => {
-    // A copy of the built CLI where no node_modules (so no ioredis) can be found.
-    const built = fileURLToPath(new URL('../../src', import.meta.url))
-    cpSync(built, join(dir.path, 'src'), { recursive: true })
-    writeFileSync(join(dir.path, 'package.json'), JSON.stringify({ type: 'module', version: '0.0.0' }))
-    const cli = join(dir.path, 'src', 'cli', 'main.js')
-    const r = await promisify(execFile)(process.execPath, [
-      cli,
-      'inspect',
-      'k',
-      '--url',
-      'redis://127.0.0.1:6379',
-    ]).then(
-      () => ({ code: 0, stderr: '' }),
-      (e: { code: number; stderr: string }) => e,
-    )
-    assert.equal(r.code, 64)
-    assert.match(r.stderr, /npm install ioredis/)
-    assert.equal(r.stderr.trim().split('\n').length, 1)
   })
 })

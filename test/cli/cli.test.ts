@@ -1,16 +1,20 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
 import { fileBackend } from '../../src/backends/file/index.js'
+import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
+import { parseBackendUrl, supportedSchemes } from '../../src/core/registry.js'
 import { CLI, startHold } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 
 const dir = tempDir('cli')
 after(() => dir.cleanup())
 const url = pathToFileURL(join(dir.path, 'locks')).href
+const host = hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 let n = 0
 const key = (label: string) => `cli-${label}-${n++}`
 
@@ -77,7 +81,7 @@ describe('fencelock run', () => {
     assert.match(r.stderr, /held by another owner/)
     const verbose = await fencelock(['run', k, '--timeout', '600ms', '--verbose', '--', 'true'])
     assert.equal(verbose.code, 75)
-    assert.match(verbose.stderr, new RegExp(`waiting for ${k}, held by [0-9a-f]{32} \\(fence \\d+\\)`))
+    assert.match(verbose.stderr, new RegExp(`waiting for ${k}, held by ${host} \\(pid \\d+\\), fence \\d+`))
     holder.send('release')
     assert.equal(await holder.exited, 0)
   })
@@ -101,10 +105,32 @@ describe('fencelock run', () => {
     })
     assert.match(
       r,
-      new RegExp(`waiting for ${k}, held by ${acquired.owner} \\(fence ${acquired.fence}\\), \\d+\\.\\d s`),
+      new RegExp(
+        `waiting for ${k}, held by ${host} \\(pid ${acquired.pid}\\), fence ${acquired.fence}, \\d+\\.\\d s`,
+      ),
     )
     holder.send('release')
     await holder.exited
+  })
+
+  it('stores who holds the lock: host, pid and the command, or --holder; inspect shows it', async () => {
+    const k = key('holder')
+    const running = fencelock(['run', k, '--', 'sh', '-c', 'echo started; sleep 30'])
+    await new Promise<void>((resolve) => running.child.stdout!.once('data', () => resolve()))
+    const info = JSON.parse((await fencelock(['inspect', k])).stdout) as Record<string, unknown>
+    assert.equal(info.held, true)
+    assert.equal(info.holder, `${hostname()} (pid ${running.child.pid}, \`sh -c 'echo started; sleep 30'\`)`)
+    running.child.kill('SIGTERM')
+    await running
+    const held = startHold(url, k, ['--holder', 'nightly backup'])
+    await held.next('acquired')
+    const r = await fencelock(['run', k, '--timeout', '600ms', '--verbose', '--', 'true'])
+    assert.match(r.stderr, new RegExp(`waiting for ${k}, held by nightly backup, fence \\d+`))
+    held.send('release')
+    assert.equal(await held.exited, 0)
+    const bad = await fencelock(['run', k, '--holder', 'a\u001b[2Jb', '--', 'true'])
+    assert.equal(bad.code, 64)
+    assert.match(bad.stderr, /--holder.*control characters/)
   })
 
   it('waits for the holder and runs once it releases, with a larger fence', async () => {
@@ -185,7 +211,7 @@ describe('fencelock run', () => {
 })
 
 describe('usage errors', () => {
-  const cases: Array<[string, string[], RegExp]> = [
+  const cases: Array<[string, string[], RegExp, NodeJS.ProcessEnv?]> = [
     ['no command', ['run', 'k'], /put the command after "--"/],
     ['no key', ['run'], /missing <key>/],
     ['unknown option', ['run', 'k', '--bogus', '--', 'true'], /bogus/],
@@ -194,14 +220,25 @@ describe('usage errors', () => {
     [
       'unknown scheme',
       ['run', 'k', '--url', 'foo://x', '--', 'true'],
-      /Unknown lock backend scheme "foo:".*supported: memory:, file:/,
+      /unknown lock backend scheme "foo:"; fencelock supports file:\/\/\/var\/lock\/app, redis:\/\/host:6379/,
+    ],
+    [
+      'memory: (one process only)',
+      ['run', 'k', '--url', 'memory:', '--', 'true'],
+      /memory: locks live inside one process.*use a folder of file locks, e\.g\. --url file:\/\/\/var\/lock\/app/,
+    ],
+    [
+      'memory: from $FENCELOCK_URL',
+      ['inspect', 'k'],
+      /memory: locks live inside one process/,
+      { FENCELOCK_URL: 'memory:x' },
     ],
     ['malformed URL', ['run', 'k', '--url', 'not a url', '--', 'true'], /Expected a backend URL/],
     ['remote file URL', ['inspect', 'k', '--url', 'file://host/dir'], /local file URL/],
   ]
-  for (const [name, args, message] of cases) {
+  for (const [name, args, message, env] of cases) {
     it(`${name}: one clear line and exit 64`, async () => {
-      const r = await fencelock(args)
+      const r = await fencelock(args, env)
       assert.equal(r.code, 64)
       assert.match(r.stderr, message)
       assert.equal(r.stderr.trim().split('\n').length, 1)
@@ -217,6 +254,20 @@ describe('usage errors', () => {
     const top = await fencelock(['--help'])
     assert.equal(top.code, 0)
     assert.match(top.stdout, /Exit codes/)
+  })
+
+  it("--help lists exactly the registry's schemes but memory:, each with an example, and the default folder", async () => {
+    const r = await fencelock(['--help'])
+    const lines = r.stdout.split('\nBackends')[1]!.split('\n').slice(1)
+    const end = lines.findIndex((line) => !line.startsWith('  '))
+    const section = lines.slice(0, end)
+    const listed = section.map((line) => line.trim().split(/\s+/)[0]!)
+    assert.deepEqual(
+      listed.map((example) => new URL(example.replace(/,.*$/, '')).protocol),
+      supportedSchemes().filter((scheme) => scheme !== 'memory:'),
+    )
+    for (const example of listed) assert.doesNotThrow(() => parseBackendUrl(example), example)
+    assert.ok(r.stdout.includes(sharedFolder() ?? perUserFolder()), r.stdout)
   })
 })
 

@@ -6,6 +6,7 @@ import { abandonCases } from './cases/abandon.js'
 import { crossProcessCases } from './cases/cross-process.js'
 import { exclusivityCases } from './cases/exclusivity.js'
 import { fenceCases } from './cases/fences.js'
+import { holderCases } from './cases/holder.js'
 import { keyCases } from './cases/keys.js'
 import { lossCases } from './cases/loss.js'
 import { waitingCases } from './cases/waiting.js'
@@ -15,7 +16,7 @@ export type { ConformanceHarness } from './harness.js'
 
 /**
  * The contract every backend must honour, as one suite: exclusivity, timeouts, abort, release idempotence,
- * loss, abandonment, cross-process use, validity bounds, fences, key names and wake-up.
+ * loss, abandonment, holder descriptions, cross-process use, validity bounds, fences, key names and wake-up.
  */
 export function defineConformanceSuite(harness: ConformanceHarness): void {
   describe(`conformance: ${harness.name}`, { timeout: 300_000 }, () => {
@@ -47,6 +48,7 @@ export function defineConformanceSuite(harness: ConformanceHarness): void {
     fenceCases(ctx)
     keyCases(ctx)
     abandonCases(ctx)
+    holderCases(ctx)
     const { url } = harness
     if (url !== undefined) crossProcessCases(ctx, url)
   })

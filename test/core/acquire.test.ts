@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { hostname } from 'node:os'
 import { describe, it } from 'node:test'
 import {
   BackendUnavailableError,
@@ -26,7 +27,13 @@ describe('acquire', { timeout: 20_000 }, () => {
     assert.equal(lock.signal.aborted, false)
     assert.deepEqual(
       { ...(await client.inspect(key)), expiresInMs: undefined },
-      { held: true, owner: lock.owner, fence: lock.fence, expiresInMs: undefined },
+      {
+        held: true,
+        owner: lock.owner,
+        holder: `${hostname()} (pid ${process.pid})`,
+        fence: lock.fence,
+        expiresInMs: undefined,
+      },
     )
     await lock.release()
     assert.equal((await client.inspect(key)).held, false)

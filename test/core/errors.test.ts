@@ -5,6 +5,7 @@ import {
   CapabilityError,
   ClientClosedError,
   DriverMissingError,
+  type FencelockErrorCode,
   LockError,
   type LockErrorContext,
   LockLostError,
@@ -30,8 +31,8 @@ const failures = [{ node: 'redis://a:6379', error: new Error('ECONNREFUSED') }]
 const rows: readonly Row[] = [
   {
     name: 'LockError',
-    code: 'FENCELOCK_TEST',
-    make: (m, c) => new LockError('FENCELOCK_TEST', m, c),
+    code: 'FENCELOCK_KEY_CONFLICT',
+    make: (m, c) => new LockError('FENCELOCK_KEY_CONFLICT', m, c),
     is: [],
     isNot: [LockNotAcquiredError, BackendUnavailableError],
   },
@@ -137,9 +138,31 @@ describe('errors', () => {
     assert.equal(new Set(codes).size, codes.length)
   })
 
+  it('types each code as a literal, so a misspelled code does not compile', () => {
+    const error: LockError = new LockNotAcquiredError('x')
+    // @ts-expect-error: no such code (the compiler catches the typo; the assertion only uses the value)
+    assert.equal(error.code === 'FENCELOCK_NOT_ACQIURED', false)
+    const exact: 'FENCELOCK_NOT_ACQUIRED' = new LockNotAcquiredError('x').code
+    const quorum: 'FENCELOCK_QUORUM' = new QuorumError('x', failures).code
+    // A BackendUnavailableError may be a QuorumError: its code type says so.
+    const unavailable: 'FENCELOCK_BACKEND_UNAVAILABLE' | 'FENCELOCK_QUORUM' = new BackendUnavailableError('x')
+      .code
+    const anyCode: FencelockErrorCode = error.code
+    assert.deepEqual(
+      [exact, quorum, unavailable, anyCode],
+      [
+        'FENCELOCK_NOT_ACQUIRED',
+        'FENCELOCK_QUORUM',
+        'FENCELOCK_BACKEND_UNAVAILABLE',
+        'FENCELOCK_NOT_ACQUIRED',
+      ],
+    )
+  })
+
   it('BackendUnavailableError is retryable unless it says otherwise', () => {
     assert.equal(new BackendUnavailableError('down').retryable, true)
     assert.equal(new BackendUnavailableError('WRONGPASS', { retryable: false }).retryable, false)
+    assert.equal(new BackendUnavailableError('down', { retryable: undefined }).retryable, true)
     assert.equal(new QuorumError('no majority', failures).retryable, true)
   })
 

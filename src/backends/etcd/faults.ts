@@ -142,7 +142,8 @@ export function etcdClientOptions(etcd3: Etcd3Module, options: IOptions): IOptio
       host: (member) => memberPolicy(etcd3, member.replace(/^https?:\/\//, '')),
       global: callPolicy(etcd3, members),
       watchBackoff: watchBackoff(-1),
-      ...options.faultHandling,
+      // Only the policies you set: `{ host: undefined }` keeps ours rather than leave none.
+      ...Object.fromEntries(Object.entries(options.faultHandling ?? {}).filter(([, v]) => v !== undefined)),
     },
     defaultCallOptions:
       options.defaultCallOptions ??

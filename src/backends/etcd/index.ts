@@ -57,9 +57,9 @@ export interface EtcdBackendOptions {
    */
   readonly client: Etcd3
   /** Prefix of every key fencelock writes. A lock named `k` lives under `<prefix>k/`. @default 'fencelock/' */
-  readonly prefix?: string
+  readonly prefix?: string | undefined
   /** Names the store in errors. */
-  readonly id?: string
+  readonly id?: string | undefined
 }
 
 /**
@@ -80,6 +80,8 @@ export const ETCD_LIMITS: BackendLimits = { maxKeyBytes: 32 * 1024, maxTtlMs: 2_
  */
 interface Acquisition {
   readonly owner: string
+  /** Our key's value: "<owner> <description>", or the owner alone (see `AcquireRequest.holder`). */
+  readonly value: Buffer
   /** The lock's name as the user gave it (for messages) and its prefix on etcd. */
   readonly key: string
   readonly prefix: string
@@ -282,6 +284,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
     if (existing && !existing.ended) return existing
     const acq: Acquisition = {
       owner: req.owner,
+      value: Buffer.from(req.holder === undefined ? req.owner : `${req.owner} ${req.holder}`),
       key: req.key,
       prefix: lockPrefix(req.key),
       names: new Set(),
@@ -440,7 +443,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
         ],
         success: [
           {
-            request_put: { key: Buffer.from(acq.name!), value: Buffer.from(acq.owner), lease: lease.decimal },
+            request_put: { key: Buffer.from(acq.name!), value: acq.value, lease: lease.decimal },
           },
         ],
         failure: [],
@@ -510,7 +513,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
           // Our key exists already when an earlier attempt of this acquire put it (we are in line).
           compare: [{ target: 'Create', result: 'Equal', key: Buffer.from(name), create_revision: 0 }],
           success: [
-            { request_put: { key: Buffer.from(name), value: Buffer.from(req.owner), lease: lease.decimal } },
+            { request_put: { key: Buffer.from(name), value: acq.value, lease: lease.decimal } },
             firstOf(p),
           ],
           failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(p)],
@@ -686,10 +689,12 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
           if (Number(ttl.TTL) >= 0) expiresInMs = Number(ttl.TTL) * 1000
         }
         const value = utf8(holder.value)
+        // "<owner> <description>" (our keys), or empty: Go's Mutex writes none, and the key names the holder.
+        const space = value.indexOf(' ')
         return {
           held: true,
-          // Go's Mutex writes an empty value: then the key itself names the holder.
-          owner: value === '' ? utf8(holder.key) : value,
+          owner: value === '' ? utf8(holder.key) : space < 0 ? value : value.slice(0, space),
+          ...(space < 0 || space === value.length - 1 ? {} : { holder: value.slice(space + 1) }),
           fence: BigInt(holder.create_revision),
           ...(expiresInMs === undefined ? {} : { expiresInMs }),
           ...(value === ''

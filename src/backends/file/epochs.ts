@@ -1,8 +1,15 @@
 /**
  * The lock root's epoch counter: `<root>/.epoch/`, a generation store of its own whose highest name is the
  * latest epoch issued. An epoch is taken whenever a key folder must start a fence range afresh (a new or
- * removed folder, an unreadable record, a range used up): the range of epoch E is (E·2^32, (E+1)·2^32), so
+ * removed folder, an unreadable record, a range used up): the range of epoch E is (E·2^21, (E+1)·2^21), so
  * every fence minted in it is above every fence of an earlier epoch. See index.ts for the argument.
+ *
+ * A new epoch is also at least the wall clock in ms. That is what keeps fences rising when the counter
+ * itself is lost: a lock root on tmpfs (/run/lock, /var/lock, /tmp on many systems) after a reboot, or a
+ * tmp cleaner that removed an idle `.epoch`. Epochs issued before were at most the clock of their time
+ * plus one per bump made within the same ms, so after any loss that took longer than that lead (a reboot
+ * takes seconds; a run-ahead needs thousands of new keys per second, sustained), the clock is past them.
+ * It fails only if the wall clock is set back across such a loss.
  */
 import { mkdirSync, readdirSync } from 'node:fs'
 import { open } from 'node:fs/promises'
@@ -13,11 +20,12 @@ import { collect, createGeneration, highest } from './generations.js'
 export const EPOCH_FOLDER = '.epoch'
 
 /**
- * Fences per epoch. 2^32 rather than more: every new key (and every removed folder) takes an epoch, so
- * epochs are plentiful, and 2^31 of them still keep fences below 2^63, where a SQL `bigint` column holds
- * them. A key that makes 2^32 transitions in one range (days at full speed) simply takes a new epoch.
+ * Fences per epoch. Epochs are ms of the wall clock (or a little above, see the header): 2^42 ms reach the
+ * year 2109, and 2^42 epochs of 2^21 fences stay below 2^63, where a SQL `bigint` column holds them. A key
+ * that makes 2^21 transitions in one range (a lock renewed every 10 s for eight months) simply takes a new
+ * epoch.
  */
-export const RANGE = 2n ** 32n
+export const RANGE = 2n ** 21n
 
 /** How often one bump retries after losing the race for the next name before it reports contention. */
 const BUMP_TRIES = 50
@@ -25,7 +33,7 @@ const BUMP_TRIES = 50
 /** The epoch whose range holds `fence`. */
 export const epochOf = (fence: bigint): bigint => fence / RANGE
 
-/** The base that makes generation `gen` the first fence of epoch `epoch`'s range: epoch·2^32 + 1. */
+/** The base that makes generation `gen` the first fence of epoch `epoch`'s range: epoch·2^21 + 1. */
 export const baseFor = (epoch: bigint, gen: bigint): bigint => epoch * RANGE + 1n - gen
 
 /** The latest epoch issued in `root`, 0 when none (a new root, or one whose `.epoch` was removed). */
@@ -38,12 +46,18 @@ export function currentEpoch(root: string): bigint {
 }
 
 /**
- * Issues a new epoch: one greater than every epoch issued before in this root, and than `floor`. Several
+ * Issues a new epoch: one greater than every epoch issued before in this root, and than `floor`, and at
+ * least the wall clock in ms (`clock`, for tests; see the header for why). Several
  * processes may bump at once: each links the name `latest + 1` (a compare-and-swap, as for generations);
  * the loser of a race re-reads and tries the next name. With `durable`, the new name is on disk before
  * this returns: a power loss must never let the same epoch be issued twice.
  */
-export async function bumpEpoch(root: string, floor: bigint, durable: boolean): Promise<bigint> {
+export async function bumpEpoch(
+  root: string,
+  floor: bigint,
+  durable: boolean,
+  clock: () => number = Date.now,
+): Promise<bigint> {
   const folder = join(root, EPOCH_FOLDER)
   for (let i = 0; i < BUMP_TRIES; i++) {
     let names: string[]
@@ -55,7 +69,9 @@ export async function bumpEpoch(root: string, floor: bigint, durable: boolean): 
       continue
     }
     const latest = highest(names)
-    const next = (latest > floor ? latest : floor) + 1n
+    const wall = BigInt(Math.floor(clock())) - 1n
+    const below = [latest, floor, wall].reduce((a, b) => (a > b ? a : b))
+    const next = below + 1n
     let created: boolean
     try {
       // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher

@@ -38,6 +38,8 @@ export interface RecordV1 {
   readonly boot: string
   /** ms on the host's monotonic clock. */
   readonly deadline: number
+  /** The holder's description (`AcquireRequest.holder`), for `inspect`; absent when free. */
+  readonly holder?: string
 }
 
 /**
@@ -87,7 +89,8 @@ export function parseRecord(text: string): RecordV1 | undefined {
       (r.base === undefined || (typeof r.base === 'string' && DECIMAL.test(r.base))) &&
       typeof r.boot === 'string' &&
       typeof r.deadline === 'number' &&
-      typeof r.key === 'string'
+      typeof r.key === 'string' &&
+      (r.holder === undefined || typeof r.holder === 'string')
     ) {
       return r as RecordV1
     }

@@ -18,16 +18,19 @@
  * A transition copies the base of the state it succeeds, so within a folder fences grow with generations,
  * for free. A folder with no generation (a new key, or one whose folder or files were removed: the two look
  * the same) starts afresh: the contender takes a new epoch E from `<dir>/.epoch` and races, like everyone,
- * for the name 1, with the base that makes its fence E·2^32 + 1. Epochs only grow, and a range holds
- * 2^32 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
+ * for the name 1, with the base that makes its fence E·2^21 + 1. Epochs only grow, and a range holds
+ * 2^21 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
  * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
- * range is used up (2^32 generations; the next one takes a new epoch: there is no "beyond", and the
+ * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
  * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, durably when fsync is on
  * (a power loss must not issue it again). Records from before epochs have no base: it is 0.
  *
- * What resets fences: only removing the whole lock root, or its `.epoch` folder (the epochs start over).
- * Removing a key's folder or files never does. Tmp cleaners must leave `<dir>/.epoch` alone.
+ * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
+ * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
+ * every epoch issued before unless the clock was set back meanwhile. Removing a key's folder never does.
+ * Removing only its newest generation file while older ones remain lets the next grant repeat that
+ * generation's fence: `isOurs` then keeps the old holder from mistaking the new grant for its own.
  *
  * The race with a removal, and why it is closed: a contender reads state N of folder F, F is removed (and
  * recreated, maybe advanced to the same N by others), and the contender links N+1 with F's base into the
@@ -100,12 +103,12 @@ export interface FileBackendOptions {
    * and every lease has ended anyway.
    * @default true
    */
-  readonly fsync?: boolean
+  readonly fsync?: boolean | undefined
   /**
    * How long an unreadable record must be seen unchanged before it counts as expired.
    * @default 60000
    */
-  readonly unreadableHoldMs?: number
+  readonly unreadableHoldMs?: number | undefined
 }
 
 /** The file backend, plus `breakLock` to end a lease behind its holder's back (for operators and tests). */
@@ -228,6 +231,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     fence: bigint,
     base: bigint,
     deadline: number,
+    holder?: string,
   ) =>
     ({
       v: 1,
@@ -238,6 +242,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       base: base.toString(),
       boot,
       deadline,
+      ...(holder === undefined ? {} : { holder }),
     }) satisfies RecordV1
 
   const plan = (folder: string, current: Current, owner: string): Plan => {
@@ -259,17 +264,28 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     return { act: 'answer', result: { granted: false, retryInMs: r.deadline - monotonicMs() } }
   }
 
-  /** Whether `current` is the very record `cookie` names (same generation AND same base: one record, ever). */
-  const isOurs = (current: Current, cookie: Cookie): current is Extract<Current, { record: RecordV1 }> =>
+  /**
+   * Whether `current` is the very record `cookie` names: same generation and same base, and written for
+   * `owner`. Generation and base alone name one record only while nobody removes files by hand: removing
+   * the newest generation while an older one remains (in a shared folder, another user's, which the
+   * sticky bit keeps) lets the next grant re-use its number and base. The owner check keeps the holder
+   * of the removed record from taking that grant for its own: it learns that its lock is lost.
+   */
+  const isOurs = (
+    current: Current,
+    cookie: Cookie,
+    owner: string,
+  ): current is Extract<Current, { record: RecordV1 }> =>
     current.record !== 'none' &&
     current.record !== 'unreadable' &&
     current.gen === cookie.gen &&
-    baseOf(current.record) === cookie.base
+    baseOf(current.record) === cookie.base &&
+    current.record.owner === owner
 
   /** Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. */
   const transition = async (
     lease: HeldLease,
-    next: (base: bigint) => RecordV1,
+    next: (base: bigint, current: RecordV1) => RecordV1,
   ): Promise<Cookie | undefined> => {
     const cookie = lease.cookie as Cookie
     const folder = folderOf(lease.key)
@@ -277,14 +293,14 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     // Only the holder writes after its own record while its lease lives; any other record means the lease
     // expired and someone took over, or it was broken, or its folder was removed (a new folder's records
     // have another base, even at the same generation).
-    if (!isOurs(current, cookie)) return undefined
+    if (!isOurs(current, cookie, lease.owner)) return undefined
     // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
     const pending = pendingIn(folder)
     if (!pending) return undefined
     try {
       const gen = current.gen + 1n
       const base = await baseForNext(cookie.base, gen)
-      await pending.write(next(base), false)
+      await pending.write(next(base, current.record), false)
       if (!(await pending.commit(gen, false, current.stamp))) return undefined
       await collect(folder, gen, current.names)
       return { gen, base }
@@ -298,7 +314,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
 
-    async tryAcquire({ key, owner, ttlMs }: AcquireRequest): Promise<AttemptResult> {
+    async tryAcquire({ key, owner, ttlMs, holder }: AcquireRequest): Promise<AttemptResult> {
       const folder = folderOf(key)
       let pending: Pending | undefined
       try {
@@ -325,7 +341,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
         const gen = current.gen + 1n
         const base = await baseForNext(next.base, gen)
         const fence = base + gen
-        await pending.write(record(key, 'held', owner, fence, base, start + ttlMs), fsync)
+        await pending.write(record(key, 'held', owner, fence, base, start + ttlMs, holder), fsync)
         const stamp = current.record === 'none' ? undefined : current.stamp
         if (!(await pending.commit(gen, fsync, stamp))) return { granted: false }
         await collect(folder, gen, current.names)
@@ -340,8 +356,9 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
     async extend(lease, ttlMs) {
       try {
         const start = monotonicMs()
-        const cookie = await transition(lease, (base) =>
-          record(lease.key, 'held', lease.owner, lease.fence, base, start + ttlMs),
+        // The holder's description goes on from the record we extend (it was written by our own grant).
+        const cookie = await transition(lease, (base, current) =>
+          record(lease.key, 'held', lease.owner, lease.fence, base, start + ttlMs, current.holder),
         )
         return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
       } catch (error) {
@@ -387,7 +404,8 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
             note:
               `no record in ${folder}${current.missing ? ' (no folder)' : ''}: the next grant takes a new epoch ` +
               `from ${join(dir, EPOCH_FOLDER)}, so its fence exceeds every fence granted before for this key; ` +
-              'only removing the whole lock root (or its .epoch folder) resets fences',
+              'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, ' +
+              'still above them unless the clock was set back',
           }
         }
         if (current.record === 'unreadable') {
@@ -403,6 +421,7 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
         return {
           held: true,
           owner: r.owner ?? '',
+          ...(r.holder === undefined ? {} : { holder: r.holder }),
           fence: BigInt(r.fence),
           expiresInMs: r.deadline - monotonicMs(),
         }
@@ -493,10 +512,11 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
       findings.push({
         level: temporary ? 'warn' : 'info',
         message:
-          `fences: epoch ${currentEpoch(dir)} in ${epochs}. Removing a key's folder or files never lowers its ` +
-          'fence; only removing the whole lock root (or its .epoch folder) resets fences. ' +
+          `fences: epoch ${currentEpoch(dir)} in ${epochs}. Removing a key's folder never lowers its fence; ` +
+          'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, which ' +
+          'keeps fences rising unless the clock is set back. ' +
           (temporary
-            ? `This root is in a temporary folder: make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
+            ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
             : `Keep tmp cleaners away from ${epochs}`),
       })
       findings.push({

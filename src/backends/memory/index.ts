@@ -15,6 +15,7 @@ import { now } from '../../core/clock.js'
 interface Entry {
   readonly owner: string
   readonly fence: bigint
+  readonly holder: string | undefined
   expiresAt: number
 }
 
@@ -37,7 +38,7 @@ function storeNamed(name: string): Store {
 
 export interface MemoryBackendOptions {
   /** Clients whose backends share a name share their locks. @default '' (the process-wide store) */
-  readonly name?: string
+  readonly name?: string | undefined
 }
 
 /** The memory backend, plus `breakLock` to end a lease behind its holder's back (for tests of loss). */
@@ -76,7 +77,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
     id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
 
-    async tryAcquire({ key, owner, ttlMs }: AcquireRequest): Promise<AttemptResult> {
+    async tryAcquire({ key, owner, ttlMs, holder }: AcquireRequest): Promise<AttemptResult> {
       const entry = live(key)
       if (entry) {
         if (entry.owner === owner) return { granted: true, fence: entry.fence, ttlMs }
@@ -84,7 +85,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       }
       const fence = (store.fences.get(key) ?? 0n) + 1n
       store.fences.set(key, fence)
-      store.entries.set(key, { owner, fence, expiresAt: now() + ttlMs })
+      store.entries.set(key, { owner, fence, holder, expiresAt: now() + ttlMs })
       return { granted: true, fence, ttlMs }
     },
 
@@ -106,7 +107,13 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
     async inspect(key): Promise<LockInfo | null> {
       const entry = live(key)
       if (entry)
-        return { held: true, owner: entry.owner, fence: entry.fence, expiresInMs: entry.expiresAt - now() }
+        return {
+          held: true,
+          owner: entry.owner,
+          ...(entry.holder === undefined ? {} : { holder: entry.holder }),
+          fence: entry.fence,
+          expiresInMs: entry.expiresAt - now(),
+        }
       const fence = store.fences.get(key)
       return fence === undefined ? null : { held: false, fence }
     },

@@ -56,27 +56,27 @@ export interface RedisBackendOptions {
   /** Your ioredis client (`Redis` or `Cluster`). fencelock never closes it; it opens one duplicate for pub/sub. */
   readonly client: RedisClient
   /** Prefix of every key and channel. @default 'fencelock:' */
-  readonly prefix?: string
+  readonly prefix?: string | undefined
   /**
    * Serve waiters in arrival order through a queue in Redis. Every client of a key must agree.
    * @default false
    */
-  readonly fair?: boolean
+  readonly fair?: boolean | undefined
   /**
    * In fair mode, how long a waiter stays in line without re-attempting before it is presumed dead.
    * @default 5000
    */
-  readonly waiterLivenessMs?: number
+  readonly waiterLivenessMs?: number | undefined
   /**
    * After acquiring, require this many replicas to acknowledge the write (`WAIT`), or release and fail.
    * Narrows (does not close) the window in which a failover to a replica loses the lock. Not on Cluster.
    * @default 0
    */
-  readonly minReplicas?: number
+  readonly minReplicas?: number | undefined
   /** How long `WAIT` may take. @default 1000 */
-  readonly replicaTimeoutMs?: number
+  readonly replicaTimeoutMs?: number | undefined
   /** Names the store in errors; defaults to the client's address. */
-  readonly id?: string
+  readonly id?: string | undefined
 }
 
 /** What `fromUrl` adds: a check every operation waits for (the database exists), and clients to close. */
@@ -165,6 +165,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       queue: `${lock}:queue`,
       waiters: `${lock}:waiters`,
       ttls: `${lock}:ttls`,
+      holder: `${lock}:holder`,
       channel: `${lock}:released`,
     }
   }
@@ -236,10 +237,10 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     const reply = fair
       ? await run(
           RELEASE_FAIR,
-          [k.lock, k.fence, k.queue, k.waiters, k.ttls],
+          [k.lock, k.fence, k.queue, k.waiters, k.ttls, k.holder],
           [lease.owner, k.channel, waiterLivenessMs],
         )
-      : await run(RELEASE, [k.lock], [lease.owner, k.channel])
+      : await run(RELEASE, [k.lock, k.holder], [lease.owner, k.channel])
     return reply === 1
   }
 
@@ -269,11 +270,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       const attempt = fair
         ? run(
             ACQUIRE_FAIR,
-            [k.lock, k.fence, k.queue, k.waiters, k.ttls],
-            [req.owner, req.ttlMs, waiterLivenessMs],
+            [k.lock, k.fence, k.queue, k.waiters, k.ttls, k.holder],
+            [req.owner, req.ttlMs, waiterLivenessMs, req.holder ?? ''],
             signal,
           )
-        : run(ACQUIRE, [k.lock, k.fence], [req.owner, req.ttlMs], signal)
+        : run(ACQUIRE, [k.lock, k.fence, k.holder], [req.owner, req.ttlMs, req.holder ?? ''], signal)
       let result: AttemptResult
       try {
         result = grantOf(await raceSignal(attempt, signal), req.ttlMs)
@@ -306,8 +307,9 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     },
 
     async extend(lease, ttlMs, signal) {
+      const k = keysOf(lease.key)
       try {
-        const reply = await raceSignal(run(EXTEND, [keysOf(lease.key).lock], [lease.owner, ttlMs]), signal)
+        const reply = await raceSignal(run(EXTEND, [k.lock, k.holder], [lease.owner, ttlMs]), signal)
         return reply === 1 ? { renewed: true } : { renewed: false }
       } catch (error) {
         throw explain(lease.key, 'extend', error)
@@ -329,7 +331,11 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       // LEAVE also drops our place in the fair queue and passes on a lock handed to us meanwhile.
       if (fair)
         await raceSignal(
-          run(LEAVE, [k.lock, k.fence, k.queue, k.waiters, k.ttls], [req.owner, k.channel, waiterLivenessMs]),
+          run(
+            LEAVE,
+            [k.lock, k.fence, k.queue, k.waiters, k.ttls, k.holder],
+            [req.owner, k.channel, waiterLivenessMs],
+          ),
           signal,
         )
       else await raceSignal(release(req), signal)
@@ -338,15 +344,15 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     async inspect(key, signal): Promise<LockInfo | null> {
       const k = keysOf(key)
       try {
-        const [holder, pttl, fence] = (await raceSignal(run(INSPECT, [k.lock, k.fence], []), signal)) as [
-          string | null,
-          number,
-          string | null,
-        ]
-        if (holder === null) return fence === null ? null : { held: false, fence: BigInt(fence) }
+        const [owner, pttl, fence, described] = (await raceSignal(
+          run(INSPECT, [k.lock, k.fence, k.holder], []),
+          signal,
+        )) as [string | null, number, string | null, string | null]
+        if (owner === null) return fence === null ? null : { held: false, fence: BigInt(fence) }
         return {
           held: true,
-          owner: holder,
+          owner,
+          ...describedBy(owner, described),
           ...(fence === null ? {} : { fence: BigInt(fence) }),
           ...(pttl >= 0 ? { expiresInMs: pttl } : {}),
           ...(pttl === -1 ? { note: `${k.lock} has no expiry: something outside fencelock wrote it` } : {}),
@@ -377,6 +383,15 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
       for (const c of owned) c.disconnect()
     },
   }
+}
+
+/**
+ * The description in a holder record "<owner> <description>", if the record is the current owner's (a
+ * previous holder's record may outlive its lock by a moment, or a grant may have written none).
+ */
+export function describedBy(owner: string, record: string | null | undefined): { holder?: string } {
+  if (!record?.startsWith(`${owner} `) || record.length === owner.length + 1) return {}
+  return { holder: record.slice(owner.length + 1) }
 }
 
 /**

@@ -5,9 +5,12 @@
  *
  * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry.
  *       KEYS[2] `<prefix>{<key>}:fence` is the fence counter: INCR'd once per grant, never expires.
+ *       `<prefix>{<key>}:holder` is "<owner> <description>" of the holder (`AcquireRequest.holder`), for
+ *       `inspect` only: written with the grant, with the same expiry, and shown only while its owner is the
+ *       lock's. Nothing decides on it; the scripts that take it accept its absence (Redlock passes none).
  * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first), KEYS[4] `…:waiters`
  * (a sorted set: each waiter's liveness deadline, in ms of the server's clock) and KEYS[5] `…:ttls`
- * (a hash: each waiter's requested ttl, for the hand-over).
+ * (a hash: each waiter's requested ttl and description, "<ttl ms> <description>", for the hand-over).
  */
 import { createHash } from 'node:crypto'
 
@@ -19,18 +22,21 @@ export interface Script {
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
 /**
- * Acquire. ARGV: owner, ttl ms. Returns {1, fence} when granted — also when the key is already ours: an
- * earlier attempt of the same acquire ran but its reply was lost — and {0, pttl} when held by another.
- * Granting and minting the fence in one script is what makes the fence belong to exactly this grant.
+ * Acquire. KEYS: lock, fence[, holder]. ARGV: owner, ttl ms[, description]. Returns {1, fence} when granted
+ * — also when the key is already ours: an earlier attempt of the same acquire ran but its reply was lost —
+ * and {0, pttl} when held by another. Granting and minting the fence in one script is what makes the fence
+ * belong to exactly this grant.
  */
 export const ACQUIRE = script(`
-local holder = redis.call('GET', KEYS[1])
-if not holder then
+local owner = redis.call('GET', KEYS[1])
+if not owner then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
   return {1, redis.call('INCR', KEYS[2])}
 end
-if holder == ARGV[1] then
+if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -42,6 +48,7 @@ return {0, redis.call('PTTL', KEYS[1])}
  * records its ttl (KEYS[5], a hash), so a release can hand the lock straight to it (RELEASE_FAIR). A waiter
  * that crashed or gave up silently stops refreshing and is dropped when it reaches the head, so nobody
  * waits behind it for longer than the liveness period. The server's clock (TIME) judges it.
+ * KEYS[6] is the holder key; ARGV[4] the description (may be empty).
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
 export const ACQUIRE_FAIR = script(`
@@ -56,27 +63,29 @@ while true do
   redis.call('ZREM', KEYS[4], head)
   redis.call('HDEL', KEYS[5], head)
 end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[6], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
-if not holder and (not head or head == ARGV[1]) then
+if not owner and (not head or head == ARGV[1]) then
   if head then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
     redis.call('HDEL', KEYS[5], ARGV[1])
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if ARGV[4] ~= '' then redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[4], 'PX', ARGV[2]) end
   return {1, redis.call('INCR', KEYS[2])}
 end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
-if holder then return {0, redis.call('PTTL', KEYS[1])} end
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[2] .. ' ' .. ARGV[4])
+if owner then return {0, redis.call('PTTL', KEYS[1])} end
 return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
 `)
 
@@ -96,12 +105,18 @@ while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then break end
   local alive = tonumber(redis.call('ZSCORE', KEYS[4], head))
-  local ttl = redis.call('HGET', KEYS[5], head)
+  local asked = redis.call('HGET', KEYS[5], head)
   redis.call('ZREM', KEYS[4], head)
   redis.call('HDEL', KEYS[5], head)
-  if alive and alive > now and ttl then
-    local lease = math.min(tonumber(ttl), tonumber(ARGV[3]))
+  if alive and alive > now and asked then
+    -- "<ttl ms> <description>": the ttl up to the first space, the description (maybe empty) after it.
+    local space = string.find(asked, ' ', 1, true)
+    local ttl = tonumber(space and string.sub(asked, 1, space - 1) or asked)
+    local lease = math.min(ttl, tonumber(ARGV[3]))
     redis.call('SET', KEYS[1], head, 'PX', lease)
+    if space and space < #asked then
+      redis.call('SET', KEYS[6], head .. string.sub(asked, space), 'PX', lease)
+    end
     redis.call('PUBLISH', ARGV[2], head .. ':' .. redis.call('INCR', KEYS[2]) .. ':' .. lease)
     return 1
   end
@@ -113,25 +128,27 @@ return 1
 /** Fair release. ARGV: owner, channel, liveness ms. Owner-checked; then hands over (see HAND_OVER). 1 or 0. */
 export const RELEASE_FAIR = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[6])
 ${HAND_OVER}`)
 
 /**
- * Release. ARGV: owner, channel. Deletes the key only if we still own it (never a blind DEL), then
- * publishes "-<owner>" on the key's channel so blocked waiters re-attempt at once. Naming the released
- * owner lets a Redlock waiter, which hears the same release from every node, react to it once.
+ * Release. KEYS: lock[, holder]. ARGV: owner, channel. Deletes the key only if we still own it (never a
+ * blind DEL), then publishes "-<owner>" on the key's channel so blocked waiters re-attempt at once. Naming
+ * the released owner lets a Redlock waiter, which hears the same release from every node, react to it once.
  */
 export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
 redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1])
 return 1
 `)
 
-/** Extend. ARGV: owner, ttl ms. Moves the expiry only if we still own the key. Returns 1 or 0. */
+/** Extend. KEYS: lock[, holder]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key. 1 or 0. */
 export const EXTEND = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 return 1
 `)
 
@@ -146,13 +163,12 @@ local wasHead = redis.call('LINDEX', KEYS[3], 0) == ARGV[1]
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
-if holds then redis.call('DEL', KEYS[1]) end
+if holds then redis.call('DEL', KEYS[1], KEYS[6]) end
 if holds or (wasHead and redis.call('EXISTS', KEYS[1]) == 0) then
 ${HAND_OVER}end
 return 1
 `)
 
-/** Inspect: holder (or false), remaining ms, fence counter, in one consistent read. */
 /**
  * Raise the fence counter to at least ARGV[1] (never lower it). Redlock writes the token it minted back to
  * the nodes of its majority whose counter was behind, so that any later majority, which shares a node with
@@ -168,6 +184,12 @@ end
 return current
 `)
 
+/**
+ * Inspect. KEYS: lock, fence[, holder]. Owner (or false), remaining ms, fence counter and the holder
+ * record (or false), in one consistent read.
+ */
 export const INSPECT = script(`
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local described = false
+if KEYS[3] then described = redis.call('GET', KEYS[3]) end
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), described}
 `)

@@ -55,21 +55,21 @@ export interface RedlockBackendOptions {
    * Prefix of every key fencelock writes on the nodes, including each node's admission marker
    * `<prefix>!admitted` (see admission.ts). @default 'fencelock:'
    */
-  readonly prefix?: string
+  readonly prefix?: string | undefined
   /**
    * How long one node may take to answer before it counts as failed in that round.
    * @default ttl / 100, between 20 ms and 200 ms
    */
-  readonly nodeTimeoutMs?: number
+  readonly nodeTimeoutMs?: number | undefined
   /**
    * A node whose server has been up for less than this does not count toward a quorum (the Redlock
    * spec's delayed restart; set it to the largest ttl any client uses on these nodes). 0 turns it off,
    * which is safe only if every node persists each write (`appendonly yes`, `appendfsync always`).
    * @default the largest ttl this backend has been asked for
    */
-  readonly restartDelayMs?: number
+  readonly restartDelayMs?: number | undefined
   /** Names the store in errors. */
-  readonly id?: string
+  readonly id?: string | undefined
 }
 
 /** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
@@ -458,9 +458,11 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
         // Valid while a majority holds it: until the q-th longest remaining lease ends.
         const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
         const fence = tokens.get(owner) ?? fenceOf(held)
+        const holder = held.map((i) => infos[i]!.holder).find((h) => h !== undefined)
         return {
           held: true,
           owner,
+          ...(holder === undefined ? {} : { holder }),
           ...(fence === undefined ? {} : { fence }),
           expiresInMs: remaining[q - 1]!,
           ...(held.length < n ? { note: `held on ${held.length} of ${n} nodes` } : {}),

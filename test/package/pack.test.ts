@@ -1,0 +1,265 @@
+/**
+ * What a new user gets from npm: the repository is packed as `npm publish` would (its `prepack` cleans
+ * and builds `dist`), the tarball is installed into a fresh ESM project without the network, and that
+ * project runs the quickstart, compiles against the shipped types under the strictest settings, and runs
+ * the CLI.
+ *
+ * The pack runs in a copy of the sources, never in the working tree: its `prepack` deletes `dist`, which
+ * other tests (the quickstart's self-import) read while this one runs.
+ */
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { cpSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { delimiter, dirname, join, posix } from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { tempDir } from '../support/temp.js'
+
+/** The repository: the nearest folder above this file whose package.json is fencelock's (tests run from build/). */
+function findRoot(): string {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json')
+    if (existsSync(manifest) && JSON.parse(readFileSync(manifest, 'utf8')).name === 'fencelock') return dir
+  }
+  throw new Error(`no fencelock package.json above ${fileURLToPath(import.meta.url)}`)
+}
+
+const root = findRoot()
+const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+  files: string[]
+  bin: Record<string, string>
+  exports: Record<string, string | Record<string, string>>
+}
+
+/**
+ * The environment of every child: the node running this test first on PATH, so that npm, npx and the
+ * `fencelock` bin (all `#!/usr/bin/env node`) run on it, and no lifecycle variables of an enclosing
+ * `npm test` (they describe another package).
+ */
+const env: NodeJS.ProcessEnv = Object.fromEntries(
+  Object.entries({
+    ...process.env,
+    PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ''}`,
+    npm_config_update_notifier: 'false',
+  }).filter(([name]) => !/^npm_(lifecycle|package)_/.test(name)),
+)
+
+interface Result {
+  readonly code: number | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+function run(command: string, args: readonly string[], cwd: string): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk
+    })
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+async function ok(command: string, args: readonly string[], cwd: string): Promise<string> {
+  const result = await run(command, args, cwd)
+  assert.equal(result.code, 0, `${command} ${args.join(' ')} failed:\n${result.stdout}\n${result.stderr}`)
+  return result.stdout
+}
+
+/** The README's quickstart in plain JavaScript, with try/finally where Node 20 has no `await using`. */
+const QUICKSTART_JS = `import { createLockClient } from 'fencelock'
+
+const locks = createLockClient(process.argv[2], { ttl: '15s' })
+
+const lock = await locks.acquire('reports:nightly', { timeout: '10s' })
+try {
+  console.log(\`holding \${lock.key} with fence \${lock.fence}\`)
+} finally {
+  await lock.release()
+}
+
+const maybe = await locks.tryAcquire('jobs:42') // null when held elsewhere
+console.log(maybe ? 'got jobs:42' : 'jobs:42 is busy')
+await maybe?.release()
+
+const summary = await locks.withLock('jobs:42', async (lock) => \`ran under fence \${lock.fence}\`)
+console.log(summary)
+console.log(await locks.inspect('jobs:42'))
+await locks.close()
+`
+
+/** A consumer under the strictest settings: explicit `undefined` for options, `error.code` narrowed. */
+const STRICT_TS = `import {
+  type AcquireOptions,
+  type ClientOptions,
+  createLockClient,
+  type FencelockErrorCode,
+  LockError,
+  LockNotAcquiredError,
+} from 'fencelock'
+import { type FileBackendOptions, fileBackend } from 'fencelock/file'
+import { type MemoryBackendOptions, memoryBackend } from 'fencelock/memory'
+
+// Code that forwards its own optional settings passes \`undefined\` for the ones it was not given.
+const ttl: string | undefined = process.env.LOCK_TTL
+const clientOptions: ClientOptions = { ttl, timeout: undefined, renew: undefined, driftFactor: undefined }
+const fileOptions: FileBackendOptions = { dir: process.argv[2] ?? '.', fsync: undefined, unreadableHoldMs: undefined }
+const memoryOptions: MemoryBackendOptions = { name: undefined }
+const acquireOptions: AcquireOptions = { ttl: undefined, timeout: undefined, signal: undefined, renew: undefined }
+
+const locks = createLockClient(fileBackend(fileOptions), clientOptions)
+const memory = createLockClient(memoryBackend(memoryOptions), { ttl: undefined })
+try {
+  const lock = await locks.acquire('k', acquireOptions)
+  const fence: bigint = lock.fence
+  await lock.release()
+  console.log(fence, (await memory.inspect('k', { signal: undefined })).held)
+} catch (error) {
+  if (error instanceof LockError && error.code === 'FENCELOCK_NOT_ACQUIRED') {
+    const code: FencelockErrorCode = error.code
+    console.log(code, error.key)
+  }
+  if (error instanceof LockNotAcquiredError) {
+    const code: 'FENCELOCK_NOT_ACQUIRED' = error.code
+    console.log(code)
+  }
+} finally {
+  await locks.close()
+  await memory.close()
+}
+`
+
+/** The same check with a typo in the code: must not compile. */
+const MISSPELLED_TS = `import { LockError } from 'fencelock'
+
+export function isNotAcquired(error: unknown): boolean {
+  return error instanceof LockError && error.code === 'FENCELOCK_NOT_ACQIURED'
+}
+`
+
+function tsconfig(file: string): string {
+  return JSON.stringify({
+    compilerOptions: {
+      target: 'ES2022',
+      lib: ['ES2022'],
+      module: 'nodenext',
+      moduleResolution: 'nodenext',
+      strict: true,
+      exactOptionalPropertyTypes: true,
+      noUncheckedIndexedAccess: true,
+      // Our .d.ts files are checked too, under the same settings.
+      skipLibCheck: false,
+      noEmit: true,
+      types: ['node'],
+      // The repository's @types/node: the consumer installs nothing but the tarball.
+      typeRoots: [join(root, 'node_modules', '@types')],
+    },
+    files: [file],
+  })
+}
+
+describe('the packed package, installed in a new project', { timeout: 180_000 }, () => {
+  const work = tempDir('pack')
+  after(() => work.cleanup())
+  const stage = join(work.path, 'stage')
+  const consumer = join(work.path, 'consumer')
+  let files: string[] = []
+  let tarball = ''
+
+  before(async () => {
+    // What the build reads, and what `files` ships besides dist; dist comes from prepack.
+    mkdirSync(stage)
+    const sources = ['package.json', 'tsconfig.base.json', 'tsconfig.build.json', 'src', ...manifest.files]
+    for (const name of new Set(sources.filter((f) => f !== 'dist'))) {
+      cpSync(join(root, name), join(stage, name), { recursive: true })
+    }
+    symlinkSync(join(root, 'node_modules'), join(stage, 'node_modules'), 'dir')
+    // A leftover of an earlier build: prepack must clean dist before building, or it would ship.
+    mkdirSync(join(stage, 'dist', 'test'), { recursive: true })
+    writeFileSync(join(stage, 'dist', 'test', 'stale.test.js'), '')
+
+    const packed = JSON.parse(
+      await ok('npm', ['pack', '--json', '--pack-destination', work.path], stage),
+    ) as [{ filename: string; files: Array<{ path: string }> }]
+    files = packed[0].files.map((f) => f.path)
+    tarball = join(work.path, packed[0].filename)
+
+    mkdirSync(consumer)
+    writeFileSync(
+      join(consumer, 'package.json'),
+      JSON.stringify({ name: 'consumer', private: true, type: 'module' }),
+    )
+    // The tarball has no dependencies and only optional peers: nothing to fetch, so no network.
+    await ok('npm', ['install', '--offline', '--no-audit', '--no-fund', tarball], consumer)
+  })
+
+  it('ships LICENSE, README.md, package.json and dist/**/*.js and .d.ts, and nothing else', () => {
+    for (const name of ['LICENSE', 'README.md', 'package.json', 'dist/index.js', 'dist/index.d.ts']) {
+      assert.ok(files.includes(name), `${name} is missing from the tarball`)
+    }
+    assert.match(readFileSync(join(consumer, 'node_modules/fencelock/LICENSE'), 'utf8'), /MIT License/)
+    const targets = [
+      ...Object.values(manifest.bin),
+      ...Object.values(manifest.exports).flatMap((t) => (typeof t === 'string' ? [t] : Object.values(t))),
+    ]
+    for (const target of targets) {
+      assert.ok(files.includes(posix.normalize(target)), `${target} (package.json) is not in the tarball`)
+    }
+    const unexpected = files.filter(
+      (f) =>
+        !['LICENSE', 'README.md', 'package.json'].includes(f) &&
+        !(f.startsWith('dist/') && /\.(d\.ts|js|map)$/.test(f)),
+    )
+    assert.deepEqual(unexpected, [], 'files that should not ship (stale build output?)')
+  })
+
+  it('ships no source map whose sources are missing', () => {
+    for (const map of files.filter((f) => f.endsWith('.map'))) {
+      const { sources } = JSON.parse(readFileSync(join(consumer, 'node_modules/fencelock', map), 'utf8')) as {
+        sources: string[]
+      }
+      for (const source of sources) {
+        const path = posix.join(posix.dirname(map), source)
+        assert.ok(files.includes(path), `${map} points at ${path}, which does not ship`)
+      }
+    }
+  })
+
+  it('runs the quickstart in plain JavaScript', async () => {
+    writeFileSync(join(consumer, 'quickstart.js'), QUICKSTART_JS)
+    const locks = pathToFileURL(join(work.path, 'locks')).href
+    const lines = (await ok(process.execPath, ['quickstart.js', locks], consumer)).trim().split('\n')
+    assert.match(lines[0]!, /^holding reports:nightly with fence \d+$/)
+    assert.equal(lines[1], 'got jobs:42')
+    assert.match(lines[2]!, /^ran under fence \d+$/)
+    assert.match(lines[3]!, /held: false/)
+  })
+
+  it('type-checks a strict consumer, and refuses a misspelled error code', async () => {
+    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc')
+    writeFileSync(join(consumer, 'strict.ts'), STRICT_TS)
+    writeFileSync(join(consumer, 'tsconfig.strict.json'), tsconfig('strict.ts'))
+    writeFileSync(join(consumer, 'misspelled.ts'), MISSPELLED_TS)
+    writeFileSync(join(consumer, 'tsconfig.misspelled.json'), tsconfig('misspelled.ts'))
+    const [strict, misspelled] = await Promise.all([
+      run(process.execPath, [tsc, '-p', 'tsconfig.strict.json'], consumer),
+      run(process.execPath, [tsc, '-p', 'tsconfig.misspelled.json'], consumer),
+    ])
+    assert.equal(strict.code, 0, `the strict consumer does not compile:\n${strict.stdout}${strict.stderr}`)
+    assert.notEqual(misspelled.code, 0, 'a misspelled error code compiled')
+    // TS2367: "This comparison appears to be unintentional because the types … have no overlap".
+    assert.match(misspelled.stdout, /misspelled\.ts\(4,\d+\): error TS2367: .*FENCELOCK_NOT_ACQIURED/)
+  })
+
+  it('runs the fencelock CLI through npx', async () => {
+    const result = await run('npx', ['--offline', 'fencelock', '--help'], consumer)
+    assert.equal(result.code, 0, result.stderr)
+    assert.match(result.stdout, /^Usage: fencelock /m)
+  })
+})
