@@ -1,3 +1,4 @@
+export { createLockClient } from './client.js'
 export type {
   AcquireRequest,
   AttemptResult,
@@ -11,7 +12,7 @@ export type {
   LockBackend,
   LockInfo,
 } from './core/backend.js'
-export { createLockClient, type LockClient } from './core/client.js'
+export type { LockClient } from './core/client.js'
 export { channels } from './core/diagnostics.js'
 export type { Duration } from './core/durations.js'
 export { parseDuration } from './core/durations.js'

@@ -1,6 +1,7 @@
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
-import { backendSchemes, hideUserinfo, parseBackendUrl } from '../core/registry.js'
+import { hideUserinfo } from '../core/url.js'
+import { backendSchemes, parseBackendUrl } from '../schemes.js'
 import { defaultFolder } from './lock-folder.js'
 
 export class UsageError extends Error {

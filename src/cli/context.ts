@@ -1,9 +1,10 @@
 import { hostname } from 'node:os'
+import { createLockClient } from '../client.js'
 import type { LockBackend, LockInfo } from '../core/backend.js'
-import { createLockClient, type LockClient } from '../core/client.js'
+import type { LockClient } from '../core/client.js'
 import { parseDuration } from '../core/durations.js'
 import { parseHolder, toHolder } from '../core/options.js'
-import { loadBackend } from '../core/registry.js'
+import { loadBackend } from '../schemes.js'
 import { type ParsedOptions, parseCliUrl, resolveUrl } from './args.js'
 import { sharedFolders } from './lock-folder.js'
 

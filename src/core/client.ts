@@ -24,9 +24,8 @@ import {
   validUntil,
 } from './options.js'
 import { newOwnerId } from './owner.js'
-import { loadBackend, parseBackendUrl } from './registry.js'
 
-/** A lock client over one backend. Create it with {@link createLockClient}. */
+/** A lock client over one backend. Create it with `createLockClient` (src/client.ts). */
 export interface LockClient extends AsyncDisposable {
   /**
    * Takes `key`, waiting while someone else holds it.
@@ -81,33 +80,21 @@ const ATTEMPT_MIN_MS = 2000
 const INSTANT_HINT_MS = 1
 
 /**
- * Creates a lock client.
- * @param urlOrBackend a URL (`file:///var/lock/app`, `memory:`, `redis://…`) or a backend built in code
- * @example
- * const locks = createLockClient('file:///tmp/locks', { ttl: '15s' })
- * await locks.withLock('reports:nightly', async (lock) => writeReport(lock.fence))
- * @throws {TypeError} for a malformed URL, an unknown scheme or a bad option
+ * A lock client over `backend` (or the promise of one, e.g. a backend whose module is still loading).
+ * The public `createLockClient` (src/client.ts) turns a URL into a backend first; the core names none.
+ * @throws {TypeError} for a bad option or something that is not a backend
  */
-export function createLockClient(
-  urlOrBackend: string | URL | LockBackend,
-  options?: ClientOptions,
-): LockClient {
+export function clientOver(backend: LockBackend | Promise<LockBackend>, options?: ClientOptions): LockClient {
   const resolved = resolveClientOptions(options)
-  if (typeof urlOrBackend === 'string' || urlOrBackend instanceof URL) {
-    const url = parseBackendUrl(urlOrBackend)
-    const backend = loadBackend(url)
+  if (backend instanceof Promise) {
     // Surfaced by the first operation; this only keeps an unused failure from being "unhandled".
     backend.catch(() => {})
     return new Client(backend, resolved)
   }
-  if (
-    typeof urlOrBackend !== 'object' ||
-    urlOrBackend === null ||
-    typeof urlOrBackend.tryAcquire !== 'function'
-  ) {
+  if (typeof backend !== 'object' || backend === null || typeof backend.tryAcquire !== 'function') {
     throw new TypeError('Expected a backend URL string or a LockBackend object as the first argument')
   }
-  return new Client(Promise.resolve(urlOrBackend), resolved, urlOrBackend.id)
+  return new Client(Promise.resolve(backend), resolved, backend.id)
 }
 
 class Client implements LockClient {

@@ -187,7 +187,10 @@ describe('file backend: configuration errors', () => {
 
   it('refuses an unknown URL parameter, naming it and the known ones', () => {
     const url = pathToFileURL(newRoot()).href
-    assert.throws(() => fromUrl(new URL(`${url}?fsnyc=false`)), /Unknown parameter "fsnyc".*known: fsync/)
+    assert.throws(
+      () => fromUrl(new URL(`${url}?fsnyc=false`)),
+      /Unknown parameter "fsnyc".*did you mean "fsync"\?.*Known: fsync/,
+    )
     assert.equal(fromUrl(new URL(`${url}?fsync=false`)).id, `file://${new URL(url).pathname}`)
   })
 

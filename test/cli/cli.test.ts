@@ -7,7 +7,7 @@ import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
-import { parseBackendUrl, supportedSchemes } from '../../src/core/registry.js'
+import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
 import { CLI, startHold } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { after, afterEach, before, describe } from 'node:test'
-import { loadBackend, parseBackendUrl } from '../../src/core/registry.js'
 import type { ClientOptions, LockClient } from '../../src/index.js'
+import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { abandonCases } from './cases/abandon.js'
 import { crossProcessCases } from './cases/cross-process.js'
 import { exclusivityCases } from './cases/exclusivity.js'

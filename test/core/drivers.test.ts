@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { after, afterEach, before, describe, it } from 'node:test'
 import { setDriverSearchPaths } from '../../src/core/drivers.js'
 import { DriverMissingError } from '../../src/core/errors.js'
-import { loadDriver } from '../../src/core/registry.js'
+import { loadDriver } from '../../src/core/url.js'
 import { tempDir } from '../support/temp.js'
 
 /** A package installed nowhere near fencelock, so `import()` of its name from here fails. */

@@ -44,7 +44,7 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import { checkParams, hostsOf, loadDriver, redact } from '../../core/registry.js'
+import { checkParams, hostsOf, loadDriver, redact } from '../../core/url.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { createSessionPool, type Session } from './sessions.js'
 

@@ -80,7 +80,7 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError, causeText, LockError, quoteKey } from '../../core/errors.js'
-import { checkParams } from '../../core/registry.js'
+import { checkParams } from '../../core/url.js'
 import { baseFor, bumpEpoch, currentEpoch, EPOCH_FOLDER, epochOf, RANGE } from './epochs.js'
 import {
   baseOf,

@@ -35,7 +35,7 @@ import {
   LockError,
   quoteKey,
 } from '../../core/errors.js'
-import { checkParams, loadDriver, redact } from '../../core/registry.js'
+import { checkParams, loadDriver, redact } from '../../core/url.js'
 import {
   ACQUIRE,
   ACQUIRE_FAIR,

@@ -1,0 +1,30 @@
+/**
+ * `createLockClient`: the library's front door. It turns a URL into a backend through the scheme table
+ * (src/schemes.ts), then hands it to the core, which knows no backend.
+ */
+import type { LockBackend } from './core/backend.js'
+import { clientOver, type LockClient } from './core/client.js'
+import { type ClientOptions, resolveClientOptions } from './core/options.js'
+import { loadBackend, parseBackendUrl } from './schemes.js'
+
+/**
+ * Creates a lock client.
+ * @param urlOrBackend a URL (`file:///var/lock/app`, `memory:`, `redis://…`) or a backend built in code
+ * @example
+ * const locks = createLockClient('file:///tmp/locks', { ttl: '15s' })
+ * await locks.withLock('reports:nightly', async (lock) => writeReport(lock.fence))
+ * @throws {TypeError} for a malformed URL, an unknown scheme or a bad option
+ */
+export function createLockClient(
+  urlOrBackend: string | URL | LockBackend,
+  options?: ClientOptions,
+): LockClient {
+  if (typeof urlOrBackend === 'string' || urlOrBackend instanceof URL) {
+    const url = parseBackendUrl(urlOrBackend)
+    // Options first: a bad option is a TypeError before any module starts loading (whose failure would
+    // then have nobody to report it to).
+    resolveClientOptions(options)
+    return clientOver(loadBackend(url), options)
+  }
+  return clientOver(urlOrBackend, options)
+}
