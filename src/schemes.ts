@@ -4,10 +4,12 @@
  * Adding a backend: one entry here (and its subpath in package.json's exports).
  */
 import type { LockBackend } from './core/backend.js'
-import { checkUrl, hideUserinfo, parseMultiHost, redact } from './core/url.js'
+import { checkUrl, hideUserinfo, type ParamSchema, parseMultiHost, redact } from './core/url.js'
 
 interface BackendModule {
   fromUrl(url: URL): LockBackend | Promise<LockBackend>
+  /** Its URL parameters, which `fromUrl` reads with `readParams`. */
+  readonly PARAMS: ParamSchema
 }
 
 /** One URL scheme: the module that serves it, and what help and error messages say of it. */

@@ -4,6 +4,7 @@
  * driver loading. Nothing here names a backend.
  */
 import { importDriver, notFoundText } from './drivers.js'
+import { parseDuration } from './durations.js'
 import { causeText, DriverMissingError } from './errors.js'
 import { suggest } from './options.js'
 
@@ -116,4 +117,81 @@ export function checkParams(url: URL, known: readonly string[]): void {
       )
     }
   }
+}
+
+/** One URL parameter of a backend: its type, its default and what it does (for help and the README). */
+export type ParamSpec =
+  | { readonly type: 'bool'; readonly default?: boolean; readonly doc: string }
+  | { readonly type: 'int'; readonly min?: number; readonly default?: number; readonly doc: string }
+  | { readonly type: 'duration'; readonly min?: number; readonly default?: number; readonly doc: string }
+  | { readonly type: 'string'; readonly default?: string; readonly doc: string }
+  | {
+      readonly type: 'enum'
+      readonly values: readonly string[]
+      readonly default?: string
+      readonly doc: string
+    }
+
+/** A backend's URL parameters, declared once: `readParams` applies it, the README is tested against it. */
+export type ParamSchema = Readonly<Record<string, ParamSpec>>
+
+type ValueOf<S extends ParamSpec> = S extends { type: 'bool' }
+  ? boolean
+  : S extends { type: 'int' | 'duration' }
+    ? number
+    : string
+
+/** The values of a schema's parameters: a parameter with a default is always there. */
+export type Params<T extends ParamSchema> = {
+  readonly [K in keyof T]: T[K] extends { default: unknown } ? ValueOf<T[K]> : ValueOf<T[K]> | undefined
+}
+
+/**
+ * Reads `url`'s query by `schema`: unknown parameters are refused ("did you mean"), each is given at most
+ * once, and each value is checked against its type (durations in ms, or '250ms', '15s', …).
+ * @throws {TypeError} naming the parameter, the URL (password hidden), what was expected and what came
+ */
+export function readParams<T extends ParamSchema>(url: URL, schema: T): Params<T> {
+  checkParams(url, Object.keys(schema))
+  const out: Record<string, unknown> = {}
+  for (const [name, spec] of Object.entries(schema)) {
+    const values = url.searchParams.getAll(name)
+    if (values.length > 1) {
+      throw new TypeError(`Expected \`${name}\` once in ${redact(url)}, got it ${values.length} times`)
+    }
+    const text = values[0]
+    if (text === undefined) {
+      if (spec.default !== undefined) out[name] = spec.default
+      continue
+    }
+    const bad = (expected: string) =>
+      new TypeError(`Expected \`${name}\` in ${redact(url)} to be ${expected}, got ${JSON.stringify(text)}`)
+    switch (spec.type) {
+      case 'bool':
+        // `?fair` alone means true, as in most URL conventions.
+        if (text !== 'true' && text !== 'false' && text !== '') throw bad('true or false')
+        out[name] = text !== 'false'
+        break
+      case 'int': {
+        const n = Number(text)
+        const min = spec.min ?? Number.MIN_SAFE_INTEGER
+        if (!/^-?\d+$/.test(text) || !Number.isSafeInteger(n) || n < min) {
+          throw bad(spec.min === undefined ? 'an integer' : `an integer of at least ${spec.min}`)
+        }
+        out[name] = n
+        break
+      }
+      case 'duration':
+        out[name] = parseDuration(name, text, spec.min === undefined ? {} : { min: spec.min })
+        break
+      case 'enum':
+        if (!spec.values.includes(text)) throw bad(`one of ${spec.values.join(', ')}`)
+        out[name] = text
+        break
+      case 'string':
+        out[name] = text
+        break
+    }
+  }
+  return out as Params<T>
 }

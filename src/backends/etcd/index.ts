@@ -44,7 +44,7 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import { checkParams, hostsOf, loadDriver, redact } from '../../core/url.js'
+import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { createSessionPool, type Session } from './sessions.js'
 
@@ -732,12 +732,13 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
   }
 }
 
-const PARAMS = [] as const
+/** etcd:// takes no URL parameters (tested against the README like the others). */
+export const PARAMS = {} as const satisfies ParamSchema
 
 /** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `fencelock/`. */
 export async function fromUrl(url: URL): Promise<LockBackend> {
   const etcd3 = await loadDriver('etcd3', 'etcd', url, () => import('etcd3'))
-  checkParams(url, PARAMS)
+  readParams(url, PARAMS)
   const path = decodeURIComponent(url.pathname.replace(/^\//, ''))
   const hosts = hostsOf(url).map((h) => `http://${h.includes(':') ? h : `${h}:2379`}`)
   const options: IOptions = {

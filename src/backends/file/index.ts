@@ -80,7 +80,7 @@ import type {
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { BackendUnavailableError, causeText, LockError, quoteKey } from '../../core/errors.js'
-import { checkParams } from '../../core/url.js'
+import { type ParamSchema, readParams } from '../../core/url.js'
 import { baseFor, bumpEpoch, currentEpoch, EPOCH_FOLDER, epochOf, RANGE } from './epochs.js'
 import {
   baseOf,
@@ -530,6 +530,15 @@ export function fileBackend(options: FileBackendOptions): FileBackend {
   }
 }
 
+/** The URL parameters of file:// (the README's table is tested against this). */
+export const PARAMS = {
+  fsync: {
+    type: 'bool',
+    default: true,
+    doc: 'flush each grant and new epoch to disk (false: faster, but a power loss may repeat a fence)',
+  },
+} as const satisfies ParamSchema
+
 /** `file:///abs/dir[?fsync=false]`. */
 export function fromUrl(url: URL): FileBackend {
   if (url.host !== '') {
@@ -537,12 +546,6 @@ export function fromUrl(url: URL): FileBackend {
       `Expected a local file URL like file:///var/lock/app, got ${url.href} (host "${url.host}")`,
     )
   }
-  checkParams(url, ['fsync'])
-  const fsyncParam = url.searchParams.get('fsync')
-  if (fsyncParam !== null && fsyncParam !== 'true' && fsyncParam !== 'false') {
-    throw new TypeError(
-      `Expected \`fsync\` in ${url.href} to be true or false, got ${JSON.stringify(fsyncParam)}`,
-    )
-  }
-  return fileBackend({ dir: fileURLToPath(url), fsync: fsyncParam !== 'false' })
+  const { fsync } = readParams(url, PARAMS)
+  return fileBackend({ dir: fileURLToPath(url), fsync })
 }

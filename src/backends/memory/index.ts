@@ -11,6 +11,7 @@
  */
 import type { AcquireRequest, AttemptResult, HeldLease, LockBackend, LockInfo } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
+import { type ParamSchema, readParams } from '../../core/url.js'
 
 interface Entry {
   readonly owner: string
@@ -152,6 +153,10 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
 }
 
 /** `memory:` or `memory:NAME`. */
+/** memory: takes no URL parameters. */
+export const PARAMS = {} as const satisfies ParamSchema
+
 export function fromUrl(url: URL): MemoryBackend {
+  readParams(url, PARAMS)
   return memoryBackend({ name: decodeURIComponent(url.pathname) })
 }

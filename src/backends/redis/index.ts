@@ -26,7 +26,6 @@ import type {
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
-import { parseDuration } from '../../core/durations.js'
 import {
   BackendUnavailableError,
   CapabilityError,
@@ -35,7 +34,7 @@ import {
   LockError,
   quoteKey,
 } from '../../core/errors.js'
-import { checkParams, loadDriver, redact } from '../../core/url.js'
+import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import {
   ACQUIRE,
   ACQUIRE_FAIR,
@@ -419,7 +418,24 @@ function describeClient(client: RedisClient): string {
   return `${scheme}://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}${o.db ? `/${o.db}` : ''}`
 }
 
-const PARAMS = ['fair', 'minReplicas', 'replicaTimeout', 'prefix', 'cluster', 'waiterLiveness'] as const
+/** The URL parameters of redis:// and rediss:// (the README's table is tested against this). */
+export const PARAMS = {
+  fair: { type: 'bool', default: false, doc: 'serve waiters in arrival order (a queue on the server)' },
+  waiterLiveness: {
+    type: 'duration',
+    min: 100,
+    doc: 'fair mode: how long a queued waiter that stopped asking keeps its place (default 5s)',
+  },
+  minReplicas: {
+    type: 'int',
+    min: 0,
+    default: 0,
+    doc: 'replicas that must acknowledge a grant (WAIT) before it counts',
+  },
+  replicaTimeout: { type: 'duration', doc: 'how long to wait for those acknowledgements' },
+  prefix: { type: 'string', doc: 'prefix of every key and channel (default fencelock:)' },
+  cluster: { type: 'bool', default: false, doc: 'the host is a seed of a Redis Cluster' },
+} as const satisfies ParamSchema
 
 /**
  * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:]`,
@@ -427,15 +443,7 @@ const PARAMS = ['fair', 'minReplicas', 'replicaTimeout', 'prefix', 'cluster', 'w
  */
 export async function fromUrl(url: URL): Promise<RedisBackend> {
   const ioredis = await loadDriver('ioredis', 'redis', url, () => import('ioredis'))
-  checkParams(url, PARAMS)
-  const flag = (name: string) => {
-    const v = url.searchParams.get(name)
-    if (v === null || v === 'false') return false
-    if (v === 'true' || v === '') return true
-    throw new TypeError(
-      `Expected \`${name}\` in ${redact(url)} to be true or false, got ${JSON.stringify(v)}`,
-    )
-  }
+  const params = readParams(url, PARAMS)
   const dbText = url.pathname.replace(/^\//, '')
   if (dbText !== '' && !/^\d+$/.test(dbText)) {
     throw new TypeError(`Expected a database number after the port in ${redact(url)}, got "/${dbText}"`)
@@ -451,11 +459,8 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
     ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
     ...(url.protocol === 'rediss:' ? { tls: {} } : {}),
   }
-  const minReplicas = Number(url.searchParams.get('minReplicas') ?? 0)
-  const replicaTimeout = url.searchParams.get('replicaTimeout')
-  const liveness = url.searchParams.get('waiterLiveness')
   const db = dbText === '' ? 0 : Number(dbText)
-  const client: RedisClient = flag('cluster')
+  const client: RedisClient = params.cluster
     ? new ioredis.Cluster([{ host, port }], { redisOptions: common })
     : new ioredis.Redis({ ...common, host, port, db })
   // Connection errors surface on the commands that fail; ioredis also emits them here, where nobody listens.
@@ -478,15 +483,11 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
     return createRedisBackend(
       {
         client,
-        fair: flag('fair'),
-        minReplicas,
-        ...(replicaTimeout === null
-          ? {}
-          : { replicaTimeoutMs: parseDuration('replicaTimeout', replicaTimeout) }),
-        ...(liveness === null
-          ? {}
-          : { waiterLivenessMs: parseDuration('waiterLiveness', liveness, { min: 100 }) }),
-        ...(url.searchParams.has('prefix') ? { prefix: url.searchParams.get('prefix') as string } : {}),
+        fair: params.fair,
+        minReplicas: params.minReplicas,
+        replicaTimeoutMs: params.replicaTimeout,
+        waiterLivenessMs: params.waiterLiveness,
+        prefix: params.prefix,
         id: redact(url),
       },
       { owned, ...(ready ? { ready } : {}) },

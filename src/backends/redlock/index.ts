@@ -34,10 +34,9 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
-import { parseDuration } from '../../core/durations.js'
 import { type NodeFailure, QuorumError } from '../../core/errors.js'
 import { DEFAULT_TTL_MS } from '../../core/options.js'
-import { checkParams, hostsOf, loadDriver, redact } from '../../core/url.js'
+import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { redisBackend } from '../redis/index.js'
 import { catchUp } from './admission.js'
 import { RedlockNode } from './node.js'
@@ -569,14 +568,27 @@ function createRedlockBackend(options: RedlockBackendOptions, owned: Redis[]): L
   }
 }
 
-const PARAMS = ['prefix', 'nodeTimeout', 'restartDelay'] as const
+/** The URL parameters of redlock:// (the README's table is tested against this). */
+export const PARAMS = {
+  prefix: { type: 'string', doc: 'prefix of every key on every node (default fencelock:)' },
+  nodeTimeout: {
+    type: 'duration',
+    min: 1,
+    doc: "how long one node's reply may take before it counts as failed",
+  },
+  restartDelay: {
+    type: 'duration',
+    min: 0,
+    doc: 'how long a restarted node sits out before it votes again (default: the longest ttl in use)',
+  },
+} as const satisfies ParamSchema
 
 /**
  * `redlock://[user:password@]host1:port1,host2:port2,host3:port3[?prefix=app:&nodeTimeout=50ms&restartDelay=30s]`
  */
 export async function fromUrl(url: URL): Promise<LockBackend> {
   const ioredis = await loadDriver('ioredis', 'redlock', url, () => import('ioredis'))
-  checkParams(url, PARAMS)
+  const params = readParams(url, PARAMS)
   if (url.pathname !== '' && url.pathname !== '/') {
     throw new TypeError(
       `Expected no path in ${redact(url)}: Redlock uses database 0 on every node; use ?prefix= to keep applications apart`,
@@ -588,12 +600,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
       `Expected distinct nodes in ${redact(url)}: a node listed twice would count twice toward a majority`,
     )
   }
-  const duration = (name: string, min: number) => {
-    const v = url.searchParams.get(name)
-    return v === null ? undefined : parseDuration(name, v, { min })
-  }
-  const nodeTimeoutMs = duration('nodeTimeout', 1)
-  const restartDelayMs = duration('restartDelay', 0)
   const clients = hosts.map((host) => {
     const parsed = new URL(`redis://${host}`)
     const options: RedisOptions = {
@@ -616,9 +622,9 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     return createRedlockBackend(
       {
         clients,
-        ...(url.searchParams.has('prefix') ? { prefix: url.searchParams.get('prefix') as string } : {}),
-        ...(nodeTimeoutMs === undefined ? {} : { nodeTimeoutMs }),
-        ...(restartDelayMs === undefined ? {} : { restartDelayMs }),
+        prefix: params.prefix,
+        nodeTimeoutMs: params.nodeTimeout,
+        restartDelayMs: params.restartDelay,
         id: redact(url),
       },
       clients,
