@@ -13,16 +13,20 @@
  * CLI adds the places a command-line user means (the current project, the global folders) with
  * `setDriverSearchPaths`; they are searched only when the plain import finds nothing.
  */
+
+import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { join, resolve } from 'node:path'
+import { basename, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
 let searchPaths: readonly string[] = []
 
 /**
- * Sets the folders a driver is looked for in when it is not installed beside fencelock, in order. Each is
- * searched as if a module in it imported the driver: its node_modules, then its parents' (a node_modules
- * folder counts as one itself), then Node's global folders (NODE_PATH, ~/.node_modules).
+ * Sets the folders a driver is looked for in when it is not installed beside fencelock, in order. A
+ * project folder is searched as if a module in it imported the driver: its node_modules, then its
+ * parents'. A node_modules folder itself (a global folder, a NODE_PATH entry) must hold the package: its
+ * parents are not searched, since they belong to whatever tree it happens to sit in (a node unpacked into
+ * some project would otherwise find that project's drivers).
  * @example
  * setDriverSearchPaths([process.cwd(), '/usr/lib/node_modules'])
  */
@@ -50,6 +54,7 @@ export async function importDriver<T>(pkg: string, load: () => Promise<T>): Prom
   } catch (error) {
     if (!isNotFound(pkg, error)) throw error
     for (const folder of searchPaths) {
+      if (basename(folder) === 'node_modules' && !existsSync(join(folder, pkg))) continue
       let file: string
       try {
         // CommonJS resolution, as no ESM API resolves from a given folder on Node 20 (import.meta.resolve

@@ -39,6 +39,16 @@ describe('loadDriver', () => {
     assert.equal(driver.default.answer, 42)
   })
 
+  it("never finds a driver in a global folder's parents (a node inside some project's tree)", async () => {
+    // <dir>/prefix/lib/node_modules has the package; <dir>/prefix/lib/node_modules/x/lib/node_modules does
+    // not, though walking up from it would reach the first.
+    const nested = join(global, 'x', 'lib', 'node_modules')
+    mkdirSync(nested, { recursive: true })
+    setDriverSearchPaths([nested])
+    const error = await loadDriver(PKG, 'redis', url, importIt).catch((e: unknown) => e)
+    assert.ok(error instanceof DriverMissingError, `found through a parent: ${error}`)
+  })
+
   it('names every place it looked, and both commands, when none has it', async () => {
     const places = [join(dir.path, 'project'), join(dir.path, 'other', 'lib', 'node_modules')]
     setDriverSearchPaths(places)
