@@ -4,7 +4,7 @@
  */
 import type { LockBackend } from './core/backend.js'
 import { clientOver, type LockClient } from './core/client.js'
-import { type ClientOptions, resolveClientOptions } from './core/options.js'
+import type { ClientOptions } from './core/options.js'
 import { loadBackend, parseBackendUrl } from './schemes.js'
 
 /**
@@ -21,10 +21,7 @@ export function createLockClient(
 ): LockClient {
   if (typeof urlOrBackend === 'string' || urlOrBackend instanceof URL) {
     const url = parseBackendUrl(urlOrBackend)
-    // Options first: a bad option is a TypeError before any module starts loading (whose failure would
-    // then have nobody to report it to).
-    resolveClientOptions(options)
-    return clientOver(loadBackend(url), options)
+    return clientOver(() => loadBackend(url), options)
   }
   return clientOver(urlOrBackend, options)
 }

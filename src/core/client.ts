@@ -80,16 +80,21 @@ const ATTEMPT_MIN_MS = 2000
 const INSTANT_HINT_MS = 1
 
 /**
- * A lock client over `backend` (or the promise of one, e.g. a backend whose module is still loading).
- * The public `createLockClient` (src/client.ts) turns a URL into a backend first; the core names none.
+ * A lock client over `backend`, or over the backend `load` makes (called once the options are known to be
+ * good, so a bad option never leaves a loading module's failure unreported). The public
+ * `createLockClient` (src/client.ts) turns a URL into such a `load`; the core names no backend.
  * @throws {TypeError} for a bad option or something that is not a backend
  */
-export function clientOver(backend: LockBackend | Promise<LockBackend>, options?: ClientOptions): LockClient {
+export function clientOver(
+  backend: LockBackend | (() => Promise<LockBackend>),
+  options?: ClientOptions,
+): LockClient {
   const resolved = resolveClientOptions(options)
-  if (backend instanceof Promise) {
+  if (typeof backend === 'function') {
+    const loading = backend()
     // Surfaced by the first operation; this only keeps an unused failure from being "unhandled".
-    backend.catch(() => {})
-    return new Client(backend, resolved)
+    loading.catch(() => {})
+    return new Client(loading, resolved)
   }
   if (typeof backend !== 'object' || backend === null || typeof backend.tryAcquire !== 'function') {
     throw new TypeError('Expected a backend URL string or a LockBackend object as the first argument')

@@ -204,6 +204,10 @@ export function resolveAcquireOptions(
   }
 }
 
+/** C0 and C1 control characters (newlines, terminal escapes), runs of them. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]+/
+
 /** The longest holder description, in UTF-8 bytes: a line in a status display, not a document. */
 export const MAX_HOLDER_BYTES = 256
 
@@ -216,8 +220,7 @@ export function parseHolder(value: unknown, name = 'holder'): string {
   if (typeof value !== 'string' || value.trim() === '') {
     throw new TypeError(`Expected \`${name}\` to be a non-empty string, got ${describeValue(value)}`)
   }
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-  if (/[\u0000-\u001f\u007f-\u009f]/.test(value)) {
+  if (CONTROL.test(value)) {
     throw new TypeError(
       `Expected \`${name}\` without control characters (newlines, escapes), got ${JSON.stringify(value)}`,
     )
@@ -237,8 +240,7 @@ export function parseHolder(value: unknown, name = 'holder'): string {
  * `MAX_HOLDER_BYTES` with an ellipsis. For descriptions we build (a command line), not for user input.
  */
 export function toHolder(text: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: replacing control characters is the point
-  let out = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ')
+  let out = text.replace(new RegExp(CONTROL.source, 'g'), ' ')
   if (Buffer.byteLength(out) <= MAX_HOLDER_BYTES) return out
   while (Buffer.byteLength(out) > MAX_HOLDER_BYTES - 3) out = [...out].slice(0, -1).join('')
   return `${out}…`
