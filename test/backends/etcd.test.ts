@@ -1,4 +1,5 @@
 import { Etcd3 } from 'etcd3'
+import { lockPrefix } from '../../src/backends/etcd/layout.js'
 import { createLockClient } from '../../src/index.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
@@ -17,10 +18,7 @@ for (const size of [1, 3]) {
     createClient: (options) => createLockClient(cluster.url(), options),
     // The store forgets the lease, as an early expiry would: every key of the lock goes.
     breakLease: async (key) => {
-      await admin
-        .delete()
-        .prefix(`fencelock/${key.replace(/%/g, '%25').replace(/\//g, '%2F')}/`)
-        .exec()
+      await admin.delete().prefix(lockPrefix(key)).exec()
     },
     async teardown() {
       admin.close()

@@ -5,6 +5,7 @@ import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { redisBackend } from '../../src/backends/redis/index.js'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { startProxy } from '../support/proxy.js'
@@ -34,13 +35,13 @@ describe('redis backend: storage and scripts', () => {
     const k = key('layout')
     const locks = client(server.url)
     const lock = await locks.acquire(k, { ttl: '20s' })
-    assert.equal(await admin.get(`fencelock:{${k}}`), lock.owner)
-    const pttl = await admin.pttl(`fencelock:{${k}}`)
+    assert.equal(await admin.get(redisLockKeys(k).lock), lock.owner)
+    const pttl = await admin.pttl(redisLockKeys(k).lock)
     assert.ok(pttl > 0 && pttl <= 20_000)
-    assert.equal(await admin.get(`fencelock:{${k}}:fence`), lock.fence.toString())
+    assert.equal(await admin.get(redisLockKeys(k).fence), lock.fence.toString())
     await lock.release()
-    assert.equal(await admin.exists(`fencelock:{${k}}`), 0)
-    assert.equal(await admin.ttl(`fencelock:{${k}}:fence`), -1, 'the fence counter must never expire')
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
+    assert.equal(await admin.ttl(redisLockKeys(k).fence), -1, 'the fence counter must never expire')
     const next = await locks.acquire(k)
     assert.equal(next.fence, lock.fence + 1n)
     await next.release()
@@ -73,12 +74,12 @@ describe('redis backend: storage and scripts', () => {
       await lock.extend()
       await lock.release()
     }
-    assert.equal(await admin.get(`fencelock:{${k}}:fence`), '30')
+    assert.equal(await admin.get(redisLockKeys(k).fence), '30')
   })
 
   it('refuses a key holding a non-lock value with a clear error, never a grant', async () => {
     const k = key('wrongtype')
-    await admin.hset(`fencelock:{${k}}`, 'field', 'value')
+    await admin.hset(redisLockKeys(k).lock, 'field', 'value')
     const locks = client(server.url)
     await assert.rejects(locks.acquire(k, { timeout: '5s' }), (error: unknown) => {
       assert.ok(error instanceof LockError)
@@ -87,11 +88,11 @@ describe('redis backend: storage and scripts', () => {
       return true
     })
     const k2 = key('badfence')
-    await admin.set(`fencelock:{${k2}}:fence`, 'not-a-number')
+    await admin.set(redisLockKeys(k2).fence, 'not-a-number')
     await assert.rejects(locks.acquire(k2), /not a fencelock lock/)
     // The script failed after its SET, and Redis keeps earlier writes of a failed script: the acquire's
     // clean-up (owner-checked) removed that hold before the acquire rejected.
-    assert.equal(await admin.exists(`fencelock:{${k2}}`), 0, 'the failed attempt left no hold behind')
+    assert.equal(await admin.exists(redisLockKeys(k2).lock), 0, 'the failed attempt left no hold behind')
   })
 })
 
@@ -115,7 +116,7 @@ describe('redis backend: lost replies', () => {
       BackendUnavailableError,
     )
     // The script ran: the lock is ours on the server though we never heard so.
-    assert.equal(await admin.get(`fencelock:{${k}}`), owner)
+    assert.equal(await admin.get(redisLockKeys(k).lock), owner)
     proxy.mode = 'pass'
     redis.disconnect(true)
     await redis.ping()
@@ -145,14 +146,14 @@ describe('redis backend: lost replies', () => {
           if (!dropped && args.includes(owner)) {
             // The attempt ran (refused: the lock was held); meanwhile the release handed it to us.
             dropped = true
-            await admin.set(`fencelock:{${k}}`, owner, 'PX', 2000)
+            await admin.set(redisLockKeys(k).lock, owner, 'PX', 2000)
             throw new Error('Connection is closed.')
           }
           return result
         }
       },
     })
-    await admin.set(`fencelock:{${k}}`, 'someone-else', 'PX', 60_000)
+    await admin.set(redisLockKeys(k).lock, 'someone-else', 'PX', 60_000)
     const backend = redisBackend({ client: lossy as Redis, fair: true })
     // The scripts are loaded first (a NOSCRIPT answer goes around the injected loss, through EVAL).
     await backend.tryAcquire({ key: key('warm'), owner: 'warm', ttlMs: 1000 }, new AbortController().signal)
@@ -220,15 +221,15 @@ describe('redis backend: lost replies', () => {
     failing.catch(() => {})
     // The attempt runs on the server; only its reply is lost.
     const seenBy = Date.now() + 5000
-    while (!(await admin.get(`fencelock:{${k}}`)) && Date.now() < seenBy) await sleep(10)
-    assert.ok(await admin.get(`fencelock:{${k}}`), 'the attempt did take the lock on the server')
+    while (!(await admin.get(redisLockKeys(k).lock)) && Date.now() < seenBy) await sleep(10)
+    assert.ok(await admin.get(redisLockKeys(k).lock), 'the attempt did take the lock on the server')
     await assert.rejects(failing, BackendUnavailableError)
     proxy.mode = 'pass'
     redis.disconnect(true)
     // abandon() runs in the background once the connection is back: the lock must go, not linger 30 s.
     const deadline = Date.now() + 10_000
-    while ((await admin.exists(`fencelock:{${k}}`)) === 1 && Date.now() < deadline) await sleep(50)
-    assert.equal(await admin.exists(`fencelock:{${k}}`), 0)
+    while ((await admin.exists(redisLockKeys(k).lock)) === 1 && Date.now() < deadline) await sleep(50)
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
     await locks.close()
     redis.disconnect()
     await proxy.close()
@@ -281,9 +282,9 @@ describe('redis backend: fair mode', () => {
       )
       // Wait until this waiter is in the queue before the next one arrives.
       const deadline = Date.now() + 10_000
-      while ((await admin.llen(`fencelock:{${k}}:queue`)) < i + 1 && Date.now() < deadline) await sleep(10)
+      while ((await admin.llen(redisLockKeys(k).queue)) < i + 1 && Date.now() < deadline) await sleep(10)
     }
-    assert.equal(await admin.llen(`fencelock:{${k}}:queue`), 8)
+    assert.equal(await admin.llen(redisLockKeys(k).queue), 8)
     await holder.release()
     await Promise.all(waiters)
     assert.deepEqual(order, [0, 1, 2, 3, 4, 5, 6, 7])
@@ -295,17 +296,17 @@ describe('redis backend: fair mode', () => {
     const holder = await client(url).acquire(k, { ttl: '30s' })
     const waiting = client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' })
     const deadline = Date.now() + 10_000
-    while ((await admin.llen(`fencelock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
+    while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
     await holder.release()
     // The release itself made the waiter the holder, before the waiter did anything, and wrote its description.
-    const [owner, described] = await admin.mget(`fencelock:{${k}}`, `fencelock:{${k}}:holder`)
+    const [owner, described] = await admin.mget(redisLockKeys(k).lock, redisLockKeys(k).holder)
     const lock = await waiting
     assert.equal(owner, lock.owner)
     assert.equal(described, `${lock.owner} the waiter (pid 1)`)
     assert.equal(lock.fence, holder.fence + 1n)
     assert.equal((await client(url).inspect(k)).holder, 'the waiter (pid 1)')
     await lock.release()
-    assert.equal(await admin.exists(`fencelock:{${k}}:holder`), 0, 'the release removes the description')
+    assert.equal(await admin.exists(redisLockKeys(k).holder), 0, 'the release removes the description')
   })
 
   it('a hand-over starts with a lease no longer than the waiter liveness, then renews to the full ttl', async () => {
@@ -318,12 +319,12 @@ describe('redis backend: fair mode', () => {
     const published = new Promise<string>((resolve) =>
       listener.on('message', (_channel, message) => resolve(message)),
     )
-    await listener.subscribe(`fencelock:{${k}}:released`)
+    await listener.subscribe(redisLockKeys(k).channel)
     try {
       const holder = await client(url).acquire(k, { ttl: '30s' })
       const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
       const deadline = Date.now() + 10_000
-      while ((await admin.llen(`fencelock:{${k}}:queue`)) < 1 && Date.now() < deadline) await sleep(10)
+      while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
       await holder.release()
       const [, owner, fence, lease] = /^(.*):(\d+):(\d+)$/.exec(await published) ?? []
       const first = Number(lease)
@@ -333,7 +334,7 @@ describe('redis backend: fair mode', () => {
       assert.equal(BigInt(fence!), lock.fence)
       await sleep(1500)
       assert.equal(lock.signal.aborted, false, 'the first renewal must come before the short lease ends')
-      assert.ok((await admin.pttl(`fencelock:{${k}}`)) > 1000, 'renewed to the requested 30 s ttl')
+      assert.ok((await admin.pttl(redisLockKeys(k).lock)) > 1000, 'renewed to the requested 30 s ttl')
       await lock.release()
     } finally {
       listener.disconnect()
@@ -349,8 +350,8 @@ describe('redis backend: fair mode', () => {
     // The ghost queues (alive for 800 ms) asking for a 30 s lease, then never comes back.
     await backend.tryAcquire({ key: k, owner: 'ghost', ttlMs: 30_000 }, signal)
     await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
-    assert.equal(await admin.get(`fencelock:{${k}}`), 'ghost')
-    const pttl = await admin.pttl(`fencelock:{${k}}`)
+    assert.equal(await admin.get(redisLockKeys(k).lock), 'ghost')
+    const pttl = await admin.pttl(redisLockKeys(k).lock)
     assert.ok(pttl > 0 && pttl <= 800, `the ghost's lease is ${pttl} ms, not its 30 s ttl`)
   })
 
@@ -363,9 +364,9 @@ describe('redis backend: fair mode', () => {
     const b = await backend.tryAcquire({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
     assert.equal(b.granted, false, 'b waits in line')
     await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
-    assert.equal(await admin.get(`fencelock:{${k}}`), 'owner-b', 'the release handed the lock to b')
+    assert.equal(await admin.get(redisLockKeys(k).lock), 'owner-b', 'the release handed the lock to b')
     await backend.abandon!({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
-    assert.equal(await admin.exists(`fencelock:{${k}}`), 0, 'b gave up: the lock must be free at once')
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0, 'b gave up: the lock must be free at once')
   })
 
   it('skips a waiter that left the queue or died, after its liveness period at most', async () => {
@@ -375,15 +376,15 @@ describe('redis backend: fair mode', () => {
     // A waiter that gives up leaves the queue at once.
     await assert.rejects(client(url).acquire(k, { timeout: '200ms' }))
     // A "dead" waiter: queued by hand with a liveness deadline it will never refresh.
-    await admin.rpush(`fencelock:{${k}}:queue`, 'dead-owner')
+    await admin.rpush(redisLockKeys(k).queue, 'dead-owner')
     const time = await admin.time()
-    await admin.zadd(`fencelock:{${k}}:waiters`, Number(time[0]) * 1000 + 500, 'dead-owner')
+    await admin.zadd(redisLockKeys(k).waiters, Number(time[0]) * 1000 + 500, 'dead-owner')
     const next = client(url).acquire(k, { timeout: '20s' })
     await holder.release()
     const lock = await next
     assert.ok(lock.fence > holder.fence)
     await lock.release()
-    assert.equal(await admin.exists(`fencelock:{${k}}:queue`), 0, 'the queue must be empty again')
+    assert.equal(await admin.exists(redisLockKeys(k).queue), 0, 'the queue must be empty again')
   })
 })
 
@@ -396,7 +397,7 @@ describe('redis backend: replicas and bad input', () => {
       assert.match(error.message, /Only 0 of the 1 replicas/)
       return true
     })
-    assert.equal(await admin.exists(`fencelock:{${k}}`), 0, 'the unacknowledged lock must be released')
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0, 'the unacknowledged lock must be released')
   })
 
   it('minReplicas: acquires once a real replica acknowledges', async () => {
@@ -411,7 +412,7 @@ describe('redis backend: replicas and bad input', () => {
       })
       const copy = new Redis(replica.port, '127.0.0.1')
       assert.equal(
-        await copy.get(`fencelock:{${k}}`),
+        await copy.get(redisLockKeys(k).lock),
         lock.owner,
         'the replica has the lock when acquire resolves',
       )

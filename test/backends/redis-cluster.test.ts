@@ -1,4 +1,5 @@
 import { Cluster } from 'ioredis'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { createLockClient } from '../../src/index.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
 import { type RedisCluster, startRedisCluster } from '../servers/redis.js'
@@ -15,7 +16,7 @@ defineConformanceSuite({
   },
   createClient: (options) => createLockClient(cluster.url, options),
   breakLease: async (key) => {
-    await admin.del(`fencelock:{${key}}`)
+    await admin.del(redisLockKeys(key).lock)
   },
   async teardown() {
     admin.disconnect()

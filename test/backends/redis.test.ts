@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { createLockClient } from '../../src/index.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
@@ -17,7 +18,7 @@ for (const mode of ['', '?fair=true']) {
     createClient: (options) => createLockClient(`${server.url}${mode}`, options),
     // The store forgets the lease, as an early expiry would; the fence counter stays.
     breakLease: async (key) => {
-      await admin.del(`fencelock:{${key}}`)
+      await admin.del(redisLockKeys(key).lock)
     },
     async teardown() {
       admin.disconnect()

@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
 import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { redact } from '../../src/core/url.js'
 import { createLockClient } from '../../src/index.js'
@@ -77,7 +78,7 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
       // or not node 0 is in the granting majority, the nodes no longer agree on the counter.
       const first = new Redis(nodes.servers[0]!.port, '127.0.0.1')
       try {
-        await first.set('fencelock:{out-of-step}:fence', '100')
+        await first.set(redisLockKeys('out-of-step').fence, '100')
       } finally {
         first.disconnect()
       }

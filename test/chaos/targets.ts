@@ -7,7 +7,9 @@ import { mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { Etcd3 } from 'etcd3'
 import { Redis } from 'ioredis'
+import { lockPrefix } from '../../src/backends/etcd/layout.js'
 import { keyFolderName } from '../../src/backends/file/generations.js'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { type RedisServer, startRedis, startRedisNodes } from '../servers/redis.js'
 
@@ -42,7 +44,7 @@ export interface Target {
 async function deleteLockKey(port: number, key: string): Promise<void> {
   const admin = new Redis(port, '127.0.0.1')
   try {
-    await admin.del(`fencelock:{${key}}`)
+    await admin.del(redisLockKeys(key).lock)
   } finally {
     admin.disconnect()
   }
@@ -164,12 +166,7 @@ function etcdStore(cluster: EtcdCluster): Store {
       // The holder is the first key of the lock's prefix by create revision.
       const admin = new Etcd3({ hosts })
       try {
-        const first = await admin
-          .getAll()
-          .prefix(`fencelock/${key}/`)
-          .sort('Create', 'Ascend')
-          .limit(1)
-          .keys()
+        const first = await admin.getAll().prefix(lockPrefix(key)).sort('Create', 'Ascend').limit(1).keys()
         if (first[0]) await admin.delete().key(first[0]).exec()
       } finally {
         admin.close()

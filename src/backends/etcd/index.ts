@@ -46,6 +46,7 @@ import { now } from '../../core/clock.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
+import { DEFAULT_PREFIX, lockPrefix, prefixEnd } from './layout.js'
 import { createSessionPool, type Session } from './sessions.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
@@ -115,21 +116,6 @@ const REFRESH_WAIT_MS = 1000
 /** etcd leases are whole seconds (and the server may raise them to its minimum). */
 const leaseSeconds = (ttlMs: number) => Math.max(1, Math.ceil(ttlMs / 1000))
 
-/** The first key after every key with `prefix` (etcd's range_end for a prefix). */
-function prefixEnd(prefix: string): Buffer {
-  const end = Buffer.from(prefix)
-  for (let i = end.length - 1; i >= 0; i--) {
-    if (end[i]! < 0xff) {
-      end[i]!++
-      return end.subarray(0, i + 1)
-    }
-  }
-  return Buffer.from([0])
-}
-
-/** A lock name as one path segment: '/' and '%' escaped, so `a` never sees the waiters of `a/b`. */
-const segment = (key: string) => key.replace(/%/g, '%25').replace(/\//g, '%2F')
-
 /** Waits for `promise` at most `ms` (never rejects): a keep-alive that does not answer must not hold us. */
 async function briefly(promise: Promise<unknown>, ms: number, signal: AbortSignal): Promise<void> {
   let timer: NodeJS.Timeout | undefined
@@ -155,13 +141,13 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
   if (!client || typeof client.lease !== 'function') {
     throw new TypeError('Expected `client` to be an Etcd3 instance of the etcd3 package')
   }
-  const prefix = options.prefix ?? 'fencelock/'
+  const prefix = options.prefix ?? DEFAULT_PREFIX
   const id = options.id ?? 'etcd'
   const kv = client.kv
   /** Acquisitions by owner, from the first attempt until released, lost or abandoned. */
   const acquisitions = new Map<string, Acquisition>()
 
-  const lockPrefix = (key: string) => `${prefix}${segment(key)}/`
+  const lockPrefixOf = (key: string) => lockPrefix(key, prefix)
 
   const unavailable = (key: string, what: string, error: unknown) => {
     if (error instanceof BackendUnavailableError) return error
@@ -286,7 +272,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
       owner: req.owner,
       value: Buffer.from(req.holder === undefined ? req.owner : `${req.owner} ${req.holder}`),
       key: req.key,
-      prefix: lockPrefix(req.key),
+      prefix: lockPrefixOf(req.key),
       names: new Set(),
       name: undefined,
       revision: undefined,
@@ -678,7 +664,7 @@ function createEtcdBackend(options: EtcdBackendOptions, owned: boolean): LockBac
     },
 
     async inspect(key, signal): Promise<LockInfo | null> {
-      const p = lockPrefix(key)
+      const p = lockPrefixOf(key)
       try {
         const reply = await raceSignal(kv.range(firstOf(p).request_range), signal)
         const holder = reply.kvs[0]

@@ -15,7 +15,6 @@
  * counters: it can grant a lock twice and reissue fences. Failover to an asynchronous replica can too;
  * `minReplicas` narrows that window (WAIT after acquiring). `fencelock doctor` checks these settings.
  */
-import { createHash } from 'node:crypto'
 import type { Cluster, Redis, RedisOptions } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
 import type {
@@ -35,6 +34,7 @@ import {
   quoteKey,
 } from '../../core/errors.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { DEFAULT_PREFIX, redisLockKeys } from './layout.js'
 import {
   ACQUIRE,
   ACQUIRE_FAIR,
@@ -122,7 +122,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
   if (!client || typeof (client as Redis).evalsha !== 'function') {
     throw new TypeError('Expected `client` to be an ioredis Redis or Cluster instance')
   }
-  const prefix = options.prefix ?? 'fencelock:'
+  const prefix = options.prefix ?? DEFAULT_PREFIX
   const fair = options.fair ?? false
   const waiterLivenessMs = options.waiterLivenessMs ?? 5000
   const minReplicas = options.minReplicas ?? 0
@@ -154,20 +154,7 @@ function createRedisBackend(options: RedisBackendOptions, { ready, owned }: Inte
     })
   }
 
-  const keysOf = (key: string) => {
-    // A brace in the key would end the hash tag early; hash such keys so lock and fence share a slot.
-    const tag = /[{}]/.test(key) ? `#${createHash('sha256').update(key).digest('hex')}` : key
-    const lock = `${prefix}{${tag}}`
-    return {
-      lock,
-      fence: `${lock}:fence`,
-      queue: `${lock}:queue`,
-      waiters: `${lock}:waiters`,
-      ttls: `${lock}:ttls`,
-      holder: `${lock}:holder`,
-      channel: `${lock}:released`,
-    }
-  }
+  const keysOf = (key: string) => redisLockKeys(key, prefix)
 
   /**
    * Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. The

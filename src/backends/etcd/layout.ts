@@ -1,0 +1,29 @@
+/**
+ * Where a lock lives on etcd, in one place: the backend and the tests (breaking a lease, listing a lock's
+ * queue) both use these; nobody copies the escaping.
+ */
+
+/** The prefix of every key unless the user picks another (the URL's path). */
+export const DEFAULT_PREFIX = 'fencelock/'
+
+/** A lock name as one path segment: '/' and '%' escaped, so `a` never sees the waiters of `a/b`. */
+export const segment = (key: string): string => key.replace(/%/g, '%25').replace(/\//g, '%2F')
+
+/**
+ * The prefix under which the lock named `key` keeps its queue: one key per acquire,
+ * `<lock prefix><lease hex>-<owner>`, the one with the lowest create revision holding the lock.
+ */
+export const lockPrefix = (key: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix}${segment(key)}/`
+
+/** The first key after every key with `prefix` (etcd's range_end for a prefix). */
+export function prefixEnd(prefix: string): Buffer {
+  const end = Buffer.from(prefix)
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i]!++
+      return end.subarray(0, i + 1)
+    }
+  }
+  return Buffer.from([0])
+}

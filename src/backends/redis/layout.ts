@@ -1,0 +1,42 @@
+/**
+ * Where a lock lives on Redis (also each Redlock node): the key names, in one place. The backend and the
+ * tests (breaking a lease, reading a fence counter) both use these; nobody copies the format.
+ */
+import { createHash } from 'node:crypto'
+
+/** The prefix of every key and channel unless the user picks another (`?prefix=`). */
+export const DEFAULT_PREFIX = 'fencelock:'
+
+/** The keys of one lock. All share the hash tag `{<key>}`, so they sit in one slot of a Redis Cluster. */
+export interface RedisLockKeys {
+  /** The owner id, with the lease as its PX expiry. */
+  readonly lock: string
+  /** The fence counter, INCR'd by each grant; it never expires. */
+  readonly fence: string
+  /** Fair mode: the waiters' owner ids in arrival order. */
+  readonly queue: string
+  /** Fair mode: each waiter's liveness deadline. */
+  readonly waiters: string
+  /** Fair mode: each waiter's ttl, for the hand-over. */
+  readonly ttls: string
+  /** The holder's description (`inspect`), written and deleted with the lock. */
+  readonly holder: string
+  /** Published to on release (and fair hand-over). */
+  readonly channel: string
+}
+
+/** The keys of the lock named `key` under `prefix`. */
+export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): RedisLockKeys {
+  // A brace in the key would end the hash tag early; hash such keys so lock and fence share a slot.
+  const tag = /[{}]/.test(key) ? `#${createHash('sha256').update(key).digest('hex')}` : key
+  const lock = `${prefix}{${tag}}`
+  return {
+    lock,
+    fence: `${lock}:fence`,
+    queue: `${lock}:queue`,
+    waiters: `${lock}:waiters`,
+    ttls: `${lock}:ttls`,
+    holder: `${lock}:holder`,
+    channel: `${lock}:released`,
+  }
+}
