@@ -22,10 +22,15 @@
  * Failover to an asynchronous replica can too; `minReplicas` narrows that window (WAIT after acquiring).
  * `fencelock doctor` checks these settings.
  *
- * Files: layout.ts names the keys; scripts.ts holds the Lua scripts; store.ts runs them and explains
- * failures; backend.ts is the contract, the same in both modes; plain.ts and fair.ts are what differs;
- * subscriptions.ts shares one pub/sub connection among waiters; connect.ts turns a URL into an ioredis
- * client (Redlock's nodes too); doctor.ts checks the server's settings.
+ * Files:
+ * - layout.ts: the key and channel names of a lock (the tests use them too).
+ * - scripts.ts: the Lua scripts, each one atomic step.
+ * - store.ts: runs the scripts by SHA (NOSCRIPT falls back to the source) and explains failures.
+ * - backend.ts: the contract (attempt, read-back, extend, release, inspect, wait), the same in both modes.
+ * - plain.ts / fair.ts: what differs between the modes: the scripts of acquire, release and abandon.
+ * - subscriptions.ts: one pub/sub connection shared by a backend's waiters.
+ * - connect.ts: a URL to an ioredis client (also each Redlock node's).
+ * - doctor.ts: `fencelock doctor`'s checks of the server's settings.
  */
 import { CapabilityError } from '../../core/errors.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
