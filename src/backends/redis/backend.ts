@@ -67,6 +67,11 @@ export interface ReplicaPolicy {
   readonly timeoutMs: number
 }
 
+/**
+ * One Redis backend. Its state has names: the store it speaks to, the mode, the replica policy and the
+ * shared subscriptions. Its methods live on the prototype: wrap it (`{ ...backend }` copies none of them)
+ * by delegating to it, not by spreading it.
+ */
 export class RedisLockBackend implements RedisBackend {
   readonly id: string
   readonly capabilities: LockBackend['capabilities']
