@@ -1,12 +1,18 @@
+/**
+ * The Redis backend against a real server: storage, lost replies, waking, fair mode, replicas, bad input
+ * (the shared conformance suite runs from redis.test.ts). Longer than ~300 lines because every case shares
+ * the one server and the helpers below; the setup moves to the Redis test kit (test/kits/redis.ts) later.
+ */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { after, before, describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { redisBackend } from '../../src/backends/redis/index.js'
+import { type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
+import { freePort, waitUntil } from '../servers/common.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { startProxy } from '../support/proxy.js'
 
@@ -18,6 +24,71 @@ const client = (url: string, options: Parameters<typeof createLockClient>[1] = {
   const c = createLockClient(url, options)
   clients.push(c)
   return c
+}
+
+/** A signal that never aborts, for calling a backend directly. */
+const live = new AbortController().signal
+/** One attempt of `backend` to take `k` for `owner`. */
+const attempt = (backend: RedisBackend, k: string, owner: string, ttlMs = 30_000) =>
+  backend.tryAcquire({ key: k, owner, ttlMs }, live)
+/** Resolves once at least `n` waiters are in `k`'s fair queue on the server. */
+const queued = (k: string, n: number) =>
+  waitUntil(
+    async () => (await admin.llen(redisLockKeys(k).queue)) >= n,
+    10_000,
+    () => `${n} waiters of ${k}`,
+  )
+
+/** Awaits `promise`'s rejection, checks it is a `type` whose message matches `says`, and returns it. */
+async function rejection<T extends Error>(
+  promise: Promise<unknown>,
+  type: abstract new (...args: never[]) => T,
+  says: RegExp,
+): Promise<T> {
+  const error = await promise.then(
+    () => assert.fail(`expected a rejection matching ${says}`),
+    (reason: unknown) => reason,
+  )
+  assert.ok(error instanceof type, `got ${error}`)
+  assert.match(error.message, says)
+  return error
+}
+
+/** A 2 s acquire on `url` fails as unavailable, saying `says`, and on time (within a generous 5 s). */
+async function unavailableOnTime(url: string, label: string, says: RegExp): Promise<BackendUnavailableError> {
+  const start = performance.now()
+  const error = await rejection(
+    client(url).acquire(key(label), { timeout: '2s' }),
+    BackendUnavailableError,
+    says,
+  )
+  const ms = performance.now() - start
+  assert.ok(ms < 5000, `a 2 s timeout took ${Math.round(ms)} ms`)
+  return error
+}
+
+/**
+ * An ioredis client that reaches the server through a proxy, so a test can lose replies (`proxy.mode`);
+ * a command without a reply fails after `commandTimeout` ms.
+ */
+async function proxied(commandTimeout: number) {
+  const proxy = await startProxy(server.port)
+  const redis = new Redis({ port: proxy.port, host: '127.0.0.1', commandTimeout, maxRetriesPerRequest: 1 })
+  redis.on('error', () => {})
+  await redis.ping()
+  return {
+    proxy,
+    redis,
+    /** Replies flow again, on a fresh connection (the old one is out of step). */
+    heal() {
+      proxy.mode = 'pass'
+      redis.disconnect(true)
+    },
+    async close() {
+      redis.disconnect()
+      await proxy.close()
+    },
+  }
 }
 
 before(async () => {
@@ -81,12 +152,8 @@ describe('redis backend: storage and scripts', () => {
     const k = key('wrongtype')
     await admin.hset(redisLockKeys(k).lock, 'field', 'value')
     const locks = client(server.url)
-    await assert.rejects(locks.acquire(k, { timeout: '5s' }), (error: unknown) => {
-      assert.ok(error instanceof LockError)
-      assert.equal(error.code, 'FENCELOCK_KEY_CONFLICT')
-      assert.match(error.message, /not a fencelock lock/)
-      return true
-    })
+    const error = await rejection(locks.acquire(k, { timeout: '5s' }), LockError, /not a fencelock lock/)
+    assert.equal(error.code, 'FENCELOCK_KEY_CONFLICT')
     const k2 = key('badfence')
     await admin.set(redisLockKeys(k2).fence, 'not-a-number')
     await assert.rejects(locks.acquire(k2), /not a fencelock lock/)
@@ -99,32 +166,19 @@ describe('redis backend: storage and scripts', () => {
 describe('redis backend: lost replies', () => {
   it('an acquire whose reply is lost is resolved by reading the owner back, with one fence', async () => {
     const k = key('lostreply')
-    const proxy = await startProxy(server.port)
-    const redis = new Redis({
-      port: proxy.port,
-      host: '127.0.0.1',
-      commandTimeout: 300,
-      maxRetriesPerRequest: 1,
-    })
-    redis.on('error', () => {})
-    const backend = redisBackend({ client: redis })
+    const link = await proxied(300)
+    const backend = redisBackend({ client: link.redis })
     const owner = randomBytes(16).toString('hex')
-    await redis.ping()
-    proxy.mode = 'drop-replies'
-    await assert.rejects(
-      backend.tryAcquire({ key: k, owner, ttlMs: 10_000 }, new AbortController().signal),
-      BackendUnavailableError,
-    )
+    link.proxy.mode = 'drop-replies'
+    await assert.rejects(attempt(backend, k, owner, 10_000), BackendUnavailableError)
     // The script ran: the lock is ours on the server though we never heard so.
     assert.equal(await admin.get(redisLockKeys(k).lock), owner)
-    proxy.mode = 'pass'
-    redis.disconnect(true)
-    await redis.ping()
-    const retry = await backend.tryAcquire({ key: k, owner, ttlMs: 10_000 }, new AbortController().signal)
+    link.heal()
+    await link.redis.ping()
+    const retry = await attempt(backend, k, owner, 10_000)
     assert.ok(retry.granted, 'the retried attempt must recognise its own lock')
     assert.equal(retry.fence, 1n, 'one grant, one fence')
-    redis.disconnect()
-    await proxy.close()
+    await link.close()
   })
 
   it("a read-back after a lost reply reports the key's remaining lease, not the ttl asked for", async () => {
@@ -156,9 +210,9 @@ describe('redis backend: lost replies', () => {
     await admin.set(redisLockKeys(k).lock, 'someone-else', 'PX', 60_000)
     const backend = redisBackend({ client: lossy as Redis, fair: true })
     // The scripts are loaded first (a NOSCRIPT answer goes around the injected loss, through EVAL).
-    await backend.tryAcquire({ key: key('warm'), owner: 'warm', ttlMs: 1000 }, new AbortController().signal)
+    await attempt(backend, key('warm'), 'warm', 1000)
     dropped = false
-    const result = await backend.tryAcquire({ key: k, owner, ttlMs: 30_000 }, new AbortController().signal)
+    const result = await attempt(backend, k, owner)
     assert.ok(result.granted, 'the read-back finds the handed lock ours')
     assert.ok(result.ttlMs <= 2000, `granted ${result.ttlMs} ms while the key had 2000 ms left`)
     await backend.close()
@@ -167,72 +221,48 @@ describe('redis backend: lost replies', () => {
 
   it('a stopped server is reported as unreachable on time, in plain words, never as contention', async () => {
     const port = await freePort()
-    const locks = client(`redis://127.0.0.1:${port}`)
-    const start = performance.now()
-    await assert.rejects(locks.acquire(key('down'), { timeout: '2s' }), (error: unknown) => {
-      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
-      assert.match(error.message, new RegExp(`connection refused at 127\\.0\\.0\\.1:${port}`))
-      assert.doesNotMatch(error.message, /maxRetriesPerRequest|max retries/i)
-      return true
-    })
-    const ms = performance.now() - start
-    assert.ok(ms < 5000, `a 2 s timeout took ${Math.round(ms)} ms`)
+    const refused = new RegExp(`connection refused at 127\\.0\\.0\\.1:${port}`)
+    const error = await unavailableOnTime(`redis://127.0.0.1:${port}`, 'down', refused)
+    assert.doesNotMatch(error.message, /maxRetriesPerRequest|max retries/i)
   })
 
   it('rediss:// against a plain server says the TLS handshake failed, within the timeout', async () => {
-    const locks = client(`rediss://127.0.0.1:${server.port}`)
-    const start = performance.now()
-    await assert.rejects(locks.acquire(key('tls'), { timeout: '2s' }), (error: unknown) => {
-      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
-      assert.match(error.message, /TLS/)
-      return true
-    })
-    const ms = performance.now() - start
-    assert.ok(ms < 5000, `a 2 s timeout took ${Math.round(ms)} ms`)
+    await unavailableOnTime(`rediss://127.0.0.1:${server.port}`, 'tls', /TLS/)
   })
 
   it('refuses a ttl Redis cannot keep, before any I/O, naming the maximum', async () => {
     const locks = client(server.url)
     for (const ttl of [1e21, 9.2e18]) {
-      await assert.rejects(locks.acquire(key('ttl'), { ttl }), (error: unknown) => {
-        assert.ok(error instanceof TypeError, `got ${error}`)
-        assert.match(error.message, /at most \d+ ms on redis:/)
-        return true
-      })
+      await rejection(locks.acquire(key('ttl'), { ttl }), TypeError, /at most \d+ ms on redis:/)
     }
   })
 
   it('a waiting acquire that gives up after an unknown outcome removes what it may have taken', async () => {
     const k = key('abandon')
-    const proxy = await startProxy(server.port)
-    const redis = new Redis({
-      port: proxy.port,
-      host: '127.0.0.1',
-      commandTimeout: 200,
-      maxRetriesPerRequest: 1,
-    })
-    redis.on('error', () => {})
-    await redis.ping()
-    const locks = createLockClient(redisBackend({ client: redis }), { ttl: '30s' })
+    const link = await proxied(200)
+    const locks = createLockClient(redisBackend({ client: link.redis }), { ttl: '30s' })
     // One cycle first, so the server knows the scripts (a NOSCRIPT reply would be lost too).
     await (await locks.acquire(key('abandon-warm'))).release()
-    proxy.mode = 'drop-replies'
+    link.proxy.mode = 'drop-replies'
     const failing = locks.acquire(k, { timeout: '600ms' })
     failing.catch(() => {})
     // The attempt runs on the server; only its reply is lost.
-    const seenBy = Date.now() + 5000
-    while (!(await admin.get(redisLockKeys(k).lock)) && Date.now() < seenBy) await sleep(10)
-    assert.ok(await admin.get(redisLockKeys(k).lock), 'the attempt did take the lock on the server')
+    const lock = redisLockKeys(k).lock
+    await waitUntil(
+      async () => (await admin.exists(lock)) === 1,
+      5000,
+      () => 'the attempt to take the lock',
+    )
     await assert.rejects(failing, BackendUnavailableError)
-    proxy.mode = 'pass'
-    redis.disconnect(true)
+    link.heal()
     // abandon() runs in the background once the connection is back: the lock must go, not linger 30 s.
-    const deadline = Date.now() + 10_000
-    while ((await admin.exists(redisLockKeys(k).lock)) === 1 && Date.now() < deadline) await sleep(50)
-    assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
+    await waitUntil(
+      async () => (await admin.exists(lock)) === 0,
+      10_000,
+      () => `abandon to remove ${lock}`,
+    )
     await locks.close()
-    redis.disconnect()
-    await proxy.close()
+    await link.close()
   })
 })
 
@@ -281,8 +311,7 @@ describe('redis backend: fair mode', () => {
         }),
       )
       // Wait until this waiter is in the queue before the next one arrives.
-      const deadline = Date.now() + 10_000
-      while ((await admin.llen(redisLockKeys(k).queue)) < i + 1 && Date.now() < deadline) await sleep(10)
+      await queued(k, i + 1)
     }
     assert.equal(await admin.llen(redisLockKeys(k).queue), 8)
     await holder.release()
@@ -295,8 +324,7 @@ describe('redis backend: fair mode', () => {
     const url = `${server.url}?fair=true`
     const holder = await client(url).acquire(k, { ttl: '30s' })
     const waiting = client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' })
-    const deadline = Date.now() + 10_000
-    while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
+    await queued(k, 1)
     await holder.release()
     // The release itself made the waiter the holder, before the waiter did anything, and wrote its description.
     const [owner, described] = await admin.mget(redisLockKeys(k).lock, redisLockKeys(k).holder)
@@ -323,8 +351,7 @@ describe('redis backend: fair mode', () => {
     try {
       const holder = await client(url).acquire(k, { ttl: '30s' })
       const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
-      const deadline = Date.now() + 10_000
-      while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
+      await queued(k, 1)
       await holder.release()
       const [, owner, fence, lease] = /^(.*):(\d+):(\d+)$/.exec(await published) ?? []
       const first = Number(lease)
@@ -344,12 +371,11 @@ describe('redis backend: fair mode', () => {
   it('a waiter that died after queueing blocks the lock no longer than its liveness', async () => {
     const k = key('handover-ghost')
     const backend = redisBackend({ client: admin, fair: true, waiterLivenessMs: 800 })
-    const signal = new AbortController().signal
-    const a = await backend.tryAcquire({ key: k, owner: 'owner-a', ttlMs: 30_000 }, signal)
+    const a = await attempt(backend, k, 'owner-a')
     assert.ok(a.granted)
     // The ghost queues (alive for 800 ms) asking for a 30 s lease, then never comes back.
-    await backend.tryAcquire({ key: k, owner: 'ghost', ttlMs: 30_000 }, signal)
-    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
+    await attempt(backend, k, 'ghost')
+    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, live)
     assert.equal(await admin.get(redisLockKeys(k).lock), 'ghost')
     const pttl = await admin.pttl(redisLockKeys(k).lock)
     assert.ok(pttl > 0 && pttl <= 800, `the ghost's lease is ${pttl} ms, not its 30 s ttl`)
@@ -358,14 +384,13 @@ describe('redis backend: fair mode', () => {
   it('a waiter handed the lock as it gave up passes it on instead of holding it for a ttl', async () => {
     const k = key('handover-abandon')
     const backend = redisBackend({ client: admin, fair: true })
-    const signal = new AbortController().signal
-    const a = await backend.tryAcquire({ key: k, owner: 'owner-a', ttlMs: 30_000 }, signal)
+    const a = await attempt(backend, k, 'owner-a')
     assert.ok(a.granted)
-    const b = await backend.tryAcquire({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
+    const b = await attempt(backend, k, 'owner-b')
     assert.equal(b.granted, false, 'b waits in line')
-    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, signal)
+    await backend.release({ key: k, owner: 'owner-a', fence: a.fence, cookie: undefined }, live)
     assert.equal(await admin.get(redisLockKeys(k).lock), 'owner-b', 'the release handed the lock to b')
-    await backend.abandon!({ key: k, owner: 'owner-b', ttlMs: 30_000 }, signal)
+    await backend.abandon({ key: k, owner: 'owner-b', ttlMs: 30_000 }, live)
     assert.equal(await admin.exists(redisLockKeys(k).lock), 0, 'b gave up: the lock must be free at once')
   })
 
@@ -392,20 +417,15 @@ describe('redis backend: replicas and bad input', () => {
   it('minReplicas: fails clearly and releases when no replica acknowledges', async () => {
     const k = key('wait')
     const locks = client(`${server.url}?minReplicas=1&replicaTimeout=200ms`)
-    await assert.rejects(locks.acquire(k, { timeout: '0' }), (error: unknown) => {
-      assert.ok(error instanceof BackendUnavailableError)
-      assert.match(error.message, /Only 0 of the 1 replicas/)
-      return true
-    })
+    await rejection(locks.acquire(k, { timeout: '0' }), BackendUnavailableError, /Only 0 of the 1 replicas/)
     assert.equal(await admin.exists(redisLockKeys(k).lock), 0, 'the unacknowledged lock must be released')
   })
 
   it('minReplicas: acquires once a real replica acknowledges', async () => {
     const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(server.port)] })
     try {
-      const deadline = Date.now() + 15_000
-      while (!/connected_slaves:1/.test(await admin.info('replication')) && Date.now() < deadline)
-        await sleep(100)
+      const linked = async () => /connected_slaves:1/.test(await admin.info('replication'))
+      await waitUntil(linked, 15_000, () => 'the replica to connect')
       const k = key('replicated')
       const lock = await client(`${server.url}?minReplicas=1&replicaTimeout=2s`).acquire(k, {
         timeout: '10s',
@@ -428,12 +448,12 @@ describe('redis backend: replicas and bad input', () => {
     try {
       const locks = client(`redis://:wrong@127.0.0.1:${guarded.port}`)
       const started = Date.now()
-      await assert.rejects(locks.acquire(key('auth')), (error: unknown) => {
-        assert.ok(error instanceof BackendUnavailableError)
-        assert.equal(error.retryable, false)
-        assert.match(error.message, /WRONGPASS|NOAUTH|password/i)
-        return true
-      })
+      const error = await rejection(
+        locks.acquire(key('auth')),
+        BackendUnavailableError,
+        /WRONGPASS|NOAUTH|password/i,
+      )
+      assert.equal(error.retryable, false)
       assert.ok(Date.now() - started < 4000, 'a configuration error must not be retried like an outage')
       const ok = await client(`redis://:right@127.0.0.1:${guarded.port}`).tryAcquire(key('auth'))
       assert.ok(ok)
@@ -472,12 +492,3 @@ describe('redis backend: replicas and bad input', () => {
     await assert.rejects(createLockClient(`${server.url}/abc`).tryAcquire('k'), /database number/)
   })
 })
-
-/** A loopback port nobody listens on (taken, then freed). */
-async function freePort(): Promise<number> {
-  const probe = createServer()
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
-  const { port } = probe.address() as { port: number }
-  await new Promise((resolve) => probe.close(resolve))
-  return port
-}

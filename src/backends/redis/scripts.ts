@@ -11,6 +11,8 @@
  * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first), KEYS[4] `…:waiters`
  * (a sorted set: each waiter's liveness deadline, in ms of the server's clock) and KEYS[5] `…:ttls`
  * (a hash: each waiter's requested ttl and description, "<ttl ms> <description>", for the hand-over).
+ * The `while true` loops of the fair scripts are no waiting: inside one atomic script they walk the queue
+ * past dead waiters and stop at the first live one (or its end).
  */
 import { createHash } from 'node:crypto'
 

@@ -1,3 +1,8 @@
+/**
+ * The pub/sub side of waiting: one subscriber connection per backend, shared by its waiters. Its one timer
+ * (LINGER_MS) manages that connection's subscriptions, the driver's business: the core's waiting never
+ * sees it.
+ */
 import type { Cluster, Redis } from 'ioredis'
 
 type Client = Redis | Cluster
@@ -128,6 +133,7 @@ export class Subscriptions {
     set.delete(waiter)
     if (set.size > 0) return
     this.#waiters.delete(channel)
+    // Not a wait nor a retry (the core owns those): it only keeps a busy channel subscribed a little longer.
     const timer = setTimeout(() => {
       this.#lingering.delete(channel)
       if (this.#waiters.has(channel) || !this.#subscribed.has(channel)) return

@@ -1,0 +1,236 @@
+/**
+ * The contract methods of the Redis backend, the same in both modes: one attempt (and the read-back after
+ * a lost reply), extend, release, inspect, waiting. What differs between plain and fair mode (which
+ * scripts acquire, release and abandon run, which messages wake a waiter) is a `Mode`: plain.ts, fair.ts.
+ */
+import { raceSignal } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  DoctorFinding,
+  ExtendResult,
+  Grant,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
+import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
+import type { RedisClient } from './connect.js'
+import { doctor } from './doctor.js'
+import { EXTEND, INSPECT, RAISE_FENCE } from './scripts.js'
+import { isReplyError, type RedisStore } from './store.js'
+import { Subscriptions } from './subscriptions.js'
+
+/** The Redis backend. */
+export interface RedisBackend extends LockBackend {
+  /** The lock and fence key names of `key`, for operators. */
+  keysOf(key: string): { lock: string; fence: string }
+  /**
+   * Raises `key`'s fence counter to at least `atLeast` and returns its value afterwards: the single-node
+   * step of Redlock's fencing, which writes a minted token back to a majority.
+   */
+  raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<bigint>
+  /**
+   * `waitForChange`, resolving with the message that woke it: "-<owner>" when `owner` released the lock,
+   * `undefined` when no message did (abort, a fresh subscription). For Redlock, which hears each release
+   * once per node.
+   */
+  waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined>
+}
+
+/** What differs between plain and fair mode. */
+export interface Mode {
+  /** Waiters are served in arrival order. */
+  readonly fifo: boolean
+  /** One acquire attempt: the script's reply, {1, fence} or {0, ms worth waiting (0: unknown)}. */
+  acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown>
+  /** Owner-checked release; false when the lock was no longer ours. */
+  release(lease: { key: string; owner: string }): Promise<boolean>
+  /** Removes whatever `req.owner` may hold or have queued for `req.key`, owner-checked. */
+  abandon(req: AcquireRequest): Promise<unknown>
+  /** The owner whose messages wake this waiter, or undefined when any message does. */
+  listener(req: AcquireRequest): string | undefined
+  /** The grant that the message which woke `req` handed to it, if it did. */
+  handedOver(req: AcquireRequest, message: string | undefined): Grant | undefined
+}
+
+/**
+ * Keys: the name goes into three key names and a channel name (Redis allows 512 MB; a lock name of more
+ * than 64 KiB is a mistake). Leases: PX is a signed 64-bit count of ms added to the server's clock; 2^43 ms
+ * (about 278 years) stays exact in a JavaScript number and far from that overflow.
+ */
+export const REDIS_LIMITS = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 } as const
+
+/** After acquiring, how many replicas must acknowledge the write (`WAIT`), within how long. */
+export interface ReplicaPolicy {
+  readonly min: number
+  readonly timeoutMs: number
+}
+
+/**
+ * One Redis backend. Its state has names: the store it speaks to, the mode, the replica policy and the
+ * shared subscriptions. Its methods live on the prototype: wrap it (`{ ...backend }` copies none of them)
+ * by delegating to it, not by spreading it.
+ */
+export class RedisLockBackend implements RedisBackend {
+  readonly id: string
+  readonly capabilities: LockBackend['capabilities']
+  readonly limits = REDIS_LIMITS
+  readonly #store: RedisStore
+  readonly #mode: Mode
+  readonly #replicas: ReplicaPolicy
+  readonly #subscriptions: Subscriptions
+  /** The clients this backend opened (from a URL, and the pub/sub duplicate): closed with it. */
+  readonly #owned: readonly RedisClient[]
+
+  /** `owned`: the clients made from a URL; the pub/sub connection joins them when it opens. */
+  constructor(store: RedisStore, mode: Mode, replicas: ReplicaPolicy, owned: RedisClient[]) {
+    this.id = store.id
+    this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mode.fifo }
+    this.#store = store
+    this.#mode = mode
+    this.#replicas = replicas
+    this.#subscriptions = new Subscriptions(store.client, owned)
+    this.#owned = owned
+  }
+
+  keysOf(key: string): { lock: string; fence: string } {
+    const k = this.#store.keysOf(key)
+    return { lock: k.lock, fence: k.fence }
+  }
+
+  async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    let result: AttemptResult
+    try {
+      result = grantOf(await raceSignal(this.#mode.acquire(req, signal), signal), req.ttlMs)
+    } catch (error) {
+      // An abort (the core's deadline, the caller) or an error reply: the core treats the outcome as
+      // unknown and calls `abandon`, which removes any hold of this owner once this attempt has settled.
+      if (signal.aborted || isReplyError(error)) throw this.#store.explain(req.key, 'acquire', error)
+      result = await this.#readBack(req, error, signal)
+    }
+    if (result.granted && this.#replicas.min > 0) return this.#awaitReplicas(req, result)
+    return result
+  }
+
+  /**
+   * No reply (timeout, reset): the script may have run. Read before deciding, never leave a lock we took.
+   * One script reads holder, remaining lease and fence together: the lease is what the store keeps
+   * now (a fair hand-over sets a short one; an earlier attempt's PX has partly run), never the ttl
+   * asked for. The core counts it from this attempt's start, which is before this read.
+   */
+  async #readBack(req: AcquireRequest, error: unknown, signal: AbortSignal): Promise<Grant> {
+    const k = this.#store.keysOf(req.key)
+    const read = (await raceSignal(this.#store.run(INSPECT, [k.lock, k.fence], []), signal).catch(
+      () => undefined,
+    )) as [string | null, number, string | null] | undefined
+    if (!read || read[0] !== req.owner || read[1] <= 0) throw this.#store.explain(req.key, 'acquire', error)
+    return { granted: true, fence: BigInt(read[2] ?? 0), ttlMs: read[1] }
+  }
+
+  /** WAIT on the connection that wrote the lock; too few acknowledgements: release it and fail. */
+  async #awaitReplicas(req: AcquireRequest, grant: AttemptResult): Promise<AttemptResult> {
+    const { min, timeoutMs } = this.#replicas
+    const acks = await this.#store.replicasAcknowledging(min, timeoutMs)
+    if (acks >= min) return grant
+    await this.#mode.release(req)
+    throw new BackendUnavailableError(
+      `Only ${acks} of the ${min} replicas required by \`minReplicas\` acknowledged lock ${quoteKey(req.key)} on ` +
+        `${this.id} within ${timeoutMs} ms, so it was released. Check the replicas (INFO replication)`,
+      { key: req.key, backend: this.id },
+    )
+  }
+
+  async raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<bigint> {
+    const k = this.#store.keysOf(key)
+    try {
+      return BigInt(
+        (await raceSignal(this.#store.run(RAISE_FENCE, [k.fence], [String(atLeast)]), signal)) as number,
+      )
+    } catch (error) {
+      throw this.#store.explain(key, 'record the fence of', error)
+    }
+  }
+
+  async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
+    const k = this.#store.keysOf(lease.key)
+    try {
+      const reply = await raceSignal(
+        this.#store.run(EXTEND, [k.lock, k.holder], [lease.owner, ttlMs]),
+        signal,
+      )
+      return reply === 1 ? { renewed: true } : { renewed: false }
+    } catch (error) {
+      throw this.#store.explain(lease.key, 'extend', error)
+    }
+  }
+
+  async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
+    try {
+      return await raceSignal(this.#mode.release(lease), signal)
+    } catch (error) {
+      throw this.#store.explain(lease.key, 'release', error)
+    }
+  }
+
+  async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    // Always, not only after a known-uncertain attempt: an abort can race any reply. Owner-checked on
+    // the server, and sent on the connection that carried the attempts, so it lands after all of them.
+    await raceSignal(this.#mode.abandon(req), signal)
+  }
+
+  async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    const k = this.#store.keysOf(key)
+    try {
+      const [owner, pttl, fence, described] = (await raceSignal(
+        this.#store.run(INSPECT, [k.lock, k.fence, k.holder], []),
+        signal,
+      )) as [string | null, number, string | null, string | null]
+      if (owner === null) return fence === null ? null : { held: false, fence: BigInt(fence) }
+      return {
+        held: true,
+        owner,
+        ...describedBy(owner, described),
+        ...(fence === null ? {} : { fence: BigInt(fence) }),
+        ...(pttl >= 0 ? { expiresInMs: pttl } : {}),
+        ...(pttl === -1 ? { note: `${k.lock} has no expiry: something outside fencelock wrote it` } : {}),
+      }
+    } catch (error) {
+      throw this.#store.explain(key, 'inspect', error)
+    }
+  }
+
+  waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined> {
+    return this.#subscriptions.wait(this.#store.keysOf(req.key).channel, this.#mode.listener(req), signal)
+  }
+
+  async waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> {
+    return this.#mode.handedOver(req, await this.waitForMessage(req, signal))
+  }
+
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return doctor(this.#store.client, this.id, this.#replicas.min, signal)
+  }
+
+  async close(): Promise<void> {
+    await this.#subscriptions.close()
+    // disconnect, not QUIT: QUIT waits in the offline queue of a client that cannot connect.
+    for (const c of this.#owned) c.disconnect()
+  }
+}
+
+/** An acquire script's reply {granted, fence | ms until worth trying again} as the core's result. */
+function grantOf(reply: unknown, ttlMs: number): AttemptResult {
+  const [granted, value] = reply as [number, number]
+  if (granted === 1) return { granted: true, fence: BigInt(value), ttlMs }
+  return value > 0 ? { granted: false, retryInMs: value } : { granted: false }
+}
+
+/**
+ * The description in a holder record "<owner> <description>", if the record is the current owner's (a
+ * previous holder's record may outlive its lock by a moment, or a grant may have written none).
+ */
+export function describedBy(owner: string, record: string | null | undefined): { holder?: string } {
+  if (!record?.startsWith(`${owner} `) || record.length === owner.length + 1) return {}
+  return { holder: record.slice(owner.length + 1) }
+}

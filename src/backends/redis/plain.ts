@@ -1,0 +1,48 @@
+/**
+ * Plain mode (the default): a released lock goes to whoever asks first. Acquire is one script, one round
+ * trip (SET NX PX + INCR: the fence is minted by the grant itself); release compares the owner, deletes,
+ * and publishes "-<owner>" on the key's channel, which wakes the oldest waiter of each client.
+ */
+import type { AcquireRequest } from '../../core/backend.js'
+import type { Mode } from './backend.js'
+import { ACQUIRE, RELEASE } from './scripts.js'
+import type { RedisStore } from './store.js'
+
+export class PlainMode implements Mode {
+  readonly fifo = false
+  readonly #store: RedisStore
+
+  constructor(store: RedisStore) {
+    this.#store = store
+  }
+
+  acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
+    const k = this.#store.keysOf(req.key)
+    return this.#store.run(
+      ACQUIRE,
+      [k.lock, k.fence, k.holder],
+      [req.owner, req.ttlMs, req.holder ?? ''],
+      signal,
+    )
+  }
+
+  async release(lease: { key: string; owner: string }): Promise<boolean> {
+    const k = this.#store.keysOf(lease.key)
+    return (await this.#store.run(RELEASE, [k.lock, k.holder], [lease.owner, k.channel])) === 1
+  }
+
+  /** An attempt whose outcome is unknown may hold the lock: release it, owner-checked as always. */
+  abandon(req: AcquireRequest): Promise<unknown> {
+    return this.release(req)
+  }
+
+  /** Any message on the channel concerns every waiter (one per client wakes: see Subscriptions). */
+  listener(): undefined {
+    return undefined
+  }
+
+  /** Plain mode never hands a lock over: a waiter that wakes re-attempts. */
+  handedOver(): undefined {
+    return undefined
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * One Redis (or Cluster) as the backend speaks to it: the keys of a lock under the prefix, the scripts run
+ * by their SHA, and a failure told in plain words (what failed on the way to the server, not ioredis's
+ * bookkeeping).
+ */
+import type { Cluster, Redis } from 'ioredis'
+import {
+  BackendUnavailableError,
+  causeText,
+  describeNetworkError,
+  LockError,
+  quoteKey,
+} from '../../core/errors.js'
+import type { RedisClient } from './connect.js'
+import { type RedisLockKeys, redisLockKeys } from './layout.js'
+import type { Script } from './scripts.js'
+
+export const isReplyError = (error: unknown): error is Error =>
+  error instanceof Error && error.name === 'ReplyError'
+
+export function isCluster(client: RedisClient): client is Cluster {
+  return (client as Cluster).isCluster === true
+}
+
+export interface RedisStoreOptions {
+  readonly prefix: string
+  /** Names the store in errors. */
+  readonly id: string
+  /** A check every command waits for (the URL's database is selected). */
+  readonly ready?: Promise<unknown> | undefined
+  /** The clients this backend created: their connection errors explain the failures of commands. */
+  readonly owned: readonly RedisClient[]
+}
+
+export class RedisStore {
+  readonly client: RedisClient
+  readonly id: string
+  readonly #prefix: string
+  readonly #ready: Promise<unknown> | undefined
+  /** host:port, for messages. */
+  readonly #address: string
+  /**
+   * The latest connection error of a client this backend created (a user's own client keeps its own
+   * 'error' listeners: adding one would silence ioredis's warnings for them). A command that times out while
+   * ioredis reconnects says nothing of why; this does.
+   */
+  #lastConnectionError: unknown
+
+  constructor(client: RedisClient, options: RedisStoreOptions) {
+    this.client = client
+    this.id = options.id
+    this.#prefix = options.prefix
+    this.#ready = options.ready
+    this.#address = describeAddress(client)
+    for (const c of options.owned) {
+      c.on('error', (error: unknown) => {
+        this.#lastConnectionError = error
+      })
+      c.on('ready', () => {
+        this.#lastConnectionError = undefined
+      })
+    }
+  }
+
+  keysOf(key: string): RedisLockKeys {
+    return redisLockKeys(key, this.#prefix)
+  }
+
+  /**
+   * Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. The
+   * source goes out a round trip late, after whatever was sent meanwhile; an acquire whose `signal` has
+   * aborted by then is not re-sent (it would grant a lock nobody waits for, after its clean-up).
+   */
+  async run(s: Script, keys: string[], args: Array<string | number>, signal?: AbortSignal): Promise<unknown> {
+    if (this.#ready) await this.#ready
+    try {
+      return await this.client.evalsha(s.sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (isReplyError(error) && error.message.startsWith('NOSCRIPT')) {
+        if (signal?.aborted) throw signal.reason
+        return this.client.eval(s.source, keys.length, ...keys, ...args)
+      }
+      throw error
+    }
+  }
+
+  /** `WAIT` on the connection that wrote the lock: how many replicas acknowledged, within `timeoutMs`. */
+  async replicasAcknowledging(count: number, timeoutMs: number): Promise<number> {
+    return (await (this.client as Redis).call('WAIT', count, timeoutMs)) as number
+  }
+
+  /** The error to throw for a failed `what` ("acquire", "release", …) of `key`. */
+  explain(key: string, what: string, error: unknown): LockError {
+    if (error instanceof LockError) return error
+    const message = (error as Error)?.message ?? String(error)
+    if (isReplyError(error) && /WRONGTYPE|not an integer/.test(message)) {
+      const k = this.keysOf(key)
+      return new LockError(
+        'FENCELOCK_KEY_CONFLICT',
+        `Redis key ${k.lock} or ${k.fence} on ${this.id} holds data that is not a fencelock lock (${message}). ` +
+          'Another program uses these names: pick another `prefix`, or remove the keys',
+        { key, backend: this.id, cause: error },
+      )
+    }
+    const retryable = !(isReplyError(error) && /NOAUTH|WRONGPASS|NOPERM|DB index/i.test(message))
+    return new BackendUnavailableError(
+      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${this.#plain(error)}`,
+      {
+        key,
+        backend: this.id,
+        cause: error,
+        retryable,
+      },
+    )
+  }
+
+  /**
+   * In plain words: what failed on the way to the server, rather than ioredis's retry bookkeeping
+   * ("Reached the max retries per request limit…") or a bare timeout while it reconnects.
+   */
+  #plain(error: unknown): string {
+    const client = this.client
+    const address = this.#address
+    const last = this.#lastConnectionError
+    const down = client.status !== 'ready'
+    const tls = !isCluster(client) && client.options.tls !== undefined
+    return (
+      describeNetworkError(error, address) ??
+      (down ? describeNetworkError(last, address) : undefined) ??
+      (down && tls && last === undefined
+        ? `the TLS handshake with ${address} did not complete (${causeText(error)}): check that the server ` +
+          'speaks TLS, or use redis:// for a plain one'
+        : undefined) ??
+      (down ? `${address} is unreachable (${causeText(last ?? error)})` : causeText(error))
+    )
+  }
+}
+
+/** host:port of a client, for messages. */
+function describeAddress(client: RedisClient): string {
+  if (isCluster(client)) return describeClient(client).replace(/^redis:\/\/|\?cluster=true$/g, '')
+  return `${client.options.host ?? '127.0.0.1'}:${client.options.port ?? 6379}`
+}
+
+/** A client as a URL without secrets: the store's id when the user names none. */
+export function describeClient(client: RedisClient): string {
+  if (isCluster(client)) {
+    const seeds = (client as unknown as { startupNodes?: unknown[] }).startupNodes
+    const seed = seeds?.[0] as { host?: string; port?: number } | string | undefined
+    const address = typeof seed === 'string' ? seed : `${seed?.host ?? '127.0.0.1'}:${seed?.port ?? 6379}`
+    return `redis://${address}?cluster=true`
+  }
+  const o = client.options
+  const scheme = o.tls ? 'rediss' : 'redis'
+  return `${scheme}://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}${o.db ? `/${o.db}` : ''}`
+}
