@@ -1,4 +1,4 @@
-import { fileKit } from '../kits/file.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
+import { fileKit } from '../kits/file.js'
 
 defineConformanceSuite(fileKit)

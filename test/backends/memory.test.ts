@@ -1,4 +1,4 @@
-import { memoryKit } from '../kits/memory.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
+import { memoryKit } from '../kits/memory.js'
 
 defineConformanceSuite(memoryKit)

@@ -1,4 +1,4 @@
-import { redisClusterKit } from '../kits/redis.js'
 import { defineConformanceSuite } from '../conformance/suite.js'
+import { redisClusterKit } from '../kits/redis.js'
 
 defineConformanceSuite(redisClusterKit)

@@ -25,7 +25,8 @@ it('every backend folder has a kit, and every kit names a backend folder', () =>
   assert.ok(backends.length >= 2, `found no backends under ${root}src/backends`)
   const kitless = backends.filter((name) => !KITS.some((kit) => kit.backend === name))
   assert.deepEqual(kitless, [], `backends without a kit in test/kits/index.ts: ${kitless}`)
-  for (const kit of KITS) assert.ok(backends.includes(kit.backend), `${kit.id}: no src/backends/${kit.backend}`)
+  for (const kit of KITS)
+    assert.ok(backends.includes(kit.backend), `${kit.id}: no src/backends/${kit.backend}`)
   const ids = KITS.map((kit) => kit.id)
   assert.equal(new Set(ids).size, ids.length, `kit ids repeat: ${ids}`)
 })
@@ -34,7 +35,8 @@ it('every kit says why each capability it lacks is off, and has a usable minimum
   for (const kit of KITS) {
     for (const flag of FLAGS) {
       const why = kit.lacks[flag]
-      if (kit.capabilities[flag]) assert.equal(why, undefined, `${kit.id} has ${flag} and a reason it lacks it`)
+      if (kit.capabilities[flag])
+        assert.equal(why, undefined, `${kit.id} has ${flag} and a reason it lacks it`)
       else assert.ok(why && why.length > 10, `${kit.id} lacks ${flag} without saying why`)
     }
     assert.ok(kit.capabilities.minTtlMs > 0 && Number.isInteger(kit.capabilities.minTtlMs), kit.id)
@@ -88,5 +90,9 @@ it('each conformance entry runs exactly its kits, with their plans', { timeout: 
     assert.equal(found.entry, kit.entry, `kit ${kit.id} is run by ${found.entry}, not its entry ${kit.entry}`)
     assert.deepEqual(found.rows, planFor(kit as Kit), `${kit.id}: the entry's plan differs`)
   }
-  assert.deepEqual([...seen.keys()].sort(), KITS.map((kit) => kit.id).sort(), 'entries run kits not in the index')
+  assert.deepEqual(
+    [...seen.keys()].sort(),
+    KITS.map((kit) => kit.id).sort(),
+    'entries run kits not in the index',
+  )
 })

@@ -39,7 +39,9 @@ export const CASES: readonly ConformanceCase[] = [
 ]
 
 /** One cell of the matrix: a case runs on a kit, or is skipped with the reason. */
-export type PlanRow = { readonly case: string; readonly runs: true } | { readonly case: string; readonly skip: string }
+export type PlanRow =
+  | { readonly case: string; readonly runs: true }
+  | { readonly case: string; readonly skip: string }
 
 /** What the suite does on `kit`: every case, run where the kit has what it requires, else skipped saying why. */
 export function planFor(kit: Kit): PlanRow[] {

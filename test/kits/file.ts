@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../src/backends/file/generations.js'
 import { tempDir } from '../support/temp.js'
-import type { Kit, KitStore } from './kit.js'
+import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 
 /**
  * What a tmp cleaner or an operator does: the key's whole folder (its hashed name) removed, `rm -rf`. The
@@ -29,16 +29,9 @@ export const fileKit: Kit = {
   title: 'file',
   entry: 'file',
   networked: false,
-  capabilities: {
-    fifo: false,
-    session: false,
-    notify: true,
-    minTtlMs: 300,
-    durableFences: true,
-    processes: true,
-  },
+  capabilities: ttlStore({ durableFences: true }),
   lacks: {
-    fifo: 'waiters race for a released key',
+    fifo: RACE,
     session: "leases end by the host's monotonic clock, no session",
   },
   async start(options = {}): Promise<KitStore> {

@@ -25,7 +25,9 @@ export interface KitCapabilities {
 }
 
 /** The yes/no capabilities: what a case may require. */
-export type Flag = { [K in keyof KitCapabilities]: KitCapabilities[K] extends boolean ? K : never }[keyof KitCapabilities]
+export type Flag = {
+  [K in keyof KitCapabilities]: KitCapabilities[K] extends boolean ? K : never
+}[keyof KitCapabilities]
 
 export const FLAGS: readonly Flag[] = ['fifo', 'session', 'notify', 'durableFences', 'processes']
 
@@ -104,6 +106,23 @@ export interface Kit {
   readonly chaos?: readonly ChaosVariant[]
   readonly bench?: readonly BenchVariant[]
 }
+
+/**
+ * The capabilities of a store whose leases end by a ttl on the store's own clock, reached by URL from any
+ * process (most stores): a kit passes what differs.
+ */
+export const ttlStore = (differs: Partial<KitCapabilities> = {}): KitCapabilities => ({
+  fifo: false,
+  session: false,
+  notify: true,
+  minTtlMs: 300,
+  durableFences: false,
+  processes: true,
+  ...differs,
+})
+
+/** Why a store without a queue is not `fifo`. */
+export const RACE = 'waiters race for a released key'
 
 /** `host:port,…` of loopback ports. */
 export const loopback = (ports: readonly number[]): string => ports.map((p) => `127.0.0.1:${p}`).join(',')

@@ -1,7 +1,7 @@
 /** The memory backend's kit: one named store per start, shared by every client of this process. */
 import { randomUUID } from 'node:crypto'
 import { memoryBackend } from '../../src/backends/memory/index.js'
-import type { Kit } from './kit.js'
+import { type Kit, RACE, ttlStore } from './kit.js'
 
 export const memoryKit: Kit = {
   id: 'memory',
@@ -9,16 +9,9 @@ export const memoryKit: Kit = {
   title: 'memory',
   entry: 'memory',
   networked: false,
-  capabilities: {
-    fifo: false,
-    session: false,
-    notify: true,
-    minTtlMs: 300,
-    durableFences: false,
-    processes: false,
-  },
+  capabilities: ttlStore({ processes: false }),
   lacks: {
-    fifo: 'waiters race for a released key',
+    fifo: RACE,
     session: "leases end by this process's clock, no session",
     durableFences: 'the store lives and dies with this process',
     processes: 'the store lives in this process',

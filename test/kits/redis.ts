@@ -6,7 +6,7 @@
 import { Cluster, Redis } from 'ioredis'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { type RedisServer, startRedis, startRedisCluster } from '../servers/redis.js'
-import type { Kit, KitCapabilities, KitStore } from './kit.js'
+import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 
 /** Deletes a lock's key on one Redis server behind its holder's back (the backend's default prefix). */
 export async function deleteLockKey(port: number, key: string): Promise<void> {
@@ -47,16 +47,9 @@ function redisStore(server: RedisServer, kitQuery: string): KitStore {
 
 const NO_SESSION = 'leases end by the PX expiry on the server, no session'
 const NO_PERSISTENCE = 'the test server runs without persistence: a restart forgets every fence counter'
-const RACE = 'plain mode: waiters race for a released key (fair=true queues them)'
+const PLAIN = `plain mode: ${RACE} (fair=true queues them)`
 
-const capabilities = (fifo: boolean, durableFences: boolean): KitCapabilities => ({
-  fifo,
-  session: false,
-  notify: true,
-  minTtlMs: 300,
-  durableFences,
-  processes: true,
-})
+const capabilities = (fifo: boolean, durableFences: boolean) => ttlStore({ fifo, durableFences })
 
 export const redisKit: Kit = {
   id: 'redis',
@@ -65,7 +58,7 @@ export const redisKit: Kit = {
   entry: 'redis',
   networked: true,
   capabilities: capabilities(false, false),
-  lacks: { fifo: RACE, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
   start: async () => redisStore(await startRedis(), ''),
   chaos: [{ name: 'redis', features: ['crash', 'expire'] }],
   bench: [
@@ -94,7 +87,7 @@ export const redisAofKit: Kit = {
   entry: 'redis',
   networked: true,
   capabilities: capabilities(false, true),
-  lacks: { fifo: RACE, session: NO_SESSION },
+  lacks: { fifo: PLAIN, session: NO_SESSION },
   start: async () =>
     redisStore(await startRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] }), ''),
   chaos: [{ name: 'redis-aof', features: ['crash', 'durable'] }],
@@ -107,7 +100,7 @@ export const redisClusterKit: Kit = {
   entry: 'redis-cluster',
   networked: true,
   capabilities: capabilities(false, false),
-  lacks: { fifo: RACE, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
   async start(): Promise<KitStore> {
     const cluster = await startRedisCluster(3)
     const admin = new Cluster([{ host: '127.0.0.1', port: cluster.nodes[0]!.port }])

@@ -3,7 +3,7 @@
  * named by the Redis backend's `redisLockKeys`, which each Redlock node is); the fence counters stay.
  */
 import { startRedisNodes } from '../servers/redis.js'
-import { type Kit, type KitStore, loopback } from './kit.js'
+import { type Kit, type KitStore, loopback, RACE, ttlStore } from './kit.js'
 import { crashRedis, deleteLockKey, pauseRedis } from './redis.js'
 
 /**
@@ -20,16 +20,9 @@ function redlockKit(count: number): Kit {
     title: `redlock (${count} nodes)`,
     entry: 'redlock',
     networked: true,
-    capabilities: {
-      fifo: false,
-      session: false,
-      notify: true,
-      minTtlMs: 300,
-      durableFences: false,
-      processes: true,
-    },
+    capabilities: ttlStore(),
     lacks: {
-      fifo: 'waiters race for a released key',
+      fifo: RACE,
       session: 'leases end by the PX expiry on each node, no session',
       durableFences:
         'the nodes run without persistence: restarting every node forgets the fence counters (one node restarted at a time is survived: redlock-faults.test.ts, chaos S6)',
