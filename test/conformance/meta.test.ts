@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { readdirSync } from 'node:fs'
+import { existsSync, readdirSync } from 'node:fs'
 import { it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
@@ -75,6 +75,7 @@ it('each conformance entry runs exactly its kits, with their plans', { timeout: 
   const entries = [...new Set(KITS.map((kit) => kit.entry))]
   const seen = new Map<string, { entry: string; rows: PlanRow[] }>()
   for (const entry of entries) {
+    assert.ok(existsSync(entryFile(entry)), `no conformance entry test/backends/${entry}.test.ts`)
     const { stdout } = await promisify(execFile)(process.execPath, [entryFile(entry)], {
       env: { ...process.env, [PLAN_ONLY]: '1' },
     })
