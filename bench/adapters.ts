@@ -1,12 +1,12 @@
 /**
  * Everything the benchmark measures, as adapters: fencelock on each backend, the peer libraries people use
  * today (with their defaults and, where they have one, a tuned polling setting), and raw floors written
- * directly with the clients. A later backend joins with one entry here.
+ * directly with the clients. fencelock's adapters come from the test kits (test/kits: each kit's `bench`),
+ * so a later backend joins with its kit; the peers of a new store join here.
  */
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock'
 import { Mutex as AsyncMutex } from 'async-mutex'
 import { Etcd3, EtcdLockFailedError } from 'etcd3'
@@ -15,6 +15,7 @@ import lockfile from 'proper-lockfile'
 import { RedlockMutex, Mutex as SemaphoreMutex } from 'redis-semaphore'
 import Redlock from 'redlock'
 import { createLockClient } from '../src/index.js'
+import { KITS } from '../test/kits/index.js'
 
 /** What the scenarios need from a running store. */
 export interface Env {
@@ -26,6 +27,8 @@ export interface Env {
   readonly dir: string
   /** One etcd member's client endpoint, host:port. */
   readonly etcd: string
+  /** Each fencelock adapter's URL, by adapter name (from its kit's store). */
+  readonly urls: Readonly<Record<string, string>>
 }
 
 export interface Held {
@@ -42,8 +45,8 @@ export interface Locker {
 
 export interface Adapter {
   readonly name: string
-  /** Which store it runs on; ratios compare fencelock with the best peer on the same store. */
-  readonly store: 'memory' | 'file' | 'redis' | 'redis x5' | 'etcd'
+  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd'); ratios compare fencelock with the best peer on the same store. */
+  readonly store: string
   readonly kind: 'fencelock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
   readonly fences: boolean
@@ -61,12 +64,8 @@ const disconnect = async (...clients: Redis[]) => {
   for (const c of clients) c.disconnect()
 }
 
-const fencelock = (
-  name: string,
-  store: Adapter['store'],
-  url: (env: Env) => string,
-  note?: string,
-): Adapter => ({
+/** fencelock on the URL its kit's store gave for `name` (run.ts starts the kits' stores). */
+const fencelock = (name: string, store: string, note?: string): Adapter => ({
   name,
   store,
   kind: 'fencelock',
@@ -74,16 +73,22 @@ const fencelock = (
   waits: true,
   ...(note ? { note } : {}),
   async createLocker(env) {
-    const client = createLockClient(url(env), { ttl: TTL, renew: false })
+    const url = env.urls[name]
+    if (url === undefined) throw new Error(`no store was started for ${name}`)
+    const client = createLockClient(url, { ttl: TTL, renew: false })
     return { acquire: (key) => client.acquire(key), close: () => client.close() }
   },
 })
 
+/** fencelock's adapters: each kit's bench variants. */
+export const FENCELOCK_ADAPTERS: Adapter[] = KITS.flatMap((kit) =>
+  (kit.bench ?? []).map((v) => fencelock(v.name, v.store, v.note)),
+)
+
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 const NOTIFY_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '') end return 0`
 
-export const ADAPTERS: Adapter[] = [
-  fencelock('fencelock memory', 'memory', () => `memory:bench-${process.pid}`),
+const PEERS: Adapter[] = [
   {
     name: 'async-mutex',
     store: 'memory',
@@ -106,17 +111,6 @@ export const ADAPTERS: Adapter[] = [
       }
     },
   },
-  fencelock(
-    'fencelock file',
-    'file',
-    (env) => pathToFileURL(join(env.dir, 'fencelock')).href,
-    'fsync on acquire',
-  ),
-  fencelock(
-    'fencelock file (fsync=false)',
-    'file',
-    (env) => `${pathToFileURL(join(env.dir, 'fencelock-nosync')).href}?fsync=false`,
-  ),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
       name: `proper-lockfile (${mode})`,
@@ -147,8 +141,6 @@ export const ADAPTERS: Adapter[] = [
       },
     }),
   ),
-  fencelock('fencelock redis', 'redis', (env) => `redis://127.0.0.1:${env.redis}`),
-  fencelock('fencelock redis (fair)', 'redis', (env) => `redis://127.0.0.1:${env.redis}?fair=true`),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
       name: `redis-semaphore Mutex (${mode})`,
@@ -269,13 +261,6 @@ export const ADAPTERS: Adapter[] = [
       }
     },
   },
-  fencelock(
-    'fencelock redlock 5 nodes',
-    'redis x5',
-    (env) => `redlock://${env.redis5.map((port) => `127.0.0.1:${port}`).join(',')}?restartDelay=0`,
-    'fences (max of the majority, written back where behind); restartDelay=0 because the servers are seconds old',
-  ),
-  fencelock('fencelock etcd', 'etcd', (env) => `etcd://${env.etcd}`),
   ...(['defaults', 'tuned'] as const).map(
     (mode): Adapter => ({
       name: `etcd3 Lock + retry loop (${mode === 'defaults' ? '50 ms' : '5 ms'})`,
@@ -417,3 +402,8 @@ export const ADAPTERS: Adapter[] = [
     },
   },
 ]
+
+/** Every adapter, by store: fencelock's first, then the peers and floors of that store. */
+export const ADAPTERS: Adapter[] = [
+  ...new Set([...FENCELOCK_ADAPTERS, ...PEERS].map((a) => a.store)),
+].flatMap((store) => [...FENCELOCK_ADAPTERS, ...PEERS].filter((a) => a.store === store))

@@ -9,8 +9,7 @@ import { arch, cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { startEtcd } from '../test/servers/etcd.js'
-import { startRedis } from '../test/servers/redis.js'
+import { KITS, type KitStore, kit } from '../test/kits/index.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Adapter, type Env } from './adapters.js'
 import { writeReport } from './report.js'
@@ -62,14 +61,33 @@ const median = (xs: number[]) => {
 }
 
 const dir = tempDir('bench')
-const redis = await startRedis()
-const redis5 = await Promise.all(Array.from({ length: 5 }, () => startRedis()))
-const etcd = await startEtcd(1)
+/**
+ * The kits' stores: one per kit with bench adapters, shared by its adapters and the peers of that store
+ * (scenario h counts a blocked waiter's commands on the Redis server), plus one of its own for a variant
+ * that asks for it (fsync=false gets a folder of its own).
+ */
+const stores: KitStore[] = []
+const startStore = async (id: string, label: string) => {
+  const store = await kit(id).start({ dir: join(dir.path, label) })
+  stores.push(store)
+  return store
+}
+const urls: Record<string, string> = {}
+const shared = new Map<string, KitStore>()
+for (const k of KITS.filter((k) => k.bench?.length)) {
+  shared.set(k.id, await startStore(k.id, k.id))
+  for (const [i, v] of k.bench!.entries()) {
+    const store = v.separate ? await startStore(k.id, `${k.id}-${i}`) : shared.get(k.id)!
+    urls[v.name] = store.url(v.query)
+  }
+}
+// The peers' stores: the same servers fencelock runs on.
 const env: Env = {
-  redis: redis.port,
-  redis5: redis5.map((r) => r.port),
+  redis: shared.get('redis')!.ports[0]!,
+  redis5: [...shared.get('redlock-5')!.ports],
   dir: dir.path,
-  etcd: etcd.members[0]!.endpoint,
+  etcd: `127.0.0.1:${shared.get('etcd')!.ports[0]}`,
+  urls,
 }
 const results: Results = {
   date: new Date().toISOString(),
@@ -130,8 +148,7 @@ try {
     printTable(results.scenarios.at(-1)!)
   }
 } finally {
-  await Promise.all([redis, ...redis5].map((r) => r.destroy()))
-  await etcd.destroy()
+  await Promise.all(stores.map((store) => store.close()))
   dir.cleanup()
 }
 

@@ -1,17 +1,11 @@
 /**
- * The stores a chaos run can target, each started by the same test servers as the other tests (real
- * servers, loopback ports, their own temp folders). Workers reach a networked store through their own
- * TCP proxies, so a fault can cut, slow or drop one client's traffic; the file backend has no network.
+ * The stores a chaos run can target, built from the test kits (test/kits): each kit names the targets it
+ * serves and the scenarios' server faults that apply there. Real servers on loopback ports, their own temp
+ * folders; workers reach a networked store through their own TCP proxies, so a fault can cut, slow or drop
+ * one client's traffic; the file backend has no network.
  */
-import { mkdirSync, rmSync } from 'node:fs'
-import { join } from 'node:path'
-import { Etcd3 } from 'etcd3'
-import { Redis } from 'ioredis'
-import { lockPrefix } from '../../src/backends/etcd/layout.js'
-import { keyFolderName } from '../../src/backends/file/generations.js'
-import { redisLockKeys } from '../../src/backends/redis/layout.js'
-import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
-import { type RedisServer, startRedis, startRedisNodes } from '../servers/redis.js'
+import { KITS } from '../kits/index.js'
+import type { ChaosFeature, ChaosVariant, Kit } from '../kits/kit.js'
 
 export interface Store {
   /** The server ports a worker's proxies forward to (one proxy per port, per worker). */
@@ -36,142 +30,43 @@ export interface Target {
   /** Networked: faults on the client's traffic apply. */
   readonly networked: boolean
   /** Says which scenarios' server faults apply. */
-  readonly features: ReadonlySet<'crash' | 'durable' | 'leader' | 'redlock' | 'expire'>
+  readonly features: ReadonlySet<ChaosFeature>
   start(dir: string): Promise<Store>
 }
 
-/** Deletes a lock's key on one Redis server behind its holder's back (the backend's default prefix). */
-async function deleteLockKey(port: number, key: string): Promise<void> {
-  const admin = new Redis(port, '127.0.0.1')
-  try {
-    await admin.del(redisLockKeys(key).lock)
-  } finally {
-    admin.disconnect()
-  }
-}
-
-const redisStore = (server: RedisServer): Store => ({
-  ports: [server.port],
-  urlVia: ([p]) => `redis://127.0.0.1:${p}`,
-  logs: () => ({ redis: server.log() }),
-  recoveryMs: 2000,
-  async crash() {
-    server.signal('SIGKILL')
-    await server.restart()
-  },
-  expireEarly: (key) => deleteLockKey(server.port, key),
-  close: () => server.destroy(),
-})
-
-export const targets: Record<string, Target> = {
-  file: {
-    name: 'file',
-    networked: false,
-    features: new Set(['expire']),
-    async start(dir) {
-      const locks = join(dir, 'locks')
-      mkdirSync(locks, { recursive: true })
-      return {
-        ports: [],
-        urlVia: () => `file://${locks}`,
-        logs: () => ({}),
-        recoveryMs: 1000,
-        // What a tmp cleaner or an operator does: the key's whole folder (its hashed name) removed, `rm -rf`.
-        // The lease goes with it; the fence must not (the root's .epoch stays). A writer's temp file can
-        // land in the folder during the removal (ENOTEMPTY): remove again, as a cleaner's next pass would.
-        async expireEarly(key) {
-          const folder = join(locks, keyFolderName(key))
-          for (let tries = 1; ; tries++) {
-            try {
-              return rmSync(folder, { recursive: true, force: true })
-            } catch (error) {
-              if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || tries === 100) throw error
-              await new Promise((resolve) => setTimeout(resolve, 1))
-            }
-          }
-        },
-        close: async () => {},
-      }
-    },
-  },
-  redis: {
-    name: 'redis',
-    networked: true,
-    features: new Set(['crash', 'expire']),
-    start: async () => redisStore(await startRedis()),
-  },
-  'redis-aof': {
-    name: 'redis-aof',
-    networked: true,
-    features: new Set(['crash', 'durable']),
-    start: async () =>
-      redisStore(await startRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] })),
-  },
-  etcd: {
-    name: 'etcd',
-    networked: true,
-    features: new Set(['crash', 'durable', 'expire']),
-    start: async () => etcdStore(await startEtcd(1)),
-  },
-  'etcd-3': {
-    name: 'etcd-3',
-    networked: true,
-    features: new Set(['leader', 'durable']),
-    start: async () => etcdStore(await startEtcd(3)),
-  },
-  redlock: {
-    name: 'redlock',
-    networked: true,
-    features: new Set(['redlock', 'expire']),
-    async start() {
-      const nodes = await startRedisNodes(3)
-      return {
-        ports: nodes.servers.map((s) => s.port),
-        // The default restartDelay (the largest ttl) guards a restarted node.
-        urlVia: (ports) => `redlock://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
-        logs: () => Object.fromEntries(nodes.servers.map((s, i) => [`redis-node-${i}`, s.log()])),
-        recoveryMs: 3000,
-        async crash(node = 0) {
-          const server = nodes.servers[node % nodes.servers.length]!
-          server.signal('SIGKILL')
-          await server.restart()
-        },
-        async expireEarly(key) {
-          await Promise.all(nodes.servers.map((s) => deleteLockKey(s.port, key)))
-        },
-        close: () => nodes.destroy(),
-      }
-    },
-  },
-}
-
-function etcdStore(cluster: EtcdCluster): Store {
-  const hosts = cluster.members.map((m) => `http://${m.endpoint}`)
+/** The chaos target `variant` of `kit`: the kit's store, with the faults its features promise. */
+function targetOf(kit: Kit, variant: ChaosVariant): Target {
   return {
-    ports: cluster.members.map((m) => m.clientPort),
-    urlVia: (ports) => `etcd://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`,
-    logs: () => Object.fromEntries(cluster.members.map((m) => [`etcd-${m.name}`, m.log()])),
-    recoveryMs: 5000,
-    async crash() {
-      const member = cluster.members[0]!
-      member.signal('SIGKILL')
-      await member.restart()
-    },
-    async killLeader() {
-      const leader = await cluster.leader()
-      leader.signal('SIGKILL')
-      await leader.restart()
-    },
-    async expireEarly(key) {
-      // The holder is the first key of the lock's prefix by create revision.
-      const admin = new Etcd3({ hosts })
-      try {
-        const first = await admin.getAll().prefix(lockPrefix(key)).sort('Create', 'Ascend').limit(1).keys()
-        if (first[0]) await admin.delete().key(first[0]).exec()
-      } finally {
-        admin.close()
+    name: variant.name,
+    networked: kit.networked,
+    features: new Set(variant.features),
+    async start(dir) {
+      const store = await kit.start({ dir })
+      const { crash, killLeader, urlVia } = store
+      const missing = [
+        ...(urlVia ? [] : ['urlVia']),
+        ...(variant.features.includes('crash') && !crash ? ['crash'] : []),
+        ...(variant.features.includes('leader') && !killLeader ? ['killLeader'] : []),
+        ...(variant.features.includes('durable') && !kit.capabilities.durableFences ? ['durableFences'] : []),
+      ]
+      if (missing.length > 0) {
+        await store.close()
+        throw new Error(`chaos target ${variant.name}: kit ${kit.id} lacks ${missing.join(', ')}`)
+      }
+      return {
+        ports: store.ports,
+        urlVia: (ports) => urlVia!(ports, variant.query),
+        logs: () => store.logs(),
+        recoveryMs: store.recoveryMs,
+        ...(crash ? { crash: (node?: number) => crash(node) } : {}),
+        ...(killLeader ? { killLeader: () => killLeader() } : {}),
+        expireEarly: (key) => store.breakLease(key),
+        close: () => store.close(),
       }
     },
-    close: () => cluster.destroy(),
   }
 }
+
+export const targets: Record<string, Target> = Object.fromEntries(
+  KITS.flatMap((kit) => (kit.chaos ?? []).map((variant) => [variant.name, targetOf(kit, variant)])),
+)

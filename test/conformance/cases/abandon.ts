@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
-import { it } from 'node:test'
 import { setImmediate as turn } from 'node:timers/promises'
 import { type AcquireRequest, createLockClient, type Lock, type LockBackend } from '../../../src/index.js'
-import type { CaseContext } from '../harness.js'
+import type { ConformanceCase } from '../harness.js'
+import { wrapBackend } from '../wrap.js'
 
 /**
  * Where an acquire is interrupted: each await point of an attempt or a wait.
@@ -29,10 +29,7 @@ function interrupting(
     fired = true
     interrupt()
   }
-  return {
-    id: inner.id,
-    capabilities: inner.capabilities,
-    ...(inner.limits ? { limits: inner.limits } : {}),
+  return wrapBackend(inner, {
     async tryAcquire(req: AcquireRequest, signal: AbortSignal) {
       if (point === 'before-send') fire()
       const attempt = inner.tryAcquire(req, signal)
@@ -57,12 +54,7 @@ function interrupting(
       if (point === 'hand-over') fire()
       return result
     },
-    extend: (lease, ttlMs, signal) => inner.extend(lease, ttlMs, signal),
-    release: (lease, signal) => inner.release(lease, signal),
-    abandon: async (req, signal) => inner.abandon?.(req, signal),
-    inspect: (key, signal) => inner.inspect(key, signal),
-    close: () => inner.close(),
-  }
+  })
 }
 
 /**
@@ -70,54 +62,53 @@ function interrupting(
  * nothing behind. The lease is 30 s, so a leaked hold (or a queue ticket in the way) would keep another
  * client out far longer than the 5 s it is given.
  */
-export function abandonCases(ctx: CaseContext): void {
-  for (const how of ['abort', 'close'] as const) {
-    it(`an acquire interrupted by ${how} at any await point leaves the lock free for others`, async () => {
-      for (const point of POINTS) {
-        const key = ctx.key(`abandon-${how}-${point}`)
-        const contended = point === 'waiting' || point === 'hand-over'
-        const holder = contended ? await ctx.client().acquire(key) : undefined
-        const controller = new AbortController()
-        let victimClient: ReturnType<typeof createLockClient> | undefined
-        const interrupt = () => {
-          if (how === 'abort') controller.abort(new Error(`interrupted at ${point}`))
-          else void victimClient?.close()
-        }
-        let waited: () => void = () => {}
-        const waiting = new Promise<void>((resolve) => {
-          waited = resolve
-        })
-        const backend = interrupting(await ctx.backend(), point, interrupt, () => waited())
-        // Connected first, as a long-lived client is: a request queued behind a connection that is still
-        // being made would be dropped by the close, and hide the race this case is about.
-        await backend.inspect(ctx.key('warm-up'), AbortSignal.timeout(10_000))
-        victimClient = createLockClient(backend, { ttl: '30s' })
-        const pending = victimClient.acquire(key, { signal: controller.signal, timeout: '20s' })
-        pending.catch(() => {})
-        if (point === 'hand-over') {
-          // The victim waits once it has been refused (and queued, where the store queues); then the
-          // release wakes it, or hands it the lock.
-          await waiting
-          await new Promise((r) => setTimeout(r, 50))
-          await holder?.release()
-        } else if (point === 'waiting') {
-          // Interrupted while waiting; the holder then leaves, so only a leak could keep the key.
-          setTimeout(() => void holder?.release(), 300)
-        }
-        const outcome = await pending.then(
-          (lock) => lock,
-          (error: unknown) => error,
-        )
-        // A lock granted despite the interruption (it came before the abort was seen) is fine if released.
-        if (outcome && typeof outcome === 'object' && 'release' in outcome) await (outcome as Lock).release()
-        await victimClient.close()
-        await holder?.release()
-        const other = ctx.client({ ttl: '30s' })
-        const next = await other
-          .acquire(key, { timeout: '5s' })
-          .catch((error: unknown) => assert.fail(`${point}: the key stayed held after the ${how}: ${error}`))
-        await next.release()
+export const abandonCases: ConformanceCase[] = (['abort', 'close'] as const).map((how) => ({
+  name: `an acquire interrupted by ${how} at any await point leaves the lock free for others`,
+  async run(ctx) {
+    for (const point of POINTS) {
+      const key = ctx.key(`abandon-${how}-${point}`)
+      const contended = point === 'waiting' || point === 'hand-over'
+      const holder = contended ? await ctx.client().acquire(key) : undefined
+      const controller = new AbortController()
+      let victimClient: ReturnType<typeof createLockClient> | undefined
+      const interrupt = () => {
+        if (how === 'abort') controller.abort(new Error(`interrupted at ${point}`))
+        else void victimClient?.close()
       }
-    })
-  }
-}
+      let waited: () => void = () => {}
+      const waiting = new Promise<void>((resolve) => {
+        waited = resolve
+      })
+      const backend = interrupting(await ctx.backend(), point, interrupt, () => waited())
+      // Connected first, as a long-lived client is: a request queued behind a connection that is still
+      // being made would be dropped by the close, and hide the race this case is about.
+      await backend.inspect(ctx.key('warm-up'), AbortSignal.timeout(10_000))
+      victimClient = createLockClient(backend, { ttl: '30s' })
+      const pending = victimClient.acquire(key, { signal: controller.signal, timeout: '20s' })
+      pending.catch(() => {})
+      if (point === 'hand-over') {
+        // The victim waits once it has been refused (and queued, where the store queues); then the
+        // release wakes it, or hands it the lock.
+        await waiting
+        await new Promise((r) => setTimeout(r, 50))
+        await holder?.release()
+      } else if (point === 'waiting') {
+        // Interrupted while waiting; the holder then leaves, so only a leak could keep the key.
+        setTimeout(() => void holder?.release(), 300)
+      }
+      const outcome = await pending.then(
+        (lock) => lock,
+        (error: unknown) => error,
+      )
+      // A lock granted despite the interruption (it came before the abort was seen) is fine if released.
+      if (outcome && typeof outcome === 'object' && 'release' in outcome) await (outcome as Lock).release()
+      await victimClient.close()
+      await holder?.release()
+      const other = ctx.client({ ttl: '30s' })
+      const next = await other
+        .acquire(key, { timeout: '5s' })
+        .catch((error: unknown) => assert.fail(`${point}: the key stayed held after the ${how}: ${error}`))
+      await next.release()
+    }
+  },
+}))

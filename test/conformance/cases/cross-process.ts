@@ -1,46 +1,57 @@
 import assert from 'node:assert/strict'
-import { it } from 'node:test'
 import { startHold } from '../../support/processes.js'
-import type { CaseContext } from '../harness.js'
+import type { ConformanceCase } from '../harness.js'
 
-export function crossProcessCases(ctx: CaseContext, url: () => string): void {
-  it('excludes and hands over across processes (fencelock hold)', async () => {
-    const key = ctx.key('xproc')
-    const holder = startHold(url(), key, ['--ttl', '10s'])
-    const acquired = await holder.next('acquired')
-    const client = ctx.client()
-    assert.equal(await client.tryAcquire(key), null, 'another process holds it')
-    const waiting = client.acquire(key, { timeout: '20s' })
-    holder.send('release')
-    await holder.next('released')
-    assert.equal(await holder.exited, 0)
-    const lock = await waiting
-    assert.ok(lock.fence > BigInt(acquired.fence as string))
-    await lock.release()
-  })
+export const crossProcessCases: ConformanceCase[] = [
+  {
+    name: 'excludes and hands over across processes (fencelock hold)',
+    requires: ['processes'],
+    async run(ctx) {
+      const key = ctx.key('xproc')
+      const holder = startHold(ctx.store().url(), key, ['--ttl', '10s'])
+      const acquired = await holder.next('acquired')
+      const client = ctx.client()
+      assert.equal(await client.tryAcquire(key), null, 'another process holds it')
+      const waiting = client.acquire(key, { timeout: '20s' })
+      holder.send('release')
+      await holder.next('released')
+      assert.equal(await holder.exited, 0)
+      const lock = await waiting
+      assert.ok(lock.fence > BigInt(acquired.fence as string))
+      await lock.release()
+    },
+  },
 
-  it('frees the lock of a holder killed with SIGKILL after its ttl, not before', async () => {
-    const key = ctx.key('killed')
-    const holder = startHold(url(), key, ['--ttl', '1500ms'])
-    const acquired = await holder.next('acquired')
-    holder.child.kill('SIGKILL')
-    await holder.exited
-    const client = ctx.client()
-    assert.equal(await client.tryAcquire(key), null, 'the dead holder keeps its lease until the ttl')
-    const started = performance.now()
-    const lock = await client.acquire(key, { timeout: '30s' })
-    assert.ok(performance.now() - started < 25_000)
-    assert.ok(lock.fence > BigInt(acquired.fence as string))
-    await lock.release()
-  })
+  {
+    name: 'frees the lock of a holder killed with SIGKILL after its ttl, not before',
+    requires: ['processes'],
+    async run(ctx) {
+      const key = ctx.key('killed')
+      const holder = startHold(ctx.store().url(), key, ['--ttl', `${ctx.ttl(5)}ms`])
+      const acquired = await holder.next('acquired')
+      holder.child.kill('SIGKILL')
+      await holder.exited
+      const client = ctx.client()
+      assert.equal(await client.tryAcquire(key), null, 'the dead holder keeps its lease until the ttl')
+      const started = performance.now()
+      const lock = await client.acquire(key, { timeout: '30s' })
+      assert.ok(performance.now() - started < 25_000)
+      assert.ok(lock.fence > BigInt(acquired.fence as string))
+      await lock.release()
+    },
+  },
 
-  it('an abandoned lease (no release) ends by its ttl', async () => {
-    const key = ctx.key('abandon')
-    const holder = startHold(url(), key, ['--ttl', '1s'])
-    await holder.next('acquired')
-    holder.send('abandon')
-    assert.equal(await holder.exited, 0)
-    const lock = await ctx.client().acquire(key, { timeout: '30s' })
-    await lock.release()
-  })
-}
+  {
+    name: 'an abandoned lease (no release) ends by its ttl',
+    requires: ['processes'],
+    async run(ctx) {
+      const key = ctx.key('abandon')
+      const holder = startHold(ctx.store().url(), key, ['--ttl', `${ctx.ttl(3)}ms`])
+      await holder.next('acquired')
+      holder.send('abandon')
+      assert.equal(await holder.exited, 0)
+      const lock = await ctx.client().acquire(key, { timeout: '30s' })
+      await lock.release()
+    },
+  },
+]

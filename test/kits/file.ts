@@ -1,0 +1,59 @@
+/** The file backend's kit: a folder of lock files; no server, so nothing to crash or proxy. */
+import { mkdirSync, rmSync } from 'node:fs'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { keyFolderName } from '../../src/backends/file/generations.js'
+import { tempDir } from '../support/temp.js'
+import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
+
+/**
+ * What a tmp cleaner or an operator does: the key's whole folder (its hashed name) removed, `rm -rf`. The
+ * lease goes with it; the fence must not (the root's .epoch stays). A writer's temp file can land in the
+ * folder during the removal (ENOTEMPTY): remove again, as a cleaner's next pass would (bounded).
+ */
+async function removeKeyFolder(locks: string, key: string): Promise<void> {
+  const folder = join(locks, keyFolderName(key))
+  for (let tries = 1; tries <= 100; tries++) {
+    try {
+      return rmSync(folder, { recursive: true, force: true })
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || tries === 100) throw error
+      await new Promise((resolve) => setTimeout(resolve, 1))
+    }
+  }
+}
+
+export const fileKit: Kit = {
+  id: 'file',
+  backend: 'file',
+  title: 'file',
+  entry: 'file',
+  networked: false,
+  capabilities: ttlStore({ durableFences: true }),
+  lacks: {
+    fifo: RACE,
+    session: "leases end by the host's monotonic clock, no session",
+  },
+  async start(options = {}): Promise<KitStore> {
+    const temp = options.dir === undefined ? tempDir('file-kit') : undefined
+    const locks = temp?.path ?? join(options.dir!, 'locks')
+    mkdirSync(locks, { recursive: true })
+    const url = (query = '') => `${pathToFileURL(locks).href}${query}`
+    return {
+      url,
+      ports: [],
+      urlVia: (_ports, query) => url(query),
+      breakLease: (key) => removeKeyFolder(locks, key),
+      // No server: the folder is the store. The durable-fences case's new process reads it from disk.
+      restart: async () => {},
+      logs: () => ({}),
+      recoveryMs: 1000,
+      close: async () => temp?.cleanup(),
+    }
+  },
+  chaos: [{ name: 'file', features: ['expire'] }],
+  bench: [
+    { name: 'fencelock file', store: 'file', note: 'fsync on acquire' },
+    { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },
+  ],
+}

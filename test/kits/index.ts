@@ -1,0 +1,29 @@
+/** Every test kit: the conformance entries, the chaos targets and the bench's fencelock adapters are built from this list. */
+import { etcdKit1, etcdKit3 } from './etcd.js'
+import { fileKit } from './file.js'
+import type { Kit } from './kit.js'
+import { memoryKit } from './memory.js'
+import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
+import { redlock3Kit, redlock5Kit } from './redlock.js'
+
+export type { Kit, KitStore } from './kit.js'
+
+export const KITS: readonly Kit[] = [
+  memoryKit,
+  fileKit,
+  redisKit,
+  redisFairKit,
+  redisAofKit,
+  redisClusterKit,
+  redlock5Kit,
+  redlock3Kit,
+  etcdKit1,
+  etcdKit3,
+]
+
+/** The kit named `id`. */
+export function kit(id: string): Kit {
+  const found = KITS.find((k) => k.id === id)
+  if (!found) throw new Error(`no test kit "${id}"; known: ${KITS.map((k) => k.id).join(', ')}`)
+  return found
+}

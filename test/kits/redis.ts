@@ -1,0 +1,123 @@
+/**
+ * The Redis backend's kits: one primary (plain, fair, and with persistence) and a Redis Cluster of three
+ * masters. A lease is broken by deleting its lock key (named by the backend's own `redisLockKeys`); the
+ * fence counter stays, as it does through a real early expiry.
+ */
+import { Cluster, Redis } from 'ioredis'
+import { redisLockKeys } from '../../src/backends/redis/layout.js'
+import { type RedisServer, startRedis, startRedisCluster } from '../servers/redis.js'
+import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
+
+/** Deletes a lock's key on one Redis server behind its holder's back (the backend's default prefix). */
+export async function deleteLockKey(port: number, key: string): Promise<void> {
+  const admin = new Redis(port, '127.0.0.1')
+  try {
+    await admin.del(redisLockKeys(key).lock)
+  } finally {
+    admin.disconnect()
+  }
+}
+
+/** Kills (SIGKILL) a server and starts it again on its port and folder, with whatever it persisted. */
+export async function crashRedis(server: RedisServer): Promise<void> {
+  server.signal('SIGKILL')
+  await server.restart()
+}
+
+/** Freezes a server (SIGSTOP); the function returned resumes it (SIGCONT). */
+export function pauseRedis(server: RedisServer): () => void {
+  server.signal('SIGSTOP')
+  return () => server.signal('SIGCONT')
+}
+
+function redisStore(server: RedisServer, kitQuery: string): KitStore {
+  return {
+    url: (query = kitQuery) => `${server.url}${query}`,
+    ports: [server.port],
+    urlVia: ([port], query = kitQuery) => `redis://127.0.0.1:${port}${query}`,
+    breakLease: (key) => deleteLockKey(server.port, key),
+    crash: () => crashRedis(server),
+    restart: () => crashRedis(server),
+    pause: () => pauseRedis(server),
+    logs: () => ({ redis: server.log() }),
+    recoveryMs: 2000,
+    close: () => server.destroy(),
+  }
+}
+
+const NO_SESSION = 'leases end by the PX expiry on the server, no session'
+const NO_PERSISTENCE = 'the test server runs without persistence: a restart forgets every fence counter'
+const PLAIN = `plain mode: ${RACE} (fair=true queues them)`
+
+const capabilities = (fifo: boolean, durableFences: boolean) => ttlStore({ fifo, durableFences })
+
+export const redisKit: Kit = {
+  id: 'redis',
+  backend: 'redis',
+  title: 'redis',
+  entry: 'redis',
+  networked: true,
+  capabilities: capabilities(false, false),
+  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  start: async () => redisStore(await startRedis(), ''),
+  chaos: [{ name: 'redis', features: ['crash', 'expire'] }],
+  bench: [
+    { name: 'fencelock redis', store: 'redis' },
+    // On the same server as the peers: scenario h counts the commands a blocked waiter sends there.
+    { name: 'fencelock redis (fair)', store: 'redis', query: '?fair=true' },
+  ],
+}
+
+export const redisFairKit: Kit = {
+  id: 'redis-fair',
+  backend: 'redis',
+  title: 'redis (fair)',
+  entry: 'redis',
+  networked: true,
+  capabilities: capabilities(true, false),
+  lacks: { session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  start: async () => redisStore(await startRedis(), '?fair=true'),
+}
+
+/** Every write appended and fsynced before the reply: what a crash must not lose. */
+export const redisAofKit: Kit = {
+  id: 'redis-aof',
+  backend: 'redis',
+  title: 'redis (appendonly, fsync always)',
+  entry: 'redis',
+  networked: true,
+  capabilities: capabilities(false, true),
+  lacks: { fifo: PLAIN, session: NO_SESSION },
+  start: async () =>
+    redisStore(await startRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] }), ''),
+  chaos: [{ name: 'redis-aof', features: ['crash', 'durable'] }],
+}
+
+export const redisClusterKit: Kit = {
+  id: 'redis-cluster',
+  backend: 'redis',
+  title: 'redis (cluster of 3 masters)',
+  entry: 'redis-cluster',
+  networked: true,
+  capabilities: capabilities(false, false),
+  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  async start(): Promise<KitStore> {
+    const cluster = await startRedisCluster(3)
+    const admin = new Cluster([{ host: '127.0.0.1', port: cluster.nodes[0]!.port }])
+    // No urlVia: a cluster client follows the nodes' own addresses (MOVED), around any proxy.
+    return {
+      url: (query = '') => `${cluster.url}${query.replace(/^\?/, '&')}`,
+      ports: cluster.nodes.map((n) => n.port),
+      breakLease: async (key) => {
+        await admin.del(redisLockKeys(key).lock)
+      },
+      pause: (node = 0) => pauseRedis(cluster.nodes[node % cluster.nodes.length]!),
+      logs: () => Object.fromEntries(cluster.nodes.map((n, i) => [`redis-node-${i}`, n.log()])),
+      recoveryMs: 2000,
+      async close() {
+        admin.disconnect()
+        await cluster.destroy()
+      },
+    }
+  },
+}
