@@ -26,7 +26,7 @@
  * Files: driver.ts (the engine's node over one master: operations gated on admission), node.ts (one
  * master: restart checks and admission state), admission.ts (the catch-up of a node's fence counters),
  * admission-state.ts (its states and errors), fences.ts (a node's counters in bulk), scripts.ts (the STATE
- * and ADMIT scripts), connection.ts (waiting for a connection), doctor.ts (`fencelock doctor`), url.ts
+ * and ADMIT scripts), layout.ts (the admission marker's name), connection.ts (waiting for a connection), doctor.ts (`fencelock doctor`), url.ts
  * (redlock:// parameters and each node's ioredis options).
  */
 import type { Redis } from 'ioredis'
