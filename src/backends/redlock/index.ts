@@ -23,11 +23,18 @@
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
  *   FLUSHALL or eviction of fence counters, and restartDelay at least the largest ttl any client uses.
  *
- * Files: driver.ts (the engine's node over one master: operations gated on admission), node.ts (one
- * master: restart checks and admission state), admission.ts (the catch-up of a node's fence counters),
- * admission-state.ts (its states and errors), fences.ts (a node's counters in bulk), scripts.ts (the STATE
- * and ADMIT scripts), layout.ts (the admission marker's name), connection.ts (waiting for a connection), doctor.ts (`fencelock doctor`), url.ts
- * (redlock:// parameters and each node's ioredis options).
+ * Files:
+ * - driver.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
+ * - admission.ts: the catch-up of a node's fence counters from the others, and why fences stay increasing.
+ * - bootstrap.ts: the admission of a fresh set, all nodes at once.
+ * - admission-state.ts: admission's states, errors and shared helpers.
+ * - fences.ts: a node's fence counters in bulk (SCAN/MGET, pipelined raises).
+ * - scripts.ts: the STATE and ADMIT scripts.
+ * - layout.ts: the admission marker's key name.
+ * - connection.ts: waiting for a node's connection.
+ * - doctor.ts: `fencelock doctor redlock://…`.
+ * - url.ts: redlock:// parameters, node list, and each node's ioredis options.
  */
 import type { Redis } from 'ioredis'
 import type {
