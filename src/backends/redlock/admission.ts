@@ -54,117 +54,28 @@
  * Cost: a catch-up reads every fence key (one per distinct lock name) on s nodes and writes them on X:
  * once per restart, by each client connected then (or connecting before it is admitted).
  */
-import type { Redis } from 'ioredis'
-import { linkedAbort } from '../../core/abort.js'
-import { RAISE_FENCE } from '../redis/scripts.js'
-import type { RedlockNode } from './node.js'
-import { NodeTimeoutError, round } from './quorum.js'
-
-/** How long one step of a catch-up may wait for one node (or one page of its counters). */
-export const STEP_MS = 2000
-
-/** A node's admission state, as `fencelock doctor` reports it. */
-export type AdmissionState = 'admitted' | 'catching-up' | 'bootstrap'
-
-/** Why a catch-up did not admit its node; `state` says which of the two waits it is. */
-export class AdmissionError extends Error {
-  override name = 'AdmissionError'
-  constructor(
-    readonly state: Exclude<AdmissionState, 'admitted'>,
-    message: string,
-    /** Another client changed the nodes meanwhile: trying again at once may well succeed. */
-    readonly raced = false,
-    /** Too early: try again in this many ms (not sooner). */
-    readonly retryInMs?: number,
-  ) {
-    super(message)
-  }
-}
-
-/** Why a node waits before its catch-up, for messages. */
-export function tooEarly(delayMs: number, leftMs: number): string {
-  return (
-    `it starts copying the fence counters of the other nodes once its server has been up for restartDelay ` +
-    `(${Math.ceil(delayMs / 1000)} s, so in about ${Math.ceil(leftMs / 1000)} s): a grant it voted in before ` +
-    'it restarted may still be under way, and the catch-up must see it'
-  )
-}
-
-/** What the STATE script returns: the server process's run_id and the node's admission marker. */
-export interface NodeState {
-  readonly runId: string
-  readonly marker: string | null
-}
-
-export const isAdmitted = (s: NodeState | undefined): boolean => s !== undefined && s.marker === s.runId
-
-/** The redis glob pattern of the fence keys under `prefix`, and the exact test of one key name. */
-export function fenceKeys(prefix: string): { pattern: string; test: (key: string) => boolean } {
-  const glob = prefix.replace(/[*?[\]\\]/g, '\\$&')
-  const exact = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\{[^{}]*\\}:fence$`)
-  // A tag never holds a brace (keys with one are hashed, see the Redis backend), so this is exact.
-  return { pattern: `${glob}{*}:fence`, test: (key) => exact.test(key) }
-}
-
-/** Runs `fn` with a signal that aborts after `ms` or when `parent` does. */
-export async function within<T>(ms: number, parent: AbortSignal, fn: (s: AbortSignal) => Promise<T>) {
-  const link = linkedAbort(parent)
-  const timer = setTimeout(() => link.abort(new Error(`no reply within ${ms} ms`)), ms)
-  try {
-    return await fn(link.signal)
-  } finally {
-    clearTimeout(timer)
-    link.dispose()
-  }
-}
-
-/** Raises each counter of `values` on `client` (RAISE_FENCE, never lowers), in pipelined batches. */
-export async function raiseAll(client: Redis, values: ReadonlyMap<string, bigint>, signal: AbortSignal) {
-  const entries = [...values]
-  for (let i = 0; i < entries.length; i += 500) {
-    const batch = entries.slice(i, i + 500)
-    for (let attempt = 0; ; attempt++) {
-      if (signal.aborted) throw signal.reason
-      const pipeline = client.pipeline()
-      for (const [key, value] of batch) pipeline.evalsha(RAISE_FENCE.sha, 1, key, String(value))
-      const replies = (await within(STEP_MS, signal, () => pipeline.exec())) ?? []
-      const failed = replies.find(([error]) => error)?.[0]
-      if (!failed) break
-      // A server that lost its scripts (a restart: then its run_id changed too, and ADMIT will refuse)
-      // or had them flushed: load it and raise the batch again (raising is idempotent).
-      if (!/NOSCRIPT/.test(failed.message) || attempt > 0) throw failed
-      await within(STEP_MS, signal, () => client.script('LOAD', RAISE_FENCE.source))
-    }
-  }
-}
-
-/** Lists the others' states for a message: "127.0.0.1:6380 admitted, 127.0.0.1:6381 not admitted, …". */
-function summary(others: readonly RedlockNode[], states: ReadonlyArray<NodeState | Error | undefined>) {
-  return others
-    .map((o, i) => {
-      const s = states[i]
-      const what =
-        s === undefined
-          ? 'no answer'
-          : s instanceof Error
-            ? `unreachable (${s.message})`
-            : isAdmitted(s)
-              ? 'admitted'
-              : s.marker === null
-                ? 'not admitted (no marker: restarted empty, or new)'
-                : 'not admitted (restarted: its marker names an earlier server process)'
-      return `${o.address} ${what}`
-    })
-    .join(', ')
-}
+import { NodeTimeoutError, round } from '../../engines/quorum-round.js'
+import {
+  AdmissionError,
+  asError,
+  type CatchUpNode,
+  type Found,
+  isAdmitted,
+  STEP_MS,
+  stateOf,
+  step,
+  summary,
+  tooEarly,
+} from './admission-state.js'
+import { bootstrap } from './bootstrap.js'
 
 /**
  * Catches `x` up and admits it, or throws an `AdmissionError` saying why not (see the top of this file).
  * Raced attempts (another client admitted nodes meanwhile) are tried once more at once.
  */
 export async function catchUp(
-  x: RedlockNode,
-  all: readonly RedlockNode[],
+  x: CatchUpNode,
+  all: readonly CatchUpNode[],
   q: number,
   delayMs: number,
   closed: AbortSignal,
@@ -178,8 +89,8 @@ export async function catchUp(
 }
 
 async function catchUpOnce(
-  x: RedlockNode,
-  all: readonly RedlockNode[],
+  x: CatchUpNode,
+  all: readonly CatchUpNode[],
   q: number,
   delayMs: number,
   closed: AbortSignal,
@@ -187,10 +98,9 @@ async function catchUpOnce(
   const n = all.length
   const need = n - q + 1
   const others = all.filter((o) => o !== x)
-  const step = <T>(fn: (s: AbortSignal) => Promise<T>) => within(STEP_MS, closed, fn)
 
   // (0) The server process being caught up. Everything below is for it alone: ADMIT names its run_id.
-  const own = await step((s) => x.readState(s))
+  const own = await step(closed, (s) => x.readState(s))
   if (isAdmitted(own)) {
     // Another client caught it up meanwhile.
     x.admitted(own.runId)
@@ -201,9 +111,18 @@ async function catchUpOnce(
     // the catch-up of the new process.
     throw new AdmissionError('catching-up', 'it restarted again during its catch-up', false, 0)
   }
+  const found: Found = { x, others, n, q, own, first: await readOthers(others, need, closed), closed }
+  const sources = others.filter((_, i) => isAdmitted(stateOf(found.first[i])))
+  if (sources.length >= need) return copyFrom(found, sources, delayMs)
+  notFresh(found, sources.length)
+  return bootstrap(found)
+}
 
-  // (1) The others' states. Done as soon as enough admitted ones have answered (a paused node does not
-  // hold it up), or when every node has answered or timed out.
+/**
+ * (1) The others' states. Done as soon as `need` admitted ones have answered (a paused node does not hold
+ * it up), or when every node has answered or timed out.
+ */
+async function readOthers(others: readonly CatchUpNode[], need: number, closed: AbortSignal) {
   const { votes } =
     others.length === 0
       ? { votes: [] }
@@ -217,7 +136,7 @@ async function catchUpOnce(
               ? true
               : undefined,
         )
-  const first = votes.map((v) =>
+  return votes.map((v) =>
     v === undefined
       ? undefined
       : v.ok
@@ -226,56 +145,61 @@ async function catchUpOnce(
           ? new Error(`no reply within ${STEP_MS} ms`)
           : asError(v.error),
   )
-  const sources = others.filter((_, i) => isAdmitted(stateOf(first[i])))
+}
 
-  if (sources.length >= need) {
-    // Not before X's server has been up for restartDelay (at least the largest ttl in use): a grant that
-    // X's previous process voted in, just before it died, counts only while it is valid, so by then it
-    // has ended (or was dropped), and its value is on the nodes that hold it when step 1 ends. Caught up
-    // sooner, X could miss a grant that still counted on its old process's vote. (A bootstrap, below,
-    // needs no wait: nothing was granted on these processes.)
-    const left = delayMs - x.upMs
-    if (left > 0) throw new AdmissionError('catching-up', tooEarly(delayMs, left), false, left)
-    // (2) Every fence counter of every source. Starts after step 1 has ended on every node: the proof
-    // needs one moment at which all sources were admitted, and that is it.
-    const reads = await Promise.all(
-      sources.map((o) => o.readFences(closed).catch((e: unknown) => asError(e))),
+/** Steps (2) to (5): X's counters copied from `sources`, enough admitted others, then X admitted. */
+async function copyFrom(
+  { x, others, n, q, own, first, closed }: Found,
+  sources: CatchUpNode[],
+  delayMs: number,
+) {
+  const need = n - q + 1
+  // Not before X's server has been up for restartDelay (at least the largest ttl in use): a grant that
+  // X's previous process voted in, just before it died, counts only while it is valid, so by then it
+  // has ended (or was dropped), and its value is on the nodes that hold it when step 1 ends. Caught up
+  // sooner, X could miss a grant that still counted on its old process's vote. (A bootstrap, below,
+  // needs no wait: nothing was granted on these processes.)
+  const left = delayMs - x.upMs
+  if (left > 0) throw new AdmissionError('catching-up', tooEarly(delayMs, left), false, left)
+  // (2) Every fence counter of every source. Starts after step 1 has ended on every node: the proof
+  // needs one moment at which all sources were admitted, and that is it.
+  const reads = await Promise.all(sources.map((o) => o.readFences(closed).catch((e: unknown) => asError(e))))
+  // (3) A source that restarted during its read (its run_id changed) may have shown an empty server's
+  // counters: drop it. One that kept its run_id was the same process throughout, admitted (markers are
+  // never removed), and its counters only grew.
+  const again = await Promise.all(sources.map((o) => step(closed, (s) => o.readState(s)).catch(asError)))
+  const highest = new Map<string, bigint>()
+  const used: CatchUpNode[] = []
+  sources.forEach((o, i) => {
+    const read = reads[i]!
+    const later = again[i]!
+    const before = stateOf(first[others.indexOf(o)])
+    if (read instanceof Error || later instanceof Error || !isAdmitted(later)) return
+    if (later.runId !== before?.runId) return
+    used.push(o)
+    for (const [key, value] of read) if (value > (highest.get(key) ?? -1n)) highest.set(key, value)
+  })
+  if (used.length < need) {
+    throw new AdmissionError(
+      'catching-up',
+      `it could read the fence counters of only ${used.length} of the ${need} admitted other nodes it needs ` +
+        `(${summary(sources, again)}); it tries again`,
     )
-    // (3) A source that restarted during its read (its run_id changed) may have shown an empty server's
-    // counters: drop it. One that kept its run_id was the same process throughout, admitted (markers are
-    // never removed), and its counters only grew.
-    const again = await Promise.all(sources.map((o) => step((s) => o.readState(s)).catch(asError)))
-    const highest = new Map<string, bigint>()
-    const used: RedlockNode[] = []
-    sources.forEach((o, i) => {
-      const read = reads[i]!
-      const later = again[i]!
-      const before = stateOf(first[others.indexOf(o)])
-      if (read instanceof Error || later instanceof Error || !isAdmitted(later)) return
-      if (later.runId !== before?.runId) return
-      used.push(o)
-      for (const [key, value] of read) if (value > (highest.get(key) ?? -1n)) highest.set(key, value)
-    })
-    if (used.length < need) {
-      throw new AdmissionError(
-        'catching-up',
-        `it could read the fence counters of only ${used.length} of the ${need} admitted other nodes it needs ` +
-          `(${summary(sources, again)}); it tries again`,
-      )
-    }
-    // (4) X's counters up to the maximum. Raising never lowers a counter, so a concurrent grant, or
-    // another client catching X up at the same time, is never undone.
-    await x.raiseFences(highest, closed)
-    // (5) Admitted only if X is still the process of step 0: had it restarted since, the counters just
-    // written went (partly) to a process that must catch up on its own, and the script refuses.
-    if (!(await step((s) => x.admit(own.runId, s)))) {
-      throw new AdmissionError('catching-up', 'it restarted during its catch-up; it catches up again')
-    }
-    x.admitted(own.runId)
-    return
   }
+  // (4) X's counters up to the maximum. Raising never lowers a counter, so a concurrent grant, or
+  // another client catching X up at the same time, is never undone.
+  await x.raiseFences(highest, closed)
+  // (5) Admitted only if X is still the process of step 0: had it restarted since, the counters just
+  // written went (partly) to a process that must catch up on its own, and the script refuses.
+  if (!(await step(closed, (s) => x.admit(own.runId, s)))) {
+    throw new AdmissionError('catching-up', 'it restarted during its catch-up; it catches up again')
+  }
+  x.admitted(own.runId)
+}
 
-  const admittedOthers = sources.length
+/** Throws unless this looks like a fresh set (no marker, no admitted node) whose every node answered. */
+function notFresh({ others, n, q, own, first }: Found, admittedOthers: number): void {
+  const need = n - q + 1
   const marked = [own, ...first].some((s) => stateOf(s)?.marker != null)
   if (admittedOthers > 0 || marked) {
     // Not a fresh set: some node was admitted in some server process. Waiting for enough of them is all
@@ -298,53 +222,4 @@ async function catchUpOnce(
         `one of them answers and none holds a fence counter; ${summary(others, first)}`,
     )
   }
-
-  // Bootstrap. (B1) was steps 0 and 1: nobody has a marker. (B2) Nobody holds a fence counter either.
-  const runIds = [own, ...first].map((s) => (s as NodeState).runId)
-  const everyone = [x, ...others]
-  const found = await Promise.all(everyone.map((o) => o.firstFence(closed).catch(asError)))
-  const failed = found.findIndex((f) => f instanceof Error)
-  if (failed >= 0) {
-    throw new AdmissionError(
-      'bootstrap',
-      `no node of this Redlock set is admitted yet (a fresh set), and ${everyone[failed]!.address} could not be ` +
-        `searched for fence counters (${(found[failed] as Error).message}); it tries again`,
-    )
-  }
-  const holder = found.findIndex((f) => typeof f === 'string')
-  if (holder >= 0) {
-    throw new AdmissionError(
-      'bootstrap',
-      `no node of this Redlock set is admitted, yet ${everyone[holder]!.address} holds fence counters ` +
-        `(${found[holder]}): this is not a fresh set, and no node can tell which counters are current, so ` +
-        'none is admitted automatically. If this set was used by a fencelock without admission markers, or ' +
-        'every node restarted from files holding every write, an operator can admit the nodes by hand ' +
-        '(see "Fences across restarts" under Redlock in fencelock\'s README)',
-    )
-  }
-  // (B3) Still no marker anywhere, same processes: nobody was admitted while (B2) looked, so nothing was
-  // granted that (B2) could have missed. Only then (B4) admit each process seen in (B1).
-  const last = await Promise.all(everyone.map((o) => step((s) => o.readState(s)).catch(asError)))
-  const changed = last.findIndex((s, i) => s instanceof Error || s.marker !== null || s.runId !== runIds[i])
-  if (changed >= 0) {
-    throw new AdmissionError(
-      'bootstrap',
-      `${everyone[changed]!.address} changed while this fresh set was being admitted (${summary([everyone[changed]!], [last[changed]])})`,
-      true,
-    )
-  }
-  const admitted = await Promise.all(
-    everyone.map((o, i) => step((s) => o.admit(runIds[i]!, s)).catch(() => false)),
-  )
-  everyone.forEach((o, i) => {
-    if (admitted[i]) o.admitted(runIds[i]!)
-  })
-  if (!admitted[0])
-    throw new AdmissionError('catching-up', 'it restarted while the fresh set was admitted', true)
 }
-
-const stateOf = (s: NodeState | Error | undefined): NodeState | undefined =>
-  s === undefined || s instanceof Error ? undefined : s
-
-const asError = (e: unknown): Error =>
-  e instanceof Error ? e : new Error(String((e as Error)?.message ?? e))

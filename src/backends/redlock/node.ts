@@ -15,22 +15,19 @@
  * round trip, whenever the connection is (re)established. A node not admitted is caught up in the
  * background (a fresh set at once; a restarted node once its server has been up for restartDelay, when it
  * could vote anyway); the hot path (an acquire on admitted nodes) has no extra round trip.
+ * A little over ~300 lines: the connection check and the scheduling of catch-ups share one state (epoch,
+ * run_id, admitted, the catch-up under way) and are read together; the catch-up itself is admission.ts.
  */
 import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
-import { now } from '../../core/clock.js'
+import { now, sleep } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
 import { ACQUIRE, EXTEND, INSPECT, RAISE_FENCE, RELEASE, type Script } from '../redis/scripts.js'
-import {
-  AdmissionError,
-  type AdmissionState,
-  fenceKeys,
-  type NodeState,
-  raiseAll,
-  STEP_MS,
-  within,
-} from './admission.js'
+import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
+import { connected, reachable } from './connection.js'
+import { type FenceKeys, fenceKeys, firstFence, raiseAll, readFences } from './fences.js'
+import { admissionMarker } from './layout.js'
 import { ADMIT, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
@@ -61,11 +58,11 @@ export class RedlockNode {
   #refusal: AdmissionError | undefined
   /** No new catch-up before this moment (after one that failed), except the one then due. */
   #notBefore = Number.NEGATIVE_INFINITY
-  /** A catch-up due once the server has been up for restartDelay. */
-  #due: ReturnType<typeof setTimeout> | undefined
+  /** A catch-up due once the server has been up for restartDelay (aborted: no longer due). */
+  #due: AbortController | undefined
   readonly #closed = new AbortController()
   readonly #marker: string
-  readonly #fences: ReturnType<typeof fenceKeys>
+  readonly #fences: FenceKeys
   readonly #onClose = () => {
     this.#epoch++
   }
@@ -90,7 +87,7 @@ export class RedlockNode {
     // The prefix, as the Redis backend applies it: `<prefix>{<key>}`.
     const { lock } = backend.keysOf('k')
     const prefix = lock.slice(0, -'{k}'.length)
-    this.#marker = `${prefix}!admitted`
+    this.#marker = admissionMarker(prefix)
     this.#fences = fenceKeys(prefix)
   }
 
@@ -169,35 +166,18 @@ export class RedlockNode {
    * which reports a node that cannot be reached instead of waiting for it).
    */
   reachable(signal: AbortSignal): Promise<void> {
-    const client = this.client
-    if (client.status === 'ready') return Promise.resolve()
-    if (client.status === 'end') {
-      return Promise.reject(new Error('the connection was closed (client.quit() or disconnect())'))
-    }
-    if (client.status === 'wait') client.connect().catch(() => {})
-    let detach = () => {}
-    const connecting = new Promise<void>((resolve, reject) => {
-      const onReady = () => resolve()
-      const onError = (error: Error) => reject(error)
-      client.once('ready', onReady)
-      client.once('error', onError)
-      detach = () => {
-        client.off('ready', onReady)
-        client.off('error', onError)
-      }
-    })
-    return raceSignal(connecting, signal).finally(() => detach())
+    return reachable(this.client, signal)
   }
 
   /** Stops the node's background work and listeners (the client itself is the caller's). */
   dispose(): void {
     this.#closed.abort(new Error('the Redlock backend was closed'))
-    clearTimeout(this.#due)
+    this.#due?.abort()
     this.client.off('close', this.#onClose)
     this.client.off('ready', this.#onReady)
   }
 
-  // ---- What a catch-up (admission.ts) does on this node. Each is bounded by STEP_MS per round trip.
+  // ---- What a catch-up (admission.ts) does on this node. Each is bounded by STEP_MS per round trip (fences.ts).
 
   /** The run_id and the admission marker, in one atomic step (the STATE script). */
   async readState(signal: AbortSignal): Promise<NodeState> {
@@ -215,41 +195,13 @@ export class RedlockNode {
   }
 
   /** Every fence counter under the prefix: SCAN MATCH, one MGET per page. */
-  async readFences(closed: AbortSignal): Promise<Map<string, bigint>> {
-    const out = new Map<string, bigint>()
-    let cursor = '0'
-    do {
-      const page = await within(STEP_MS, closed, async (s) => {
-        const [next, keys] = await raceSignal(
-          this.client.scan(cursor, 'MATCH', this.#fences.pattern, 'COUNT', 1000),
-          s,
-        )
-        const ours = keys.filter(this.#fences.test)
-        const values = ours.length > 0 ? await raceSignal(this.client.mget(ours), s) : []
-        return { next, ours, values }
-      })
-      page.ours.forEach((key, i) => {
-        const v = page.values[i]
-        // Anything but a whole number is not a fencelock counter (an acquire on it would fail anyway).
-        if (typeof v === 'string' && /^\d+$/.test(v)) out.set(key, BigInt(v))
-      })
-      cursor = page.next
-    } while (cursor !== '0')
-    return out
+  readFences(closed: AbortSignal): Promise<Map<string, bigint>> {
+    return readFences(this.client, this.#fences, closed)
   }
 
   /** The name of one fence counter under the prefix, or undefined if there is none (for a bootstrap). */
-  async firstFence(closed: AbortSignal): Promise<string | undefined> {
-    let cursor = '0'
-    do {
-      const [next, keys] = await within(STEP_MS, closed, (s) =>
-        raceSignal(this.client.scan(cursor, 'MATCH', this.#fences.pattern, 'COUNT', 1000), s),
-      )
-      const hit = keys.find(this.#fences.test)
-      if (hit !== undefined) return hit
-      cursor = next
-    } while (cursor !== '0')
-    return undefined
+  firstFence(closed: AbortSignal): Promise<string | undefined> {
+    return firstFence(this.client, this.#fences, closed)
   }
 
   /** Raises this node's counters to `values` (never lowers one). */
@@ -314,12 +266,14 @@ export class RedlockNode {
 
   /** Starts a catch-up in `ms` (without keeping the process alive), instead of any due before. */
   #catchUpIn(ms: number): void {
-    clearTimeout(this.#due)
-    this.#due = setTimeout(() => {
+    this.#due?.abort()
+    const due = new AbortController()
+    this.#due = due
+    void sleep(ms + 5, due.signal, { ref: false }).then(() => {
+      if (due.signal.aborted) return
       this.#due = undefined
       void this.#startCatchUp()
-    }, ms + 5)
-    this.#due.unref?.()
+    })
   }
 
   /** Runs a script by its SHA; sends the source if the server does not know it (NOSCRIPT). */
@@ -373,13 +327,3 @@ export class RedlockNode {
 }
 
 const capital = (text: string) => text.charAt(0).toUpperCase() + text.slice(1)
-
-/** Resolves once the client's connection is ready (fencelock's node clients do not queue commands offline). */
-function connected(client: Redis): Promise<void> {
-  if (client.status === 'ready') return Promise.resolve()
-  if (client.status === 'wait') client.connect().catch(() => {})
-  if (client.status === 'end') {
-    return Promise.reject(new Error('the connection was closed (client.quit() or disconnect())'))
-  }
-  return new Promise((resolve) => client.once('ready', () => resolve()))
-}

@@ -2,10 +2,10 @@
  * One round of a quorum protocol: the same operation sent to every node at once, each node bounded by a
  * per-node timeout, and a verdict as soon as the votes in so far settle it (Redlock decides at a majority,
  * it does not wait for the slowest node). Kept apart from what the operations are, so acquire, extend,
- * release and inspect share one piece of timing code.
+ * release and inspect (quorum.ts) and Redlock's admission catch-up share one piece of timing code.
  */
-import { linkedAbort } from '../../core/abort.js'
-import { timerDelay } from '../../core/clock.js'
+import { linkedAbort } from '../core/abort.js'
+import { timerDelay } from '../core/clock.js'
 
 /** One node's answer, or why it has none (its error, or the per-node timeout). */
 export type Vote<T> =

@@ -1,0 +1,73 @@
+/**
+ * The quorum engine's node (src/engines/quorum.ts) over one Redis master: the single-node Redis backend's
+ * primitives, each gated on what the node needs before it may take part (node.ts): a vote (acquire,
+ * extend) waits until the node is checked, admitted and old enough; a release or an inspect only until its
+ * connection is checked; a clean-up waits for nothing.
+ */
+import type { AcquireRequest, HeldLease, LockInfo } from '../../core/backend.js'
+import type { QuorumNode } from '../../engines/quorum.js'
+import type { ReleaseListener } from '../../engines/quorum-wait.js'
+import type { RedlockNode } from './node.js'
+
+export class RedlockDriver implements QuorumNode, ReleaseListener {
+  constructor(
+    readonly node: RedlockNode,
+    /** How long a node must have been up before it votes (restartDelay, read at each vote). */
+    readonly restartDelay: () => number,
+  ) {}
+
+  get id(): string {
+    return this.node.id
+  }
+
+  get up(): boolean {
+    return this.node.client.status === 'ready'
+  }
+
+  acquire(req: AcquireRequest, s: AbortSignal) {
+    const { node } = this
+    const delay = this.restartDelay()
+    if (node.votes(delay)) return node.backend.tryAcquire(req, s)
+    // A node that becomes ready after the verdict gets nothing: its acquire would follow the clean-up sent
+    // at the verdict and leave a hold that blocks the node until its ttl.
+    return node.ready(delay, s).then(() => {
+      if (s.aborted) throw s.reason
+      return node.backend.tryAcquire(req, s)
+    })
+  }
+
+  raiseFence(key: string, atLeast: bigint, s: AbortSignal): Promise<bigint> {
+    return this.node.backend.raiseFence(key, atLeast, s)
+  }
+
+  extend(lease: HeldLease, ttlMs: number, s: AbortSignal) {
+    const { node } = this
+    const delay = this.restartDelay()
+    if (node.votes(delay)) return node.backend.extend(lease, ttlMs, s)
+    return node.ready(delay, s).then(() => node.backend.extend(lease, ttlMs, s))
+  }
+
+  release(lease: HeldLease, s: AbortSignal): Promise<boolean> {
+    // Waits for the connection (and checks a reconnected server) but never keeps a release from a node,
+    // admitted or not.
+    const { node } = this
+    if (node.isChecked) return node.backend.release(lease, s)
+    return node.checked(s).then(() => node.backend.release(lease, s))
+  }
+
+  cleanUp(lease: HeldLease, s: AbortSignal): Promise<boolean> {
+    return this.node.backend.release(lease, s)
+  }
+
+  async abandon(req: AcquireRequest, s: AbortSignal): Promise<void> {
+    await this.node.backend.abandon?.(req, s)
+  }
+
+  inspect(key: string, s: AbortSignal): Promise<LockInfo | null> {
+    return this.node.checked(s).then(() => this.node.backend.inspect(key, s))
+  }
+
+  listen(req: AcquireRequest, s: AbortSignal): Promise<string | undefined> {
+    return this.node.backend.waitForMessage(req, s)
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * `inspect` of a quorum lock, reconstructed from what each node holds: held when one attempt's owner id
+ * holds a majority of the nodes, valid until the q-th longest of those leases ends; the fence is the
+ * holder's own token when this client is the holder, else the largest counter the holding nodes show.
+ * Pure: the votes in, the answer out (quorum.ts runs the round).
+ */
+import type { LockInfo } from '../core/backend.js'
+
+/** Bits of a quorum fence that hold the index of the node that minted it. */
+export const NODE_BITS = 8n
+
+/** The acquire's owner id of a node-side owner id `<owner>.<attempt>` (other writers' values unchanged). */
+export const acquireOwner = (owner: string): string => owner.replace(/^([0-9a-f]{32})\.[0-9a-z]+$/, '$1')
+
+/**
+ * The lock as the nodes' answers show it. `infos[i]` is node i's answer (undefined: it had none);
+ * `tokenOf` gives the token of a hold this client has, by the acquire's owner id.
+ */
+export function inspectVotes(
+  infos: ReadonlyArray<LockInfo | null | undefined>,
+  q: number,
+  tokenOf: (owner: string) => bigint | undefined,
+): LockInfo | null {
+  const n = infos.length
+  // By the owner id on the nodes (one attempt's hold); reported as the acquire's owner id.
+  const byOwner = new Map<string, number[]>()
+  infos.forEach((info, i) => {
+    if (info?.held && info.owner !== undefined)
+      byOwner.set(info.owner, [...(byOwner.get(info.owner) ?? []), i])
+  })
+  const fenceOf = (among: number[]) => {
+    let m = -1n
+    let at = -1
+    for (const i of among) {
+      const f = infos[i]?.fence
+      if (f !== undefined && f > m) {
+        m = f
+        at = i
+      }
+    }
+    return at < 0 ? undefined : (m << NODE_BITS) | BigInt(at)
+  }
+  for (const [onNode, held] of byOwner) {
+    if (held.length < q) continue
+    const owner = acquireOwner(onNode)
+    // Valid while a majority holds it: until the q-th longest remaining lease ends.
+    const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
+    const fence = tokenOf(owner) ?? fenceOf(held)
+    const holder = held.map((i) => infos[i]!.holder).find((h) => h !== undefined)
+    return {
+      held: true,
+      owner,
+      ...(holder === undefined ? {} : { holder }),
+      ...(fence === undefined ? {} : { fence }),
+      expiresInMs: remaining[q - 1]!,
+      ...(held.length < n ? { note: `held on ${held.length} of ${n} nodes` } : {}),
+    }
+  }
+  const fence = fenceOf(infos.flatMap((info, i) => (info ? [i] : [])))
+  const partial = [...byOwner].map(([owner, held]) => `${acquireOwner(owner)} on ${held.length}`).join(', ')
+  if (fence === undefined && !partial) return null
+  return {
+    held: false,
+    ...(fence === undefined ? {} : { fence }),
+    ...(partial ? { note: `held without a majority (${partial} of ${n} nodes)` } : {}),
+  }
+}

@@ -1,0 +1,373 @@
+/**
+ * Engine `quorum`: one lock over N independent nodes, granted by a majority q = N/2+1 (the Redlock
+ * algorithm, with fencing), over a narrow node interface and with no store in it.
+ *
+ * What it decides, for each primitive of the backend contract:
+ * - Every operation goes to all nodes at once; each node has `nodeTimeout` to answer, and a verdict is
+ *   reached as soon as a majority has answered one way: a slow node never stalls the others (the round,
+ *   the tally and the verdicts are in quorum-round.ts).
+ * - Validity: the core times every attempt from before the first request on its monotonic clock, and keeps
+ *   TTL - elapsed - (TTL x drift + 2 ms); a grant whose validity is gone is released. So a grant reports the
+ *   ttl asked for, never more: each node's lease started after the attempt did.
+ * - A failed attempt is released on every node, answered or not (a late grant is removed too: each node's
+ *   release travels on the same connection after its acquire). The core retries after a jittered delay;
+ *   after a split vote the retry comes after a short random delay, as the Redlock spec says.
+ * - Each attempt writes its own owner id on the nodes, `<owner>.<attempt>`: the clean-up of a failed
+ *   attempt can then never delete the hold of a later attempt of the same acquire, whatever order the
+ *   commands reach a node in (a command re-sent one round trip late, e.g. a script after NOSCRIPT, lands
+ *   after the next attempt's acquire). With one owner id for all attempts that happened, and made two
+ *   holders.
+ * - Fencing: each node's acquire mints a token from that node's counter; the grant's token is the maximum M
+ *   over the granting majority, written back (`counter = max(counter, M)`) to the majority's nodes that were
+ *   behind, before the grant counts. Any later majority shares a node with this one, so it mints a larger
+ *   M. When every node of the majority already returned M (the usual case) nothing is written back and a
+ *   grant costs one round trip. The node index sits in the low 8 bits, so grants from different nodes never
+ *   share a token.
+ *
+ * Its node interface, `QuorumNode` (below): one node's single-node lock, each primitive owner-checked, a
+ * throw counting as that node's failure in the round. What a node needs before it may vote (Redlock's
+ * delayed restart and admission) is the node's business, inside its `acquire` and `extend`.
+ * Who uses it: the Redlock backend (src/backends/redlock, whose driver.ts is the node over one Redis
+ * master). Inspect's reconstruction is in quorum-inspect.ts, waiting for a release in quorum-wait.ts.
+ * Longer than ~300 lines on purpose: the whole algorithm (acquire with its clean-up and fence write-back,
+ * extend, release, abandon) reads top to bottom in this one file.
+ */
+import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockInfo } from '../core/backend.js'
+import { BoundedMap } from '../core/bounded-map.js'
+import { type NodeFailure, QuorumError } from '../core/errors.js'
+import { inspectVotes, NODE_BITS } from './quorum-inspect.js'
+import { majorityVerdict, round, tally, type Votes } from './quorum-round.js'
+
+/** One node of a quorum. Every primitive acts on this node alone; a throw is this node's failure. */
+export interface QuorumNode {
+  /** Names the node in errors. */
+  readonly id: string
+  /**
+   * One attempt on this node (waiting first, if it must, until the node may vote). A grant carries the
+   * token this node minted, from a counter that never goes back; already held by `req.owner` = granted.
+   */
+  acquire(req: AcquireRequest, signal: AbortSignal): Promise<NodeAttempt>
+  /** Raises `key`'s counter on this node to at least `atLeast` (never lowers it). */
+  raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<unknown>
+  /** Extends the lease if `lease.owner` holds it here (waiting first, if it must, until the node may vote). */
+  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<{ readonly renewed: boolean }>
+  /** Releases if `lease.owner` holds it here; false when it was not. May wait for the node to be usable. */
+  release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
+  /**
+   * Releases at once, without waiting for anything: the clean-up of an attempt, which must travel right
+   * behind that attempt's acquire to this node (and before the next attempt's).
+   */
+  cleanUp(lease: HeldLease, signal: AbortSignal): Promise<unknown>
+  /** The node's own clean-up of an acquire that gave up (its queue entry, if any). */
+  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  /** What this node holds for `key`. */
+  inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
+}
+
+/** A node's answer to an acquire: its token, or who holds the key there for how long. */
+export type NodeAttempt =
+  | { readonly granted: true; readonly fence: bigint }
+  | { readonly granted: false; readonly retryInMs?: number | undefined }
+
+export interface QuorumOptions {
+  /** Names the store in errors. */
+  readonly id: string
+  /** How long one node may take to answer. @default ttl / 100, between 20 ms and 200 ms */
+  readonly nodeTimeoutMs?: number | undefined
+}
+
+/** The most nodes a quorum may have: the node index of a token has 8 bits. */
+export const MAX_NODES = 1 << Number(NODE_BITS)
+
+/** The longest random pause before a retry after a split vote, as the Redlock spec asks. */
+const SPLIT_RETRY_MS = 3
+
+/** The reason given to the node operations the engine stops itself (a cheap shared value, no stack). */
+const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
+
+/** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
+const onNodes = (lease: HeldLease): HeldLease =>
+  typeof lease.cookie === 'string' ? { ...lease, owner: lease.cookie } : lease
+
+export class Quorum {
+  readonly n: number
+  readonly q: number
+  readonly #id: string
+  readonly #nodeTimeoutMs: number | undefined
+  /** The node-side owner id of the latest attempt of each acquire still going, for `abandon`. */
+  readonly #attempts = new BoundedMap<string, string>(4096)
+  #attemptSeq = 0
+  /** Attempts refused so far, per acquire still waiting (quorum-wait.ts spreads the waiters that lost races). */
+  readonly #refusals = new BoundedMap<string, number>(4096)
+  /**
+   * The token of each hold this client has, by owner, for `inspect`. The nodes cannot say which node's
+   * counter made the token: a node that granted after the verdict may also show M (with a lower index) or
+   * more, so only the holder knows its token for sure. Removed on release and abandon.
+   */
+  readonly #tokens = new BoundedMap<string, bigint>(4096)
+  #largestTtlMs = 0
+
+  constructor(
+    readonly nodes: readonly QuorumNode[],
+    options: QuorumOptions,
+  ) {
+    if (nodes.length === 0 || nodes.length > MAX_NODES) {
+      throw new TypeError(`Expected 1 to ${MAX_NODES} quorum nodes, got ${nodes.length}`)
+    }
+    this.n = nodes.length
+    this.q = Math.floor(this.n / 2) + 1
+    this.#id = options.id
+    this.#nodeTimeoutMs = options.nodeTimeoutMs
+  }
+
+  /** The largest ttl asked for so far (0 before any). */
+  get largestTtlMs(): number {
+    return this.#largestTtlMs
+  }
+
+  /** The timeout of rounds that are not tied to one lease (release, inspect). */
+  get defaultTimeoutMs(): number {
+    return this.#nodeTimeout(this.#largestTtlMs || 10_000)
+  }
+
+  /** How many attempts of `owner`'s acquire have been refused so far. */
+  refusalsOf(owner: string): number {
+    return this.#refusals.get(owner) ?? 0
+  }
+
+  async tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    this.#noteTtl(request.ttlMs)
+    const timeoutMs = this.#nodeTimeout(request.ttlMs)
+    // This attempt's own owner id on the nodes (see the top of this file).
+    const req = { ...request, owner: `${request.owner}.${(++this.#attemptSeq).toString(36)}` }
+    this.#attempts.renew(request.owner, req.owner)
+    const { verdict, votes } = await round(
+      this.n,
+      timeoutMs,
+      signal,
+      (i, s) => this.nodes[i]!.acquire(req, s),
+      (v) =>
+        majorityVerdict(
+          tally(v, (r) => r.granted),
+          this.n,
+          this.q,
+        ),
+      // Pending acquires stop at the verdict: not sent yet, or to be re-sent after NOSCRIPT, they would
+      // land after the clean-up (below) and hold the node for a ttl. Sent ones are cleaned up.
+      true,
+    )
+    if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, timeoutMs, signal)
+    // Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind.
+    this.#refusals.set(request.owner, this.refusalsOf(request.owner) + 1)
+    // Take back what this attempt got, now, on every node that may hold it: those that granted, those that
+    // failed (the acquire may have run after their time was up) and those still pending. Sent now, each
+    // release follows its node's acquire on the same connection and precedes the next attempt's: a release
+    // sent later, when a slow node's grant arrives, could land after the next attempt (same owner) was
+    // granted there, and delete the hold that attempt counts on (two holders). Nodes that refused hold
+    // nothing of ours.
+    void this.#cleanUp(
+      req,
+      this.nodes.filter((_, i) => !(votes[i]?.ok && !votes[i].value.granted)),
+    )
+    if (verdict === 'unreachable') throw this.#unreachable(req.key, 'acquire', votes)
+    if (verdict === 'no') return { granted: false, ...this.#freedIn(votes) }
+    // Split votes: contenders took a minority each (or a node is down among them). Everyone released what
+    // it got; retry after a short random delay, as the spec says, so one of them gets ahead.
+    return { granted: false, retryInMs: Math.random() * SPLIT_RETRY_MS }
+  }
+
+  async extend(handle: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
+    this.#noteTtl(ttlMs)
+    const lease = onNodes(handle)
+    const { verdict, votes } = await round(
+      this.n,
+      this.#nodeTimeout(ttlMs),
+      signal,
+      (i, s) => this.nodes[i]!.extend(lease, ttlMs, s),
+      (v) =>
+        majorityVerdict(
+          tally(v, (r) => r.renewed),
+          this.n,
+          this.q,
+        ),
+    )
+    if (verdict === 'yes') return { renewed: true }
+    const t = tally(votes, (r) => r.renewed)
+    // Lost once so many nodes say "not ours" that no majority can hold it; anything else is unknown.
+    if (t.no > this.n - this.q) return { renewed: false }
+    throw this.#unreachable(lease.key, 'extend', votes)
+  }
+
+  async release(handle: HeldLease, signal: AbortSignal): Promise<boolean> {
+    this.#tokens.delete(handle.owner)
+    const lease = onNodes(handle)
+    const { votes } = await round(
+      this.n,
+      this.defaultTimeoutMs,
+      signal,
+      (i, s) => this.nodes[i]!.release(lease, s),
+      // Every node gets the release at once; the answer is known when a majority says it was released
+      // (the rest go on in the background, like the floor's), or when everyone has answered.
+      (v) => (tally(v, (released) => released).yes >= this.q || !v.includes(undefined) ? true : undefined),
+    )
+    const t = tally(votes, (released) => released)
+    if (t.yes >= this.q) return true
+    // No longer ours on so many nodes that it no longer held a majority: it had been lost.
+    if (t.no > this.n - this.q) return false
+    // Most nodes never got the release: it lingers there until its ttl, which the caller should hear of.
+    if (t.failed > this.n - this.q) throw this.#unreachable(lease.key, 'release', votes)
+    // A majority answered, the nodes in the middle of a change (some paused during the acquire, some now):
+    // released wherever it was ours, and a node that missed it gets it when it answers again (same
+    // connection) or lets it expire.
+    return t.yes > 0
+  }
+
+  /** Removes whatever the latest attempt of `request`'s acquire may hold, on every node. */
+  async abandon(request: AcquireRequest, signal: AbortSignal): Promise<void> {
+    this.#refusals.delete(request.owner)
+    this.#tokens.delete(request.owner)
+    const owner = this.#attempts.get(request.owner)
+    if (owner === undefined) return
+    this.#attempts.delete(request.owner)
+    const req = { ...request, owner }
+    await Promise.allSettled(this.nodes.map((node) => node.abandon(req, signal)))
+    await this.#cleanUp(req)
+  }
+
+  async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    const { votes } = await round(
+      this.n,
+      this.defaultTimeoutMs,
+      signal,
+      (i, s) => this.nodes[i]!.inspect(key, s),
+      (v) => (v.includes(undefined) ? undefined : true),
+    )
+    const t = tally(votes, () => true)
+    if (t.failed > this.n - this.q) throw this.#unreachable(key, 'inspect', votes)
+    return inspectVotes(
+      votes.map((v) => (v?.ok ? v.value : undefined)),
+      this.q,
+      (owner) => this.#tokens.get(owner),
+    )
+  }
+
+  /**
+   * The grant of a won round, once its token counts: M, the largest counter of the granting majority (see
+   * the top of this file), written back first to enough of the majority's nodes that were behind.
+   */
+  async #recordFence(
+    owner: string,
+    req: AcquireRequest,
+    votes: Votes<NodeAttempt>,
+    timeoutMs: number,
+    signal: AbortSignal,
+  ): Promise<AttemptResult> {
+    let m = -1n
+    for (const v of votes) if (v?.ok && v.value.granted && v.value.fence > m) m = v.value.fence
+    const atM: number[] = []
+    const behind: number[] = []
+    votes.forEach((v, i) => {
+      if (v?.ok && v.value.granted) (v.value.fence === m ? atM : behind).push(i)
+    })
+    const needed = this.q - atM.length
+    if (
+      needed <= 0 ||
+      (await this.#writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
+    ) {
+      this.#refusals.delete(owner)
+      this.#attempts.delete(owner)
+      const fence = (m << NODE_BITS) | BigInt(atM[0]!)
+      // Bounded like the refusals: a hold whose release never reaches us must not pile up.
+      this.#tokens.set(owner, fence)
+      return { granted: true, fence, ttlMs: req.ttlMs, cookie: req.owner }
+    }
+    void this.#cleanUp(req)
+    throw new QuorumError(
+      `Could not record the fence of lock "${req.key}" on a majority of the Redlock nodes (${this.#id}); released it. ` +
+        'Check that these Redis servers are up and reachable',
+      [],
+      { key: req.key, backend: this.#id },
+    )
+  }
+
+  /** Raises the fence counter to `m` on nodes `behind` until `needed` of them have it; false if they cannot. */
+  async #writeBack(
+    key: string,
+    m: bigint,
+    behind: number[],
+    needed: number,
+    timeoutMs: number,
+    signal: AbortSignal,
+  ): Promise<boolean> {
+    const { verdict } = await round(
+      behind.length,
+      timeoutMs,
+      signal,
+      (i, s) => this.nodes[behind[i]!]!.raiseFence(key, m, s),
+      (votes) => {
+        const t = tally(votes, () => true)
+        if (t.yes >= needed) return true
+        if (t.yes + t.pending < needed) return false
+        return undefined
+      },
+    )
+    return verdict
+  }
+
+  /** Held on a majority: it frees up when all but q-1 of those holds have expired. */
+  #freedIn(votes: Votes<NodeAttempt>): { retryInMs?: number } {
+    const pttls: number[] = []
+    for (const v of votes) {
+      if (v?.ok && !v.value.granted && v.value.retryInMs !== undefined) pttls.push(v.value.retryInMs)
+    }
+    pttls.sort((a, b) => a - b)
+    const at = pttls[pttls.length - this.q]
+    return at === undefined ? {} : { retryInMs: at }
+  }
+
+  /**
+   * Releases `owner`'s hold (owner-checked) on the given nodes, without waiting: after a failed attempt.
+   * Each node's release travels on the same connection after that node's acquire, so it lands after it.
+   * Bounded by five default timeouts, so a node that never answers does not keep it.
+   */
+  #cleanUp(lease: { key: string; owner: string }, which: readonly QuorumNode[] = this.nodes) {
+    if (which.length === 0) return Promise.resolve()
+    const stop = new AbortController()
+    const timer = setTimeout(() => stop.abort(STOPPED), this.defaultTimeoutMs * 5)
+    timer.unref()
+    const held: HeldLease = { key: lease.key, owner: lease.owner, fence: 0n, cookie: undefined }
+    return Promise.allSettled(which.map((node) => node.cleanUp(held, stop.signal))).finally(() =>
+      clearTimeout(timer),
+    )
+  }
+
+  /** Every node's failure in a round (a node that had not answered counts as "no reply yet"). */
+  #failures<T>(votes: Votes<T>): NodeFailure[] {
+    return votes.flatMap((v, i) =>
+      v === undefined
+        ? [{ node: this.nodes[i]!.id, error: new Error('no reply before the verdict') }]
+        : v.ok
+          ? []
+          : [{ node: this.nodes[i]!.id, error: v.error }],
+    )
+  }
+
+  #unreachable<T>(key: string, what: string, votes: Votes<T>): QuorumError {
+    const list = this.#failures(votes)
+    return new QuorumError(
+      `Could not ${what} lock "${key}": ${list.length} of the ${this.n} Redlock nodes failed and a majority (${this.q}) ` +
+        `is needed — ${list.map((f) => `${f.node}: ${(f.error as Error)?.message ?? f.error}`).join('; ')}. ` +
+        'Check that these Redis servers are up and reachable',
+      list,
+      { key, backend: this.#id },
+    )
+  }
+
+  #noteTtl(ttlMs: number): void {
+    if (ttlMs > this.#largestTtlMs) this.#largestTtlMs = ttlMs
+  }
+
+  #nodeTimeout(ttlMs: number): number {
+    return this.#nodeTimeoutMs ?? Math.min(200, Math.max(20, Math.round(ttlMs / 100)))
+  }
+}
