@@ -50,12 +50,13 @@ import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum.js'
 import { ReleaseWaiting } from '../../engines/quorum-wait.js'
+import { connect } from '../redis/connect.js'
 import { redisBackend } from '../redis/index.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
 import { RedlockDriver } from './driver.js'
 import { RedlockNode } from './node.js'
-import { nodeHosts, PARAMS, redisOptionsOf } from './url.js'
+import { nodeHosts, PARAMS } from './url.js'
 
 export { PARAMS }
 
@@ -111,11 +112,19 @@ export function redlockBackend(options: RedlockBackendOptions): LockBackend {
 export async function fromUrl(url: URL): Promise<LockBackend> {
   const ioredis = await loadDriver('ioredis', 'redlock', url, () => import('ioredis'))
   const params = readParams(url, PARAMS)
-  const clients = nodeHosts(url).map((host) => {
-    const client = new ioredis.Redis(redisOptionsOf(url, host))
-    client.on('error', () => {})
-    return client
-  })
+  // Each node's client as redis:// makes it (credentials, failure policy), plus what a vote needs.
+  const clients = nodeHosts(url).map(
+    (host) =>
+      connect(ioredis, url, {
+        node: host,
+        extra: {
+          // A down node fails at once instead of queueing commands that would run much later.
+          enableOfflineQueue: false,
+          // A command resent after a reconnect might reach a restarted server before it is checked.
+          autoResendUnfulfilledCommands: false,
+        },
+      }).client as Redis,
+  )
   try {
     return new RedlockBackend(
       {

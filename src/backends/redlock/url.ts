@@ -1,8 +1,7 @@
 /**
- * The redlock:// URL: its parameters, its node list, and the ioredis options of each node's client.
+ * The redlock:// URL: its parameters and its node list (each node's client comes from redis/connect.ts).
  * `redlock://[user:password@]host1:port1,host2:port2,host3:port3[?prefix=app:&nodeTimeout=50ms&restartDelay=30s]`
  */
-import type { RedisOptions } from 'ioredis'
 import { hostsOf, type ParamSchema, redact } from '../../core/url.js'
 
 /** The URL parameters of redlock:// (the README's table is tested against this). */
@@ -34,21 +33,4 @@ export function nodeHosts(url: URL): readonly string[] {
     )
   }
   return hosts
-}
-
-/** The ioredis options of the client of node `host` (`host:port`) of `url`. */
-export function redisOptionsOf(url: URL, host: string): RedisOptions {
-  const parsed = new URL(`redis://${host}`)
-  return {
-    host: parsed.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1',
-    port: parsed.port === '' ? 6379 : Number(parsed.port),
-    // A down node fails at once instead of queueing commands that would run much later.
-    enableOfflineQueue: false,
-    // A command resent after a reconnect might reach a restarted server before it is checked.
-    autoResendUnfulfilledCommands: false,
-    maxRetriesPerRequest: 1,
-    connectTimeout: 5000,
-    ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
-    ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
-  }
 }
