@@ -80,18 +80,21 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
   return findings
 }
 
+/** The key doctor takes and releases to see that exclusive create works. */
+const PROBE_KEY = '.fencelock-doctor'
+
 /** Takes and releases a probe key: exclusive create with link() works in this folder, or what failed. */
 async function probeLink(backend: LockBackend): Promise<DoctorFinding[]> {
+  // Released under the owner that took it: the release is owner-checked, and any other owner leaves the
+  // probe held for its ttl.
+  const owner = randomBytes(16).toString('hex')
   const probe = await backend
-    .tryAcquire(
-      { key: '.fencelock-doctor', owner: randomBytes(16).toString('hex'), ttlMs: 1000 },
-      AbortSignal.timeout(5000),
-    )
+    .tryAcquire({ key: PROBE_KEY, owner, ttlMs: 1000 }, AbortSignal.timeout(5000))
     .catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))
   if (probe instanceof Error) return [{ level: 'error', message: probe.message }]
   if (!probe.granted) return []
   await backend.release(
-    { key: '.fencelock-doctor', owner: '', fence: probe.fence, cookie: probe.cookie },
+    { key: PROBE_KEY, owner, fence: probe.fence, cookie: probe.cookie },
     AbortSignal.timeout(5000),
   )
   return [{ level: 'ok', message: 'exclusive create with link() works in this folder' }]
