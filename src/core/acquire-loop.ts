@@ -3,7 +3,8 @@
  * remaining lease and the deadline), and again; one last attempt at the deadline. A failed attempt backs
  * off on a real timer; a store unreachable for too long is reported; an acquire that gives up after any
  * attempt starts its owner-checked clean-up (`abandon`). One `AcquireLoop` per `acquire` call holds the
- * loop's state; one attempt itself is attempt.ts.
+ * loop's state; one attempt itself is attempt.ts. (A little over 300 lines: the loop's state and every
+ * step that changes it stay in one class, to be read together.)
  */
 import { linkedAbort } from './abort.js'
 import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
@@ -112,7 +113,37 @@ class AcquireLoop {
     const { ttlMs, timeoutMs } = this.#opts
     publish(channels.acquireStart, () => ({ ...this.#diag, ttlMs, timeoutMs }))
     try {
-      return await this.#loop()
+      for (;;) {
+        if (this.#signal.aborted) {
+          // A hand-over that arrived with the abort is ours on the store: give it back.
+          if (this.#handed) void releaseQuietly(this.#backend, this.#req, this.#handed)
+          this.#fail(this.#signal.reason)
+        }
+        let result: AttemptResult | undefined
+        if (this.#handed) result = this.#takeHanded(this.#handed)
+        else {
+          try {
+            result = this.#attemptAnswered(await this.#attempt())
+          } catch (error) {
+            result = this.#failedAttempt(error)
+          }
+        }
+        if (result?.granted) {
+          const lock = await this.#take(result)
+          if (lock) return lock
+        }
+        if (now() >= this.#deadline) this.#fail(this.#notAcquired())
+        if (result === undefined) {
+          await this.#backOff()
+          continue
+        }
+        if (!this.#hint) {
+          this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+          // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
+          if (this.#hint && this.#attempts === 1) continue
+        }
+        await this.#wait(result)
+      }
     } catch (error) {
       // Leave nothing behind when the caller hears of the failure: a queue ticket (etcd, fair Redis) or
       // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
@@ -127,52 +158,25 @@ class AcquireLoop {
     }
   }
 
-  async #loop(): Promise<LockHandle> {
-    for (;;) {
-      if (this.#signal.aborted) {
-        // A hand-over that arrived with the abort is ours on the store: give it back.
-        if (this.#handed) void releaseQuietly(this.#backend, this.#req, this.#handed)
-        this.#fail(this.#signal.reason)
-      }
-      const result = await this.#next()
-      if (result?.granted) {
-        const lock = await this.#take(result)
-        if (lock) return lock
-      }
-      if (now() >= this.#deadline) this.#fail(this.#notAcquired())
-      if (result === undefined) {
-        await this.#backOff()
-        continue
-      }
-      if (!this.#hint) {
-        this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
-        // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
-        if (this.#hint && this.#attempts === 1) continue
-      }
-      await this.#wait(result)
-    }
+  /** The grant handed over while we waited, taken like an attempt's answer. */
+  #takeHanded(handed: Grant): Grant {
+    this.#handed = undefined
+    return this.#answered(handed)
   }
 
-  /** The next attempt's answer, or the grant handed over meanwhile; undefined when the attempt failed. */
-  async #next(): Promise<AttemptResult | undefined> {
-    let result: AttemptResult
-    if (this.#handed) {
-      result = this.#handed
-      this.#handed = undefined
-    } else {
-      try {
-        result = await boundedAttempt(
-          this.#backend,
-          this.#req,
-          this.#signal,
-          this.#startAttempt(),
-          this.#track,
-        )
-      } catch (error) {
-        return this.#failedAttempt(error)
-      }
-      if (!result.granted) this.#unresolvedSince = undefined
-    }
+  /** The next attempt, bounded (attempt.ts). */
+  #attempt(): Promise<AttemptResult> {
+    return boundedAttempt(this.#backend, this.#req, this.#signal, this.#startAttempt(), this.#track)
+  }
+
+  /** An attempt's answer: a refusal resolves the earlier unknown outcomes. */
+  #attemptAnswered(result: AttemptResult): AttemptResult {
+    if (!result.granted) this.#unresolvedSince = undefined
+    return this.#answered(result)
+  }
+
+  /** The store answered: it is reachable again. */
+  #answered<R extends AttemptResult>(result: R): R {
     this.#unavailableSince = undefined
     this.#backoff = FAILURE_BACKOFF_FIRST_MS
     return result

@@ -7,7 +7,7 @@ import { now, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
-import { Renewer } from './renewer.js'
+import { Renewer, type RenewHooks } from './renewer.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -61,13 +61,22 @@ export class LockHandle implements Lock {
   #validUntil: number
   #state: State = 'held'
   /** Its timers: renewal every ttl/3 (unless `renew: false`) and the local expiry at validUntil. */
-  readonly #renewer: Renewer
+  readonly #renewer: Renewer<LockHandle>
   /** Extends and the release run one after another on this chain: no renewal ever follows a release. */
   #queue: Promise<unknown> = Promise.resolve()
   #releasing: Promise<void> | undefined
 
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
+
+  /** The renewer's view of a lock: one object for all of them. */
+  static readonly #renewHooks: RenewHooks<LockHandle> = {
+    held: (lock) => lock.#state === 'held',
+    validUntil: (lock) => lock.#validUntil,
+    ttlMs: (lock) => lock.#ttlMs,
+    renew: (lock) => lock.#extendOnce(lock.#ttlMs),
+    expire: (lock) => lock.#expireLocally(),
+  }
 
   constructor(
     ctx: LockContext,
@@ -82,16 +91,7 @@ export class LockHandle implements Lock {
     this.#cookie = lease.cookie
     this.#ttlMs = grant.ttlMs
     this.#validUntil = grant.validUntil
-    this.#renewer = new Renewer(
-      {
-        held: () => this.#state === 'held',
-        validUntil: () => this.#validUntil,
-        ttlMs: () => this.#ttlMs,
-        renew: () => this.#extendOnce(this.#ttlMs),
-        expire: () => this.#expireLocally(),
-      },
-      renew,
-    )
+    this.#renewer = new Renewer(this, LockHandle.#renewHooks, renew)
     this.#renewer.arm()
     const lost = grant.lost
     if (lost) {
