@@ -54,6 +54,7 @@ export function acquireLoop(
   return new AcquireLoop(ctx, key, opts, signal).run()
 }
 
+/** One `acquire` call: its state (named fields, not captured variables) and the steps that change it. */
 class AcquireLoop {
   readonly #ctx: AcquireContext
   readonly #backend: LockBackend
@@ -81,6 +82,7 @@ class AcquireLoop {
   #unresolvedSince: number | undefined
   /** The latest attempt as the backend runs it, for the clean-up to follow (see `#abandon`). */
   #inFlight: Promise<unknown> | undefined
+  /** Hands `#inFlight` each attempt: made once per acquire, not per attempt. */
   readonly #track = (attempt: Promise<unknown>) => {
     this.#inFlight = attempt
   }
