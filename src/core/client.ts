@@ -1,17 +1,16 @@
+/**
+ * The lock client: the public façade over one backend (acquire, tryAcquire, withLock, inspect, close). It
+ * validates, tracks held locks and pending acquires for `close`, and hands each acquire to the acquire
+ * loop (acquire-loop.ts).
+ */
 import { setMaxListeners } from 'node:events'
-import { attach, type LinkedAbort, linkedAbort } from './abort.js'
-import type { AcquireRequest, AttemptResult, Grant, LockBackend, LockInfo } from './backend.js'
-import { giveBack, jitter, now, sleep, takeController, timerDelay, withTimeout } from './clock.js'
-import { channels, publish } from './diagnostics.js'
-import {
-  BackendUnavailableError,
-  ClientClosedError,
-  causeText,
-  LockError,
-  LockNotAcquiredError,
-  quoteKey,
-} from './errors.js'
-import { type Lock, LockHandle } from './lock.js'
+import { linkedAbort } from './abort.js'
+import { acquireLoop } from './acquire-loop.js'
+import { unavailableError } from './attempt.js'
+import type { LockBackend, LockInfo } from './backend.js'
+import { sleep } from './clock.js'
+import { ClientClosedError, LockNotAcquiredError, quoteKey } from './errors.js'
+import type { Lock, LockHandle } from './lock.js'
 import {
   type AcquireOptions,
   type ClientOptions,
@@ -21,9 +20,7 @@ import {
   resolveAcquireOptions,
   resolveClientOptions,
   validateKey,
-  validUntil,
 } from './options.js'
-import { newOwnerId } from './owner.js'
 
 /** A lock client over one backend. Create it with `createLockClient` (src/client.ts). */
 export interface LockClient extends AsyncDisposable {
@@ -49,35 +46,8 @@ export interface LockClient extends AsyncDisposable {
   readonly backendId: string | undefined
 }
 
-/**
- * The reason for ending a wait's own timer and hint: a shared value, since `abort()` without one builds a
- * DOMException with a stack trace on every wait (measurable when many waiters wake per release).
- */
-const WAIT_OVER = Object.freeze({ name: 'WaitOver', message: 'the wait is over' })
-/** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
-const ABANDON_WAIT_MS = 1000
-/** How long a timed-out attempt waits for the backend's own account of the failure. */
-const EXPLAIN_WAIT_MS = 100
-/** How long the clean-up of a failed acquire waits for its last attempt to settle before it goes ahead. */
-const SETTLE_WAIT_MS = 2000
 /** How long `close` waits for the clean-ups of acquires it interrupted. */
 const CLOSE_CLEANUP_WAIT_MS = 3000
-/** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
-const POLL_FIRST_MS = 10
-const POLL_MAX_MS = 250
-const POLL_MAX_NOTIFY_MS = 1000
-/**
- * Unavailability for longer than this (or one ttl, whichever is longer) fails a waiting acquire with
- * `BackendUnavailableError`, whatever its timeout: a store that is down is reported, not waited on forever.
- */
-const UNAVAILABLE_GIVE_UP_MS = 5000
-/** Backoff after a failed attempt: a real timer, never a wake-up hint, so a failing store cannot make us spin. */
-const FAILURE_BACKOFF_FIRST_MS = 50
-const FAILURE_BACKOFF_MAX_MS = 1000
-/** The least time one attempt gets, even at its deadline (a `tryAcquire` makes one whole attempt). */
-const ATTEMPT_MIN_MS = 2000
-/** A hint that settles faster than this after being armed, twice in a row, is ignored for one wait. */
-const INSTANT_HINT_MS = 1
 
 /**
  * A lock client over `backend`, or over the backend `load` makes (called once the options are known to be
@@ -174,7 +144,7 @@ class Client implements LockClient {
     try {
       return (await backend.inspect(key, link.signal)) ?? { held: false }
     } catch (error) {
-      throw this.#unavailable(backend, key, error, 'inspect')
+      throw unavailableError(backend, key, error, 'inspect')
     } finally {
       link.dispose()
     }
@@ -219,29 +189,18 @@ class Client implements LockClient {
     return backend
   }
 
-  #unavailable(backend: LockBackend, key: string, error: unknown, what: string): LockError {
-    if (error instanceof LockError) return error
-    if (error instanceof AttemptTimeout) {
-      return new BackendUnavailableError(
-        `Could not ${what} lock ${quoteKey(key)}: ${backend.id} did not answer within ${error.ms} ms`,
-        { key, backend: backend.id, cause: error },
-      )
-    }
-    return new BackendUnavailableError(
-      `Could not ${what} lock ${quoteKey(key)}: ${backend.id} failed (${causeText(error)})`,
-      { key, backend: backend.id, cause: error },
-    )
-  }
-
-  /**
-   * The acquire loop: one attempt, then wait for a change hint or a jittered sleep (bounded by the holder's
-   * remaining lease and the deadline), and again; one last attempt at the deadline.
-   */
+  /** Runs the acquire loop (acquire-loop.ts) on this client's backend, tracked for `close`. */
   async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
     const backend = await this.#open(key, opts.ttlMs)
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
-    const run = this.#acquireLoop(backend, key, opts, link?.signal ?? this.#closing.signal)
+    const ctx = {
+      backend,
+      driftFactor: this.#options.driftFactor,
+      held: this.#held,
+      cleanups: this.#cleanups,
+    }
+    const run = acquireLoop(ctx, key, opts, link?.signal ?? this.#closing.signal)
     // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up.
     const ended: Promise<unknown> = run.then(
       () => this.#running.delete(ended),
@@ -258,339 +217,5 @@ class Client implements LockClient {
     } finally {
       link?.dispose()
     }
-  }
-
-  async #acquireLoop(backend: LockBackend, key: string, opts: ResolvedAcquireOptions, signal: AbortSignal) {
-    const startedAt = now()
-    const deadline = startedAt + opts.timeoutMs
-    // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
-    const owner = newOwnerId()
-    const req: AcquireRequest = { key, owner, ttlMs: opts.ttlMs, holder: opts.holder }
-    const diag = { key, backend: backend.id }
-    publish(channels.acquireStart, () => ({ ...diag, ttlMs: opts.ttlMs, timeoutMs: opts.timeoutMs }))
-    const giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
-
-    let attempts = 0
-    let poll = POLL_FIRST_MS
-    let backoff = FAILURE_BACKOFF_FIRST_MS
-    let unavailableSince: number | undefined
-    /**
-     * The start of the earliest attempt whose outcome is unknown (no answer, an abort racing the reply) and
-     * not yet resolved by a refusal: it may have set the lease a later attempt finds "already ours", so a
-     * grant's validity counts from there, never later. A refusal resolves it: had that attempt taken the
-     * lock, the store would have answered the later attempt "ours" while its lease lived.
-     */
-    let unresolvedSince: number | undefined
-    /** The latest attempt as the backend runs it, for the clean-up to follow (see `fail`). */
-    let inFlight: Promise<unknown> | undefined
-    // The wake-up hint for the next wait. It is armed *before* the attempt that precedes the wait, so a
-    // release landing between a failed attempt and the wait is never missed.
-    let hint:
-      | { promise: Promise<Grant | undefined>; cancel: LinkedAbort; armedAt: number; settledAt?: number }
-      | undefined
-    let instantHints = 0
-    const arm = () => {
-      if (!backend.waitForChange) return undefined
-      const cancel = linkedAbort(signal)
-      const armedAt = now()
-      let promise: Promise<Grant | undefined>
-      try {
-        promise = backend.waitForChange(req, cancel.signal).then(
-          (g) => (g && g.granted === true ? g : undefined),
-          () => undefined,
-        )
-      } catch {
-        promise = Promise.resolve(undefined)
-      }
-      const armed: NonNullable<typeof hint> = { promise, cancel, armedAt }
-      promise.then(() => {
-        armed.settledAt = now()
-      })
-      return armed
-    }
-    // A grant handed over by the backend while we waited (fair queues), and when our last refused attempt
-    // started: the hand-over happened after the store saw that attempt, so validity counts from there.
-    let handed: Grant | undefined
-    let attemptStart = now()
-    const disarm = () => {
-      hint?.cancel.abort(WAIT_OVER)
-      hint?.cancel.dispose()
-    }
-    /** The clean-up of a failed acquire; the rejection waits for it briefly (see the end of the loop). */
-    let abandoning: Promise<unknown> | undefined
-    const fail = (error: unknown): never => {
-      disarm()
-      if (attempts > 0) {
-        // Outcome unknown -> owner-checked clean-up, for every backend, whatever the last attempt said:
-        // an attempt aborted or timed out may still be granted on the store. The clean-up follows the
-        // attempt (bounded), so it is the last word on what that attempt did. A backend bug (even a
-        // synchronous throw) never replaces the acquire's error.
-        const last = inFlight
-        abandoning = (async () => {
-          // A hung attempt is not waited for beyond this: the clean-up then goes first, best effort.
-          if (last) {
-            // A plain timer, cleared as soon as the attempt settles (a listener on a pooled signal would
-            // outlive this wait).
-            let timer: NodeJS.Timeout | undefined
-            const late = new Promise<void>((resolve) => {
-              timer = setTimeout(resolve, SETTLE_WAIT_MS)
-            })
-            await Promise.race([last.catch(() => {}), late])
-            clearTimeout(timer)
-          }
-          await withTimeout(opts.ttlMs, (s) => backend.abandon(req, s))
-        })().catch(() => {})
-        const cleanup = abandoning
-        this.#cleanups.add(cleanup)
-        void cleanup.finally(() => this.#cleanups.delete(cleanup))
-      }
-      publish(channels.acquireFail, () => ({ ...diag, attempts, waitedMs: now() - startedAt, error }))
-      throw error
-    }
-
-    try {
-      for (;;) {
-        if (signal.aborted) {
-          // A hand-over that arrived with the abort is ours on the store: give it back.
-          if (handed) void this.#releaseQuietly(backend, req, handed)
-          fail(signal.reason)
-        }
-        let result: AttemptResult
-        let failed = false
-        try {
-          if (handed) {
-            result = handed
-            handed = undefined
-          } else {
-            attempts++
-            attemptStart = now()
-            // Every attempt is bounded by the deadline (but gets ATTEMPT_MIN_MS at least) and by the
-            // give-up time, so an unreachable store is reported on time, never waited on past them.
-            const giveUpAt = (unavailableSince ?? attemptStart) + giveUpAfterMs
-            const bound = Math.min(Math.max(deadline, attemptStart + ATTEMPT_MIN_MS), giveUpAt) - attemptStart
-            result = await this.#attempt(backend, req, signal, bound, (p) => {
-              inFlight = p
-            })
-            if (!result.granted) unresolvedSince = undefined
-          }
-          unavailableSince = undefined
-          backoff = FAILURE_BACKOFF_FIRST_MS
-        } catch (error) {
-          if (signal.aborted) fail(signal.reason)
-          unresolvedSince ??= attemptStart
-          const wrapped = this.#unavailable(backend, key, error, 'acquire')
-          if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) fail(wrapped)
-          unavailableSince ??= attemptStart
-          if (now() >= deadline || now() >= unavailableSince + giveUpAfterMs) fail(wrapped)
-          result = { granted: false }
-          failed = true
-        }
-
-        if (result.granted) {
-          if (signal.aborted) {
-            await this.#releaseQuietly(backend, req, result)
-            fail(signal.reason)
-          }
-          const from = Math.min(attemptStart, unresolvedSince ?? attemptStart)
-          const lock = await this.#grant(backend, req, result, from, opts)
-          if (lock) {
-            disarm()
-            publish(channels.acquireOk, () => ({
-              ...diag,
-              owner,
-              fence: lock.fence,
-              attempts,
-              waitedMs: now() - startedAt,
-            }))
-            return lock
-          }
-          // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
-          unresolvedSince = undefined
-        }
-
-        if (now() >= deadline) {
-          fail(
-            new LockNotAcquiredError(
-              `Lock ${quoteKey(key)} on ${backend.id} is held by another owner; gave up after ${Math.round(now() - startedAt)} ms ` +
-                `(timeout ${opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
-              { key, backend: backend.id },
-            ),
-          )
-        }
-
-        if (failed) {
-          // After a failure: a real timer with backoff, never the hint (a failing store fails its hint
-          // too, at once, and racing it would spin without ever yielding to timers or I/O).
-          const giveUpAt = (unavailableSince ?? now()) + giveUpAfterMs
-          const wait = Math.max(1, Math.min(jitter(backoff), deadline - now(), giveUpAt - now()))
-          backoff = Math.min(backoff * 2, FAILURE_BACKOFF_MAX_MS)
-          const timer = linkedAbort(signal)
-          await sleep(wait, timer.signal)
-          timer.dispose()
-          continue
-        }
-
-        if (!hint) {
-          hint = arm()
-          // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
-          if (hint && attempts === 1) continue
-        }
-        const cap = backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
-        let wait = jitter(poll)
-        poll = Math.min(poll * 2, cap)
-        if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
-        wait = Math.max(0, Math.min(wait, deadline - now()))
-        const timer = linkedAbort(signal)
-        const slept = sleep(wait, timer.signal).then(() => undefined)
-        // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
-        // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
-        const useHint = hint && instantHints < 2
-        handed = await (useHint && hint ? Promise.race([slept, hint.promise]) : slept)
-        timer.abort(WAIT_OVER)
-        timer.dispose()
-        if (hint) {
-          const { settledAt, armedAt } = hint
-          const instant = settledAt !== undefined && settledAt - armedAt < INSTANT_HINT_MS
-          instantHints = instant ? instantHints + 1 : 0
-          disarm()
-          hint = arm()
-        }
-      }
-    } catch (error) {
-      // Leave nothing behind when the caller hears of the failure: a queue ticket (etcd, fair Redis) or
-      // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
-      // Bounded, so a hung store cannot hold up an abort; the clean-up itself goes on in the background.
-      // An abort rejects at once, as the caller asked: its clean-up may wait for an attempt still in flight.
-      if (abandoning && !signal.aborted) {
-        const stop = new AbortController()
-        await Promise.race([abandoning, sleep(ABANDON_WAIT_MS, stop.signal)])
-        stop.abort()
-      }
-      throw error
-    }
-  }
-
-  /**
-   * One attempt, raced against the signal and bounded by `boundMs`. A grant that lands after an abort or
-   * the bound is released, never leaked; `track` receives the backend's own promise, which the clean-up of
-   * a failed acquire waits for.
-   */
-  #attempt(
-    backend: LockBackend,
-    req: AcquireRequest,
-    signal: AbortSignal,
-    boundMs: number,
-    track: (attempt: Promise<AttemptResult>) => void,
-  ): Promise<AttemptResult> {
-    // A pooled controller (a new one costs several microseconds, a large share of an in-memory cycle):
-    // backends detach their listeners when a call settles, so one that did not abort is safe to reuse.
-    const link = takeController()
-    const detach = attach(signal, link)
-    const timer = setTimeout(() => link.abort(new AttemptTimeout(Math.round(boundMs))), timerDelay(boundMs))
-    let attempt: Promise<AttemptResult>
-    try {
-      attempt = backend.tryAcquire(req, link.signal)
-    } catch (error) {
-      attempt = Promise.reject(error)
-    }
-    track(attempt)
-    const done = () => {
-      clearTimeout(timer)
-      detach()
-      giveBack(link)
-    }
-    if (link.signal.aborted) {
-      done()
-      this.#releaseLate(backend, req, attempt)
-      return Promise.reject(link.signal.reason)
-    }
-    return new Promise((resolve, reject) => {
-      const onAbort = () => {
-        done()
-        this.#releaseLate(backend, req, attempt)
-        const reason = link.signal.reason
-        if (!(reason instanceof AttemptTimeout)) return reject(reason)
-        // Our own bound: the backend, which races the same signal, usually says at once what it was
-        // waiting for (a connection refused, a TLS handshake failing): that beats "no answer".
-        const stop = new AbortController()
-        void Promise.race([
-          attempt.then(
-            () => reason,
-            (error: unknown) => error,
-          ),
-          sleep(EXPLAIN_WAIT_MS, stop.signal),
-        ]).then((error) => {
-          stop.abort()
-          reject(error instanceof BackendUnavailableError ? error : reason)
-        })
-      }
-      link.signal.addEventListener('abort', onAbort, { once: true })
-      attempt.then(
-        (result) => {
-          link.signal.removeEventListener('abort', onAbort)
-          done()
-          resolve(result)
-        },
-        (error) => {
-          link.signal.removeEventListener('abort', onAbort)
-          done()
-          reject(error)
-        },
-      )
-    })
-  }
-
-  #releaseLate(backend: LockBackend, req: AcquireRequest, attempt: Promise<AttemptResult>): void {
-    attempt.then(
-      (result) => (result.granted ? this.#releaseQuietly(backend, req, result) : undefined),
-      () => {},
-    )
-  }
-
-  /** Best effort: the lease ends by its ttl anyway if this fails. */
-  async #releaseQuietly(backend: LockBackend, req: AcquireRequest, grant: Grant): Promise<void> {
-    const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
-    await withTimeout(grant.ttlMs, (s) => backend.release(lease, s)).catch(() => {})
-  }
-
-  async #grant(
-    backend: LockBackend,
-    req: AcquireRequest,
-    grant: Grant,
-    attemptStart: number,
-    opts: ResolvedAcquireOptions,
-  ): Promise<LockHandle | undefined> {
-    const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
-    const until = validUntil(attemptStart, grant.ttlMs, this.#options.driftFactor)
-    if (now() >= until || grant.lost?.aborted) {
-      // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
-      await this.#releaseQuietly(backend, req, grant)
-      return undefined
-    }
-    const lock = new LockHandle(
-      {
-        backend,
-        driftFactor: this.#options.driftFactor,
-        onSettled: (l) => this.#held.delete(l),
-      },
-      lease,
-      // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
-      {
-        ttlMs: Math.max(grant.ttlMs, opts.ttlMs),
-        validUntil: until,
-        ...(grant.lost ? { lost: grant.lost } : {}),
-      },
-      opts.renew,
-    )
-    this.#held.add(lock)
-    return lock
-  }
-}
-
-/** An attempt that outlived its bound (the deadline, or the give-up time of an unreachable store). */
-class AttemptTimeout extends Error {
-  override name = 'TimeoutError'
-  constructor(readonly ms: number) {
-    super(`no answer within ${ms} ms`)
   }
 }

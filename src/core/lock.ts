@@ -1,8 +1,13 @@
+/**
+ * A held lock: the handle the caller gets (key, owner, fence, validity, the lost signal, extend, release).
+ * Extends and the release run one at a time on its queue; its renewer (renewer.ts) decides when to extend.
+ */
 import type { HeldLease, LockBackend } from './backend.js'
-import { now, timerDelay, withTimeout } from './clock.js'
+import { now, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
+import { Renewer, type RenewHooks } from './renewer.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -55,15 +60,23 @@ export class LockHandle implements Lock {
   #ttlMs: number
   #validUntil: number
   #state: State = 'held'
-  #renew: boolean
+  /** Its timers: renewal every ttl/3 (unless `renew: false`) and the local expiry at validUntil. */
+  readonly #renewer: Renewer<LockHandle>
   /** Extends and the release run one after another on this chain: no renewal ever follows a release. */
   #queue: Promise<unknown> = Promise.resolve()
   #releasing: Promise<void> | undefined
-  #renewTimer: NodeJS.Timeout | undefined
-  #expiryTimer: NodeJS.Timeout | undefined
 
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
+
+  /** The renewer's view of a lock: one object for all of them. */
+  static readonly #renewHooks: RenewHooks<LockHandle> = {
+    held: (lock) => lock.#state === 'held',
+    validUntil: (lock) => lock.#validUntil,
+    ttlMs: (lock) => lock.#ttlMs,
+    renew: (lock) => lock.#extendOnce(lock.#ttlMs),
+    expire: (lock) => lock.#expireLocally(),
+  }
 
   constructor(
     ctx: LockContext,
@@ -78,8 +91,8 @@ export class LockHandle implements Lock {
     this.#cookie = lease.cookie
     this.#ttlMs = grant.ttlMs
     this.#validUntil = grant.validUntil
-    this.#renew = renew
-    this.#armTimers()
+    this.#renewer = new Renewer(this, LockHandle.#renewHooks, renew)
+    this.#renewer.arm()
     const lost = grant.lost
     if (lost) {
       const onLost = () =>
@@ -111,38 +124,8 @@ export class LockHandle implements Lock {
     return { key: this.key, backend: this.#ctx.backend.id, cause }
   }
 
-  /**
-   * The local expiry timer fires at validUntil; the renewer every ttl/3, or sooner when a slow reply
-   * left less validity than that (half the remainder, so a renewal still lands in time). Both unref'd.
-   */
-  #armTimers(renewInMs = Math.min(this.#ttlMs / 3, (this.#validUntil - now()) / 2)): void {
-    this.#armExpiry()
-    clearTimeout(this.#renewTimer)
-    if (this.#renew) {
-      this.#renewTimer = setTimeout(() => void this.#autoRenew(), timerDelay(renewInMs))
-      this.#renewTimer.unref()
-    }
-  }
-
-  #armExpiry(): void {
-    clearTimeout(this.#expiryTimer)
-    // A lease longer than a timer can hold is re-armed by #expireLocally until validUntil really passes.
-    this.#expiryTimer = setTimeout(() => this.#expireLocally(), timerDelay(this.#validUntil - now()))
-    this.#expiryTimer.unref()
-  }
-
-  #clearTimers(): void {
-    clearTimeout(this.#expiryTimer)
-    clearTimeout(this.#renewTimer)
-  }
-
+  /** The renewer saw validUntil pass without a confirmed renewal. */
   #expireLocally(): void {
-    if (this.#state !== 'held') return
-    // The timer may fire a little early or a renewal may have just landed: re-check on the clock.
-    if (now() < this.#validUntil) {
-      this.#armExpiry()
-      return
-    }
     this.#markLost(
       new LockLostError(
         `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
@@ -160,7 +143,7 @@ export class LockHandle implements Lock {
   #markLost(error: LockLostError): void {
     if (this.#state !== 'held') return
     this.#state = 'lost'
-    this.#clearTimers()
+    this.#renewer.stop()
     this.#detachLost?.()
     this.#ctx.onSettled(this)
     publish(channels.lost, () => ({ ...this.#diag(), error }))
@@ -216,15 +199,6 @@ export class LockHandle implements Lock {
     return result
   }
 
-  async #autoRenew(): Promise<void> {
-    const outcome = await this.#extendOnce(this.#ttlMs)
-    if (this.#state !== 'held') return
-    if (outcome === 'renewed') return this.#armTimers()
-    // Unknown outcome: retry soon, well before validUntil; the expiry timer declares the loss if none lands.
-    const remaining = this.#validUntil - now()
-    this.#armTimers(Math.max(10, Math.min(this.#ttlMs / 10, remaining / 2)))
-  }
-
   async extend(ttl?: number | string): Promise<void> {
     const ttlMs = ttl === undefined ? this.#ttlMs : parseTtl(ttl)
     checkLimits(this.#ctx.backend, this.key, ttlMs)
@@ -235,7 +209,7 @@ export class LockHandle implements Lock {
       )
     }
     const outcome = await this.#extendOnce(ttlMs)
-    if (outcome === 'renewed') return this.#armTimers()
+    if (outcome === 'renewed') return this.#renewer.arm()
     if (outcome === 'released') {
       throw new LockReleasedError(
         `Cannot extend lock ${quoteKey(this.key)}: it was released`,
@@ -282,7 +256,7 @@ export class LockHandle implements Lock {
   async #releaseOnStore(): Promise<void> {
     const wasHeld = this.#state === 'held'
     if (wasHeld) this.#state = 'released'
-    this.#clearTimers()
+    this.#renewer.stop()
     this.#detachLost?.()
     // Wait for an extend already in flight, so the release is the last word on this lease.
     await this.#queue

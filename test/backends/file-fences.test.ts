@@ -198,3 +198,16 @@ describe('file backend: configuration errors', () => {
     assert.deepEqual(fileBackend({ dir: newRoot() }).limits, { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 })
   })
 })
+
+describe('file backend: doctor', () => {
+  it('releases its probe key: a doctor run leaves no lock behind', async () => {
+    const backend = fileBackend({ dir: newRoot() })
+    const findings = await backend.doctor!(AbortSignal.timeout(5000))
+    assert.ok(
+      findings.some((f) => f.level === 'ok' && /link\(\) works/.test(f.message)),
+      JSON.stringify(findings),
+    )
+    const probe = await backend.inspect('.fencelock-doctor', AbortSignal.timeout(5000))
+    assert.equal(probe?.held, false, `the probe is still held after doctor (owner ${probe?.owner})`)
+  })
+})

@@ -11,11 +11,11 @@ import {
   genName,
   keyFolderName,
   Pending,
-  type RecordV1,
   readCurrent,
 } from '../../src/backends/file/generations.js'
 import { bootId, monotonicMs } from '../../src/backends/file/host-clock.js'
 import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
+import type { RecordV1 } from '../../src/backends/file/records.js'
 import { createLockClient } from '../../src/index.js'
 import { tempDir } from '../support/temp.js'
 

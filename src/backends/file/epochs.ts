@@ -14,6 +14,7 @@
 import { mkdirSync, readdirSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { join } from 'node:path'
+import { retryRounds } from '../../core/retry.js'
 import { collect, createGeneration, highest } from './generations.js'
 
 /** The epochs' folder in the lock root. Its name has no `~`, so no key folder can ever be called that. */
@@ -27,7 +28,7 @@ export const EPOCH_FOLDER = '.epoch'
  */
 export const RANGE = 2n ** 21n
 
-/** How often one bump retries after losing the race for the next name before it reports contention. */
+/** How many rounds one bump makes (each lost to another bumper, or to a removed folder) before it gives up. */
 const BUMP_TRIES = 50
 
 /** The epoch whose range holds `fence`. */
@@ -52,44 +53,72 @@ export function currentEpoch(root: string): bigint {
  * the loser of a race re-reads and tries the next name. With `durable`, the new name is on disk before
  * this returns: a power loss must never let the same epoch be issued twice.
  */
-export async function bumpEpoch(
+export function bumpEpoch(
   root: string,
   floor: bigint,
   durable: boolean,
   clock: () => number = Date.now,
 ): Promise<bigint> {
   const folder = join(root, EPOCH_FOLDER)
-  for (let i = 0; i < BUMP_TRIES; i++) {
-    let names: string[]
-    try {
-      names = readdirSync(folder)
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-      await makeFolder(root, folder, durable)
-      continue
-    }
-    const latest = highest(names)
-    const wall = BigInt(Math.floor(clock())) - 1n
-    const below = [latest, floor, wall].reduce((a, b) => (a > b ? a : b))
-    const next = below + 1n
-    let created: boolean
-    try {
-      // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
-      // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
-      // never collected, so an issued epoch is never issued again.
-      created = await createGeneration(folder, next, { epoch: next.toString() }, durable)
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-      continue // The folder went away between the list and the write: make it again.
-    }
-    if (created) {
-      await collect(folder, next, names)
-      return next
-    }
-  }
-  throw new Error(
-    `could not take a new fence epoch in ${folder} after ${BUMP_TRIES} tries: too many processes at once`,
+  return retryRounds(
+    BUMP_TRIES,
+    () => bumpOnce(root, folder, floor, durable, clock),
+    () =>
+      new Error(
+        `could not take a new fence epoch in ${folder} after ${BUMP_TRIES} tries: too many processes at once`,
+      ),
   )
+}
+
+/** One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first. */
+async function bumpOnce(
+  root: string,
+  folder: string,
+  floor: bigint,
+  durable: boolean,
+  clock: () => number,
+): Promise<bigint | undefined> {
+  let names: string[]
+  try {
+    names = readdirSync(folder)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    await makeFolder(root, folder, durable)
+    return undefined
+  }
+  const latest = highest(names)
+  const wall = BigInt(Math.floor(clock())) - 1n
+  const below = [latest, floor, wall].reduce((a, b) => (a > b ? a : b))
+  const next = below + 1n
+  let created: boolean
+  try {
+    // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
+    // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
+    // never collected, so an issued epoch is never issued again.
+    created = await createGeneration(folder, next, { epoch: next.toString() }, durable)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    return undefined // The folder went away between the list and the write: make it again.
+  }
+  if (!created) return undefined
+  await collect(folder, next, names)
+  return next
+}
+
+/**
+ * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
+ * or a new epoch's when there is none to go on from or the range is used up. A new epoch is only ever
+ * taken after the read that found the state, so it exceeds every epoch of every fence minted before.
+ */
+export async function nextBase(
+  root: string,
+  durable: boolean,
+  base: bigint | undefined,
+  gen: bigint,
+): Promise<bigint> {
+  if (base !== undefined && (base + gen) % RANGE !== 0n) return base
+  const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
+  return baseFor(await bumpEpoch(root, floor, durable), gen)
 }
 
 /** Creates `.epoch`; with `durable`, its name in the root is on disk too (else a power loss could drop it). */

@@ -22,25 +22,7 @@ import {
 } from 'node:fs'
 import { open, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
-
-export interface RecordV1 {
-  readonly v: 1
-  readonly key: string
-  readonly state: 'held' | 'free'
-  readonly owner: string | null
-  /** Decimal string: the fence of the lease (`base` + the generation of its acquiring transition). */
-  readonly fence: string
-  /**
-   * Decimal string: the fence of any generation g of this folder is `base + g` (see index.ts). Absent in
-   * records written before epochs existed, where it is 0 (the fence was the generation).
-   */
-  readonly base?: string
-  readonly boot: string
-  /** ms on the host's monotonic clock. */
-  readonly deadline: number
-  /** The holder's description (`AcquireRequest.holder`), for `inspect`; absent when free. */
-  readonly holder?: string
-}
+import { parseRecord, type RecordV1 } from './records.js'
 
 /**
  * Which file a generation name pointed to when it was read: its inode and its modification time (set once,
@@ -75,31 +57,6 @@ export function keyFolderName(key: string): string {
   const hash = createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 32)
   return `${readable}~${hash}`
 }
-
-const DECIMAL = /^-?\d{1,60}$/
-
-export function parseRecord(text: string): RecordV1 | undefined {
-  try {
-    const r = JSON.parse(text) as Partial<RecordV1>
-    if (
-      r.v === 1 &&
-      (r.state === 'held' || r.state === 'free') &&
-      typeof r.fence === 'string' &&
-      DECIMAL.test(r.fence) &&
-      (r.base === undefined || (typeof r.base === 'string' && DECIMAL.test(r.base))) &&
-      typeof r.boot === 'string' &&
-      typeof r.deadline === 'number' &&
-      typeof r.key === 'string' &&
-      (r.holder === undefined || typeof r.holder === 'string')
-    ) {
-      return r as RecordV1
-    }
-  } catch {}
-  return undefined
-}
-
-/** The base of a record (0 for records from before epochs). */
-export const baseOf = (record: RecordV1): bigint => (record.base === undefined ? 0n : BigInt(record.base))
 
 const errno = (error: unknown) => (error as NodeJS.ErrnoException)?.code
 
@@ -148,6 +105,7 @@ function readGeneration(path: string): { text: string; stamp: Stamp } | undefine
 
 /** Reads the highest generation. A concurrent GC may delete what we listed: then list again. */
 export async function readCurrent(folder: string): Promise<Current> {
+  // for (;;) stays here: not a retry (no failure, no wait); it lists again only when the listed name vanished.
   for (;;) {
     let names: string[]
     try {

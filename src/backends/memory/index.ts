@@ -1,13 +1,16 @@
 /**
  * memory: — locks among the clients of ONE process (tests, single-process apps, the in-process floor).
  *
- * Storage: per store, a map key → { owner, fence, expiresAt } plus a fence counter per key that is never
- * deleted, so fences keep increasing after releases. `memory:` is the process-wide default store;
- * `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
- * Abandoned locks: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since
- * a refused attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
- * Waiting: waiters of a key are woken in-process on release.
- * Limits: nothing is shared with other processes.
+ * Layout: per store, a map key → { owner, fence, holder, expiresAt } plus a fence counter per key.
+ * `memory:` is the process-wide default store; `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
+ * Expiry: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since a refused
+ * attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
+ * Fence: the store's per-key counter, incremented by each grant; it is never deleted (a release keeps
+ * it), so fences keep increasing after releases for as long as the process lives.
+ * Waiting: waiters of a key are woken in-process when it is released (or abandoned, or broken).
+ * Limits: nothing is shared with other processes, and nothing outlives the process (fences included).
+ * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).
+ * The folder holds this one file.
  */
 import type { AcquireRequest, AttemptResult, HeldLease, LockBackend, LockInfo } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
@@ -152,10 +155,10 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
   }
 }
 
-/** `memory:` or `memory:NAME`. */
 /** memory: takes no URL parameters. */
 export const PARAMS = {} as const satisfies ParamSchema
 
+/** `memory:` or `memory:NAME`. */
 export function fromUrl(url: URL): MemoryBackend {
   readParams(url, PARAMS)
   return memoryBackend({ name: decodeURIComponent(url.pathname) })

@@ -1,0 +1,111 @@
+/**
+ * The record a generation file holds (written once, complete before its name appears, never changed): its
+ * shape, how it is read back, how one is made, and the two questions the algorithm asks of a record:
+ * is its lease live, and is it the very record a holder's cookie names.
+ */
+import type { Current } from './generations.js'
+import { monotonicMs, sameBoot } from './host-clock.js'
+
+export interface RecordV1 {
+  readonly v: 1
+  readonly key: string
+  readonly state: 'held' | 'free'
+  readonly owner: string | null
+  /** Decimal string: the fence of the lease (`base` + the generation of its acquiring transition). */
+  readonly fence: string
+  /**
+   * Decimal string: the fence of any generation g of this folder is `base + g` (see index.ts). Absent in
+   * records written before epochs existed, where it is 0 (the fence was the generation).
+   */
+  readonly base?: string
+  readonly boot: string
+  /** ms on the host's monotonic clock. */
+  readonly deadline: number
+  /** The holder's description (`AcquireRequest.holder`), for `inspect`; absent when free. */
+  readonly holder?: string
+}
+
+/** Backend-private state of a grant: the generation we hold and its base (together, one record, ever). */
+export interface Cookie {
+  readonly gen: bigint
+  readonly base: bigint
+}
+
+const DECIMAL = /^-?\d{1,60}$/
+
+export function parseRecord(text: string): RecordV1 | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<RecordV1>
+    if (
+      r.v === 1 &&
+      (r.state === 'held' || r.state === 'free') &&
+      typeof r.fence === 'string' &&
+      DECIMAL.test(r.fence) &&
+      (r.base === undefined || (typeof r.base === 'string' && DECIMAL.test(r.base))) &&
+      typeof r.boot === 'string' &&
+      typeof r.deadline === 'number' &&
+      typeof r.key === 'string' &&
+      (r.holder === undefined || typeof r.holder === 'string')
+    ) {
+      return r as RecordV1
+    }
+  } catch {}
+  return undefined
+}
+
+/** The base of a record (0 for records from before epochs). */
+export const baseOf = (record: RecordV1): bigint => (record.base === undefined ? 0n : BigInt(record.base))
+
+/** What a new record says; `boot` and the decimal forms are filled in by `newRecord`. */
+export interface RecordFields {
+  readonly key: string
+  readonly state: 'held' | 'free'
+  readonly owner: string | null
+  readonly fence: bigint
+  readonly base: bigint
+  /** ms on the host's monotonic clock; 0 for a free record. */
+  readonly deadline: number
+  readonly holder?: string | undefined
+}
+
+/** A record written by this boot (`boot`, from host-clock.ts). */
+export function newRecord(fields: RecordFields, boot: string): RecordV1 {
+  const { key, state, owner, fence, base, deadline, holder } = fields
+  return {
+    v: 1,
+    key,
+    state,
+    owner,
+    fence: fence.toString(),
+    base: base.toString(),
+    boot,
+    deadline,
+    ...(holder === undefined ? {} : { holder }),
+  }
+}
+
+/** A free record: what release, abandon and breakLock write. Its fence stays the last one granted. */
+export const freeRecord = (key: string, fence: bigint, base: bigint, boot: string): RecordV1 =>
+  newRecord({ key, state: 'free', owner: null, fence, base, deadline: 0 }, boot)
+
+/** A lease written in this boot and not yet past its deadline on the host's monotonic clock. */
+export const isLive = (record: RecordV1, boot: string): boolean =>
+  record.state === 'held' && sameBoot(record.boot, boot) && monotonicMs() < record.deadline
+
+/**
+ * Whether `current` is the very record `cookie` names: same generation and same base, and written for
+ * `owner`. Generation and base alone name one record only while nobody removes files by hand: removing
+ * the newest generation while an older one remains (in a shared folder, another user's, which the
+ * sticky bit keeps) lets the next grant re-use its number and base. The owner check keeps the holder
+ * of the removed record from taking that grant for its own: it learns that its lock is lost.
+ */
+export const isOurs = (
+  current: Current,
+  cookie: Cookie,
+  owner: string,
+): current is Extract<Current, { record: RecordV1 }> =>
+  current.record !== 'none' &&
+  current.record !== 'unreadable' &&
+  current.gen === cookie.gen &&
+  baseOf(current.record) === cookie.base &&
+  current.record.owner === owner

@@ -1,0 +1,328 @@
+/**
+ * The acquire loop: one attempt, then wait for a change hint or a jittered sleep (bounded by the holder's
+ * remaining lease and the deadline), and again; one last attempt at the deadline. A failed attempt backs
+ * off on a real timer; a store unreachable for too long is reported; an acquire that gives up after any
+ * attempt starts its owner-checked clean-up (`abandon`). One `AcquireLoop` per `acquire` call holds the
+ * loop's state; one attempt itself is attempt.ts. (A little over 300 lines: the loop's state and every
+ * step that changes it stay in one class, to be read together.)
+ */
+import { linkedAbort } from './abort.js'
+import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
+import type { AcquireRequest, AttemptResult, Grant, LockBackend } from './backend.js'
+import { jitter, now, sleep } from './clock.js'
+import { channels, publish } from './diagnostics.js'
+import { BackendUnavailableError, LockNotAcquiredError, quoteKey } from './errors.js'
+import { LockHandle } from './lock.js'
+import { type ResolvedAcquireOptions, validUntil } from './options.js'
+import { newOwnerId } from './owner.js'
+import { WAIT_OVER, WakeHint } from './wake-hint.js'
+
+/** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
+const ABANDON_WAIT_MS = 1000
+/** Poll caps of the acquire loop: a backend that notifies is polled only as a fallback for lost messages. */
+const POLL_FIRST_MS = 10
+const POLL_MAX_MS = 250
+const POLL_MAX_NOTIFY_MS = 1000
+/**
+ * Unavailability for longer than this (or one ttl, whichever is longer) fails a waiting acquire with
+ * `BackendUnavailableError`, whatever its timeout: a store that is down is reported, not waited on forever.
+ */
+const UNAVAILABLE_GIVE_UP_MS = 5000
+/** Backoff after a failed attempt: a real timer, never a wake-up hint, so a failing store cannot make us spin. */
+const FAILURE_BACKOFF_FIRST_MS = 50
+const FAILURE_BACKOFF_MAX_MS = 1000
+/** The least time one attempt gets, even at its deadline (a `tryAcquire` makes one whole attempt). */
+const ATTEMPT_MIN_MS = 2000
+
+/** What an acquire needs from its client. */
+export interface AcquireContext {
+  readonly backend: LockBackend
+  readonly driftFactor: number
+  /** The client's held locks: a grant joins them, and leaves once released or lost. */
+  readonly held: Set<LockHandle>
+  /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
+  readonly cleanups: Set<Promise<unknown>>
+}
+
+/** Runs one acquire to its end: a held lock, or the error its caller hears (its clean-up under way). */
+export function acquireLoop(
+  ctx: AcquireContext,
+  key: string,
+  opts: ResolvedAcquireOptions,
+  signal: AbortSignal,
+): Promise<LockHandle> {
+  return new AcquireLoop(ctx, key, opts, signal).run()
+}
+
+/** One `acquire` call: its state (named fields, not captured variables) and the steps that change it. */
+class AcquireLoop {
+  readonly #ctx: AcquireContext
+  readonly #backend: LockBackend
+  readonly #req: AcquireRequest
+  readonly #opts: ResolvedAcquireOptions
+  readonly #signal: AbortSignal
+  readonly #startedAt = now()
+  readonly #deadline: number
+  readonly #giveUpAfterMs: number
+  readonly #diag: { readonly key: string; readonly backend: string }
+
+  #attempts = 0
+  /** The next poll's cap: doubles while the key stays held. */
+  #poll = POLL_FIRST_MS
+  /** The next backoff after a failure: doubles while the store keeps failing. */
+  #backoff = FAILURE_BACKOFF_FIRST_MS
+  /** Since when every attempt has failed (undefined while the store answers). */
+  #unavailableSince: number | undefined
+  /**
+   * The start of the earliest attempt whose outcome is unknown (no answer, an abort racing the reply) and
+   * not yet resolved by a refusal: it may have set the lease a later attempt finds "already ours", so a
+   * grant's validity counts from there, never later. A refusal resolves it: had that attempt taken the
+   * lock, the store would have answered the later attempt "ours" while its lease lived.
+   */
+  #unresolvedSince: number | undefined
+  /** The latest attempt as the backend runs it, for the clean-up to follow (see `#abandon`). */
+  #inFlight: Promise<unknown> | undefined
+  /** Hands `#inFlight` each attempt: made once per acquire, not per attempt. */
+  readonly #track = (attempt: Promise<unknown>) => {
+    this.#inFlight = attempt
+  }
+  /** Armed before the attempt that precedes each wait (see WakeHint). */
+  #hint: WakeHint | undefined
+  /** Hints in a row that settled the moment they were armed. */
+  #instantHints = 0
+  /**
+   * A grant handed over by the backend while we waited (fair queues), and when our last refused attempt
+   * started: the hand-over happened after the store saw that attempt, so validity counts from there.
+   */
+  #handed: Grant | undefined
+  #attemptStart = now()
+  /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
+  #abandoning: Promise<unknown> | undefined
+
+  constructor(ctx: AcquireContext, key: string, opts: ResolvedAcquireOptions, signal: AbortSignal) {
+    this.#ctx = ctx
+    this.#backend = ctx.backend
+    this.#opts = opts
+    this.#signal = signal
+    this.#deadline = this.#startedAt + opts.timeoutMs
+    // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
+    this.#req = { key, owner: newOwnerId(), ttlMs: opts.ttlMs, holder: opts.holder }
+    this.#diag = { key, backend: ctx.backend.id }
+    this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
+  }
+
+  async run(): Promise<LockHandle> {
+    const { ttlMs, timeoutMs } = this.#opts
+    publish(channels.acquireStart, () => ({ ...this.#diag, ttlMs, timeoutMs }))
+    try {
+      for (;;) {
+        if (this.#signal.aborted) {
+          // A hand-over that arrived with the abort is ours on the store: give it back.
+          if (this.#handed) void releaseQuietly(this.#backend, this.#req, this.#handed)
+          this.#fail(this.#signal.reason)
+        }
+        let result: AttemptResult | undefined
+        if (this.#handed) result = this.#takeHanded(this.#handed)
+        else {
+          try {
+            result = this.#attemptAnswered(await this.#attempt())
+          } catch (error) {
+            result = this.#failedAttempt(error)
+          }
+        }
+        if (result?.granted) {
+          const lock = await this.#take(result)
+          if (lock) return lock
+        }
+        if (now() >= this.#deadline) this.#fail(this.#notAcquired())
+        if (result === undefined) {
+          await this.#backOff()
+          continue
+        }
+        if (!this.#hint) {
+          this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+          // Freshly armed: re-check at once, since the holder may have left before the hint was listening.
+          if (this.#hint && this.#attempts === 1) continue
+        }
+        await this.#wait(result)
+      }
+    } catch (error) {
+      // Leave nothing behind when the caller hears of the failure: a queue ticket (etcd, fair Redis) or
+      // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
+      // Bounded, so a hung store cannot hold up an abort; the clean-up itself goes on in the background.
+      // An abort rejects at once, as the caller asked: its clean-up may wait for an attempt still in flight.
+      if (this.#abandoning && !this.#signal.aborted) {
+        const stop = new AbortController()
+        await Promise.race([this.#abandoning, sleep(ABANDON_WAIT_MS, stop.signal)])
+        stop.abort()
+      }
+      throw error
+    }
+  }
+
+  /** The grant handed over while we waited, taken like an attempt's answer. */
+  #takeHanded(handed: Grant): Grant {
+    this.#handed = undefined
+    return this.#answered(handed)
+  }
+
+  /** The next attempt, bounded (attempt.ts). */
+  #attempt(): Promise<AttemptResult> {
+    return boundedAttempt(this.#backend, this.#req, this.#signal, this.#startAttempt(), this.#track)
+  }
+
+  /** An attempt's answer: a refusal resolves the earlier unknown outcomes. */
+  #attemptAnswered(result: AttemptResult): AttemptResult {
+    if (!result.granted) this.#unresolvedSince = undefined
+    return this.#answered(result)
+  }
+
+  /** The store answered: it is reachable again. */
+  #answered<R extends AttemptResult>(result: R): R {
+    this.#unavailableSince = undefined
+    this.#backoff = FAILURE_BACKOFF_FIRST_MS
+    return result
+  }
+
+  /** Counts an attempt and returns its bound. */
+  #startAttempt(): number {
+    this.#attempts++
+    this.#attemptStart = now()
+    // Every attempt is bounded by the deadline (but gets ATTEMPT_MIN_MS at least) and by the
+    // give-up time, so an unreachable store is reported on time, never waited on past them.
+    const giveUpAt = (this.#unavailableSince ?? this.#attemptStart) + this.#giveUpAfterMs
+    const end = Math.min(Math.max(this.#deadline, this.#attemptStart + ATTEMPT_MIN_MS), giveUpAt)
+    return end - this.#attemptStart
+  }
+
+  /** An attempt that failed: ends the acquire, unless the store is merely unreachable and time remains. */
+  #failedAttempt(error: unknown): undefined {
+    if (this.#signal.aborted) this.#fail(this.#signal.reason)
+    this.#unresolvedSince ??= this.#attemptStart
+    const wrapped = unavailableError(this.#backend, this.#req.key, error, 'acquire')
+    if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) this.#fail(wrapped)
+    this.#unavailableSince ??= this.#attemptStart
+    if (now() >= this.#deadline || now() >= this.#unavailableSince + this.#giveUpAfterMs) this.#fail(wrapped)
+    return undefined
+  }
+
+  /** The lock for `grant`, or undefined when the grant came too late to be valid (it is released). */
+  async #take(grant: Grant): Promise<LockHandle | undefined> {
+    if (this.#signal.aborted) {
+      await releaseQuietly(this.#backend, this.#req, grant)
+      this.#fail(this.#signal.reason)
+    }
+    const from = Math.min(this.#attemptStart, this.#unresolvedSince ?? this.#attemptStart)
+    const until = validUntil(from, grant.ttlMs, this.#ctx.driftFactor)
+    if (now() >= until || grant.lost?.aborted) {
+      // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
+      await releaseQuietly(this.#backend, this.#req, grant)
+      // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
+      this.#unresolvedSince = undefined
+      return undefined
+    }
+    const lock = this.#handle(grant, until)
+    this.#hint?.disarm()
+    publish(channels.acquireOk, () => ({
+      ...this.#diag,
+      owner: this.#req.owner,
+      fence: lock.fence,
+      attempts: this.#attempts,
+      waitedMs: now() - this.#startedAt,
+    }))
+    return lock
+  }
+
+  #handle(grant: Grant, until: number): LockHandle {
+    const { backend, driftFactor, held } = this.#ctx
+    const { key, owner } = this.#req
+    const lock = new LockHandle(
+      { backend, driftFactor, onSettled: (l) => held.delete(l) },
+      { key, owner, fence: grant.fence, cookie: grant.cookie },
+      // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
+      {
+        ttlMs: Math.max(grant.ttlMs, this.#opts.ttlMs),
+        validUntil: until,
+        ...(grant.lost ? { lost: grant.lost } : {}),
+      },
+      this.#opts.renew,
+    )
+    held.add(lock)
+    return lock
+  }
+
+  #notAcquired(): LockNotAcquiredError {
+    const { key } = this.#req
+    return new LockNotAcquiredError(
+      `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; gave up after ${Math.round(now() - this.#startedAt)} ms ` +
+        `(timeout ${this.#opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
+      { key, backend: this.#backend.id },
+    )
+  }
+
+  /**
+   * After a failure: a real timer with backoff, never the hint (a failing store fails its hint too, at
+   * once, and racing it would spin without ever yielding to timers or I/O).
+   */
+  async #backOff(): Promise<void> {
+    const giveUpAt = (this.#unavailableSince ?? now()) + this.#giveUpAfterMs
+    const wait = Math.max(1, Math.min(jitter(this.#backoff), this.#deadline - now(), giveUpAt - now()))
+    this.#backoff = Math.min(this.#backoff * 2, FAILURE_BACKOFF_MAX_MS)
+    const timer = linkedAbort(this.#signal)
+    await sleep(wait, timer.signal)
+    timer.dispose()
+  }
+
+  /**
+   * While the key is held elsewhere: a jittered poll, no longer than the holder's remaining lease or the
+   * deadline, raced against the hint. A grant handed over meanwhile is taken on the next round.
+   */
+  async #wait(result: AttemptResult): Promise<void> {
+    const hint = this.#hint
+    const cap = this.#backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
+    let wait = jitter(this.#poll)
+    this.#poll = Math.min(this.#poll * 2, cap)
+    if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
+    wait = Math.max(0, Math.min(wait, this.#deadline - now()))
+    const timer = linkedAbort(this.#signal)
+    const slept = sleep(wait, timer.signal).then(() => undefined)
+    // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
+    // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
+    const useHint = hint && this.#instantHints < 2
+    this.#handed = await (useHint && hint ? Promise.race([slept, hint.promise]) : slept)
+    timer.abort(WAIT_OVER)
+    timer.dispose()
+    if (hint) {
+      this.#instantHints = hint.instant ? this.#instantHints + 1 : 0
+      hint.disarm()
+      this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+    }
+  }
+
+  /** Ends the acquire with `error`; after any attempt, its clean-up starts first. */
+  #fail(error: unknown): never {
+    this.#hint?.disarm()
+    if (this.#attempts > 0) this.#abandon()
+    publish(channels.acquireFail, () => ({
+      ...this.#diag,
+      attempts: this.#attempts,
+      waitedMs: now() - this.#startedAt,
+      error,
+    }))
+    throw error
+  }
+
+  /**
+   * Outcome unknown -> owner-checked clean-up, for every backend, whatever the last attempt said: an
+   * attempt aborted or timed out may still be granted on the store. The clean-up follows the attempt
+   * (bounded), so it is the last word on what that attempt did. A backend bug (even a synchronous throw)
+   * never replaces the acquire's error.
+   */
+  #abandon(): void {
+    const cleanup = abandonAfter(this.#backend, this.#req, this.#inFlight)
+    this.#abandoning = cleanup
+    const { cleanups } = this.#ctx
+    cleanups.add(cleanup)
+    void cleanup.finally(() => cleanups.delete(cleanup))
+  }
+}
