@@ -2,13 +2,14 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { after, before, describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { startProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
+import { pollUntil } from '../support/wait.js'
 
 let server: RedisServer
 let admin: Redis
@@ -220,15 +221,17 @@ describe('redis backend: lost replies', () => {
     const failing = locks.acquire(k, { timeout: '600ms' })
     failing.catch(() => {})
     // The attempt runs on the server; only its reply is lost.
-    const seenBy = Date.now() + 5000
-    while (!(await admin.get(redisLockKeys(k).lock)) && Date.now() < seenBy) await sleep(10)
+    await pollUntil(() => admin.get(redisLockKeys(k).lock), Boolean)
     assert.ok(await admin.get(redisLockKeys(k).lock), 'the attempt did take the lock on the server')
     await assert.rejects(failing, BackendUnavailableError)
     proxy.mode = 'pass'
     redis.disconnect(true)
     // abandon() runs in the background once the connection is back: the lock must go, not linger 30 s.
-    const deadline = Date.now() + 10_000
-    while ((await admin.exists(redisLockKeys(k).lock)) === 1 && Date.now() < deadline) await sleep(50)
+    await pollUntil(
+      () => admin.exists(redisLockKeys(k).lock),
+      (n) => n === 0,
+      { withinMs: 10_000, everyMs: 50 },
+    )
     assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
     await locks.close()
     redis.disconnect()
@@ -281,8 +284,11 @@ describe('redis backend: fair mode', () => {
         }),
       )
       // Wait until this waiter is in the queue before the next one arrives.
-      const deadline = Date.now() + 10_000
-      while ((await admin.llen(redisLockKeys(k).queue)) < i + 1 && Date.now() < deadline) await sleep(10)
+      await pollUntil(
+        () => admin.llen(redisLockKeys(k).queue),
+        (n) => n >= i + 1,
+        { withinMs: 10_000 },
+      )
     }
     assert.equal(await admin.llen(redisLockKeys(k).queue), 8)
     await holder.release()
@@ -295,8 +301,11 @@ describe('redis backend: fair mode', () => {
     const url = `${server.url}?fair=true`
     const holder = await client(url).acquire(k, { ttl: '30s' })
     const waiting = client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' })
-    const deadline = Date.now() + 10_000
-    while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
+    await pollUntil(
+      () => admin.llen(redisLockKeys(k).queue),
+      (n) => n >= 1,
+      { withinMs: 10_000 },
+    )
     await holder.release()
     // The release itself made the waiter the holder, before the waiter did anything, and wrote its description.
     const [owner, described] = await admin.mget(redisLockKeys(k).lock, redisLockKeys(k).holder)
@@ -323,8 +332,11 @@ describe('redis backend: fair mode', () => {
     try {
       const holder = await client(url).acquire(k, { ttl: '30s' })
       const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
-      const deadline = Date.now() + 10_000
-      while ((await admin.llen(redisLockKeys(k).queue)) < 1 && Date.now() < deadline) await sleep(10)
+      await pollUntil(
+        () => admin.llen(redisLockKeys(k).queue),
+        (n) => n >= 1,
+        { withinMs: 10_000 },
+      )
       await holder.release()
       const [, owner, fence, lease] = /^(.*):(\d+):(\d+)$/.exec(await published) ?? []
       const first = Number(lease)
@@ -403,9 +415,8 @@ describe('redis backend: replicas and bad input', () => {
   it('minReplicas: acquires once a real replica acknowledges', async () => {
     const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(server.port)] })
     try {
-      const deadline = Date.now() + 15_000
-      while (!/connected_slaves:1/.test(await admin.info('replication')) && Date.now() < deadline)
-        await sleep(100)
+      const replicated = (info: string) => /connected_slaves:1/.test(info)
+      await pollUntil(() => admin.info('replication'), replicated, { withinMs: 15_000, everyMs: 100 })
       const k = key('replicated')
       const lock = await client(`${server.url}?minReplicas=1&replicaTimeout=2s`).acquire(k, {
         timeout: '10s',

@@ -7,8 +7,8 @@ import { createLockClient, type LockClient, LockNotAcquiredError, QuorumError } 
 import { type RedisNodes, type RedisServer, startRedisNodes } from '../servers/redis.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const NODE_BITS = 8n
 
 /** Clients made in a test, closed after it. */

@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
 import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
-import { CLI, startHold } from '../support/processes.js'
+import { CLI, startHold, waitUntilDead } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 
 const dir = tempDir('cli')
@@ -292,25 +292,6 @@ describe('fencelock inspect and doctor', () => {
     assert.match(r.stdout, /exclusive create with link\(\) works/)
   })
 })
-
-/** Waits until `pid` is gone or a zombie (PID 1 here does not reap orphans): it no longer runs. */
-async function waitUntilDead(pid: number, withinMs: number): Promise<void> {
-  const giveUpAt = performance.now() + withinMs
-  for (;;) {
-    let state: string | undefined
-    try {
-      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0]
-    } catch {
-      return
-    }
-    if (state === 'Z' || state === 'X') return
-    if (performance.now() > giveUpAt) {
-      process.kill(pid, 'SIGKILL')
-      assert.fail(`process ${pid} (state ${state}) still runs ${withinMs} ms later: it outlived its lock`)
-    }
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
 
 /** Resolves once the command under `fencelock run` has printed "started". */
 function untilStarted(running: { child: ReturnType<typeof spawn> }): Promise<void> {
