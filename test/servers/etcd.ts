@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto'
 import { tempDir } from '../support/temp.js'
 import { waitUntil } from '../support/wait.js'
 import { onFreshPorts, type PickPorts } from './ports.js'
-import { againOnPort, requireBinary, ServerProcess } from './process.js'
+import { againOnPort, FolderServer, requireBinary, ServerProcess } from './process.js'
 
 const INSTALL = 'apt-get install -y etcd-server etcd-client'
 
@@ -61,13 +61,11 @@ interface ClusterSpec {
   readonly token: string
 }
 
-class RunningMember implements EtcdMember {
+class RunningMember extends FolderServer implements EtcdMember {
   readonly endpoint: string
   readonly #spec: ClusterSpec
-  readonly #folder: { path: string; cleanup(): void }
   /** 'new' for its first start, 'existing' once it has data: a restart rejoins. */
   #state: 'new' | 'existing' = 'new'
-  #proc: ServerProcess
 
   constructor(
     readonly name: string,
@@ -75,18 +73,10 @@ class RunningMember implements EtcdMember {
     readonly peerPort: number,
     spec: ClusterSpec,
   ) {
+    super(tempDir(`etcd-${name}`))
     this.endpoint = `127.0.0.1:${clientPort}`
     this.#spec = spec
-    this.#folder = tempDir(`etcd-${name}`)
-    this.#proc = this.#launch()
-  }
-
-  get dir(): string {
-    return this.#folder.path
-  }
-
-  get pid(): number {
-    return this.#proc.pid
+    this.proc = this.#launch()
   }
 
   #launch(): ServerProcess {
@@ -113,27 +103,19 @@ class RunningMember implements EtcdMember {
 
   /** Waits until it answers /health (which needs a leader, so a quorum of its cluster). */
   untilHealthy(withinMs: number): Promise<void> {
-    return this.#proc.untilReady(() => health(this.clientPort), withinMs)
-  }
-
-  signal(signal: NodeJS.Signals): void {
-    this.#proc.child.kill(signal)
-  }
-
-  stop(): Promise<void> {
-    return this.#proc.stop()
+    return this.proc.untilReady(() => health(this.clientPort), withinMs)
   }
 
   async restart(): Promise<void> {
-    await this.#proc.stop()
+    await this.proc.stop()
     await againOnPort(
       `etcd ${this.name} (client port ${this.clientPort}, peer port ${this.peerPort})`,
       async () => {
-        this.#proc = this.#launch()
+        this.proc = this.#launch()
         try {
           await this.untilHealthy(20_000)
         } catch (error) {
-          await this.#proc.stop()
+          await this.proc.stop()
           throw error
         }
       },
@@ -142,15 +124,6 @@ class RunningMember implements EtcdMember {
 
   healthy(): Promise<boolean> {
     return health(this.clientPort).catch(() => false)
-  }
-
-  log(): string {
-    return this.#proc.log()
-  }
-
-  async destroy(): Promise<void> {
-    await this.#proc.stop()
-    this.#folder.cleanup()
   }
 }
 

@@ -3,6 +3,7 @@
  * messages, stopped only by its own PID.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import type { TempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 import { START_ATTEMPTS } from './ports.js'
@@ -110,4 +111,43 @@ export async function againOnPort<T>(what: string, launch: () => Promise<T>): Pr
     }
   }
   throw new Error(`${what} could not start again on its old port(s):\n${failures.join('\n')}`)
+}
+
+/** A server started in a temp folder of its own: what every kind shares (each kind adds its restart). */
+export class FolderServer {
+  /** The running process; a restart replaces it. Set by the kind's constructor. */
+  protected proc!: ServerProcess
+  readonly #folder: TempDir
+
+  constructor(folder: TempDir) {
+    this.#folder = folder
+  }
+
+  get dir(): string {
+    return this.#folder.path
+  }
+
+  get pid(): number {
+    return this.proc.pid
+  }
+
+  /** Sends a signal (SIGKILL for a crash, SIGSTOP/SIGCONT for a pause). */
+  signal(signal: NodeJS.Signals): void {
+    this.proc.child.kill(signal)
+  }
+
+  stop(): Promise<void> {
+    return this.proc.stop()
+  }
+
+  /** The tail of its output (its log), for a failing test to keep. */
+  log(): string {
+    return this.proc.log()
+  }
+
+  /** Stops it and removes its folder. */
+  async destroy(): Promise<void> {
+    await this.proc.stop()
+    this.#folder.cleanup()
+  }
 }

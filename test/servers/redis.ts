@@ -7,10 +7,10 @@ import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
-import { tempDir } from '../support/temp.js'
+import { type TempDir, tempDir } from '../support/temp.js'
 import { waitUntil } from '../support/wait.js'
 import { freePorts, onFreshPorts, type PickPorts } from './ports.js'
-import { againOnPort, logTail, requireBinary, ServerProcess } from './process.js'
+import { againOnPort, FolderServer, logTail, requireBinary, ServerProcess } from './process.js'
 
 const INSTALL = 'apt-get install redis-server'
 
@@ -82,55 +82,28 @@ async function launch(binary: string, port: number, args: string[], dir: string)
   }
 }
 
-class RunningRedis implements RedisServer {
+class RunningRedis extends FolderServer implements RedisServer {
   readonly url: string
-  readonly #folder: { path: string; cleanup(): void }
   readonly #command: { binary: string; args: string[] }
-  #proc: ServerProcess
 
   constructor(
     readonly port: number,
-    folder: { path: string; cleanup(): void },
+    folder: TempDir,
     command: { binary: string; args: string[] },
     proc: ServerProcess,
   ) {
+    super(folder)
     this.url = `redis://127.0.0.1:${port}`
-    this.#folder = folder
     this.#command = command
-    this.#proc = proc
-  }
-
-  get dir(): string {
-    return this.#folder.path
-  }
-
-  get pid(): number {
-    return this.#proc.pid
-  }
-
-  stop(): Promise<void> {
-    return this.#proc.stop()
-  }
-
-  signal(signal: NodeJS.Signals): void {
-    this.#proc.child.kill(signal)
+    this.proc = proc
   }
 
   async restart(): Promise<void> {
-    await this.#proc.stop()
+    await this.proc.stop()
     const { binary, args } = this.#command
-    this.#proc = await againOnPort(`redis-server on port ${this.port}`, () =>
+    this.proc = await againOnPort(`redis-server on port ${this.port}`, () =>
       launch(binary, this.port, args, this.dir),
     )
-  }
-
-  async destroy(): Promise<void> {
-    await this.#proc.stop()
-    this.#folder.cleanup()
-  }
-
-  log(): string {
-    return this.#proc.log()
   }
 }
 
