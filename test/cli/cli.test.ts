@@ -185,7 +185,7 @@ describe('fencelock run', () => {
     // fencelock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
     const code = await new Promise((resolve) => running.child.once('exit', resolve))
     assert.equal(code, 76)
-    await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000)
+    await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000, 'it outlived its lock')
     await running
   })
 
@@ -199,7 +199,7 @@ describe('fencelock run', () => {
     const started = performance.now()
     running.child.kill('SIGKILL')
     const pid = Number(readFileSync(pidFile, 'utf8'))
-    await waitUntilDead(pid, 10_000)
+    await waitUntilDead(pid, 10_000, 'it outlived its lock')
     assert.ok(performance.now() - started < 20_000, 'stopped well within the 30 s lease')
   })
 

@@ -86,7 +86,10 @@ export interface CliResult {
  * Runs the compiled CLI (or another copy of it: `cli`) to its end with `args`. A non-zero exit is a
  * result to assert on, not an error.
  */
-export function runCli(args: string[], { cli = CLI, ...options }: ExecFileOptions & { cli?: string } = {}) {
+export function runCli(
+  args: string[],
+  { cli = CLI, ...options }: ExecFileOptions & { cli?: string } = {},
+): Promise<CliResult> {
   return promisify(execFile)(process.execPath, [cli, ...args], { ...options, encoding: 'utf8' }).then(
     (r): CliResult => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
     (e: CliResult): CliResult => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
@@ -107,11 +110,7 @@ export function stillRuns(pid: number): boolean {
  * Waits until `pid` no longer runs. One that still runs after `withinMs` gets SIGKILL (a test must not
  * leave it behind), and the wait fails saying `why` it should have stopped.
  */
-export async function waitUntilDead(
-  pid: number,
-  withinMs: number,
-  why = 'it outlived its lock',
-): Promise<void> {
+export async function waitUntilDead(pid: number, withinMs: number, why: string): Promise<void> {
   try {
     await waitUntil(() => !stillRuns(pid), `process ${pid} to stop (${why})`, { withinMs, everyMs: 50 })
   } catch (error) {
