@@ -5,7 +5,7 @@ import type { LockClient } from '../core/client.js'
 import { parseDuration } from '../core/durations.js'
 import { parseHolder, toHolder } from '../core/options.js'
 import { loadBackend } from '../schemes.js'
-import { type ParsedOptions, parseCliUrl, resolveUrl } from './args.js'
+import { type ParsedOptions, parse, parseCliUrl, resolveUrl, UsageError } from './args.js'
 import { sharedFolders } from './lock-folder.js'
 
 export interface Opened {
@@ -28,6 +28,42 @@ export async function open(values: ParsedOptions, holder?: string): Promise<Open
       await client.close()
       await backend.close()
     },
+  }
+}
+
+/**
+ * Parses a command's `argv` against `options`; with --help prints `help` and returns undefined (the
+ * command then exits 0).
+ */
+export function parseCommand(
+  argv: string[],
+  options: Parameters<typeof parse>[1],
+  help: string,
+): ReturnType<typeof parse> | undefined {
+  const parsed = parse(argv, options)
+  if (!parsed.values.help) return parsed
+  process.stdout.write(`${help}\n`)
+  return undefined
+}
+
+/** The one <key> a command takes (hold, inspect). @throws {UsageError} with `usage` for none or more */
+export function onlyKey(positionals: string[], usage: string): string {
+  const [key, ...extra] = positionals
+  if (key === undefined || extra.length > 0) throw new UsageError(usage)
+  return key
+}
+
+/** Opens the backend (see `open`), runs `body` with it, and closes it whatever `body` does. */
+export async function withOpened<T>(
+  values: ParsedOptions,
+  holder: string | undefined,
+  body: (opened: Opened) => Promise<T>,
+): Promise<T> {
+  const opened = await open(values, holder)
+  try {
+    return await body(opened)
+  } finally {
+    await opened.close()
   }
 }
 

@@ -1,6 +1,6 @@
 import type { DoctorFinding } from '../core/backend.js'
-import { COMMON_OPTIONS, parse, resolveUrl, UsageError } from './args.js'
-import { open, reasonOf } from './context.js'
+import { COMMON_OPTIONS, resolveUrl, UsageError } from './args.js'
+import { parseCommand, reasonOf, withOpened } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const DOCTOR_HELP = `Usage: fencelock doctor [<url>]
@@ -11,15 +11,12 @@ line: ok, info, warn or error.
 Exits 0 when nothing is an error, 69 otherwise.`
 
 export async function doctorCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, COMMON_OPTIONS)
-  if (values.help) {
-    process.stdout.write(`${DOCTOR_HELP}\n`)
-    return EXIT.ok
-  }
+  const parsed = parseCommand(argv, COMMON_OPTIONS, DOCTOR_HELP)
+  if (parsed === undefined) return EXIT.ok
+  const { values, positionals } = parsed
   if (positionals.length > 1) throw new UsageError('usage: fencelock doctor [<url>]')
   const url = positionals[0] ?? resolveUrl(values)
-  const opened = await open({ ...values, url })
-  try {
+  return withOpened({ ...values, url }, undefined, async (opened) => {
     process.stdout.write(`backend: ${opened.backend.id}\n`)
     const findings: DoctorFinding[] = []
     try {
@@ -41,7 +38,5 @@ export async function doctorCommand(argv: string[]): Promise<number> {
     }
     for (const f of findings) process.stdout.write(`${f.level.padEnd(5)} ${f.message}\n`)
     return findings.some((f) => f.level === 'error') ? EXIT.unavailable : EXIT.ok
-  } finally {
-    await opened.close()
-  }
+  })
 }

@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline'
-import { COMMON_OPTIONS, parse, UsageError } from './args.js'
-import { holderOf, open, printJson, showWaiting, timeoutOf } from './context.js'
+import { COMMON_OPTIONS } from './args.js'
+import { holderOf, onlyKey, parseCommand, printJson, showWaiting, timeoutOf, withOpened } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const HOLD_HELP = `Usage: fencelock hold <key> [options]
@@ -21,16 +21,12 @@ Options:
   -h, --help           this help`
 
 export async function holdCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, { ...COMMON_OPTIONS, holder: { type: 'string' } })
-  if (values.help) {
-    process.stdout.write(`${HOLD_HELP}\n`)
-    return EXIT.ok
-  }
-  const [key, ...extra] = positionals
-  if (key === undefined || extra.length > 0) throw new UsageError('usage: fencelock hold <key> [options]')
+  const parsed = parseCommand(argv, { ...COMMON_OPTIONS, holder: { type: 'string' } }, HOLD_HELP)
+  if (parsed === undefined) return EXIT.ok
+  const { values, positionals } = parsed
+  const key = onlyKey(positionals, 'usage: fencelock hold <key> [options]')
   const timeout = timeoutOf(values)
-  const opened = await open(values, holderOf())
-  try {
+  return withOpened(values, holderOf(), async (opened) => {
     const stopStatus = showWaiting(opened.client, key, values.verbose === true)
     const lock = await opened.client
       .acquire(key, timeout === undefined ? {} : { timeout })
@@ -57,7 +53,5 @@ export async function holdCommand(argv: string[]): Promise<number> {
     await lock.release()
     printJson({ event: 'released', key, fence: lock.fence })
     return EXIT.ok
-  } finally {
-    await opened.close()
-  }
+  })
 }

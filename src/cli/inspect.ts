@@ -1,5 +1,5 @@
-import { COMMON_OPTIONS, parse, UsageError } from './args.js'
-import { describeHolder, open, printJson } from './context.js'
+import { COMMON_OPTIONS } from './args.js'
+import { describeHolder, onlyKey, parseCommand, printJson, withOpened } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const INSPECT_HELP = `Usage: fencelock inspect <key> [--url <url>]
@@ -10,16 +10,10 @@ when the store keeps it), and on stderr, when it is a terminal, the same in a se
 Diagnostic only: it may change the moment after; only an acquire decides who holds a lock.`
 
 export async function inspectCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, COMMON_OPTIONS)
-  if (values.help) {
-    process.stdout.write(`${INSPECT_HELP}\n`)
-    return EXIT.ok
-  }
-  const [key, ...extra] = positionals
-  if (key === undefined || extra.length > 0)
-    throw new UsageError('usage: fencelock inspect <key> [--url <url>]')
-  const opened = await open(values)
-  try {
+  const parsed = parseCommand(argv, COMMON_OPTIONS, INSPECT_HELP)
+  if (parsed === undefined) return EXIT.ok
+  const key = onlyKey(parsed.positionals, 'usage: fencelock inspect <key> [--url <url>]')
+  return withOpened(parsed.values, undefined, async (opened) => {
     const info = await opened.client.inspect(key)
     printJson({ key, backend: opened.backend.id, ...info })
     if (process.stderr.isTTY) {
@@ -29,7 +23,5 @@ export async function inspectCommand(argv: string[]): Promise<number> {
       process.stderr.write(`${key} on ${opened.backend.id}: ${state}\n`)
     }
     return EXIT.ok
-  } finally {
-    await opened.close()
-  }
+  })
 }

@@ -2,8 +2,8 @@ import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { parseDuration } from '../core/durations.js'
-import { COMMON_OPTIONS, parse, UsageError } from './args.js'
-import { holderOf, open, showWaiting, timeoutOf } from './context.js'
+import { COMMON_OPTIONS, UsageError } from './args.js'
+import { holderOf, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args...]
@@ -36,16 +36,18 @@ export async function runCommand(argv: string[]): Promise<number> {
   const split = argv.indexOf('--')
   const own = split === -1 ? argv : argv.slice(0, split)
   const command = split === -1 ? [] : argv.slice(split + 1)
-  const { values, positionals } = parse(own, {
-    ...COMMON_OPTIONS,
-    'kill-after': { type: 'string' },
-    foreground: { type: 'boolean' },
-    holder: { type: 'string' },
-  })
-  if (values.help) {
-    process.stdout.write(`${RUN_HELP}\n`)
-    return EXIT.ok
-  }
+  const parsed = parseCommand(
+    own,
+    {
+      ...COMMON_OPTIONS,
+      'kill-after': { type: 'string' },
+      foreground: { type: 'boolean' },
+      holder: { type: 'string' },
+    },
+    RUN_HELP,
+  )
+  if (parsed === undefined) return EXIT.ok
+  const { values, positionals } = parsed
   const [key, ...extra] = positionals
   if (key === undefined)
     throw new UsageError('missing <key>; usage: fencelock run <key> [options] -- <command>')

@@ -5,6 +5,8 @@ import { etcdBackend } from '../../src/backends/etcd/index.js'
 import type { AcquireRequest, LockBackend } from '../../src/core/backend.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
+import { sleep } from '../support/time.js'
+import { pollUntil } from '../support/wait.js'
 
 /**
  * An acquire aborted while its transaction, its reply, the keep-alive beside it or a hand-over is under
@@ -128,12 +130,9 @@ describe(
           // polls have backed off to a second, and one of them was just refused: the next is at least half
           // a second away, and the release's delete wakes the wait (which hands over) within milliseconds.
           // Should a poll come first all the same, it is interrupted just as well.
-          for (let i = 0; i < 250; i++) {
-            const keys = await admin.getAll().prefix(`fencelock/${key}/`).keys()
-            if (keys.length === 2) break
-            await new Promise((r) => setTimeout(r, 20))
-          }
-          await new Promise((r) => setTimeout(r, 2500))
+          const inLine = () => admin.getAll().prefix(`fencelock/${key}/`).keys()
+          await pollUntil(inLine, (keys) => keys.length === 2, { withinMs: 10_000, everyMs: 20 })
+          await sleep(2500)
           await nextRefusal()
           await holder!.release()
         }

@@ -7,10 +7,10 @@ import * as etcdModule from '../../src/backends/etcd/index.js'
 import type { LockBackend } from '../../src/core/backend.js'
 import { BackendUnavailableError, createLockClient, type LockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
-import { freePort } from '../servers/common.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
+import { freePort } from '../servers/ports.js'
+import { sleep } from '../support/time.js'
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const owner = () => randomBytes(16).toString('hex')
 
 /** Its message, asserting it stayed one readable line (a key or a driver message can be megabytes). */

@@ -6,9 +6,8 @@ import { Etcd3 } from 'etcd3'
 import { createLockClient, type LockClient, LockLostError, LockNotAcquiredError } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
-import { abortedWithin } from '../support/wait.js'
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+import { sleep } from '../support/time.js'
+import { abortedWithin, pollUntil } from '../support/wait.js'
 
 /** `etcdctl lock <name> [command…]`, started against the cluster; resolves once it printed `ready`. */
 function etcdctlLock(cluster: EtcdCluster, name: string, command: string[] = []) {
@@ -118,13 +117,11 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
       const keys = async () => (await admin.getAll().prefix(`fencelock/${key}/`).exec()).kvs
       const waiting = client({ ttl: '6s' }).acquire(key, { timeout: '20s' })
       // The waiter's key is the one that is not the holder's; wait (bounded) until it is in line.
-      let gone: { key: string; revision: bigint } | undefined
-      for (let i = 0; i < 250 && !gone; i++) {
-        const kv = (await keys()).find((k) => !k.value.toString().startsWith(`${holder.owner} `))
-        if (kv) gone = { key: kv.key.toString(), revision: BigInt(kv.create_revision) }
-        else await sleep(20)
-      }
-      assert.ok(gone, 'the waiter never put its key')
+      const waiterKey = async () =>
+        (await keys()).find((k) => !k.value.toString().startsWith(`${holder.owner} `))
+      const kv = await pollUntil(waiterKey, Boolean, { withinMs: 10_000, everyMs: 20 })
+      assert.ok(kv, 'the waiter never put its key')
+      const gone = { key: kv.key.toString(), revision: BigInt(kv.create_revision) }
       // Until the waiter's fallback poll (which would notice the deletion on its own) is ~1 s apart.
       await sleep(2000)
       // Its lease dying would do this. The waiter watches the holder's key, not its own, and the holder

@@ -4,9 +4,8 @@ import { Etcd3 } from 'etcd3'
 import { createLockClient, type LockClient, LockLostError } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { startProxy } from '../support/proxy.js'
-import { abortedWithin } from '../support/wait.js'
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+import { sleep } from '../support/time.js'
+import { abortedWithin, pollUntil } from '../support/wait.js'
 
 /**
  * What etcd keeps for a holder, against what the holder believes: an extension's validity is covered by
@@ -151,11 +150,7 @@ describe('etcd: leases and what the holder believes', { timeout: 120_000 }, () =
       assert.equal(signal.aborted, false, 'a normal release aborted lock.signal')
     }
     // Cancels are messages on the stream, not awaited by release: give them a moment.
-    let now = await watchers()
-    for (let i = 0; i < 50 && now > baseline; i++) {
-      await sleep(100)
-      now = await watchers()
-    }
+    const now = await pollUntil(watchers, (n) => n <= baseline, { everyMs: 100 })
     assert.equal(now, baseline, `${now - baseline} watchers left behind by 20 released locks`)
   })
 
@@ -176,17 +171,18 @@ describe('etcd: leases and what the holder believes', { timeout: 120_000 }, () =
       () => {},
     )
     // In line once its key is under the lock's prefix, behind the blocker's.
-    for (let i = 0; i < 250 && (await keysOf('kept-waiting')).length < 2; i++) await sleep(20)
+    await pollUntil(
+      () => keysOf('kept-waiting'),
+      (keys) => keys.length >= 2,
+      { withinMs: 10_000, everyMs: 20 },
+    )
     const ours = async () => (await leases()).filter((l) => !before.has(l.id))
     const ttls = async () => new Set((await ours()).map((l) => l.grantedTTL))
     const used = await ttls()
     for (const s of [1, 2, 3, 4, 5, 7, 8, 30]) assert.ok(used.has(s), `no lease of ${s} s while in use`)
     // Idle for one ttl (at least 2 s) before it is retired: the 5 s one goes last. Generous bound.
-    let left = await ttls()
-    for (let i = 0; i < 150 && [1, 2, 3, 4, 5].some((s) => left.has(s)); i++) {
-      await sleep(100)
-      left = await ttls()
-    }
+    const idleGone = (left: Set<number>) => ![1, 2, 3, 4, 5].some((s) => left.has(s))
+    const left = await pollUntil(ttls, idleGone, { withinMs: 15_000, everyMs: 100 })
     assert.deepEqual(
       [1, 2, 3, 4, 5].filter((s) => left.has(s)),
       [],

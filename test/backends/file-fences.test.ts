@@ -14,6 +14,7 @@ import { keyFolderName } from '../../src/backends/file/generations.js'
 import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
 import { BackendUnavailableError, createLockClient, LockLostError } from '../../src/index.js'
 import { tempDir } from '../support/temp.js'
+import { sleep } from '../support/time.js'
 import { abortedWithin } from '../support/wait.js'
 
 const dir = tempDir('file-fences')
@@ -86,7 +87,7 @@ describe('file backend: fences survive removed key folders', () => {
     const waiter = createLockClient(fileBackend({ dir: root }), { ttl: '10s' })
     const first = await holder.acquire(k)
     const waiting = waiter.acquire(k, { timeout: '8s' })
-    await new Promise((r) => setTimeout(r, 300))
+    await sleep(300)
     assert.equal((await waiter.inspect(k)).owner, first.owner, 'the waiter should still be waiting')
     const removedAt = performance.now()
     removeKeyFolder(root, k)
@@ -144,7 +145,7 @@ describe('file backend: fences survive removed key folders', () => {
     rmSync(root, { recursive: true, force: true })
     // The clock must have moved past the epoch taken for the first grant (a loss and a regrant in the same
     // ms would repeat it: documented in epochs.ts).
-    await new Promise((resolve) => setTimeout(resolve, 5))
+    await sleep(5)
     const info = await a.inspect(k)
     assert.equal(info.held, false)
     assert.match(info.note ?? '', /removing the whole lock root .* restarts epochs at the wall clock/i)

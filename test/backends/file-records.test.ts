@@ -18,6 +18,7 @@ import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
 import type { RecordV1 } from '../../src/backends/file/records.js'
 import { createLockClient } from '../../src/index.js'
 import { tempDir } from '../support/temp.js'
+import { sleep } from '../support/time.js'
 
 const dir = tempDir('file-records')
 after(() => dir.cleanup())
@@ -106,7 +107,7 @@ describe('removals and epochs (the atomic steps)', () => {
     const stale = await stampOf(f)
     // The folder is removed and recreated, and advances to generation 2 again (a later mtime tick).
     rmSync(f, { recursive: true, force: true })
-    await new Promise((r) => setTimeout(r, 30))
+    await sleep(30)
     mkdirSync(f)
     assert.ok(await createGeneration(f, 1n, record(), false))
     assert.ok(await createGeneration(f, 2n, record(), false, await stampOf(f)))
@@ -149,7 +150,7 @@ describe('removals and epochs (the atomic steps)', () => {
     const first = await client.acquire('reboot')
     await first.release()
     rmSync(lost, { recursive: true })
-    await new Promise((resolve) => setTimeout(resolve, 5))
+    await sleep(5)
     const second = await client.acquire('reboot')
     assert.ok(
       second.fence > first.fence,

@@ -7,14 +7,15 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { after, before, describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
-import { freePort, waitUntil } from '../servers/common.js'
+import { freePort } from '../servers/ports.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { startProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
+import { pollUntil } from '../support/wait.js'
 
 let server: RedisServer
 let admin: Redis
@@ -33,10 +34,10 @@ const attempt = (backend: RedisBackend, k: string, owner: string, ttlMs = 30_000
   backend.tryAcquire({ key: k, owner, ttlMs }, live)
 /** Resolves once at least `n` waiters are in `k`'s fair queue on the server. */
 const queued = (k: string, n: number) =>
-  waitUntil(
-    async () => (await admin.llen(redisLockKeys(k).queue)) >= n,
-    10_000,
-    () => `${n} waiters of ${k}`,
+  pollUntil(
+    () => admin.llen(redisLockKeys(k).queue),
+    (length) => length >= n,
+    { withinMs: 10_000 },
   )
 
 /** Awaits `promise`'s rejection, checks it is a `type` whose message matches `says`, and returns it. */
@@ -247,20 +248,17 @@ describe('redis backend: lost replies', () => {
     const failing = locks.acquire(k, { timeout: '600ms' })
     failing.catch(() => {})
     // The attempt runs on the server; only its reply is lost.
-    const lock = redisLockKeys(k).lock
-    await waitUntil(
-      async () => (await admin.exists(lock)) === 1,
-      5000,
-      () => 'the attempt to take the lock',
-    )
+    await pollUntil(() => admin.get(redisLockKeys(k).lock), Boolean)
+    assert.ok(await admin.get(redisLockKeys(k).lock), 'the attempt did take the lock on the server')
     await assert.rejects(failing, BackendUnavailableError)
     link.heal()
     // abandon() runs in the background once the connection is back: the lock must go, not linger 30 s.
-    await waitUntil(
-      async () => (await admin.exists(lock)) === 0,
-      10_000,
-      () => `abandon to remove ${lock}`,
+    await pollUntil(
+      () => admin.exists(redisLockKeys(k).lock),
+      (n) => n === 0,
+      { withinMs: 10_000, everyMs: 50 },
     )
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
     await locks.close()
     await link.close()
   })
@@ -424,8 +422,8 @@ describe('redis backend: replicas and bad input', () => {
   it('minReplicas: acquires once a real replica acknowledges', async () => {
     const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(server.port)] })
     try {
-      const linked = async () => /connected_slaves:1/.test(await admin.info('replication'))
-      await waitUntil(linked, 15_000, () => 'the replica to connect')
+      const replicated = (info: string) => /connected_slaves:1/.test(info)
+      await pollUntil(() => admin.info('replication'), replicated, { withinMs: 15_000, everyMs: 100 })
       const k = key('replicated')
       const lock = await client(`${server.url}?minReplicas=1&replicaTimeout=2s`).acquire(k, {
         timeout: '10s',

@@ -1,7 +1,5 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
-import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
@@ -9,7 +7,7 @@ import { redact } from '../../src/core/url.js'
 import { createLockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
-import { CLI } from '../support/processes.js'
+import { runCli } from '../support/processes.js'
 
 describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
   let nodes: RedisNodes
@@ -128,16 +126,6 @@ describe('redlock: doctor over URL clients, on fresh nodes', { timeout: 60_000 }
     await nodes.destroy()
   })
 
-  const cli = (args: string[]) =>
-    promisify(execFile)(process.execPath, [CLI, ...args]).then(
-      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-      (e: { code: number; stdout: string; stderr: string }) => ({
-        code: e.code,
-        stdout: e.stdout,
-        stderr: e.stderr,
-      }),
-    )
-
   it('names an unreachable node at once, and says the others wait for the whole fresh set', async () => {
     // Nothing listens on port 1: the doctor reports the first connection error instead of waiting.
     const url = `redlock://${nodes.servers.map((s) => `127.0.0.1:${s.port}`).join(',')},127.0.0.1:1`
@@ -166,7 +154,7 @@ describe('redlock: doctor over URL clients, on fresh nodes', { timeout: 60_000 }
   it('`fencelock doctor redlock://…` on fresh nodes reports them healthy and admitted (exit 0)', async () => {
     // The URL's clients do not queue commands while they connect (enableOfflineQueue: false): the doctor
     // used to check each node before its connection was up ("Stream isn't writeable…", exit 69).
-    const r = await cli(['doctor', nodes.url()])
+    const r = await runCli(['doctor', nodes.url()])
     assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`)
     assert.doesNotMatch(r.stdout, /writeable|^error/m)
     for (const s of nodes.servers) {

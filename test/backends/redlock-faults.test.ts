@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict'
 import { after, afterEach, before, describe, it } from 'node:test'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { ACQUIRE } from '../../src/backends/redis/scripts.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { admissionMarker } from '../../src/backends/redlock/layout.js'
 import { createLockClient, type LockClient, LockNotAcquiredError, QuorumError } from '../../src/index.js'
-import { waitUntil } from '../servers/common.js'
 import { type RedisNodes, type RedisServer, startRedisNodes } from '../servers/redis.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
+import { waitUntil } from '../support/wait.js'
 
 const NODE_BITS = 8n
 
@@ -94,7 +94,7 @@ function admittedWithin(port: number, ms: number, prefix?: string): Promise<bool
     const { runId, marker } = await admissionOf(port, prefix)
     return runId !== '' && marker === runId
   }
-  return waitUntil(admitted, ms, () => `${port} admitted`).then(
+  return waitUntil(admitted, `${port} admitted`, { withinMs: ms }).then(
     () => true,
     () => false,
   )

@@ -10,6 +10,9 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
+// CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here.
+import { monotonicMs, sleep } from '../support/time.js'
+import { pollUntil } from '../support/wait.js'
 import { type ChaosReport, checkHistory, violationsOf } from './checker.js'
 import type { HistoryEvent } from './history.js'
 import { ProtectedResource, type ResourceMode } from './resource.js'
@@ -26,11 +29,6 @@ function libfaketime(): string {
   }
   throw new Error('libfaketime is not installed: apt-get install faketime (npm run test:all installs it)')
 }
-
-/** CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here. */
-export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** A small seeded PRNG (mulberry32): a run's faults are replayed from its seed. */
 export function seeded(seed: number): () => number {
@@ -308,14 +306,15 @@ async function stopWorkers(
     w.paused = false
     if (!w.exited) w.child.stdin?.write('stop\n')
   }
-  const bound = performance.now() + ttlMs * 6 + 5000
-  while (workers.some((w) => !w.exited) && performance.now() < bound) await sleep(50)
+  const allExited = () => workers.every((w) => w.exited)
+  await pollUntil(allExited, Boolean, { withinMs: ttlMs * 6 + 5000, everyMs: 50 })
   for (const w of workers) {
     if (w.exited) continue
     killed(w.id)
     w.child.kill('SIGKILL')
   }
-  while (workers.some((w) => !w.exited)) await sleep(20)
+  // SIGKILL cannot be ignored: they exit, the bound is only there so that a stuck kernel cannot hang us.
+  await pollUntil(allExited, Boolean, { withinMs: 10_000, everyMs: 20 })
   await Promise.all(workers.flatMap((w) => w.proxies.map((p) => p.close())))
 }
 

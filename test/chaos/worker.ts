@@ -16,6 +16,7 @@ import {
   type Lock,
   LockNotAcquiredError,
 } from '../../src/index.js'
+import { sleep } from '../support/time.js'
 
 export interface WorkerConfig {
   readonly id: string
@@ -34,8 +35,6 @@ export interface WorkerConfig {
 
 /** One history line, without `t` and `client` (the harness adds both). */
 const emit = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`)
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /**
  * One HTTP exchange with the resource; resolves with the reply body ('' if it failed: a write that does

@@ -1,19 +1,7 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
-import { promisify } from 'node:util'
 import { type RedisServer, startRedis } from '../servers/redis.js'
-import { CLI } from '../support/processes.js'
-
-const run = (args: string[]) =>
-  promisify(execFile)(process.execPath, [CLI, ...args]).then(
-    (r) => ({ code: 0, ...r }),
-    (e: { code: number; stdout: string; stderr: string }) => ({
-      code: e.code,
-      stdout: e.stdout,
-      stderr: e.stderr,
-    }),
-  )
+import { runCli } from '../support/processes.js'
 
 describe('fencelock doctor redis://', () => {
   let plain: RedisServer
@@ -28,7 +16,7 @@ describe('fencelock doctor redis://', () => {
   })
 
   it('warns plainly about missing persistence and an evicting memory policy', async () => {
-    const r = await run(['doctor', plain.url])
+    const r = await runCli(['doctor', plain.url])
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /Redis 7\.|Redis \d/)
     assert.match(r.stdout, /warn +appendonly is off: .*granted twice/)
@@ -36,7 +24,7 @@ describe('fencelock doctor redis://', () => {
   })
 
   it('approves AOF with appendfsync always and noeviction', async () => {
-    const r = await run(['doctor', durable.url])
+    const r = await runCli(['doctor', durable.url])
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /ok +appendonly yes, appendfsync always/)
     assert.match(r.stdout, /ok +maxmemory-policy noeviction/)
@@ -44,13 +32,13 @@ describe('fencelock doctor redis://', () => {
   })
 
   it('says unavailable (69) when nothing listens', async () => {
-    const r = await run(['inspect', 'k', '--url', 'redis://127.0.0.1:1'])
+    const r = await runCli(['inspect', 'k', '--url', 'redis://127.0.0.1:1'])
     assert.equal(r.code, 69)
     assert.match(r.stderr, /redis:\/\/127\.0\.0\.1:1/)
   })
 
   it('reports a store nothing listens on as an error finding with the fix, and exits 69', async () => {
-    const r = await run(['doctor', 'redis://127.0.0.1:1'])
+    const r = await runCli(['doctor', 'redis://127.0.0.1:1'])
     assert.equal(r.code, 69)
     assert.match(
       r.stdout,
@@ -61,7 +49,17 @@ describe('fencelock doctor redis://', () => {
 
 describe('fencelock run against an unreachable store', () => {
   it('says "store unreachable (connection refused), retrying", never "waiting for" a holder, and exits 69', async () => {
-    const r = await run(['run', 'k', '--url', 'redis://127.0.0.1:1', '--timeout', '3s', '-v', '--', 'true'])
+    const r = await runCli([
+      'run',
+      'k',
+      '--url',
+      'redis://127.0.0.1:1',
+      '--timeout',
+      '3s',
+      '-v',
+      '--',
+      'true',
+    ])
     assert.equal(r.code, 69, r.stderr)
     assert.match(r.stderr, /store unreachable \(.*connection refused.*\), retrying k/)
     assert.doesNotMatch(r.stderr, /waiting for k/)

@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
 import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
-import { CLI, startHold } from '../support/processes.js'
+import { CLI, startHold, waitUntilDead } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 
 const dir = tempDir('cli')
@@ -185,7 +185,7 @@ describe('fencelock run', () => {
     // fencelock's exit, not its result: the result waits for every holder of its stdout, the grandchild too.
     const code = await new Promise((resolve) => running.child.once('exit', resolve))
     assert.equal(code, 76)
-    await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000)
+    await waitUntilDead(Number(readFileSync(pidFile, 'utf8')), 5000, 'it outlived its lock')
     await running
   })
 
@@ -199,7 +199,7 @@ describe('fencelock run', () => {
     const started = performance.now()
     running.child.kill('SIGKILL')
     const pid = Number(readFileSync(pidFile, 'utf8'))
-    await waitUntilDead(pid, 10_000)
+    await waitUntilDead(pid, 10_000, 'it outlived its lock')
     assert.ok(performance.now() - started < 20_000, 'stopped well within the 30 s lease')
   })
 
@@ -292,25 +292,6 @@ describe('fencelock inspect and doctor', () => {
     assert.match(r.stdout, /exclusive create with link\(\) works/)
   })
 })
-
-/** Waits until `pid` is gone or a zombie (PID 1 here does not reap orphans): it no longer runs. */
-async function waitUntilDead(pid: number, withinMs: number): Promise<void> {
-  const giveUpAt = performance.now() + withinMs
-  for (;;) {
-    let state: string | undefined
-    try {
-      state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0]
-    } catch {
-      return
-    }
-    if (state === 'Z' || state === 'X') return
-    if (performance.now() > giveUpAt) {
-      process.kill(pid, 'SIGKILL')
-      assert.fail(`process ${pid} (state ${state}) still runs ${withinMs} ms later: it outlived its lock`)
-    }
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
 
 /** Resolves once the command under `fencelock run` has printed "started". */
 function untilStarted(running: { child: ReturnType<typeof spawn> }): Promise<void> {

@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { basename, dirname, join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import { driverSearchPaths } from '../../src/cli/driver-paths.js'
+import { runCli } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 
 describe('driverSearchPaths', () => {
@@ -68,13 +67,7 @@ describe('a driver not installed beside fencelock', () => {
     const clean = { ...process.env }
     for (const name of ['NODE_PATH', 'npm_config_global_prefix', 'npm_config_prefix', 'NPM_CONFIG_PREFIX'])
       delete clean[name]
-    return promisify(execFile)(process.execPath, [cli, 'doctor', 'redis://127.0.0.1:1'], {
-      cwd,
-      env: { ...clean, ...env },
-    }).then(
-      (r) => ({ code: 0, ...r }),
-      (e: { code: number; stdout: string; stderr: string }) => e,
-    )
+    return runCli(['doctor', 'redis://127.0.0.1:1'], { cli, cwd, env: { ...clean, ...env } })
   }
 
   /** Found: the doctor got as far as the store, where nothing listens. */

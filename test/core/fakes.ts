@@ -9,6 +9,8 @@ import { type MemoryBackend, memoryBackend } from '../../src/backends/memory/ind
 import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockBackend } from '../../src/index.js'
 
 export { delay }
+/** The waits of every test (test/support/wait.ts), under the names these tests use. */
+export { abortedAt as aborted, waitUntil as waitFor } from '../support/wait.js'
 
 /** One call the core made, with the monotonic instant it began (and ended, once it settled). */
 export interface Call {
@@ -84,33 +86,6 @@ export function scripted(script: Script = {}, inner: MemoryBackend = freshMemory
     close: () => record({ op: 'close', startedAt: performance.now() }, () => inner.close()),
   }
   return backend
-}
-
-/** Polls `condition` until it holds; fails after `withinMs` (a generous liveness bound, not a speed claim). */
-export async function waitFor(condition: () => boolean, what: string, withinMs = 5000): Promise<void> {
-  const giveUpAt = performance.now() + withinMs
-  while (!condition()) {
-    if (performance.now() > giveUpAt) throw new Error(`Timed out after ${withinMs} ms waiting for ${what}`)
-    await delay(5)
-  }
-}
-
-/** Resolves with `signal.reason` and the monotonic instant it aborted; fails after `withinMs`. */
-export function aborted(signal: AbortSignal, withinMs = 5000): Promise<{ reason: unknown; at: number }> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) {
-      return resolve({ reason: signal.reason, at: performance.now() })
-    }
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${withinMs} ms`)), withinMs)
-    signal.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer)
-        resolve({ reason: signal.reason, at: performance.now() })
-      },
-      { once: true },
-    )
-  })
 }
 
 /** Lets a few macrotask turns pass, so stray promise rejections get reported. */

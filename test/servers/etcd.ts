@@ -1,14 +1,13 @@
-import type { ChildProcess } from 'node:child_process'
+/**
+ * Real etcd members for the tests: a single node or a cluster, each member on loopback ports in its own
+ * temp folder. A cluster's start is retried on fresh ports as a whole (every member names every peer's
+ * port), and every readiness error carries the member's log tail.
+ */
 import { randomBytes } from 'node:crypto'
-import {
-  freePort,
-  makeTempDir,
-  removeDir,
-  requireBinary,
-  startProcess,
-  stopProcess,
-  waitUntil,
-} from './common.js'
+import { tempDir } from '../support/temp.js'
+import { waitUntil } from '../support/wait.js'
+import { onFreshPorts, type PickPorts } from './ports.js'
+import { againOnPort, FolderServer, requireBinary, ServerProcess } from './process.js'
 
 const INSTALL = 'apt-get install -y etcd-server etcd-client'
 
@@ -43,6 +42,11 @@ export interface EtcdCluster {
   destroy(): Promise<void>
 }
 
+export interface EtcdOptions {
+  /** Where fresh ports come from. @default freePorts (the OS's) */
+  readonly pickPorts?: PickPorts
+}
+
 async function health(port: number): Promise<boolean> {
   const reply = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })
   if (!reply.ok) return false
@@ -50,120 +54,142 @@ async function health(port: number): Promise<boolean> {
   return body.health === 'true'
 }
 
-/** Starts `size` etcd members forming one cluster (1 for a single node). */
-export async function startEtcd(size = 1): Promise<EtcdCluster> {
-  const binary = requireBinary('etcd', INSTALL)
-  requireBinary('etcdctl', INSTALL)
-  const token = `fencelock-${randomBytes(4).toString('hex')}`
-  const specs = await Promise.all(
-    Array.from({ length: size }, async (_, i) => ({
-      name: `m${i}`,
-      clientPort: await freePort(),
-      peerPort: await freePort(),
-      dir: makeTempDir(`etcd-m${i}`),
-    })),
-  )
-  const initialCluster = specs.map((s) => `${s.name}=http://127.0.0.1:${s.peerPort}`).join(',')
-  const members = specs.map((spec): EtcdMember => {
-    let proc: { child: ChildProcess; output: () => string }
-    let state: 'new' | 'existing' = 'new'
-    const launch = () => {
-      proc = startProcess(
-        binary,
-        [
-          '--name',
-          spec.name,
-          '--data-dir',
-          `${spec.dir}/data`,
-          '--listen-client-urls',
-          `http://127.0.0.1:${spec.clientPort}`,
-          '--advertise-client-urls',
-          `http://127.0.0.1:${spec.clientPort}`,
-          '--listen-peer-urls',
-          `http://127.0.0.1:${spec.peerPort}`,
-          '--initial-advertise-peer-urls',
-          `http://127.0.0.1:${spec.peerPort}`,
-          '--initial-cluster',
-          initialCluster,
-          '--initial-cluster-state',
-          state,
-          '--initial-cluster-token',
-          token,
-          // Fast elections: the fault tests kill leaders and wait for a new one.
-          '--heartbeat-interval',
-          '50',
-          '--election-timeout',
-          '500',
-          '--logger',
-          'zap',
-          '--log-level',
-          'error',
-        ],
-        spec.dir,
-      )
-      state = 'existing'
-    }
-    launch()
-    return {
-      ...spec,
-      endpoint: `127.0.0.1:${spec.clientPort}`,
-      get pid() {
-        return proc.child.pid ?? -1
-      },
-      signal: (s) => {
-        proc.child.kill(s)
-      },
-      stop: () => stopProcess(proc.child),
-      async restart() {
-        await stopProcess(proc.child)
-        launch()
-        await waitUntil(
-          () => health(spec.clientPort),
-          20_000,
-          () => `etcd ${spec.name} did not come back: ${proc.output()}`,
-        )
-      },
-      healthy: () => health(spec.clientPort).catch(() => false),
-      log: () => proc.output(),
-    }
-  })
-  const destroy = async () => {
-    await Promise.all(members.map((m) => m.stop()))
-    for (const m of members) removeDir(m.dir)
+/** What every member of one cluster shares: the binary, the peer list and the cluster token. */
+interface ClusterSpec {
+  readonly binary: string
+  readonly initialCluster: string
+  readonly token: string
+}
+
+class RunningMember extends FolderServer implements EtcdMember {
+  readonly endpoint: string
+  readonly #spec: ClusterSpec
+  /** 'new' for its first start, 'existing' once it has data: a restart rejoins. */
+  #state: 'new' | 'existing' = 'new'
+
+  constructor(
+    readonly name: string,
+    readonly clientPort: number,
+    readonly peerPort: number,
+    spec: ClusterSpec,
+  ) {
+    super(tempDir(`etcd-${name}`))
+    this.endpoint = `127.0.0.1:${clientPort}`
+    this.#spec = spec
+    this.proc = this.#launch()
   }
-  try {
-    await Promise.all(
-      members.map((m) =>
-        waitUntil(
-          () => health(m.clientPort),
-          30_000,
-          () => `etcd ${m.name} on ${m.clientPort} did not become healthy`,
-        ),
-      ),
+
+  #launch(): ServerProcess {
+    const client = `http://${this.endpoint}`
+    const peer = `http://127.0.0.1:${this.peerPort}`
+    const proc = new ServerProcess(
+      `etcd ${this.name} (client port ${this.clientPort})`,
+      this.#spec.binary,
+      [
+        ...['--name', this.name, '--data-dir', `${this.dir}/data`],
+        ...['--listen-client-urls', client, '--advertise-client-urls', client],
+        ...['--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer],
+        ...['--initial-cluster', this.#spec.initialCluster, '--initial-cluster-state', this.#state],
+        ...['--initial-cluster-token', this.#spec.token],
+        // Fast elections: the fault tests kill leaders and wait for a new one.
+        ...['--heartbeat-interval', '50', '--election-timeout', '500'],
+        ...['--logger', 'zap', '--log-level', 'error'],
+      ],
+      this.dir,
     )
+    this.#state = 'existing'
+    return proc
+  }
+
+  /** Waits until it answers /health (which needs a leader, so a quorum of its cluster). */
+  untilHealthy(withinMs: number): Promise<void> {
+    return this.proc.untilReady(() => health(this.clientPort), withinMs)
+  }
+
+  async restart(): Promise<void> {
+    await this.proc.stop()
+    await againOnPort(
+      `etcd ${this.name} (client port ${this.clientPort}, peer port ${this.peerPort})`,
+      async () => {
+        this.proc = this.#launch()
+        try {
+          await this.untilHealthy(20_000)
+        } catch (error) {
+          await this.proc.stop()
+          throw error
+        }
+      },
+    )
+  }
+
+  healthy(): Promise<boolean> {
+    return health(this.clientPort).catch(() => false)
+  }
+}
+
+/** The member that says it leads, if one does now. */
+async function leaderNow(members: RunningMember[]): Promise<EtcdMember | undefined> {
+  for (const m of members) {
+    const status = await fetch(`http://${m.endpoint}/v3/maintenance/status`, {
+      method: 'POST',
+      body: '{}',
+      signal: AbortSignal.timeout(1000),
+    })
+      .then((r) => r.json() as Promise<{ header?: { member_id?: string }; leader?: string }>)
+      .catch(() => undefined)
+    if (status?.leader && status.header?.member_id === status.leader) return m
+  }
+  return undefined
+}
+
+/** One attempt: `size` members on `ports` (client, peer per member), healthy within 30 s, or none left. */
+async function startMembers(binary: string, size: number, ports: number[]): Promise<RunningMember[]> {
+  const named = Array.from({ length: size }, (_, i) => ({
+    name: `m${i}`,
+    clientPort: ports[2 * i]!,
+    peerPort: ports[2 * i + 1]!,
+  }))
+  const spec: ClusterSpec = {
+    binary,
+    initialCluster: named.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(','),
+    token: `fencelock-${randomBytes(4).toString('hex')}`,
+  }
+  const members = named.map((m) => new RunningMember(m.name, m.clientPort, m.peerPort, spec))
+  try {
+    // One member that cannot bind its ports exits at once: the whole attempt fails then, not 30 s later.
+    await Promise.all(members.map((m) => m.untilHealthy(30_000)))
+    return members
   } catch (error) {
-    await destroy()
+    await Promise.all(members.map((m) => m.destroy()))
     throw error
   }
+}
+
+/** Starts `size` etcd members forming one cluster (1 for a single node). */
+export async function startEtcd(size = 1, options: EtcdOptions = {}): Promise<EtcdCluster> {
+  const binary = requireBinary('etcd', INSTALL)
+  requireBinary('etcdctl', INSTALL)
+  const members = await onFreshPorts(
+    size === 1 ? 'etcd' : `a ${size}-member etcd cluster`,
+    2 * size,
+    (ports) => startMembers(binary, size, ports),
+    options.pickPorts,
+  )
   return {
     members,
     url: (rest = '') => `etcd://${members.map((m) => m.endpoint).join(',')}${rest}`,
     endpoints: members.map((m) => `http://${m.endpoint}`).join(','),
     async leader() {
-      for (;;) {
-        for (const m of members) {
-          const status = await fetch(`http://${m.endpoint}/v3/maintenance/status`, {
-            method: 'POST',
-            body: '{}',
-            signal: AbortSignal.timeout(1000),
-          })
-            .then((r) => r.json() as Promise<{ header?: { member_id?: string }; leader?: string }>)
-            .catch(() => undefined)
-          if (status?.leader && status.header?.member_id === status.leader) return m
-        }
-        await new Promise((r) => setTimeout(r, 100))
+      let found: EtcdMember | undefined
+      const elected = async () => {
+        found = await leaderNow(members)
+        return found !== undefined
       }
+      await waitUntil(elected, 'an etcd member to lead', { withinMs: 60_000, everyMs: 100 })
+      return found!
     },
-    destroy,
+    destroy: async () => {
+      await Promise.all(members.map((m) => m.destroy()))
+    },
   }
 }

@@ -1,6 +1,18 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+/**
+ * Processes the tests start: the compiled CLI (run to its end, or `hold` kept running), and a wait for a
+ * process to be gone.
+ */
+import {
+  type ChildProcessWithoutNullStreams,
+  type ExecFileOptions,
+  execFile,
+  spawn,
+} from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { waitUntil } from './wait.js'
 
 /** The compiled CLI, as the tests run it (tests are compiled to build/, beside build/src). */
 export const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url))
@@ -61,5 +73,48 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
         check()
       })
     },
+  }
+}
+
+export interface CliResult {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/**
+ * Runs the compiled CLI (or another copy of it: `cli`) to its end with `args`. A non-zero exit is a
+ * result to assert on, not an error.
+ */
+export function runCli(
+  args: string[],
+  { cli = CLI, ...options }: ExecFileOptions & { cli?: string } = {},
+): Promise<CliResult> {
+  return promisify(execFile)(process.execPath, [cli, ...args], { ...options, encoding: 'utf8' }).then(
+    (r): CliResult => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (e: CliResult): CliResult => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  )
+}
+
+/** Whether `pid` still runs: a zombie does not (PID 1 here does not reap orphans). Linux's /proc. */
+export function stillRuns(pid: number): boolean {
+  try {
+    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0]
+    return state !== 'Z' && state !== 'X'
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Waits until `pid` no longer runs. One that still runs after `withinMs` gets SIGKILL (a test must not
+ * leave it behind), and the wait fails saying `why` it should have stopped.
+ */
+export async function waitUntilDead(pid: number, withinMs: number, why: string): Promise<void> {
+  try {
+    await waitUntil(() => !stillRuns(pid), `process ${pid} to stop (${why})`, { withinMs, everyMs: 50 })
+  } catch (error) {
+    if (stillRuns(pid)) process.kill(pid, 'SIGKILL')
+    throw error
   }
 }
