@@ -142,7 +142,12 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
         if (!cancelled) resolve(position)
       }),
     )
-    return { gone, cancel: () => void (cancelled = true) }
+    return {
+      gone,
+      cancel: () => {
+        cancelled = true
+      },
+    }
   }
 
   async exists(entry: FakeEntry): Promise<boolean> {
@@ -160,7 +165,11 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
     this.#onDelete(entry.name, () => {
       if (!cancelled) events.deleted(`${entry.name} deleted`)
     })
-    return { cancel: () => void (cancelled = true) }
+    return {
+      cancel: () => {
+        cancelled = true
+      },
+    }
   }
 
   async remove(entry: OwnEntry): Promise<boolean> {
