@@ -2,7 +2,7 @@
  * etcd as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the keys under
  * its prefix, ordered by create revision; each step is one transaction, range or watch.
  */
-import type { Etcd3, IKeyValue, Watcher } from 'etcd3'
+import type { Etcd3, IKeyValue, IRequestOp, Watcher } from 'etcd3'
 import type {
   Cancel,
   HeldEvents,
@@ -163,20 +163,8 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   }
 
   /** Only the key we created (same create revision) goes. */
-  async remove(entry: OwnEntry): Promise<boolean> {
-    const reply = await this.#client.kv.txn({
-      compare: [
-        {
-          target: 'Create',
-          result: 'Equal',
-          key: Buffer.from(entry.name),
-          create_revision: entry.position.toString(),
-        },
-      ],
-      success: [{ request_delete_range: { key: Buffer.from(entry.name) } }],
-      failure: [],
-    })
-    return reply.succeeded
+  remove(entry: OwnEntry): Promise<boolean> {
+    return this.#ifOurs(entry, { request_delete_range: { key: Buffer.from(entry.name) } })
   }
 
   async removeNames(names: readonly string[]): Promise<void> {
@@ -187,26 +175,11 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
     })
   }
 
-  /**
-   * One transaction, conditional on our key still being the one we created: a put on an existing key
-   * keeps its create revision, so only its lease changes.
-   */
-  async move(entry: OwnEntry, value: string, lease: LeaseId): Promise<boolean> {
-    const reply = await this.#client.kv.txn({
-      compare: [
-        {
-          target: 'Create',
-          result: 'Equal',
-          key: Buffer.from(entry.name),
-          create_revision: entry.position.toString(),
-        },
-      ],
-      success: [
-        { request_put: { key: Buffer.from(entry.name), value: Buffer.from(value), lease: lease.decimal } },
-      ],
-      failure: [],
+  /** A put on an existing key keeps its create revision, so only its lease (and value) changes. */
+  move(entry: OwnEntry, value: string, lease: LeaseId): Promise<boolean> {
+    return this.#ifOurs(entry, {
+      request_put: { key: Buffer.from(entry.name), value: Buffer.from(value), lease: lease.decimal },
     })
-    return reply.succeeded
   }
 
   goneReason(at?: bigint): string {
@@ -219,6 +192,17 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
     const keeper = this.#streamKeeper
     this.#streamKeeper = undefined
     await keeper?.then((w) => w?.cancel()).catch(() => {})
+  }
+
+  /** One transaction applying `op` only if our key is still the one we created (same create revision). */
+  async #ifOurs(entry: OwnEntry, op: IRequestOp): Promise<boolean> {
+    const key = Buffer.from(entry.name)
+    const reply = await this.#client.kv.txn({
+      compare: [{ target: 'Create', result: 'Equal', key, create_revision: entry.position.toString() }],
+      success: [op],
+      failure: [],
+    })
+    return reply.succeeded
   }
 
   #keepWatchStream() {
