@@ -57,6 +57,8 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   readonly calls: Array<{ readonly op: string; readonly name?: string | undefined }> = []
   /** Set by a test: the next enqueue waits for this before it applies its write. */
   holdNextWrite: Promise<void> | undefined
+  /** Set by a test: a cheap read after a wake-up (`check` with `after`) is served by a replica behind it. */
+  replicaBehind = false
   /** Set by a test: the next enqueue applies its write, then fails as if its reply were lost. */
   loseNextReply = false
   readonly #deletions = new Map<string, Array<(position: bigint) => void>>()
@@ -126,9 +128,10 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
     return { position: mine?.position, first: mine !== undefined && this.queue(queue)[0] === mine }
   }
 
-  async check(entry: OwnEntry, _after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {
-    this.calls.push({ op: 'check', name: entry.name })
+  async check(entry: OwnEntry, after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {
+    this.calls.push({ op: after === undefined ? 'check' : 'check-after', name: entry.name })
     await settle()
+    if (after !== undefined && this.replicaBehind) return 'behind'
     const before = this.queue(entry.queue).filter((e) => e.position < entry.position)
     return { before: before.at(-1), mine: this.isMine(entry) }
   }

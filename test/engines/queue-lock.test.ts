@@ -102,6 +102,21 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.queue('jobs/')[0]?.name, nameOf('b'))
   })
 
+  it('a wake-up read from a replica behind the deletion is read again in full', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settled(wait)
+    store.replicaBehind = true
+    const checks = store.count('check', nameOf('b'))
+    await release(a)
+    assert.ok(await wait, 'b is granted')
+    assert.equal(store.count('check-after', nameOf('b')), 1, 'the cheap read came first')
+    assert.equal(store.count('check', nameOf('b')), checks + 1, 'then one full read')
+  })
+
   it('a waiter whose entry vanished while it waited is not granted, even once first in line', async () => {
     const { store, engine, attempt, release, nameOf } = setup()
     const a = (await attempt(request('a')))!
