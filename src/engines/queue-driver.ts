@@ -56,8 +56,10 @@ export interface QueueDriver<Id, Entry> {
   /** The name our entry gets on the lease `lease` for `owner`: unique to the acquire (it holds the owner id). */
   nameOf(queue: string, lease: Id, owner: string): string
   /**
-   * One atomic step: puts entry `name` (its value `value`, on lease `lease`) unless it exists already (an
-   * earlier attempt of this acquire whose reply was lost), and reads which entry is first in line.
+   * Puts entry `name` (its value `value`, on lease `lease`) unless it exists already (an earlier attempt
+   * of this acquire whose reply was lost), then reads which entry is first in line (etcd: one transaction;
+   * ZooKeeper: a create unless a child of that name exists, then a listing: only this acquire writes that
+   * name, and only entries older than ours can be before it).
    * `position` is our entry's (undefined if it is not there), `first` whether ours is first.
    */
   enqueue(
