@@ -11,6 +11,7 @@
  * connection failure is treated as the member's: any other error fails its own call and nothing else.
  */
 import type { IOptions } from 'etcd3'
+import { jitter } from '../../core/clock.js'
 import { causeText } from '../../core/errors.js'
 
 /** The parts of the `etcd3` module the policies need (pass the module itself). */
@@ -55,11 +56,13 @@ const WATCH_RECONNECT_MAX_MS = 1000
 
 type WatchBackoff = NonNullable<FaultHandling['watchBackoff']>
 
-/** Reconnection delays of the watch stream: 100 ms doubling up to WATCH_RECONNECT_MAX_MS, jittered. */
+/**
+ * Reconnection delays of the watch stream: 100 ms doubling up to WATCH_RECONNECT_MAX_MS, jittered (the
+ * core's `jitter`). Here, not in the core: it is etcd3's own retry of its stream, configured in its shape.
+ */
 function watchBackoff(attempt: number): WatchBackoff {
   const backoff = {
-    duration:
-      attempt < 0 ? 0 : Math.min(WATCH_RECONNECT_MAX_MS, 100 * 2 ** attempt) * (0.5 + Math.random() / 2),
+    duration: attempt < 0 ? 0 : jitter(Math.min(WATCH_RECONNECT_MAX_MS, 100 * 2 ** attempt)),
     next: () => watchBackoff(attempt + 1),
   }
   return backoff as WatchBackoff

@@ -1,0 +1,218 @@
+/**
+ * etcd as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the keys under
+ * its prefix, ordered by create revision; each step is one transaction, range or watch.
+ */
+import type { Etcd3, IKeyValue, IRequestOp, Watcher } from 'etcd3'
+import type {
+  Cancel,
+  HeldEvents,
+  OwnEntry,
+  QueueDriver,
+  QueueState,
+  Watch,
+} from '../../engines/queue-driver.js'
+import { lockPrefix, prefixEnd } from './layout.js'
+import type { LeaseId } from './leases.js'
+
+/** The key holding the lock: the first under the prefix by create revision. */
+export const firstOf = (p: string) => ({
+  request_range: {
+    key: Buffer.from(p),
+    range_end: prefixEnd(p),
+    sort_target: 'Create' as const,
+    sort_order: 'Ascend' as const,
+    limit: 1,
+  },
+})
+
+/** A watcher as the engine's `Watch`: `gone` settles on the key's deletion (with its revision) or an error. */
+function asWatch(watcher: Watcher): Watch {
+  const gone = new Promise<bigint | undefined>((resolve) => {
+    watcher.once('delete', (kv) => resolve(BigInt(kv.mod_revision)))
+    watcher.once('error', () => resolve(undefined))
+  })
+  return { gone, cancel: () => void watcher.cancel().catch(() => {}) }
+}
+
+export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
+  readonly #client: Etcd3
+  readonly #prefix: string
+  /**
+   * A watcher on a key nobody writes (the prefix itself), kept while the backend is open: etcd3 closes its
+   * watch stream with the last watcher and opens a new one for the next, and a waiter's check right after
+   * its wake-up ran 1.5-3 ms slower while the stream was being torn down (measured). One idle stream per
+   * client is cheap.
+   */
+  #streamKeeper: Promise<Watcher | undefined> | undefined
+
+  constructor(client: Etcd3, prefix: string) {
+    this.#client = client
+    this.#prefix = prefix
+  }
+
+  queueOf(key: string): string {
+    return lockPrefix(key, this.#prefix)
+  }
+
+  /** Go's Mutex names its key `<prefix><lease hex>`; ours adds the owner, unique to the acquire. */
+  nameOf(queue: string, lease: LeaseId, owner: string): string {
+    return `${queue}${lease.hex}-${owner}`
+  }
+
+  /**
+   * If our key does not exist, put it and read the first key of the prefix by create revision; else read
+   * both. Our key exists already when an earlier attempt of this acquire put it (we are in line).
+   */
+  async enqueue(queue: string, name: string, value: string, lease: LeaseId) {
+    const reply = await this.#client.kv.txn({
+      compare: [{ target: 'Create', result: 'Equal', key: Buffer.from(name), create_revision: 0 }],
+      success: [
+        { request_put: { key: Buffer.from(name), value: Buffer.from(value), lease: lease.decimal } },
+        firstOf(queue),
+      ],
+      failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(queue)],
+    })
+    const revision = reply.succeeded
+      ? reply.header.revision
+      : reply.responses[0]?.response_range.kvs[0]?.create_revision
+    if (revision === undefined) return { position: undefined, first: false }
+    const holder = reply.responses[1]?.response_range.kvs[0]
+    return { position: BigInt(revision), first: holder?.create_revision === revision }
+  }
+
+  /**
+   * The newest key created before ours and our key, in one read-only transaction (no raft write). With
+   * `after`, the read is serializable: served by the member from what it has applied, without a quorum
+   * round; it counts only if that member has applied `after` at least.
+   */
+  async check(entry: OwnEntry, after?: bigint): Promise<QueueState<IKeyValue> | 'behind'> {
+    const serializable = after !== undefined
+    const p = entry.queue
+    const reply = await this.#client.kv.txn({
+      compare: [],
+      success: [
+        {
+          request_range: {
+            key: Buffer.from(p),
+            range_end: prefixEnd(p),
+            max_create_revision: (entry.position - 1n).toString(),
+            sort_target: 'Create',
+            sort_order: 'Descend',
+            limit: 1,
+            serializable,
+          },
+        },
+        { request_range: { key: Buffer.from(entry.name), serializable } },
+      ],
+      failure: [],
+    })
+    if (serializable && BigInt(reply.header.revision) < after) return 'behind'
+    const mine = reply.responses[1]?.response_range.kvs[0]
+    return {
+      before: reply.responses[0]?.response_range.kvs[0],
+      mine: mine !== undefined && BigInt(mine.create_revision) === entry.position,
+    }
+  }
+
+  /**
+   * A watch on the key just before ours, from etcd's current revision: a watch from an earlier revision
+   * (the one read before) is "unsynced" whenever anything was written meanwhile, and etcd then delivers its
+   * events from a background loop that runs every 100 ms (contended handoffs took ~100 ms that way).
+   */
+  async watch(before: IKeyValue): Promise<Watch> {
+    this.#keepWatchStream()
+    return asWatch(await this.#client.watch().key(before.key).create())
+  }
+
+  async exists(before: IKeyValue): Promise<boolean> {
+    const still = await this.#client.kv.range({ key: before.key })
+    return still.kvs[0]?.create_revision === before.create_revision
+  }
+
+  async read(entry: OwnEntry) {
+    const reply = await this.#client.kv.range({ key: Buffer.from(entry.name) })
+    const mine = reply.kvs[0]
+    return {
+      mine: mine !== undefined && BigInt(mine.create_revision) === entry.position,
+      at: BigInt(reply.header.revision),
+    }
+  }
+
+  /**
+   * Watches our own key from just after `from`: no delete after that is missed, also across a
+   * reconnection (etcd3 resumes from the last revision it saw). Our own put moving the key to another
+   * lease is a put, not a delete. Measured, an uncontended acquire and release costs the same with it as
+   * without (p50 within ±5 % in interleaved runs): the create and cancel ride on the open stream.
+   */
+  watchHeld(entry: OwnEntry, from: bigint, events: HeldEvents): Cancel {
+    this.#keepWatchStream()
+    const watcher = this.#client
+      .watch()
+      .key(entry.name)
+      .startRevision((from + 1n).toString())
+      .watcher()
+    watcher.on('delete', (kv) => {
+      events.deleted(
+        `its key was deleted from etcd at revision ${kv.mod_revision} (deleted directly, or its lease was ` +
+          'revoked or expired)',
+      )
+    })
+    // etcd cancelled the watch (its start revision was compacted away, say).
+    watcher.on('error', () => events.failed())
+    return { cancel: () => void watcher.cancel().catch(() => {}) }
+  }
+
+  /** Only the key we created (same create revision) goes. */
+  remove(entry: OwnEntry): Promise<boolean> {
+    return this.#ifOurs(entry, { request_delete_range: { key: Buffer.from(entry.name) } })
+  }
+
+  async removeNames(names: readonly string[]): Promise<void> {
+    await this.#client.kv.txn({
+      compare: [],
+      success: names.map((name) => ({ request_delete_range: { key: Buffer.from(name) } })),
+      failure: [],
+    })
+  }
+
+  /** A put on an existing key keeps its create revision, so only its lease (and value) changes. */
+  move(entry: OwnEntry, value: string, lease: LeaseId): Promise<boolean> {
+    return this.#ifOurs(entry, {
+      request_put: { key: Buffer.from(entry.name), value: Buffer.from(value), lease: lease.decimal },
+    })
+  }
+
+  goneReason(at?: bigint): string {
+    return at === undefined
+      ? 'its key is gone from etcd'
+      : `its key is gone from etcd (found missing at revision ${at})`
+  }
+
+  async close(): Promise<void> {
+    const keeper = this.#streamKeeper
+    this.#streamKeeper = undefined
+    await keeper?.then((w) => w?.cancel()).catch(() => {})
+  }
+
+  /** One transaction applying `op` only if our key is still the one we created (same create revision). */
+  async #ifOurs(entry: OwnEntry, op: IRequestOp): Promise<boolean> {
+    const key = Buffer.from(entry.name)
+    const reply = await this.#client.kv.txn({
+      compare: [{ target: 'Create', result: 'Equal', key, create_revision: entry.position.toString() }],
+      success: [op],
+      failure: [],
+    })
+    return reply.succeeded
+  }
+
+  #keepWatchStream() {
+    this.#streamKeeper ??= this.#client
+      .watch()
+      .key(this.#prefix)
+      .create()
+      .catch(() => {
+        this.#streamKeeper = undefined
+        return undefined
+      })
+  }
+}

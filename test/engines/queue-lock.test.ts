@@ -1,0 +1,235 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import type { AcquireRequest, Grant } from '../../src/core/backend.js'
+import { type Acquisition, QueueLock } from '../../src/engines/queue-lock.js'
+import { abortedWithin } from '../support/wait.js'
+import { deferred, FakeQueueStore, settle } from './fake-queue-store.js'
+
+/**
+ * The queue-lock engine against the in-memory store: FIFO order, one wake-up per release, a re-check
+ * after every wake-up, lost replies, abandon racing a write, and loss through the session.
+ */
+
+const open = () => new AbortController().signal
+const request = (owner: string, key = 'jobs'): AcquireRequest => ({ key, owner, ttlMs: 3000 })
+
+function setup() {
+  const store = new FakeQueueStore()
+  const engine = new QueueLock(store, store)
+  /** One attempt; a grant is returned, a refusal is null. */
+  const attempt = async (req: AcquireRequest) => {
+    const result = await engine.attempt(req, open())
+    return result.granted ? result : null
+  }
+  const release = (grant: Grant) => engine.release(grant.cookie as Acquisition<number>, open())
+  const nameOf = (owner: string, key = 'jobs') =>
+    store.queue(`${key}/`).find((e) => e.name.endsWith(`-${owner}`))!.name
+  return { store, engine, attempt, release, nameOf }
+}
+
+/** Whether `promise` has settled by now (after the store's pending replies ran). */
+async function settled(promise: Promise<unknown>): Promise<boolean> {
+  let done = false
+  promise.then(
+    () => {
+      done = true
+    },
+    () => {
+      done = true
+    },
+  )
+  for (let i = 0; i < 10; i++) await settle()
+  return done
+}
+
+describe('queue-lock engine', { timeout: 10_000 }, () => {
+  it('grants in creation order: each release hands the lock to the next in line', async () => {
+    const { engine, attempt, release } = setup()
+    const a = await attempt(request('a'))
+    assert.ok(a, 'the first in line is granted at once')
+    const waiters = ['b', 'c', 'd'].map((owner) => request(owner))
+    for (const req of waiters) assert.equal(await attempt(req), null, `${req.owner} waits behind a`)
+    const waits = waiters.map((req) => engine.wait(req, open()))
+    let holder = a
+    const order: string[] = []
+    for (const wait of waits) {
+      await release(holder)
+      const next = await wait
+      assert.ok(next, 'the next in line is handed the lock')
+      order.push((next.cookie as Acquisition<number>).owner)
+      assert.ok(next.fence > holder.fence, 'fences grow with the queue')
+      holder = next
+    }
+    assert.deepEqual(order, ['b', 'c', 'd'])
+  })
+
+  it('a release wakes only the next waiter: the others watch their own predecessor and do not re-read', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const [b, c, d] = ['b', 'c', 'd'].map((owner) => request(owner))
+    for (const req of [b!, c!, d!]) await attempt(req)
+    const waits = [b!, c!, d!].map((req) => engine.wait(req, open()))
+    await settle()
+    for (let i = 0; i < 10; i++) await settle()
+    // Each waiter watches the entry just before its own, and nothing else.
+    assert.equal(store.count('watch', nameOf('a')), 1)
+    assert.equal(store.count('watch', nameOf('b')), 1)
+    assert.equal(store.count('watch', nameOf('c')), 1)
+    assert.equal(store.count('watch', nameOf('d')), 0)
+    const checksBefore = { c: store.count('check', nameOf('c')), d: store.count('check', nameOf('d')) }
+    await release(a)
+    assert.ok(await waits[0], 'b is granted')
+    assert.equal(await settled(waits[1]!), false, 'c still waits')
+    assert.equal(await settled(waits[2]!), false, 'd still waits')
+    assert.equal(store.count('check', nameOf('c')), checksBefore.c, 'c was not woken')
+    assert.equal(store.count('check', nameOf('d')), checksBefore.d, 'd was not woken')
+  })
+
+  it('a predecessor that leaves before the watch is in place is not waited for', async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    await attempt(b)
+    // a leaves between b's check and b's watch: the read after the watch must see it gone.
+    const original = store.watch.bind(store)
+    store.watch = async (entry) => {
+      store.delete(entry.name)
+      return original(entry)
+    }
+    const wait = engine.wait(b, open())
+    assert.equal(await settled(wait), true, 'b did not wait for a deletion event that never comes')
+    assert.ok(await wait, 'b is granted')
+    assert.equal(store.queue('jobs/')[0]?.name, nameOf('b'))
+  })
+
+  it('a wake-up read from a replica behind the deletion is read again in full', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settled(wait)
+    store.replicaBehind = true
+    const checks = store.count('check', nameOf('b'))
+    await release(a)
+    assert.ok(await wait, 'b is granted')
+    assert.equal(store.count('check-after', nameOf('b')), 1, 'the cheap read came first')
+    assert.equal(store.count('check', nameOf('b')), checks + 1, 'then one full read')
+  })
+
+  it('a waiter whose entry vanished while it waited is not granted, even once first in line', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settle()
+    store.delete(nameOf('b'))
+    await release(a)
+    assert.equal(await wait, undefined, 'no grant without our entry')
+    assert.equal(store.queue('jobs/').length, 0)
+    // The next attempt is a new acquisition: it puts a new entry (and is granted, the queue being empty).
+    const again = await attempt(b)
+    assert.ok(again)
+    assert.ok(store.isMine((again.cookie as Acquisition<number>).entry!))
+  })
+
+  it('a waiter whose lease expires stops waiting at once and is not granted', async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    const holder = (await attempt(request('h')))!
+    // A longer ttl: another session, so only the waiter's lease expires.
+    const b = { ...request('b'), ttlMs: 5000 }
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settle()
+    store.expire(store.entries.get(nameOf('b'))!.lease)
+    assert.equal(await settled(wait), true, 'the wait ended without the holder leaving')
+    assert.equal(await wait, undefined)
+    assert.equal(holder.lost!.aborted, false)
+  })
+
+  it('an attempt whose reply was lost finds its entry on the retry: one entry, the first fence', async () => {
+    const { store, attempt } = setup()
+    const a = request('a')
+    store.loseNextReply = true
+    await assert.rejects(attempt(a), /reply lost/)
+    const written = store.queue('jobs/')
+    assert.equal(written.length, 1, 'the write landed')
+    const grant = await attempt(a)
+    assert.ok(grant)
+    assert.equal(grant.fence, written[0]!.position)
+    assert.equal(store.queue('jobs/').length, 1, 'no second entry')
+  })
+
+  it('abandon removes the entry of a write that lands after it was called', async () => {
+    const { store, engine } = setup()
+    const a = request('a')
+    const gate = deferred()
+    store.holdNextWrite = gate.promise
+    const controller = new AbortController()
+    const attempt = engine.attempt(a, controller.signal)
+    await settle()
+    assert.equal(store.count('enqueue', 'jobs/1-a'), 1, 'the write is in flight')
+    controller.abort(new Error('given up'))
+    await assert.rejects(attempt, /given up/)
+    const abandon = engine.abandon(a, open())
+    await settle()
+    assert.equal(
+      store.calls.filter((c) => c.op === 'removeNames').length,
+      0,
+      'no delete before the write settles',
+    )
+    gate.resolve()
+    await abandon
+    assert.equal(store.queue('jobs/').length, 0, 'the late write left nothing behind')
+  })
+
+  it('abandon removes an entry granted by a hand-over the caller never took', async () => {
+    const { store, engine, attempt, release } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await release(a)
+    assert.ok(await wait)
+    await engine.abandon(b, open())
+    assert.equal(store.queue('jobs/').length, 0)
+  })
+
+  it("a holder's lost signal aborts when the store reports its session's lease gone", async () => {
+    const { store, attempt } = setup()
+    const a = (await attempt(request('a')))!
+    store.leases.get(store.queue('jobs/')[0]!.lease)!.events.lost(new Error('lease gone'))
+    assert.match(String(await abortedWithin(a.lost!, 5000)), /lease gone/)
+  })
+
+  it("a holder's lost signal aborts when its entry is deleted behind its back", async () => {
+    const { store, attempt, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    store.delete(nameOf('a'))
+    assert.match(String(await abortedWithin(a.lost!, 5000)), /deleted/)
+  })
+
+  it('extend: renewed while the entry and lease live; a keep-alive that finds the lease gone is a loss', async () => {
+    const { store, engine, attempt } = setup()
+    const a = (await attempt(request('a')))!
+    const acq = a.cookie as Acquisition<number>
+    const renewed = await engine.extend(acq, 3000, open())
+    assert.equal(renewed.renewed, true)
+    store.leases.get(store.queue('jobs/')[0]!.lease)!.answer = 0
+    assert.deepEqual(await engine.extend(acq, 3000, open()), { renewed: false })
+    await abortedWithin(a.lost!, 5000)
+  })
+
+  it('extend to a longer lease moves the entry, keeping its position (fence and place in line)', async () => {
+    const { store, engine, attempt } = setup()
+    const a = (await attempt(request('a')))!
+    const before = store.queue('jobs/')[0]!
+    const result = await engine.extend(a.cookie as Acquisition<number>, 10_000, open())
+    assert.equal(result.renewed, true)
+    const after = store.queue('jobs/')[0]!
+    assert.equal(after.position, before.position)
+    assert.notEqual(after.lease, before.lease)
+    assert.equal(store.leases.get(after.lease)!.leaseMs, 10_000)
+  })
+})
