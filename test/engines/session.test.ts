@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { now } from '../../src/core/clock.js'
 import { idleMs, type Session, SessionPool } from '../../src/engines/session.js'
-import { waitUntil } from '../servers/common.js'
+import { waitUntil } from '../support/wait.js'
 import { FakeQueueStore, settle } from './fake-queue-store.js'
 
 /**
@@ -83,11 +83,7 @@ describe('session engine', { timeout: 10_000 }, () => {
     pool.use(busy, 'b')
     pool.leave(idle, 'a')
     const [idleLease, busyLease] = [await leaseOf(idle), await leaseOf(busy)]
-    await waitUntil(
-      async () => idleLease.revoked,
-      5000,
-      () => 'the idle session was not revoked',
-    )
+    await waitUntil(() => idleLease.revoked, 'the idle session to be revoked', { withinMs: 5000 })
     assert.equal(busyLease.revoked, false)
     assert.notEqual(pool.session(1000), idle, 'a revoked session is not handed out again')
   })
