@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../src/backends/file/generations.js'
 import { tempDir } from '../support/temp.js'
+import { sleep } from '../support/time.js'
 import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 
 /**
@@ -18,7 +19,7 @@ async function removeKeyFolder(locks: string, key: string): Promise<void> {
       return rmSync(folder, { recursive: true, force: true })
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || tries === 100) throw error
-      await new Promise((resolve) => setTimeout(resolve, 1))
+      await sleep(1)
     }
   }
 }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { setImmediate as turn } from 'node:timers/promises'
 import { type AcquireRequest, createLockClient, type Lock, type LockBackend } from '../../../src/index.js'
+import { sleep } from '../../support/time.js'
 import type { ConformanceCase } from '../harness.js'
 import { wrapBackend } from '../wrap.js'
 
@@ -90,7 +91,7 @@ export const abandonCases: ConformanceCase[] = (['abort', 'close'] as const).map
         // The victim waits once it has been refused (and queued, where the store queues); then the
         // release wakes it, or hands it the lock.
         await waiting
-        await new Promise((r) => setTimeout(r, 50))
+        await sleep(50)
         await holder?.release()
       } else if (point === 'waiting') {
         // Interrupted while waiting; the holder then leaves, so only a leak could keep the key.

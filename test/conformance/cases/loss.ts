@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { LockLostError } from '../../../src/index.js'
+import { sleep } from '../../support/time.js'
 import { abortedWithin } from '../../support/wait.js'
 import type { ConformanceCase } from '../harness.js'
 
@@ -30,7 +31,7 @@ export const lossCases: ConformanceCase[] = [
       const key = ctx.key('renew')
       const [a, b] = [ctx.client({ ttl: ctx.ttl(1) }), ctx.client()]
       const lock = await a.acquire(key)
-      await new Promise((r) => setTimeout(r, ctx.ttl(4)))
+      await sleep(ctx.ttl(4))
       assert.equal(lock.signal.aborted, false, `lost: ${lock.signal.reason}`)
       assert.equal(await b.tryAcquire(key), null, 'a renewed lock must stay held')
       await lock.release()
@@ -49,7 +50,7 @@ export const lossCases: ConformanceCase[] = [
       const client = ctx.client({ ttl: lease, renew: false })
       const lock = await client.acquire(key)
       const first = lock.validUntil
-      await new Promise((r) => setTimeout(r, 50))
+      await sleep(50)
       await lock.extend(2.5 * lease)
       assert.ok(
         lock.validUntil > first + lease,

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { LockNotAcquiredError } from '../../../src/index.js'
+import { sleep } from '../../support/time.js'
 import type { ConformanceCase } from '../harness.js'
 
 export const waitingCases: ConformanceCase[] = [
@@ -51,7 +52,7 @@ export const waitingCases: ConformanceCase[] = [
       const [a, b] = [ctx.client({ ttl: '60s' }), ctx.client({ ttl: '60s' })]
       const lock = await a.acquire(key)
       const waiting = b.acquire(key, { timeout: '30s' })
-      await new Promise((r) => setTimeout(r, 200))
+      await sleep(200)
       const releasedAt = performance.now()
       await lock.release()
       const next = await waiting
