@@ -4,7 +4,34 @@
  * Plain SVG, no scripts, so any browser (or headless Chromium) renders it.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
-import type { Results, Row } from './run.js'
+import type { Adapter } from './adapters.js'
+import type { SCENARIOS } from './scenarios.js'
+
+export interface Row {
+  readonly scenario: string
+  readonly adapter: string
+  readonly store: Adapter['store']
+  readonly kind: Adapter['kind']
+  readonly fences: boolean
+  readonly note?: string
+  /** Medians over runs. */
+  readonly metrics: Record<string, number>
+  readonly perWorker?: number[]
+  readonly samples?: number[]
+  readonly error?: string
+}
+
+export interface Results {
+  readonly date: string
+  readonly machine: string
+  readonly runs: number
+  readonly scenarios: Array<{
+    id: string
+    title: string
+    primary: (typeof SCENARIOS)[number]['primary']
+    rows: Row[]
+  }>
+}
 
 const esc = (s: string) =>
   s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!)

@@ -11,36 +11,10 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { KITS, type KitStore, kit } from '../test/kits/index.js'
 import { tempDir } from '../test/support/temp.js'
-import { ADAPTERS, type Adapter, type Env } from './adapters.js'
-import { writeReport } from './report.js'
+import { ADAPTERS, type Env } from './adapters.js'
+import { type Results, type Row, writeReport } from './report.js'
 import { type Figures, SCENARIOS } from './scenarios.js'
 import { fmt } from './stats.js'
-
-export interface Row {
-  readonly scenario: string
-  readonly adapter: string
-  readonly store: Adapter['store']
-  readonly kind: Adapter['kind']
-  readonly fences: boolean
-  readonly note?: string
-  /** Medians over runs. */
-  readonly metrics: Record<string, number>
-  readonly perWorker?: number[]
-  readonly samples?: number[]
-  readonly error?: string
-}
-
-export interface Results {
-  readonly date: string
-  readonly machine: string
-  readonly runs: number
-  readonly scenarios: Array<{
-    id: string
-    title: string
-    primary: (typeof SCENARIOS)[number]['primary']
-    rows: Row[]
-  }>
-}
 
 const { values } = parseArgs({
   options: {

@@ -3,7 +3,6 @@
  * shape, how it is read back, how one is made, and the two questions the algorithm asks of a record:
  * is its lease live, and is it the very record a holder's cookie names.
  */
-import type { Current } from './generations.js'
 import { monotonicMs, sameBoot } from './host-clock.js'
 
 export interface RecordV1 {
@@ -99,11 +98,11 @@ export const isLive = (record: RecordV1, boot: string): boolean =>
  * sticky bit keeps) lets the next grant re-use its number and base. The owner check keeps the holder
  * of the removed record from taking that grant for its own: it learns that its lock is lost.
  */
-export const isOurs = (
-  current: Current,
+export const isOurs = <C extends { readonly gen: bigint; readonly record: RecordV1 | 'unreadable' | 'none' }>(
+  current: C,
   cookie: Cookie,
   owner: string,
-): current is Extract<Current, { record: RecordV1 }> =>
+): current is Extract<C, { record: RecordV1 }> =>
   current.record !== 'none' &&
   current.record !== 'unreadable' &&
   current.gen === cookie.gen &&
