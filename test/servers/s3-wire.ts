@@ -20,10 +20,20 @@ export const unescapeXml = (text: string) =>
 
 export const requestId = () => randomBytes(8).toString('hex').toUpperCase()
 
-export function xmlReply(status: number, root: string, fields: Record<string, string>): FakeReply {
-  const inner = Object.entries(fields)
+/** `<Name>value</Name>…` for each field, the values escaped. */
+export const xmlElements = (fields: Record<string, string>) =>
+  Object.entries(fields)
     .map(([name, value]) => `<${name}>${escapeXml(value)}</${name}>`)
     .join('')
+
+/** An XML result document: its fields, then `children` (already XML). */
+export function xmlReply(
+  status: number,
+  root: string,
+  fields: Record<string, string>,
+  children = '',
+): FakeReply {
+  const inner = xmlElements(fields) + children
   return {
     status,
     headers: { 'content-type': 'application/xml', 'x-amz-request-id': requestId() },

@@ -5,9 +5,10 @@
  * Clients: `new S3Client({ endpoint, forcePathStyle: true, region: 'any', credentials: dummy })`.
  *
  * Faithful (checked with `@aws-sdk/client-s3` in s3.test.ts, T1-T9):
- * - path-style `/{bucket}/{key}` (each key segment percent-decoded), `x-id` ignored, auth ignored;
- * - CreateBucket, HeadBucket, PutObject, GetObject, HeadObject (404 without body), DeleteObject, and
- *   multipart upload (Create, UploadPart, Complete, Abort) with the conditions checked at Complete;
+ * - path-style `/{bucket}/{key}` (each key segment percent-decoded), `x-id` ignored;
+ * - CreateBucket, HeadBucket, ListObjectsV2 (prefix, pages), PutObject, GetObject, HeadObject (404
+ *   without a body), DeleteObject, and multipart upload (Create, UploadPart, Complete, Abort) with the
+ *   conditions checked at Complete;
  * - `If-None-Match: *` (412 PreconditionFailed when the key exists; another value: 400 InvalidArgument or
  *   501 NotImplemented, see settings), `If-Match: <etag>` (412; absent key: 404 NoSuchKey or 412), conditional
  *   DeleteObject (`If-Match` etag or `*`, `x-amz-if-match-last-modified-time`, `x-amz-if-match-size`; absent
@@ -17,8 +18,9 @@
  * - ETag = quoted MD5 hex of the body, `"md5(part md5s)-N"` for multipart, or random (settings);
  * - aws-chunked stream bodies decoded (length and trailer CRC32 checked), CRC32 checked (400 BadDigest);
  * - the conditional check and the write are one synchronous step (http-fake.ts), so races have one winner.
- * Not implemented (C.3): auth, ACLs, signed URLs, SSE, versioning, object lock, lifecycle, CORS, ranges,
- * CopyObject, ListObjects, virtual-hosted style, S3 Express CreateSession. Unknown requests get 501.
+ * Not implemented (C.3): auth (any signature is accepted; one access key id can be set to get 403),
+ * ACLs, signed URLs, SSE, versioning, object lock, lifecycle, CORS, ranges, CopyObject, ListObjects v1,
+ * virtual-hosted style, S3 Express CreateSession. Unknown requests get 501.
  * Files: this one holds the operations and the state (a little over 300 lines: one operation per
  * method, kept together so each conditional rule reads beside its write); s3-wire.ts the XML, errors and
  * bodies; http-fake.ts the HTTP shell; fake-faults.ts the fault switches.
@@ -49,6 +51,7 @@ import {
   s3Error,
   unescapeXml,
   userMetadata,
+  xmlElements,
   xmlReply,
 } from './s3-wire.js'
 
@@ -62,6 +65,11 @@ export interface S3Settings {
   ifNoneMatchOther: 400 | 501
   /** Random ETags instead of MD5 (as S3 Express One Zone and SSE-KMS give). @default false */
   randomEtags: boolean
+  /**
+   * Requests signed with this access key id get 403 InvalidAccessKeyId (every other key is accepted
+   * unchecked), to test how a client reports bad credentials. @default undefined (all accepted)
+   */
+  rejectAccessKeyId: string | undefined
 }
 
 /** What the server holds for one key, as tests read it. */
@@ -119,6 +127,18 @@ class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
   }
 
   arrive(request: FakeRequest): Commit {
+    const accessKeyId = /Credential=([^/]+)\//.exec(headerOf(request, 'authorization') ?? '')?.[1]
+    if (accessKeyId !== undefined && accessKeyId === this.settings.rejectAccessKeyId) {
+      return () =>
+        s3Error(
+          403,
+          'InvalidAccessKeyId',
+          'The AWS Access Key Id you provided does not exist in our records.',
+          {
+            AWSAccessKeyId: accessKeyId,
+          },
+        )
+    }
     const { bucket, key } = address(request.path)
     if (!bucket) return () => notImplemented('ListBuckets')
     if (!key) return (body) => this.#bucketOperation(request, bucket, body)
@@ -150,7 +170,42 @@ class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
       return { status: 200, headers: { location: `/${name}`, 'x-amz-request-id': requestId() } }
     }
     if (request.method === 'HEAD') return { status: this.buckets.has(name) ? 200 : 404 }
+    if (request.method === 'GET' && request.query.get('list-type') === '2')
+      return this.#listObjects(request, name)
     return notImplemented(`${request.method} on a bucket`)
+  }
+
+  /** ListObjectsV2 by prefix, in key order; the continuation token is the last key of the page. */
+  #listObjects(request: FakeRequest, name: string): FakeReply {
+    const bucket = this.buckets.get(name)
+    if (!bucket)
+      return s3Error(404, 'NoSuchBucket', 'The specified bucket does not exist', { BucketName: name })
+    const prefix = request.query.get('prefix') ?? ''
+    const after = request.query.get('continuation-token') ?? request.query.get('start-after') ?? ''
+    const max = Number(request.query.get('max-keys') ?? 1000)
+    const keys = [...bucket.objects.keys()].filter((k) => k.startsWith(prefix) && k > after).sort()
+    const page = keys.slice(0, max)
+    const contents = page.map((key) => {
+      const object = bucket.objects.get(key)!
+      const fields = {
+        Key: key,
+        LastModified: object.lastModified.toISOString(),
+        ETag: object.etag,
+        Size: String(object.body.length),
+        StorageClass: 'STANDARD',
+      }
+      return `<Contents>${xmlElements(fields)}</Contents>`
+    })
+    const truncated = keys.length > page.length
+    const fields = {
+      Name: name,
+      Prefix: prefix,
+      KeyCount: String(page.length),
+      MaxKeys: String(max),
+      IsTruncated: String(truncated),
+      ...(truncated ? { NextContinuationToken: page.at(-1)! } : {}),
+    }
+    return xmlReply(200, 'ListBucketResult', fields, contents.join(''))
   }
 
   #objectOperation(request: FakeRequest, bucket: Bucket, key: string, body: Buffer): FakeReply {
@@ -326,7 +381,14 @@ class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
 export function startS3Fake(settings: Partial<S3Settings> = {}): Promise<S3Fake> {
   return startHttpFake(
     new S3Dialect(
-      { ifMatchAbsent: 404, deleteAbsent: 204, ifNoneMatchOther: 400, randomEtags: false, ...settings },
+      {
+        ifMatchAbsent: 404,
+        deleteAbsent: 204,
+        ifNoneMatchOther: 400,
+        randomEtags: false,
+        rejectAccessKeyId: undefined,
+        ...settings,
+      },
       (name) => new Bucket(name),
     ),
   )
