@@ -120,6 +120,10 @@ function readBody(request: IncomingMessage): Promise<Buffer> {
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
     request.on('end', () => resolve(Buffer.concat(chunks)))
     request.on('error', reject)
+    // A connection cut before the body's end (a client gave up, or `stop()`): nothing is committed.
+    request.on('close', () => {
+      if (!request.complete) reject(new Error('the request was cut before its body ended'))
+    })
   })
 }
 
