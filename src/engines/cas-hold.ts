@@ -134,8 +134,12 @@ export class CasHolds {
   async #paced(key: string, signal: AbortSignal): Promise<void> {
     const wroteAt = this.#io.seen.lastWrite(key)
     if (wroteAt === undefined) return
-    const wait = wroteAt + this.#io.driver.minWriteIntervalMs - now()
-    if (wait > 0) await sleep(wait, signal)
+    const allowedAt = wroteAt + this.#io.driver.minWriteIntervalMs
+    // A loop: a timer may fire a little before the monotonic clock reaches its end.
+    while (now() < allowedAt) {
+      signal.throwIfAborted()
+      await sleep(allowedAt - now(), signal)
+    }
     signal.throwIfAborted()
   }
 }
