@@ -5,6 +5,7 @@ import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
+import { s3Kit } from './s3.js'
 
 export type { Kit, KitStore } from './kit.js'
 
@@ -19,6 +20,7 @@ export const KITS: readonly Kit[] = [
   redlock3Kit,
   etcdKit1,
   etcdKit3,
+  s3Kit,
 ]
 
 /** The kit named `id`. */

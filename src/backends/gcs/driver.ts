@@ -18,7 +18,7 @@ import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
 
 /** As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. */
-export const GCS_LIMITS: BackendLimits = { maxKeyBytes: 1024, maxTtlMs: 2 ** 31 - 1 }
+export const GCS_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
 
 /** Where the driver keeps its objects, and whether it owns the client. */
 export interface GcsPlace {

@@ -12,7 +12,7 @@
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock; never
  *   the generation, whose order GCS no longer documents. A release marks the record released.
  * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
- * - Limits: keys up to 1024 bytes (names stay under 256 bytes). About one write per second per object
+ * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). About one write per second per object
  *   (`minWriteIntervalMs: 1000`): heartbeats and takeovers never write faster, and 429 is backed off.
  *   The SDK retries conditional uploads itself (`autoRetry`, `RetryConditional`): safe, the engine re-reads
  *   after any unknown or refused outcome.

@@ -22,10 +22,11 @@ export type S3Module = Pick<
 >
 
 /**
- * Keys of any length map to names of at most 256 bytes (layout.ts); the bound keeps records small. Leases
- * are observed on monotonic clocks and timers, so they stay within a timer's range.
+ * Keys of any length map to names of at most 256 bytes (layout.ts) and the record does not hold the key,
+ * so the core's usual key bound applies. Leases are observed on monotonic clocks and timers, so they stay
+ * within a timer's range.
  */
-export const S3_LIMITS: BackendLimits = { maxKeyBytes: 1024, maxTtlMs: 2 ** 31 - 1 }
+export const S3_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
 
 /** Where the driver keeps its objects, and whether it owns the client. */
 export interface S3Place {

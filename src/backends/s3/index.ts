@@ -11,7 +11,7 @@
  *   write extends one chain of `If-Match` writes and a release marks the record released (never deletes
  *   it), so the fence only grows.
  * - Waiting: S3 cannot notify; the engine polls the record, its interval growing and capped.
- * - Limits: keys up to 1024 bytes (names stay under 256 bytes, layout.ts). S3 has no per-object write
+ * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). S3 has no per-object write
  *   limit to respect (503 SlowDown is backed off). The SDK's own retries (`maxAttempts`, 3 by default) are
  *   safe: the engine re-reads after any unknown or refused outcome. S3 Express One Zone (directory
  *   buckets) works the same way but needs a virtual-hosted client; it is not tested.
