@@ -66,7 +66,8 @@ export function storeUnavailable(
   const { status, cause } = failure
   const retryable =
     !nonRetryable && (status === undefined || status === 408 || status === 429 || status >= 500)
-  const reason = describeNetworkError(cause) ?? causeText(cause)
+  // Only without a status: describeNetworkError reads `code` as a string, and GCS's ApiError has a numeric one.
+  const reason = (status === undefined ? describeNetworkError(cause) : undefined) ?? causeText(cause)
   return new BackendUnavailableError(
     `${what} of lock ${quoteKey(key)} failed at ${backend}${status ? ` (HTTP ${status})` : ''}: ${reason}`,
     { key, backend, cause, retryable },
