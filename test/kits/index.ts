@@ -1,6 +1,7 @@
 /** Every test kit: the conformance entries, the chaos targets and the bench's fencelock adapters are built from this list. */
 import { etcdKit1, etcdKit3 } from './etcd.js'
 import { fileKit } from './file.js'
+import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
@@ -21,6 +22,7 @@ export const KITS: readonly Kit[] = [
   etcdKit1,
   etcdKit3,
   s3Kit,
+  gcsKit,
 ]
 
 /** The kit named `id`. */
