@@ -127,6 +127,25 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     await client.close()
   })
 
+  it('a takeover write that failed keeps the observation: the retry does not wait another lease', async () => {
+    const store = new FakeCasStore()
+    deadHolder(store, 'k', 3n, 1500)
+    store.next('replace', 'throw-before')
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { timeout: 10_000, renew: false })
+    assert.equal(lock.fence, 4n)
+    const firstRead = logOf(store, 'read')[0]!
+    const takeover = logOf(store, 'replace').at(-1)!
+    assert.equal(store.count('replace'), 2)
+    // Restarting the watch would take a second lease (>= 3.1 s); keeping it, one lease and a backoff.
+    assert.ok(
+      takeover.at - firstRead.applied! < 2800,
+      `took ${Math.round(takeover.at - firstRead.applied!)} ms`,
+    )
+    await lock.release()
+    await client.close()
+  })
+
   it('a renewal restarts the observation: no takeover while the holder renews, then only a lease after its last', async () => {
     const store = new FakeCasStore()
     const holder = processOn(store)
@@ -270,32 +289,35 @@ describe('cas-lease: uncertain outcomes', () => {
     await client.close()
   })
 
-  it('abandon after an unknown outcome leaves the record released (our create landed)', async () => {
-    const store = new FakeCasStore()
-    // The attempt's read, its create (applied, reply lost), and the re-read behind it fails: unknown.
-    store.next('create', 'lose-reply').next('read', 503, 1)
-    const { client } = processOn(store)
-    await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
-    await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to release the record')
-    assert.equal(store.json('k')!.fence, '1')
-    const lock = await client.acquire('k', { renew: false })
-    assert.equal(lock.fence, 2n)
-    await lock.release()
-    await client.close()
-  })
-
-  it('abandon after an unknown create that did not land leaves a released record, so it never lands later', async () => {
-    const store = new FakeCasStore()
-    store.next('create', 'throw-before')
-    const { client } = processOn(store)
-    await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
-    await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to write a released record')
-    assert.equal(store.json('k')!.fence, '0')
-    const lock = await client.acquire('k', { renew: false })
-    assert.equal(lock.fence, 1n)
-    await lock.release()
-    await client.close()
-  })
+  const abandons = [
+    {
+      // The attempt's read, its create (applied, reply lost), and the re-read behind it fails: unknown.
+      title: 'abandon after an unknown outcome leaves the record released (our create landed)',
+      faults: (store: FakeCasStore) => store.next('create', 'lose-reply').next('read', 503, 1),
+      fence: 1n,
+    },
+    {
+      // Nothing applied, but a create in flight could still land: a released record (fence 0) stops it.
+      title:
+        'abandon after an unknown create that did not land leaves a released record, so it never lands later',
+      faults: (store: FakeCasStore) => store.next('create', 'throw-before'),
+      fence: 0n,
+    },
+  ]
+  for (const { title, faults, fence } of abandons) {
+    it(title, async () => {
+      const store = new FakeCasStore()
+      faults(store)
+      const { client } = processOn(store)
+      await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
+      await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to leave a released record')
+      assert.equal(store.json('k')!.fence, String(fence))
+      const lock = await client.acquire('k', { renew: false })
+      assert.equal(lock.fence, fence + 1n)
+      await lock.release()
+      await client.close()
+    })
+  }
 
   it('an owner that never wrote abandons without a request', async () => {
     const store = new FakeCasStore()
