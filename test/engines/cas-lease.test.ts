@@ -109,6 +109,34 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     for (const { client } of processes) await client.close()
   })
 
+  it('excludes under lost replies, refusals after applying, 503s and crashed holders', async () => {
+    const store = new FakeCasStore()
+    store.delayMs = 1
+    const faults = ['lose-reply', 'apply-then-refuse', 'throw-before', 503, 'refuse'] as const
+    const processes = Array.from({ length: 4 }, () => processOn(store, { marginMs: 20 }))
+    const holds: Hold[] = []
+    await Promise.all(
+      processes.map(async ({ client }, p) => {
+        for (let i = 0; i < 6; i++) {
+          store.next(i % 2 ? 'write' : 'read', faults[(p + i) % faults.length]!)
+          // Once, a process of its own that crashes while it holds: the next waits out its lease.
+          const crashing = i === 3 && p === 0 ? processOn(store, { marginMs: 20 }) : undefined
+          const lock = await (crashing?.client ?? client).acquire('k', { timeout: 20_000, ttl: 300 })
+          const start = performance.now()
+          await sleep(3)
+          crashing?.crash()
+          // A crashed (or paused) holder may act until its validity ends.
+          const end = crashing ? lock.validUntil : Math.min(performance.now(), lock.validUntil)
+          holds.push({ fence: lock.fence, start, end })
+          if (!crashing) await lock.release().catch(() => {})
+        }
+      }),
+    )
+    assert.equal(holds.length, 24)
+    assertSuccessiveHolds(holds)
+    for (const { client } of processes) await client.close()
+  })
+
   it('takes over a dead holder only after a whole lease plus the margin of seeing it unchanged', async () => {
     const store = new FakeCasStore()
     // Written "long ago" as far as any wall clock goes: the record carries no time, so only the
