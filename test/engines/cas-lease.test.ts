@@ -383,6 +383,20 @@ describe('cas-lease: waiting and the store rates', () => {
     }
   })
 
+  it('a new acquire reads afresh: a tryAcquire just after a release elsewhere gets the lock', async () => {
+    const store = new FakeCasStore()
+    const a = processOn(store)
+    const b = processOn(store, { pollMaxMs: 5000 })
+    const held = await a.client.acquire('k')
+    assert.equal(await b.client.tryAcquire('k'), null)
+    await held.release()
+    const lock = await b.client.tryAcquire('k')
+    assert.equal(lock?.fence, 2n)
+    await lock!.release()
+    await a.client.close()
+    await b.client.close()
+  })
+
   it('paces its reads of a held key: a few per second at most', async () => {
     const store = new FakeCasStore()
     const holder = processOn(store)
