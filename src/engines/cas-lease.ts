@@ -65,7 +65,10 @@ const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, f
 const MARGIN_SHARE = 0.05
 const MARGIN_MIN_MS = 200
 const POLL_MAX_MS = 1000
-/** Owners whose acquire sent a write, for abandon (an owner that sent none has nothing to clean up). */
+/**
+ * Owners of acquires remembered (whether they wrote, for abandon; whether they wait, for the pacing);
+ * forgetting one costs a request, never safety.
+ */
 const WRITERS_KEPT = 10_000
 
 /** A LockBackend over `driver`: the cas-lease engine. */
@@ -79,7 +82,7 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
     release: (lease, signal) => engine.holds.release(lease, signal),
     inspect: (key, signal) => engine.inspect(key, signal),
-    abandon: (req, signal) => engine.holds.abandon(req, signal),
+    abandon: (req, signal) => engine.abandon(req, signal),
     close: () => driver.close(),
   }
   const doctor = driver.doctor?.bind(driver)
@@ -93,6 +96,8 @@ export class CasLease {
   /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
   readonly holds: CasHolds
   readonly #writers = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
+  readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
 
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
@@ -106,10 +111,15 @@ export class CasLease {
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
-    // Seen held by another a moment ago, too recently to read again: the answer is the same, free.
+    // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
+    // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
     const known = this.#seen.get(req.key)
-    if (known && now() < known.nextReadAt && this.#othersHold(known, req.owner)) return this.#busy(known)
+    const waiting = this.#waiting.has(req.owner)
+    if (known && waiting && now() < known.nextReadAt && this.#othersHold(known, req.owner)) {
+      return this.#busy(known)
+    }
     const current = await this.#io.read(req.key, signal)
+    if (!waiting) this.#waiting.set(req.owner, true)
     if (current === undefined) return await this.#write(req, 1n, undefined, signal)
     const seen = this.#seen.get(req.key)!
     const record = seen.record
@@ -124,6 +134,12 @@ export class CasLease {
     const takeoverAt = this.#seen.takeoverAt(seen)!
     if (now() < takeoverAt) return this.#busy(seen)
     return await this.#write(req, record.fence + 1n, seen, signal)
+  }
+
+  /** `LockBackend.abandon`: the acquire is over; what it may have left is released (cas-hold.ts). */
+  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    this.#waiting.delete(req.owner)
+    return this.holds.abandon(req, signal)
   }
 
   /** `LockBackend.inspect`: the record as stored, with what this process has seen of it. */
@@ -174,6 +190,7 @@ export class CasLease {
     this.#writers.set(req.owner, true)
     const out = await this.#io.write(req.key, record, seen?.version, signal)
     if (out.kind === 'written') {
+      this.#waiting.delete(req.owner)
       const hold: CasHold = { version: out.version, sentAt: start, leaseMs: req.ttlMs, holder: req.holder }
       return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
     }

@@ -55,9 +55,9 @@ export class Observations {
     const before = this.#seen.get(key)
     const same = before?.version === version
     const since = same ? before.since : at
-    // The pace keeps growing across renewals (a holder renewing is still a holder); it starts again
-    // only when the key was free or ours, where a fast next look is worth it.
-    const busy = before?.record?.state === 'held'
+    // The pace keeps growing across renewals (a holder renewing is still a holder; an unreadable record
+    // stays so); it starts again only after the key was seen free, where a fast next look is worth it.
+    const busy = before !== undefined && before.record?.state !== 'released'
     const pollMs = busy
       ? Math.min(before.pollMs * 2, this.pollMaxMs)
       : Math.min(POLL_FIRST_MS, this.pollMaxMs)
@@ -67,9 +67,19 @@ export class Observations {
     return seen
   }
 
-  /** The key has no record (or we no longer know it): the next attempt reads. */
+  /** The key has no record: the next attempt reads. */
   forget(key: string): void {
     this.#seen.delete(key)
+  }
+
+  /**
+   * A write of ours may have changed the record behind our back (it threw): the next attempt reads
+   * before deciding anything. The observation itself stands: if that read returns the same version, it
+   * has been unchanged since we first saw it all the same.
+   */
+  stale(key: string): void {
+    const seen = this.#seen.get(key)
+    if (seen) this.#seen.set(key, { ...seen, nextReadAt: Number.NEGATIVE_INFINITY })
   }
 
   get(key: string): Observation | undefined {

@@ -64,8 +64,8 @@ export class CasIo {
       if (result.current) this.#saw(key, result.current)
       current = result.current ?? (await this.read(key, signal))
     } catch (thrown) {
-      // No answer (or a refusal we could not read behind): whatever we knew of the key is stale now.
-      this.seen.forget(key)
+      // No answer (or a refusal we could not read behind): what we saw of the key may be stale now.
+      this.seen.stale(key)
       error = thrown
       try {
         current = await this.read(key, signal)

@@ -109,6 +109,34 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     for (const { client } of processes) await client.close()
   })
 
+  it('excludes under lost replies, refusals after applying, 503s and crashed holders', async () => {
+    const store = new FakeCasStore()
+    store.delayMs = 1
+    const faults = ['lose-reply', 'apply-then-refuse', 'throw-before', 503, 'refuse'] as const
+    const processes = Array.from({ length: 4 }, () => processOn(store, { marginMs: 20 }))
+    const holds: Hold[] = []
+    await Promise.all(
+      processes.map(async ({ client }, p) => {
+        for (let i = 0; i < 6; i++) {
+          store.next(i % 2 ? 'write' : 'read', faults[(p + i) % faults.length]!)
+          // Once, a process of its own that crashes while it holds: the next waits out its lease.
+          const crashing = i === 3 && p === 0 ? processOn(store, { marginMs: 20 }) : undefined
+          const lock = await (crashing?.client ?? client).acquire('k', { timeout: 20_000, ttl: 300 })
+          const start = performance.now()
+          await sleep(3)
+          crashing?.crash()
+          // A crashed (or paused) holder may act until its validity ends.
+          const end = crashing ? lock.validUntil : Math.min(performance.now(), lock.validUntil)
+          holds.push({ fence: lock.fence, start, end })
+          if (!crashing) await lock.release().catch(() => {})
+        }
+      }),
+    )
+    assert.equal(holds.length, 24)
+    assertSuccessiveHolds(holds)
+    for (const { client } of processes) await client.close()
+  })
+
   it('takes over a dead holder only after a whole lease plus the margin of seeing it unchanged', async () => {
     const store = new FakeCasStore()
     // Written "long ago" as far as any wall clock goes: the record carries no time, so only the
@@ -122,6 +150,25 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     assert.ok(
       takeover.at >= firstRead.applied! + 300 + MARGIN,
       `taken over ${Math.round(takeover.at - firstRead.applied!)} ms after the first read served it`,
+    )
+    await lock.release()
+    await client.close()
+  })
+
+  it('a takeover write that failed keeps the observation: the retry does not wait another lease', async () => {
+    const store = new FakeCasStore()
+    deadHolder(store, 'k', 3n, 1500)
+    store.next('replace', 'throw-before')
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { timeout: 10_000, renew: false })
+    assert.equal(lock.fence, 4n)
+    const firstRead = logOf(store, 'read')[0]!
+    const takeover = logOf(store, 'replace').at(-1)!
+    assert.equal(store.count('replace'), 2)
+    // Restarting the watch would take a second lease (>= 3.1 s); keeping it, one lease and a backoff.
+    assert.ok(
+      takeover.at - firstRead.applied! < 2800,
+      `took ${Math.round(takeover.at - firstRead.applied!)} ms`,
     )
     await lock.release()
     await client.close()
@@ -270,32 +317,35 @@ describe('cas-lease: uncertain outcomes', () => {
     await client.close()
   })
 
-  it('abandon after an unknown outcome leaves the record released (our create landed)', async () => {
-    const store = new FakeCasStore()
-    // The attempt's read, its create (applied, reply lost), and the re-read behind it fails: unknown.
-    store.next('create', 'lose-reply').next('read', 503, 1)
-    const { client } = processOn(store)
-    await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
-    await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to release the record')
-    assert.equal(store.json('k')!.fence, '1')
-    const lock = await client.acquire('k', { renew: false })
-    assert.equal(lock.fence, 2n)
-    await lock.release()
-    await client.close()
-  })
-
-  it('abandon after an unknown create that did not land leaves a released record, so it never lands later', async () => {
-    const store = new FakeCasStore()
-    store.next('create', 'throw-before')
-    const { client } = processOn(store)
-    await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
-    await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to write a released record')
-    assert.equal(store.json('k')!.fence, '0')
-    const lock = await client.acquire('k', { renew: false })
-    assert.equal(lock.fence, 1n)
-    await lock.release()
-    await client.close()
-  })
+  const abandons = [
+    {
+      // The attempt's read, its create (applied, reply lost), and the re-read behind it fails: unknown.
+      title: 'abandon after an unknown outcome leaves the record released (our create landed)',
+      faults: (store: FakeCasStore) => store.next('create', 'lose-reply').next('read', 503, 1),
+      fence: 1n,
+    },
+    {
+      // Nothing applied, but a create in flight could still land: a released record (fence 0) stops it.
+      title:
+        'abandon after an unknown create that did not land leaves a released record, so it never lands later',
+      faults: (store: FakeCasStore) => store.next('create', 'throw-before'),
+      fence: 0n,
+    },
+  ]
+  for (const { title, faults, fence } of abandons) {
+    it(title, async () => {
+      const store = new FakeCasStore()
+      faults(store)
+      const { client } = processOn(store)
+      await assert.rejects(client.tryAcquire('k'), BackendUnavailableError)
+      await waitUntil(() => store.json('k')?.state === 'released', 'the clean-up to leave a released record')
+      assert.equal(store.json('k')!.fence, String(fence))
+      const lock = await client.acquire('k', { renew: false })
+      assert.equal(lock.fence, fence + 1n)
+      await lock.release()
+      await client.close()
+    })
+  }
 
   it('an owner that never wrote abandons without a request', async () => {
     const store = new FakeCasStore()
@@ -331,6 +381,20 @@ describe('cas-lease: waiting and the store rates', () => {
     for (const busy of [first, second]) {
       assert.ok(!busy.granted && busy.retryInMs !== undefined && busy.retryInMs <= 1000)
     }
+  })
+
+  it('a new acquire reads afresh: a tryAcquire just after a release elsewhere gets the lock', async () => {
+    const store = new FakeCasStore()
+    const a = processOn(store)
+    const b = processOn(store, { pollMaxMs: 5000 })
+    const held = await a.client.acquire('k')
+    assert.equal(await b.client.tryAcquire('k'), null)
+    await held.release()
+    const lock = await b.client.tryAcquire('k')
+    assert.equal(lock?.fence, 2n)
+    await lock!.release()
+    await a.client.close()
+    await b.client.close()
   })
 
   it('paces its reads of a held key: a few per second at most', async () => {

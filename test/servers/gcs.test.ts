@@ -337,6 +337,25 @@ describe('test servers: GCS (through @google-cloud/storage)', { timeout: 60_000 
       for (const request of after) assert.deepEqual(request, ['PUT', 200, undefined])
     })
 
+    it('a delete that commits while a conditional save is in flight makes the save 412 (GCS has no 409 here)', async () => {
+      const name = freshName()
+      await file(name).save('owner-A', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } })
+      const generation = await generationOf(name)
+      const release = server.hold({ path: /^\/upload\// })
+      const replace = gcsFailure(
+        file(name).save('owner-B', {
+          resumable: false,
+          preconditionOpts: { ifGenerationMatch: Number(generation) },
+        }),
+      )
+      await waitUntil(() => server.inFlight === 1, 'the conditional save to arrive')
+      await file(name).delete()
+      release()
+      const error = await replace
+      assert.equal(error.code, 412)
+      assert.equal(server.peek(BUCKET, name), undefined)
+    })
+
     it('hold keeps a request between arrival and commit: a later request is answered first', async () => {
       const slow = freshName()
       const fast = freshName()

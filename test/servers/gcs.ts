@@ -25,19 +25,41 @@
  * - the precondition check and the write are one synchronous step (http-fake.ts), so races have one winner.
  * Not implemented (C.3): auth, ACLs, signed URLs, encryption, retention, lifecycle, CORS, the XML API, gRPC,
  * versioning (a `generation` parameter only addresses the live generation), compose, rewrite/copy. Unknown
- * requests get 501. The file is longer than 300 lines because it is one wire dialect; the shell is
- * http-fake.ts.
+ * requests get 501.
+ * Files: this one holds the operations and the state (a little over 300 lines: one operation per method,
+ * kept together so each precondition reads beside its write); gcs-wire.ts the object resource, errors,
+ * preconditions and paths; http-fake.ts the HTTP shell; fake-faults.ts the fault switches.
  */
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import {
+  faultReply,
+  type GcsStoredObject,
+  gcsError,
+  googHash,
+  invalidJson,
+  jsonReply,
+  multipartParts,
+  noBucket,
+  notFound,
+  notImplemented,
+  type ObjectFields,
+  objectResource,
+  parseJson,
+  patchedFields,
+  preconditionRefusal,
+  route,
+} from './gcs-wire.js'
+import {
+  BucketDialect,
   type Commit,
-  crcBase64,
-  type Dialect,
   type FakeReply,
   type FakeRequest,
   type FakeServer,
+  headerOf,
   startHttpFake,
 } from './http-fake.js'
+
+export type { GcsStoredObject } from './gcs-wire.js'
 
 /** The behaviours the docs leave open; mutable on a running server, so one test can try both. */
 export interface GcsSettings {
@@ -49,34 +71,8 @@ export interface GcsSettings {
   mutationIntervalMs: number
 }
 
-/** What the server holds for one object name, as tests read it. */
-export interface GcsStoredObject {
-  readonly body: Buffer
-  readonly contentType: string
-  readonly metadata: Readonly<Record<string, string>>
-  readonly cacheControl?: string | undefined
-  readonly generation: bigint
-  readonly metageneration: bigint
-  readonly timeCreated: Date
-  readonly updated: Date
-}
-
-/** A running GCS test server. */
-export interface GcsFake extends FakeServer {
-  readonly settings: GcsSettings
-  /** Creates a bucket (as the SDK's createBucket would); an existing one is kept as is. */
-  createBucket(name: string): void
-  /** The live object, or undefined: for a test's assertions, bypassing HTTP and faults. */
-  peek(bucket: string, name: string): GcsStoredObject | undefined
-}
-
-/** The writable fields an upload or a patch sets. */
-interface ObjectFields {
-  contentType?: string
-  metadata?: Record<string, string | null>
-  cacheControl?: string
-  name?: string
-}
+/** A running GCS test server: `settings`, `createBucket(name)` and `peek(bucket, name)` come with it. */
+export type GcsFake = FakeServer<GcsSettings, GcsStoredObject>
 
 interface UploadSession {
   readonly bucket: string
@@ -99,195 +95,11 @@ class Bucket {
   constructor(readonly name: string) {}
 }
 
-const CRC32C_TABLE = Uint32Array.from({ length: 256 }, (_, n) => {
-  let c = n
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0x82f63b78 ^ (c >>> 1) : c >>> 1
-  return c >>> 0
-})
-
-/** CRC-32C (Castagnoli), which the SDK checks against `crc32c` after each upload. */
-function crc32c(bytes: Buffer): number {
-  let crc = 0xffffffff
-  for (const byte of bytes) crc = CRC32C_TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8)
-  return (crc ^ 0xffffffff) >>> 0
-}
-
-const md5Base64 = (bytes: Buffer) => createHash('md5').update(bytes).digest('base64')
-
-const JSON_TYPE = 'application/json; charset=UTF-8'
-
-const jsonReply = (status: number, value: unknown): FakeReply => ({
-  status,
-  headers: { 'content-type': JSON_TYPE },
-  body: JSON.stringify(value),
-})
-
-/** A GCS JSON API error: the SDK exposes `err.code` (the status) and `err.errors[0].reason`. */
-function gcsError(
-  status: number,
-  reason: string,
-  message: string,
-  extra: Record<string, string> = {},
-): FakeReply {
-  return jsonReply(status, {
-    error: { code: status, message, errors: [{ message, domain: 'global', reason, ...extra }] },
-  })
-}
-
-const conditionNotMet = () =>
-  gcsError(412, 'conditionNotMet', 'At least one of the pre-conditions you specified did not hold.', {
-    locationType: 'header',
-    location: 'If-Match',
-  })
-const notFound = (what: string) => gcsError(404, 'notFound', `No such object: ${what}`)
-const noBucket = () => gcsError(404, 'notFound', 'The specified bucket does not exist.')
-const notImplemented = (what: string) =>
-  gcsError(501, 'notImplemented', `Not implemented by the test server: ${what}`)
-
-function faultReply(status: number): FakeReply {
-  if (status === 409) return gcsError(409, 'conflict', 'The request conflicts with the current state.')
-  if (status === 429)
-    return gcsError(429, 'rateLimitExceeded', 'The rate of change requests to the object is too high.')
-  return gcsError(status, 'backendError', 'Backend Error')
-}
-
-const PRECONDITIONS = [
-  'ifGenerationMatch',
-  'ifGenerationNotMatch',
-  'ifMetagenerationMatch',
-  'ifMetagenerationNotMatch',
-]
-
-/** The 64-bit precondition values of a query, or the name of the first one that is not an integer. */
-function preconditions(query: URLSearchParams): Map<string, bigint> | string {
-  const values = new Map<string, bigint>()
-  for (const name of PRECONDITIONS) {
-    const text = query.get(name)
-    if (text === null) continue
-    if (!/^-?\d+$/.test(text)) return name
-    values.set(name, BigInt(text))
-  }
-  return values
-}
-
-/**
- * Evaluates the preconditions against the live object (absent: generation 0). A failed `*NotMatch` on a
- * read is 304; any other failure is 412.
- */
-function preconditionRefusal(
-  query: URLSearchParams,
-  current: GcsStoredObject | undefined,
-  read: boolean,
-): FakeReply | undefined {
-  const values = preconditions(query)
-  if (typeof values === 'string') return gcsError(400, 'invalid', `Invalid value for ${values}`)
-  const generation = current?.generation ?? 0n
-  const notModified = (): FakeReply => (read ? { status: 304 } : conditionNotMet())
-  const want = (name: string) => values.get(name)
-  if (want('ifGenerationMatch') !== undefined && want('ifGenerationMatch') !== generation)
-    return conditionNotMet()
-  if (want('ifGenerationNotMatch') !== undefined && want('ifGenerationNotMatch') === generation)
-    return notModified()
-  const metageneration = want('ifMetagenerationMatch')
-  if (metageneration !== undefined && (!current || metageneration !== current.metageneration)) {
-    return conditionNotMet()
-  }
-  const notMetageneration = want('ifMetagenerationNotMatch')
-  if (notMetageneration !== undefined && current && notMetageneration === current.metageneration) {
-    return notModified()
-  }
-  return undefined
-}
-
-function objectResource(bucket: string, object: GcsStoredObject & { name: string }, endpoint: string) {
-  const path = `b/${encodeURIComponent(bucket)}/o/${encodeURIComponent(object.name)}`
-  const generation = object.generation.toString()
-  return {
-    kind: 'storage#object',
-    id: `${bucket}/${object.name}/${generation}`,
-    selfLink: `${endpoint}/storage/v1/${path}`,
-    mediaLink: `${endpoint}/download/storage/v1/${path}?generation=${generation}&alt=media`,
-    name: object.name,
-    bucket,
-    generation,
-    metageneration: object.metageneration.toString(),
-    contentType: object.contentType,
-    storageClass: 'STANDARD',
-    size: String(object.body.length),
-    md5Hash: md5Base64(object.body),
-    crc32c: crcBase64(crc32c(object.body)),
-    etag: Buffer.from(`${generation}/${object.metageneration}`).toString('base64'),
-    timeCreated: object.timeCreated.toISOString(),
-    updated: object.updated.toISOString(),
-    ...(object.cacheControl === undefined ? {} : { cacheControl: object.cacheControl }),
-    ...(Object.keys(object.metadata).length === 0 ? {} : { metadata: object.metadata }),
-  }
-}
-
-/** Splits a `multipart/related` body into its parts (headers in lower case, the bytes). */
-function multipartParts(contentType: string, body: Buffer): { type: string; bytes: Buffer }[] | undefined {
-  const boundary = /boundary="?([^";]+)"?/i.exec(contentType)?.[1]
-  if (!boundary) return undefined
-  const delimiter = Buffer.from(`--${boundary}`)
-  const parts: { type: string; bytes: Buffer }[] = []
-  let at = body.indexOf(delimiter)
-  while (at >= 0) {
-    const start = at + delimiter.length
-    if (body.subarray(start, start + 2).toString() === '--') break
-    const next = body.indexOf(delimiter, start)
-    if (next < 0) return undefined
-    const part = body.subarray(start, next)
-    const split = part.indexOf('\r\n\r\n')
-    if (split < 0) return undefined
-    const headers = part.subarray(0, split).toString('latin1')
-    const type = /content-type:\s*([^\r\n]+)/i.exec(headers)?.[1]?.trim() ?? 'application/octet-stream'
-    // The part's bytes end before the CRLF that precedes the next delimiter.
-    parts.push({ type, bytes: part.subarray(split + 4, part.length - 2) })
-    at = next
-  }
-  return parts
-}
-
-function header(request: FakeRequest, name: string): string | undefined {
-  const value = request.headers[name]
-  return Array.isArray(value) ? value.join(',') : value
-}
-
-/** `/storage/v1/b/{b}/o/{o}` and its /upload and /download forms, the object name one encoded segment. */
-function route(path: string): { api: string; bucket?: string; objects: boolean; name?: string } | undefined {
-  const match =
-    /^\/(storage|upload\/storage|download\/storage)\/v1\/b(?:\/([^/]+)(?:\/(o)(?:\/([^/]+))?)?)?$/.exec(path)
-  if (!match) return undefined
-  const [, api, bucket, objects, name] = match
-  return {
-    api: api!,
-    ...(bucket === undefined ? {} : { bucket: decodeURIComponent(bucket) }),
-    objects: objects !== undefined,
-    ...(name === undefined ? {} : { name: decodeURIComponent(name) }),
-  }
-}
-
-function parseJson(body: Buffer): ObjectFields | undefined {
-  if (body.length === 0) return {}
-  try {
-    const value: unknown = JSON.parse(body.toString('utf8'))
-    return typeof value === 'object' && value !== null ? (value as ObjectFields) : undefined
-  } catch {
-    return undefined
-  }
-}
-
-const invalidJson = () => gcsError(400, 'parseError', 'Parse Error')
-
 /** The GCS dialect: routes a request to its operation over the buckets. */
-class GcsDialect implements Dialect {
-  lax = false
-  readonly buckets = new Map<string, Bucket>()
+class GcsDialect extends BucketDialect<GcsSettings, GcsStoredObject, Bucket> {
   readonly sessions = new Map<string, UploadSession>()
   /** Every random generation given, so none repeats. */
   readonly #randomGiven = new Set<bigint>()
-
-  constructor(readonly settings: GcsSettings) {}
 
   faultReply(status: number): FakeReply {
     return faultReply(status)
@@ -297,7 +109,7 @@ class GcsDialect implements Dialect {
     return (body) => {
       const where = route(request.path)
       if (!where) return notImplemented(`${request.method} ${request.path}`)
-      const endpoint = `http://${header(request, 'host') ?? '127.0.0.1'}`
+      const endpoint = `http://${headerOf(request, 'host') ?? '127.0.0.1'}`
       if (where.bucket === undefined) {
         return request.method === 'POST' ? this.#createBucket(body) : notImplemented('listing buckets')
       }
@@ -381,7 +193,7 @@ class GcsDialect implements Dialect {
         'x-goog-generation': object.generation.toString(),
         'x-goog-metageneration': object.metageneration.toString(),
         'x-goog-stored-content-length': String(object.body.length),
-        'x-goog-hash': `crc32c=${crcBase64(crc32c(object.body))},md5=${md5Base64(object.body)}`,
+        'x-goog-hash': googHash(object.body),
       },
       body: object.body,
     }
@@ -406,7 +218,7 @@ class GcsDialect implements Dialect {
       return this.#resumeUpload(request, bucket, body, endpoint)
     if (request.method !== 'POST') return notImplemented(`${request.method} upload`)
     if (type === 'media') {
-      const fields = { contentType: header(request, 'content-type') ?? 'application/octet-stream' }
+      const fields = { contentType: headerOf(request, 'content-type') ?? 'application/octet-stream' }
       return this.#commitUpload(
         bucket,
         request.query.get('name') ?? '',
@@ -417,7 +229,7 @@ class GcsDialect implements Dialect {
       )
     }
     if (type === 'multipart') {
-      const parts = multipartParts(header(request, 'content-type') ?? '', body)
+      const parts = multipartParts(headerOf(request, 'content-type') ?? '', body)
       const fields = parts?.length === 2 ? parseJson(parts[0]!.bytes) : undefined
       if (!parts || !fields) return gcsError(400, 'invalid', 'Invalid multipart request')
       const name = request.query.get('name') ?? fields.name ?? ''
@@ -434,7 +246,7 @@ class GcsDialect implements Dialect {
     const name = request.query.get('name') ?? fields.name ?? ''
     if (!name) return gcsError(400, 'required', 'Required: name')
     const contentType =
-      fields.contentType ?? header(request, 'x-upload-content-type') ?? 'application/octet-stream'
+      fields.contentType ?? headerOf(request, 'x-upload-content-type') ?? 'application/octet-stream'
     const id = randomBytes(16).toString('hex')
     this.sessions.set(id, {
       bucket: bucket.name,
@@ -457,7 +269,7 @@ class GcsDialect implements Dialect {
     if (!session || session.bucket !== bucket.name) return gcsError(404, 'notFound', 'No such upload session')
     if (session.finished) return session.finished
     const range = /^bytes (\*|(\d+)-(\d+|\*))\/(\d+|\*)$/.exec(
-      header(request, 'content-range') ?? 'bytes */*',
+      headerOf(request, 'content-range') ?? 'bytes */*',
     )
     if (!range) return gcsError(400, 'invalid', 'Invalid Content-Range')
     const [, , first, last, total] = range
@@ -544,39 +356,12 @@ class GcsDialect implements Dialect {
   }
 }
 
-/** The object with the writable `fields` applied: metadata merges (`null` deletes a key), others replace. */
-function patchedFields<T extends Pick<GcsStoredObject, 'contentType' | 'metadata' | 'cacheControl'>>(
-  object: T,
-  fields: ObjectFields,
-): T {
-  const metadata: Record<string, string> = { ...object.metadata }
-  for (const [key, value] of Object.entries(fields.metadata ?? {})) {
-    if (value === null) delete metadata[key]
-    else metadata[key] = String(value)
-  }
-  return {
-    ...object,
-    metadata,
-    ...(fields.contentType === undefined ? {} : { contentType: fields.contentType }),
-    ...(fields.cacheControl === undefined ? {} : { cacheControl: fields.cacheControl }),
-  }
-}
-
 /** Starts a GCS test server on 127.0.0.1 (a fresh port) with no buckets. */
-export async function startGcsFake(settings: Partial<GcsSettings> = {}): Promise<GcsFake> {
-  const dialect = new GcsDialect({
-    notFoundFirst: true,
-    randomGenerations: false,
-    mutationIntervalMs: 0,
-    ...settings,
-  })
-  const server = await startHttpFake(dialect)
-  return Object.assign(server, {
-    settings: dialect.settings,
-    createBucket: (name: string) => {
-      if (!dialect.buckets.has(name)) dialect.buckets.set(name, new Bucket(name))
-    },
-    peek: (bucket: string, name: string): GcsStoredObject | undefined =>
-      dialect.buckets.get(bucket)?.objects.get(name),
-  })
+export function startGcsFake(settings: Partial<GcsSettings> = {}): Promise<GcsFake> {
+  return startHttpFake(
+    new GcsDialect(
+      { notFoundFirst: true, randomGenerations: false, mutationIntervalMs: 0, ...settings },
+      (name) => new Bucket(name),
+    ),
+  )
 }

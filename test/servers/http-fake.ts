@@ -7,7 +7,7 @@
  *
  * A dialect sees a request twice: `arrive` as soon as its headers are in (it may note the key's state, e.g.
  * S3's delete counter for 409 ConditionalRequestConflict), then the returned `commit` with the whole body,
- * after any injected delay. Faults (per server, optionally matched by method and path):
+ * after any injected delay. Faults (per server, optionally matched by method and path; fake-faults.ts):
  * - `delay(ms)`: every matching request waits that long between arrival and commit (widens race windows);
  * - `hold()`: matching requests wait between arrival and commit until the test releases them (ordering
  *   without timing);
@@ -21,6 +21,9 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { sleep } from '../support/time.js'
+import { type FakeControls, Faults } from './fake-faults.js'
+
+export type { FakeControls, FaultMatch, InjectedStatus, LoggedRequest } from './fake-faults.js'
 
 /** A request as the dialect sees it: the raw path (still percent-encoded), the query, the headers. */
 export interface FakeRequest {
@@ -40,70 +43,57 @@ export interface FakeReply {
 /** Commits a request with its whole body, synchronously (the atomic step), and says what to answer. */
 export type Commit = (body: Buffer) => FakeReply
 
-/** One wire dialect (S3 or GCS) over its own durable state. */
-export interface Dialect {
+/** One wire dialect (S3 or GCS) over its own durable buckets. */
+export interface Dialect<Settings, Stored> {
   /** Called when the headers are in; the commit runs after the body and any delay. */
   arrive(request: FakeRequest): Commit
   /** The error reply this dialect gives for an injected failure with `status`. */
   faultReply(status: number, request: FakeRequest): FakeReply
   /** Whether preconditions are ignored (lax mode, like s3rver). */
   lax: boolean
+  /** The dialect's open behaviours, mutable while it runs. */
+  readonly settings: Settings
+  /** Creates a bucket; an existing one is kept as is. */
+  createBucket(name: string): void
+  /** The live object, or undefined. */
+  peek(bucket: string, key: string): Stored | undefined
 }
 
-/** Which requests a fault applies to; an absent field matches everything. */
-export interface FaultMatch {
-  /** HTTP method, upper case. */
-  readonly method?: string
-  /** The raw (percent-encoded) path: a string matches exactly, a RegExp by `test`. */
-  readonly path?: string | RegExp
+/** What both dialects share: lax mode, the settings, and the buckets by name, each with its objects. */
+export abstract class BucketDialect<
+  Settings,
+  Stored,
+  Bucket extends { readonly objects: Map<string, Stored> },
+> implements Dialect<Settings, Stored>
+{
+  lax = false
+  readonly buckets = new Map<string, Bucket>()
+
+  constructor(
+    readonly settings: Settings,
+    private readonly newBucket: (name: string) => Bucket,
+  ) {}
+
+  abstract arrive(request: FakeRequest): Commit
+  abstract faultReply(status: number, request: FakeRequest): FakeReply
+
+  createBucket(name: string): void {
+    if (!this.buckets.has(name)) this.buckets.set(name, this.newBucket(name))
+  }
+
+  peek(bucket: string, key: string): Stored | undefined {
+    return this.buckets.get(bucket)?.objects.get(key)
+  }
 }
 
-/** The statuses `failNext` can inject. */
-export type InjectedStatus = 409 | 429 | 500 | 503
-
-/** One request the server answered (or dropped), in the order the answers happened. */
-export interface LoggedRequest {
-  readonly method: string
-  /** The raw (percent-encoded) path. */
-  readonly path: string
-  /** The query string without its `?` ('' when none). */
-  readonly query: string
-  /** The status sent, or the status the dropped response would have had. */
-  readonly status: number
-  /** How a fault changed it: 'failed' (injected status, nothing committed), 'dropped' (committed, no reply). */
-  readonly fault?: 'failed' | 'dropped'
+/** The value of a request header, several values joined with commas. */
+export function headerOf(request: FakeRequest, name: string): string | undefined {
+  const value = request.headers[name]
+  return Array.isArray(value) ? value.join(',') : value
 }
 
-/** The fault switches and the request log, the same on both servers. */
-export interface FakeControls {
-  /**
-   * Delays every matching request by `ms` between its arrival and its commit (the first matching rule
-   * counts); `delay(0)` removes every delay rule.
-   */
-  delay(ms: number, match?: FaultMatch): void
-  /**
-   * Holds every matching request between its arrival and its commit until the returned release is called
-   * (an ordering tool without timing: a test lets a request commit exactly when it wants).
-   */
-  hold(match?: FaultMatch): () => void
-  /** The next `count` matching requests fail with `status` and the dialect's error body. */
-  failNext(count: number, status: InjectedStatus, match?: FaultMatch): void
-  /** The next `count` matching requests commit, then lose their response (the socket is destroyed). */
-  dropResponseAfterCommit(count: number, match?: FaultMatch): void
-  /** Ignores every precondition while on (like s3rver), so `doctor` has something to catch. */
-  lax(on: boolean): void
-  /** How many requests have arrived and not reached their commit yet (e.g. held by a delay). */
-  readonly inFlight: number
-  /** Every request answered so far, oldest first. */
-  readonly requests: readonly LoggedRequest[]
-  /** Empties the request log. */
-  clearLog(): void
-  /** Removes every pending fault (delays, holds, failures, drops) and turns lax mode off. */
-  clearFaults(): void
-}
-
-/** A listening fake: its address and its life cycle. */
-export interface FakeServer extends FakeControls {
+/** A listening fake: its address, its life cycle, and direct access to its buckets for tests. */
+export interface FakeServer<Settings, Stored> extends FakeControls {
   /** The port, the same across `restart()`. */
   readonly port: number
   /** `http://127.0.0.1:<port>`. */
@@ -116,81 +106,12 @@ export interface FakeServer extends FakeControls {
   restart(): Promise<void>
   /** Stops for good. */
   close(): Promise<void>
-}
-
-interface CountedFault {
-  remaining: number
-  readonly match?: FaultMatch | undefined
-}
-
-interface FailFault extends CountedFault {
-  readonly status: InjectedStatus
-}
-
-interface DelayFault {
-  readonly ms: number
-  readonly match?: FaultMatch | undefined
-}
-
-interface Hold {
-  readonly match?: FaultMatch | undefined
-  readonly released: Promise<void>
-}
-
-const matches = (match: FaultMatch | undefined, request: FakeRequest): boolean =>
-  !match ||
-  ((match.method === undefined || match.method === request.method) &&
-    (match.path === undefined ||
-      (typeof match.path === 'string' ? match.path === request.path : match.path.test(request.path))))
-
-/** Takes one use of the first matching counted fault, if any. */
-function takeFault<F extends CountedFault>(faults: F[], request: FakeRequest): F | undefined {
-  const fault = faults.find((f) => f.remaining > 0 && matches(f.match, request))
-  if (fault) fault.remaining -= 1
-  return fault
-}
-
-/** The pending faults of one server and its request log. */
-class Faults {
-  readonly failures: FailFault[] = []
-  readonly drops: CountedFault[] = []
-  delays: DelayFault[] = []
-  holds: Hold[] = []
-  /** The release of every hold still on, so `clear()` can let their requests go. */
-  readonly releases: (() => void)[] = []
-  readonly log: LoggedRequest[] = []
-  inFlight = 0
-
-  delayFor(request: FakeRequest): number {
-    return this.delays.find((d) => matches(d.match, request))?.ms ?? 0
-  }
-
-  /** Resolves when every hold matching `request` is released. */
-  async holdsFor(request: FakeRequest): Promise<void> {
-    await Promise.all(this.holds.filter((h) => matches(h.match, request)).map((h) => h.released))
-  }
-
-  hold(match: FaultMatch | undefined): () => void {
-    let release = () => {}
-    const released = new Promise<void>((resolve) => {
-      release = resolve
-    })
-    const hold = { match, released }
-    this.holds.push(hold)
-    const end = () => {
-      this.holds = this.holds.filter((h) => h !== hold)
-      release()
-    }
-    this.releases.push(end)
-    return end
-  }
-
-  clear(): void {
-    this.failures.length = 0
-    this.drops.length = 0
-    this.delays = []
-    for (const release of this.releases.splice(0)) release()
-  }
+  /** The behaviours the cloud's docs leave open; mutable while it runs, so one test can try each. */
+  readonly settings: Settings
+  /** Creates a bucket (as the SDK's CreateBucket would); an existing one is kept as is. */
+  createBucket(name: string): void
+  /** The live object, or undefined: for a test's assertions, bypassing HTTP and faults. */
+  peek(bucket: string, key: string): Stored | undefined
 }
 
 function readBody(request: IncomingMessage): Promise<Buffer> {
@@ -199,6 +120,10 @@ function readBody(request: IncomingMessage): Promise<Buffer> {
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
     request.on('end', () => resolve(Buffer.concat(chunks)))
     request.on('error', reject)
+    // A connection cut before the body's end (a client gave up, or `stop()`): nothing is committed.
+    request.on('close', () => {
+      if (!request.complete) reject(new Error('the request was cut before its body ended'))
+    })
   })
 }
 
@@ -208,7 +133,12 @@ function send(request: FakeRequest, response: ServerResponse, reply: FakeReply):
   response.end(request.method === 'HEAD' ? undefined : body)
 }
 
-async function serve(dialect: Dialect, faults: Faults, message: IncomingMessage, response: ServerResponse) {
+async function serve(
+  dialect: Dialect<unknown, unknown>,
+  faults: Faults,
+  message: IncomingMessage,
+  response: ServerResponse,
+) {
   const url = new URL(message.url ?? '/', 'http://127.0.0.1')
   const request: FakeRequest = {
     method: message.method ?? 'GET',
@@ -228,14 +158,14 @@ async function serve(dialect: Dialect, faults: Faults, message: IncomingMessage,
     faults.inFlight -= 1
   }
   const entry = { method: request.method, path: request.path, query: url.search.slice(1) }
-  const failure = takeFault(faults.failures, request)
+  const failure = faults.takeFailure(request)
   if (failure) {
     faults.log.push({ ...entry, status: failure.status, fault: 'failed' })
     return send(request, response, dialect.faultReply(failure.status, request))
   }
   // The atomic step: the dialect checks and writes in this one synchronous call.
   const reply = commit(body)
-  if (takeFault(faults.drops, request)) {
+  if (faults.takeDrop(request)) {
     faults.log.push({ ...entry, status: reply.status, fault: 'dropped' })
     message.socket.destroy()
     return
@@ -259,7 +189,9 @@ function listen(server: Server, port: number): Promise<number> {
 const RELISTEN_ATTEMPTS = 50
 
 /** Starts a fake for `dialect` on 127.0.0.1 (a fresh port). */
-export async function startHttpFake(dialect: Dialect): Promise<FakeServer> {
+export async function startHttpFake<Settings, Stored>(
+  dialect: Dialect<Settings, Stored>,
+): Promise<FakeServer<Settings, Stored>> {
   const faults = new Faults()
   const makeServer = () =>
     createServer((message, response) => {
@@ -327,6 +259,9 @@ export async function startHttpFake(dialect: Dialect): Promise<FakeServer> {
       faults.clear()
       dialect.lax = false
     },
+    settings: dialect.settings,
+    createBucket: (name) => dialect.createBucket(name),
+    peek: (bucket, key) => dialect.peek(bucket, key),
   }
 }
 

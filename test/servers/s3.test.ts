@@ -16,6 +16,7 @@ import {
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
+  ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
   type S3ClientConfig,
@@ -281,6 +282,47 @@ describe('test servers: S3 (through @aws-sdk/client-s3)', { timeout: 60_000 }, (
     const error = await replace
     assert.equal(error.$metadata.httpStatusCode, 409)
     assert.equal(error.name, 'ConditionalRequestConflict')
+  })
+
+  it('ListObjectsV2 lists by prefix, page by page', async () => {
+    for (const key of ['list/a', 'list/b', 'list/c', 'other']) await put(key, key)
+    const first = await s3.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: 'list/', MaxKeys: 2 }))
+    assert.deepEqual(
+      first.Contents?.map((o) => [o.Key, o.ETag, o.Size]),
+      [
+        ['list/a', md5Etag('list/a'), 6],
+        ['list/b', md5Etag('list/b'), 6],
+      ],
+    )
+    assert.equal(first.IsTruncated, true)
+    const rest = await s3.send(
+      new ListObjectsV2Command({
+        Bucket: BUCKET,
+        Prefix: 'list/',
+        ContinuationToken: first.NextContinuationToken!,
+      }),
+    )
+    assert.deepEqual(
+      rest.Contents?.map((o) => o.Key),
+      ['list/c'],
+    )
+    assert.equal(rest.IsTruncated, false)
+  })
+
+  it('the access key id in rejectAccessKeyId gets 403 InvalidAccessKeyId; any other is accepted', async () => {
+    server.settings.rejectAccessKeyId = 'bad-key'
+    const rejected = client({ credentials: { accessKeyId: 'bad-key', secretAccessKey: 'x' } })
+    try {
+      const error = await s3Failure(
+        rejected.send(new PutObjectCommand({ Bucket: BUCKET, Key: freshKey(), Body: 'x' })),
+      )
+      assert.equal(error.$metadata.httpStatusCode, 403)
+      assert.equal(error.name, 'InvalidAccessKeyId')
+      assert.ok(await put(freshKey(), 'x'))
+    } finally {
+      rejected.destroy()
+      server.settings.rejectAccessKeyId = undefined
+    }
   })
 
   describe('fault switches', () => {

@@ -5,9 +5,10 @@
  * Clients: `new S3Client({ endpoint, forcePathStyle: true, region: 'any', credentials: dummy })`.
  *
  * Faithful (checked with `@aws-sdk/client-s3` in s3.test.ts, T1-T9):
- * - path-style `/{bucket}/{key}` (each key segment percent-decoded), `x-id` ignored, auth ignored;
- * - CreateBucket, HeadBucket, PutObject, GetObject, HeadObject (404 without body), DeleteObject, and
- *   multipart upload (Create, UploadPart, Complete, Abort) with the conditions checked at Complete;
+ * - path-style `/{bucket}/{key}` (each key segment percent-decoded), `x-id` ignored;
+ * - CreateBucket, HeadBucket, ListObjectsV2 (prefix, pages), PutObject, GetObject, HeadObject (404
+ *   without a body), DeleteObject, and multipart upload (Create, UploadPart, Complete, Abort) with the
+ *   conditions checked at Complete;
  * - `If-None-Match: *` (412 PreconditionFailed when the key exists; another value: 400 InvalidArgument or
  *   501 NotImplemented, see settings), `If-Match: <etag>` (412; absent key: 404 NoSuchKey or 412), conditional
  *   DeleteObject (`If-Match` etag or `*`, `x-amz-if-match-last-modified-time`, `x-amz-if-match-size`; absent
@@ -17,21 +18,42 @@
  * - ETag = quoted MD5 hex of the body, `"md5(part md5s)-N"` for multipart, or random (settings);
  * - aws-chunked stream bodies decoded (length and trailer CRC32 checked), CRC32 checked (400 BadDigest);
  * - the conditional check and the write are one synchronous step (http-fake.ts), so races have one winner.
- * Not implemented (C.3): auth, ACLs, signed URLs, SSE, versioning, object lock, lifecycle, CORS, ranges,
- * CopyObject, ListObjects, virtual-hosted style, S3 Express CreateSession. Unknown requests get 501.
- * The file is longer than 300 lines because it is one wire dialect; the shell is http-fake.ts.
+ * Not implemented (C.3): auth (any signature is accepted; one access key id can be set to get 403),
+ * ACLs, signed URLs, SSE, versioning, object lock, lifecycle, CORS, ranges, CopyObject, ListObjects v1,
+ * virtual-hosted style, S3 Express CreateSession. Unknown requests get 501.
+ * Files: this one holds the operations and the state (a little over 300 lines: one operation per
+ * method, kept together so each conditional rule reads beside its write); s3-wire.ts the XML, errors and
+ * bodies; http-fake.ts the HTTP shell; fake-faults.ts the fault switches.
  */
-import { createHash, randomBytes } from 'node:crypto'
-import { crc32 } from 'node:zlib'
+import { randomBytes } from 'node:crypto'
 import {
+  BucketDialect,
   type Commit,
-  crcBase64,
-  type Dialect,
   type FakeReply,
   type FakeRequest,
   type FakeServer,
+  headerOf,
   startHttpFake,
 } from './http-fake.js'
+import {
+  address,
+  conflict,
+  etagMatches,
+  faultReply,
+  isReply,
+  md5,
+  noSuchKey,
+  noSuchUpload,
+  notImplemented,
+  payload,
+  preconditionFailed,
+  requestId,
+  s3Error,
+  unescapeXml,
+  userMetadata,
+  xmlElements,
+  xmlReply,
+} from './s3-wire.js'
 
 /** The behaviours AWS's docs leave open; mutable on a running server, so one test can try both. */
 export interface S3Settings {
@@ -43,6 +65,11 @@ export interface S3Settings {
   ifNoneMatchOther: 400 | 501
   /** Random ETags instead of MD5 (as S3 Express One Zone and SSE-KMS give). @default false */
   randomEtags: boolean
+  /**
+   * Requests signed with this access key id get 403 InvalidAccessKeyId (every other key is accepted
+   * unchecked), to test how a client reports bad credentials. @default undefined (all accepted)
+   */
+  rejectAccessKeyId: string | undefined
 }
 
 /** What the server holds for one key, as tests read it. */
@@ -54,14 +81,8 @@ export interface S3StoredObject {
   readonly lastModified: Date
 }
 
-/** A running S3 test server. */
-export interface S3Fake extends FakeServer {
-  readonly settings: S3Settings
-  /** Creates a bucket (as CreateBucket would); an existing one is kept as is. */
-  createBucket(name: string): void
-  /** The stored object, or undefined: for a test's assertions, bypassing HTTP and faults. */
-  peek(bucket: string, key: string): S3StoredObject | undefined
-}
+/** A running S3 test server: `settings`, `createBucket(name)` and `peek(bucket, key)` come with it. */
+export type S3Fake = FakeServer<S3Settings, S3StoredObject>
 
 interface StoredObject extends S3StoredObject {
   /** CRC32 of a single-part body (multipart objects have a composite checksum, not kept). */
@@ -83,156 +104,6 @@ class Bucket {
   readonly uploads = new Map<string, Upload>()
 }
 
-const XMLNS = 'http://s3.amazonaws.com/doc/2006-03-01/'
-
-const escapeXml = (text: string) =>
-  text.replace(/[<>&"']/g, (c) => `&${{ '<': 'lt', '>': 'gt', '&': 'amp', '"': 'quot', "'": 'apos' }[c]};`)
-
-const unescapeXml = (text: string) =>
-  text.replace(
-    /&(lt|gt|amp|quot|apos);/g,
-    (_, n: string) => ({ lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" })[n]!,
-  )
-
-const requestId = () => randomBytes(8).toString('hex').toUpperCase()
-
-function xmlReply(status: number, root: string, fields: Record<string, string>): FakeReply {
-  const inner = Object.entries(fields)
-    .map(([name, value]) => `<${name}>${escapeXml(value)}</${name}>`)
-    .join('')
-  return {
-    status,
-    headers: { 'content-type': 'application/xml', 'x-amz-request-id': requestId() },
-    body: `<?xml version="1.0" encoding="UTF-8"?>\n<${root} xmlns="${XMLNS}">${inner}</${root}>`,
-  }
-}
-
-/** An S3 error: `<Code>` becomes the SDK's `err.name`, extra elements become properties. */
-function s3Error(
-  status: number,
-  code: string,
-  message: string,
-  extra: Record<string, string> = {},
-): FakeReply {
-  const id = requestId()
-  return {
-    status,
-    headers: { 'content-type': 'application/xml', 'x-amz-request-id': id },
-    body:
-      `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${escapeXml(message)}</Message>` +
-      `${Object.entries(extra)
-        .map(([n, v]) => `<${n}>${escapeXml(v)}</${n}>`)
-        .join('')}<RequestId>${id}</RequestId><HostId>${randomBytes(12).toString('base64')}</HostId></Error>`,
-  }
-}
-
-const preconditionFailed = (condition: string) =>
-  s3Error(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold', {
-    Condition: condition,
-  })
-const noSuchKey = (key: string) =>
-  s3Error(404, 'NoSuchKey', 'The specified key does not exist.', { Key: key })
-const noSuchUpload = (id: string) =>
-  s3Error(404, 'NoSuchUpload', 'The specified upload does not exist.', { UploadId: id })
-const conflict = () =>
-  s3Error(
-    409,
-    'ConditionalRequestConflict',
-    'A conflicting operation occurred. If using PutObject you can retry the request.',
-  )
-const notImplemented = (what: string) =>
-  s3Error(
-    501,
-    'NotImplemented',
-    `A header or operation you provided implies functionality not implemented: ${what}`,
-  )
-
-/** The error bodies of injected failures (503 SlowDown is what S3 sends under load; the SDK retries it). */
-function faultReply(status: number): FakeReply {
-  if (status === 409) return conflict()
-  if (status === 500)
-    return s3Error(500, 'InternalError', 'We encountered an internal error. Please try again.')
-  return s3Error(status, 'SlowDown', 'Please reduce your request rate.')
-}
-
-/** Strong comparison of opaque ETags, tolerant of missing quotes on either side; `*` matches any. */
-const etagMatches = (header: string, etag: string) => {
-  const bare = (value: string) => value.trim().replace(/^W\//, '').replace(/^"|"$/g, '')
-  return header.split(',').some((one) => one.trim() === '*' || bare(one) === bare(etag))
-}
-
-const md5 = (bytes: Buffer) => createHash('md5').update(bytes).digest()
-
-function header(request: FakeRequest, name: string): string | undefined {
-  const value = request.headers[name]
-  return Array.isArray(value) ? value.join(',') : value
-}
-
-function userMetadata(request: FakeRequest): Record<string, string> {
-  const metadata: Record<string, string> = {}
-  for (const [name, value] of Object.entries(request.headers)) {
-    if (name.startsWith('x-amz-meta-') && value !== undefined) metadata[name] = String(value)
-  }
-  return metadata
-}
-
-/**
- * Decodes an aws-chunked body: `<hex-size>[;chunk-signature=…]\r\n<bytes>\r\n … 0\r\n<trailers>\r\n\r\n`.
- * Returns the data and the trailer headers (lower-case names), or undefined when the framing is broken.
- */
-function decodeAwsChunked(raw: Buffer): { data: Buffer; trailers: Record<string, string> } | undefined {
-  const chunks: Buffer[] = []
-  let at = 0
-  while (at < raw.length) {
-    const lineEnd = raw.indexOf('\r\n', at)
-    if (lineEnd < 0) return undefined
-    const size = Number.parseInt(raw.subarray(at, lineEnd).toString('latin1').split(';')[0]!, 16)
-    if (!Number.isFinite(size)) return undefined
-    at = lineEnd + 2
-    if (size === 0) break
-    chunks.push(raw.subarray(at, at + size))
-    at += size + 2
-  }
-  const trailers: Record<string, string> = {}
-  for (const line of raw.subarray(at).toString('latin1').split('\r\n')) {
-    const colon = line.indexOf(':')
-    if (colon > 0) trailers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim()
-  }
-  return { data: Buffer.concat(chunks), trailers }
-}
-
-/** The payload of a PUT (plain or aws-chunked) with its checksums verified, or the 400 to answer. */
-function payload(request: FakeRequest, raw: Buffer): { data: Buffer; crc32: string } | FakeReply {
-  let data = raw
-  let sentCrc = header(request, 'x-amz-checksum-crc32')
-  if (header(request, 'content-encoding')?.includes('aws-chunked')) {
-    const decoded = decodeAwsChunked(raw)
-    const declared = Number(header(request, 'x-amz-decoded-content-length') ?? Number.NaN)
-    if (!decoded || decoded.data.length !== declared) {
-      return s3Error(
-        400,
-        'IncompleteBody',
-        'You did not provide the number of bytes specified by the header.',
-      )
-    }
-    data = decoded.data
-    sentCrc = decoded.trailers['x-amz-checksum-crc32'] ?? sentCrc
-  }
-  const actual = crcBase64(crc32(data))
-  if (sentCrc !== undefined && sentCrc !== actual) {
-    return s3Error(400, 'BadDigest', 'The CRC32 you specified did not match the calculated checksum.')
-  }
-  return { data, crc32: actual }
-}
-
-const isReply = (value: object): value is FakeReply => 'status' in value
-
-/** Path style: `/{bucket}/{key…}`, each key segment percent-decoded (the SDK keeps `/`). */
-function address(path: string): { bucket: string; key: string } {
-  const [bucket = '', ...key] = path.slice(1).split('/')
-  return { bucket: decodeURIComponent(bucket), key: key.map(decodeURIComponent).join('/') }
-}
-
 function objectHeaders(object: StoredObject, request: FakeRequest): Record<string, string> {
   const headers: Record<string, string> = {
     etag: object.etag,
@@ -242,7 +113,7 @@ function objectHeaders(object: StoredObject, request: FakeRequest): Record<strin
     'x-amz-request-id': requestId(),
     ...object.metadata,
   }
-  if (object.crc32 && header(request, 'x-amz-checksum-mode') === 'ENABLED') {
+  if (object.crc32 && headerOf(request, 'x-amz-checksum-mode') === 'ENABLED') {
     headers['x-amz-checksum-crc32'] = object.crc32
     headers['x-amz-checksum-type'] = 'FULL_OBJECT'
   }
@@ -250,17 +121,24 @@ function objectHeaders(object: StoredObject, request: FakeRequest): Record<strin
 }
 
 /** The S3 dialect: routes a request to its operation over the buckets. */
-class S3Dialect implements Dialect {
-  lax = false
-  readonly buckets = new Map<string, Bucket>()
-
-  constructor(readonly settings: S3Settings) {}
-
+class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
   faultReply(status: number): FakeReply {
     return faultReply(status)
   }
 
   arrive(request: FakeRequest): Commit {
+    const accessKeyId = /Credential=([^/]+)\//.exec(headerOf(request, 'authorization') ?? '')?.[1]
+    if (accessKeyId !== undefined && accessKeyId === this.settings.rejectAccessKeyId) {
+      return () =>
+        s3Error(
+          403,
+          'InvalidAccessKeyId',
+          'The AWS Access Key Id you provided does not exist in our records.',
+          {
+            AWSAccessKeyId: accessKeyId,
+          },
+        )
+    }
     const { bucket, key } = address(request.path)
     if (!bucket) return () => notImplemented('ListBuckets')
     if (!key) return (body) => this.#bucketOperation(request, bucket, body)
@@ -271,7 +149,7 @@ class S3Dialect implements Dialect {
       if (!store)
         return s3Error(404, 'NoSuchBucket', 'The specified bucket does not exist', { BucketName: bucket })
       const conditional =
-        header(request, 'if-match') !== undefined || header(request, 'if-none-match') !== undefined
+        headerOf(request, 'if-match') !== undefined || headerOf(request, 'if-none-match') !== undefined
       if (conditional && !this.lax && request.method !== 'GET' && request.method !== 'HEAD') {
         if ((store.deletes.get(key) ?? 0) !== deletesAtArrival) return conflict()
       }
@@ -292,13 +170,48 @@ class S3Dialect implements Dialect {
       return { status: 200, headers: { location: `/${name}`, 'x-amz-request-id': requestId() } }
     }
     if (request.method === 'HEAD') return { status: this.buckets.has(name) ? 200 : 404 }
+    if (request.method === 'GET' && request.query.get('list-type') === '2')
+      return this.#listObjects(request, name)
     return notImplemented(`${request.method} on a bucket`)
+  }
+
+  /** ListObjectsV2 by prefix, in key order; the continuation token is the last key of the page. */
+  #listObjects(request: FakeRequest, name: string): FakeReply {
+    const bucket = this.buckets.get(name)
+    if (!bucket)
+      return s3Error(404, 'NoSuchBucket', 'The specified bucket does not exist', { BucketName: name })
+    const prefix = request.query.get('prefix') ?? ''
+    const after = request.query.get('continuation-token') ?? request.query.get('start-after') ?? ''
+    const max = Number(request.query.get('max-keys') ?? 1000)
+    const keys = [...bucket.objects.keys()].filter((k) => k.startsWith(prefix) && k > after).sort()
+    const page = keys.slice(0, max)
+    const contents = page.map((key) => {
+      const object = bucket.objects.get(key)!
+      const fields = {
+        Key: key,
+        LastModified: object.lastModified.toISOString(),
+        ETag: object.etag,
+        Size: String(object.body.length),
+        StorageClass: 'STANDARD',
+      }
+      return `<Contents>${xmlElements(fields)}</Contents>`
+    })
+    const truncated = keys.length > page.length
+    const fields = {
+      Name: name,
+      Prefix: prefix,
+      KeyCount: String(page.length),
+      MaxKeys: String(max),
+      IsTruncated: String(truncated),
+      ...(truncated ? { NextContinuationToken: page.at(-1)! } : {}),
+    }
+    return xmlReply(200, 'ListBucketResult', fields, contents.join(''))
   }
 
   #objectOperation(request: FakeRequest, bucket: Bucket, key: string, body: Buffer): FakeReply {
     const { method, query } = request
     if (method === 'PUT' && query.has('uploadId')) return this.#uploadPart(request, bucket, body)
-    if (method === 'PUT' && header(request, 'x-amz-copy-source')) return notImplemented('CopyObject')
+    if (method === 'PUT' && headerOf(request, 'x-amz-copy-source')) return notImplemented('CopyObject')
     if (method === 'PUT') return this.#putObject(request, bucket, key, body)
     if (method === 'GET' || method === 'HEAD') return this.#getObject(request, bucket, key)
     if (method === 'DELETE' && query.has('uploadId')) return this.#abortUpload(bucket, query.get('uploadId')!)
@@ -311,7 +224,7 @@ class S3Dialect implements Dialect {
   /** The write conditions (PutObject, CompleteMultipartUpload), against the live object at commit. */
   #writeRefusal(request: FakeRequest, current: StoredObject | undefined, key: string): FakeReply | undefined {
     if (this.lax) return undefined
-    const ifNoneMatch = header(request, 'if-none-match')
+    const ifNoneMatch = headerOf(request, 'if-none-match')
     if (ifNoneMatch !== undefined) {
       if (ifNoneMatch.trim() !== '*') {
         return this.settings.ifNoneMatchOther === 501
@@ -322,7 +235,7 @@ class S3Dialect implements Dialect {
       }
       if (current) return preconditionFailed('If-None-Match')
     }
-    const ifMatch = header(request, 'if-match')
+    const ifMatch = headerOf(request, 'if-match')
     if (ifMatch !== undefined) {
       if (!current)
         return this.settings.ifMatchAbsent === 412 ? preconditionFailed('If-Match') : noSuchKey(key)
@@ -343,14 +256,14 @@ class S3Dialect implements Dialect {
     const object: StoredObject = {
       body: body.data,
       etag: this.#etag(md5(body.data).toString('hex')),
-      contentType: header(request, 'content-type') ?? 'binary/octet-stream',
+      contentType: headerOf(request, 'content-type') ?? 'binary/octet-stream',
       metadata: userMetadata(request),
       lastModified: new Date(),
       crc32: body.crc32,
     }
     bucket.objects.set(key, object)
     const headers: Record<string, string> = { etag: object.etag, 'x-amz-request-id': requestId() }
-    if (header(request, 'x-amz-checksum-crc32') || header(request, 'x-amz-trailer')) {
+    if (headerOf(request, 'x-amz-checksum-crc32') || headerOf(request, 'x-amz-trailer')) {
       headers['x-amz-checksum-crc32'] = body.crc32
     }
     return { status: 200, headers }
@@ -360,8 +273,8 @@ class S3Dialect implements Dialect {
     const object = bucket.objects.get(key)
     // A HEAD 404 has no body: the SDK then reports `name: 'NotFound'` (the shell drops HEAD bodies).
     if (!object) return noSuchKey(key)
-    const ifMatch = header(request, 'if-match')
-    const ifNoneMatch = header(request, 'if-none-match')
+    const ifMatch = headerOf(request, 'if-match')
+    const ifNoneMatch = headerOf(request, 'if-none-match')
     if (!this.lax && ifMatch !== undefined && !etagMatches(ifMatch, object.etag))
       return preconditionFailed('If-Match')
     if (!this.lax && ifNoneMatch !== undefined && etagMatches(ifNoneMatch, object.etag)) {
@@ -372,19 +285,19 @@ class S3Dialect implements Dialect {
 
   #deleteObject(request: FakeRequest, bucket: Bucket, key: string): FakeReply {
     const object = bucket.objects.get(key)
-    const ifMatch = header(request, 'if-match')
+    const ifMatch = headerOf(request, 'if-match')
     if (!this.lax && ifMatch !== undefined && !object && this.settings.deleteAbsent === 404)
       return noSuchKey(key)
     if (!this.lax && object) {
       if (ifMatch !== undefined && !etagMatches(ifMatch, object.etag)) return preconditionFailed('If-Match')
-      const time = header(request, 'x-amz-if-match-last-modified-time')
+      const time = headerOf(request, 'x-amz-if-match-last-modified-time')
       if (
         time !== undefined &&
         Date.parse(time) !== Math.floor(object.lastModified.getTime() / 1000) * 1000
       ) {
         return preconditionFailed('x-amz-if-match-last-modified-time')
       }
-      const size = header(request, 'x-amz-if-match-size')
+      const size = headerOf(request, 'x-amz-if-match-size')
       if (size !== undefined && Number(size) !== object.body.length)
         return preconditionFailed('x-amz-if-match-size')
     }
@@ -397,7 +310,7 @@ class S3Dialect implements Dialect {
 
   #createUpload(request: FakeRequest, bucket: Bucket, key: string): FakeReply {
     const id = randomBytes(16).toString('hex')
-    const contentType = header(request, 'content-type') ?? 'binary/octet-stream'
+    const contentType = headerOf(request, 'content-type') ?? 'binary/octet-stream'
     bucket.uploads.set(id, { key, contentType, metadata: userMetadata(request), parts: new Map() })
     return xmlReply(200, 'InitiateMultipartUploadResult', { Bucket: bucket.name, Key: key, UploadId: id })
   }
@@ -465,21 +378,18 @@ class S3Dialect implements Dialect {
 }
 
 /** Starts an S3 test server on 127.0.0.1 (a fresh port) with no buckets. */
-export async function startS3Fake(settings: Partial<S3Settings> = {}): Promise<S3Fake> {
-  const dialect = new S3Dialect({
-    ifMatchAbsent: 404,
-    deleteAbsent: 204,
-    ifNoneMatchOther: 400,
-    randomEtags: false,
-    ...settings,
-  })
-  const server = await startHttpFake(dialect)
-  return Object.assign(server, {
-    settings: dialect.settings,
-    createBucket: (name: string) => {
-      if (!dialect.buckets.has(name)) dialect.buckets.set(name, new Bucket(name))
-    },
-    peek: (bucket: string, key: string): S3StoredObject | undefined =>
-      dialect.buckets.get(bucket)?.objects.get(key),
-  })
+export function startS3Fake(settings: Partial<S3Settings> = {}): Promise<S3Fake> {
+  return startHttpFake(
+    new S3Dialect(
+      {
+        ifMatchAbsent: 404,
+        deleteAbsent: 204,
+        ifNoneMatchOther: 400,
+        randomEtags: false,
+        rejectAccessKeyId: undefined,
+        ...settings,
+      },
+      (name) => new Bucket(name),
+    ),
+  )
 }
