@@ -25,8 +25,9 @@
  * Requests (R = strongly consistent read, W = conditional write), without faults:
  * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
  * - renewal (every ttl/3 by default): 1 W; release: 1 W;
- * - waiting, per minute and per process (shared by its waiters of one key): at most 60 R at the default
- *   `pollMaxMs` (4 more while the pace ramps up), plus 1 W per takeover;
+ * - waiting, per minute and per process (its waiters of one key share the reads, after one read each
+ *   when they start): 60 R at the default `pollMaxMs` of 1 s (64 in the first minute, while the pace
+ *   ramps up from 100 ms), plus 1 W per takeover; `inspect` is 1 R;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours.
  *
