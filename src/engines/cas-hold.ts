@@ -24,6 +24,14 @@ export interface CasHold {
   /** That write's lease. */
   leaseMs: number
   readonly holder: string | undefined
+  /**
+   * The nonces of this hold's writes since its last confirmed one (that one included): a record of our
+   * owner and fence is this hold's only with one of them. Another attempt of the same acquire may have
+   * written it again (a grant whose answer came too late, released by the core, while the next attempt
+   * found the record and took it): owner and fence alone would let the late grant's release, or its
+   * renewal, act on the lock the core took.
+   */
+  nonces: Set<string>
 }
 
 /** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
@@ -52,11 +60,16 @@ export class CasHolds {
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
       // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, { version: out.version, sentAt: start, leaseMs: ttlMs })
+      Object.assign(hold, {
+        version: out.version,
+        sentAt: start,
+        leaseMs: ttlMs,
+        nonces: new Set([record.nonce]),
+      })
       return { renewed: true }
     }
     if (out.kind === 'unknown') throw out.error
-    const ours = stillOurs(out.record, lease)
+    const ours = stillOurs(out.record, lease, hold)
     if (!ours) return { renewed: false }
     // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
     // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
@@ -78,8 +91,9 @@ export class CasHolds {
       )
       if (out.kind === 'written') return true
       if (out.kind === 'unknown') throw out.error
-      // Not ours any more (taken over after our lease, or never written): nothing to release.
-      if (!stillOurs(out.record, lease)) return false
+      // Not this hold's any more (taken over after our lease, or written over by another attempt of the
+      // same acquire): nothing to release.
+      if (!stillOurs(out.record, lease, hold)) return false
       // Ours at a version a late renewal of ours left: release that one.
       hold.version = out.current!.version
     }
@@ -122,9 +136,11 @@ export class CasHolds {
     throw unsettled(this.#io, req.key, 'clean up')
   }
 
-  /** Our record with a fresh nonce. */
+  /** Our record with a fresh nonce, counted among the hold's writes before it is sent. */
   #record(lease: HeldLease, hold: CasHold, leaseMs: number, state: CasState): CasRecord {
-    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce: newNonce() }
+    const nonce = newNonce()
+    hold.nonces.add(nonce)
+    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
   }
 
   /**
@@ -144,9 +160,10 @@ export class CasHolds {
   }
 }
 
-/** `record` when it is held by `lease.owner` with `lease.fence`: still this lock. */
-export function stillOurs(record: CasRecord | undefined, lease: HeldLease): CasRecord | undefined {
-  return heldBy(record, lease.owner) && record!.fence === lease.fence ? record : undefined
+/** `record` when it is held by `lease.owner` with `lease.fence`, written by one of `hold`'s writes. */
+function stillOurs(record: CasRecord | undefined, lease: HeldLease, hold: CasHold): CasRecord | undefined {
+  if (!heldBy(record, lease.owner) || record!.fence !== lease.fence) return undefined
+  return hold.nonces.has(record!.nonce) ? record : undefined
 }
 
 /** A write whose outcome stayed unclear because the record kept moving under our own late writes. */

@@ -192,7 +192,13 @@ export class CasLease {
     const out = await this.#io.write(req.key, record, seen?.version, signal)
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)
-      const hold: CasHold = { version: out.version, sentAt: start, leaseMs: req.ttlMs, holder: req.holder }
+      const hold: CasHold = {
+        version: out.version,
+        sentAt: start,
+        leaseMs: req.ttlMs,
+        holder: req.holder,
+        nonces: new Set([record.nonce]),
+      }
       return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
     }
     // It may still land: unknown to the core too, which counts a later grant's validity from here.

@@ -307,6 +307,29 @@ describe('cas-lease: uncertain outcomes', () => {
     await client.close()
   })
 
+  it('releasing a late grant never releases the record a later attempt of the same acquire wrote over it', async () => {
+    const store = new FakeCasStore()
+    const { backend } = processOn(store)
+    const req: AcquireRequest = { key: 'k', owner: 'f'.repeat(32), ttlMs: 5000 }
+    // Attempt 1 is granted, but its answer reaches the core too late (after its bound): the core has
+    // moved on, and attempt 2 finds the record of attempt 1 and writes it again, the grant it takes.
+    const first = await backend.tryAcquire(req, signal())
+    const taken = await backend.tryAcquire(req, signal())
+    assert.ok(first.granted && taken.granted)
+    // The core releases the late grant: it must leave the later grant's record alone.
+    const lease = (g: typeof first) => ({
+      key: 'k',
+      owner: req.owner,
+      fence: g.granted ? g.fence : 0n,
+      cookie: g.granted ? g.cookie : undefined,
+    })
+    assert.equal(await backend.release(lease(first), signal()), false)
+    assert.equal(store.json('k')!.state, 'held')
+    assert.deepEqual(await backend.extend(lease(taken), 5000, signal()), { renewed: true })
+    assert.deepEqual(await backend.extend(lease(first), 5000, signal()), { renewed: false })
+    assert.equal(await backend.release(lease(taken), signal()), true)
+  })
+
   it('a renewal refused because another owner took over reports the loss', async () => {
     const store = new FakeCasStore()
     const { client } = processOn(store)
