@@ -103,6 +103,12 @@ export class CasLease {
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
     const margin = options.marginMs
+    if (margin !== undefined && !(margin >= 0)) {
+      throw new TypeError(`Expected \`marginMs\` to be a number >= 0, got ${String(margin)}`)
+    }
+    if (options.pollMaxMs !== undefined && !(options.pollMaxMs > 0)) {
+      throw new TypeError(`Expected \`pollMaxMs\` to be a number > 0, got ${String(options.pollMaxMs)}`)
+    }
     this.#seen = new Observations(options.pollMaxMs ?? POLL_MAX_MS, (leaseMs) =>
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )

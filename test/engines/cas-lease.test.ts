@@ -73,6 +73,14 @@ describe('cas-lease: grants, fences and request counts', () => {
     await client.close()
   })
 
+  it('refuses a negative margin and a poll interval that is not positive', () => {
+    const store = new FakeCasStore()
+    assert.throws(() => casLeaseBackend(store, { marginMs: -1 }), /marginMs/)
+    assert.throws(() => casLeaseBackend(store, { pollMaxMs: 0 }), /pollMaxMs/)
+    assert.equal(casLeaseBackend(store, { id: 'named' }).id, 'named')
+    assert.deepEqual(casLeaseBackend(store).capabilities, { expiry: 'observed', notify: false, fifo: false })
+  })
+
   it('never overwrites a record it cannot read (its fence is unknown), and says so in inspect', async () => {
     const store = new FakeCasStore()
     store.put('k', 'not a fencelock record')
