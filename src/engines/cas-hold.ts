@@ -16,12 +16,7 @@ import type { CasIo } from './cas-write.js'
 export interface CasHold {
   /** The record's version as our latest write that we know of left it. */
   version: string
-  /**
-   * When the write that gave the lease we count on was sent (monotonic ms): the store keeps the lease
-   * from no earlier, since every waiter starts watching that version only after it was written.
-   */
-  sentAt: number
-  /** That write's lease. */
+  /** The lease our latest known write asked for (a release writes it again). */
   leaseMs: number
   readonly holder: string | undefined
   /**
@@ -50,22 +45,14 @@ export class CasHolds {
   /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
   async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     const hold = lease.cookie as CasHold
-    const start = now()
-    // Too soon after our last write for the store's write rate: no write; the lease that write set is
-    // what the store keeps, counted from when it was sent (the core never counts longer than `ttlMs`).
-    if (start - hold.sentAt < this.#io.driver.minWriteIntervalMs) {
-      return { renewed: true, ttlMs: hold.leaseMs - (start - hold.sentAt) }
-    }
+    // Too soon after our last write for the store's write rate: wait for it (the core's validity counts
+    // from before this call, before the write is sent, so the wait only makes it more conservative).
+    await this.#paced(lease.key, signal)
     const record = this.#record(lease, hold, ttlMs, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
       // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, {
-        version: out.version,
-        sentAt: start,
-        leaseMs: ttlMs,
-        nonces: new Set([record.nonce]),
-      })
+      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
       return { renewed: true }
     }
     if (out.kind === 'unknown') throw out.error
@@ -73,8 +60,7 @@ export class CasHolds {
     if (!ours) return { renewed: false }
     // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
     // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
-    // Its lease may be shorter than the one we count on: the shorter one counts from now on.
-    Object.assign(hold, { version: out.current!.version, leaseMs: Math.min(hold.leaseMs, ours.leaseMs) })
+    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs })
     throw unsettled(this.#io, lease.key, 'renew')
   }
 
@@ -145,7 +131,8 @@ export class CasHolds {
 
   /**
    * Waits until the store's write rate allows another write of `key` from this process (GCS: about one
-   * per second per object). A release cannot be skipped like a renewal, nor refused like an attempt.
+   * per second per object): a renewal or a release cannot be refused like an attempt. At most
+   * `minWriteIntervalMs`, and only when the holder writes again that soon (a ttl under three intervals).
    */
   async #paced(key: string, signal: AbortSignal): Promise<void> {
     const wroteAt = this.#io.seen.lastWrite(key)

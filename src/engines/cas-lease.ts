@@ -200,7 +200,6 @@ export class CasLease {
       this.#waiting.delete(req.owner)
       const hold: CasHold = {
         version: out.version,
-        sentAt: start,
         leaseMs: req.ttlMs,
         holder: req.holder,
         nonces: new Set([record.nonce]),
