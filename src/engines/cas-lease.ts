@@ -181,11 +181,9 @@ export class CasLease {
     seen: Observation | undefined,
     signal: AbortSignal,
   ): Promise<AttemptResult> {
-    const start = now()
-    // The store's write rate (GCS: about one write per second per object): come back when it allows.
-    const wroteAt = this.#seen.lastWrite(req.key)
-    const allowedAt = wroteAt === undefined ? start : wroteAt + this.#driver.minWriteIntervalMs
-    if (start < allowedAt) return { granted: false, retryInMs: allowedAt - start }
+    // The store's write rate (GCS: about one write per second per object). If the record changes
+    // meanwhile, the write's condition says so.
+    await this.#io.paced(req.key, signal)
     const record: CasRecord = {
       owner: req.owner,
       fence,

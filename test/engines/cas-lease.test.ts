@@ -450,8 +450,10 @@ describe('cas-lease: waiting and the store rates', () => {
     // Too soon for a write: the renewal waits for the store's rate.
     await lock.extend()
     await lock.release()
-    const next = await client.acquire('k', { renew: false })
-    await next.release()
+    // Right after our own release: a free lock, so even a tryAcquire waits for the rate, not refuses.
+    const next = await client.tryAcquire('k', { renew: false })
+    assert.equal(next?.fence, 2n)
+    await next!.release()
     const writes = store.log.filter((l) => l.op !== 'read')
     for (let i = 1; i < writes.length; i++) {
       assert.ok(writes[i]!.at - writes[i - 1]!.at >= 200, `writes ${i - 1} and ${i} closer than 200 ms`)
