@@ -2,12 +2,11 @@
  * What a holder does to its own `cas-lease` record (extend, release), and what an acquire that gave up
  * does to whatever it may have left there (abandon). Every write is conditioned on the version our latest
  * known write left; a refusal is judged by the record as it is now (cas-write.ts), so that a renewal of
- * ours whose reply was lost, and which landed after all, is recognised as ours (owner and fence) and not
- * taken for a loss.
+ * ours whose reply was lost, and which landed after all, is recognised as this hold's (owner, fence, and
+ * the nonce of one of its own writes) and not taken for a loss.
  */
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'
-import { now, sleep } from '../core/clock.js'
 import { BackendUnavailableError, quoteKey } from '../core/errors.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
 import type { CasIo } from './cas-write.js'
@@ -47,7 +46,7 @@ export class CasHolds {
     const hold = lease.cookie as CasHold
     // Too soon after our last write for the store's write rate: wait for it (the core's validity counts
     // from before this call, before the write is sent, so the wait only makes it more conservative).
-    await this.#paced(lease.key, signal)
+    await this.#io.paced(lease.key, signal)
     const record = this.#record(lease, hold, ttlMs, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
@@ -68,7 +67,7 @@ export class CasHolds {
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     const hold = lease.cookie as CasHold
     for (let i = 0; i < TRIES; i++) {
-      await this.#paced(lease.key, signal)
+      await this.#io.paced(lease.key, signal)
       const out = await this.#io.write(
         lease.key,
         this.#record(lease, hold, hold.leaseMs, 'released'),
@@ -102,7 +101,7 @@ export class CasHolds {
         this.#writers.delete(req.owner)
         return
       }
-      await this.#paced(req.key, signal)
+      await this.#io.paced(req.key, signal)
       const record: CasRecord = {
         owner: req.owner,
         fence: found?.fence ?? 0n,
@@ -127,23 +126,6 @@ export class CasHolds {
     const nonce = newNonce()
     hold.nonces.add(nonce)
     return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
-  }
-
-  /**
-   * Waits until the store's write rate allows another write of `key` from this process (GCS: about one
-   * per second per object): a renewal or a release cannot be refused like an attempt. At most
-   * `minWriteIntervalMs`, and only when the holder writes again that soon (a ttl under three intervals).
-   */
-  async #paced(key: string, signal: AbortSignal): Promise<void> {
-    const wroteAt = this.#io.seen.lastWrite(key)
-    if (wroteAt === undefined) return
-    const allowedAt = wroteAt + this.#io.driver.minWriteIntervalMs
-    // A loop: a timer may fire a little before the monotonic clock reaches its end.
-    while (now() < allowedAt) {
-      signal.throwIfAborted()
-      await sleep(allowedAt - now(), signal)
-    }
-    signal.throwIfAborted()
   }
 }
 
