@@ -71,7 +71,7 @@ describe('gcs backend', { timeout: 120_000 }, () => {
         retryOptions: { autoRetry: false },
       })
       // The core renews every ttl/3 = 500 ms; the engine writes no faster than the driver's minWriteIntervalMs.
-      const client = createLockClient(gcsBackend({ storage, bucket: BUCKET, prefix: 'rate' }), {
+      const client = createLockClient(gcsBackend({ client: storage, bucket: BUCKET, prefix: 'rate' }), {
         ttl: '1500ms',
       })
       try {

@@ -33,7 +33,7 @@ export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
 
 export interface GcsBackendOptions {
   /** Your `Storage` of @google-cloud/storage 7.x (credentials and project as you configured them). */
-  readonly storage: Storage
+  readonly client: Storage
   readonly bucket: string
   /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
   readonly prefix?: string | undefined
@@ -42,9 +42,9 @@ export interface GcsBackendOptions {
 }
 
 function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
-  const { storage, bucket } = options
+  const { client: storage, bucket } = options
   if (!storage || typeof (storage as { bucket?: unknown }).bucket !== 'function') {
-    throw new TypeError('Expected `storage` to be a Storage of @google-cloud/storage')
+    throw new TypeError('Expected `client` to be a Storage of @google-cloud/storage')
   }
   if (typeof bucket !== 'string' || bucket === '')
     throw new TypeError('Expected `bucket` to be a bucket name')
@@ -56,7 +56,7 @@ function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
  * A lock backend in a GCS bucket, over your own client.
  * @example
  * import { Storage } from '@google-cloud/storage'
- * const locks = createLockClient(gcsBackend({ storage: new Storage(), bucket: 'my-locks' }), { ttl: '30s' })
+ * const locks = createLockClient(gcsBackend({ client: new Storage(), bucket: 'my-locks' }), { ttl: '30s' })
  */
 export function gcsBackend(options: GcsBackendOptions): LockBackend {
   return casLeaseBackend(gcsDriver(options))
@@ -90,5 +90,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.project === undefined ? {} : { projectId: params.project }),
   })
   const prefix = decodeURIComponent(url.pathname)
-  return casLeaseBackend(gcsDriver({ storage, bucket, prefix, id: redact(url) }))
+  return casLeaseBackend(gcsDriver({ client: storage, bucket, prefix, id: redact(url) }))
 }
