@@ -1,0 +1,144 @@
+/**
+ * What a holder does to its own `cas-lease` record (extend, release), and what an acquire that gave up
+ * does to whatever it may have left there (abandon). Every write is conditioned on the version our latest
+ * known write left; a refusal is judged by the record as it is now (cas-write.ts), so that a renewal of
+ * ours whose reply was lost, and which landed after all, is recognised as this hold's (owner, fence, and
+ * the nonce of one of its own writes) and not taken for a loss.
+ */
+import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
+import type { BoundedMap } from '../core/bounded-map.js'
+import { BackendUnavailableError, quoteKey } from '../core/errors.js'
+import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
+import type { CasIo } from './cas-write.js'
+
+/** The cookie of a cas-lease grant: what we know of our record. Updated in place by extend and release. */
+export interface CasHold {
+  /** The record's version as our latest write that we know of left it. */
+  version: string
+  /** The lease our latest known write asked for (a release writes it again). */
+  leaseMs: number
+  readonly holder: string | undefined
+  /**
+   * The nonces of this hold's writes since its last confirmed one (that one included): a record of our
+   * owner and fence is this hold's only with one of them. Another attempt of the same acquire may have
+   * written it again (a grant whose answer came too late, released by the core, while the next attempt
+   * found the record and took it): owner and fence alone would let the late grant's release, or its
+   * renewal, act on the lock the core took.
+   */
+  nonces: Set<string>
+}
+
+/** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
+const TRIES = 3
+
+export class CasHolds {
+  readonly #io: CasIo
+  /** Owners whose acquire sent a write (cas-lease.ts): only they can have left a record to abandon. */
+  readonly #writers: BoundedMap<string, true>
+
+  constructor(io: CasIo, writers: BoundedMap<string, true>) {
+    this.#io = io
+    this.#writers = writers
+  }
+
+  /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
+  async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
+    const hold = lease.cookie as CasHold
+    // Too soon after our last write for the store's write rate: wait for it (the core's validity counts
+    // from before this call, before the write is sent, so the wait only makes it more conservative).
+    await this.#io.paced(lease.key, signal)
+    const record = this.#record(lease, hold, ttlMs, 'held')
+    const out = await this.#io.write(lease.key, record, hold.version, signal)
+    if (out.kind === 'written') {
+      // The core counts the renewed validity from before this call, which is before the write was sent.
+      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
+      return { renewed: true }
+    }
+    if (out.kind === 'unknown') throw out.error
+    const ours = stillOurs(out.record, lease, hold)
+    if (!ours) return { renewed: false }
+    // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
+    // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
+    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs })
+    throw unsettled(this.#io, lease.key, 'renew')
+  }
+
+  /** `LockBackend.release`: marks our record released (fence kept); false when it was no longer ours. */
+  async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
+    const hold = lease.cookie as CasHold
+    for (let i = 0; i < TRIES; i++) {
+      await this.#io.paced(lease.key, signal)
+      const out = await this.#io.write(
+        lease.key,
+        this.#record(lease, hold, hold.leaseMs, 'released'),
+        hold.version,
+        signal,
+      )
+      if (out.kind === 'written') return true
+      if (out.kind === 'unknown') throw out.error
+      // Not this hold's any more (taken over after our lease, or written over by another attempt of the
+      // same acquire): nothing to release.
+      if (!stillOurs(out.record, lease, hold)) return false
+      // Ours at a version a late renewal of ours left: release that one.
+      hold.version = out.current!.version
+    }
+    throw unsettled(this.#io, lease.key, 'release')
+  }
+
+  /**
+   * `LockBackend.abandon`: our acquire gave up, but a write of it may have landed (a lost reply, an abort
+   * racing it). A record held by its owner is marked released, conditionally on its version. No record
+   * at all while a create of ours may still be in flight: a released record (fence 0, so the next grant
+   * still gets 1) is created, which makes that create fail for good instead of leaving a lock nobody
+   * renews. An owner that never sent a write costs no request.
+   */
+  async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    if (!this.#writers.has(req.owner)) return
+    let current = await this.#io.read(req.key, signal)
+    for (let i = 0; i < TRIES; i++) {
+      const found = current === undefined ? undefined : decodeRecord(current.body)
+      if (current !== undefined && !heldBy(found, req.owner)) {
+        this.#writers.delete(req.owner)
+        return
+      }
+      await this.#io.paced(req.key, signal)
+      const record: CasRecord = {
+        owner: req.owner,
+        fence: found?.fence ?? 0n,
+        leaseMs: found?.leaseMs ?? req.ttlMs,
+        state: 'released',
+        holder: req.holder,
+        nonce: newNonce(),
+      }
+      const out = await this.#io.write(req.key, record, current?.version, signal)
+      if (out.kind === 'unknown') throw out.error
+      if (out.kind === 'written') {
+        this.#writers.delete(req.owner)
+        return
+      }
+      current = out.current
+    }
+    throw unsettled(this.#io, req.key, 'clean up')
+  }
+
+  /** Our record with a fresh nonce, counted among the hold's writes before it is sent. */
+  #record(lease: HeldLease, hold: CasHold, leaseMs: number, state: CasState): CasRecord {
+    const nonce = newNonce()
+    hold.nonces.add(nonce)
+    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
+  }
+}
+
+/** `record` when it is held by `lease.owner` with `lease.fence`, written by one of `hold`'s writes. */
+function stillOurs(record: CasRecord | undefined, lease: HeldLease, hold: CasHold): CasRecord | undefined {
+  if (!heldBy(record, lease.owner) || record!.fence !== lease.fence) return undefined
+  return hold.nonces.has(record!.nonce) ? record : undefined
+}
+
+/** A write whose outcome stayed unclear because the record kept moving under our own late writes. */
+function unsettled(io: CasIo, key: string, what: string): BackendUnavailableError {
+  return new BackendUnavailableError(
+    `Could not ${what} lock ${quoteKey(key)} on ${io.driver.id}: an earlier write of ours landed late; retrying`,
+    { key, backend: io.driver.id, retryable: true },
+  )
+}
