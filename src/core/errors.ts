@@ -28,7 +28,7 @@ export function causeText(error: unknown, max = 300): string {
  */
 export function describeNetworkError(error: unknown, address?: string): string | undefined {
   for (
-    let e = error as (Error & { code?: string; address?: string; port?: number }) | undefined, depth = 0;
+    let e = error as (Error & { code?: unknown; address?: string; port?: number }) | undefined, depth = 0;
     e && depth < 5;
     depth++
   ) {
@@ -50,7 +50,11 @@ export function describeNetworkError(error: unknown, address?: string): string |
       case 'ENETUNREACH':
         return `host unreachable${where}`
     }
-    if ((e.code ?? '').startsWith('ERR_SSL') || /SSL|TLS|wrong version number|certificate/i.test(message)) {
+    // Some clients put an HTTP status in `code` (a number): only a string can name a TLS error.
+    if (
+      (typeof e.code === 'string' && e.code.startsWith('ERR_SSL')) ||
+      /SSL|TLS|wrong version number|certificate/i.test(message)
+    ) {
       return `TLS handshake failed${where} (${causeText(e, 120)}); check that the server speaks TLS and trusts this client, or use the plain scheme`
     }
     if (/NOAUTH|WRONGPASS|invalid username-password|authentication failed|auth.*fail/i.test(message)) {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import { describeNetworkError } from '../../src/core/errors.js'
 import {
   BackendUnavailableError,
   CapabilityError,
@@ -173,5 +174,14 @@ describe('errors', () => {
 
   it('DriverMissingError names the package to install', () => {
     assert.equal(new DriverMissingError('ioredis', 'install ioredis').packageName, 'ioredis')
+  })
+
+  it('describeNetworkError reads past an error whose code is a number (an HTTP status, as GCS errors have)', () => {
+    const cause = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+    const error = Object.assign(new Error('Service Unavailable', { cause }), { code: 503 })
+    assert.equal(
+      describeNetworkError(error, '127.0.0.1:9'),
+      'connection refused at 127.0.0.1:9 (is the server running, on this port?)',
+    )
   })
 })
