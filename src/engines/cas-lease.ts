@@ -1,0 +1,222 @@
+/**
+ * The cas-lease engine: a lock as ONE record per key on a store with conditional writes (S3, GCS,
+ * DynamoDB), replaced only by a write conditioned on the version we read. Model: the DynamoDB lock client
+ * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted.
+ *
+ * - Record (cas-record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
+ * - Grant: absent → create (fence 1); released → replace on its version (fence + 1); held by us (an
+ *   earlier attempt of this acquire whose reply was lost) → replace on its version, same fence, so the
+ *   validity counts from this write; held by another → a takeover (fence + 1) only once this process has
+ *   seen that same version unchanged for the record's lease plus a margin, on its own monotonic clock
+ *   (cas-observe.ts says when the observation starts, and why that is safe). No wall clock is read or
+ *   written anywhere: clocks may jump; only a waiter whose clock RATE runs faster than the margin allows
+ *   could take over early.
+ * - Fence: advanced by the very conditional write that grants, kept by renewals and releases; every
+ *   version of the record descends from the one before, so fences never go back while it exists.
+ * - Renewal: a replace on our last version (new nonce, same fence); the holder's validity counts from
+ *   before that write was sent (the core does it), which precedes every waiter's observation of it.
+ * - Uncertain outcomes (cas-write.ts): re-read, and our owner with this write's nonce means it landed.
+ * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
+ * - Waiting: no notifications. Reads of a key held by another are paced per process: 100 ms, doubling
+ *   to `pollMaxMs` (1 s), and never later than the moment a takeover becomes possible; attempts in
+ *   between are answered from what was seen, without a request. Writes of one key from this process are
+ *   never closer than the driver's `minWriteIntervalMs` (GCS: about one per second per object).
+ *
+ * Requests (R = strongly consistent read, W = conditional write), without faults:
+ * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
+ * - renewal (every ttl/3 by default): 1 W; release: 1 W;
+ * - waiting, per minute and per process (shared by its waiters of one key): at most 60 R at the default
+ *   `pollMaxMs` (4 more while the pace ramps up), plus 1 W per takeover;
+ * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
+ * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours.
+ *
+ * Driver: `CasDriver` (cas-lease-driver.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
+ */
+import type {
+  AcquireRequest,
+  AttemptResult,
+  BackendCapabilities,
+  LockBackend,
+  LockInfo,
+} from '../core/backend.js'
+import { BoundedMap } from '../core/bounded-map.js'
+import { now } from '../core/clock.js'
+import { type CasHold, CasHolds } from './cas-hold.js'
+import type { CasDriver } from './cas-lease-driver.js'
+import { type Observation, Observations } from './cas-observe.js'
+import { type CasRecord, heldBy, newNonce } from './cas-record.js'
+import { CasIo } from './cas-write.js'
+
+export type { CasHold } from './cas-hold.js'
+
+export interface CasLeaseOptions {
+  /** The backend's id in errors and diagnostics. @default the driver's id */
+  readonly id?: string | undefined
+  /**
+   * What a waiter adds to a record's lease before it takes over, in ms: covers the waiter's clock
+   * running faster than the holder's. @default 5 % of the lease, at least 200 ms
+   */
+  readonly marginMs?: number | undefined
+  /** The longest time between two reads of a key held by another. @default 1000 */
+  readonly pollMaxMs?: number | undefined
+}
+
+const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, fifo: false }
+const MARGIN_SHARE = 0.05
+const MARGIN_MIN_MS = 200
+const POLL_MAX_MS = 1000
+/**
+ * Owners of acquires remembered (whether they wrote, for abandon; whether they wait, for the pacing);
+ * forgetting one costs a request, never safety.
+ */
+const WRITERS_KEPT = 10_000
+
+/** A LockBackend over `driver`: the cas-lease engine. */
+export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}): LockBackend {
+  const engine = new CasLease(driver, options)
+  const backend: LockBackend = {
+    id: options.id ?? driver.id,
+    capabilities: CAPABILITIES,
+    limits: driver.limits,
+    tryAcquire: (req, signal) => engine.attempt(req, signal),
+    extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
+    release: (lease, signal) => engine.holds.release(lease, signal),
+    inspect: (key, signal) => engine.inspect(key, signal),
+    abandon: (req, signal) => engine.abandon(req, signal),
+    close: () => driver.close(),
+  }
+  const doctor = driver.doctor?.bind(driver)
+  return doctor ? { ...backend, doctor } : backend
+}
+
+export class CasLease {
+  readonly #driver: CasDriver
+  readonly #seen: Observations
+  readonly #io: CasIo
+  /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
+  readonly holds: CasHolds
+  readonly #writers = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
+  readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+
+  constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
+    this.#driver = driver
+    const margin = options.marginMs
+    this.#seen = new Observations(options.pollMaxMs ?? POLL_MAX_MS, (leaseMs) =>
+      margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
+    )
+    this.#io = new CasIo(driver, this.#seen)
+    this.holds = new CasHolds(this.#io, this.#writers)
+  }
+
+  /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
+  async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
+    // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
+    const known = this.#seen.get(req.key)
+    const waiting = this.#waiting.has(req.owner)
+    if (known && waiting && now() < known.nextReadAt && this.#othersHold(known, req.owner)) {
+      return this.#busy(known)
+    }
+    const current = await this.#io.read(req.key, signal)
+    if (!waiting) this.#waiting.set(req.owner, true)
+    if (current === undefined) return await this.#write(req, 1n, undefined, signal)
+    const seen = this.#seen.get(req.key)!
+    const record = seen.record
+    // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
+    if (record === undefined) return this.#busy(seen)
+    if (record.state === 'released') return await this.#write(req, record.fence + 1n, seen, signal)
+    // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
+    // the core counts from this attempt's start is really the lease's (waiters restart their watch).
+    if (record.owner === req.owner) return await this.#write(req, record.fence, seen, signal)
+    // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
+    // more (it counted its validity from before the write we have been watching), so it is taken over.
+    const takeoverAt = this.#seen.takeoverAt(seen)!
+    if (now() < takeoverAt) return this.#busy(seen)
+    return await this.#write(req, record.fence + 1n, seen, signal)
+  }
+
+  /** `LockBackend.abandon`: the acquire is over; what it may have left is released (cas-hold.ts). */
+  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    this.#waiting.delete(req.owner)
+    return this.holds.abandon(req, signal)
+  }
+
+  /** `LockBackend.inspect`: the record as stored, with what this process has seen of it. */
+  async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    const current = await this.#io.read(key, signal)
+    if (current === undefined) return null
+    const seen = this.#seen.get(key)!
+    const record = seen.record
+    if (record === undefined) {
+      return {
+        held: true,
+        note: `the object of this lock on ${this.#driver.id} is not a fencelock record; it is left alone`,
+      }
+    }
+    if (record.state === 'released') return { held: false, fence: record.fence }
+    return {
+      held: true,
+      owner: record.owner,
+      holder: record.holder,
+      fence: record.fence,
+      expiresInMs: Math.max(0, record.leaseMs - (now() - seen.since)),
+      note:
+        'expiresInMs is an estimate: the lease written less the time this process has seen the record ' +
+        'unchanged; a waiter takes over a margin later',
+    }
+  }
+
+  /** A grant by writing our record (`fence`) over `seen` (undefined: a create), or why not. */
+  async #write(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Observation | undefined,
+    signal: AbortSignal,
+  ): Promise<AttemptResult> {
+    const start = now()
+    // The store's write rate (GCS: about one write per second per object): come back when it allows.
+    const wroteAt = this.#seen.lastWrite(req.key)
+    const allowedAt = wroteAt === undefined ? start : wroteAt + this.#driver.minWriteIntervalMs
+    if (start < allowedAt) return { granted: false, retryInMs: allowedAt - start }
+    const record: CasRecord = {
+      owner: req.owner,
+      fence,
+      leaseMs: req.ttlMs,
+      state: 'held',
+      holder: req.holder,
+      nonce: newNonce(),
+    }
+    this.#writers.set(req.owner, true)
+    const out = await this.#io.write(req.key, record, seen?.version, signal)
+    if (out.kind === 'written') {
+      this.#waiting.delete(req.owner)
+      const hold: CasHold = { version: out.version, sentAt: start, leaseMs: req.ttlMs, holder: req.holder }
+      return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
+    }
+    // It may still land: unknown to the core too, which counts a later grant's validity from here.
+    if (out.kind === 'unknown') throw out.error
+    // An earlier attempt of ours landed meanwhile: the next attempt writes it again (see `attempt`).
+    if (heldBy(out.record, req.owner)) return { granted: false, retryInMs: 0 }
+    const after = this.#seen.get(req.key)
+    return after ? this.#busy(after) : { granted: false, retryInMs: 0 }
+  }
+
+  /** Whether `seen` is a record held by someone other than `owner` (or unreadable). */
+  #othersHold(seen: Observation, owner: string): boolean {
+    const record = seen.record
+    return record === undefined || (record.state === 'held' && record.owner !== owner)
+  }
+
+  /**
+   * Refused: come back at the next read this process allows itself, which is never later than the
+   * moment a takeover becomes possible, and not before the store allows a takeover write.
+   */
+  #busy(seen: Observation): AttemptResult {
+    const t = now()
+    const takeoverAt = this.#seen.takeoverAt(seen)
+    let at = seen.nextReadAt
+    if (takeoverAt !== undefined) at = Math.min(at, Math.max(takeoverAt, t + this.#driver.minWriteIntervalMs))
+    return { granted: false, retryInMs: Math.max(0, at - t) }
+  }
+}

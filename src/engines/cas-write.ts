@@ -1,0 +1,93 @@
+/**
+ * One conditional write of a `cas-lease` record and what it came to, decided by the record itself and
+ * never by the error: the SDKs retry conditional writes on their own, so "condition failed" may mean "my
+ * own earlier attempt won", and a write that threw may have been applied, or may still be. Every write
+ * carries a fresh nonce; reading the record back and finding our owner AND that nonce is the proof that
+ * this very write landed.
+ */
+
+import { now } from '../core/clock.js'
+import type { CasDriver, CasVersioned } from './cas-lease-driver.js'
+import type { Observations } from './cas-observe.js'
+import { type CasRecord, decodeRecord, encodeRecord } from './cas-record.js'
+
+export type WriteOutcome =
+  /** This write landed: `version` is the record's new version. */
+  | { readonly kind: 'written'; readonly version: string }
+  /** It did not land and never will (refused, or the record moved past its condition): the record now. */
+  | {
+      readonly kind: 'other'
+      readonly current: CasVersioned | undefined
+      readonly record: CasRecord | undefined
+    }
+  /** It threw, and the record still matches its condition: it may land yet. `error` is the driver's. */
+  | { readonly kind: 'unknown'; readonly error: unknown }
+
+/** Reads and writes records for the engine, noting every version seen in `seen`. */
+export class CasIo {
+  constructor(
+    readonly driver: CasDriver,
+    readonly seen: Observations,
+  ) {}
+
+  /** A strongly consistent read; what it returned is observed at its return (see cas-observe.ts). */
+  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+    const current = await this.driver.read(key, signal)
+    this.#saw(key, current)
+    return current
+  }
+
+  /**
+   * Writes `record`: a create when `version` is undefined, else a replace on `version`. The send time is
+   * noted first, for the store's write rate.
+   */
+  async write(
+    key: string,
+    record: CasRecord,
+    version: string | undefined,
+    signal: AbortSignal,
+  ): Promise<WriteOutcome> {
+    const body = encodeRecord(record)
+    this.seen.writing(key, now())
+    let error: unknown
+    let current: CasVersioned | undefined
+    try {
+      const result =
+        version === undefined
+          ? await this.driver.create(key, body, signal)
+          : await this.driver.replace(key, body, version, signal)
+      if (result.ok) {
+        this.seen.saw(key, result.version, record, now())
+        return { kind: 'written', version: result.version }
+      }
+      // Refused. The store may hand back the record as it is now (DynamoDB's ALL_OLD); else we read it.
+      if (result.current) this.#saw(key, result.current)
+      current = result.current ?? (await this.read(key, signal))
+    } catch (thrown) {
+      // No answer (or a refusal we could not read behind): what we saw of the key may be stale now.
+      this.seen.stale(key)
+      error = thrown
+      try {
+        current = await this.read(key, signal)
+      } catch {
+        return { kind: 'unknown', error }
+      }
+    }
+    const found = current === undefined ? undefined : decodeRecord(current.body)
+    // Our owner and this write's nonce: this write landed (on a retry of the SDK's, or before it threw).
+    if (found && found.owner === record.owner && found.nonce === record.nonce) {
+      return { kind: 'written', version: current!.version }
+    }
+    // Thrown, and the record is still what the write was conditioned on: it may be applied later (a
+    // request still in flight), so its outcome stays unknown. Once the record has moved past that
+    // condition (versions never come back: every body is unique) it can never land.
+    const stillPossible = version === undefined ? current === undefined : current?.version === version
+    if (error !== undefined && stillPossible) return { kind: 'unknown', error }
+    return { kind: 'other', current, record: found }
+  }
+
+  #saw(key: string, current: CasVersioned | undefined): void {
+    if (current === undefined) this.seen.forget(key)
+    else this.seen.saw(key, current.version, decodeRecord(current.body), now())
+  }
+}
