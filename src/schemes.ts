@@ -62,6 +62,11 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     summary: "etcd v3's lock recipe",
     multiHost: true,
   },
+  'dynamodb:': {
+    load: () => import('./backends/dynamodb/index.js'),
+    example: 'dynamodb://locks?region=eu-west-1',
+    summary: 'one item per lock in a DynamoDB table, written by conditional PutItems',
+  },
 }
 
 /** The schemes this build understands, for messages. */

@@ -30,17 +30,26 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
     )
     const problem = Table ? schemaProblem(Table) : 'DynamoDB described no table'
     if (problem) {
-      findings.push({ level: 'error', message: `Table "${table}": ${problem} (${createTableCommand(table)})` })
+      findings.push({
+        level: 'error',
+        message: `Table "${table}": ${problem} (${createTableCommand(table)})`,
+      })
       return false
     }
     const billing = Table?.BillingModeSummary?.BillingMode ?? 'PROVISIONED'
-    findings.push({ level: 'ok', message: `Table "${table}": key "pk" (string), ${billing}, ${Table?.TableStatus}` })
+    findings.push({
+      level: 'ok',
+      message: `Table "${table}": key "pk" (string), ${billing}, ${Table?.TableStatus}`,
+    })
     return true
   } catch (error) {
     if (!isTableMissing(error)) {
       // Some policies allow item calls but not DescribeTable: the probes below still say what matters.
       const { text } = describeFailure(error)
-      findings.push({ level: 'warn', message: `Could not describe table "${table}" (key not checked): ${text}` })
+      findings.push({
+        level: 'warn',
+        message: `Could not describe table "${table}" (key not checked): ${text}`,
+      })
       return true
     }
     if (!tools.createTable) {
@@ -51,7 +60,10 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
       return false
     }
     await tools.send((sdk) => tools.ensureTable(sdk))
-    findings.push({ level: 'info', message: `Table "${table}" did not exist: created it (on-demand capacity)` })
+    findings.push({
+      level: 'info',
+      message: `Table "${table}" did not exist: created it (on-demand capacity)`,
+    })
     return true
   }
 }
@@ -78,7 +90,10 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
         `${stale.ok ? 'written' : 'refused'}): two holders could take one lock there`,
     })
   } else {
-    findings.push({ level: 'ok', message: 'Conditional writes enforced: a second create and a stale replace were refused' })
+    findings.push({
+      level: 'ok',
+      message: 'Conditional writes enforced: a second create and a stale replace were refused',
+    })
     if (!second.ok && second.current === undefined) {
       findings.push({
         level: 'warn',
@@ -87,9 +102,16 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
     }
   }
   await tools
-    .send((sdk, client) => client.send(new sdk.DeleteItemCommand({ TableName: tools.table, Key: itemKey(key) }), { abortSignal: signal }))
+    .send((sdk, client) =>
+      client.send(new sdk.DeleteItemCommand({ TableName: tools.table, Key: itemKey(key) }), {
+        abortSignal: signal,
+      }),
+    )
     .catch((error: unknown) =>
-      findings.push({ level: 'warn', message: `Could not delete the probe item ${key}: ${describeFailure(error).text}` }),
+      findings.push({
+        level: 'warn',
+        message: `Could not delete the probe item ${key}: ${describeFailure(error).text}`,
+      }),
     )
 }
 

@@ -195,11 +195,14 @@ export class DynamoDbDriver implements CasDriver {
       : /required keys|key element does not match the schema/i.test(text)
         ? `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
         : ''
-    return new BackendUnavailableError(`Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`, {
-      key,
-      backend: this.id,
-      cause: error,
-      retryable,
-    })
+    return new BackendUnavailableError(
+      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`,
+      {
+        key,
+        backend: this.id,
+        cause: error,
+        retryable,
+      },
+    )
   }
 }

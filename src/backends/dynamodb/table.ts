@@ -39,7 +39,12 @@ export async function createTable(client: DynamoDBClient, sdk: DynamoDbSdk, tabl
 export function schemaProblem(description: TableDescription): string | undefined {
   const keys = description.KeySchema ?? []
   const type = description.AttributeDefinitions?.find((a) => a.AttributeName === ATTR.key)?.AttributeType
-  if (keys.length === 1 && keys[0]!.AttributeName === ATTR.key && keys[0]!.KeyType === 'HASH' && type === 'S') {
+  if (
+    keys.length === 1 &&
+    keys[0]!.AttributeName === ATTR.key &&
+    keys[0]!.KeyType === 'HASH' &&
+    type === 'S'
+  ) {
     return undefined
   }
   const shown = keys.map((k) => `${k.AttributeName} (${k.KeyType})`).join(', ') || 'none'
