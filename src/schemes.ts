@@ -62,6 +62,16 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     summary: "etcd v3's lock recipe",
     multiHost: true,
   },
+  's3:': {
+    load: () => import('./backends/s3/index.js'),
+    example: 's3://bucket/prefix?region=eu-west-1',
+    summary: 'an S3 bucket (or a compatible store that enforces conditional writes)',
+  },
+  'gs:': {
+    load: () => import('./backends/gcs/index.js'),
+    example: 'gs://bucket/prefix',
+    summary: 'a Google Cloud Storage bucket',
+  },
   'dynamodb:': {
     load: () => import('./backends/dynamodb/index.js'),
     example: 'dynamodb://locks?region=eu-west-1',

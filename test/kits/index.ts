@@ -1,10 +1,12 @@
 /** Every test kit: the conformance entries, the chaos targets and the bench's fencelock adapters are built from this list. */
 import { etcdKit1, etcdKit3 } from './etcd.js'
 import { fileKit } from './file.js'
+import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
+import { s3Kit } from './s3.js'
 
 export type { Kit, KitStore } from './kit.js'
 
@@ -19,6 +21,8 @@ export const KITS: readonly Kit[] = [
   redlock3Kit,
   etcdKit1,
   etcdKit3,
+  s3Kit,
+  gcsKit,
 ]
 
 /** The kit named `id`. */

@@ -1,0 +1,170 @@
+/**
+ * The GCS driver of the `cas-lease` engine: one object per lock; its version is the object's generation.
+ * Read = one media GET (`alt=media`), whose `x-goog-generation` header names the generation of exactly the
+ * bytes it returns (strongly consistent). Create = upload with `ifGenerationMatch=0` (only if no live
+ * object); replace = upload with `ifGenerationMatch=<generation>`. GCS decides each condition atomically.
+ *
+ * `@google-cloud/storage` retries an upload that carries a precondition by itself (its default
+ * `RetryConditional` idempotency strategy, on 408/429/5xx and dropped connections), so a 412 may answer
+ * our own earlier attempt that committed while its response was lost. That is safe: a refusal is only a
+ * value here, and the engine re-reads the record and compares its owner and nonce.
+ */
+import type { File, Storage } from '@google-cloud/storage'
+import { raceSignal } from '../../core/abort.js'
+import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import { storeUnavailable } from '../../engines/cas-objects.js'
+import { lockObjectName } from './layout.js'
+
+/** As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. */
+export const GCS_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
+
+/** Where the driver keeps its objects, and whether it owns the client. */
+export interface GcsPlace {
+  readonly storage: Storage
+  readonly bucket: string
+  /** Ends with '/' (or is ''); see layout.ts. */
+  readonly prefix: string
+  readonly id: string
+}
+
+/** `ApiError.code` is the HTTP status; network errors carry a string code (ECONNREFUSED) instead. */
+const statusOf = (error: unknown): number | undefined => {
+  const code = (error as { code?: unknown })?.code
+  return typeof code === 'number' ? code : undefined
+}
+
+/**
+ * A refused condition: 412 conditionNotMet; 409 (contention, the engine re-reads); on a replace also 404
+ * (the object is gone, so the generation we hold is stale).
+ */
+const refused = (error: unknown, replace: boolean) => {
+  const status = statusOf(error)
+  return status === 412 || status === 409 || (replace && status === 404)
+}
+
+/** A response header from the SDK's response object (a plain object of lower-case names, or a Headers). */
+function headerOf(response: unknown, name: string): string | undefined {
+  const headers = (response as { headers?: unknown })?.headers
+  if (headers && typeof (headers as Headers).get === 'function')
+    return (headers as Headers).get(name) ?? undefined
+  const value = (headers as Record<string, string | string[] | undefined> | undefined)?.[name]
+  return Array.isArray(value) ? value[0] : value
+}
+
+/** The object's bytes and the generation the same response names: one request, so they belong together. */
+function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let generation: string | undefined
+    const stream = file.createReadStream()
+    const onAbort = () => stream.destroy(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    const settle = () => signal.removeEventListener('abort', onAbort)
+    stream.on('response', (response: unknown) => {
+      generation = headerOf(response, 'x-goog-generation')
+    })
+    stream.on('data', (chunk: Buffer) => chunks.push(chunk))
+    stream.on('error', (error) => {
+      settle()
+      reject(error)
+    })
+    stream.on('end', () => {
+      settle()
+      if (generation === undefined) reject(new Error('the media GET answered without x-goog-generation'))
+      else resolve({ body: Buffer.concat(chunks).toString('utf8'), version: generation })
+    })
+  })
+}
+
+export class GcsCasDriver implements CasDriver {
+  readonly id: string
+  readonly limits = GCS_LIMITS
+  /** GCS sustains about one write per second to one object name; faster gets 429 (cloud.google.com/storage/quotas). */
+  readonly minWriteIntervalMs = 1000
+  readonly #place: GcsPlace
+
+  constructor(place: GcsPlace) {
+    this.#place = place
+    this.id = place.id
+  }
+
+  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+    try {
+      return await raceSignal(download(this.#file(key), signal), signal)
+    } catch (error) {
+      if (statusOf(error) === 404 && !signal.aborted) return undefined
+      throw this.#failure('media GET', key, error, signal)
+    }
+  }
+
+  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+    // Generation 0 stands for "no live object": written only if there is none.
+    return this.#upload(key, body, 0, signal)
+  }
+
+  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+    // Written only if the live object is still the generation we read.
+    return this.#upload(key, body, version, signal)
+  }
+
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    const key = probeKey()
+    try {
+      return await probeConditionalWrites(
+        this,
+        {
+          key,
+          server: this.#place.storage.apiEndpoint,
+          createCondition: 'ifGenerationMatch=0',
+          replaceCondition: 'ifGenerationMatch=<generation>',
+        },
+        signal,
+      )
+    } finally {
+      // Doctor's own probe object only: a lock's object is never deleted (its record carries the fence).
+      await raceSignal(this.#file(key).delete({ ignoreNotFound: true }), signal).catch(() => {})
+    }
+  }
+
+  /** `Storage` holds no connection of its own to close (its HTTP agent's sockets time out idle). */
+  async close(): Promise<void> {}
+
+  #file(key: string): File {
+    return this.#place.storage.bucket(this.#place.bucket).file(lockObjectName(key, this.#place.prefix))
+  }
+
+  async #upload(key: string, body: string, generation: 0 | string, signal: AbortSignal): Promise<CasWrite> {
+    const file = this.#file(key)
+    const save = file.save(body, {
+      // One request (a multipart upload): a resumable session would cost two for a record this small.
+      resumable: false,
+      // Off on purpose: on a checksum mismatch the SDK sends an *unconditional* DELETE of the object it
+      // just wrote, which would remove a lock's record and restart its fence. The record is tiny and the
+      // engine reads it back whenever an outcome is in doubt.
+      validation: false,
+      // `no-store`: GCS serves cacheable public objects from caches; a lock record must never be stale.
+      metadata: { contentType: 'text/plain; charset=utf-8', cacheControl: 'no-store' },
+      preconditionOpts: { ifGenerationMatch: generation },
+    })
+    try {
+      await raceSignal(save, signal)
+    } catch (error) {
+      if (refused(error, generation !== 0) && !signal.aborted) return { ok: false }
+      throw this.#failure('upload', key, error, signal)
+    }
+    // The SDK keeps the object resource the upload returned.
+    const written = file.metadata.generation
+    if (written === undefined)
+      throw this.#failure('upload', key, new Error('no generation in the answer'), signal)
+    return { ok: true, version: String(written) }
+  }
+
+  #failure(what: string, key: string, error: unknown, signal: AbortSignal): unknown {
+    if (signal.aborted) return signal.reason
+    // No credentials found: it fails again until someone provides them.
+    const setting = /default credentials|invalid_grant|unauthorized_client/i.test(String(error))
+    return storeUnavailable(`GCS ${what}`, key, this.id, { status: statusOf(error), cause: error }, setting)
+  }
+}

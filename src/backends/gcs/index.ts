@@ -1,0 +1,94 @@
+/**
+ * gs://bucket/prefix — a lock record per key in a Google Cloud Storage bucket, on the `cas-lease` engine
+ * (src/engines/cas-lease.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
+ *
+ * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
+ *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
+ *   nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
+ *   replaced with `ifGenerationMatch=<generation>`; never deleted.
+ * - Expiry: observed, GCS has no TTL a lock could use: a waiter takes over only after it has seen the same
+ *   generation for a whole lease plus a margin on its own monotonic clock (unlike Vault, which compares
+ *   the writer's and the reader's wall clocks).
+ * - Fence: a counter in the record, advanced by the same conditional write that grants the lock; never
+ *   the generation, whose order GCS no longer documents. A release marks the record released.
+ * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
+ * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). About one write per second per object
+ *   (`minWriteIntervalMs: 1000`): heartbeats and takeovers never write faster, and 429 is backed off.
+ *   The SDK retries conditional uploads itself (`autoRetry`, `RetryConditional`): safe, the engine re-reads
+ *   after any unknown or refused outcome.
+ *
+ * Files: driver.ts (the CasDriver: media GET, conditional uploads, doctor's probe), layout.ts (object
+ * names, shared with the tests).
+ */
+import type { Storage } from '@google-cloud/storage'
+import type { LockBackend } from '../../core/backend.js'
+import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { casLeaseBackend } from '../../engines/cas-lease.js'
+import { objectPrefix } from '../../engines/cas-objects.js'
+import { GcsCasDriver } from './driver.js'
+import { DEFAULT_PREFIX } from './layout.js'
+
+export { GCS_LIMITS, GcsCasDriver } from './driver.js'
+export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
+
+export interface GcsBackendOptions {
+  /** Your `Storage` of @google-cloud/storage 7.x (credentials and project as you configured them). */
+  readonly storage: Storage
+  readonly bucket: string
+  /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
+  readonly prefix?: string | undefined
+  /** Names the store in errors; defaults to `gs://<bucket>/<prefix>`. */
+  readonly id?: string | undefined
+}
+
+function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
+  const { storage, bucket } = options
+  if (!storage || typeof (storage as { bucket?: unknown }).bucket !== 'function') {
+    throw new TypeError('Expected `storage` to be a Storage of @google-cloud/storage')
+  }
+  if (typeof bucket !== 'string' || bucket === '')
+    throw new TypeError('Expected `bucket` to be a bucket name')
+  const prefix = objectPrefix(options.prefix, DEFAULT_PREFIX)
+  return new GcsCasDriver({ storage, bucket, prefix, id: options.id ?? `gs://${bucket}/${prefix}` })
+}
+
+/**
+ * A lock backend in a GCS bucket, over your own client.
+ * @example
+ * import { Storage } from '@google-cloud/storage'
+ * const locks = createLockClient(gcsBackend({ storage: new Storage(), bucket: 'my-locks' }), { ttl: '30s' })
+ */
+export function gcsBackend(options: GcsBackendOptions): LockBackend {
+  return casLeaseBackend(gcsDriver(options))
+}
+
+/** The URL parameters of gs:// (the README's table is tested against this). */
+export const PARAMS = {
+  endpoint: {
+    type: 'string',
+    doc: 'another server speaking the GCS JSON API (an emulator), e.g. http://127.0.0.1:4443',
+  },
+  project: { type: 'string', doc: "the project id (default: the SDK's, e.g. GOOGLE_CLOUD_PROJECT)" },
+} as const satisfies ParamSchema
+
+/**
+ * `gs://bucket[/prefix][?endpoint=http://host:4443&project=my-project]`. Credentials come from Google's
+ * application default credentials; none go in the URL.
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const module = await loadDriver('@google-cloud/storage', 'gcs', url, () => import('@google-cloud/storage'))
+  const params = readParams(url, PARAMS)
+  if (url.username || url.password) {
+    throw new TypeError(
+      `Expected no credentials in ${redact(url)}: application default credentials provide them`,
+    )
+  }
+  const bucket = decodeURIComponent(url.hostname)
+  if (!bucket) throw new TypeError(`Expected a bucket in ${redact(url)}, e.g. gs://my-locks/app`)
+  const storage = new module.Storage({
+    ...(params.endpoint === undefined ? {} : { apiEndpoint: params.endpoint }),
+    ...(params.project === undefined ? {} : { projectId: params.project }),
+  })
+  const prefix = decodeURIComponent(url.pathname)
+  return casLeaseBackend(gcsDriver({ storage, bucket, prefix, id: redact(url) }))
+}

@@ -1,0 +1,168 @@
+/**
+ * The S3 driver of the `cas-lease` engine: one object per lock, read with GetObject (strongly consistent
+ * since December 2020) and written only by conditional PutObject: `If-None-Match: *` to create,
+ * `If-Match: <ETag>` to replace. S3 decides each condition atomically, first to finish wins.
+ *
+ * The SDK retries a failed PutObject by itself (5xx, throttling, dropped connections; `maxAttempts`,
+ * 3 by default), so a 412 may answer our own earlier attempt that committed while its response was
+ * lost. That is safe: a refusal is only a value here, and the engine re-reads the record and compares its
+ * owner and nonce before it believes it lost (cas-lease-driver.ts).
+ */
+import type { S3Client } from '@aws-sdk/client-s3'
+import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import { storeUnavailable } from '../../engines/cas-objects.js'
+import { lockObjectKey } from './layout.js'
+
+/** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
+export type S3Module = Pick<
+  typeof import('@aws-sdk/client-s3'),
+  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand'
+>
+
+/**
+ * Keys of any length map to names of at most 256 bytes (layout.ts) and the record does not hold the key,
+ * so the core's usual key bound applies. Leases are observed on monotonic clocks and timers, so they stay
+ * within a timer's range.
+ */
+export const S3_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
+
+/** Where the driver keeps its objects, and whether it owns the client. */
+export interface S3Place {
+  readonly client: S3Client
+  readonly bucket: string
+  /** Ends with '/' (or is ''); see layout.ts. */
+  readonly prefix: string
+  readonly id: string
+  /** The client was made from a URL: `close` destroys it. A user's own client is never closed. */
+  readonly owned: boolean
+  readonly sdk: () => Promise<S3Module>
+}
+
+/** What an SDK error says: its HTTP status (none when no response came), its error code, the raw response's headers. */
+interface S3ErrorShape {
+  readonly name?: string
+  readonly $metadata?: { readonly httpStatusCode?: number }
+  readonly $response?: { readonly headers?: Record<string, string | undefined> }
+}
+
+const statusOf = (error: unknown): number | undefined => (error as S3ErrorShape)?.$metadata?.httpStatusCode
+const nameOf = (error: unknown): string | undefined => (error as S3ErrorShape)?.name
+
+/** A 404 about the object, not the bucket (NoSuchBucket is a setting to fix, never "no record"). */
+const isNoSuchKey = (error: unknown) => statusOf(error) === 404 && nameOf(error) !== 'NoSuchBucket'
+
+/**
+ * A refused condition: 412 PreconditionFailed; 409 ConditionalRequestConflict (a concurrent write or delete
+ * of the object committed during ours: S3 says re-read and retry, which is what the engine does on a
+ * refusal); on a replace also 404 (the record is gone, so the version we hold is stale).
+ */
+const refused = (error: unknown, replace: boolean) => {
+  const status = statusOf(error)
+  return status === 412 || status === 409 || (replace && isNoSuchKey(error))
+}
+
+export class S3CasDriver implements CasDriver {
+  readonly id: string
+  readonly limits = S3_LIMITS
+  /** S3 sustains thousands of writes per second per prefix; 503 SlowDown is backed off by the engine. */
+  readonly minWriteIntervalMs = 0
+  readonly #place: S3Place
+
+  constructor(place: S3Place) {
+    this.#place = place
+    this.id = place.id
+  }
+
+  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+    const { GetObjectCommand } = await this.#place.sdk()
+    try {
+      const out = await this.#place.client.send(new GetObjectCommand(this.#object(key)), {
+        abortSignal: signal,
+      })
+      const body = await out.Body?.transformToString('utf-8')
+      if (body === undefined || !out.ETag) throw new Error('GetObject answered without a body or an ETag')
+      return { body, version: out.ETag }
+    } catch (error) {
+      if (isNoSuchKey(error)) return undefined
+      throw this.#failure('GetObject', key, error, signal)
+    }
+  }
+
+  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+    // `If-None-Match: *`: written only if no object has this key.
+    return this.#put(key, body, { IfNoneMatch: '*' }, signal)
+  }
+
+  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+    // `If-Match: <ETag>`: written only if the object is still the one we read. Every body carries the
+    // engine's nonce, so no two writes share an ETag (ETags are content hashes: equal bodies, equal tags).
+    return this.#put(key, body, { IfMatch: version }, signal)
+  }
+
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    const key = probeKey()
+    const server = await this.#serverName(key, signal)
+    try {
+      return await probeConditionalWrites(
+        this,
+        { key, server, createCondition: 'If-None-Match: *', replaceCondition: 'If-Match: <ETag>' },
+        signal,
+      )
+    } finally {
+      await this.#remove(key, signal).catch(() => {})
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#place.owned) this.#place.client.destroy()
+  }
+
+  #object(key: string) {
+    return { Bucket: this.#place.bucket, Key: lockObjectKey(key, this.#place.prefix) }
+  }
+
+  async #put(
+    key: string,
+    body: string,
+    condition: { IfNoneMatch: string } | { IfMatch: string },
+    signal: AbortSignal,
+  ): Promise<CasWrite> {
+    const { PutObjectCommand } = await this.#place.sdk()
+    const input = { ...this.#object(key), Body: body, ContentType: 'text/plain; charset=utf-8', ...condition }
+    try {
+      const out = await this.#place.client.send(new PutObjectCommand(input), { abortSignal: signal })
+      if (!out.ETag) throw new Error('PutObject answered without an ETag')
+      return { ok: true, version: out.ETag }
+    } catch (error) {
+      if (refused(error, 'IfMatch' in condition)) return { ok: false }
+      throw this.#failure('PutObject', key, error, signal)
+    }
+  }
+
+  /** The `Server` header of a 404 for the (still absent) probe object: names the store in doctor's findings. */
+  async #serverName(key: string, signal: AbortSignal): Promise<string> {
+    const { GetObjectCommand } = await this.#place.sdk()
+    try {
+      await this.#place.client.send(new GetObjectCommand(this.#object(key)), { abortSignal: signal })
+    } catch (error) {
+      if (!isNoSuchKey(error)) throw this.#failure('GetObject', key, error, signal)
+      return (error as S3ErrorShape).$response?.headers?.server ?? 'unnamed'
+    }
+    return 'unnamed'
+  }
+
+  /** Deletes doctor's probe object (never a lock's: those are never deleted, their record carries the fence). */
+  async #remove(key: string, signal: AbortSignal): Promise<void> {
+    const { DeleteObjectCommand } = await this.#place.sdk()
+    await this.#place.client.send(new DeleteObjectCommand(this.#object(key)), { abortSignal: signal })
+  }
+
+  #failure(what: string, key: string, error: unknown, signal: AbortSignal): unknown {
+    if (signal.aborted) return signal.reason
+    // No credentials, or no region: the SDK fails before sending, and it will again until someone sets them.
+    const setting = nameOf(error) === 'CredentialsProviderError' || /region is missing/i.test(String(error))
+    return storeUnavailable(`S3 ${what}`, key, this.id, { status: statusOf(error), cause: error }, setting)
+  }
+}

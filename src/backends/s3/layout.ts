@@ -1,0 +1,16 @@
+/**
+ * Where a lock lives in an S3 bucket, in one place: the driver and the tests (breaking a lease, reading a
+ * record behind the backend's back) both use these; nobody copies the naming.
+ */
+import { objectNameOf } from '../../engines/cas-objects.js'
+
+/** The prefix of every lock object unless the URL's path or the `prefix` option picks another. */
+export const DEFAULT_PREFIX = 'fencelock/'
+
+/**
+ * The object key of lock `key`: `<prefix><name>`, the name being the key itself when it is plain
+ * (letters, digits, '.', '_', '-' in '/'-separated segments, up to 256 bytes), else `~<sha256 hex>`.
+ * One object per lock, never deleted (its record carries the fence).
+ */
+export const lockObjectKey = (key: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix}${objectNameOf(key)}`

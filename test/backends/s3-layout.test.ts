@@ -1,0 +1,51 @@
+/**
+ * Object names of lock keys, shared by the S3 and GCS layouts (src/engines/cas-objects.ts): plain keys kept
+ * as they are, everything else hashed, names differing in case kept apart, and prefixes made from URL paths.
+ */
+import assert from 'node:assert/strict'
+import { it } from 'node:test'
+import { lockObjectName } from '../../src/backends/gcs/layout.js'
+import { DEFAULT_PREFIX, lockObjectKey } from '../../src/backends/s3/layout.js'
+import { MAX_PREFIX_BYTES, objectNameOf, objectPrefix } from '../../src/engines/cas-objects.js'
+
+it('keeps plain keys, case included, under the prefix', () => {
+  assert.equal(lockObjectKey('orders/42'), `${DEFAULT_PREFIX}orders/42`)
+  assert.equal(lockObjectKey('Job-A.1_x', 'app/'), 'app/Job-A.1_x')
+  assert.notEqual(objectNameOf('Job'), objectNameOf('job'))
+  assert.equal(lockObjectName('orders/42'), lockObjectKey('orders/42'), 'S3 and GCS name a lock alike')
+})
+
+it('hashes keys with other characters, empty segments, dot segments or too many bytes', () => {
+  const hashed = [
+    'a b',
+    'ä',
+    '/a',
+    'a/',
+    'a//b',
+    '.',
+    '..',
+    'a/../b',
+    './a',
+    '~x',
+    'a?b',
+    'x'.repeat(257),
+    '',
+  ]
+  for (const key of hashed) {
+    assert.match(objectNameOf(key), /^~[0-9a-f]{64}$/, JSON.stringify(key))
+  }
+  assert.equal(new Set(hashed.map(objectNameOf)).size, hashed.length, 'each key its own name')
+  assert.notEqual(objectNameOf('Ä'), objectNameOf('ä'), 'hashed names keep case apart too')
+  // Dots inside a segment are plain: only a segment that is exactly '.' or '..' is not.
+  assert.equal(objectNameOf('a..b/.c/d.'), 'a..b/.c/d.')
+  assert.equal(objectNameOf('x'.repeat(256)), 'x'.repeat(256))
+})
+
+it('makes a prefix from a URL path or an option', () => {
+  assert.equal(objectPrefix(undefined, 'fencelock/'), 'fencelock/')
+  assert.equal(objectPrefix('/', 'fencelock/'), 'fencelock/')
+  assert.equal(objectPrefix('/app', 'fencelock/'), 'app/')
+  assert.equal(objectPrefix('/app/locks/', 'fencelock/'), 'app/locks/')
+  assert.equal(objectPrefix('app', 'fencelock/'), 'app/')
+  assert.throws(() => objectPrefix('p'.repeat(MAX_PREFIX_BYTES + 1), 'fencelock/'), /at most/)
+})

@@ -1,0 +1,44 @@
+/**
+ * What the kits of the cas-lease backends (S3, GCS) share: their capabilities, the reasons for what they
+ * lack, breaking a lease through the backend's own driver and record codec, and a pause of an in-process
+ * test server.
+ */
+import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
+import { decodeRecord, encodeRecord, newNonce } from '../../src/engines/cas-record.js'
+import type { FakeControls } from '../servers/http-fake.js'
+import { type Kit, RACE } from './kit.js'
+
+/** Capabilities of a cas-lease store served by a test server in this process that keeps its state across restarts. */
+export const casCapabilities = (minTtlMs: number): Kit['capabilities'] => ({
+  fifo: false,
+  session: false,
+  notify: false,
+  minTtlMs,
+  durableFences: true,
+  processes: true,
+})
+
+export const CAS_LACKS: Kit['lacks'] = {
+  fifo: RACE,
+  session: 'leases end by observed expiry (a version unchanged for a lease), no session',
+  notify: 'the store cannot notify: waiters poll the record',
+}
+
+/**
+ * Ends `key`'s lease behind its holder's back, as a premature expiry would: the record is rewritten as
+ * released, with its fence, through the driver's conditional replace (the record is never deleted: that
+ * would restart the fence). The holder's next renewal then meets a new version and loses the lock.
+ */
+export async function releaseBehindHolder(driver: CasDriver, key: string): Promise<void> {
+  const signal = AbortSignal.timeout(10_000)
+  const current = await driver.read(key, signal)
+  const record = current && decodeRecord(current.body)
+  if (!current || !record || record.state !== 'held') return
+  const released = encodeRecord({ ...record, state: 'released', nonce: newNonce() })
+  const written = await driver.replace(key, released, current.version, signal)
+  if (!written.ok)
+    throw new Error(`breakLease(${JSON.stringify(key)}): the record changed while it was broken`)
+}
+
+/** Freezes an in-process test server: every request waits between arrival and commit until resumed. */
+export const pauseFake = (server: FakeControls): (() => void) => server.hold()

@@ -1,0 +1,58 @@
+/**
+ * The GCS backend's kit: the GCS test server of test/servers/gcs.ts in this process (it keeps its objects
+ * across `restart()`, so fences are durable), reached over HTTP by this process and by `fencelock hold`
+ * children through the URL's `endpoint` (with a custom endpoint and a project the SDK sends no
+ * credentials). The minimum ttl is 3 s: renewals come every ttl/3 and GCS takes about one write per
+ * second per object (the driver's `minWriteIntervalMs`).
+ */
+import { Storage } from '@google-cloud/storage'
+import { GcsCasDriver } from '../../src/backends/gcs/index.js'
+import { DEFAULT_PREFIX } from '../../src/backends/gcs/layout.js'
+import { type GcsFake, startGcsFake } from '../servers/gcs.js'
+import { CAS_LACKS, casCapabilities, pauseFake, releaseBehindHolder } from './cas.js'
+import type { Kit, KitStore } from './kit.js'
+
+const BUCKET = 'fencelock-tests'
+const PROJECT = 'fencelock-tests'
+
+const urlAt = (port: number, query: string) =>
+  `gs://${BUCKET}/?endpoint=http://127.0.0.1:${port}&project=${PROJECT}${query.replace(/^\?/, '&')}`
+
+function gcsStore(server: GcsFake): KitStore {
+  const storage = new Storage({ apiEndpoint: server.endpoint, projectId: PROJECT })
+  // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
+  const driver = new GcsCasDriver({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
+  return {
+    url: (query = '') => urlAt(server.port, query),
+    ports: [server.port],
+    urlVia: ([port], query = '') => urlAt(port!, query),
+    breakLease: (key) => releaseBehindHolder(driver, key),
+    // In process, a crash is a restart that keeps what the server committed (a durable store).
+    crash: () => server.restart(),
+    restart: () => server.restart(),
+    pause: () => pauseFake(server),
+    logs: () => ({
+      gcs: server.requests
+        .slice(-20)
+        .map((r) => `${r.method} ${r.path} ${r.status}`)
+        .join('\n'),
+    }),
+    recoveryMs: 2000,
+    close: () => server.close(),
+  }
+}
+
+export const gcsKit: Kit = {
+  id: 'gcs',
+  backend: 'gcs',
+  title: 'gcs (test server)',
+  entry: 'gcs',
+  networked: true,
+  capabilities: casCapabilities(3000),
+  lacks: CAS_LACKS,
+  async start() {
+    const server = await startGcsFake()
+    server.createBucket(BUCKET)
+    return gcsStore(server)
+  },
+}

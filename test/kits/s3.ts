@@ -1,0 +1,79 @@
+/**
+ * The S3 backend's kit: the S3 test server of test/servers/s3.ts in this process (it keeps its objects
+ * across `restart()`, so fences are durable), reached over HTTP by this process and by `fencelock hold`
+ * children through the URL's `endpoint`. Credentials: any (the test server ignores them), put in the
+ * environment so the SDK's default chain finds them here and in child processes.
+ */
+import * as sdk from '@aws-sdk/client-s3'
+import { S3CasDriver } from '../../src/backends/s3/index.js'
+import { DEFAULT_PREFIX } from '../../src/backends/s3/layout.js'
+import { type S3Fake, startS3Fake } from '../servers/s3.js'
+import { CAS_LACKS, casCapabilities, pauseFake, releaseBehindHolder } from './cas.js'
+import type { Kit, KitStore } from './kit.js'
+
+const BUCKET = 'fencelock-tests'
+const REGION = 'us-east-1'
+
+/** Any credentials: the SDK signs every request, the test server ignores the signature. */
+function fakeCredentials(): void {
+  process.env.AWS_ACCESS_KEY_ID ??= 'fencelock-test'
+  process.env.AWS_SECRET_ACCESS_KEY ??= 'fencelock-test'
+}
+
+const urlAt = (port: number, query: string) =>
+  `s3://${BUCKET}/?endpoint=http://127.0.0.1:${port}&forcePathStyle=true&region=${REGION}${query.replace(/^\?/, '&')}`
+
+function s3Store(server: S3Fake): KitStore {
+  const admin = new sdk.S3Client({
+    endpoint: server.endpoint,
+    forcePathStyle: true,
+    region: REGION,
+    credentials: { accessKeyId: 'admin', secretAccessKey: 'admin' },
+  })
+  // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
+  const driver = new S3CasDriver({
+    client: admin,
+    bucket: BUCKET,
+    prefix: DEFAULT_PREFIX,
+    id: 'kit admin',
+    owned: false,
+    sdk: async () => sdk,
+  })
+  return {
+    url: (query = '') => urlAt(server.port, query),
+    ports: [server.port],
+    urlVia: ([port], query = '') => urlAt(port!, query),
+    breakLease: (key) => releaseBehindHolder(driver, key),
+    // In process, a crash is a restart that keeps what the server committed (a durable store).
+    crash: () => server.restart(),
+    restart: () => server.restart(),
+    pause: () => pauseFake(server),
+    logs: () => ({
+      s3: server.requests
+        .slice(-20)
+        .map((r) => `${r.method} ${r.path} ${r.status}`)
+        .join('\n'),
+    }),
+    recoveryMs: 2000,
+    async close() {
+      admin.destroy()
+      await server.close()
+    },
+  }
+}
+
+export const s3Kit: Kit = {
+  id: 's3',
+  backend: 's3',
+  title: 's3 (test server)',
+  entry: 's3',
+  networked: true,
+  capabilities: casCapabilities(2000),
+  lacks: CAS_LACKS,
+  async start() {
+    fakeCredentials()
+    const server = await startS3Fake()
+    server.createBucket(BUCKET)
+    return s3Store(server)
+  },
+}
