@@ -1,12 +1,12 @@
 /**
  * `fencelock doctor` on DynamoDB: the table exists with fencelock's key, and the server enforces the
- * conditions every grant relies on, proved on a probe item of its own (a DynamoDB look-alike that ignored
- * condition expressions would let two holders in at once).
+ * conditions every grant relies on, proved on a probe item of its own by the engine's probe (a DynamoDB
+ * look-alike that ignored condition expressions would let two holders in at once).
  */
-import { randomUUID } from 'node:crypto'
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { DoctorFinding } from '../../core/backend.js'
-import type { CasDriver } from '../../engines/cas-lease-driver.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
 import { describeFailure, isTableMissing } from './faults.js'
 import { createTableCommand, itemKey } from './layout.js'
 import { type DynamoDbSdk, schemaProblem } from './table.js'
@@ -14,6 +14,8 @@ import { type DynamoDbSdk, schemaProblem } from './table.js'
 export interface DoctorTools {
   readonly table: string
   readonly createTable: boolean
+  /** Names the server in findings (its endpoint, or "AWS DynamoDB"). */
+  readonly server: string
   readonly signal: AbortSignal
   /** Runs one SDK call with the driver's client and SDK module. */
   send<T>(make: (sdk: DynamoDbSdk, client: DynamoDBClient, signal: AbortSignal) => Promise<T>): Promise<T>
@@ -69,50 +71,43 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
 }
 
 /**
- * Two creates of one new item (the second must be refused), a replace at the current version (must be
- * written) and one at the stale version (must be refused); then the probe item is deleted.
+ * The engine's conditional-write probe (src/engines/cas-doctor.ts) on an item of its own, deleted after.
+ * A refusal that brings no item is a store that ignores ALL_OLD: safe, but every refusal then costs a read.
  */
 async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFinding[]): Promise<void> {
-  const key = `fencelock-doctor/${randomUUID()}`
+  const key = probeKey()
   const { signal } = tools
-  const first = await driver.create(key, 'doctor probe 1', signal)
-  if (!first.ok) throw new Error(`a create of the new probe item ${key} was refused`)
-  const second = await driver.create(key, 'doctor probe 2', signal)
-  const current = await driver.replace(key, 'doctor probe 3', first.version, signal)
-  const stale = await driver.replace(key, 'doctor probe 4', first.version, signal)
-  const enforced = !second.ok && current.ok && !stale.ok
-  if (!enforced) {
-    findings.push({
-      level: 'error',
-      message:
-        `${driver.id} does not enforce condition expressions (second create ${second.ok ? 'written' : 'refused'}, ` +
-        `replace at the current version ${current.ok ? 'written' : 'refused'}, at a stale one ` +
-        `${stale.ok ? 'written' : 'refused'}): two holders could take one lock there`,
-    })
-  } else {
-    findings.push({
-      level: 'ok',
-      message: 'Conditional writes enforced: a second create and a stale replace were refused',
-    })
-    if (!second.ok && second.current === undefined) {
-      findings.push({
-        level: 'warn',
-        message: `${driver.id} returns no item with a refused write (ReturnValuesOnConditionCheckFailure): every refusal costs a read`,
-      })
-    }
+  let bare = false
+  const noted = (write: CasWrite) => {
+    if (!write.ok && write.current === undefined) bare = true
+    return write
   }
-  await tools
-    .send((sdk, client) =>
-      client.send(new sdk.DeleteItemCommand({ TableName: tools.table, Key: itemKey(key) }), {
-        abortSignal: signal,
-      }),
+  const watched = {
+    id: driver.id,
+    create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
+    replace: (k: string, body: string, v: string, s: AbortSignal) =>
+      driver.replace(k, body, v, s).then(noted),
+  }
+  const conditions = { createCondition: 'attribute_not_exists(pk)', replaceCondition: 'version = :read' }
+  try {
+    findings.push(
+      ...(await probeConditionalWrites(watched, { key, server: tools.server, ...conditions }, signal)),
     )
-    .catch((error: unknown) =>
-      findings.push({
-        level: 'warn',
-        message: `Could not delete the probe item ${key}: ${describeFailure(error).text}`,
-      }),
-    )
+  } finally {
+    await tools
+      .send((sdk, client) =>
+        client.send(new sdk.DeleteItemCommand({ TableName: tools.table, Key: itemKey(key) }), {
+          abortSignal: signal,
+        }),
+      )
+      .catch(() => {})
+  }
+  if (bare && findings.every((f) => f.level !== 'error')) {
+    findings.push({
+      level: 'warn',
+      message: `${driver.id} (server: ${tools.server}) returns no item with a refused write (ReturnValuesOnConditionCheckFailure: ALL_OLD): every refusal costs a read`,
+    })
+  }
 }
 
 export async function runDoctor(driver: CasDriver, tools: DoctorTools): Promise<DoctorFinding[]> {

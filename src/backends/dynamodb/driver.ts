@@ -33,6 +33,8 @@ export interface DynamoDbDriverOptions {
   readonly id: string
   /** Whether we made the client (from a URL): `close` destroys only such a client. */
   readonly owned: boolean
+  /** The endpoint when it is not AWS's (DynamoDB Local), for doctor's findings. */
+  readonly endpoint?: string | undefined
   /** The SDK module, when the caller has loaded it already (fromUrl); else it is loaded on first use. */
   readonly sdk?: DynamoDbSdk | undefined
 }
@@ -56,6 +58,7 @@ export class DynamoDbDriver implements CasDriver {
   readonly #table: string
   readonly #createTable: boolean
   readonly #owned: boolean
+  readonly #server: string
   readonly #loadSdk: () => Promise<DynamoDbSdk>
   #sdk: Promise<DynamoDbSdk> | undefined
   /** The table's creation, once started (every call that found it missing waits for the same one). */
@@ -66,6 +69,7 @@ export class DynamoDbDriver implements CasDriver {
     this.#table = options.table
     this.#createTable = options.createTable
     this.#owned = options.owned
+    this.#server = options.endpoint ?? 'AWS DynamoDB'
     this.id = options.id
     this.#sdk = options.sdk ? Promise.resolve(options.sdk) : undefined
     this.#loadSdk = loadSdk
@@ -99,6 +103,7 @@ export class DynamoDbDriver implements CasDriver {
     return runDoctor(this, {
       table: this.#table,
       createTable: this.#createTable,
+      server: this.#server,
       signal,
       send: async (make) => make(await this.#sdkNow(), this.#client, signal),
       ensureTable: (sdk) => this.#ensureTable(sdk),

@@ -4,7 +4,7 @@
  * a timeout carries neither. We branch on names, never on classes: the user's client may come from another
  * copy of `@aws-sdk/client-dynamodb` than the one fencelock would load.
  */
-import { causeText } from '../../core/errors.js'
+import { causeText, describeNetworkError } from '../../core/errors.js'
 
 /** What the SDK's errors look like to us (every field optional: a network error has none of them). */
 interface SdkError {
@@ -42,7 +42,9 @@ export function describeFailure(error: unknown): { text: string; retryable: bool
   const e = (error ?? {}) as SdkError
   const status = e.$metadata?.httpStatusCode
   const name = e.name ?? 'Error'
-  const text = `${name}${status ? ` (HTTP ${status})` : ''}: ${causeText(error)}`
+  // No status: no answer came; say why in words where we can ("connection refused at …").
+  const reason = (status === undefined ? describeNetworkError(error) : undefined) ?? causeText(error)
+  const text = `${name}${status ? ` (HTTP ${status})` : ''}: ${reason}`
   if (PASSING.has(name) || e.$retryable) return { text, retryable: true }
   if (SETTING.has(name) || /region is missing/i.test(e.message ?? '')) return { text, retryable: false }
   // No status: the request never got an answer (refused, reset, timed out). 4xx: the request or its

@@ -33,7 +33,7 @@ import { casLeaseBackend } from '../../engines/cas-lease.js'
 import { DynamoDbDriver } from './driver.js'
 import type { DynamoDbSdk } from './table.js'
 
-export { DYNAMODB_LIMITS } from './driver.js'
+export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
 export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
 
 export interface DynamoDbBackendOptions {
@@ -122,7 +122,15 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
   })
   const driver = new DynamoDbDriver(
-    { client, table, createTable: params.createTable, id: redact(url), owned: true, sdk },
+    {
+      client,
+      table,
+      createTable: params.createTable,
+      id: redact(url),
+      owned: true,
+      sdk,
+      endpoint: params.endpoint,
+    },
     loadSdk,
   )
   return casLeaseBackend(driver)
