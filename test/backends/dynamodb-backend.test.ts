@@ -13,10 +13,10 @@ import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { TABLE } from '../kits/dynamodb.js'
 import {
   type DynamoDbServer,
-  LOCAL_CREDENTIALS,
   LOCAL_REGION,
   localClient,
   startDynamoDb,
+  useLocalCredentials,
 } from '../servers/dynamodb.js'
 
 describe('dynamodb:// URLs', () => {
@@ -58,8 +58,7 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
     `dynamodb://${table}?endpoint=${server.endpoint}&region=${LOCAL_REGION}${query}`
 
   before(async () => {
-    process.env.AWS_ACCESS_KEY_ID ??= LOCAL_CREDENTIALS.accessKeyId
-    process.env.AWS_SECRET_ACCESS_KEY ??= LOCAL_CREDENTIALS.secretAccessKey
+    useLocalCredentials()
     server = await startDynamoDb()
   })
   after(() => server?.destroy())

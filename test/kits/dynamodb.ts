@@ -11,21 +11,15 @@
 import { DynamoDbDriver } from '../../src/backends/dynamodb/index.js'
 import {
   type DynamoDbServer,
-  LOCAL_CREDENTIALS,
   LOCAL_REGION,
   localClient,
   startDynamoDb,
+  useLocalCredentials,
 } from '../servers/dynamodb.js'
 import { CAS_LACKS, casCapabilities, releaseBehindHolder } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
 
 export const TABLE = 'fencelock-tests'
-
-/** The test server's fake credentials where the SDK's default chain looks: here and in child processes. */
-function localCredentials(): void {
-  process.env.AWS_ACCESS_KEY_ID ??= LOCAL_CREDENTIALS.accessKeyId
-  process.env.AWS_SECRET_ACCESS_KEY ??= LOCAL_CREDENTIALS.secretAccessKey
-}
 
 const urlAt = (port: number, query: string) =>
   `dynamodb://${TABLE}?endpoint=http://127.0.0.1:${port}&region=${LOCAL_REGION}${query.replace(/^\?/, '&')}`
@@ -73,7 +67,7 @@ export const dynamodbKit: Kit = {
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,
   async start() {
-    localCredentials()
+    useLocalCredentials()
     return dynamodbStore(await startDynamoDb())
   },
   chaos: [{ name: 'dynamodb', features: ['crash', 'durable'] }],

@@ -36,27 +36,25 @@ export const LOCAL_REGION = 'us-east-1'
 // on Node 20 on purpose. Set here, before any client exists, and inherited by the processes the tests start.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
 
+/** The fake credentials where the SDK's default chain looks (URL-made clients): here and in child processes. */
+export function useLocalCredentials(): void {
+  process.env.AWS_ACCESS_KEY_ID ??= LOCAL_CREDENTIALS.accessKeyId
+  process.env.AWS_SECRET_ACCESS_KEY ??= LOCAL_CREDENTIALS.secretAccessKey
+}
+
 /** A client of the test server at `endpoint` (fake credentials, fixed region); the caller destroys it. */
 export function localClient(endpoint: string, config: DynamoDBClientConfig = {}): DynamoDBClient {
   return new DynamoDBClient({ endpoint, region: LOCAL_REGION, credentials: LOCAL_CREDENTIALS, ...config })
 }
 
-export interface DynamoDbServer {
+/** A running DynamoDB Local: stop, signal, destroy, log, dir and pid as every folder server has them. */
+export interface DynamoDbServer
+  extends Pick<FolderServer, 'dir' | 'pid' | 'stop' | 'signal' | 'destroy' | 'log'> {
   readonly port: number
   /** `http://127.0.0.1:<port>`, for a client's `endpoint`. */
   readonly endpoint: string
-  readonly dir: string
-  readonly pid: number
-  /** Stops the server (SIGTERM, then SIGKILL). */
-  stop(): Promise<void>
-  /** Sends a signal (SIGKILL for a crash, SIGSTOP/SIGCONT for a pause). */
-  signal(signal: NodeJS.Signals): void
   /** Starts it again on the same port and folder: its tables and items are kept. */
   restart(): Promise<void>
-  /** Stops it and removes its folder. */
-  destroy(): Promise<void>
-  /** The tail of its output (its log), for a failing test to keep. */
-  log(): string
 }
 
 export interface DynamoDbOptions {
