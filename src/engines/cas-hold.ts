@@ -7,7 +7,6 @@
  */
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'
-import { now, sleep } from '../core/clock.js'
 import { BackendUnavailableError, quoteKey } from '../core/errors.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
 import type { CasIo } from './cas-write.js'
@@ -16,14 +15,17 @@ import type { CasIo } from './cas-write.js'
 export interface CasHold {
   /** The record's version as our latest write that we know of left it. */
   version: string
-  /**
-   * When the write that gave the lease we count on was sent (monotonic ms): the store keeps the lease
-   * from no earlier, since every waiter starts watching that version only after it was written.
-   */
-  sentAt: number
-  /** That write's lease. */
+  /** The lease our latest known write asked for (a release writes it again). */
   leaseMs: number
   readonly holder: string | undefined
+  /**
+   * The nonces of this hold's writes since its last confirmed one (that one included): a record of our
+   * owner and fence is this hold's only with one of them. Another attempt of the same acquire may have
+   * written it again (a grant whose answer came too late, released by the core, while the next attempt
+   * found the record and took it): owner and fence alone would let the late grant's release, or its
+   * renewal, act on the lock the core took.
+   */
+  nonces: Set<string>
 }
 
 /** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
@@ -42,26 +44,22 @@ export class CasHolds {
   /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
   async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     const hold = lease.cookie as CasHold
-    const start = now()
-    // Too soon after our last write for the store's write rate: no write; the lease that write set is
-    // what the store keeps, counted from when it was sent (the core never counts longer than `ttlMs`).
-    if (start - hold.sentAt < this.#io.driver.minWriteIntervalMs) {
-      return { renewed: true, ttlMs: hold.leaseMs - (start - hold.sentAt) }
-    }
+    // Too soon after our last write for the store's write rate: wait for it (the core's validity counts
+    // from before this call, before the write is sent, so the wait only makes it more conservative).
+    await this.#io.paced(lease.key, signal)
     const record = this.#record(lease, hold, ttlMs, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
       // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, { version: out.version, sentAt: start, leaseMs: ttlMs })
+      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
       return { renewed: true }
     }
     if (out.kind === 'unknown') throw out.error
-    const ours = stillOurs(out.record, lease)
+    const ours = stillOurs(out.record, lease, hold)
     if (!ours) return { renewed: false }
     // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
     // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
-    // Its lease may be shorter than the one we count on: the shorter one counts from now on.
-    Object.assign(hold, { version: out.current!.version, leaseMs: Math.min(hold.leaseMs, ours.leaseMs) })
+    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs })
     throw unsettled(this.#io, lease.key, 'renew')
   }
 
@@ -69,7 +67,7 @@ export class CasHolds {
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     const hold = lease.cookie as CasHold
     for (let i = 0; i < TRIES; i++) {
-      await this.#paced(lease.key, signal)
+      await this.#io.paced(lease.key, signal)
       const out = await this.#io.write(
         lease.key,
         this.#record(lease, hold, hold.leaseMs, 'released'),
@@ -78,8 +76,9 @@ export class CasHolds {
       )
       if (out.kind === 'written') return true
       if (out.kind === 'unknown') throw out.error
-      // Not ours any more (taken over after our lease, or never written): nothing to release.
-      if (!stillOurs(out.record, lease)) return false
+      // Not this hold's any more (taken over after our lease, or written over by another attempt of the
+      // same acquire): nothing to release.
+      if (!stillOurs(out.record, lease, hold)) return false
       // Ours at a version a late renewal of ours left: release that one.
       hold.version = out.current!.version
     }
@@ -102,7 +101,7 @@ export class CasHolds {
         this.#writers.delete(req.owner)
         return
       }
-      await this.#paced(req.key, signal)
+      await this.#io.paced(req.key, signal)
       const record: CasRecord = {
         owner: req.owner,
         fence: found?.fence ?? 0n,
@@ -122,31 +121,18 @@ export class CasHolds {
     throw unsettled(this.#io, req.key, 'clean up')
   }
 
-  /** Our record with a fresh nonce. */
+  /** Our record with a fresh nonce, counted among the hold's writes before it is sent. */
   #record(lease: HeldLease, hold: CasHold, leaseMs: number, state: CasState): CasRecord {
-    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce: newNonce() }
-  }
-
-  /**
-   * Waits until the store's write rate allows another write of `key` from this process (GCS: about one
-   * per second per object). A release cannot be skipped like a renewal, nor refused like an attempt.
-   */
-  async #paced(key: string, signal: AbortSignal): Promise<void> {
-    const wroteAt = this.#io.seen.lastWrite(key)
-    if (wroteAt === undefined) return
-    const allowedAt = wroteAt + this.#io.driver.minWriteIntervalMs
-    // A loop: a timer may fire a little before the monotonic clock reaches its end.
-    while (now() < allowedAt) {
-      signal.throwIfAborted()
-      await sleep(allowedAt - now(), signal)
-    }
-    signal.throwIfAborted()
+    const nonce = newNonce()
+    hold.nonces.add(nonce)
+    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
   }
 }
 
-/** `record` when it is held by `lease.owner` with `lease.fence`: still this lock. */
-export function stillOurs(record: CasRecord | undefined, lease: HeldLease): CasRecord | undefined {
-  return heldBy(record, lease.owner) && record!.fence === lease.fence ? record : undefined
+/** `record` when it is held by `lease.owner` with `lease.fence`, written by one of `hold`'s writes. */
+function stillOurs(record: CasRecord | undefined, lease: HeldLease, hold: CasHold): CasRecord | undefined {
+  if (!heldBy(record, lease.owner) || record!.fence !== lease.fence) return undefined
+  return hold.nonces.has(record!.nonce) ? record : undefined
 }
 
 /** A write whose outcome stayed unclear because the record kept moving under our own late writes. */

@@ -25,8 +25,9 @@
  * Requests (R = strongly consistent read, W = conditional write), without faults:
  * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
  * - renewal (every ttl/3 by default): 1 W; release: 1 W;
- * - waiting, per minute and per process (shared by its waiters of one key): at most 60 R at the default
- *   `pollMaxMs` (4 more while the pace ramps up), plus 1 W per takeover;
+ * - waiting, per minute and per process (its waiters of one key share the reads, after one read each
+ *   when they start): 60 R at the default `pollMaxMs` of 1 s (64 in the first minute, while the pace
+ *   ramps up from 100 ms), plus 1 W per takeover; `inspect` is 1 R;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours.
  *
@@ -102,6 +103,12 @@ export class CasLease {
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
     const margin = options.marginMs
+    if (margin !== undefined && !(margin >= 0)) {
+      throw new TypeError(`Expected \`marginMs\` to be a number >= 0, got ${String(margin)}`)
+    }
+    if (options.pollMaxMs !== undefined && !(options.pollMaxMs > 0)) {
+      throw new TypeError(`Expected \`pollMaxMs\` to be a number > 0, got ${String(options.pollMaxMs)}`)
+    }
     this.#seen = new Observations(options.pollMaxMs ?? POLL_MAX_MS, (leaseMs) =>
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )
@@ -174,11 +181,9 @@ export class CasLease {
     seen: Observation | undefined,
     signal: AbortSignal,
   ): Promise<AttemptResult> {
-    const start = now()
-    // The store's write rate (GCS: about one write per second per object): come back when it allows.
-    const wroteAt = this.#seen.lastWrite(req.key)
-    const allowedAt = wroteAt === undefined ? start : wroteAt + this.#driver.minWriteIntervalMs
-    if (start < allowedAt) return { granted: false, retryInMs: allowedAt - start }
+    // The store's write rate (GCS: about one write per second per object). If the record changes
+    // meanwhile, the write's condition says so.
+    await this.#io.paced(req.key, signal)
     const record: CasRecord = {
       owner: req.owner,
       fence,
@@ -191,7 +196,12 @@ export class CasLease {
     const out = await this.#io.write(req.key, record, seen?.version, signal)
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)
-      const hold: CasHold = { version: out.version, sentAt: start, leaseMs: req.ttlMs, holder: req.holder }
+      const hold: CasHold = {
+        version: out.version,
+        leaseMs: req.ttlMs,
+        holder: req.holder,
+        nonces: new Set([record.nonce]),
+      }
       return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
     }
     // It may still land: unknown to the core too, which counts a later grant's validity from here.

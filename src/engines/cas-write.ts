@@ -6,7 +6,7 @@
  * this very write landed.
  */
 
-import { now } from '../core/clock.js'
+import { now, sleep } from '../core/clock.js'
 import type { CasDriver, CasVersioned } from './cas-lease-driver.js'
 import type { Observations } from './cas-observe.js'
 import { type CasRecord, decodeRecord, encodeRecord } from './cas-record.js'
@@ -84,6 +84,25 @@ export class CasIo {
     const stillPossible = version === undefined ? current === undefined : current?.version === version
     if (error !== undefined && stillPossible) return { kind: 'unknown', error }
     return { kind: 'other', current, record: found }
+  }
+
+  /**
+   * Waits until the store's write rate allows another write of `key` from this process (GCS: about one
+   * per second per object): at most `minWriteIntervalMs`, and only when this process writes one record
+   * again that soon (a release or a next acquire right after a grant, a ttl under three intervals).
+   * Waiting for the store's rate is not waiting for a holder: an attempt waits too, rather than
+   * refusing a free lock.
+   */
+  async paced(key: string, signal: AbortSignal): Promise<void> {
+    const wroteAt = this.seen.lastWrite(key)
+    if (wroteAt === undefined) return
+    const allowedAt = wroteAt + this.driver.minWriteIntervalMs
+    // A loop: a timer may fire a little before the monotonic clock reaches its end.
+    while (now() < allowedAt) {
+      signal.throwIfAborted()
+      await sleep(allowedAt - now(), signal)
+    }
+    signal.throwIfAborted()
   }
 
   #saw(key: string, current: CasVersioned | undefined): void {
