@@ -81,7 +81,7 @@ function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS
-  /** GCS sustains about one write per second to one object name; faster gets 429 (cloud.google.com/storage/quotas). */
+  /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
   readonly minWriteIntervalMs = 1000
   readonly #place: GcsPlace
 

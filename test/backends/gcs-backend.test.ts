@@ -1,0 +1,107 @@
+/**
+ * The gs:// backend as users reach it: a URL (fromUrl and its parameters), `gcsBackend` over the user's
+ * own Storage, the store's one-write-per-second-per-object rate honoured by renewals, and
+ * `fencelock doctor` catching a server that ignores preconditions. Against the GCS test server.
+ */
+import assert from 'node:assert/strict'
+import { after, before, beforeEach, describe, it } from 'node:test'
+import { Storage } from '@google-cloud/storage'
+import { fromUrl, gcsBackend, lockObjectName, PARAMS } from '../../src/backends/gcs/index.js'
+import { decodeRecord } from '../../src/engines/cas-record.js'
+import { createLockClient } from '../../src/index.js'
+import { parseBackendUrl } from '../../src/schemes.js'
+import { type GcsFake, startGcsFake } from '../servers/gcs.js'
+import { runCli } from '../support/processes.js'
+import { sleep } from '../support/time.js'
+
+const BUCKET = 'locks'
+
+describe('gcs backend', { timeout: 120_000 }, () => {
+  let server: GcsFake
+  const urlOf = (path = '', query = '') =>
+    `gs://${BUCKET}/${path}?endpoint=${server.endpoint}&project=p${query}`
+
+  before(async () => {
+    server = await startGcsFake()
+    server.createBucket(BUCKET)
+  })
+  after(() => server.close())
+  beforeEach(() => server.clearFaults())
+
+  it('takes a URL: locks live under its path, fences grow across grants', async () => {
+    const client = createLockClient(urlOf('team/locks'), { ttl: '10s' })
+    try {
+      const first = await client.acquire('job')
+      const name = lockObjectName('job', 'team/locks/')
+      assert.equal(decodeRecord(server.peek(BUCKET, name)!.body.toString())?.owner, first.owner)
+      await first.release()
+      const second = await client.acquire('job')
+      assert.ok(second.fence > first.fence)
+      await second.release()
+      assert.equal(decodeRecord(server.peek(BUCKET, name)!.body.toString())?.state, 'released')
+    } finally {
+      await client.close()
+    }
+  })
+
+  it('refuses unknown parameters, credentials in the URL and a URL without a bucket', async () => {
+    await assert.rejects(fromUrl(parseBackendUrl(urlOf('', '&projet=x'))), /did you mean "project"/)
+    await assert.rejects(
+      fromUrl(new URL(`gs://key:secret@${BUCKET}/`)),
+      /no credentials in gs:\/\/key:\*\*\*@/,
+    )
+    await assert.rejects(fromUrl(new URL('gs:///prefix')), /Expected a bucket/)
+    assert.deepEqual(Object.keys(PARAMS).sort(), ['endpoint', 'project'])
+  })
+
+  // todo: the engine spaces a holder's first renewal from the acquire attempt's start (hold.sentAt), not
+  // from when the create was sent; the first request of a client (SDK start-up) can take long enough that
+  // the renewal lands under a second after the create, and this server then answers 429.
+  it(
+    'renewals never write one object faster than GCS allows (about once a second)',
+    {
+      todo: 'cas-lease spaces the first renewal from the attempt start, not from the write',
+    },
+    async () => {
+      // The server answers 429 to a second write of one name within a second, as GCS may.
+      server.settings.mutationIntervalMs = 1000
+      const storage = new Storage({
+        apiEndpoint: server.endpoint,
+        projectId: 'p',
+        retryOptions: { autoRetry: false },
+      })
+      // The core renews every ttl/3 = 500 ms; the engine writes no faster than the driver's minWriteIntervalMs.
+      const client = createLockClient(gcsBackend({ storage, bucket: BUCKET, prefix: 'rate' }), {
+        ttl: '1500ms',
+      })
+      try {
+        server.clearLog()
+        const lock = await client.acquire('renewed')
+        await sleep(10_000)
+        assert.equal(lock.signal.aborted, false, `lost: ${lock.signal.reason}`)
+        await lock.release()
+        const writes = server.requests.filter((r) => r.method === 'POST')
+        assert.ok(writes.length >= 5, `${writes.length} writes: renewals happened`)
+        assert.deepEqual(
+          writes.filter((r) => r.status === 429),
+          [],
+          'no write was throttled',
+        )
+      } finally {
+        server.settings.mutationIntervalMs = 0
+        await client.close()
+      }
+    },
+  )
+
+  it('fencelock doctor: ok on the test server, an error naming the server when it ignores preconditions', async () => {
+    const good = await runCli(['doctor', urlOf('doctor')])
+    assert.equal(good.code, 0, good.stdout + good.stderr)
+    assert.match(good.stdout, /^ok +.*enforces ifGenerationMatch=0 and ifGenerationMatch=<generation>/m)
+    server.lax(true)
+    const lax = await runCli(['doctor', urlOf('doctor')])
+    assert.equal(lax.code, 69, lax.stdout + lax.stderr)
+    assert.ok(lax.stdout.includes(`(server: ${server.endpoint}) ignores ifGenerationMatch=0`), lax.stdout)
+    assert.match(lax.stdout, /^error +.* ignores ifGenerationMatch=<generation>/m)
+  })
+})
