@@ -109,9 +109,7 @@ export function userMetadata(request: FakeRequest): Record<string, string> {
  * Decodes an aws-chunked body: `<hex-size>[;chunk-signature=…]\r\n<bytes>\r\n … 0\r\n<trailers>\r\n\r\n`.
  * Returns the data and the trailer headers (lower-case names), or undefined when the framing is broken.
  */
-function decodeAwsChunked(
-  raw: Buffer,
-): { data: Buffer; trailers: Record<string, string> } | undefined {
+function decodeAwsChunked(raw: Buffer): { data: Buffer; trailers: Record<string, string> } | undefined {
   const chunks: Buffer[] = []
   let at = 0
   while (at < raw.length) {
