@@ -1,7 +1,8 @@
 /**
  * The DynamoDB backend as users meet it: the `dynamodb://` URL (what it takes and refuses), the item a lock
  * leaves in the table (read raw, through layout.ts), the fence kept by a release, a missing table with
- * `createTable=false`, a key longer than DynamoDB takes, and the user's own client left open.
+ * `createTable=false`, a key longer than DynamoDB takes, the user's own client left open, and
+ * `fencelock doctor` (also on a server that ignores condition expressions).
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
@@ -16,8 +17,10 @@ import {
   LOCAL_REGION,
   localClient,
   startDynamoDb,
+  startLaxProxy,
   useLocalCredentials,
 } from '../servers/dynamodb.js'
+import { runCli } from '../support/processes.js'
 
 describe('dynamodb:// URLs', () => {
   const refuses = (url: string, pattern: RegExp) =>
@@ -131,6 +134,26 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
       await locks.close()
       assert.equal(destroyed, 0, 'the user’s client is never closed by fencelock')
       destroy()
+    }
+  })
+
+  it('fencelock doctor: ok on DynamoDB Local, an error naming the server when it ignores conditions', async () => {
+    const good = await runCli(['doctor', url('doctor-table')])
+    assert.equal(good.code, 0, good.stdout + good.stderr)
+    // The CLI reads a key first ("the store answers"), which makes the missing table on first use.
+    assert.match(good.stdout, /^ok +Table "doctor-table": key "pk" \(string\), PAY_PER_REQUEST, ACTIVE/m)
+    assert.match(good.stdout, /^ok +.*enforces attribute_not_exists\(pk\) and version = :read/m)
+    const proxy = await startLaxProxy(server.port)
+    try {
+      const laxUrl = `dynamodb://doctor-table?endpoint=${proxy.endpoint}&region=${LOCAL_REGION}`
+      const lax = await runCli(['doctor', laxUrl])
+      assert.equal(lax.code, 69, lax.stdout + lax.stderr)
+      assert.match(
+        lax.stdout,
+        /^error +dynamodb:\/\/doctor-table\?.*\(server: http:\/\/127\.0\.0\.1:\d+\) ignores attribute_not_exists/m,
+      )
+    } finally {
+      await proxy.close()
     }
   })
 })

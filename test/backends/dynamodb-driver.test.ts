@@ -6,13 +6,12 @@
  * strips them, the way a look-alike store would ignore them).
  */
 import assert from 'node:assert/strict'
-import { createServer, request, type Server } from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import * as sdk from '@aws-sdk/client-dynamodb'
 import { CreateTableCommand, DescribeTableCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { DynamoDbDriver } from '../../src/backends/dynamodb/index.js'
 import { BackendUnavailableError } from '../../src/index.js'
-import { type DynamoDbServer, localClient, startDynamoDb } from '../servers/dynamodb.js'
+import { type DynamoDbServer, localClient, startDynamoDb, startLaxProxy } from '../servers/dynamodb.js'
 import { freePort } from '../servers/ports.js'
 
 const signal = new AbortController().signal
@@ -49,44 +48,6 @@ async function unavailable(call: Promise<unknown>): Promise<BackendUnavailableEr
     return error
   }
   assert.fail('expected the call to fail')
-}
-
-/**
- * An HTTP proxy to DynamoDB Local that drops every PutItem's condition: a store that accepts condition
- * expressions and ignores them, which doctor must catch. DynamoDB Local does not check signatures, so the
- * rewritten body needs none.
- */
-async function laxProxy(target: number): Promise<{ endpoint: string; close(): Promise<void> }> {
-  const proxy: Server = createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      let body = Buffer.concat(chunks)
-      if (req.headers['x-amz-target'] === 'DynamoDB_20120810.PutItem') {
-        const input = JSON.parse(body.toString()) as Record<string, unknown>
-        delete input.ConditionExpression
-        delete input.ExpressionAttributeNames
-        delete input.ExpressionAttributeValues
-        body = Buffer.from(JSON.stringify(input))
-      }
-      const headers = { ...req.headers, 'content-length': String(body.length) }
-      const out = request(
-        { port: target, host: '127.0.0.1', method: req.method, path: req.url, headers },
-        (up) => {
-          res.writeHead(up.statusCode ?? 500, up.headers)
-          up.pipe(res)
-        },
-      )
-      out.on('error', () => res.destroy())
-      out.end(body)
-    })
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  const { port } = proxy.address() as { port: number }
-  return {
-    endpoint: `http://127.0.0.1:${port}`,
-    close: () => new Promise((resolve) => proxy.close(() => resolve())),
-  }
 }
 
 describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
@@ -228,7 +189,7 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
   })
 
   it('doctor: an error naming the server when it ignores condition expressions', async () => {
-    const proxy = await laxProxy(server.port)
+    const proxy = await startLaxProxy(server.port)
     const lax = localClient(proxy.endpoint, { maxAttempts: 1 })
     try {
       const driver = new DynamoDbDriver(

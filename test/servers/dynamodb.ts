@@ -11,6 +11,7 @@
  * DynamoDB Local listens on all interfaces (it has no option to limit it): clients use 127.0.0.1 only.
  */
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs'
+import { createServer, request, type Server } from 'node:http'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb'
@@ -187,4 +188,42 @@ export async function startDynamoDb(options: DynamoDbOptions = {}): Promise<Dyna
     }
   }
   return onFreshPorts('DynamoDB Local', 1, attempt, options.pickPorts)
+}
+
+/**
+ * An HTTP proxy to DynamoDB Local that drops every PutItem's condition: a store that accepts condition
+ * expressions and ignores them, which doctor must catch. DynamoDB Local does not check signatures, so the
+ * rewritten body needs none.
+ */
+export async function startLaxProxy(target: number): Promise<{ endpoint: string; close(): Promise<void> }> {
+  const proxy: Server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', () => {
+      let body = Buffer.concat(chunks)
+      if (req.headers['x-amz-target'] === 'DynamoDB_20120810.PutItem') {
+        const input = JSON.parse(body.toString()) as Record<string, unknown>
+        delete input.ConditionExpression
+        delete input.ExpressionAttributeNames
+        delete input.ExpressionAttributeValues
+        body = Buffer.from(JSON.stringify(input))
+      }
+      const headers = { ...req.headers, 'content-length': String(body.length) }
+      const out = request(
+        { port: target, host: '127.0.0.1', method: req.method, path: req.url, headers },
+        (up) => {
+          res.writeHead(up.statusCode ?? 500, up.headers)
+          up.pipe(res)
+        },
+      )
+      out.on('error', () => res.destroy())
+      out.end(body)
+    })
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  const { port } = proxy.address() as { port: number }
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    close: () => new Promise((resolve) => proxy.close(() => resolve())),
+  }
 }

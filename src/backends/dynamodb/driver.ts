@@ -75,10 +75,6 @@ export class DynamoDbDriver implements CasDriver {
     this.#loadSdk = loadSdk
   }
 
-  get table(): string {
-    return this.#table
-  }
-
   async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
     const out = await this.#call(key, 'read', signal, (sdk) =>
       this.#client.send(
@@ -148,10 +144,8 @@ export class DynamoDbDriver implements CasDriver {
   }
 
   /**
-   * Runs one request. A missing table is created (when allowed) and the request made once more: a call
-   * refused for want of a table wrote nothing, so making it again hides no outcome. A refused condition
-   * passes through as is (the caller's refusal); an abort rethrows its reason; anything else becomes a
-   * BackendUnavailableError.
+   * Runs one request. A refused condition passes through as is (the caller's refusal); an abort rethrows
+   * its reason; anything else becomes a BackendUnavailableError.
    */
   async #call<T>(
     key: string,
@@ -162,17 +156,29 @@ export class DynamoDbDriver implements CasDriver {
     // Not a failure of the store: a missing SDK says what to install, as it is.
     const sdk = await this.#sdkNow()
     try {
-      try {
-        return await run(sdk)
-      } catch (error) {
-        if (!this.#createTable || !isTableMissing(error)) throw error
-        await raceSignal(this.#ensureTable(sdk), signal)
-        return await run(sdk)
-      }
+      return await this.#withTable(sdk, signal, run)
     } catch (error) {
       if (signal.aborted) throw signal.reason
       if (isConditionFailed(error) || error instanceof BackendUnavailableError) throw error
       throw this.#unavailable(key, what, error)
+    }
+  }
+
+  /**
+   * Runs `run`; when the table is missing (and we may create it), creates it and runs it once more: a
+   * request refused for want of a table wrote nothing, so making it again hides no outcome.
+   */
+  async #withTable<T>(
+    sdk: DynamoDbSdk,
+    signal: AbortSignal,
+    run: (sdk: DynamoDbSdk) => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await run(sdk)
+    } catch (error) {
+      if (!this.#createTable || !isTableMissing(error)) throw error
+      await raceSignal(this.#ensureTable(sdk), signal)
+      return await run(sdk)
     }
   }
 
