@@ -2,8 +2,8 @@
  * What a holder does to its own `cas-lease` record (extend, release), and what an acquire that gave up
  * does to whatever it may have left there (abandon). Every write is conditioned on the version our latest
  * known write left; a refusal is judged by the record as it is now (cas-write.ts), so that a renewal of
- * ours whose reply was lost, and which landed after all, is recognised as ours (owner and fence) and not
- * taken for a loss.
+ * ours whose reply was lost, and which landed after all, is recognised as this hold's (owner, fence, and
+ * the nonce of one of its own writes) and not taken for a loss.
  */
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'

@@ -186,9 +186,11 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     const store = new FakeCasStore()
     const holder = processOn(store)
     const waiter = processOn(store)
-    const held = await holder.client.acquire('k', { ttl: 300, renew: false })
-    const acquired = waiter.client.acquire('k', { timeout: 10_000, ttl: 300, renew: false })
-    const renewals = 8
+    // Renewals every 100 ms against a lease of 1 s: only a renewal late by most of a lease would let
+    // the waiter in (rightly), which a loaded machine does not reach.
+    const held = await holder.client.acquire('k', { ttl: 1000, renew: false })
+    const acquired = waiter.client.acquire('k', { timeout: 10_000, ttl: 1000, renew: false })
+    const renewals = 6
     let lastValid = held.validUntil
     for (let i = 0; i < renewals; i++) {
       await sleep(100)
@@ -202,7 +204,7 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     const lastRenewal = logOf(store, 'replace')[renewals - 1]!
     const takeover = logOf(store, 'replace').at(-1)!
     assert.ok(
-      takeover.at >= lastRenewal.applied! + 300 + MARGIN,
+      takeover.at >= lastRenewal.applied! + 1000 + MARGIN,
       'taken over before a lease after the last renewal',
     )
     assertSuccessiveHolds([

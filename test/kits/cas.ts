@@ -5,8 +5,8 @@
  */
 import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
 import { decodeRecord, encodeRecord, newNonce } from '../../src/engines/cas-record.js'
-import type { FakeControls } from '../servers/http-fake.js'
-import { type Kit, RACE } from './kit.js'
+import type { FakeServer } from '../servers/http-fake.js'
+import { type Kit, type KitStore, RACE } from './kit.js'
 
 /** Capabilities of a cas-lease store served by a test server in this process that keeps its state across restarts. */
 export const casCapabilities = (minTtlMs: number): Kit['capabilities'] => ({
@@ -40,5 +40,38 @@ export async function releaseBehindHolder(driver: CasDriver, key: string): Promi
     throw new Error(`breakLease(${JSON.stringify(key)}): the record changed while it was broken`)
 }
 
-/** Freezes an in-process test server: every request waits between arrival and commit until resumed. */
-export const pauseFake = (server: FakeControls): (() => void) => server.hold()
+/** A running in-process test server as a kit's store. */
+export interface FakeStoreParts {
+  /** Names its log. */
+  readonly name: string
+  readonly server: FakeServer<unknown, unknown>
+  /** The backend URL through `port` (the server's own, or a proxy's), with the kit's query appended. */
+  readonly urlAt: (port: number, query: string) => string
+  /** The backend's own driver on the kit's bucket and prefix, to break leases with. */
+  readonly driver: CasDriver
+}
+
+export function fakeKitStore({ name, server, urlAt, driver }: FakeStoreParts): KitStore {
+  return {
+    url: (query = '') => urlAt(server.port, query),
+    ports: [server.port],
+    urlVia: ([port], query = '') => urlAt(port!, query),
+    breakLease: (key) => releaseBehindHolder(driver, key),
+    // In process, a crash is a restart that keeps what the server committed (a durable store).
+    crash: () => server.restart(),
+    restart: () => server.restart(),
+    // Every request waits between arrival and commit until resumed.
+    pause: () => server.hold(),
+    logs: () => ({
+      [name]: server.requests
+        .slice(-20)
+        .map((r) => `${r.method} ${r.path} ${r.status}`)
+        .join('\n'),
+    }),
+    recoveryMs: 2000,
+    async close() {
+      await driver.close()
+      await server.close()
+    },
+  }
+}

@@ -9,7 +9,7 @@ import { Storage } from '@google-cloud/storage'
 import { GcsCasDriver } from '../../src/backends/gcs/index.js'
 import { DEFAULT_PREFIX } from '../../src/backends/gcs/layout.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
-import { CAS_LACKS, casCapabilities, pauseFake, releaseBehindHolder } from './cas.js'
+import { CAS_LACKS, casCapabilities, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
 
 const BUCKET = 'fencelock-tests'
@@ -22,24 +22,7 @@ function gcsStore(server: GcsFake): KitStore {
   const storage = new Storage({ apiEndpoint: server.endpoint, projectId: PROJECT })
   // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
   const driver = new GcsCasDriver({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
-  return {
-    url: (query = '') => urlAt(server.port, query),
-    ports: [server.port],
-    urlVia: ([port], query = '') => urlAt(port!, query),
-    breakLease: (key) => releaseBehindHolder(driver, key),
-    // In process, a crash is a restart that keeps what the server committed (a durable store).
-    crash: () => server.restart(),
-    restart: () => server.restart(),
-    pause: () => pauseFake(server),
-    logs: () => ({
-      gcs: server.requests
-        .slice(-20)
-        .map((r) => `${r.method} ${r.path} ${r.status}`)
-        .join('\n'),
-    }),
-    recoveryMs: 2000,
-    close: () => server.close(),
-  }
+  return fakeKitStore({ name: 'gcs', server, urlAt, driver })
 }
 
 export const gcsKit: Kit = {

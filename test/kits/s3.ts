@@ -8,7 +8,7 @@ import * as sdk from '@aws-sdk/client-s3'
 import { S3CasDriver } from '../../src/backends/s3/index.js'
 import { DEFAULT_PREFIX } from '../../src/backends/s3/layout.js'
 import { type S3Fake, startS3Fake } from '../servers/s3.js'
-import { CAS_LACKS, casCapabilities, pauseFake, releaseBehindHolder } from './cas.js'
+import { CAS_LACKS, casCapabilities, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
 
 const BUCKET = 'fencelock-tests'
@@ -30,36 +30,16 @@ function s3Store(server: S3Fake): KitStore {
     region: REGION,
     credentials: { accessKeyId: 'admin', secretAccessKey: 'admin' },
   })
-  // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
+  // The backend's own driver (owning its client), so a lease is broken at the very object and in the very format it uses.
   const driver = new S3CasDriver({
     client: admin,
     bucket: BUCKET,
     prefix: DEFAULT_PREFIX,
     id: 'kit admin',
-    owned: false,
+    owned: true,
     sdk: async () => sdk,
   })
-  return {
-    url: (query = '') => urlAt(server.port, query),
-    ports: [server.port],
-    urlVia: ([port], query = '') => urlAt(port!, query),
-    breakLease: (key) => releaseBehindHolder(driver, key),
-    // In process, a crash is a restart that keeps what the server committed (a durable store).
-    crash: () => server.restart(),
-    restart: () => server.restart(),
-    pause: () => pauseFake(server),
-    logs: () => ({
-      s3: server.requests
-        .slice(-20)
-        .map((r) => `${r.method} ${r.path} ${r.status}`)
-        .join('\n'),
-    }),
-    recoveryMs: 2000,
-    async close() {
-      admin.destroy()
-      await server.close()
-    },
-  }
+  return fakeKitStore({ name: 's3', server, urlAt, driver })
 }
 
 export const s3Kit: Kit = {
