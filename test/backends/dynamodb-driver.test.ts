@@ -10,9 +10,9 @@ import { after, before, describe, it } from 'node:test'
 import * as sdk from '@aws-sdk/client-dynamodb'
 import { CreateTableCommand, DescribeTableCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { DynamoDbDriver } from '../../src/backends/dynamodb/index.js'
-import { BackendUnavailableError } from '../../src/index.js'
 import { type DynamoDbServer, localClient, startDynamoDb, startLaxProxy } from '../servers/dynamodb.js'
 import { freePort } from '../servers/ports.js'
+import { unavailable } from './cas-driver-cases.js'
 
 const signal = new AbortController().signal
 let server: DynamoDbServer
@@ -35,20 +35,6 @@ const driverOf = (table: string, options: { createTable?: boolean; via?: DynamoD
     },
     async () => sdk,
   )
-
-/** The error `call` fails with, as a BackendUnavailableError. */
-async function unavailable(call: Promise<unknown>): Promise<BackendUnavailableError> {
-  try {
-    await call
-  } catch (error) {
-    assert.ok(
-      error instanceof BackendUnavailableError,
-      `expected BackendUnavailableError, got ${String(error)}`,
-    )
-    return error
-  }
-  assert.fail('expected the call to fail')
-}
 
 describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
   before(async () => {
