@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server, etcd-server and etcd-client; faketime for the chaos suite's clock faults), and a Node 24
-# binary from the npm registry.
+# (redis-server, etcd-server and etcd-client; faketime for the chaos suite's clock faults; a Java runtime for
+# DynamoDB Local), DynamoDB Local's jar from the npm registry, and a Node 24 binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v faketime >/dev/null || need+=(faketime)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -25,6 +26,18 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 echo "servers: redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(etcd --version | head -1)"
+
+step "install DynamoDB Local (Amazon's jar, from the npm package amplify-dynamodb-simulator)"
+# Only the emulator folder of the package (64 MB; installing the package would pull 347 MB). Its licence is
+# Amazon's DynamoDB Local License Agreement: fetched here, never committed. test/servers/dynamodb.ts runs it.
+DYNAMODB_LOCAL=.cache/dynamodb-local
+if [ ! -f "$DYNAMODB_LOCAL/package/emulator/DynamoDBLocal.jar" ]; then
+  mkdir -p "$DYNAMODB_LOCAL"
+  (cd "$DYNAMODB_LOCAL" && npm pack --silent amplify-dynamodb-simulator@2.9.30 >/dev/null &&
+    tar xzf amplify-dynamodb-simulator-2.9.30.tgz package/emulator && rm amplify-dynamodb-simulator-2.9.30.tgz)
+  [ -f "$DYNAMODB_LOCAL/package/emulator/DynamoDBLocal.jar" ] || { echo "DynamoDB Local: no jar after unpacking" >&2; exit 1; }
+fi
+echo "DynamoDB Local: $DYNAMODB_LOCAL/package/emulator/DynamoDBLocal.jar, $(java -version 2>&1 | head -1)"
 
 step "install npm dependencies"
 npm ci --no-audit --no-fund

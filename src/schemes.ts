@@ -72,6 +72,11 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     example: 'gs://bucket/prefix',
     summary: 'a Google Cloud Storage bucket',
   },
+  'dynamodb:': {
+    load: () => import('./backends/dynamodb/index.js'),
+    example: 'dynamodb://locks?region=eu-west-1',
+    summary: 'one item per lock in a DynamoDB table, written by conditional PutItems',
+  },
 }
 
 /** The schemes this build understands, for messages. */

@@ -1,4 +1,5 @@
 /** Every test kit: the conformance entries, the chaos targets and the bench's fencelock adapters are built from this list. */
+import { dynamodbKit } from './dynamodb.js'
 import { etcdKit1, etcdKit3 } from './etcd.js'
 import { fileKit } from './file.js'
 import { gcsKit } from './gcs.js'
@@ -23,6 +24,7 @@ export const KITS: readonly Kit[] = [
   etcdKit3,
   s3Kit,
   gcsKit,
+  dynamodbKit,
 ]
 
 /** The kit named `id`. */

@@ -1,0 +1,122 @@
+/**
+ * `fencelock doctor` on DynamoDB: the table exists with fencelock's key, and the server enforces the
+ * conditions every grant relies on, proved on a probe item of its own by the engine's probe (a DynamoDB
+ * look-alike that ignored condition expressions would let two holders in at once).
+ */
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
+import type { DoctorFinding } from '../../core/backend.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
+import { describeFailure, isTableMissing } from './faults.js'
+import { createTableCommand, itemKey } from './layout.js'
+import { type DynamoDbSdk, schemaProblem } from './table.js'
+
+export interface DoctorTools {
+  readonly table: string
+  readonly createTable: boolean
+  /** Names the server in findings (its endpoint, or "AWS DynamoDB"). */
+  readonly server: string
+  readonly signal: AbortSignal
+  /** Runs one SDK call with the driver's client and SDK module. */
+  send<T>(make: (sdk: DynamoDbSdk, client: DynamoDBClient, signal: AbortSignal) => Promise<T>): Promise<T>
+  /** Creates the table if missing (the driver's own, shared with its first use). */
+  ensureTable(sdk: DynamoDbSdk): Promise<void>
+}
+
+/** The table: exists (or is created now, when allowed) with the right key. False when the probes cannot run. */
+async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promise<boolean> {
+  const { table } = tools
+  try {
+    const { Table } = await tools.send((sdk, client, signal) =>
+      client.send(new sdk.DescribeTableCommand({ TableName: table }), { abortSignal: signal }),
+    )
+    const problem = Table ? schemaProblem(Table) : 'DynamoDB described no table'
+    if (problem) {
+      findings.push({
+        level: 'error',
+        message: `Table "${table}": ${problem} (${createTableCommand(table)})`,
+      })
+      return false
+    }
+    const billing = Table?.BillingModeSummary?.BillingMode ?? 'PROVISIONED'
+    findings.push({
+      level: 'ok',
+      message: `Table "${table}": key "pk" (string), ${billing}, ${Table?.TableStatus}`,
+    })
+    return true
+  } catch (error) {
+    if (!isTableMissing(error)) {
+      // Some policies allow item calls but not DescribeTable: the probes below still say what matters.
+      const { text } = describeFailure(error)
+      findings.push({
+        level: 'warn',
+        message: `Could not describe table "${table}" (key not checked): ${text}`,
+      })
+      return true
+    }
+    if (!tools.createTable) {
+      findings.push({
+        level: 'error',
+        message: `Table "${table}" does not exist; create it with: ${createTableCommand(table)}`,
+      })
+      return false
+    }
+    await tools.send((sdk) => tools.ensureTable(sdk))
+    findings.push({
+      level: 'info',
+      message: `Table "${table}" did not exist: created it (on-demand capacity)`,
+    })
+    return true
+  }
+}
+
+/**
+ * The engine's conditional-write probe (src/engines/cas-doctor.ts) on an item of its own, deleted after.
+ * A refusal that brings no item is a store that ignores ALL_OLD: safe, but every refusal then costs a read.
+ */
+async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFinding[]): Promise<void> {
+  const key = probeKey()
+  const { signal } = tools
+  let bare = false
+  const noted = (write: CasWrite) => {
+    if (!write.ok && write.current === undefined) bare = true
+    return write
+  }
+  const watched = {
+    id: driver.id,
+    create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
+    replace: (k: string, body: string, v: string, s: AbortSignal) =>
+      driver.replace(k, body, v, s).then(noted),
+  }
+  const conditions = { createCondition: 'attribute_not_exists(pk)', replaceCondition: 'version = :read' }
+  try {
+    findings.push(
+      ...(await probeConditionalWrites(watched, { key, server: tools.server, ...conditions }, signal)),
+    )
+  } finally {
+    await tools
+      .send((sdk, client) =>
+        client.send(new sdk.DeleteItemCommand({ TableName: tools.table, Key: itemKey(key) }), {
+          abortSignal: signal,
+        }),
+      )
+      .catch(() => {})
+  }
+  if (bare && findings.every((f) => f.level !== 'error')) {
+    findings.push({
+      level: 'warn',
+      message: `${driver.id} (server: ${tools.server}) returns no item with a refused write (ReturnValuesOnConditionCheckFailure: ALL_OLD): every refusal costs a read`,
+    })
+  }
+}
+
+export async function runDoctor(driver: CasDriver, tools: DoctorTools): Promise<DoctorFinding[]> {
+  const findings: DoctorFinding[] = []
+  try {
+    if (await checkTable(tools, findings)) await probe(driver, tools, findings)
+  } catch (error) {
+    if (tools.signal.aborted) throw tools.signal.reason
+    findings.push({ level: 'error', message: `${driver.id}: ${describeFailure(error).text}` })
+  }
+  return findings
+}

@@ -1,0 +1,219 @@
+/**
+ * The cas-lease driver over DynamoDB: one item per lock, read with a strongly consistent GetItem, written
+ * with a conditional PutItem. The version compared is an attribute of our own (a fresh random id per
+ * write), so a refused write never depends on the record's text; a refusal brings the item as it is
+ * (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), which saves the engine the read that tells "someone
+ * else wrote" from "my own earlier attempt won" (the SDK retries writes by itself).
+ */
+import { randomUUID } from 'node:crypto'
+import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
+import { raceSignal } from '../../core/abort.js'
+import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
+import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
+import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import { runDoctor } from './doctor.js'
+import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
+import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES } from './layout.js'
+import { createTable, type DynamoDbSdk } from './table.js'
+
+/**
+ * What DynamoDB can hold for us.
+ * - Keys up to 2048 bytes: DynamoDB's limit for a partition key; the lock name is the key as is.
+ * - Leases up to 2^31 - 1 ms (24.8 days): no limit of DynamoDB's (the lease length is text in the record),
+ *   but waiters and holders time a lease with Node timers, which fire at once beyond that.
+ */
+export const DYNAMODB_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
+
+export interface DynamoDbDriverOptions {
+  readonly client: DynamoDBClient
+  readonly table: string
+  /** Create the table (on-demand) on first use when it does not exist. */
+  readonly createTable: boolean
+  /** Names the store in errors (`dynamodb://table?region=…`). */
+  readonly id: string
+  /** Whether we made the client (from a URL): `close` destroys only such a client. */
+  readonly owned: boolean
+  /** The endpoint when it is not AWS's (DynamoDB Local), for doctor's findings. */
+  readonly endpoint?: string | undefined
+  /** The SDK module, when the caller has loaded it already (fromUrl); else it is loaded on first use. */
+  readonly sdk?: DynamoDbSdk | undefined
+}
+
+type Item = Record<string, AttributeValue>
+
+/** The record and version of an item; undefined when there is no item. */
+function versioned(item: Item | undefined): CasVersioned | undefined {
+  if (!item) return undefined
+  // An item without our attributes (written by something else) reads as an empty record: the engine
+  // treats a record it cannot parse as held, and its version "" never matches a replace.
+  return { body: item[ATTR.record]?.S ?? '', version: item[ATTR.version]?.S ?? '' }
+}
+
+export class DynamoDbDriver implements CasDriver {
+  readonly id: string
+  readonly limits = DYNAMODB_LIMITS
+  /** DynamoDB sustains 1,000 writes a second on one partition: far above any lock's rate. */
+  readonly minWriteIntervalMs = 0
+  readonly #client: DynamoDBClient
+  readonly #table: string
+  readonly #createTable: boolean
+  readonly #owned: boolean
+  readonly #server: string
+  readonly #loadSdk: () => Promise<DynamoDbSdk>
+  #sdk: Promise<DynamoDbSdk> | undefined
+  /** The table's creation, once started (every call that found it missing waits for the same one). */
+  #creating: Promise<void> | undefined
+
+  constructor(options: DynamoDbDriverOptions, loadSdk: () => Promise<DynamoDbSdk>) {
+    this.#client = options.client
+    this.#table = options.table
+    this.#createTable = options.createTable
+    this.#owned = options.owned
+    this.#server = options.endpoint ?? 'AWS DynamoDB'
+    this.id = options.id
+    this.#sdk = options.sdk ? Promise.resolve(options.sdk) : undefined
+    this.#loadSdk = loadSdk
+  }
+
+  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+    const out = await this.#call(key, 'read', signal, (sdk) =>
+      this.#client.send(
+        new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+        { abortSignal: signal },
+      ),
+    )
+    return versioned(out.Item)
+  }
+
+  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+    // attribute_not_exists on the key: true only when there is no item for this lock at all.
+    return this.#put(key, body, 'attribute_not_exists(#k)', { '#k': ATTR.key }, undefined, signal)
+  }
+
+  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+    // A missing item has no version attribute, so the comparison is false then too: no attribute_exists needed.
+    return this.#put(key, body, '#v = :v', { '#v': ATTR.version }, { ':v': { S: version } }, signal)
+  }
+
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return runDoctor(this, {
+      table: this.#table,
+      createTable: this.#createTable,
+      server: this.#server,
+      signal,
+      send: async (make) => make(await this.#sdkNow(), this.#client, signal),
+      ensureTable: (sdk) => this.#ensureTable(sdk),
+    })
+  }
+
+  async close(): Promise<void> {
+    if (this.#owned) this.#client.destroy()
+  }
+
+  /** One conditional PutItem of the whole item, with a fresh version; a refusal brings the item as it is. */
+  async #put(
+    key: string,
+    body: string,
+    condition: string,
+    names: Record<string, string>,
+    values: Item | undefined,
+    signal: AbortSignal,
+  ): Promise<CasWrite> {
+    const version = randomUUID()
+    const Item = { ...itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
+    try {
+      await this.#call(key, 'write', signal, (sdk) =>
+        this.#client.send(
+          new sdk.PutItemCommand({
+            TableName: this.#table,
+            Item,
+            ConditionExpression: condition,
+            ExpressionAttributeNames: names,
+            ...(values ? { ExpressionAttributeValues: values } : {}),
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          }),
+          { abortSignal: signal },
+        ),
+      )
+      return { ok: true, version }
+    } catch (error) {
+      if (!isConditionFailed(error)) throw error
+      // No item on the refusal: it was deleted, or the server ignores ALL_OLD; the engine reads then.
+      return { ok: false, current: versioned(error.Item as Item | undefined) }
+    }
+  }
+
+  /**
+   * Runs one request. A refused condition passes through as is (the caller's refusal); an abort rethrows
+   * its reason; anything else becomes a BackendUnavailableError.
+   */
+  async #call<T>(
+    key: string,
+    what: string,
+    signal: AbortSignal,
+    run: (sdk: DynamoDbSdk) => Promise<T>,
+  ): Promise<T> {
+    // Not a failure of the store: a missing SDK says what to install, as it is.
+    const sdk = await this.#sdkNow()
+    try {
+      return await this.#withTable(sdk, signal, run)
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      if (isConditionFailed(error) || error instanceof BackendUnavailableError) throw error
+      throw this.#unavailable(key, what, error)
+    }
+  }
+
+  /**
+   * Runs `run`; when the table is missing (and we may create it), creates it and runs it once more: a
+   * request refused for want of a table wrote nothing, so making it again hides no outcome.
+   */
+  async #withTable<T>(
+    sdk: DynamoDbSdk,
+    signal: AbortSignal,
+    run: (sdk: DynamoDbSdk) => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await run(sdk)
+    } catch (error) {
+      if (!this.#createTable || !isTableMissing(error)) throw error
+      await raceSignal(this.#ensureTable(sdk), signal)
+      return await run(sdk)
+    }
+  }
+
+  #sdkNow(): Promise<DynamoDbSdk> {
+    // A failed load is tried again on the next call (the error says what to install).
+    this.#sdk ??= this.#loadSdk().catch((error: unknown) => {
+      this.#sdk = undefined
+      throw error
+    })
+    return this.#sdk
+  }
+
+  #ensureTable(sdk: DynamoDbSdk): Promise<void> {
+    this.#creating ??= createTable(this.#client, sdk, this.#table).catch((error: unknown) => {
+      this.#creating = undefined
+      throw error
+    })
+    return this.#creating
+  }
+
+  #unavailable(key: string, what: string, error: unknown): BackendUnavailableError {
+    const { text, retryable } = describeFailure(error)
+    const hint = isTableMissing(error)
+      ? `; create the table with: ${createTableCommand(this.#table)} (or let fencelock create it: createTable on)`
+      : /required keys|key element does not match the schema/i.test(text)
+        ? `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
+        : ''
+    return new BackendUnavailableError(
+      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`,
+      {
+        key,
+        backend: this.id,
+        cause: error,
+        retryable,
+      },
+    )
+  }
+}

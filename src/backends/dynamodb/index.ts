@@ -1,0 +1,137 @@
+/**
+ * The DynamoDB backend: the cas-lease engine (src/engines/cas-lease.ts) over one item per lock, written
+ * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
+ * with a fence added and the item never deleted.
+ *
+ * - Layout: a table whose only key is the string partition key `pk` (created on first use, on-demand, when
+ *   it does not exist and `createTable` is on). The item of lock `k`: `pk` = `k` as is, `record` = the
+ *   engine's record text (owner, fence, lease length, held/released, holder, nonce), `version` = a fresh
+ *   random id per write (layout.ts). Reads are strongly consistent GetItems; a grant, renewal or release
+ *   is a PutItem on `attribute_not_exists(pk)` (no item yet) or `version = <the version read>`.
+ * - Expiry: observed, never on anyone's wall clock: a waiter takes over only once it has seen the same
+ *   `version` unchanged for the record's lease plus a margin on its own monotonic clock (the lock
+ *   client's rule). DynamoDB's TTL deletes items up to days late and would reset the fence: not used.
+ * - Fence: in the record, advanced by the same conditional write that grants (a create starts at 1, a
+ *   takeover or a grant after a release adds 1); renewals and releases keep it; the item is never deleted.
+ * - Waiting: no notifications: a waiting process reads the item at a pace that grows to once a second,
+ *   and never later than the moment a takeover becomes possible. A refused write returns the item as it
+ *   is (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), so it costs no extra read.
+ * - Limits: lock names up to 2048 bytes of UTF-8 (DynamoDB's partition key limit), leases up to 24.8 days
+ *   (Node timers), one item per lock name ever used (released items stay, holding the fence; each is a
+ *   few hundred bytes). A write rounds up to 1 KB units, a strongly consistent read to 4 KB units.
+ *
+ * Files: driver.ts (the CasDriver: GetItem, conditional PutItem, the table made on first use), layout.ts
+ * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and
+ * checking the table), faults.ts (errors in words, which ones waiting can help), doctor.ts (the table's key
+ * and conditional writes proved on a probe item).
+ */
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
+import type { LockBackend } from '../../core/backend.js'
+import { importDriver } from '../../core/drivers.js'
+import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { casLeaseBackend } from '../../engines/cas-lease.js'
+import { DynamoDbDriver } from './driver.js'
+import type { DynamoDbSdk } from './table.js'
+
+export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
+export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
+
+export interface DynamoDbBackendOptions {
+  /** A `DynamoDBClient` of `@aws-sdk/client-dynamodb` (its region, credentials, endpoint, retries). fencelock never closes it. */
+  readonly client: DynamoDBClient
+  /** The lock table: its only key is the string partition key `pk`. */
+  readonly table: string
+  /** Create the table (on-demand capacity) on first use when it does not exist. @default true */
+  readonly createTable?: boolean | undefined
+  /** Names the store in errors. @default `dynamodb://<table>` */
+  readonly id?: string | undefined
+}
+
+const PKG = '@aws-sdk/client-dynamodb'
+const loadSdk = (): Promise<DynamoDbSdk> => importDriver(PKG, () => import('@aws-sdk/client-dynamodb'))
+
+/** DynamoDB's rule for table names: 3 to 255 of letters, digits, `_`, `-` and `.`. */
+const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/
+
+function checkTable(table: unknown, where: string): string {
+  if (typeof table !== 'string' || !TABLE_NAME.test(table)) {
+    throw new TypeError(
+      `Expected a DynamoDB table name (3 to 255 letters, digits, "_", "-" or ".") ${where}, got ${JSON.stringify(table)}`,
+    )
+  }
+  return table
+}
+
+/**
+ * Creates a DynamoDB backend over your `DynamoDBClient`.
+ * @example
+ * import { DynamoDBClient } from '@aws-sdk/client-dynamodb'
+ * const locks = createLockClient(dynamodbBackend({ client: new DynamoDBClient({}), table: 'locks' }))
+ */
+export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
+  const { client } = options
+  if (!client || typeof client.send !== 'function') {
+    throw new TypeError('Expected `client` to be a DynamoDBClient of the @aws-sdk/client-dynamodb package')
+  }
+  const table = checkTable(options.table, 'as `table`')
+  const id = options.id ?? `dynamodb://${table}`
+  const driver = new DynamoDbDriver(
+    { client, table, createTable: options.createTable ?? true, id, owned: false },
+    loadSdk,
+  )
+  return casLeaseBackend(driver)
+}
+
+/** The URL parameters of `dynamodb://table` (tested against the README like every backend's). */
+export const PARAMS = {
+  region: {
+    type: 'string',
+    doc: "the table's AWS region (default: the SDK's, from AWS_REGION or the profile)",
+  },
+  endpoint: { type: 'string', doc: 'another endpoint, e.g. http://127.0.0.1:8000 for DynamoDB Local' },
+  createTable: {
+    type: 'bool',
+    default: true,
+    doc: 'create the table (on-demand) on first use when it does not exist',
+  },
+} as const satisfies ParamSchema
+
+/**
+ * `dynamodb://table?region=&endpoint=&createTable=`: credentials come from the AWS SDK's own chain
+ * (environment, profile, role), never from the URL.
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const sdk = await loadDriver(PKG, 'dynamodb', url, () => import('@aws-sdk/client-dynamodb'))
+  const params = readParams(url, PARAMS)
+  if (url.username || url.password) {
+    throw new TypeError(
+      `Expected no user or password in ${redact(url)}: credentials come from the AWS SDK (environment, profile, role)`,
+    )
+  }
+  if (url.pathname !== '' && url.pathname !== '/') {
+    throw new TypeError(`Expected dynamodb://TABLE with no path, got ${redact(url)}`)
+  }
+  const table = checkTable(decodeURIComponent(url.host), `in ${redact(url)}`)
+  if (params.endpoint !== undefined && !/^https?:\/\/[^/?#]+/.test(params.endpoint)) {
+    throw new TypeError(
+      `Expected \`endpoint\` in ${redact(url)} to be an http(s) URL, got ${JSON.stringify(params.endpoint)}`,
+    )
+  }
+  const client = new sdk.DynamoDBClient({
+    ...(params.region === undefined ? {} : { region: params.region }),
+    ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
+  })
+  const driver = new DynamoDbDriver(
+    {
+      client,
+      table,
+      createTable: params.createTable,
+      id: redact(url),
+      owned: true,
+      sdk,
+      endpoint: params.endpoint,
+    },
+    loadSdk,
+  )
+  return casLeaseBackend(driver)
+}
