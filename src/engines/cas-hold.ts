@@ -44,8 +44,10 @@ export class CasHolds {
   /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
   async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     const hold = lease.cookie as CasHold
-    // Too soon after our last write for the store's write rate: wait for it (the core's validity counts
-    // from before this call, before the write is sent, so the wait only makes it more conservative).
+    // Too soon after our last write's answer for the store's write rate: wait for it (the core's validity
+    // counts from before this call, before the write is sent, so the wait only makes it more
+    // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
+    // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
     await this.#io.paced(lease.key, signal)
     const record = this.#record(lease, hold, ttlMs, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)

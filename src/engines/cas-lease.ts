@@ -19,10 +19,11 @@
  * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
  * - Waiting: no notifications. Reads of a key held by another are paced per process: 100 ms, doubling
  *   to `pollMaxMs` (1 s), and never later than the moment a takeover becomes possible; attempts in
- *   between are answered from what was seen, without a request. Writes of one key from this process are
- *   never closer than the driver's `minWriteIntervalMs` (GCS: about one per second per object): a write
- *   due sooner (a release right after the grant) waits for it; 429/503 are the driver's retryable
- *   errors, on which the core backs off.
+ *   between are answered from what was seen, without a request. A write of one key from this process is
+ *   never sent sooner than the driver's `minWriteIntervalMs` (GCS: about one per second per object)
+ *   after the previous one was answered (the server may apply it until then): a write due sooner (a
+ *   release right after the grant) waits for it; 429/503 are the driver's retryable errors, on which
+ *   the core backs off.
  *
  * Requests (R = strongly consistent read, W = conditional write), without faults:
  * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;

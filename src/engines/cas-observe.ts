@@ -37,7 +37,10 @@ export interface Observation {
 
 export class Observations {
   readonly #seen = new BoundedMap<string, Observation>(KEYS_KEPT)
-  /** When this process last sent a write of each key (for the store's write rate, `minWriteIntervalMs`). */
+  /**
+   * When this process last sent a write of each key, or was answered, whichever came later (for the
+   * store's write rate, `minWriteIntervalMs`: cas-write.ts says why the answer counts).
+   */
   readonly #wrote = new BoundedMap<string, number>(KEYS_KEPT)
 
   constructor(
@@ -97,12 +100,12 @@ export class Observations {
     return seen.since + record.leaseMs + this.marginOf(record.leaseMs)
   }
 
-  /** Notes that a write of `key` is being sent now. */
+  /** Notes that a write of `key` is being sent, or was answered, at `at`; the latest time stays. */
   writing(key: string, at: number): void {
-    this.#wrote.renew(key, at)
+    this.#wrote.renew(key, Math.max(at, this.#wrote.get(key) ?? at))
   }
 
-  /** When this process last sent a write of `key`, if it remembers. */
+  /** When this process last sent or was answered a write of `key`, if it remembers. */
   lastWrite(key: string): number | undefined {
     return this.#wrote.get(key)
   }

@@ -7,7 +7,7 @@
  */
 
 import { now, sleep } from '../core/clock.js'
-import type { CasDriver, CasVersioned } from './cas-lease-driver.js'
+import type { CasDriver, CasVersioned, CasWrite } from './cas-lease-driver.js'
 import type { Observations } from './cas-observe.js'
 import { type CasRecord, decodeRecord, encodeRecord } from './cas-record.js'
 
@@ -37,25 +37,17 @@ export class CasIo {
     return current
   }
 
-  /**
-   * Writes `record`: a create when `version` is undefined, else a replace on `version`. The send time is
-   * noted first, for the store's write rate.
-   */
+  /** Writes `record`: a create when `version` is undefined, else a replace on `version`. */
   async write(
     key: string,
     record: CasRecord,
     version: string | undefined,
     signal: AbortSignal,
   ): Promise<WriteOutcome> {
-    const body = encodeRecord(record)
-    this.seen.writing(key, now())
     let error: unknown
     let current: CasVersioned | undefined
     try {
-      const result =
-        version === undefined
-          ? await this.driver.create(key, body, signal)
-          : await this.driver.replace(key, body, version, signal)
+      const result = await this.#send(key, encodeRecord(record), version, signal)
       if (result.ok) {
         this.seen.saw(key, result.version, record, now())
         return { kind: 'written', version: result.version }
@@ -87,11 +79,38 @@ export class CasIo {
   }
 
   /**
+   * One conditional write, its times noted for the store's write rate. The rate is the server's, per
+   * object, counted from when it applied the previous write, and a write may be applied any time until
+   * its answer (a slow first request of a client, a congested link): the time that counts is the
+   * ANSWER (or the error), the latest moment it can have been applied that we know of. Spacing from
+   * the send let a renewal reach the server under `minWriteIntervalMs` after a slow create committed
+   * (GCS: 429, and a renewal lost). The send is noted too, so that a write of the same key from another
+   * acquire of this process, sent while this one is still unanswered, is spaced at least from its send.
+   * (A write that never answers is noted when it throws: we cannot know more.)
+   */
+  async #send(
+    key: string,
+    body: string,
+    version: string | undefined,
+    signal: AbortSignal,
+  ): Promise<CasWrite> {
+    this.seen.writing(key, now())
+    try {
+      return version === undefined
+        ? await this.driver.create(key, body, signal)
+        : await this.driver.replace(key, body, version, signal)
+    } finally {
+      this.seen.writing(key, now())
+    }
+  }
+
+  /**
    * Waits until the store's write rate allows another write of `key` from this process (GCS: about one
-   * per second per object): at most `minWriteIntervalMs`, and only when this process writes one record
-   * again that soon (a release or a next acquire right after a grant, a ttl under three intervals).
-   * Waiting for the store's rate is not waiting for a holder: an attempt waits too, rather than
-   * refusing a free lock.
+   * per second per object): `minWriteIntervalMs` after our previous write of it was answered, so at
+   * most that long (the answer is in the past), and only when this process writes one record again that
+   * soon (a release or a next acquire right after a grant, a ttl under three intervals). Waiting for
+   * the store's rate is not waiting for a holder: an attempt waits too, rather than refusing a free lock.
+   * A renewal's wait is bounded by its signal too, which the core aborts when the validity ends.
    */
   async paced(key: string, signal: AbortSignal): Promise<void> {
     const wroteAt = this.seen.lastWrite(key)

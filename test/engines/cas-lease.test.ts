@@ -464,6 +464,29 @@ describe('cas-lease: waiting and the store rates', () => {
     await client.close()
   })
 
+  it('spaces each write from when the previous one was answered, not sent (a slow write commits late)', async () => {
+    const store = new FakeCasStore()
+    store.minWriteIntervalMs = 200
+    // Each write is applied at the end of its delay, just before its answer: a store's per-object rate
+    // counts from there, so a write sent 200 ms after the previous one was SENT would come too soon.
+    store.delayMs = 120
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { renew: false })
+    await lock.extend()
+    await lock.extend()
+    await lock.release()
+    const writes = store.log.filter((l) => l.op !== 'read')
+    assert.equal(writes.length, 4)
+    for (let i = 1; i < writes.length; i++) {
+      const gap = writes[i]!.at - writes[i - 1]!.applied!
+      assert.ok(
+        gap >= 200,
+        `write ${i} reached the store ${gap.toFixed(0)} ms after write ${i - 1} was applied`,
+      )
+    }
+    await client.close()
+  })
+
   it('on a store that ignores conditions (lax) it does not crash; doctor is what catches such a store', async () => {
     const store = new FakeCasStore()
     store.lax = true
