@@ -307,6 +307,28 @@ export const scenarios: Scenario[] = [
     abortAcquiresWithinMs: 20,
     applies: () => true,
   },
+  {
+    id: 'S16',
+    title:
+      'store-side faults every ttl: 1-2 writes committed with their replies lost, or a burst of 5-20 503s',
+    ...FENCED,
+    applies: (t) => t.features.has('store-faults'),
+    // A lost reply leaves the client not knowing whether its write landed (the engine reads the record back,
+    // its nonce says); a 503 commits nothing (the SDK retries, the engine's attempt fails or tries again).
+    nemesis: (ctx) => {
+      const faults = ctx.store.storeFaults!
+      return every(ctx, TTL, async () => {
+        const lose = ctx.rng() < 0.5
+        const count = lose ? 1 + Math.floor(ctx.rng() * 2) : 5 + Math.floor(ctx.rng() * 16)
+        await ctx.fault(lose ? 'lost-after-commit' : '503-burst', `store x${count}`, async () => {
+          if (lose) faults.loseWriteReplies(count)
+          else faults.unavailable(count)
+          await ctx.sleep(TTL / 2)
+          faults.clear()
+        })
+      })
+    },
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */
