@@ -14,10 +14,14 @@ import type { Kit, KitStore } from './kit.js'
 const BUCKET = 'fencelock-tests'
 const REGION = 'us-east-1'
 
-/** Any credentials: the SDK signs every request, the test server ignores the signature. */
+/**
+ * Any credentials: the SDK signs every request, the test server ignores the signature. Letters only:
+ * DynamoDB Local rejects a key id with any other character, and a chaos run starts both kits in one
+ * process (whichever sets the environment first wins, for its workers too).
+ */
 function fakeCredentials(): void {
-  process.env.AWS_ACCESS_KEY_ID ??= 'fencelock-test'
-  process.env.AWS_SECRET_ACCESS_KEY ??= 'fencelock-test'
+  process.env.AWS_ACCESS_KEY_ID ??= 'fencelock'
+  process.env.AWS_SECRET_ACCESS_KEY ??= 'fencelock'
 }
 
 const urlAt = (port: number, query: string) =>
