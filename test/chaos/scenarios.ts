@@ -241,6 +241,32 @@ export const scenarios: Scenario[] = [
     }),
     fakeClock: { workers: 1, label: 'x0.5 speed', rate: 0.5, env: { FAKETIME: '+0 x0.5' } },
   },
+  // The same clock faults with holds of several renewals, so the faked worker renews as a holder (S10f/S10s
+  // holds are shorter than one renewal interval) and waits on holders that renew.
+  {
+    id: 'S10fh',
+    title:
+      "one client's clocks run 2x fast; holds of 0.3-2 x ttl (it renews as a holder, waits on renewing ones)",
+    ...FENCED,
+    holdMs: [0.3 * TTL, 2 * TTL],
+    applies: () => true,
+    // A cas-lease waiter at 2x sees an unchanged version for (lease + margin) / 2 real ms before a takeover;
+    // a holder renewing every ttl/3 changes it sooner. Outside the model (rate beyond the margin) all the same.
+    expected: (t) => (t.name === 'file' ? FILE_CLOCK : {}),
+    fakeClock: { workers: 1, label: 'x2 speed', rate: 2, env: { FAKETIME: '+0 x2' } },
+  },
+  {
+    id: 'S10sh',
+    title: "one client's clocks run at half speed; holds of 0.3-2 x ttl (it renews as a holder)",
+    ...FENCED,
+    holdMs: [0.3 * TTL, 2 * TTL],
+    applies: () => true,
+    expected: (t) => ({
+      A1: 'a client clock at half speed is far beyond driftFactor: it believes in its lease past its end',
+      ...(t.name === 'file' ? FILE_CLOCK : {}),
+    }),
+    fakeClock: { workers: 1, label: 'x0.5 speed', rate: 0.5, env: { FAKETIME: '+0 x0.5' } },
+  },
   {
     id: 'S11',
     title: "the holder's lease removed on the server behind its back (premature expiry) every 2 x ttl",
