@@ -1,7 +1,8 @@
 /**
  * The short chaos run of CI: scenarios S1, S2, S4, S5, S13 and S14 on the stores that start in a second
  * (file and Redis; Redis with persistence too for the crash), S7 (holder killed) on etcd, S11 on file, S6 on
- * Redlock and S15 (aborted acquires) on file, Redis and etcd. Fails on any
+ * Redlock and S15 (aborted acquires) on file, Redis and etcd; the cas-lease engine on S3 (S1, and S16: replies
+ * lost after commit, 503 bursts) and on DynamoDB Local (S7), about 75 s more. Fails on any
  * unexpected violation; a failing run keeps its history, seed and report (the path is in the message) so
  * it can be replayed with `npm run chaos -- --seed`. The full matrix is `npm run chaos`.
  */
@@ -20,8 +21,11 @@ const DURATION_MS = Number(process.env.FENCELOCK_CHAOS_MS ?? 20_000)
  * lock must not outlive its session's lease (S7 found that it did).
  */
 const STORES: Record<string, string[]> = {
+  S1: ['file', 'redis', 's3'],
   S5: ['redis', 'redis-aof'],
-  S7: ['etcd'],
+  // The cas-lease engine's takeover of a dead holder's lease, by observed expiry, on a real store (DynamoDB Local).
+  S7: ['etcd', 'dynamodb'],
+  S16: ['s3'],
   // Issue 11's sequences: a key's folder removed under its holder (fences must not go back), nodes
   // restarted empty one after another (fences must not go back), acquires aborted at every await point
   // (nothing may be left behind).

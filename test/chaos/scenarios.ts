@@ -5,6 +5,7 @@
  * full run exercise the same physics.
  */
 import type { NemesisContext, Scenario } from './harness.js'
+import type { Target } from './targets.js'
 
 const TTL = 1000
 const HOLD: readonly [number, number] = [5, 40]
@@ -57,6 +58,34 @@ const FILE_CLOCK = {
   A2: 'file: … and its takeovers reorder fences against real time',
   A4: "file: … and its release or renewal lands on its successor's generation",
 } as const
+
+/**
+ * The cas-lease stores (S3, GCS, DynamoDB) end a lease by observed expiry: a waiter takes over once it has
+ * seen the record's version unchanged for the lease plus a margin (5 %) on its own monotonic clock, which
+ * assumes every client's clock RATE is within that margin. A 2x or 0.5x clock is far outside it. On S3
+ * and DynamoDB it still shows nothing here: renewals every ttl/3 change the version well inside even a
+ * halved observation. GCS takes one write per second per object, so its renewals (and a release right after
+ * a grant) are a second apart, and the scenarios' 1 s ttl is below the GCS kit's minimum (3 s): there a
+ * fast waiter's observation, (lease + margin) / 2 real ms, ends between two writes of a live holder, and a
+ * slow holder's paced writes (a second of ITS clock: two real) come after the others' takeover.
+ */
+const GCS_CLOCK = {
+  fast: 'gcs: a 2x waiter takes over after (lease + margin) / 2 real ms, less than the 1 s between a live holder’s writes (ttl 1 s is below the kit’s 3 s minimum)',
+  slow: 'gcs: a 0.5x holder paces its writes a second of its own clock (2 s real) apart, past the others’ observation of its lease',
+} as const
+
+const fastClock = (t: Target) => ({
+  ...(t.name === 'file' ? FILE_CLOCK : {}),
+  ...(t.name === 'gcs' ? { A1: GCS_CLOCK.fast } : {}),
+})
+
+const slowClock = (t: Target) => ({
+  A1:
+    t.name === 'gcs'
+      ? GCS_CLOCK.slow
+      : 'a client clock at half speed is far beyond driftFactor: it believes in its lease past its end',
+  ...(t.name === 'file' ? FILE_CLOCK : {}),
+})
 
 export const scenarios: Scenario[] = [
   {
@@ -224,8 +253,9 @@ export const scenarios: Scenario[] = [
     title: "one client's clocks (monotonic too) run 2x fast",
     ...FENCED,
     applies: () => true,
-    // A fast clock ends its leases early in its own eyes: safe, at some cost in renewals.
-    expected: (t) => (t.name === 'file' ? FILE_CLOCK : {}),
+    // A fast clock ends its leases early in its own eyes: safe, at some cost in renewals. As a waiter it
+    // judges others' leases short: outside the file and cas-lease models (FILE_CLOCK, GCS_CLOCK).
+    expected: fastClock,
     fakeClock: { workers: 1, label: 'x2 speed', rate: 2, env: { FAKETIME: '+0 x2' } },
   },
   {
@@ -235,10 +265,30 @@ export const scenarios: Scenario[] = [
     applies: () => true,
     // Outside the model: driftFactor (1 %) bounds the clock-rate difference a lease tolerates. A client
     // whose clock runs at half speed believes in its lease for twice as long as the store keeps it.
-    expected: (t) => ({
-      A1: 'a client clock at half speed is far beyond driftFactor: it believes in its lease past its end',
-      ...(t.name === 'file' ? FILE_CLOCK : {}),
-    }),
+    expected: slowClock,
+    fakeClock: { workers: 1, label: 'x0.5 speed', rate: 0.5, env: { FAKETIME: '+0 x0.5' } },
+  },
+  // The same clock faults with holds of several renewals, so the faked worker renews as a holder (S10f/S10s
+  // holds are shorter than one renewal interval) and waits on holders that renew.
+  {
+    id: 'S10fh',
+    title:
+      "one client's clocks run 2x fast; holds of 0.3-2 x ttl (it renews as a holder, waits on renewing ones)",
+    ...FENCED,
+    holdMs: [0.3 * TTL, 2 * TTL],
+    applies: () => true,
+    // A cas-lease waiter at 2x sees an unchanged version for (lease + margin) / 2 real ms before a takeover;
+    // a holder renewing every ttl/3 changes it sooner, except on GCS (GCS_CLOCK).
+    expected: fastClock,
+    fakeClock: { workers: 1, label: 'x2 speed', rate: 2, env: { FAKETIME: '+0 x2' } },
+  },
+  {
+    id: 'S10sh',
+    title: "one client's clocks run at half speed; holds of 0.3-2 x ttl (it renews as a holder)",
+    ...FENCED,
+    holdMs: [0.3 * TTL, 2 * TTL],
+    applies: () => true,
+    expected: slowClock,
     fakeClock: { workers: 1, label: 'x0.5 speed', rate: 0.5, env: { FAKETIME: '+0 x0.5' } },
   },
   {
@@ -307,7 +357,29 @@ export const scenarios: Scenario[] = [
     abortAcquiresWithinMs: 20,
     applies: () => true,
   },
+  {
+    id: 'S16',
+    title:
+      'store-side faults every ttl: 1-2 writes committed with their replies lost, or a burst of 5-20 503s',
+    ...FENCED,
+    applies: (t) => t.features.has('store-faults'),
+    // A lost reply leaves the client not knowing whether its write landed (the engine reads the record back,
+    // its nonce says); a 503 commits nothing (the SDK retries, the engine's attempt fails or tries again).
+    nemesis: (ctx) => {
+      const faults = ctx.store.storeFaults!
+      return every(ctx, TTL, async () => {
+        const lose = ctx.rng() < 0.5
+        const count = lose ? 1 + Math.floor(ctx.rng() * 2) : 5 + Math.floor(ctx.rng() * 16)
+        await ctx.fault(lose ? 'lost-after-commit' : '503-burst', `store x${count}`, async () => {
+          if (lose) faults.loseWriteReplies(count)
+          else faults.unavailable(count)
+          await ctx.sleep(TTL / 2)
+          faults.clear()
+        })
+      })
+    },
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */
-export const CI_SCENARIOS = ['S1', 'S2', 'S4', 'S5', 'S7', 'S13', 'S14', 'S11', 'S6', 'S15']
+export const CI_SCENARIOS = ['S1', 'S2', 'S4', 'S5', 'S7', 'S13', 'S14', 'S11', 'S6', 'S15', 'S16']

@@ -5,7 +5,7 @@
  * one client's traffic; the file backend has no network.
  */
 import { KITS } from '../kits/index.js'
-import type { ChaosFeature, ChaosVariant, Kit } from '../kits/kit.js'
+import type { ChaosFeature, ChaosVariant, Kit, StoreFaults } from '../kits/kit.js'
 
 export interface Store {
   /** The server ports a worker's proxies forward to (one proxy per port, per worker). */
@@ -22,6 +22,8 @@ export interface Store {
   killLeader?(): Promise<void>
   /** Remove the holder's lease behind its back (a server-side clock jump: premature expiry). */
   expireEarly?(key: string): Promise<void>
+  /** Replies lost after their commit, 503 bursts (a test server in this process). */
+  readonly storeFaults?: StoreFaults
   close(): Promise<void>
 }
 
@@ -42,12 +44,13 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
     features: new Set(variant.features),
     async start(dir) {
       const store = await kit.start({ dir })
-      const { crash, killLeader, urlVia } = store
+      const { crash, killLeader, urlVia, storeFaults } = store
       const missing = [
         ...(urlVia ? [] : ['urlVia']),
         ...(variant.features.includes('crash') && !crash ? ['crash'] : []),
         ...(variant.features.includes('leader') && !killLeader ? ['killLeader'] : []),
         ...(variant.features.includes('durable') && !kit.capabilities.durableFences ? ['durableFences'] : []),
+        ...(variant.features.includes('store-faults') && !storeFaults ? ['storeFaults'] : []),
       ]
       if (missing.length > 0) {
         await store.close()
@@ -60,6 +63,7 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
         recoveryMs: store.recoveryMs,
         ...(crash ? { crash: (node?: number) => crash(node) } : {}),
         ...(killLeader ? { killLeader: () => killLeader() } : {}),
+        ...(storeFaults ? { storeFaults } : {}),
         expireEarly: (key) => store.breakLease(key),
         close: () => store.close(),
       }

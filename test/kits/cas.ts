@@ -5,8 +5,8 @@
  */
 import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
 import { decodeRecord, encodeRecord, newNonce } from '../../src/engines/cas-record.js'
-import type { FakeServer } from '../servers/http-fake.js'
-import { type Kit, type KitStore, RACE } from './kit.js'
+import type { FakeServer, FaultMatch } from '../servers/http-fake.js'
+import { type ChaosVariant, type Kit, type KitStore, RACE, type StoreFaults } from './kit.js'
 
 /** Capabilities of a cas-lease store served by a test server in this process that keeps its state across restarts. */
 export const casCapabilities = (minTtlMs: number): Kit['capabilities'] => ({
@@ -49,9 +49,25 @@ export interface FakeStoreParts {
   readonly urlAt: (port: number, query: string) => string
   /** The backend's own driver on the kit's bucket and prefix, to break leases with. */
   readonly driver: CasDriver
+  /** Which requests are the record's writes (their lost replies are the interesting ones). */
+  readonly writes: FaultMatch
 }
 
-export function fakeKitStore({ name, server, urlAt, driver }: FakeStoreParts): KitStore {
+/** The chaos targets of a fake-served cas store: every server fault it can do. */
+export const fakeChaos = (name: string): readonly ChaosVariant[] => [
+  { name, features: ['crash', 'durable', 'expire', 'store-faults'] },
+]
+
+/** The test server's own switches as chaos store faults. */
+function storeFaultsOf(server: FakeServer<unknown, unknown>, writes: FaultMatch): StoreFaults {
+  return {
+    loseWriteReplies: (count) => server.dropResponseAfterCommit(count, writes),
+    unavailable: (count) => server.failNext(count, 503),
+    clear: () => server.clearFaults(),
+  }
+}
+
+export function fakeKitStore({ name, server, urlAt, driver, writes }: FakeStoreParts): KitStore {
   return {
     url: (query = '') => urlAt(server.port, query),
     ports: [server.port],
@@ -62,6 +78,7 @@ export function fakeKitStore({ name, server, urlAt, driver }: FakeStoreParts): K
     restart: () => server.restart(),
     // Every request waits between arrival and commit until resumed.
     pause: () => server.hold(),
+    storeFaults: storeFaultsOf(server, writes),
     logs: () => ({
       [name]: server.requests
         .slice(-20)

@@ -70,5 +70,6 @@ export const dynamodbKit: Kit = {
     useLocalCredentials()
     return dynamodbStore(await startDynamoDb())
   },
-  chaos: [{ name: 'dynamodb', features: ['crash', 'durable'] }],
+  // No store-side switches (a real jar): its lost replies are the proxies' (S13); no 503 bursts.
+  chaos: [{ name: 'dynamodb', features: ['crash', 'durable', 'expire'] }],
 }

@@ -9,7 +9,7 @@ import { Storage } from '@google-cloud/storage'
 import { GcsCasDriver } from '../../src/backends/gcs/index.js'
 import { DEFAULT_PREFIX } from '../../src/backends/gcs/layout.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
-import { CAS_LACKS, casCapabilities, fakeKitStore } from './cas.js'
+import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
 
 const BUCKET = 'fencelock-tests'
@@ -22,7 +22,8 @@ function gcsStore(server: GcsFake): KitStore {
   const storage = new Storage({ apiEndpoint: server.endpoint, projectId: PROJECT })
   // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
   const driver = new GcsCasDriver({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
-  return fakeKitStore({ name: 'gcs', server, urlAt, driver })
+  // The record's writes are uploads (POST /upload/storage/v1/b/…/o with ifGenerationMatch).
+  return fakeKitStore({ name: 'gcs', server, urlAt, driver, writes: { method: 'POST', path: /^\/upload\// } })
 }
 
 export const gcsKit: Kit = {
@@ -38,4 +39,5 @@ export const gcsKit: Kit = {
     server.createBucket(BUCKET)
     return gcsStore(server)
   },
+  chaos: fakeChaos('gcs'),
 }

@@ -32,7 +32,7 @@ export type Flag = {
 export const FLAGS: readonly Flag[] = ['fifo', 'session', 'notify', 'durableFences', 'processes']
 
 /** Which chaos scenarios' server faults apply to a target (test/chaos/scenarios.ts reads them). */
-export type ChaosFeature = 'crash' | 'durable' | 'leader' | 'redlock' | 'expire'
+export type ChaosFeature = 'crash' | 'durable' | 'leader' | 'redlock' | 'expire' | 'store-faults'
 
 /** A chaos target served by a kit: the name `npm run chaos -- --targets` knows it by, and the scenarios worth running there. */
 export interface ChaosVariant {
@@ -80,12 +80,24 @@ export interface KitStore {
   pause?(node?: number): () => void
   /** Kills the leader of a consensus cluster and brings it back. */
   killLeader?(): Promise<void>
+  /** Faults the store's own server injects (the S3 and GCS test servers in this process). */
+  readonly storeFaults?: StoreFaults
   /** The tail of each server's log, by name. */
   logs(): Record<string, string>
   /** How long after a healed fault the store may take to serve again (on top of one ttl). */
   readonly recoveryMs: number
   /** Stops the servers and removes what the kit made. */
   close(): Promise<void>
+}
+
+/** Faults a test server injects on its side of the wire, counted in requests. */
+export interface StoreFaults {
+  /** The next `count` writes commit, then their responses are lost (the connection is destroyed). */
+  loseWriteReplies(count: number): void
+  /** The next `count` requests fail with 503 (the store briefly unavailable), committing nothing. */
+  unavailable(count: number): void
+  /** Removes what is left of both. */
+  clear(): void
 }
 
 export interface Kit {

@@ -8,16 +8,20 @@ import * as sdk from '@aws-sdk/client-s3'
 import { S3CasDriver } from '../../src/backends/s3/index.js'
 import { DEFAULT_PREFIX } from '../../src/backends/s3/layout.js'
 import { type S3Fake, startS3Fake } from '../servers/s3.js'
-import { CAS_LACKS, casCapabilities, fakeKitStore } from './cas.js'
+import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
 
 const BUCKET = 'fencelock-tests'
 const REGION = 'us-east-1'
 
-/** Any credentials: the SDK signs every request, the test server ignores the signature. */
+/**
+ * Any credentials: the SDK signs every request, the test server ignores the signature. Letters only:
+ * DynamoDB Local rejects a key id with any other character, and a chaos run starts both kits in one
+ * process (whichever sets the environment first wins, for its workers too).
+ */
 function fakeCredentials(): void {
-  process.env.AWS_ACCESS_KEY_ID ??= 'fencelock-test'
-  process.env.AWS_SECRET_ACCESS_KEY ??= 'fencelock-test'
+  process.env.AWS_ACCESS_KEY_ID ??= 'fencelock'
+  process.env.AWS_SECRET_ACCESS_KEY ??= 'fencelock'
 }
 
 const urlAt = (port: number, query: string) =>
@@ -39,7 +43,8 @@ function s3Store(server: S3Fake): KitStore {
     owned: true,
     sdk: async () => sdk,
   })
-  return fakeKitStore({ name: 's3', server, urlAt, driver })
+  // The record's writes are conditional PUTs (If-Match / If-None-Match).
+  return fakeKitStore({ name: 's3', server, urlAt, driver, writes: { method: 'PUT' } })
 }
 
 export const s3Kit: Kit = {
@@ -56,4 +61,5 @@ export const s3Kit: Kit = {
     server.createBucket(BUCKET)
     return s3Store(server)
   },
+  chaos: fakeChaos('s3'),
 }
