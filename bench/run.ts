@@ -35,8 +35,11 @@ const median = (xs: number[]) => {
 }
 
 const dir = tempDir('bench')
+/** Adapters `--match` selects (all without it). */
+const selected = ADAPTERS.filter((a) => !match || match.some((m) => a.name.includes(m)))
 /**
- * The kits' stores: one per kit with bench adapters, shared by its adapters and the peers of that store
+ * The kits' stores: one per kit with bench adapters on a store some selected adapter runs on (so a run
+ * matched to a few adapters starts no JVM it does not need), shared by its adapters and the peers of that store
  * (scenario h counts a blocked waiter's commands on the Redis server), plus one of its own for a variant
  * that asks for it (fsync=false gets a folder of its own).
  */
@@ -48,20 +51,26 @@ const startStore = async (id: string, label: string) => {
 }
 const urls: Record<string, string> = {}
 const shared = new Map<string, KitStore>()
-for (const k of KITS.filter((k) => k.bench?.length)) {
+const wanted = new Set(selected.map((a) => a.store))
+for (const k of KITS.filter((k) => k.bench?.some((v) => wanted.has(v.store)))) {
   shared.set(k.id, await startStore(k.id, k.id))
   for (const [i, v] of k.bench!.entries()) {
     const store = v.separate ? await startStore(k.id, `${k.id}-${i}`) : shared.get(k.id)!
     urls[v.name] = store.url(v.query)
   }
 }
-// The peers' stores: the same servers fencelock runs on.
+// The peers' stores: the same servers fencelock runs on (0 or empty where no selected adapter needs one).
 const env: Env = {
-  redis: shared.get('redis')!.ports[0]!,
-  redis5: [...shared.get('redlock-5')!.ports],
+  redis: shared.get('redis')?.ports[0] ?? 0,
+  redis5: [...(shared.get('redlock-5')?.ports ?? [])],
   dir: dir.path,
-  etcd: `127.0.0.1:${shared.get('etcd')!.ports[0]}`,
+  etcd: `127.0.0.1:${shared.get('etcd')?.ports[0] ?? 0}`,
   urls,
+  endpoints: Object.fromEntries(
+    ['s3', 'gcs', 'dynamodb']
+      .filter((id) => shared.has(id))
+      .map((id) => [id, `http://127.0.0.1:${shared.get(id)!.ports[0]}`]),
+  ),
 }
 const results: Results = {
   date: new Date().toISOString(),
@@ -73,9 +82,7 @@ const results: Results = {
 try {
   for (const scenario of SCENARIOS) {
     if (only && !only.includes(scenario.id)) continue
-    const adapters = ADAPTERS.filter(
-      (a) => scenario.applies(a) && (!match || match.some((m) => a.name.includes(m))),
-    )
+    const adapters = selected.filter((a) => scenario.applies(a))
     const figures = new Map<string, Figures[]>()
     const errors = new Map<string, string>()
     for (let run = 0; run < runs; run++) {

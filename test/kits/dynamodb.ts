@@ -71,4 +71,5 @@ export const dynamodbKit: Kit = {
     return dynamodbStore(await startDynamoDb())
   },
   chaos: [{ name: 'dynamodb', features: ['crash', 'durable'] }],
+  bench: [{ name: 'fencelock dynamodb', store: 'dynamodb', note: 'DynamoDB Local (a JVM on this machine)' }],
 }

@@ -38,4 +38,5 @@ export const gcsKit: Kit = {
     server.createBucket(BUCKET)
     return gcsStore(server)
   },
+  bench: [{ name: 'fencelock gcs', store: 'gcs', note: 'the in-process test server' }],
 }

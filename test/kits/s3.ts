@@ -56,4 +56,5 @@ export const s3Kit: Kit = {
     server.createBucket(BUCKET)
     return s3Store(server)
   },
+  bench: [{ name: 'fencelock s3', store: 's3', note: 'the in-process test server' }],
 }
