@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { KITS, type KitStore, kit } from '../test/kits/index.js'
+import { useLocalCredentials } from '../test/servers/dynamodb.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Env } from './adapters.js'
 import { type Results, type Row, writeReport } from './report.js'
@@ -34,6 +35,9 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
 }
 
+// Credentials first: the S3 kit's (`fencelock-test`) would win the `??=` of the environment otherwise,
+// and DynamoDB Local refuses an access key id that is not letters and digits; the S3 test server takes any.
+useLocalCredentials()
 const dir = tempDir('bench')
 /** Adapters `--match` selects (all without it). */
 const selected = ADAPTERS.filter((a) => !match || match.some((m) => a.name.includes(m)))
@@ -144,10 +148,11 @@ export function ratio(
   row: Row,
   rows: Row[],
   primary: { metric: string; lowerIsBetter: boolean },
+  against: Row['kind'] = 'peer',
 ): number | undefined {
   if (row.kind !== 'fencelock') return undefined
   const peers = rows.filter(
-    (r) => r.kind === 'peer' && r.store === row.store && r.metrics[primary.metric] !== undefined,
+    (r) => r.kind === against && r.store === row.store && r.metrics[primary.metric] !== undefined,
   )
   const values = peers.map((p) => p.metrics[primary.metric]!).filter(Number.isFinite)
   if (values.length === 0 || row.metrics[primary.metric] === undefined) return undefined
@@ -160,11 +165,12 @@ function printTable(s: Results['scenarios'][number]): void {
   const better = s.primary.lowerIsBetter ? 'lower is better' : 'higher is better'
   console.log(`\n### ${s.title}\n`)
   console.log(
-    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) |`,
+    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) | fencelock / floor |`,
   )
-  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|`)
+  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|---|`)
   for (const row of s.rows) {
     const r = ratio(row, s.rows, s.primary)
+    const f = ratio(row, s.rows, s.primary, 'floor')
     const cells = metricNames.map((m) => {
       const v = row.metrics[m]
       return v === undefined
@@ -174,7 +180,7 @@ function printTable(s: Results['scenarios'][number]): void {
         : fmt(v, m.startsWith('p') || m.startsWith('handoff') ? 3 : 2)
     })
     console.log(
-      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} |`,
+      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} | ${f === undefined ? '' : `${fmt(f, 2)}×`} |`,
     )
   }
 }
