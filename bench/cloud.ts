@@ -101,11 +101,12 @@ const gcsFloor: Adapter = {
   },
 }
 
-const dynamoClient = (env: Env) =>
-  new ddb.DynamoDBClient({ endpoint: endpoint(env, 'dynamodb'), region: REGION })
-
-/** Creates `table` (string hash key `key`) unless it exists; DynamoDB Local makes it ACTIVE at once. */
-async function ensureTable(client: ddb.DynamoDBClient, table: string, key: string): Promise<void> {
+/**
+ * A client of the bench's DynamoDB, after creating `table` (string hash key `key`) unless it exists;
+ * DynamoDB Local makes it ACTIVE at once.
+ */
+async function tableClient(env: Env, table: string, key: string): Promise<ddb.DynamoDBClient> {
+  const client = new ddb.DynamoDBClient({ endpoint: endpoint(env, 'dynamodb'), region: REGION })
   try {
     await client.send(
       new ddb.CreateTableCommand({
@@ -118,6 +119,7 @@ async function ensureTable(client: ddb.DynamoDBClient, table: string, key: strin
   } catch (error) {
     if ((error as Error).name !== 'ResourceInUseException') throw error
   }
+  return client
 }
 
 const dynamodbFloor: Adapter = {
@@ -128,9 +130,8 @@ const dynamodbFloor: Adapter = {
   waits: false,
   note: 'two PutItem per cycle (attribute_not_exists or the version it last wrote; release the same), no read, no fence',
   async createLocker(env) {
-    const client = dynamoClient(env)
     const table = 'bench-floor'
-    await ensureTable(client, table, 'pk')
+    const client = await tableClient(env, table, 'pk')
     const versions: Versions = new Map()
     const put = async (key: string, state: string) => {
       const known = versions.get(key)
@@ -187,9 +188,8 @@ const dynamodbPeer: Adapter = {
   handoffAfterLease: true,
   note: 'leaseDurationMs = the bench ttl (required), no heartbeat, retryCount 1 (default); a waiter reads the lock, sleeps a whole lease, then tries a takeover. Its own table',
   async createLocker(env) {
-    const client = dynamoClient(env)
     const table = 'bench-dynamodb-lock-client'
-    await ensureTable(client, table, 'lockId')
+    const client = await tableClient(env, table, 'lockId')
     const locks = new DynamoDBLockClient.FailOpen({
       dynamodb: v2Shaped(DynamoDBDocument.from(client)),
       lockTable: table,
