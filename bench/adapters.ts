@@ -16,6 +16,7 @@ import { RedlockMutex, Mutex as SemaphoreMutex } from 'redis-semaphore'
 import Redlock from 'redlock'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
+import { CLOUD_ADAPTERS } from './cloud.js'
 
 /** What the scenarios need from a running store. */
 export interface Env {
@@ -29,6 +30,8 @@ export interface Env {
   readonly etcd: string
   /** Each fencelock adapter's URL, by adapter name (from its kit's store). */
   readonly urls: Readonly<Record<string, string>>
+  /** The HTTP endpoint of each conditional-write store that was started ('s3', 'gcs', 'dynamodb'). */
+  readonly endpoints: Readonly<Record<string, string>>
 }
 
 export interface Held {
@@ -45,7 +48,7 @@ export interface Locker {
 
 export interface Adapter {
   readonly name: string
-  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd'); ratios compare fencelock with the best peer on the same store. */
+  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd', 's3', 'gcs', 'dynamodb'); ratios compare fencelock with the best peer on the same store. */
   readonly store: string
   readonly kind: 'fencelock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
@@ -55,6 +58,11 @@ export interface Adapter {
   /** Several lockers of this adapter exclude each other across clients (false for an in-process mutex per client). */
   readonly createLocker: (env: Env) => Promise<Locker>
   readonly note?: string
+  /**
+   * A waiter sleeps a whole lease (the bench's 30 s) before it tries again, released or not: scenario h
+   * measures only what it sends while it waits, not 300 handoffs of 30 s each.
+   */
+  readonly handoffAfterLease?: boolean
 }
 
 const TTL = 30_000
@@ -401,6 +409,7 @@ const PEERS: Adapter[] = [
       }
     },
   },
+  ...CLOUD_ADAPTERS,
 ]
 
 /** Every adapter, by store: fencelock's first, then the peers and floors of that store. */

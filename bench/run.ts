@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { KITS, type KitStore, kit } from '../test/kits/index.js'
+import { useLocalCredentials } from '../test/servers/dynamodb.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Env } from './adapters.js'
 import { type Results, type Row, writeReport } from './report.js'
@@ -34,9 +35,15 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
 }
 
+// Credentials first, before any kit sets its own with `??=`: DynamoDB Local refuses an access key id that is
+// not letters and digits, and the S3 and GCS test servers take any.
+useLocalCredentials()
 const dir = tempDir('bench')
+/** Adapters `--match` selects (all without it). */
+const selected = ADAPTERS.filter((a) => !match || match.some((m) => a.name.includes(m)))
 /**
- * The kits' stores: one per kit with bench adapters, shared by its adapters and the peers of that store
+ * The kits' stores: one per kit with bench adapters on a store some selected adapter runs on (so a run
+ * matched to a few adapters starts no JVM it does not need), shared by its adapters and the peers of that store
  * (scenario h counts a blocked waiter's commands on the Redis server), plus one of its own for a variant
  * that asks for it (fsync=false gets a folder of its own).
  */
@@ -48,20 +55,26 @@ const startStore = async (id: string, label: string) => {
 }
 const urls: Record<string, string> = {}
 const shared = new Map<string, KitStore>()
-for (const k of KITS.filter((k) => k.bench?.length)) {
+const wanted = new Set(selected.map((a) => a.store))
+for (const k of KITS.filter((k) => k.bench?.some((v) => wanted.has(v.store)))) {
   shared.set(k.id, await startStore(k.id, k.id))
   for (const [i, v] of k.bench!.entries()) {
     const store = v.separate ? await startStore(k.id, `${k.id}-${i}`) : shared.get(k.id)!
     urls[v.name] = store.url(v.query)
   }
 }
-// The peers' stores: the same servers fencelock runs on.
+// The peers' stores: the same servers fencelock runs on (0 or empty where no selected adapter needs one).
 const env: Env = {
-  redis: shared.get('redis')!.ports[0]!,
-  redis5: [...shared.get('redlock-5')!.ports],
+  redis: shared.get('redis')?.ports[0] ?? 0,
+  redis5: [...(shared.get('redlock-5')?.ports ?? [])],
   dir: dir.path,
-  etcd: `127.0.0.1:${shared.get('etcd')!.ports[0]}`,
+  etcd: `127.0.0.1:${shared.get('etcd')?.ports[0] ?? 0}`,
   urls,
+  endpoints: Object.fromEntries(
+    ['s3', 'gcs', 'dynamodb']
+      .filter((id) => shared.has(id))
+      .map((id) => [id, `http://127.0.0.1:${shared.get(id)!.ports[0]}`]),
+  ),
 }
 const results: Results = {
   date: new Date().toISOString(),
@@ -73,9 +86,7 @@ const results: Results = {
 try {
   for (const scenario of SCENARIOS) {
     if (only && !only.includes(scenario.id)) continue
-    const adapters = ADAPTERS.filter(
-      (a) => scenario.applies(a) && (!match || match.some((m) => a.name.includes(m))),
-    )
+    const adapters = selected.filter((a) => scenario.applies(a))
     const figures = new Map<string, Figures[]>()
     const errors = new Map<string, string>()
     for (let run = 0; run < runs; run++) {
@@ -137,10 +148,11 @@ export function ratio(
   row: Row,
   rows: Row[],
   primary: { metric: string; lowerIsBetter: boolean },
+  against: Row['kind'] = 'peer',
 ): number | undefined {
   if (row.kind !== 'fencelock') return undefined
   const peers = rows.filter(
-    (r) => r.kind === 'peer' && r.store === row.store && r.metrics[primary.metric] !== undefined,
+    (r) => r.kind === against && r.store === row.store && r.metrics[primary.metric] !== undefined,
   )
   const values = peers.map((p) => p.metrics[primary.metric]!).filter(Number.isFinite)
   if (values.length === 0 || row.metrics[primary.metric] === undefined) return undefined
@@ -153,11 +165,12 @@ function printTable(s: Results['scenarios'][number]): void {
   const better = s.primary.lowerIsBetter ? 'lower is better' : 'higher is better'
   console.log(`\n### ${s.title}\n`)
   console.log(
-    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) |`,
+    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) | fencelock / floor |`,
   )
-  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|`)
+  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|---|`)
   for (const row of s.rows) {
     const r = ratio(row, s.rows, s.primary)
+    const f = ratio(row, s.rows, s.primary, 'floor')
     const cells = metricNames.map((m) => {
       const v = row.metrics[m]
       return v === undefined
@@ -167,7 +180,7 @@ function printTable(s: Results['scenarios'][number]): void {
         : fmt(v, m.startsWith('p') || m.startsWith('handoff') ? 3 : 2)
     })
     console.log(
-      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} |`,
+      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} | ${f === undefined ? '' : `${fmt(f, 2)}×`} |`,
     )
   }
 }

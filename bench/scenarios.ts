@@ -7,6 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapters.js'
+import { HTTP_STORES } from './cloud.js'
+import { httpRequests } from './requests.js'
 import { percentile } from './stats.js'
 
 export interface Figures {
@@ -27,6 +29,24 @@ export interface Scenario {
 }
 
 const n = (name: string, fallback: number) => Number(process.env[name] ?? fallback)
+/**
+ * The share of a scenario's cycles an adapter on this store runs: GCS takes about one write per second per
+ * object, and every lock on it (fencelock's driver, the floor) keeps to that, so a cycle of one key takes
+ * about two seconds; the full counts would take hours.
+ */
+const PACED: Readonly<Record<string, number>> = { gcs: 0.01 }
+const scaled = (adapter: Adapter, count: number, least: number) =>
+  Math.max(least, Math.round(count * (PACED[adapter.store] ?? 1)))
+/** HTTP requests per `per`, over what `run` sent, where the store is counted that way (S3, GCS, DynamoDB). */
+async function counting<T>(
+  adapter: Adapter,
+  run: () => Promise<T>,
+): Promise<{ value: T; requests?: number }> {
+  if (!HTTP_STORES.has(adapter.store)) return { value: await run() }
+  const before = httpRequests()
+  const value = await run()
+  return { value, requests: httpRequests() - before }
+}
 const downsample = (samples: number[], max = 400) =>
   samples.length <= max ? samples : samples.filter((_, i) => i % Math.ceil(samples.length / max) === 0)
 
@@ -39,18 +59,27 @@ async function uncontended(adapter: Adapter, env: Env, key: string): Promise<Fig
   const [locker] = await lockers(adapter, env, 1)
   try {
     // Long enough for the JIT to settle every adapter's hot path (200 cycles left fencelock and peers half-optimised).
-    for (let i = 0; i < 1000; i++) await (await locker!.acquire(key)).release()
-    const cycles = n('BENCH_CYCLES', 2000)
+    for (let i = 0, warm = scaled(adapter, 1000, 10); i < warm; i++)
+      await (await locker!.acquire(key)).release()
+    const cycles = scaled(adapter, n('BENCH_CYCLES', 2000), 20)
     const samples: number[] = []
     const started = performance.now()
-    for (let i = 0; i < cycles; i++) {
-      const t = performance.now()
-      await (await locker!.acquire(key)).release()
-      samples.push(performance.now() - t)
-    }
+    const { requests } = await counting(adapter, async () => {
+      for (let i = 0; i < cycles; i++) {
+        const t = performance.now()
+        await (await locker!.acquire(key)).release()
+        samples.push(performance.now() - t)
+      }
+    })
     const seconds = (performance.now() - started) / 1000
     return {
-      metrics: { opsPerSec: cycles / seconds, p50: percentile(samples, 50), p99: percentile(samples, 99) },
+      metrics: {
+        opsPerSec: cycles / seconds,
+        p50: percentile(samples, 50),
+        p99: percentile(samples, 99),
+        // A cycle is one acquire and its release: the requests of both.
+        ...(requests === undefined ? {} : { requestsPerAcquire: requests / cycles }),
+      },
       samples: downsample(samples),
     }
   } finally {
@@ -115,31 +144,34 @@ export const SCENARIOS: Scenario[] = [
       let lastHolder = -1
       let lastReleaseStart = 0
       const stopAt = performance.now() + durationMs
+      let requests: number | undefined
       try {
-        await Promise.all(
-          workers.map(async (w, i) => {
-            while (performance.now() < stopAt) {
-              let held: Awaited<ReturnType<Locker['acquire']>>
-              try {
-                held = await w.acquire(key)
-              } catch {
-                failures++
+        ;({ requests } = await counting(adapter, () =>
+          Promise.all(
+            workers.map(async (w, i) => {
+              while (performance.now() < stopAt) {
+                let held: Awaited<ReturnType<Locker['acquire']>>
+                try {
+                  held = await w.acquire(key)
+                } catch {
+                  failures++
+                  await sleep(1)
+                  continue
+                }
+                const grantedAt = performance.now()
+                if (lastReleaseStart > 0) handoffs.push(grantedAt - lastReleaseStart)
+                if (lastHolder === i) reacquisitions++
+                lastHolder = i
+                if (++inside > 1) overlaps++
+                perWorker[i]!++
                 await sleep(1)
-                continue
+                inside--
+                lastReleaseStart = performance.now()
+                await held.release()
               }
-              const grantedAt = performance.now()
-              if (lastReleaseStart > 0) handoffs.push(grantedAt - lastReleaseStart)
-              if (lastHolder === i) reacquisitions++
-              lastHolder = i
-              if (++inside > 1) overlaps++
-              perWorker[i]!++
-              await sleep(1)
-              inside--
-              lastReleaseStart = performance.now()
-              await held.release()
-            }
-          }),
-        )
+            }),
+          ),
+        ))
       } finally {
         await closeAll(workers)
       }
@@ -155,6 +187,8 @@ export const SCENARIOS: Scenario[] = [
           reacquisitionShare: total === 0 ? 0 : reacquisitions / total,
           failures,
           overlaps,
+          // Every worker's requests (the waiting ones' too), per grant.
+          ...(requests === undefined ? {} : { requestsPerAcquire: total === 0 ? 0 : requests / total }),
         },
         perWorker,
         samples: downsample(handoffs),
@@ -214,11 +248,12 @@ export const SCENARIOS: Scenario[] = [
     async run(adapter, env) {
       const pair = await lockers(adapter, env, 2)
       const key = `bench-h-${process.pid}-${Math.random()}`
-      const count = n('BENCH_HANDOFFS', 300)
+      const count = scaled(adapter, n('BENCH_HANDOFFS', 300), 10)
+      const warm = scaled(adapter, 20, 3)
       const latencies: number[] = []
       try {
         let held = await pair[0]!.acquire(key)
-        for (let i = 0; i < count + 20; i++) {
+        for (let i = 0; i < (adapter.handoffAfterLease ? 0 : count + warm); i++) {
           let grantedAt = 0
           const waiting = pair[(i + 1) % 2]!.acquire(key).then((h) => {
             grantedAt = performance.now()
@@ -230,16 +265,23 @@ export const SCENARIOS: Scenario[] = [
           const releaseStart = performance.now()
           await held.release()
           held = await waiting
-          if (i >= 20) latencies.push(grantedAt - releaseStart)
+          if (i >= warm) latencies.push(grantedAt - releaseStart)
         }
         await held.release()
         const waitingCommands =
-          adapter.store === 'redis' ? await commandsWhileBlocked(pair, `${key}:blocked`, env) : undefined
+          adapter.store === 'redis'
+            ? await whileBlocked(pair, `${key}:blocked`, redisCommands(env))
+            : undefined
+        const waitingRequests = HTTP_STORES.has(adapter.store)
+          ? await whileBlocked(pair, `${key}:blocked`, requestCounter())
+          : undefined
         return {
           metrics: {
-            p50: percentile(latencies, 50),
-            p99: percentile(latencies, 99),
+            ...(latencies.length === 0
+              ? {}
+              : { p50: percentile(latencies, 50), p99: percentile(latencies, 99) }),
             ...(waitingCommands === undefined ? {} : { commandsPerWaitingSecond: waitingCommands }),
+            ...(waitingRequests === undefined ? {} : { requestsPerWaitingSecond: waitingRequests }),
           },
           samples: downsample(latencies),
         }
@@ -257,33 +299,67 @@ export const SCENARIOS: Scenario[] = [
   },
 ]
 
+/** Counts what a blocked waiter sends, from `reset()` on. */
+interface Counter {
+  reset(): void
+  count(): number
+  close(): void
+}
+
 /**
- * Commands a blocked waiter sends per second, counted at the server with MONITOR: commands a script runs
- * inside Redis are reported with source "lua" and are not counted (they are not round trips).
+ * Commands at the Redis server, with MONITOR: commands a script runs inside Redis are reported with source
+ * "lua" and are not counted (they are not round trips).
  */
-async function commandsWhileBlocked(pair: Locker[], key: string, env: Env): Promise<number> {
+async function redisCommandsCounter(env: Env): Promise<Counter> {
   const admin = new Redis(env.redis, '127.0.0.1')
   const monitor = await admin.monitor()
   let count = 0
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
     if (source !== 'lua' && args[0]?.toLowerCase() !== 'monitor') count++
   })
+  return {
+    reset: () => {
+      count = 0
+    },
+    count: () => count,
+    close: () => {
+      monitor.disconnect()
+      admin.disconnect()
+    },
+  }
+}
+const redisCommands = (env: Env) => () => redisCommandsCounter(env)
+
+/** HTTP requests this process sends (S3, GCS, DynamoDB; bench/requests.ts). */
+const requestCounter = () => async (): Promise<Counter> => {
+  let from = httpRequests()
+  return {
+    reset: () => {
+      from = httpRequests()
+    },
+    count: () => httpRequests() - from,
+    close: () => {},
+  }
+}
+
+/** What a blocked waiter sends per second, while another locker holds `key` (no renewals: the bench's ttl is 30 s). */
+async function whileBlocked(pair: Locker[], key: string, start: () => Promise<Counter>): Promise<number> {
+  const counter = await start()
   const blocker = await pair[1]!.acquire(key)
   const blocked = pair[0]!.acquire(key)
   // Libraries that stop retrying (redlock's defaults give up after ~2 s) reject here; the count stands.
   blocked.catch(() => {})
   await sleep(300)
-  count = 0
+  counter.reset()
   const from = performance.now()
   await sleep(3000)
-  const perSecond = count / ((performance.now() - from) / 1000)
+  const perSecond = counter.count() / ((performance.now() - from) / 1000)
   await blocker.release()
   await blocked.then(
     (held) => held.release(),
     () => {},
   )
-  monitor.disconnect()
-  admin.disconnect()
+  counter.close()
   return perSecond
 }
 

@@ -72,4 +72,5 @@ export const dynamodbKit: Kit = {
   },
   // No store-side switches (a real jar): its lost replies are the proxies' (S13); no 503 bursts.
   chaos: [{ name: 'dynamodb', features: ['crash', 'durable', 'expire'] }],
+  bench: [{ name: 'fencelock dynamodb', store: 'dynamodb', note: 'DynamoDB Local (a JVM on this machine)' }],
 }

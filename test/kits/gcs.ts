@@ -40,4 +40,5 @@ export const gcsKit: Kit = {
     return gcsStore(server)
   },
   chaos: fakeChaos('gcs'),
+  bench: [{ name: 'fencelock gcs', store: 'gcs', note: 'the in-process test server' }],
 }

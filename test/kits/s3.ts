@@ -62,4 +62,5 @@ export const s3Kit: Kit = {
     return s3Store(server)
   },
   chaos: fakeChaos('s3'),
+  bench: [{ name: 'fencelock s3', store: 's3', note: 'the in-process test server' }],
 }
