@@ -33,10 +33,13 @@ const TRIES = 3
 
 export class CasHolds {
   readonly #io: CasIo
-  /** Owners whose acquire sent a write (cas-lease.ts): only they can have left a record to abandon. */
-  readonly #writers: BoundedMap<string, true>
+  /**
+   * Owners whose acquire sent a write (cas-lease.ts), with the versions its replaces were conditioned on:
+   * only they can have left a record to abandon, or still have a write in flight that could land.
+   */
+  readonly #writers: BoundedMap<string, Set<string>>
 
-  constructor(io: CasIo, writers: BoundedMap<string, true>) {
+  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>) {
     this.#io = io
     this.#writers = writers
   }
@@ -89,30 +92,35 @@ export class CasHolds {
 
   /**
    * `LockBackend.abandon`: our acquire gave up, but a write of it may have landed (a lost reply, an abort
-   * racing it). A record held by its owner is marked released, conditionally on its version. No record
-   * at all while a create of ours may still be in flight: a released record (fence 0, so the next grant
-   * still gets 1) is created, which makes that create fail for good instead of leaving a lock nobody
-   * renews. An owner that never sent a write costs no request.
+   * racing it), or may still land: the core stops waiting for an attempt at once (the SDK call rejects on
+   * abort), while a request that had reached the server is committed after anything we do next.
+   * - A record held by its owner: marked released, conditionally on its version.
+   * - No record at all while a create of ours may still be in flight: a released record (fence 0, so the
+   *   next grant still gets 1) is created, which makes that create fail for good instead of leaving a lock
+   *   nobody renews.
+   * - A record at a version one of our replaces was conditioned on (a released record taken, a takeover
+   *   after observed expiry): that replace has not landed and still could, granting a lock nobody renews
+   *   (waiters would sit out a whole lease). It is written over with a released record on that version
+   *   (same fence, a fresh nonce), so that our replace's condition fails for good. That changes no live
+   *   holder's lease: the engine conditions a write on version V only after deciding that the record at V
+   *   was free to take (released, or seen unchanged for its lease plus the margin), so "released" at V is
+   *   what V already meant to every waiter, and the fence, kept, still moves on with the next grant.
+   * - Any other version: none of our writes can land on it any more (versions never come back), nothing
+   *   to do. An owner that never sent a write costs no request.
    */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
-    if (!this.#writers.has(req.owner)) return
+    const conditioned = this.#writers.get(req.owner)
+    if (conditioned === undefined) return
     let current = await this.#io.read(req.key, signal)
     for (let i = 0; i < TRIES; i++) {
       const found = current === undefined ? undefined : decodeRecord(current.body)
-      if (current !== undefined && !heldBy(found, req.owner)) {
+      const pending = found !== undefined && conditioned.has(current!.version)
+      if (current !== undefined && !heldBy(found, req.owner) && !pending) {
         this.#writers.delete(req.owner)
         return
       }
       await this.#io.paced(req.key, signal)
-      const record: CasRecord = {
-        owner: req.owner,
-        fence: found?.fence ?? 0n,
-        leaseMs: found?.leaseMs ?? req.ttlMs,
-        state: 'released',
-        holder: req.holder,
-        nonce: newNonce(),
-      }
-      const out = await this.#io.write(req.key, record, current?.version, signal)
+      const out = await this.#io.write(req.key, released(req, found), current?.version, signal)
       if (out.kind === 'unknown') throw out.error
       if (out.kind === 'written') {
         this.#writers.delete(req.owner)
@@ -128,6 +136,24 @@ export class CasHolds {
     const nonce = newNonce()
     hold.nonces.add(nonce)
     return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
+  }
+}
+
+/**
+ * The released record abandon writes over `found` (undefined: no record). The fence and lease are kept,
+ * and the owner and holder too: a released record's owner never matters for exclusion (only a held one
+ * is anyone's), and the fence it carries was theirs, not ours (`found` held by our owner is ours anyway).
+ * No record: ours, with fence 0, which nobody held.
+ */
+function released(req: AcquireRequest, found: CasRecord | undefined): CasRecord {
+  if (found !== undefined) return { ...found, state: 'released', nonce: newNonce() }
+  return {
+    owner: req.owner,
+    fence: 0n,
+    leaseMs: req.ttlMs,
+    state: 'released',
+    holder: req.holder,
+    nonce: newNonce(),
   }
 }
 

@@ -32,7 +32,8 @@
  *   when they start): 60 R at the default `pollMaxMs` of 1 s (64 in the first minute, while the pace
  *   ramps up from 100 ms), plus 1 W per takeover; `inspect` is 1 R;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
- * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours.
+ * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
+ *   still land on the record found (cas-hold.ts).
  *
  * Driver: `CasDriver` (cas-lease-driver.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
@@ -99,7 +100,8 @@ export class CasLease {
   readonly #io: CasIo
   /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
   readonly holds: CasHolds
-  readonly #writers = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
+  readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
 
@@ -195,7 +197,10 @@ export class CasLease {
       holder: req.holder,
       nonce: newNonce(),
     }
-    this.#writers.set(req.owner, true)
+    // Before it is sent: from here on it may land at any time, even after the core gave up on it.
+    const conditioned = this.#writers.get(req.owner) ?? new Set<string>()
+    if (seen !== undefined) conditioned.add(seen.version)
+    this.#writers.set(req.owner, conditioned)
     const out = await this.#io.write(req.key, record, seen?.version, signal)
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)

@@ -35,6 +35,14 @@ function deadHolder(store: FakeCasStore, key: string, fence: bigint, leaseMs: nu
   return store.put(key, encodeRecord({ ...record, holder: 'crashed (pid 1)' }))
 }
 
+/** A record a holder released: free for the next writer. */
+function released(store: FakeCasStore, key: string, fence: bigint): string {
+  return store.put(
+    key,
+    encodeRecord({ owner: 'd'.repeat(32), fence, leaseMs: 5000, state: 'released', nonce: 'n0' }),
+  )
+}
+
 const logOf = (store: FakeCasStore, op: string) => store.log.filter((l) => l.op === op && l.applied)
 
 describe('cas-lease: grants, fences and request counts', () => {
@@ -375,6 +383,51 @@ describe('cas-lease: uncertain outcomes', () => {
       assert.equal(store.json('k')!.fence, String(fence))
       const lock = await client.acquire('k', { renew: false })
       assert.equal(lock.fence, fence + 1n)
+      await lock.release()
+      await client.close()
+    })
+  }
+
+  // The core gave up on an attempt whose replace on version V had already reached the store (the SDK
+  // call rejected at once on abort); abandon then reads V, before the store commits that replace.
+  const lateWrites = [
+    { title: 'a released record', leaseMs: 0, put: (s: FakeCasStore) => released(s, 'k', 1n) },
+    {
+      title: 'a takeover after observed expiry',
+      leaseMs: 200,
+      put: (s: FakeCasStore) => deadHolder(s, 'k', 1n, 200),
+    },
+  ]
+  for (const { title, leaseMs, put } of lateWrites) {
+    it(`abandon stops our replace still in flight on the version it read (${title}): it never lands`, async () => {
+      const store = new FakeCasStore()
+      const v = put(store)
+      const { backend, client } = processOn(store)
+      let commit!: () => void
+      const late = new Promise<void>((resolve) => {
+        commit = resolve
+      })
+      store.next('replace', { late })
+      const req: AcquireRequest = { key: 'k', owner: 'f'.repeat(32), ttlMs: 5000 }
+      const stop = new AbortController()
+      if (leaseMs > 0) {
+        // A holder's record: seen once, then unchanged for longer than its lease plus the margin.
+        assert.equal((await backend.tryAcquire(req, stop.signal)).granted, false)
+        await sleep(leaseMs + MARGIN + 100)
+      }
+      const attempt = backend.tryAcquire(req, stop.signal)
+      await waitUntil(() => store.count('replace') === 1, 'the replace to reach the store')
+      stop.abort(new Error('the attempt ran out of time'))
+      await assert.rejects(attempt)
+      await backend.abandon(req, signal())
+      const held = store.log.find((l) => l.op === 'replace')!
+      commit()
+      await waitUntil(() => held.done !== undefined, 'the store to be done with the late replace')
+      assert.equal(held.applied, undefined, 'the late replace was refused')
+      assert.notEqual(store.records.get('k')!.version, v)
+      assert.deepEqual([store.json('k')!.state, store.json('k')!.fence], ['released', '1'])
+      const lock = await client.acquire('k', { renew: false })
+      assert.equal(lock.fence, 2n)
       await lock.release()
       await client.close()
     })

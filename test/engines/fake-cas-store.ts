@@ -2,7 +2,8 @@
  * An in-memory `CasDriver` for the cas-lease engine's unit tests: one versioned record per key, answered
  * asynchronously like a store, with one-shot faults a test queues for the next operation of a kind:
  * a reply lost after the write was applied, a failure before it was applied, a refusal (also one after
- * applying, as an SDK's own retry reports it), 429/503 errors, a gate that holds the operation, and a
+ * applying, as an SDK's own retry reports it), 429/503 errors, a gate that holds the operation, a
+ * write held at the store while its caller gives up (applied later, as a request already sent is), and a
  * "lax" mode that ignores every condition (some S3-compatible servers do). Every operation is logged
  * with when it reached the store and when it was applied, on the test's monotonic clock.
  */
@@ -26,6 +27,13 @@ export type Fault =
   | 503
   /** Held until the promise settles, then done normally. */
   | { readonly gate: Promise<void> }
+  /**
+   * A write held at the store until the promise settles, then done normally (applied if its condition
+   * still holds), while its caller is rejected at once when its signal aborts: an SDK call rejects on
+   * abort, but the request it already sent is still committed by the server, after anything the caller
+   * does next.
+   */
+  | { readonly late: Promise<void> }
 
 export interface LoggedOp {
   readonly op: Op
@@ -36,6 +44,8 @@ export interface LoggedOp {
   applied?: number
   /** The record's version after the operation (writes that landed). */
   version?: string
+  /** When the store was done with it (applied or refused), whether or not its caller still listened. */
+  done?: number
 }
 
 export class FakeCasStore implements CasDriver {
@@ -111,7 +121,7 @@ export class FakeCasStore implements CasDriver {
 
   async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
     const entry = this.#enter('read', key)
-    await this.#before(entry, signal)
+    await this.#before(entry, this.#take(entry), signal)
     entry.applied = performance.now()
     return this.records.get(key)
   }
@@ -136,7 +146,37 @@ export class FakeCasStore implements CasDriver {
     signal: AbortSignal,
   ): Promise<CasWrite> {
     const entry = this.#enter(op, key)
-    const fault = await this.#before(entry, signal)
+    const fault = this.#take(entry)
+    const done = this.#apply(entry, fault, body, version, signal)
+    if (typeof fault !== 'object' || !('late' in fault)) return done
+    // The caller stops listening on abort; the store still applies the write when its hold ends.
+    done.catch(() => {})
+    return new Promise<CasWrite>((resolve, reject) => {
+      const abort = () => reject(signal.reason)
+      if (signal.aborted) abort()
+      signal.addEventListener('abort', abort, { once: true })
+      done.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort))
+    })
+  }
+
+  /** A write as the store does it: after its delay and fault, applied if its condition holds. */
+  async #apply(
+    entry: LoggedOp,
+    fault: Fault | undefined,
+    body: string,
+    version: string | undefined,
+    signal: AbortSignal,
+  ): Promise<CasWrite> {
+    try {
+      await this.#before(entry, fault, signal)
+      return this.#commit(entry, fault, body, version)
+    } finally {
+      entry.done = performance.now()
+    }
+  }
+
+  #commit(entry: LoggedOp, fault: Fault | undefined, body: string, version: string | undefined): CasWrite {
+    const { op, key } = entry
     const current = this.records.get(key)
     const holds = op === 'create' ? current === undefined : current?.version === version
     if (fault === 'refuse' || (!holds && !this.lax)) {
@@ -157,21 +197,24 @@ export class FakeCasStore implements CasDriver {
     return entry
   }
 
-  /** The delay and the queued fault of an operation; throws for the faults that apply nothing. */
-  async #before(entry: LoggedOp, signal: AbortSignal): Promise<Fault | undefined> {
+  /** The queued fault of an operation, taken as it reaches the store. */
+  #take(entry: LoggedOp): Fault | undefined {
     const i = this.#faults.findIndex((f) => matches(f.op, entry.op))
     const queued = this.#faults[i]
-    let fault: Fault | undefined
     if (queued && queued.skip > 0) queued.skip--
-    else if (queued) fault = this.#faults.splice(i, 1)[0]!.fault
+    else if (queued) return this.#faults.splice(i, 1)[0]!.fault
+    return undefined
+  }
+
+  /** The delay and the fault of an operation; throws for the faults that apply nothing. */
+  async #before(entry: LoggedOp, fault: Fault | undefined, signal: AbortSignal): Promise<void> {
     if (this.delayMs > 0) await sleep(this.delayMs)
     else await new Promise<void>((resolve) => setImmediate(resolve))
-    if (typeof fault === 'object') await fault.gate
+    if (typeof fault === 'object') await ('gate' in fault ? fault.gate : fault.late)
     // A request sent is applied whether or not its caller still listens; only one not yet sent is not.
     if (signal.aborted && fault === undefined && entry.op === 'read') throw signal.reason
     if (fault === 'throw-before') throw unavailable(entry.key, 'connection reset')
     if (fault === 429 || fault === 503) throw unavailable(entry.key, `HTTP ${fault}`)
-    return fault
   }
 }
 
