@@ -161,13 +161,22 @@ export class LockHandle implements Lock {
       if (this.#state === 'released') return 'released' as const
       if (this.#state === 'lost') return 'lost' as const
       const start = now()
+      const deadline = this.#validUntil
       try {
         // Past validUntil the answer no longer matters: the lease is lost locally either way.
         const lease = this.#lease
-        const result = await withTimeout(this.#validUntil - start, (signal) =>
+        const result = await withTimeout(deadline - start, (signal) =>
           this.#ctx.backend.extend(lease, ttlMs, signal),
         )
         if (this.#state !== 'held') return this.#state
+        // The timeout above and the reply can become due in the same turn of a busy event loop, and the
+        // reply may be processed first: a confirmation that lands after validUntil came too late all the
+        // same. The holder was owed the loss signal by then (the lock was not valid in between), so the
+        // renewal must not quietly revive it.
+        if (now() >= deadline) {
+          this.#expireLocally()
+          return 'lost' as const
+        }
         if (!result.renewed) {
           publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
           this.#markLost(

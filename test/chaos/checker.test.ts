@@ -184,7 +184,7 @@ describe('checkHistory', () => {
         ...nothing,
       },
       a4: { violations: 0, releases: 0, renewals: 0, ...nothing },
-      a5: { violations: 0, lateLost: 0, writesAfterValidity: 0, ...nothing },
+      a5: { violations: 0, lateLost: 0, writesAfterValidity: 0, excusedByStalls: 0, ...nothing },
       a7: { violations: 0, lastRecoveryMs: 100, slowRecovery: false, stuck: 0, idle: 0, ...nothing },
       i1: { overlappingHolds: 0, examples: [] },
       findings: [],
@@ -441,6 +441,7 @@ describe('A4: release and renewal never touch another owner', () => {
 })
 
 describe('A5: the loss signal comes on time', () => {
+  const stall = (t: number, client: string, ms: number): HistoryEvent => ({ t, client, ev: 'stall', ms })
   // Every hold is valid until 1000 (grace 250, deadline 1250); the history runs to 2000.
   const held = (client: string, op: string, key: string, more: Partial<HoldSpec> = {}) =>
     hold({ client, op, fence: '1', invoke: 0, ok: 10, validUntil: 1000, key, ...more })
@@ -475,6 +476,7 @@ describe('A5: the loss signal comes on time', () => {
       violations: 2,
       lateLost: 2,
       writesAfterValidity: 2,
+      excusedByStalls: 0,
       examples: 2,
       notes: 2,
     })
@@ -485,6 +487,45 @@ describe('A5: the loss signal comes on time', () => {
 
   it('honours lostGraceMs', () => {
     assert.equal(checkHistory(history, { ...FENCED, lostGraceMs: 500 }).a5.lateLost, 1) // only the missing one
+  })
+
+  it('moves the deadline past a stall of the client, never past a loss that stays unheard', () => {
+    const report = checkHistory(
+      [
+        ...held('w1', 'stalled', 'k1'),
+        stall(1350, 'w1', 400), // 950-1350: over the deadline (1250): due at 1600 now
+        lost(1400, 'w1', 'stalled'),
+        ...held('w3', 'tooLate', 'k3'),
+        stall(1300, 'w3', 400), // due at 1550, but its loss came at 1700
+        lost(1700, 'w3', 'tooLate'),
+        ...held('w4', 'never', 'k4'),
+        stall(1300, 'w4', 400), // excuses nothing once the stall is over: still never heard by 2000
+        ...held('w5', 'other', 'k5'),
+        stall(1300, 'w9', 400), // another worker's stall is no excuse
+        lost(1400, 'w5', 'other'),
+        ...held('w6', 'before', 'k6'),
+        stall(5, 'w6', 5), // over before the grant: no excuse
+        lost(1400, 'w6', 'before'),
+        finalRead(2000, 'k1', []),
+      ],
+      FENCED,
+    )
+    assert.equal(report.a5.excusedByStalls, 1)
+    assert.equal(report.a5.lateLost, 4)
+    assert.doesNotMatch(report.a5.examples.join('\n'), /\(w1\b/)
+  })
+
+  it("moves every hold's deadline past a stall of the harness (its stamps in it were late)", () => {
+    const history = (stalled: boolean) => [
+      ...held('w2', 'harness', 'k2'),
+      ...(stalled ? [stall(1300, 'harness', 200)] : []), // stamps late until 1300: due at 1550
+      lost(1500, 'w2', 'harness'),
+      finalRead(2000, 'k2', []),
+    ]
+    assert.equal(checkHistory(history(false), FENCED).a5.lateLost, 1)
+    const report = checkHistory(history(true), FENCED)
+    assert.equal(report.a5.lateLost, 0)
+    assert.equal(report.a5.excusedByStalls, 1)
   })
 })
 

@@ -121,6 +121,8 @@ export interface ChaosReport {
     readonly lateLost: number
     /** Informational: `write-invoke` events of a hold at or after the end of its validity. */
     readonly writesAfterValidity: number
+    /** Informational: holds whose late `lost` was excused because their client (or the harness) stalled. */
+    readonly excusedByStalls: number
   }
   /** `violations`: `stuck`, plus 1 for a slow (or missing) recovery after the last fault. */
   readonly a7: RuleReport & {
@@ -205,6 +207,8 @@ interface History {
   /** The last `final-read` per key. */
   readonly finalReads: Map<string, FinalRead>
   readonly faults: Fault[]
+  /** Spans in which a process could not run (`stall` events): a worker, or the harness ('harness'). */
+  readonly stalls: { readonly client: string; readonly start: number; readonly end: number }[]
   /** The `t` of every `acquire-ok`, ascending: the next grant after a fault is a binary search. */
   readonly grantTimes: number[]
   /** The last event's time: what "until the end" means for open intervals. */
@@ -219,6 +223,7 @@ function indexHistory(events: readonly HistoryEvent[]): History {
     results: [],
     finalReads: new Map(),
     faults: [],
+    stalls: [],
     grantTimes: [],
     end: sorted.at(-1)?.t ?? 0,
   }
@@ -238,6 +243,9 @@ function record(history: History, event: HistoryEvent): void {
     case 'fault-start':
     case 'fault-end':
       history.faults.push(event)
+      return
+    case 'stall':
+      history.stalls.push({ client: event.client, start: event.t - event.ms, end: event.t })
       return
   }
   const op = opOf(history, event.op)
@@ -651,12 +659,17 @@ function faultSpans(history: History): FaultSpan[] {
 
 /**
  * A5: a client that lives on must hear of the loss by `validUntil + grace`. A paused or killed client (any
- * fault aimed at it while the deadline ran) cannot, and a released hold has nothing left to lose.
+ * fault aimed at it while the deadline ran) cannot, and a released hold has nothing left to lose. Nor can a
+ * client whose process stalled (a `stall` it reported: the machine gave it no CPU) between its grant and
+ * the deadline, and a stall of the harness makes every stamp in it late: both move the deadline to the
+ * stall's end plus the grace (the excused holds are counted in `excusedByStalls`); a loss still unheard
+ * by then is a violation.
  */
 function checkA5(holds: readonly Hold[], history: History, graceMs: number): ChaosReport['a5'] {
   const spans = faultSpans(history)
   let lateLost = 0
   let writesAfterValidity = 0
+  let excusedByStalls = 0
   const examples: string[] = []
   const notes: string[] = []
   for (const h of holds) {
@@ -665,8 +678,17 @@ function checkA5(holds: readonly Hold[], history: History, graceMs: number): Cha
     const released = h.releaseInvokeT !== undefined && h.releaseInvokeT < h.validUntil
     const faulted = spans.some((f) => f.target === h.client && f.start <= deadline && f.end >= h.okT)
     // A missing signal counts only once the history has run past the deadline.
-    const late = h.lostT === undefined ? history.end > deadline : h.lostT > deadline
-    if (!released && !faulted && late) {
+    const lateBy = (d: number) => (h.lostT === undefined ? history.end > d : h.lostT > d)
+    // A stall between the grant and the deadline postpones the deadline to the stall's end plus the grace
+    // (chained stalls too): the client could not run, or its words could not be stamped, until then.
+    let due = deadline
+    for (const s of history.stalls) {
+      if ((s.client === h.client || s.client === 'harness') && s.start <= due && s.end >= h.okT) {
+        due = Math.max(due, s.end + graceMs)
+      }
+    }
+    if (!released && !faulted && lateBy(deadline) && !lateBy(due)) excusedByStalls++
+    if (!released && !faulted && lateBy(due)) {
       lateLost++
       const heard = h.lostT === undefined ? 'never' : at(h.lostT)
       note(examples, `${h.key}: ${holdText(h)} valid until ${at(h.validUntil)}, lost heard ${heard}`)
@@ -677,7 +699,7 @@ function checkA5(holds: readonly Hold[], history: History, graceMs: number): Cha
       note(notes, `${h.key}: ${holdText(h)} wrote ${w.value} ${at(w.t)}, validity ended ${at(h.validEnd)}`)
     }
   }
-  return { violations: lateLost, lateLost, writesAfterValidity, examples, notes }
+  return { violations: lateLost, lateLost, writesAfterValidity, excusedByStalls, examples, notes }
 }
 
 /** From every `fault-end` to the next grant on any key: how long the system took to serve again. */

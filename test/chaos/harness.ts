@@ -16,6 +16,7 @@ import { pollUntil } from '../support/wait.js'
 import { type ChaosReport, checkHistory, violationsOf } from './checker.js'
 import type { HistoryEvent } from './history.js'
 import { ProtectedResource, type ResourceMode } from './resource.js'
+import { watchStalls } from './stalls.js'
 import type { Store, Target } from './targets.js'
 import type { WorkerConfig } from './worker.js'
 
@@ -137,9 +138,12 @@ export async function runScenario(
   const rates = new Map<string, number>()
   const record = (client: string, event: Record<string, unknown>) => {
     const t = monotonicMs()
-    const { validInMs, ...rest } = event as { validInMs?: number }
+    const { validInMs, ...rest } = event as { validInMs?: number; ev?: unknown; ms?: unknown }
+    const rate = rates.get(client) ?? 1
     // A deadline the worker knows only as "ms from now" (of its own clock) is placed on our clock at receipt.
-    const validUntil = validInMs === undefined ? undefined : t + validInMs / (rates.get(client) ?? 1)
+    const validUntil = validInMs === undefined ? undefined : t + validInMs / rate
+    // So is a stall the worker measured on its own clock.
+    if (rest.ev === 'stall') rest.ms = Number(rest.ms) / rate
     const stamped = { t, client, ...rest, ...(validUntil === undefined ? {} : { validUntil }) }
     events.push(stamped as unknown as HistoryEvent)
   }
@@ -241,6 +245,8 @@ export async function runScenario(
     },
   }
   const deadline = performance.now() + options.durationMs
+  // While the harness could not run, the lines it then received all get late stamps: say so.
+  const unwatch = watchStalls((ms) => record('harness', { ev: 'stall', ms }))
   try {
     const timer = setTimeout(() => stop.abort(), options.durationMs)
     const nemesis = scenario.nemesis ? scenario.nemesis(ctx).catch((error: unknown) => error) : undefined
@@ -259,6 +265,7 @@ export async function runScenario(
     // The servers' logs go beside the history, for a replay of a failing run.
     for (const [name, log] of Object.entries(store.logs())) writeFileSync(join(dir, `${name}.log`), log)
     await store.close()
+    unwatch()
   }
 
   const report = checkHistory(events, {
@@ -345,6 +352,7 @@ export function figuresOf(result: RunResult): Record<string, string | number> {
     'lost updates': r.fenced ? '-' : r.a3.lostUpdates,
     'I1 believed overlaps': r.i1.overlappingHolds,
     'recovery p50/p99 ms': `${ms(r.recoveryP50)}/${ms(r.recoveryP99)}`,
+    'stalls (count/longest ms, A5 excused)': stallsOf(result.events, r.a5.excusedByStalls),
     'acquire p50/p99 ms': `${ms(r.acquireP50)}/${ms(r.acquireP99)}`,
     expected: expected.length > 0 ? expected.join(',') : '-',
   }
@@ -366,6 +374,12 @@ export function figuresLine(result: RunResult): string {
             .join('; ')})`
         : 'ok'
   return `${result.scenario.id} ${result.target.name}: ${verdict} | ${body}`
+}
+
+/** Stalls of the workers and the harness (a loaded machine): how many, the longest, the holds they excused. */
+function stallsOf(events: readonly HistoryEvent[], excused: number): string {
+  const ms = events.flatMap((e) => (e.ev === 'stall' ? [e.ms] : []))
+  return ms.length === 0 ? '0' : `${ms.length}/${Math.round(Math.max(...ms))}, ${excused}`
 }
 
 const span = (events: readonly HistoryEvent[]) =>

@@ -113,7 +113,19 @@ export interface Fault extends Base {
   readonly target: string
 }
 
+/**
+ * A process that could not run for a while (its event loop stalled: the machine was busy): a worker, or
+ * the harness itself (client 'harness'), whose stamps of everything it received in the meantime are late.
+ * Stamped when the stall ended; `ms` is how long it lasted. Nobody injected it: it is load, and the
+ * checker treats it as the pause it is (a stalled client cannot hear of a loss on time).
+ */
+export interface Stall extends Base {
+  readonly ev: 'stall'
+  readonly ms: number
+}
+
 export type HistoryEvent =
+  | Stall
   | AcquireInvoke
   | AcquireOk
   | AcquireFail

@@ -17,6 +17,7 @@ import {
   LockNotAcquiredError,
 } from '../../src/index.js'
 import { sleep } from '../support/time.js'
+import { watchStalls } from './stalls.js'
 
 export interface WorkerConfig {
   readonly id: string
@@ -58,6 +59,8 @@ function call(port: number, method: 'GET' | 'POST', path: string, body?: object)
 async function main(config: WorkerConfig): Promise<void> {
   const locks = createLockClient(config.url, { ttl: config.ttlMs })
   let stopping = false
+  // A loaded machine can leave this process without CPU past a lease's end: report it, as a pause.
+  watchStalls((ms) => emit({ ev: 'stall', ms }))
   createInterface({ input: process.stdin }).on('line', (line) => {
     if (line.trim() === 'stop') stopping = true
   })

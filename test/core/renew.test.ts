@@ -254,4 +254,28 @@ describe('renewal', { timeout: 20_000 }, () => {
     assert.ok(lock.validUntil <= sentAt + ttl - (ttl * 0.01 + 2) + 1e-6, 'not from when the reply came')
     await lock.release()
   })
+
+  it('a renewal confirmed only after validUntil passed does not revive the lock: it is lost', async () => {
+    // Under load the extend's reply and the validity's timeout can become due in the same turn of the
+    // event loop; the reply must not win by being processed first. Here the reply is held back by
+    // blocking the loop itself (as a busy process would), so no timer can run before it lands.
+    let lock: Awaited<ReturnType<ReturnType<typeof createLockClient>['acquire']>> | undefined
+    const backend = scripted({
+      extend: async (lease, ttlMs, signal, inner) => {
+        const result = await inner.extend(lease, ttlMs, signal)
+        const until = lock!.validUntil + 5
+        while (performance.now() < until) {
+          // busy: the event loop cannot run the timeout's timer
+        }
+        return result
+      },
+    })
+    lock = await createLockClient(backend, { ttl: 200 }).acquire(uniqueKey(), { renew: false })
+    const before = lock.validUntil
+    await assert.rejects(lock.extend(), LockLostError)
+    assert.equal(lock.signal.aborted, true, 'lock.signal aborted')
+    assert.ok(lock.signal.reason instanceof LockLostError)
+    assert.equal(lock.validUntil, before, 'validity not moved by the late renewal')
+    await lock.release()
+  })
 })

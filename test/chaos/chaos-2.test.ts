@@ -1,0 +1,4 @@
+// Part 2 of the short chaos run of CI (test/chaos/short.ts deals the runs into parts for the runner's lanes).
+import { defineShortChaos } from './short.js'
+
+defineShortChaos(2)
