@@ -295,7 +295,10 @@ class AcquireLoop {
     if (hint) {
       this.#instantHints = hint.instant ? this.#instantHints + 1 : 0
       hint.disarm()
-      this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+      // A grant handed over is taken on the next round: arming a new hint first would put a store request
+      // (a queue listing, a subscription) on every hand-over's critical path, for a hint nobody needs. The
+      // loop arms one again if that grant cannot be taken after all.
+      this.#hint = this.#handed ? undefined : WakeHint.arm(this.#backend, this.#req, this.#signal)
     }
   }
 

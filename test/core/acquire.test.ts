@@ -537,3 +537,39 @@ describe('abandon', { timeout: 20_000 }, () => {
     }
   })
 })
+
+describe('hand-over', { timeout: 20_000 }, () => {
+  it('takes a grant handed over by the wake-up hint without arming another hint first', async () => {
+    // A queue backend (etcd, ZooKeeper, fair Redis) hands the lock over from its hint; arming a new hint
+    // before taking it costs a store request (a listing, a subscription) on every hand-over's critical path.
+    const inner = freshMemory()
+    const key = uniqueKey()
+    const holder = await createLockClient(inner).acquire(key, { renew: false })
+    let hints = 0
+    let hintsAtHandOver: number | undefined
+    const backend = scripted(
+      {
+        // As in a queue: the waiter's own attempts are refused; only the hand-over grants it.
+        tryAcquire: async () => ({ granted: false }),
+        waitForChange: async (req, signal) => {
+          hints++
+          while (!signal.aborted && (await inner.inspect(key, signal))?.held) await delay(5)
+          if (signal.aborted) return undefined
+          const result = await inner.tryAcquire(req, signal)
+          if (!result.granted) return undefined
+          hintsAtHandOver = hints
+          return result
+        },
+      },
+      inner,
+    )
+    const waiting = createLockClient(backend).acquire(key, { renew: false, timeout: '10s' })
+    await waitFor(() => hints > 0, 'the waiter armed its hint')
+    await holder.release()
+    const lock = await waiting
+    assert.notEqual(hintsAtHandOver, undefined, 'the hint handed the lock over')
+    assert.equal(hints, hintsAtHandOver, 'no hint armed between the hand-over and taking it')
+    assert.ok(lock.fence > holder.fence)
+    await lock.release()
+  })
+})

@@ -6,7 +6,14 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as delay, setImmediate as turn } from 'node:timers/promises'
 import { type MemoryBackend, memoryBackend } from '../../src/backends/memory/index.js'
-import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockBackend } from '../../src/index.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  ExtendResult,
+  Grant,
+  HeldLease,
+  LockBackend,
+} from '../../src/index.js'
 
 export { delay }
 /** The waits of every test (test/support/wait.ts), under the names these tests use. */
@@ -27,7 +34,8 @@ export interface Script {
   tryAcquire?(req: AcquireRequest, signal: AbortSignal, inner: MemoryBackend): Promise<AttemptResult>
   extend?(lease: HeldLease, ttlMs: number, signal: AbortSignal, inner: MemoryBackend): Promise<ExtendResult>
   release?(lease: HeldLease, signal: AbortSignal, inner: MemoryBackend): Promise<boolean>
-  waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  // biome-ignore lint/suspicious/noConfusingVoidType: as LockBackend.waitForChange: a plain hint resolves with nothing
+  waitForChange?(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined | void>
   /** Recorded either way; by default a no-op, as the memory store has nothing to abandon. */
   abandon?(req: AcquireRequest, signal: AbortSignal): Promise<void>
 }
