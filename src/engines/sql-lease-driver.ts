@@ -73,7 +73,13 @@ export interface SqlDialect {
    * with `fence` and not released (an expired row nobody took is still ours: nobody else was granted).
    * Returns the lease set (ms, server-measured), or `undefined` when the row is not ours.
    */
-  extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal): Promise<number | undefined>
+  extend(
+    key: string,
+    owner: string,
+    fence: bigint,
+    ttlMs: number,
+    signal: AbortSignal,
+  ): Promise<number | undefined>
   /**
    * Marks the row released (free at once, fence kept) only while it is held by `owner` (any fence when
    * `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with notifications

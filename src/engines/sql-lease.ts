@@ -35,6 +35,8 @@
  *
  * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
+
+import { raceSignal } from '../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -44,7 +46,6 @@ import type {
   LockBackend,
   LockInfo,
 } from '../core/backend.js'
-import { raceSignal } from '../core/abort.js'
 import { BoundedMap } from '../core/bounded-map.js'
 import { withTimeout } from '../core/clock.js'
 import { BackendUnavailableError } from '../core/errors.js'

@@ -17,8 +17,8 @@
  */
 import type { DoctorFinding } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
-import { causeText } from '../core/errors.js'
 import { now, sleep } from '../core/clock.js'
+import { causeText } from '../core/errors.js'
 import type { SqlDialect, SqlListener, SqlRow } from './sql-lease-driver.js'
 
 /** What this process last saw of a key held by another. */
