@@ -34,8 +34,9 @@ function statements(t: PgTable) {
      * (fence 1), when it is free on the server's clock or released (fence + 1: a new grant), or when it
      * is held by this same owner (an earlier attempt whose reply was lost: the lease restarts, the fence
      * stays). ON CONFLICT locks the row, so two acquires of a free row are serialised: the second one
-     * re-evaluates its WHERE on the first one's row and finds it held. Refused, the second branch reports
-     * the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
+     * re-evaluates its WHERE on the first one's row and finds it held. Granted, the lease is the ttl the
+     * statement added to `clock_timestamp()` (exactly; it started after our send). Refused, the second
+     * branch reports the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
      */
     acquire: `WITH granted AS (
   INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
@@ -50,7 +51,7 @@ function statements(t: PgTable) {
   WHERE l.released OR l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
   RETURNING l.fence, l.expires_at
 )
-SELECT true AS granted, fence::text AS fence, ${REMAINING} AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
+SELECT true AS granted, fence::text AS fence, $3::float8 AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
 UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
   WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM granted)`,
