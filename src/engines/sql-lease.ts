@@ -132,6 +132,7 @@ export class SqlLease {
     // Before it is sent: from here on it may be applied whatever we hear (abandon must release it).
     const before = this.#mayHold.has(req.owner)
     this.#mayHold.set(req.owner, true)
+    const mark = this.waiting.mark(req.key)
     const out = await this.#dialect.acquire(req, signal)
     if (out.granted) {
       this.#waitingOwners.delete(req.owner)
@@ -142,7 +143,7 @@ export class SqlLease {
     // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
     if (!before) this.#mayHold.delete(req.owner)
     this.#waitingOwners.set(req.owner, true)
-    return this.waiting.busy(req.key, out.current)
+    return this.waiting.busy(req.key, out.current, mark)
   }
 
   /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */

@@ -38,6 +38,9 @@ export class SqlWaiting {
   readonly #pollMaxMs: number
   readonly #listenTimeoutMs: number
   readonly #seen = new BoundedMap<string, Seen>(KEYS_KEPT)
+  /** Notifications heard per key, and gaps: see `mark`. */
+  readonly #news = new BoundedMap<string, number>(KEYS_KEPT)
+  #gaps = 0
   /** Resolvers of the waiters of each key (notifications). */
   readonly #waiters = new Map<string, Set<() => void>>()
   #listener: Promise<SqlListener | undefined> | undefined
@@ -64,8 +67,22 @@ export class SqlWaiting {
     return left > 0 ? { granted: false, retryInMs: left } : undefined
   }
 
-  /** The server said `key` is held by `row`'s owner: remember when to ask again. */
-  busy(key: string, row: SqlRow | undefined): { granted: false; retryInMs?: number } {
+  /**
+   * What this process has heard of `key` so far: taken before a statement is sent, and handed back to
+   * `busy` with its answer, which is remembered only if no news of the key arrived in between.
+   */
+  mark(key: string): number {
+    return this.#gaps * 2 ** 32 + (this.#news.get(key) ?? 0)
+  }
+
+  /** The server said `key` is held by `row`'s owner (a statement sent at `mark`): remember when to ask again. */
+  busy(key: string, row: SqlRow | undefined, mark: number): { granted: false; retryInMs?: number } {
+    // A release notified while the statement was on its way: the answer is older than the news, and
+    // remembering it would pace the next attempt past the release the waiter was just woken for.
+    if (mark !== this.mark(key)) {
+      this.#seen.delete(key)
+      return { granted: false, retryInMs: 0 }
+    }
     if (row === undefined || row.remainingMs <= 0) {
       // The statement could not tell (a row inserted after its snapshot): ask again soon.
       this.#seen.delete(key)
@@ -93,7 +110,7 @@ export class SqlWaiting {
     const { listen, watch } = this.#dialect
     if (listen === undefined && watch !== undefined) {
       await watch.call(this.#dialect, key, signal)
-      this.#seen.delete(key)
+      if (!signal.aborted) this.#notified(key)
       return
     }
     void this.#subscribe()
@@ -117,6 +134,7 @@ export class SqlWaiting {
 
   /** A release of `key` was notified. */
   #notified = (key: string): void => {
+    this.#news.set(key, (this.#news.get(key) ?? 0) + 1)
     this.#seen.delete(key)
     const set = this.#waiters.get(key)
     if (set) for (const wake of [...set]) wake()
@@ -124,6 +142,7 @@ export class SqlWaiting {
 
   /** Notifications may have been missed: forget everything seen, wake every waiter. */
   #gap = (): void => {
+    this.#gaps++
     this.#seen.clear()
     for (const set of [...this.#waiters.values()]) for (const wake of [...set]) wake()
   }
