@@ -116,14 +116,17 @@ export class PostgresDialect implements SqlDialect {
     this.#prepare = options.sql.options?.prepare !== false
   }
 
-  async acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired> {
+  async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
     checkKey(req.key)
+    // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
+    // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
+    // must undo (the core stops waiting for the attempt at once anyway).
     const rows = await this.#run<Row>(
       'acquire',
       req.key,
       this.#q.acquire,
       [req.key, req.owner, req.ttlMs, req.holder ?? null],
-      signal,
+      undefined,
     )
     const row = rows[0]
     if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: row.ms }
@@ -223,19 +226,19 @@ export class PostgresDialect implements SqlDialect {
     if (this.#owned) await this.#sql.end({ timeout: 1 })
   }
 
-  /** One statement, raced against `signal` (the server may still run it: the engine settles that). */
+  /** One statement, raced against `signal` when given (the server may still run it: the engine settles that). */
   async #run<R>(
     what: string,
     key: string | undefined,
     text: string,
     params: unknown[],
-    signal: AbortSignal,
+    signal: AbortSignal | undefined,
   ): Promise<R[]> {
     try {
       const query = this.#sql.unsafe(text, params as never[], { prepare: this.#prepare })
-      return (await raceSignal(query, signal)) as unknown as R[]
+      return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
     } catch (error) {
-      if (signal.aborted && error === signal.reason) throw error
+      if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)
     }
   }
