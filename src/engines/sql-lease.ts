@@ -186,8 +186,14 @@ export class SqlLease {
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    const ready = this.#tableReady(signal)
-    if (ready) await ready
+    if (this.#createTable) {
+      const ready = this.#tableReady(signal)
+      if (ready) await ready
+    } else if (!this.#tableChecked) {
+      // Not ours to create: without the table nobody holds anything (doctor names the table and its DDL).
+      if (!(await this.#dialect.tableExists(signal))) return null
+      this.#tableChecked = true
+    }
     const row = await this.#dialect.read(key, signal)
     if (row === undefined) return null
     if (row.remainingMs <= 0) return { held: false, fence: row.fence }

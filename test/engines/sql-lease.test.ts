@@ -232,6 +232,7 @@ describe('sql-lease: the table', () => {
       assert.match(error.message, /CREATE TABLE/)
       return true
     })
+    assert.equal(await backend.inspect('k', signal()), null, 'no table: nobody holds anything')
     const findings = await backend.doctor!(signal())
     assert.ok(findings.some((f) => f.level === 'error' && /CREATE TABLE/.test(f.message)))
     assert.equal(server.tablesCreated, 0)
