@@ -272,6 +272,10 @@ export const SCENARIOS: Scenario[] = [
           adapter.store === 'redis'
             ? await whileBlocked(pair, `${key}:blocked`, redisCommands(env))
             : undefined
+        const waitingStatements =
+          adapter.store === 'postgres'
+            ? await whileBlocked(pair, `${key}:blocked`, pgStatements(env))
+            : undefined
         const waitingRequests = HTTP_STORES.has(adapter.store)
           ? await whileBlocked(pair, `${key}:blocked`, requestCounter())
           : undefined
@@ -282,6 +286,7 @@ export const SCENARIOS: Scenario[] = [
               : { p50: percentile(latencies, 50), p99: percentile(latencies, 99) }),
             ...(waitingCommands === undefined ? {} : { commandsPerWaitingSecond: waitingCommands }),
             ...(waitingRequests === undefined ? {} : { requestsPerWaitingSecond: waitingRequests }),
+            ...(waitingStatements === undefined ? {} : { statementsPerWaitingSecond: waitingStatements }),
           },
           samples: downsample(latencies),
         }
@@ -329,6 +334,20 @@ async function redisCommandsCounter(env: Env): Promise<Counter> {
   }
 }
 const redisCommands = (env: Env) => () => redisCommandsCounter(env)
+
+/** Statements sent to PostgreSQL, counted by the proxy every postgres adapter goes through (run.ts). */
+const pgStatements = (env: Env) => async (): Promise<Counter> => {
+  const counter = env.postgresStatements
+  if (!counter) throw new Error('no statement counter for postgres')
+  let from = counter()
+  return {
+    reset: () => {
+      from = counter()
+    },
+    count: () => counter() - from,
+    close: () => {},
+  }
+}
 
 /** HTTP requests this process sends (S3, GCS, DynamoDB; bench/requests.ts). */
 const requestCounter = () => async (): Promise<Counter> => {
