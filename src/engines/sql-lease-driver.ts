@@ -1,0 +1,121 @@
+/**
+ * The dialect interface of the `sql-lease` engine: what a SQL database gives the engine for one lease row
+ * per lock. The engine owns the algorithm around the statements (validity, settling uncertain outcomes by
+ * re-reading the owner, pacing polls, waking waiters, creating the table on first use); a dialect owns the
+ * SQL, its client and its error mapping, nothing of the algorithm.
+ *
+ * The row of a lock (names are the dialect's; the semantics are fixed here):
+ * - the lock's key (primary key), `owner` (the acquire's 128-bit id), `fence` (bigint), the lease's end on
+ *   the SERVER's clock (`expires_at`), and the `holder` text (diagnostics only).
+ * - Free = the lease has ended on the server's clock, or the row was released. A release makes the row
+ *   free at once whatever the server's clock does next (e.g. `expires_at` set far in the past, never to
+ *   "now", which a clock stepped back would turn into a held row again).
+ * - Rows are never deleted: a released or expired row keeps its fence, so the next grant advances it.
+ *
+ * Every primitive is ONE statement, evaluated on the server's clock at the moment it runs
+ * (`clock_timestamp()` on PostgreSQL, `SYSDATE(6)` on MySQL/MariaDB: never `now()`/`NOW()`, which are frozen
+ * per transaction / statement), so client clocks never matter. The lease lengths a dialect returns are
+ * durations the server measured, never timestamps: the engine counts validity from before the statement
+ * was sent on its own monotonic clock, plus the lease the statement granted.
+ */
+import type { BackendLimits, DoctorFinding } from '../core/backend.js'
+
+/** The lease row of a lock as the server sees it now. */
+export interface SqlRow {
+  readonly owner: string
+  readonly fence: bigint
+  /** The lease left on the server's clock, in ms; <= 0 when free (expired or released). */
+  readonly remainingMs: number
+  /** Released by its owner (as opposed to expired); diagnostics only. */
+  readonly released: boolean
+  readonly holder?: string | undefined
+}
+
+/** One attempt to take a lock. */
+export interface SqlAcquireRequest {
+  readonly key: string
+  readonly owner: string
+  readonly ttlMs: number
+  readonly holder?: string | undefined
+}
+
+/**
+ * The outcome of the acquire statement:
+ * - no row: inserted with fence 1;
+ * - a free row (expired or released): taken over, fence + 1;
+ * - a row held (unexpired, unreleased) by this same owner (an earlier attempt of this acquire whose reply
+ *   was lost): its lease restarted from now, fence kept;
+ * - a row held by another owner: nothing written.
+ */
+export type SqlAcquired =
+  /** Granted: the fence the row now carries and the lease the statement set, in ms (server-measured). */
+  | { readonly granted: true; readonly fence: bigint; readonly leaseMs: number }
+  /**
+   * Held by another: the row as the statement saw it when the dialect can return it in the same statement
+   * (saves the engine a read; the engine uses `remainingMs` to pace its next attempt). `undefined` when
+   * the statement could not tell (PostgreSQL: a row inserted by a concurrent transaction after the
+   * statement's snapshot); the engine then retries soon.
+   */
+  | { readonly granted: false; readonly current?: SqlRow | undefined }
+
+export interface SqlDialect {
+  /** Names the store in errors and diagnostics (`postgres://user@host:5432/db`); never contains secrets. */
+  readonly id: string
+  /** Key and lease limits (the key column's size, the server's interval range). */
+  readonly limits: BackendLimits
+  /** The qualified table name as messages show it (`"public"."fencelock_locks"`). */
+  readonly table: string
+
+  /** The acquire statement (see `SqlAcquired`). */
+  acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired>
+  /**
+   * Restarts the lease of `key` at `ttlMs` from the server's now, only while the row is held by `owner`
+   * with `fence` and not released (an expired row nobody took is still ours: nobody else was granted).
+   * Returns the lease set (ms, server-measured), or `undefined` when the row is not ours.
+   */
+  extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal): Promise<number | undefined>
+  /**
+   * Marks the row released (free at once, fence kept) only while it is held by `owner` (any fence when
+   * `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with notifications
+   * notifies waiters in the same statement (or transaction).
+   */
+  release(key: string, owner: string, fence: bigint | undefined, signal: AbortSignal): Promise<boolean>
+  /** The row of `key`, or `undefined` when there is none (inspect; settling an uncertain outcome). */
+  read(key: string, signal: AbortSignal): Promise<SqlRow | undefined>
+
+  /** Whether the table exists (checked once per client, before the first statement). */
+  tableExists(signal: AbortSignal): Promise<boolean>
+  /** Creates the table (and what it needs); safe when another client creates it at the same time. */
+  createTable(signal: AbortSignal): Promise<void>
+  /** The DDL that creates the table, for errors, `doctor` and the README. */
+  ddl(): string
+
+  /**
+   * Notifications (PostgreSQL LISTEN/NOTIFY): subscribes once per client on a dedicated connection.
+   * `onKey(key)` for every release of a key; `onGap()` whenever notifications may have been missed (the
+   * listening connection was lost and subscribed again). Rejects when listening is impossible (a
+   * transaction-pooling proxy): the engine then polls. Omit when the database has none.
+   */
+  listen?(onKey: (key: string) => void, onGap: () => void): Promise<SqlListener>
+  /**
+   * A per-waiter wake-up hint for dialects without a notification stream (a doorbell): resolves when `key`
+   * may have changed, or when `signal` aborts; may resolve spuriously, never rejects. The engine uses
+   * `listen` when a dialect has both.
+   */
+  watch?(key: string, signal: AbortSignal): Promise<void>
+
+  /** Server version, replication settings, table presence and its DDL (`fencelock doctor`). */
+  doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
+  /** Closes only what the dialect itself opened (a client made from a URL, never the user's). */
+  close(): Promise<void>
+}
+
+/** A running subscription of `SqlDialect.listen`. */
+export interface SqlListener {
+  /** Stops listening (the dedicated connection is given back). */
+  close(): Promise<void>
+}
+// Errors: "not ours" and "held by another" are results, never exceptions. Anything else (network, server
+// restarting, a killed connection, a deadlock) throws `BackendUnavailableError` naming the key and the
+// store, `retryable` unless waiting cannot help (authentication, a missing table with createTable off, a
+// syntax error); the outcome of a statement that threw is unknown (it may have been applied).
