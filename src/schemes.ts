@@ -77,6 +77,16 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     example: 'dynamodb://locks?region=eu-west-1',
     summary: 'one item per lock in a DynamoDB table, written by conditional PutItems',
   },
+  'postgres:': {
+    load: () => import('./backends/postgres/index.js'),
+    example: 'postgres://user:password@host:5432/db',
+    summary: 'one lease row per lock in a PostgreSQL table, on the server clock, LISTEN/NOTIFY for waiters',
+  },
+  'postgresql:': {
+    load: () => import('./backends/postgres/index.js'),
+    example: 'postgresql://user:password@host:5432/db',
+    summary: 'the same',
+  },
 }
 
 /** The schemes this build understands, for messages. */

@@ -93,10 +93,12 @@ export interface SqlDialect {
   /**
    * Notifications (PostgreSQL LISTEN/NOTIFY): subscribes once per client on a dedicated connection.
    * `onKey(key)` for every release of a key; `onGap()` whenever notifications may have been missed (the
-   * listening connection was lost and subscribed again). Rejects when listening is impossible (a
-   * transaction-pooling proxy): the engine then polls. Omit when the database has none.
+   * listening connection was lost and subscribed again). Resolves only once a notification sent after
+   * subscribing came back on the listening connection (behind a transaction-pooling proxy LISTEN may
+   * "succeed" and never deliver); rejects when listening is impossible. The engine bounds the wait with
+   * `signal` (on abort: stop listening and reject) and, when it fails, polls. Omit when the database has none.
    */
-  listen?(onKey: (key: string) => void, onGap: () => void): Promise<SqlListener>
+  listen?(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener>
   /**
    * A per-waiter wake-up hint for dialects without a notification stream (a doorbell): resolves when `key`
    * may have changed, or when `signal` aborts; may resolve spuriously, never rejects. The engine uses

@@ -1,0 +1,48 @@
+/**
+ * PostgreSQL errors in words, and which ones waiting can help: every failure of a statement becomes a
+ * `BackendUnavailableError` naming the key, the server and the cause, `retryable` unless it repeats until
+ * someone changes a setting (a wrong password, a missing database, no privilege, a schema that does not
+ * exist).
+ */
+import { BackendUnavailableError, causeText, describeNetworkError, quoteKey } from '../../core/errors.js'
+
+/** SQLSTATE classes and codes that waiting does not cure. */
+const PERMANENT = [
+  /^28/, // invalid authorization (wrong password, no pg_hba entry)
+  /^3D/, // invalid catalog name (no such database)
+  /^3F/, // invalid schema name
+  /^42/, // syntax error or access rule violation (no privilege, undefined table or column)
+  /^22/, // data exception (a value the column cannot hold)
+]
+
+/** postgres.js codes of errors on our side that are not the server's (no SQLSTATE). */
+const CLIENT_PERMANENT = new Set(['SASL_SIGNATURE_MISMATCH', 'AUTH_TYPE_NOT_IMPLEMENTED', 'MESSAGE_NOT_SUPPORTED'])
+
+/** Whether waiting (a restart, a failover, a killed connection re-made) can make `error` go away. */
+export function retryable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code
+  if (typeof code !== 'string') return true
+  if (CLIENT_PERMANENT.has(code)) return false
+  return !PERMANENT.some((p) => p.test(code))
+}
+
+/** A statement's failure as the error the core expects, for `what` ("acquire") on `key`. */
+export function unavailable(
+  error: unknown,
+  what: string,
+  key: string | undefined,
+  backend: string,
+): BackendUnavailableError {
+  if (error instanceof BackendUnavailableError) return error
+  const sqlstate = (error as { code?: unknown } | undefined)?.code
+  const reason =
+    describeNetworkError(error) ??
+    `${causeText(error)}${typeof sqlstate === 'string' && /^[0-9A-Z]{5}$/.test(sqlstate) ? ` (SQLSTATE ${sqlstate})` : ''}`
+  const subject = key === undefined ? '' : ` lock ${quoteKey(key)}`
+  return new BackendUnavailableError(`Could not ${what}${subject} on ${backend}: ${reason}`, {
+    key,
+    backend,
+    cause: error,
+    retryable: retryable(error),
+  })
+}

@@ -1,0 +1,117 @@
+/**
+ * The PostgreSQL backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * each primitive one statement on the server's clock, through the user's `postgres` (porsager) instance.
+ *
+ * - Layout: a table (default `public.fencelock_locks`, created on first use unless `createTable` is off)
+ *   with one row per lock name ever used: `name` (the key as is, text primary key), `owner`, `fence`
+ *   (bigint), `expires_at` (timestamptz, server clock), `released`, `holder` (layout.ts has the DDL).
+ * - Expiry: the server's `clock_timestamp()` decides, inside the statement that takes a row over
+ *   (`now()` is frozen for a whole transaction). Client clocks never matter; the holder counts its
+ *   validity on its own monotonic clock from before the statement was sent.
+ * - Fence: the `fence` column, advanced by the granting statement (a new row starts at 1); renewals and
+ *   releases keep it and rows are never deleted, so it survives releases, expiries and server restarts
+ *   (it lives as long as the table, and is as durable as the server's commits).
+ * - Waiting: the release statement notifies the key (`pg_notify` in the same statement, sent at commit)
+ *   on the table's channel; each client LISTENs on one dedicated connection (postgres.js's own, which
+ *   re-subscribes after a reconnect; waiters re-check then). A crashed holder's lease ends unnotified:
+ *   waiters re-check at its end. Behind a transaction-pooling proxy (PgBouncer) LISTEN does not deliver:
+ *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
+ * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
+ *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
+ *   replication settings it sees). A server clock stepped forward ends leases early.
+ *
+ * Files: dialect.ts (the statements), layout.ts (table, DDL, channel), faults.ts (errors in words, which
+ * ones waiting can help), doctor.ts (version, replication), sql.ts (the client methods used), guard.ts
+ * (the fence guard for the protected resource).
+ */
+import type { LockBackend } from '../../core/backend.js'
+import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { sqlLeaseBackend } from '../../engines/sql-lease.js'
+import { PostgresDialect } from './dialect.js'
+import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
+import { isPgSql, type PgSql } from './sql.js'
+
+export { POSTGRES_LIMITS, PostgresDialect } from './dialect.js'
+export { type GuardedUpdate, guardedUpdate } from './guard.js'
+export { channelOf, DEFAULT_SCHEMA, DEFAULT_TABLE, ddl, expireStatement, qualified } from './layout.js'
+
+export interface PostgresBackendOptions {
+  /** Your `postgres` (porsager, 3.4.x) instance: `postgres(url, options)`. fencelock never ends it. */
+  readonly sql: PgSql
+  /** The lock table. @default 'fencelock_locks' */
+  readonly table?: string | undefined
+  /** The table's schema. @default 'public' */
+  readonly schema?: string | undefined
+  /** Create the table on first use when it does not exist. @default true */
+  readonly createTable?: boolean | undefined
+  /** Names the store in errors. @default `postgres://<host>:<port>/<database>` */
+  readonly id?: string | undefined
+}
+
+const PKG = 'postgres'
+
+/**
+ * Creates a PostgreSQL backend over your `postgres` instance.
+ * @example
+ * import postgres from 'postgres'
+ * const locks = createLockClient(postgresBackend({ sql: postgres(process.env.DATABASE_URL) }))
+ */
+export function postgresBackend(options: PostgresBackendOptions): LockBackend {
+  const { sql } = options
+  if (!isPgSql(sql)) {
+    throw new TypeError('Expected `sql` to be an instance of the postgres package: postgres(url, options)')
+  }
+  const table = {
+    schema: checkIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema'),
+    table: checkIdentifier(options.table ?? DEFAULT_TABLE, 'table'),
+  }
+  const o = sql.options as { host?: readonly string[]; port?: readonly number[]; database?: string } | undefined
+  const id = options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
+  const dialect = new PostgresDialect({ sql, table, id, owned: false })
+  return sqlLeaseBackend(dialect, { createTable: options.createTable ?? true })
+}
+
+/** The URL parameters of `postgres://` (tested against the README like every backend's). */
+export const PARAMS = {
+  table: { type: 'string', default: DEFAULT_TABLE, doc: 'the lock table' },
+  schema: { type: 'string', default: DEFAULT_SCHEMA, doc: "the lock table's schema" },
+  createTable: {
+    type: 'bool',
+    default: true,
+    doc: 'create the table on first use when it does not exist (false: a missing table is an error giving its DDL)',
+  },
+  sslmode: {
+    type: 'enum',
+    values: ['disable', 'prefer', 'require', 'verify-full'],
+    doc: "TLS, as libpq's sslmode (default: the postgres package's, no TLS)",
+  },
+} as const satisfies ParamSchema
+
+/**
+ * `postgres://user:pass@host:port/db?table=&schema=&createTable=&sslmode=` (also `postgresql://`): a
+ * postgres.js instance of its own (ended on close), a dedicated listening connection included.
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const mod = await loadDriver(PKG, 'postgres', url, () => import('postgres'))
+  const params = readParams(url, PARAMS)
+  const table = {
+    schema: checkIdentifier(params.schema, 'schema'),
+    table: checkIdentifier(params.table, 'table'),
+  }
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ''))
+  if (database.includes('/')) throw new TypeError(`Expected postgres://HOST:PORT/DATABASE, got ${redact(url)}`)
+  const sql = mod.default({
+    host: url.hostname.replace(/^\[|\]$/g, '') || 'localhost',
+    port: url.port ? Number(url.port) : 5432,
+    ...(database ? { database } : {}),
+    ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
+    ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
+    ...(params.sslmode === undefined || params.sslmode === 'disable' ? {} : { ssl: params.sslmode as 'prefer' | 'require' | 'verify-full' }),
+    // No NOTICE lines on the console (CREATE TABLE IF NOT EXISTS of an existing table says one).
+    onnotice: () => {},
+    connect_timeout: 10,
+  })
+  const id = redact(url)
+  const dialect = new PostgresDialect({ sql, table, id, owned: true })
+  return sqlLeaseBackend(dialect, { createTable: params.createTable, id })
+}

@@ -1,0 +1,266 @@
+/**
+ * The sql-lease engine: a lock as ONE lease row per key in a SQL table, each primitive ONE statement
+ * evaluated on the database server's clock (PostgreSQL `clock_timestamp()`, MySQL/MariaDB `SYSDATE(6)`).
+ * The row model of ShedLock and madelson's DistributedLock lease tables, with a fence added and the row
+ * never deleted.
+ *
+ * - Grant (one statement): no row → insert (fence 1); a free row (its lease ended on the server's clock,
+ *   or released) → taken, fence + 1; a row held by this same owner (an earlier attempt of this acquire
+ *   whose reply was lost) → its lease restarted, fence kept; held by another → nothing written, and the
+ *   statement says how long the holder's lease has left, which paces our next look (sql-wait.ts).
+ * - Expiry: the server's clock alone decides, in the statement that takes over, so no waiter needs to
+ *   observe a row for a lease (cas-lease's rule) and client clocks never matter. A holder counts its
+ *   validity from before the statement was sent, on its own monotonic clock, plus the lease the server
+ *   reports having set (a duration; never the server's timestamps): the server started that lease after
+ *   our send, so it ends after our validity does (the core subtracts the drift allowance too).
+ * - Fence: a bigint column advanced by the granting statement, kept by renewals and releases; rows are
+ *   never deleted, so it never goes back while the table lives (a durable database keeps it across
+ *   restarts).
+ * - Renewal and release: one statement each, conditioned on our owner and fence. An uncertain outcome
+ *   (the connection dropped after sending) is settled by re-reading the row: not ours any more means lost
+ *   (extend) or nothing to release; ours means the statement is repeated (both are idempotent) or the
+ *   outcome is reported unknown to the core, which retries.
+ * - Abandon: an acquire that gave up after a statement that may have granted (one that threw, or any
+ *   grant) releases whatever its owner holds, owner-checked. A statement still running on the server
+ *   after that (a dropped connection the server has not noticed yet) can leave a lease nobody renews: it
+ *   ends after its ttl.
+ * - Waiting (sql-wait.ts): the dialect's notifications (PostgreSQL LISTEN/NOTIFY on one connection per
+ *   client) wake waiters at once; without them, and always as a fallback, a waiter asks at most once a
+ *   second, and no later than the holder's remaining lease.
+ * - The table is created on first use (once per client) unless `createTable` is off: then a missing table
+ *   is an error naming it and giving the DDL.
+ *
+ * Statements, without faults: acquire 1 (+1 once per client: the table check), renewal 1, release 1,
+ * abandon 0 or 1, inspect 1; waiting ≤ 1 per second per waiting key per process.
+ *
+ * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
+ */
+import type {
+  AcquireRequest,
+  AttemptResult,
+  DoctorFinding,
+  ExtendResult,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from '../core/backend.js'
+import { raceSignal } from '../core/abort.js'
+import { BoundedMap } from '../core/bounded-map.js'
+import { withTimeout } from '../core/clock.js'
+import { BackendUnavailableError } from '../core/errors.js'
+import type { SqlDialect, SqlRow } from './sql-lease-driver.js'
+import { SqlWaiting } from './sql-wait.js'
+
+export type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlListener, SqlRow } from './sql-lease-driver.js'
+
+export interface SqlLeaseOptions {
+  /** The backend's id in errors and diagnostics. @default the dialect's id */
+  readonly id?: string | undefined
+  /** Create the table on first use when it does not exist. @default true */
+  readonly createTable?: boolean | undefined
+  /** The longest time between two statements of a waiter whose key stays held. @default 1000 */
+  readonly pollMaxMs?: number | undefined
+  /** How long a new subscription may take to prove that notifications arrive. @default 5000 */
+  readonly listenTimeoutMs?: number | undefined
+}
+
+const POLL_MAX_MS = 1000
+const LISTEN_TIMEOUT_MS = 5000
+/** The longest the table check (and its creation) may take before the attempts waiting on it fail. */
+const TABLE_CHECK_MS = 30_000
+/** Owners remembered as possibly holding (for abandon); forgetting one costs a statement, never safety. */
+const OWNERS_KEPT = 10_000
+
+/** A LockBackend over `dialect`: the sql-lease engine. */
+export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = {}): LockBackend {
+  const engine = new SqlLease(dialect, options)
+  const backend: LockBackend = {
+    id: options.id ?? dialect.id,
+    capabilities: { expiry: 'server-ttl', notify: engine.waiting.notifies, fifo: false },
+    limits: dialect.limits,
+    tryAcquire: (req, signal) => engine.attempt(req, signal),
+    extend: (lease, ttlMs, signal) => engine.extend(lease, ttlMs, signal),
+    release: (lease, signal) => engine.release(lease, signal),
+    inspect: (key, signal) => engine.inspect(key, signal),
+    abandon: (req, signal) => engine.abandon(req, signal),
+    doctor: (signal) => engine.doctor(signal),
+    close: () => engine.close(),
+  }
+  if (!engine.waiting.notifies) return backend
+  return { ...backend, waitForChange: (req, signal) => engine.waiting.waitForChange(req.key, signal) }
+}
+
+export class SqlLease {
+  readonly #dialect: SqlDialect
+  readonly #createTable: boolean
+  readonly waiting: SqlWaiting
+  /** The table check of this client: made once, before the first statement (again after a failure). */
+  #ready: Promise<void> | undefined
+  /** Owners whose acquire sent a statement that may have left the row theirs (abandon). */
+  readonly #mayHold = new BoundedMap<string, true>(OWNERS_KEPT)
+  /** Owners whose acquire has been refused once: their next attempts may be paced. */
+  readonly #waitingOwners = new BoundedMap<string, true>(OWNERS_KEPT)
+
+  constructor(dialect: SqlDialect, options: SqlLeaseOptions = {}) {
+    this.#dialect = dialect
+    this.#createTable = options.createTable ?? true
+    for (const name of ['pollMaxMs', 'listenTimeoutMs'] as const) {
+      const value = options[name]
+      if (value !== undefined && !(value > 0)) {
+        throw new TypeError(`Expected \`${name}\` to be a number > 0, got ${String(value)}`)
+      }
+    }
+    this.waiting = new SqlWaiting(
+      dialect,
+      options.pollMaxMs ?? POLL_MAX_MS,
+      options.listenTimeoutMs ?? LISTEN_TIMEOUT_MS,
+    )
+  }
+
+  /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
+  async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    // Seen held by another a moment ago, too recently to ask again: the same answer, free. Only for an
+    // acquire already waiting: a new one (a tryAcquire just after a release elsewhere) asks.
+    if (this.#waitingOwners.has(req.owner)) {
+      const paced = this.waiting.paced(req.key, req.owner)
+      if (paced) return paced
+    }
+    await this.#tableReady(signal)
+    // Before it is sent: from here on it may be applied whatever we hear (abandon must release it).
+    const before = this.#mayHold.has(req.owner)
+    this.#mayHold.set(req.owner, true)
+    const out = await this.#dialect.acquire(req, signal)
+    if (out.granted) {
+      this.#waitingOwners.delete(req.owner)
+      this.waiting.forget(req.key)
+      // The lease the server set (never longer than asked): the core counts it from before the send.
+      return { granted: true, fence: out.fence, ttlMs: Math.min(req.ttlMs, out.leaseMs) }
+    }
+    // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
+    if (!before) this.#mayHold.delete(req.owner)
+    this.#waitingOwners.set(req.owner, true)
+    return this.waiting.busy(req.key, out.current)
+  }
+
+  /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */
+  async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
+    try {
+      const set = await this.#dialect.extend(lease.key, lease.owner, lease.fence, ttlMs, signal)
+      if (set === undefined) return { renewed: false }
+      return { renewed: true, ttlMs: Math.min(ttlMs, set) }
+    } catch (error) {
+      // Unknown whether it ran. Not ours any more: lost for sure, whatever it did (it is conditioned
+      // on our owner, so it cannot have touched another's lease). Still ours: unknown, the core retries.
+      if (!ours(await this.#reread(lease.key, error, signal), lease)) return { renewed: false }
+      throw error
+    }
+  }
+
+  /** `LockBackend.release`: marks our row released (fence kept); false when it was no longer ours. */
+  async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
+    try {
+      return await this.#dialect.release(lease.key, lease.owner, lease.fence, signal)
+    } catch (error) {
+      const row = await this.#reread(lease.key, error, signal)
+      // Still held by us: it did not run; once more (owner-checked, so repeating it is harmless).
+      if (ours(row, lease)) return await this.#dialect.release(lease.key, lease.owner, lease.fence, signal)
+      // Released by us (it ran), or taken over after our lease ended (nothing of ours to release).
+      return row !== undefined && row.owner === lease.owner && row.fence === lease.fence && row.released
+    }
+  }
+
+  /**
+   * `LockBackend.abandon`: the acquire is over; a statement of it that may have granted is undone,
+   * owner-checked. An owner whose statements were all refused left nothing: no statement.
+   */
+  async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    this.#waitingOwners.delete(req.owner)
+    if (!this.#mayHold.has(req.owner)) return
+    await this.#dialect.release(req.key, req.owner, undefined, signal)
+    this.#mayHold.delete(req.owner)
+  }
+
+  /** `LockBackend.inspect`: the row as the server sees it now. */
+  async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    await this.#tableReady(signal)
+    const row = await this.#dialect.read(key, signal)
+    if (row === undefined) return null
+    if (row.remainingMs <= 0) return { held: false, fence: row.fence }
+    return {
+      held: true,
+      owner: row.owner,
+      holder: row.holder,
+      fence: row.fence,
+      expiresInMs: row.remainingMs,
+    }
+  }
+
+  /** `LockBackend.doctor`: the dialect's findings, the table, and whether notifications arrive. */
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    const findings = [...((await this.#dialect.doctor?.(signal)) ?? [])]
+    const { table } = this.#dialect
+    if (await this.#dialect.tableExists(signal)) {
+      findings.push({ level: 'ok', message: `the lock table ${table} exists` })
+    } else {
+      findings.push({
+        level: this.#createTable ? 'info' : 'error',
+        message: this.#createTable
+          ? `the lock table ${table} does not exist yet; the first lock creates it with:\n${this.#dialect.ddl()}`
+          : `the lock table ${table} does not exist and createTable is off; create it with:\n${this.#dialect.ddl()}`,
+      })
+      return findings
+    }
+    findings.push(...(await this.waiting.doctor()))
+    return findings
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.waiting.close()
+    } finally {
+      await this.#dialect.close()
+    }
+  }
+
+  /** The row after a statement whose outcome is unknown; when it cannot be read, that statement's error. */
+  async #reread(key: string, error: unknown, signal: AbortSignal): Promise<SqlRow | undefined> {
+    try {
+      return await this.#dialect.read(key, signal)
+    } catch {
+      throw error
+    }
+  }
+
+  /**
+   * Makes sure the table exists, once per client (a failed check is made again next time). The check
+   * runs on a signal of its own, bounded, so that one caller giving up does not fail the others sharing it.
+   */
+  #tableReady(signal: AbortSignal): Promise<void> {
+    if (this.#ready === undefined) {
+      const ready = withTimeout(TABLE_CHECK_MS, (own) => this.#prepareTable(own))
+      this.#ready = ready
+      ready.catch(() => {
+        if (this.#ready === ready) this.#ready = undefined
+      })
+    }
+    return raceSignal(this.#ready, signal)
+  }
+
+  async #prepareTable(signal: AbortSignal): Promise<void> {
+    const dialect = this.#dialect
+    if (await dialect.tableExists(signal)) return
+    if (!this.#createTable) {
+      throw new BackendUnavailableError(
+        `The lock table ${dialect.table} does not exist on ${dialect.id}, and createTable is off. ` +
+          `Create it (e.g. in a migration) with:\n${dialect.ddl()}`,
+        { backend: dialect.id, retryable: false },
+      )
+    }
+    await dialect.createTable(signal)
+  }
+}
+
+/** Whether `row` is still held by `lease` (its owner and fence, not released). */
+function ours(row: SqlRow | undefined, lease: HeldLease): boolean {
+  return row !== undefined && row.owner === lease.owner && row.fence === lease.fence && !row.released
+}
