@@ -56,7 +56,15 @@ export type SqlAcquired =
    * the statement could not tell (PostgreSQL: a row inserted by a concurrent transaction after the
    * statement's snapshot); the engine then retries soon.
    */
-  | { readonly granted: false; readonly current?: SqlRow | undefined }
+  | {
+      readonly granted: false
+      readonly current?: SqlRow | undefined
+      /**
+       * The holder's remaining lease (ms, server-measured) when the statement can tell that but not the
+       * whole row (MySQL: one integer comes back, `LAST_INSERT_ID(expr)`); paces like `current`.
+       */
+      readonly remainingMs?: number | undefined
+    }
 
 export interface SqlDialect {
   /** Names the store in errors and diagnostics (`postgres://user@host:5432/db`); never contains secrets. */
@@ -73,7 +81,13 @@ export interface SqlDialect {
    * with `fence` and not released (an expired row nobody took is still ours: nobody else was granted).
    * Returns the lease set (ms, server-measured), or `undefined` when the row is not ours.
    */
-  extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal): Promise<number | undefined>
+  extend(
+    key: string,
+    owner: string,
+    fence: bigint,
+    ttlMs: number,
+    signal: AbortSignal,
+  ): Promise<number | undefined>
   /**
    * Marks the row released (free at once, fence kept) only while it is held by `owner` (any fence when
    * `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with notifications

@@ -35,6 +35,8 @@
  *
  * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
+
+import { raceSignal } from '../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -44,7 +46,6 @@ import type {
   LockBackend,
   LockInfo,
 } from '../core/backend.js'
-import { raceSignal } from '../core/abort.js'
 import { BoundedMap } from '../core/bounded-map.js'
 import { withTimeout } from '../core/clock.js'
 import { BackendUnavailableError } from '../core/errors.js'
@@ -139,7 +140,10 @@ export class SqlLease {
     // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
     if (!before) this.#mayHold.delete(req.owner)
     this.#waitingOwners.set(req.owner, true)
-    return this.waiting.busy(req.key, out.current)
+    return this.waiting.busy(
+      req.key,
+      out.current ?? (out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }),
+    )
   }
 
   /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */

@@ -17,8 +17,8 @@
  */
 import type { DoctorFinding } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
-import { causeText } from '../core/errors.js'
 import { now, sleep } from '../core/clock.js'
+import { causeText } from '../core/errors.js'
 import type { SqlDialect, SqlListener, SqlRow } from './sql-lease-driver.js'
 
 /** What this process last saw of a key held by another. */
@@ -65,7 +65,10 @@ export class SqlWaiting {
   }
 
   /** The server said `key` is held by `row`'s owner: remember when to ask again. */
-  busy(key: string, row: SqlRow | undefined): { granted: false; retryInMs?: number } {
+  busy(
+    key: string,
+    row: (Pick<SqlRow, 'remainingMs'> & { readonly owner?: string }) | undefined,
+  ): { granted: false; retryInMs?: number } {
     if (row === undefined || row.remainingMs <= 0) {
       // The statement could not tell (a row inserted after its snapshot): ask again soon.
       this.#seen.delete(key)
@@ -74,7 +77,8 @@ export class SqlWaiting {
     // The lease ends no later than `remainingMs` after this answer arrived (the server measured it
     // before sending it): re-checking then finds it ended unless renewed.
     const wait = Math.min(this.#pollMaxMs, row.remainingMs + 1)
-    this.#seen.renew(key, { owner: row.owner, nextReadAt: now() + wait })
+    // No owner (the statement told only the lease left): held by another, since ours would have been granted.
+    this.#seen.renew(key, { owner: row.owner ?? '', nextReadAt: now() + wait })
     return { granted: false, retryInMs: wait }
   }
 

@@ -9,14 +9,7 @@ import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../e
 import { mysqlDoctor } from './doctor.js'
 import { Bells, DoorbellWaits } from './doorbell.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
-import {
-  acquireSql,
-  extendSql,
-  readSql,
-  releaseSql,
-  tableExistsSql,
-  watchSql,
-} from './statements.js'
+import { acquireSql, extendSql, readSql, releaseSql, tableExistsSql, watchSql } from './statements.js'
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
@@ -49,8 +42,8 @@ const SETTING = new Set([
  * then "held by someone else" and "inserted" both report one row, and the acquire cannot tell them apart.
  */
 export function checkFoundRowsOff(pool: Pool): void {
-  const flags = (pool as unknown as { pool?: { config?: { connectionConfig?: { clientFlags?: number } } } }).pool
-    ?.config?.connectionConfig?.clientFlags
+  const flags = (pool as unknown as { pool?: { config?: { connectionConfig?: { clientFlags?: number } } } })
+    .pool?.config?.connectionConfig?.clientFlags
   if (typeof flags !== 'number') {
     throw new TypeError('Expected `pool` to be a pool of mysql2/promise (`mysql.createPool(...)`)')
   }
@@ -97,6 +90,7 @@ export class MySqlDialect implements SqlDialect {
   }
   readonly #bells: Bells
   readonly #waits: DoorbellWaits
+  #closed: Promise<void> | undefined
 
   constructor(options: MySqlDialectOptions) {
     this.#options = options
@@ -232,8 +226,13 @@ export class MySqlDialect implements SqlDialect {
     return mysqlDoctor((sql) => this.#run<RowDataPacket[]>(undefined, sql, []))
   }
 
-  async close(): Promise<void> {
-    await this.#bells.close()
-    if (this.#options.owned) await this.#pool.end()
+  /** Idempotent: the client and its caller may both close (ending a pool twice throws). */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#waits.close()
+      await this.#bells.close()
+      if (this.#options.owned) await this.#pool.end()
+    })()
+    return this.#closed
   }
 }

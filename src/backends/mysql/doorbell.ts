@@ -94,7 +94,7 @@ export class Bells {
 export class DoorbellWaits {
   readonly #pool: Pool
   readonly #sql: string
-  readonly #waits = new Map<string, { done: Promise<void>; users: number; stop: () => void }>()
+  readonly #waits = new Map<string, { done: Promise<void>; stop: () => void }>()
 
   constructor(pool: Pool, sql: string) {
     this.#pool = pool
@@ -110,29 +110,27 @@ export class DoorbellWaits {
       this.#waits.set(key, shared)
     }
     const entry = shared
-    entry.users++
     return new Promise<void>((resolve) => {
       const leave = () => {
         signal.removeEventListener('abort', onAbort)
         resolve()
       }
-      const onAbort = () => {
-        leave()
-        // The last waiter of the key gave up: end its blocking statement rather than hold a connection.
-        if (--entry.users === 0) entry.stop()
-      }
+      // The core re-arms its hint every second or so (abort, then a new wait): the statement keeps running
+      // for the next one, and ends by itself when the bell rings or the holder's lease ends.
+      const onAbort = () => leave()
       signal.addEventListener('abort', onAbort, { once: true })
-      void entry.done.then(() => {
-        if (!signal.aborted) {
-          entry.users--
-          leave()
-        }
-      })
+      void entry.done.then(leave)
     })
   }
 
-  #start(key: string, bell: string): { done: Promise<void>; users: number; stop: () => void } {
-    const entry = { done: Promise.resolve(), users: 0, stop: () => {} }
+  /** Ends every wait (their statements on the server too). */
+  close(): void {
+    for (const entry of this.#waits.values()) entry.stop()
+    this.#waits.clear()
+  }
+
+  #start(key: string, bell: string): { done: Promise<void>; stop: () => void } {
+    const entry = { done: Promise.resolve(), stop: () => {} }
     let connection: PoolConnection | undefined
     let stopped = false
     const stop = () => {
