@@ -17,6 +17,7 @@ import Redlock from 'redlock'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
 import { CLOUD_ADAPTERS } from './cloud.js'
+import { mysqlFloor } from './mysql.js'
 
 /** What the scenarios need from a running store. */
 export interface Env {
@@ -410,6 +411,7 @@ const PEERS: Adapter[] = [
     },
   },
   ...CLOUD_ADAPTERS,
+  mysqlFloor,
 ]
 
 /** Every adapter, by store: fencelock's first, then the peers and floors of that store. */

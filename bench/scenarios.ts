@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapters.js'
 import { HTTP_STORES } from './cloud.js'
+import { mysqlStatementsCounter } from './mysql.js'
 import { httpRequests } from './requests.js'
 import { percentile } from './stats.js'
 
@@ -272,6 +273,10 @@ export const SCENARIOS: Scenario[] = [
           adapter.store === 'redis'
             ? await whileBlocked(pair, `${key}:blocked`, redisCommands(env))
             : undefined
+        const waitingStatements =
+          adapter.store === 'mysql'
+            ? await whileBlocked(pair, `${key}:blocked`, () => mysqlStatementsCounter(env))
+            : undefined
         const waitingRequests = HTTP_STORES.has(adapter.store)
           ? await whileBlocked(pair, `${key}:blocked`, requestCounter())
           : undefined
@@ -281,6 +286,7 @@ export const SCENARIOS: Scenario[] = [
               ? {}
               : { p50: percentile(latencies, 50), p99: percentile(latencies, 99) }),
             ...(waitingCommands === undefined ? {} : { commandsPerWaitingSecond: waitingCommands }),
+            ...(waitingStatements === undefined ? {} : { statementsPerWaitingSecond: waitingStatements }),
             ...(waitingRequests === undefined ? {} : { requestsPerWaitingSecond: waitingRequests }),
           },
           samples: downsample(latencies),
@@ -301,8 +307,8 @@ export const SCENARIOS: Scenario[] = [
 
 /** Counts what a blocked waiter sends, from `reset()` on. */
 interface Counter {
-  reset(): void
-  count(): number
+  reset(): void | Promise<void>
+  count(): number | Promise<number>
   close(): void
 }
 
@@ -350,10 +356,10 @@ async function whileBlocked(pair: Locker[], key: string, start: () => Promise<Co
   // Libraries that stop retrying (redlock's defaults give up after ~2 s) reject here; the count stands.
   blocked.catch(() => {})
   await sleep(300)
-  counter.reset()
+  await counter.reset()
   const from = performance.now()
   await sleep(3000)
-  const perSecond = counter.count() / ((performance.now() - from) / 1000)
+  const perSecond = (await counter.count()) / ((performance.now() - from) / 1000)
   await blocker.release()
   await blocked.then(
     (held) => held.release(),

@@ -97,7 +97,9 @@ export class SqlWaiting {
     const { listen, watch } = this.#dialect
     if (listen === undefined && watch !== undefined) {
       await watch.call(this.#dialect, key, signal)
-      this.#seen.delete(key)
+      // Only a wake-up is news: the core disarms its hint (aborts) at every poll, and forgetting what was
+      // seen then would send a statement at every poll, pacing or not.
+      if (!signal.aborted) this.#seen.delete(key)
       return
     }
     void this.#subscribe()

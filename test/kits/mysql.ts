@@ -65,5 +65,9 @@ export const mysqlKit: Kit = {
   lacks: { fifo: RACE, session: 'leases end by SYSDATE(6) on the server, no session' },
   start: async () => mysqlStore(await startMariaDb()),
   chaos: [{ name: 'mysql', features: ['crash', 'durable', 'expire'] }],
-  bench: [{ name: 'fencelock mysql', store: 'mysql' }],
+  bench: [
+    { name: 'fencelock mysql', store: 'mysql' },
+    // The same backend without its doorbell: waiters poll (what the doorbell is measured against).
+    { name: 'fencelock mysql (poll)', store: 'mysql', query: '?doorbell=false' },
+  ],
 }

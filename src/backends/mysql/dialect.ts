@@ -72,6 +72,8 @@ export interface MySqlDialectOptions {
   readonly id: string
   /** The pool was made from a URL: close ends it. */
   readonly owned: boolean
+  /** Wake waiters with the GET_LOCK doorbell (doorbell.ts); off, waiters poll (the engine's pace). */
+  readonly doorbell: boolean
 }
 
 export class MySqlDialect implements SqlDialect {
@@ -88,8 +90,10 @@ export class MySqlDialect implements SqlDialect {
     read: string
     watch: string
   }
-  readonly #bells: Bells
-  readonly #waits: DoorbellWaits
+  readonly #bells: Bells | undefined
+  readonly #waits: DoorbellWaits | undefined
+  /** The doorbell wait (absent with the doorbell off: the engine then polls). */
+  readonly watch?: (key: string, signal: AbortSignal) => Promise<void>
   #closed: Promise<void> | undefined
 
   constructor(options: MySqlDialectOptions) {
@@ -106,8 +110,12 @@ export class MySqlDialect implements SqlDialect {
       read: readSql(t),
       watch: watchSql(t),
     }
-    this.#bells = new Bells(this.#pool)
-    this.#waits = new DoorbellWaits(this.#pool, this.#sql.watch)
+    if (options.doorbell) {
+      const waits = new DoorbellWaits(this.#pool, this.#sql.watch)
+      this.#bells = new Bells(this.#pool)
+      this.#waits = waits
+      this.watch = (key, signal) => waits.wait(key, this.#bell(key), signal)
+    }
   }
 
   #bell(key: string): string {
@@ -145,7 +153,7 @@ export class MySqlDialect implements SqlDialect {
       return { granted: false, remainingMs: Number(result.insertId) }
     }
     const fence = result.affectedRows === 1 ? 1n : await this.#fence(req, result.insertId)
-    this.#bells.ring(this.#bell(req.key))
+    this.#bells?.ring(this.#bell(req.key))
     return { granted: true, fence, leaseMs: req.ttlMs }
   }
 
@@ -169,11 +177,11 @@ export class MySqlDialect implements SqlDialect {
   async extend(key: string, owner: string, fence: bigint, ttlMs: number): Promise<number | undefined> {
     const result = await this.#run<ResultSetHeader>(key, this.#sql.extend, [ttlMs, key, owner, String(fence)])
     if (matched(result) === 0) {
-      this.#bells.silence(this.#bell(key))
+      this.#bells?.silence(this.#bell(key))
       return undefined
     }
     // A doorbell lost with its connection is taken again here.
-    this.#bells.ring(this.#bell(key))
+    this.#bells?.ensure(this.#bell(key))
     return ttlMs
   }
 
@@ -183,7 +191,7 @@ export class MySqlDialect implements SqlDialect {
         ? await this.#run<ResultSetHeader>(key, this.#sql.abandon, [key, owner])
         : await this.#run<ResultSetHeader>(key, this.#sql.release, [key, owner, String(fence)])
     // After the row: a waiter the bell wakes must find it free.
-    if (fence !== undefined) this.#bells.silence(this.#bell(key))
+    if (fence !== undefined) this.#bells?.silence(this.#bell(key))
     return matched(result) > 0
   }
 
@@ -199,10 +207,6 @@ export class MySqlDialect implements SqlDialect {
       released,
       holder: row.holder === null ? undefined : String(row.holder),
     }
-  }
-
-  watch(key: string, signal: AbortSignal): Promise<void> {
-    return this.#waits.wait(key, this.#bell(key), signal)
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {
@@ -229,8 +233,8 @@ export class MySqlDialect implements SqlDialect {
   /** Idempotent: the client and its caller may both close (ending a pool twice throws). */
   close(): Promise<void> {
     this.#closed ??= (async () => {
-      this.#waits.close()
-      await this.#bells.close()
+      this.#waits?.close()
+      await this.#bells?.close()
       if (this.#options.owned) await this.#pool.end()
     })()
     return this.#closed

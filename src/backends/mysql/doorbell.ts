@@ -42,6 +42,18 @@ export class Bells {
     })
   }
 
+  /**
+   * After a renewal: hold `bell`, taking it again when its connection was killed or lost meanwhile (the
+   * server freed it then; nothing told us). One statement per renewal, on the bell connection.
+   */
+  ensure(bell: string): void {
+    if (this.#wanted.get(bell) !== true) return this.ring(bell)
+    this.#run(async (connection) => {
+      if (this.#wanted.get(bell) !== true) return
+      await connection.query('DO IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 5))', [bell, bell])
+    })
+  }
+
   /** After a release, or a lease found lost: free `bell`, so the waiters wake. */
   silence(bell: string): void {
     const held = this.#wanted.get(bell)

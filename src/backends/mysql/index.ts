@@ -49,17 +49,34 @@ export interface MySqlBackendOptions {
   readonly table?: string | undefined
   /** Create the table on first use when it does not exist. @default true */
   readonly createTable?: boolean | undefined
+  /**
+   * Wake waiters with a `GET_LOCK` doorbell; off, they poll (at most once a second). Turn it off behind a
+   * proxy that multiplexes connections (ProxySQL pins a connection that took a named lock).
+   * @default true
+   */
+  readonly doorbell?: boolean | undefined
   /** Names the store in errors. @default 'mysql' */
   readonly id?: string | undefined
 }
 
-/** With the doorbell waking waiters, a held key is re-asked at most this often (or at its lease's end). */
-const POLL_MAX_MS = 5000
+/**
+ * With the doorbell waking waiters, a held key is re-asked at most this often (or at its lease's end);
+ * without it, once a second (the engine's default).
+ */
+const DOORBELL_POLL_MAX_MS = 5000
 
-function dialectOf(pool: Pool, tableName: string, id: string, owned: boolean): MySqlDialect {
+function backendOf(
+  pool: Pool,
+  settings: { table: string; createTable: boolean; doorbell: boolean; id: string; owned: boolean },
+): LockBackend {
+  const { table: tableName, doorbell } = settings
   const table = quoteTable(tableName, 'as `table`')
   const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
-  return new MySqlDialect({ pool, table, tableName: name!, database, id, owned })
+  const dialect = new MySqlDialect({ ...settings, pool, table, tableName: name!, database })
+  return sqlLeaseBackend(dialect, {
+    createTable: settings.createTable,
+    ...(doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
+  })
 }
 
 /**
@@ -76,8 +93,13 @@ export function mysqlBackend(options: MySqlBackendOptions): LockBackend {
     throw new TypeError('Expected `pool` to be a pool of mysql2/promise (`mysql.createPool(...)`)')
   }
   checkFoundRowsOff(pool)
-  const dialect = dialectOf(pool, options.table ?? DEFAULT_TABLE, options.id ?? 'mysql', false)
-  return sqlLeaseBackend(dialect, { createTable: options.createTable ?? true, pollMaxMs: POLL_MAX_MS })
+  return backendOf(pool, {
+    table: options.table ?? DEFAULT_TABLE,
+    createTable: options.createTable ?? true,
+    doorbell: options.doorbell ?? true,
+    id: options.id ?? 'mysql',
+    owned: false,
+  })
 }
 
 /** The URL parameters of `mysql://` and `mariadb://` (tested against the README like every backend's). */
@@ -88,10 +110,15 @@ export const PARAMS = {
     doc: 'the lock table, optionally database.table',
   },
   createTable: { type: 'bool', default: true, doc: 'create the table on first use when it does not exist' },
+  doorbell: {
+    type: 'bool',
+    default: true,
+    doc: 'wake waiters with a GET_LOCK doorbell (false: they poll once a second; for connection-multiplexing proxies)',
+  },
 } as const satisfies ParamSchema
 
 /**
- * `mysql://user:password@host:port/database?table=&createTable=` (and `mariadb://`): fencelock makes its
+ * `mysql://user:password@host:port/database?table=&createTable=&doorbell=` (and `mariadb://`): fencelock makes its
  * own pool (FOUND_ROWS off, BIGINTs as strings) and ends it on close.
  */
 export async function fromUrl(url: URL): Promise<LockBackend> {
@@ -112,6 +139,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     supportBigNumbers: true,
     bigNumberStrings: true,
   })
-  const dialect = dialectOf(pool, params.table, redact(url), true)
-  return sqlLeaseBackend(dialect, { createTable: params.createTable, pollMaxMs: POLL_MAX_MS })
+  return backendOf(pool, { ...params, id: redact(url), owned: true })
 }

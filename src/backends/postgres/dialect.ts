@@ -4,8 +4,9 @@
  * transaction-pooling proxy may run our statement inside a longer one). Leases are sent and returned as
  * milliseconds (float8), fences as text (bigint, whatever the client's type settings), never timestamps.
  */
-import type { BackendLimits } from '../../core/backend.js'
+
 import { raceSignal } from '../../core/abort.js'
+import type { BackendLimits } from '../../core/backend.js'
 import type {
   SqlAcquired,
   SqlAcquireRequest,
@@ -82,7 +83,14 @@ interface Options {
   readonly owned: boolean
 }
 
-type Row = { granted?: boolean; fence: string; ms: number; owner: string; released: boolean; holder: string | null }
+type Row = {
+  granted?: boolean
+  fence: string
+  ms: number
+  owner: string
+  released: boolean
+  holder: string | null
+}
 
 export class PostgresDialect implements SqlDialect {
   readonly id: string
@@ -132,7 +140,12 @@ export class PostgresDialect implements SqlDialect {
     return rows[0]?.ms
   }
 
-  async release(key: string, owner: string, fence: bigint | undefined, signal: AbortSignal): Promise<boolean> {
+  async release(
+    key: string,
+    owner: string,
+    fence: bigint | undefined,
+    signal: AbortSignal,
+  ): Promise<boolean> {
     const rows = await this.#run(
       'release',
       key,

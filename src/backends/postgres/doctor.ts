@@ -3,8 +3,9 @@
  * can see. A lease lives in one row of the primary: a failover to an asynchronous standby can lose the
  * latest grants (and fences), which is said plainly. The engine adds the table and notification findings.
  */
-import type { DoctorFinding } from '../../core/backend.js'
+
 import { raceSignal } from '../../core/abort.js'
+import type { DoctorFinding } from '../../core/backend.js'
 import { unavailable } from './faults.js'
 import type { PgSql } from './sql.js'
 
@@ -32,7 +33,10 @@ export async function pgDoctor(sql: PgSql, id: string, signal: AbortSignal): Pro
   }
   const findings: DoctorFinding[] = [{ level: 'ok', message: `reachable: ${s.version}` }]
   if (Number(s.num) < 110000) {
-    findings.push({ level: 'error', message: 'PostgreSQL 11 or later is needed (INSERT … ON CONFLICT, pg_notify in a CTE)' })
+    findings.push({
+      level: 'error',
+      message: 'PostgreSQL 11 or later is needed (INSERT … ON CONFLICT, pg_notify in a CTE)',
+    })
   }
   if (s.in_recovery) {
     findings.push({

@@ -16,7 +16,11 @@ const PERMANENT = [
 ]
 
 /** postgres.js codes of errors on our side that are not the server's (no SQLSTATE). */
-const CLIENT_PERMANENT = new Set(['SASL_SIGNATURE_MISMATCH', 'AUTH_TYPE_NOT_IMPLEMENTED', 'MESSAGE_NOT_SUPPORTED'])
+const CLIENT_PERMANENT = new Set([
+  'SASL_SIGNATURE_MISMATCH',
+  'AUTH_TYPE_NOT_IMPLEMENTED',
+  'MESSAGE_NOT_SUPPORTED',
+])
 
 /** Whether waiting (a restart, a failover, a killed connection re-made) can make `error` go away. */
 export function retryable(error: unknown): boolean {

@@ -8,8 +8,9 @@
  * `<=`, not `<`: the same holder may write several times with its one fence; a later holder's fence is
  * strictly greater, so once it has written, every earlier holder's write matches no row.
  */
-import type { PgSql } from './sql.js'
+
 import { quoteIdent } from './layout.js'
+import type { PgSql } from './sql.js'
 
 export interface GuardedUpdate {
   /** The protected table, `table` or `schema.table` (each part taken literally, quoted). */
@@ -38,9 +39,15 @@ export async function guardedUpdate(sql: Pick<PgSql, 'unsafe'>, update: GuardedU
   const fenceColumn = quoteIdent(update.fenceColumn ?? 'fence')
   const setKeys = Object.keys(set)
   const whereKeys = Object.keys(where)
-  if (whereKeys.length === 0) throw new TypeError('Expected `where` to name the row to write (at least one column)')
-  if (typeof fence !== 'bigint') throw new TypeError(`Expected \`fence\` to be a bigint (lock.fence), got ${typeof fence}`)
-  const params: unknown[] = [...setKeys.map((k) => set[k]), ...whereKeys.map((k) => where[k]), fence.toString()]
+  if (whereKeys.length === 0)
+    throw new TypeError('Expected `where` to name the row to write (at least one column)')
+  if (typeof fence !== 'bigint')
+    throw new TypeError(`Expected \`fence\` to be a bigint (lock.fence), got ${typeof fence}`)
+  const params: unknown[] = [
+    ...setKeys.map((k) => set[k]),
+    ...whereKeys.map((k) => where[k]),
+    fence.toString(),
+  ]
   const f = `$${params.length}::bigint`
   const assignments = [...setKeys.map((k, i) => `${quoteIdent(k)} = $${i + 1}`), `${fenceColumn} = ${f}`]
   const conditions = whereKeys.map((k, i) => `${quoteIdent(k)} = $${setKeys.length + i + 1}`)

@@ -65,8 +65,11 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
     schema: checkIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema'),
     table: checkIdentifier(options.table ?? DEFAULT_TABLE, 'table'),
   }
-  const o = sql.options as { host?: readonly string[]; port?: readonly number[]; database?: string } | undefined
-  const id = options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
+  const o = sql.options as
+    | { host?: readonly string[]; port?: readonly number[]; database?: string }
+    | undefined
+  const id =
+    options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
   const dialect = new PostgresDialect({ sql, table, id, owned: false })
   return sqlLeaseBackend(dialect, { createTable: options.createTable ?? true })
 }
@@ -99,14 +102,17 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     table: checkIdentifier(params.table, 'table'),
   }
   const database = decodeURIComponent(url.pathname.replace(/^\//, ''))
-  if (database.includes('/')) throw new TypeError(`Expected postgres://HOST:PORT/DATABASE, got ${redact(url)}`)
+  if (database.includes('/'))
+    throw new TypeError(`Expected postgres://HOST:PORT/DATABASE, got ${redact(url)}`)
   const sql = mod.default({
     host: url.hostname.replace(/^\[|\]$/g, '') || 'localhost',
     port: url.port ? Number(url.port) : 5432,
     ...(database ? { database } : {}),
     ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
     ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
-    ...(params.sslmode === undefined || params.sslmode === 'disable' ? {} : { ssl: params.sslmode as 'prefer' | 'require' | 'verify-full' }),
+    ...(params.sslmode === undefined || params.sslmode === 'disable'
+      ? {}
+      : { ssl: params.sslmode as 'prefer' | 'require' | 'verify-full' }),
     // No NOTICE lines on the console (CREATE TABLE IF NOT EXISTS of an existing table says one).
     onnotice: () => {},
     connect_timeout: 10,
