@@ -47,7 +47,10 @@ export class Bells {
    * server freed it then; nothing told us). One statement per renewal, on the bell connection.
    */
   ensure(bell: string): void {
-    if (this.#wanted.get(bell) !== true) return this.ring(bell)
+    if (this.#wanted.get(bell) !== true) {
+      this.ring(bell)
+      return
+    }
     this.#run(async (connection) => {
       if (this.#wanted.get(bell) !== true) return
       await connection.query('DO IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 5))', [bell, bell])
