@@ -2,22 +2,36 @@
  * Waking waiters without notifications: a doorbell per lock, a named lock of `GET_LOCK`.
  *
  * - The holder rings: while it holds a lease it keeps the lock's doorbell (`GET_LOCK(bell)`) on ONE
- *   connection per client (`Bells`), taken after a grant and freed after its release. The grant and the
- *   release never wait for it: it runs on its own connection, in order, behind them.
+ *   connection per client (`Bells`), taken RING_DELAY_MS after a grant and freed after its release. The
+ *   grant and the release never wait for it: it runs on its own connection, in order, behind them. A
+ *   lease released within RING_DELAY_MS never rings (no statement): short critical sections cost
+ *   nothing more, and a waiter's grace (statements.ts) covers the delay.
  * - A waiter blocks in one statement (statements.ts, `watchSql`) until the bell is freed or the holder's
  *   lease ends, on a connection of its own; the waiters of one key in one process share that one wait.
  * - The bell is a hint, never a grant: after it rings the waiter attempts the lease row, which alone
  *   decides. A holder whose doorbell connection was lost (or whose process is paused) cannot keep waiters
  *   asleep past its lease: the wait's timeout is the lease the server has left; a bell missing while the
- *   row is held degrades to one statement per second. A lost bell is taken again at the next renewal.
+ *   row is held degrades to a short grace once, then to one statement per two seconds. A lost bell is
+ *   taken again at the next renewal.
+ *
+ * The one timer of the folder (RING_DELAY_MS) spares the short leases their two bell statements.
  */
 import type { Pool, PoolConnection } from 'mysql2/promise'
+import { BoundedMap } from '../../core/bounded-map.js'
+
+/** A lease still held this long after its grant rings its bell; one released sooner never does. */
+export const RING_DELAY_MS = 2
+/** Keys whose last doorbell wait found no bell (bounded: forgetting one costs one short grace). */
+const DEGRADED_KEPT = 10_000
 
 /** The holder's side: the doorbells of the leases this client holds, on one connection of the pool. */
 export class Bells {
   readonly #pool: Pool
   /** Bells we want held, and whether the connection holds each yet. */
   readonly #wanted = new Map<string, boolean>()
+  /** Rings not yet due, and when they are (RING_DELAY_MS after their grant; monotonic ms). */
+  readonly #due = new Map<string, number>()
+  #timer: NodeJS.Timeout | undefined
   #connection: Promise<PoolConnection> | undefined
   /** Every bell statement runs after the previous one: a take and its release never cross. */
   #queue: Promise<void> = Promise.resolve()
@@ -26,10 +40,32 @@ export class Bells {
     this.#pool = pool
   }
 
-  /** After a grant or a renewal: hold `bell` (again, if the connection holding it was lost). */
+  /** After a grant: hold `bell` from RING_DELAY_MS on, unless released by then. */
   ring(bell: string): void {
     if (this.#wanted.has(bell)) return
     this.#wanted.set(bell, false)
+    this.#due.set(bell, performance.now() + RING_DELAY_MS)
+    this.#timer ??= setTimeout(this.#ringDue, RING_DELAY_MS)
+  }
+
+  /**
+   * Takes the bells whose delay has passed. One timer for all of them, armed only while some are due: a
+   * timer per grant costs more than a short lease's whole cycle (measured), one per delay does not.
+   */
+  #ringDue = (): void => {
+    this.#timer = undefined
+    const t = performance.now()
+    let next = Number.POSITIVE_INFINITY
+    for (const [bell, at] of this.#due) {
+      if (at <= t) {
+        this.#due.delete(bell)
+        this.#take(bell)
+      } else next = Math.min(next, at)
+    }
+    if (next !== Number.POSITIVE_INFINITY) this.#timer = setTimeout(this.#ringDue, next - t)
+  }
+
+  #take(bell: string): void {
     this.#run(async (connection) => {
       // Given up before its turn came (a lease released at once): nothing to take.
       if (this.#wanted.get(bell) !== false) return
@@ -61,6 +97,8 @@ export class Bells {
   silence(bell: string): void {
     const held = this.#wanted.get(bell)
     this.#wanted.delete(bell)
+    // Not due yet: never rung (the timer, if it fires, finds nothing to do).
+    this.#due.delete(bell)
     if (held !== true) return
     this.#run(async (connection) => {
       await connection.query('DO RELEASE_LOCK(?)', [bell])
@@ -97,6 +135,9 @@ export class Bells {
 
   /** Frees every bell (the connection is destroyed: the server frees what it held). */
   async close(): Promise<void> {
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+    this.#due.clear()
     this.#wanted.clear()
     await this.#queue
     const connection = this.#connection
@@ -110,6 +151,8 @@ export class DoorbellWaits {
   readonly #pool: Pool
   readonly #sql: string
   readonly #waits = new Map<string, { done: Promise<void>; stop: () => void }>()
+  /** Keys whose last wait found the row held and no bell: the next wait sleeps long instead of returning. */
+  readonly #degraded = new BoundedMap<string, true>(DEGRADED_KEPT)
 
   constructor(pool: Pool, sql: string) {
     this.#pool = pool
@@ -163,8 +206,13 @@ export class DoorbellWaits {
           connection.destroy()
           return
         }
-        await connection.query(this.#sql, [bell, bell, bell, bell, key])
+        const long = this.#degraded.has(key) ? 1 : 0
+        const [rows] = await connection.query(this.#sql, [bell, bell, bell, bell, long, key])
         connection.release()
+        // -1: no bell after the grace (a holder that just got the lease, or one without its bell): once is
+        // a short look; twice in a row, the next wait sleeps two seconds on the server.
+        if ((rows as { rang: number | null }[])[0]?.rang === -1) this.#degraded.set(key, true)
+        else this.#degraded.delete(key)
       } catch {
         // A wait that failed is a spurious wake-up: the waiter attempts again, and that attempt reports
         // the failure if the server is really gone.

@@ -64,20 +64,22 @@ export const readSql = (table: string): string =>
   FROM ${table} WHERE lock_key = ?`
 
 /**
- * The doorbell wait. Params: bell, bell, bell, bell, key. One statement, its timeout taken from the
- * holder's lease on the server (`rem`, seconds), so a paused holder that keeps its doorbell connection
- * cannot keep us past its lease:
+ * The doorbell wait. Params: bell, bell, bell, bell, long (0 or 1), key. One statement, its timeout taken
+ * from the holder's lease on the server (`rem`, seconds), so a paused holder that keeps its doorbell
+ * connection cannot keep us past its lease:
  * - the bell is held (the holder's doorbell): block in GET_LOCK until it is freed (a release) or the lease
  *   ends, then free it at once (RELEASE_LOCK in the same statement, so the next waiter wakes too);
- * - the bell is free although the row is held (the new holder has not rung it yet, or lost its doorbell
- *   connection): look again after 50 ms, then block as above, or else sleep out the second on the server.
- *   A degraded doorbell thus costs at most one statement per second.
+ * - the bell is free although the row is held (a holder rings 2 ms after its grant, or has lost its bell
+ *   connection): look again after a 20 ms grace, then block as above; still free, return -1 at once
+ *   (the waiter attempts again: the lease may have been short), or, after a -1 (`long`), sleep two
+ *   seconds on the server. A missing bell thus costs at most one statement per two seconds, plus the
+ *   waiter's attempt.
  * No row (or a released one): returns no row at once: the lock is free, attempt again.
  */
 export const watchSql = (table: string): string =>
-  `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.05, r.rem)) = 0 AND IS_FREE_LOCK(?) = 0),
+  `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, r.rem)) = 0 AND IS_FREE_LOCK(?) = 0),
       GET_LOCK(?, CEIL(r.rem)) + COALESCE(RELEASE_LOCK(?), 0),
-      SLEEP(LEAST(0.95, r.rem))) AS rang
+      IF(? = 1, SLEEP(LEAST(1.98, r.rem)), -1)) AS rang
   FROM (SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem
     FROM ${table} WHERE lock_key = ? AND released = 0) AS r`
 
