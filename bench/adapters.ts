@@ -18,6 +18,7 @@ import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
 import { CLOUD_ADAPTERS } from './cloud.js'
 import { mysqlFloor } from './mysql.js'
+import { POSTGRES_ADAPTERS } from './postgres.js'
 
 /** What the scenarios need from a running store. */
 export interface Env {
@@ -31,6 +32,10 @@ export interface Env {
   readonly etcd: string
   /** Each fencelock adapter's URL, by adapter name (from its kit's store). */
   readonly urls: Readonly<Record<string, string>>
+  /** The PostgreSQL server's URL, through the statement-counting proxy (bench/postgres.ts); '' when not started. */
+  readonly postgres: string
+  /** Statements sent to it so far (this process only; not passed to bp's workers). */
+  readonly postgresStatements?: () => number
   /** The HTTP endpoint of each conditional-write store that was started ('s3', 'gcs', 'dynamodb'). */
   readonly endpoints: Readonly<Record<string, string>>
 }
@@ -49,7 +54,7 @@ export interface Locker {
 
 export interface Adapter {
   readonly name: string
-  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd', 's3', 'gcs', 'dynamodb'); ratios compare fencelock with the best peer on the same store. */
+  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd', 's3', 'gcs', 'dynamodb', 'postgres'); ratios compare fencelock with the best peer on the same store. */
   readonly store: string
   readonly kind: 'fencelock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
@@ -412,6 +417,7 @@ const PEERS: Adapter[] = [
   },
   ...CLOUD_ADAPTERS,
   mysqlFloor,
+  ...POSTGRES_ADAPTERS,
 ]
 
 /** Every adapter, by store: fencelock's first, then the peers and floors of that store. */

@@ -13,6 +13,7 @@ import { KITS, type KitStore, kit } from '../test/kits/index.js'
 import { useLocalCredentials } from '../test/servers/dynamodb.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Env } from './adapters.js'
+import { countStatements } from './postgres.js'
 import { type Results, type Row, writeReport } from './report.js'
 import { type Figures, SCENARIOS } from './scenarios.js'
 import { fmt } from './stats.js'
@@ -63,8 +64,17 @@ for (const k of KITS.filter((k) => k.bench?.some((v) => wanted.has(v.store)))) {
     urls[v.name] = store.url(v.query)
   }
 }
+// PostgreSQL: every client (fencelock's too) goes through a proxy that counts the statements sent
+// (scenario h counts a blocked waiter's).
+const pg = shared.get('postgres')
+const pgCounter = pg ? await countStatements(pg.ports[0]!) : undefined
+if (pg && pgCounter) {
+  for (const v of kit('postgres').bench ?? []) urls[v.name] = pg.urlVia!([pgCounter.port], v.query)
+}
 // The peers' stores: the same servers fencelock runs on (0 or empty where no selected adapter needs one).
 const env: Env = {
+  postgres: pg && pgCounter ? pg.urlVia!([pgCounter.port]) : '',
+  ...(pgCounter ? { postgresStatements: () => pgCounter.count() } : {}),
   redis: shared.get('redis')?.ports[0] ?? 0,
   redis5: [...(shared.get('redlock-5')?.ports ?? [])],
   dir: dir.path,
@@ -133,6 +143,7 @@ try {
     printTable(results.scenarios.at(-1)!)
   }
 } finally {
+  await pgCounter?.close()
   await Promise.all(stores.map((store) => store.close()))
   dir.cleanup()
 }

@@ -276,7 +276,9 @@ export const SCENARIOS: Scenario[] = [
         const waitingStatements =
           adapter.store === 'mysql'
             ? await whileBlocked(pair, `${key}:blocked`, () => mysqlStatementsCounter(env))
-            : undefined
+            : adapter.store === 'postgres'
+              ? await whileBlocked(pair, `${key}:blocked`, pgStatements(env))
+              : undefined
         const waitingRequests = HTTP_STORES.has(adapter.store)
           ? await whileBlocked(pair, `${key}:blocked`, requestCounter())
           : undefined
@@ -335,6 +337,20 @@ async function redisCommandsCounter(env: Env): Promise<Counter> {
   }
 }
 const redisCommands = (env: Env) => () => redisCommandsCounter(env)
+
+/** Statements sent to PostgreSQL, counted by the proxy every postgres adapter goes through (run.ts). */
+const pgStatements = (env: Env) => async (): Promise<Counter> => {
+  const counter = env.postgresStatements
+  if (!counter) throw new Error('no statement counter for postgres')
+  let from = counter()
+  return {
+    reset: () => {
+      from = counter()
+    },
+    count: () => counter() - from,
+    close: () => {},
+  }
+}
 
 /** HTTP requests this process sends (S3, GCS, DynamoDB; bench/requests.ts). */
 const requestCounter = () => async (): Promise<Counter> => {

@@ -6,6 +6,7 @@ import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
 import { mysqlKit } from './mysql.js'
+import { postgresKit } from './postgres.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
 import { s3Kit } from './s3.js'
@@ -27,6 +28,7 @@ export const KITS: readonly Kit[] = [
   gcsKit,
   dynamodbKit,
   mysqlKit,
+  postgresKit,
 ]
 
 /** The kit named `id`. */

@@ -31,14 +31,18 @@ export class ServerProcess {
   #output = ''
   readonly #exit = new AbortController()
 
-  /** Starts `binary` with `args` in `cwd`. */
+  readonly #stopSignal: NodeJS.Signals
+
+  /** Starts `binary` with `args` in `cwd` (as another user with `as`; stopped by `stopSignal`, default SIGTERM). */
   constructor(
     readonly name: string,
     binary: string,
     args: string[],
     cwd: string,
+    options: { readonly as?: { uid: number; gid: number }; readonly stopSignal?: NodeJS.Signals } = {},
   ) {
-    this.child = spawn(binary, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] })
+    this.#stopSignal = options.stopSignal ?? 'SIGTERM'
+    this.child = spawn(binary, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], ...(options.as ?? {}) })
     const keep = (chunk: Buffer) => {
       this.#output = (this.#output + chunk.toString()).slice(-KEPT)
     }
@@ -84,11 +88,11 @@ export class ServerProcess {
     this.#exit.signal.throwIfAborted()
   }
 
-  /** Stops it: SIGTERM, then SIGKILL after `graceMs` (a paused process ignores SIGTERM until resumed). */
+  /** Stops it: its stop signal, then SIGKILL after `graceMs` (a paused process ignores SIGTERM until resumed). */
   async stop(graceMs = 5000): Promise<void> {
     if (this.#exit.signal.aborted) return
     const exited = new Promise((resolve) => this.#exit.signal.addEventListener('abort', resolve))
-    this.child.kill('SIGTERM')
+    this.child.kill(this.#stopSignal)
     const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs)
     await exited
     clearTimeout(timer)

@@ -1,0 +1,169 @@
+/**
+ * PostgreSQL beyond the conformance suite, on one real server: fences across a restart, killed
+ * connections (the listening one too), a paused holder process, a partition through the test proxy, the
+ * fence guard, the table's DDL when createTable is off, and doctor.
+ */
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import postgres from 'postgres'
+import { guardedUpdate, postgresBackend } from '../../src/backends/postgres/index.js'
+import { createLockClient, type LockClient } from '../../src/index.js'
+import { adminQuery } from '../kits/postgres.js'
+import { type PostgresServer, startPostgres } from '../servers/postgres.js'
+import { startHold } from '../support/processes.js'
+import { startProxy } from '../support/proxy.js'
+import { abortedWithin, waitUntil } from '../support/wait.js'
+
+describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_000 }, () => {
+  let server: PostgresServer
+  const open: LockClient[] = []
+  const client = (url = server.url(), options: Parameters<typeof createLockClient>[1] = {}) => {
+    const c = createLockClient(url, { ttl: '3s', ...options })
+    open.push(c)
+    return c
+  }
+  before(async () => {
+    server = await startPostgres()
+  })
+  after(async () => {
+    await Promise.all(open.map((c) => c.close()))
+    await server.destroy()
+  })
+
+  it('keeps fences across a server restart, and the same client works again after it', async () => {
+    const locks = client()
+    const first = await locks.acquire('restart')
+    await first.release()
+    await server.restart()
+    const second = await locks.acquire('restart', { timeout: '20s' })
+    assert.ok(second.fence > first.fence, `fence ${second.fence} after a restart, ${first.fence} before`)
+    await second.release()
+    server.signal('SIGKILL')
+    await server.restart()
+    const third = await locks.acquire('restart', { timeout: '20s' })
+    assert.ok(third.fence > second.fence, 'and across a crash')
+    await third.release()
+  })
+
+  it('waiting recovers when every connection of the waiter is killed, the listening one included', async () => {
+    const holder = client()
+    const waiter = client()
+    const lock = await holder.acquire('killed')
+    const waiting = waiter.acquire('killed', { timeout: '30s' })
+    // The waiter's LISTEN connection is up (its probe came back) before we kill everything.
+    await waitUntil(async () => (await listeners()) > 0, 'a LISTEN connection', { withinMs: 10_000 })
+    const killed = await adminQuery<{ n: number }>(
+      server,
+      'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = $1',
+      ['client backend'],
+    )
+    assert.ok(killed[0]!.n >= 2, 'the holder, the waiter and its listening connection were killed')
+    await lock.release()
+    const next = await waiting
+    assert.ok(next.fence > lock.fence)
+    // Notifications resume: postgres.js subscribes again on a new connection.
+    await waitUntil(async () => (await listeners()) > 0, 'LISTEN again', { withinMs: 15_000 })
+    await next.release()
+  })
+
+  it('a paused holder process loses its lock to the next holder, whose fence is greater', async () => {
+    const hold = startHold(server.url(), 'paused', ['--ttl', '1s'])
+    try {
+      const got = await hold.next('acquired')
+      hold.child.kill('SIGSTOP')
+      const lock = await client().acquire('paused', { timeout: '20s' })
+      assert.ok(BigInt(got.fence as string) < lock.fence)
+      hold.child.kill('SIGCONT')
+      await hold.next('lost')
+      await lock.release()
+    } finally {
+      hold.child.kill('SIGKILL')
+    }
+  })
+
+  it('a partitioned holder loses its lock by its validity; the others take it after the ttl', async () => {
+    const proxy = await startProxy(server.port)
+    try {
+      const cut = client(`postgres://postgres@127.0.0.1:${proxy.port}/postgres`, { ttl: '1s' })
+      const lock = await cut.acquire('partition')
+      proxy.mode = 'blackhole'
+      await abortedWithin(lock.signal, 10_000)
+      const other = await client().acquire('partition', { timeout: '20s' })
+      assert.ok(other.fence > lock.fence)
+      await other.release()
+      proxy.mode = 'pass'
+      proxy.cut()
+      const again = await cut.acquire('partition', { timeout: '30s' })
+      assert.ok(again.fence > other.fence)
+      await again.release()
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  it('the fence guard rejects the write of a paused holder once the next holder has written', async () => {
+    const sql = postgres(server.url(), { max: 2, onnotice: () => {} })
+    try {
+      await sql.unsafe('CREATE TABLE report (id int PRIMARY KEY, body text, fence bigint)')
+      await sql.unsafe("INSERT INTO report VALUES (7, 'empty', NULL)")
+      const locks = client(server.url(), { ttl: 500 })
+      // The first holder "pauses": it stops renewing, its lease ends, and it writes only afterwards.
+      const stale = await locks.acquire('report:7', { renew: false })
+      const write = (body: string, fence: bigint) =>
+        guardedUpdate(sql, { table: 'report', set: { body }, where: { id: 7 }, fence })
+      assert.equal(await write('first', stale.fence), true)
+      const next = await locks.acquire('report:7', { timeout: '10s' })
+      assert.equal(await write('second', next.fence), true)
+      assert.equal(await write('second, again', next.fence), true, 'a holder may write more than once')
+      assert.equal(await write('stale', stale.fence), false, 'the paused holder is refused')
+      const rows = await sql.unsafe('SELECT body, fence::text AS fence FROM report WHERE id = 7')
+      assert.deepEqual([rows[0]!.body, rows[0]!.fence], ['second, again', String(next.fence)])
+      await next.release()
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  })
+
+  it('with ?createTable=false a missing table is an error naming it with its DDL', async () => {
+    const locks = client(server.url('?table=not_made&createTable=false'))
+    await assert.rejects(locks.acquire('t', { timeout: '5s' }), (error: Error) => {
+      assert.match(error.message, /"public"\."not_made" does not exist/)
+      assert.match(error.message, /CREATE TABLE IF NOT EXISTS "public"\."not_made"/)
+      return true
+    })
+    const made = client(server.url('?table=made_here&schema=public'))
+    await (await made.acquire('t')).release()
+    const exists = await adminQuery<{ ok: boolean }>(
+      server,
+      "SELECT to_regclass('public.made_here') IS NOT NULL AS ok",
+    )
+    assert.equal(exists[0]!.ok, true)
+  })
+
+  it('doctor reports the version, the replication settings, the table and notifications', async () => {
+    const sql = postgres(server.url(), { max: 2, onnotice: () => {} })
+    const backend = postgresBackend({ sql, table: 'doctor_locks' })
+    try {
+      const before = await backend.doctor!(AbortSignal.timeout(10_000))
+      assert.ok(before.some((f) => f.level === 'ok' && /PostgreSQL 15/.test(f.message)))
+      assert.ok(before.some((f) => f.level === 'warn' && /asynchronous.*failover/.test(f.message)))
+      assert.ok(before.some((f) => /does not exist yet.*\n.*CREATE TABLE/s.test(f.message)))
+      const locks = createLockClient(backend)
+      await (await locks.tryAcquire('d'))!.release()
+      const findings = await backend.doctor!(AbortSignal.timeout(10_000))
+      assert.ok(findings.some((f) => f.level === 'ok' && /notifications work/.test(f.message)))
+      await locks.close()
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  })
+
+  /** LISTEN connections on the server now. */
+  async function listeners(): Promise<number> {
+    const rows = await adminQuery<{ n: number }>(
+      server,
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query ILIKE 'listen %' AND pid <> pg_backend_pid()",
+    )
+    return rows[0]!.n
+  }
+})
