@@ -7,9 +7,17 @@ import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, causeText, describeNetworkError } from '../../core/errors.js'
 import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../engines/sql-lease-driver.js'
 import { mysqlDoctor } from './doctor.js'
-import { Bells, DoorbellWaits } from './doorbell.js'
+import { DoorbellWaits, LeaseConnection } from './doorbell.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
-import { acquireSql, extendSql, readSql, releaseSql, tableExistsSql, watchSql } from './statements.js'
+import {
+  acquireSql,
+  extendSql,
+  freeBellSql,
+  readSql,
+  releaseSql,
+  tableExistsSql,
+  watchSql,
+} from './statements.js'
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
@@ -83,15 +91,23 @@ export class MySqlDialect implements SqlDialect {
   readonly #options: MySqlDialectOptions
   readonly #pool: Pool
   readonly #sql: {
+    /** With the bell's take and release, and without (for a key this client holds already). */
     acquire: string
+    acquireHolding: string
     extend: string
     release: string
     abandon: string
     read: string
     watch: string
   }
-  readonly #bells: Bells | undefined
+  /** Where acquire, extend and release run: one connection (holding the bells), or the pool. */
+  readonly #lease: LeaseConnection | undefined
   readonly #waits: DoorbellWaits | undefined
+  /**
+   * The owners this client holds each key for (granted, not yet released or found lost): while there is
+   * one, the bell of that key is this client's, and no statement of another owner takes or frees it.
+   */
+  readonly #holding = new Map<string, Set<string>>()
   /** The doorbell wait (absent with the doorbell off: the engine then polls). */
   readonly watch?: (key: string, signal: AbortSignal) => Promise<void>
   #closed: Promise<void> | undefined
@@ -102,17 +118,19 @@ export class MySqlDialect implements SqlDialect {
     this.id = options.id
     this.table = options.table
     const t = options.table
+    const bell = options.doorbell
     this.#sql = {
-      acquire: acquireSql(t),
-      extend: extendSql(t),
-      release: releaseSql(t, true),
-      abandon: releaseSql(t, false),
+      acquire: acquireSql(t, bell),
+      acquireHolding: acquireSql(t, false),
+      extend: extendSql(t, bell),
+      release: releaseSql(t, true, bell),
+      abandon: releaseSql(t, false, bell),
       read: readSql(t),
       watch: watchSql(t),
     }
-    if (options.doorbell) {
+    if (bell) {
       const waits = new DoorbellWaits(this.#pool, this.#sql.watch)
-      this.#bells = new Bells(this.#pool)
+      this.#lease = new LeaseConnection(this.#pool)
       this.#waits = waits
       this.watch = (key, signal) => waits.wait(key, this.#bell(key), signal)
     }
@@ -122,8 +140,10 @@ export class MySqlDialect implements SqlDialect {
     return doorbellName(this.table, key)
   }
 
-  async #run<T>(key: string | undefined, sql: string, params: unknown[]): Promise<T> {
+  /** Runs a statement on the pool, or (`lease`) on the lease connection when there is one. */
+  async #run<T>(key: string | undefined, sql: string, params: unknown[], lease = false): Promise<T> {
     try {
+      if (lease && this.#lease) return (await this.#lease.query(sql, params)) as T
       const [result] = await this.#pool.query(sql, params)
       return result as T
     } catch (cause) {
@@ -138,23 +158,48 @@ export class MySqlDialect implements SqlDialect {
 
   async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
     const holder = req.holder ?? null
-    const result = await this.#run<ResultSetHeader>(req.key, this.#sql.acquire, [
-      req.key,
-      req.owner,
-      req.ttlMs,
-      holder,
-      req.owner,
-      req.owner,
-      holder,
-      req.ttlMs,
-    ])
+    const { key, owner, ttlMs } = req
+    // A key this client holds already has its bell on our connection: this statement leaves it alone.
+    const holding = (this.#holding.get(key)?.size ?? 0) > 0
+    const bell = this.#lease && !holding ? [this.#bell(key)] : []
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      holding ? this.#sql.acquireHolding : this.#sql.acquire,
+      [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, owner, holder, ttlMs],
+      true,
+    )
     // 1: inserted (fence 1); 2: taken over or ours renewed (the fence in the OK packet); 0: held.
     if (result.affectedRows === 0) {
       return { granted: false, remainingMs: Number(result.insertId) }
     }
+    this.#hold(key, owner)
     const fence = result.affectedRows === 1 ? 1n : await this.#fence(req, result.insertId)
-    this.#bells?.ring(this.#bell(req.key))
-    return { granted: true, fence, leaseMs: req.ttlMs }
+    return { granted: true, fence, leaseMs: ttlMs }
+  }
+
+  #hold(key: string, owner: string): void {
+    let owners = this.#holding.get(key)
+    if (owners === undefined) {
+      owners = new Set()
+      this.#holding.set(key, owners)
+    }
+    owners.add(owner)
+  }
+
+  /** `owner` no longer holds `key`: true when nobody of this client does (its bell may be freed). */
+  #unhold(key: string, owner: string): boolean {
+    const owners = this.#holding.get(key)
+    owners?.delete(owner)
+    if (owners !== undefined && owners.size > 0) return false
+    this.#holding.delete(key)
+    return true
+  }
+
+  /** Frees the bell of `key` after a statement that found the row not ours (if this client holds none). */
+  async #freeBell(key: string, owner: string): Promise<void> {
+    if (this.#unhold(key, owner) && this.#lease) {
+      await this.#run(key, freeBellSql, [this.#bell(key)], true).catch(() => {})
+    }
   }
 
   /**
@@ -175,24 +220,38 @@ export class MySqlDialect implements SqlDialect {
   }
 
   async extend(key: string, owner: string, fence: bigint, ttlMs: number): Promise<number | undefined> {
-    const result = await this.#run<ResultSetHeader>(key, this.#sql.extend, [ttlMs, key, owner, String(fence)])
+    // With the doorbell, the statement takes the bell again if our connection lost it (a reconnect).
+    const bell = this.#lease ? [this.#bell(key), this.#bell(key)] : []
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      this.#sql.extend,
+      [ttlMs, ...bell, key, owner, String(fence)],
+      true,
+    )
     if (matched(result) === 0) {
-      this.#bells?.silence(this.#bell(key))
+      await this.#freeBell(key, owner)
       return undefined
     }
-    // A doorbell lost with its connection is taken again here.
-    this.#bells?.ensure(this.#bell(key))
     return ttlMs
   }
 
   async release(key: string, owner: string, fence: bigint | undefined): Promise<boolean> {
-    const result =
-      fence === undefined
-        ? await this.#run<ResultSetHeader>(key, this.#sql.abandon, [key, owner])
-        : await this.#run<ResultSetHeader>(key, this.#sql.release, [key, owner, String(fence)])
-    // After the row: a waiter the bell wakes must find it free.
-    if (fence !== undefined) this.#bells?.silence(this.#bell(key))
-    return matched(result) > 0
+    // Another owner of this client still holding the key keeps the bell: release without it.
+    const others = [...(this.#holding.get(key) ?? [])].some((o) => o !== owner)
+    const sql = others
+      ? releaseSql(this.table, fence !== undefined, false)
+      : fence === undefined
+        ? this.#sql.abandon
+        : this.#sql.release
+    const bell = this.#lease && !others ? [this.#bell(key)] : []
+    const fenced = fence === undefined ? [] : [String(fence)]
+    const result = await this.#run<ResultSetHeader>(key, sql, [...bell, key, owner, ...fenced], true)
+    if (matched(result) > 0) {
+      this.#unhold(key, owner)
+      return true
+    }
+    await this.#freeBell(key, owner)
+    return false
   }
 
   async read(key: string, _signal: AbortSignal): Promise<SqlRow | undefined> {
@@ -234,7 +293,7 @@ export class MySqlDialect implements SqlDialect {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#waits?.close()
-      await this.#bells?.close()
+      await this.#lease?.close()
       if (this.#options.owned) await this.#pool.end()
     })()
     return this.#closed

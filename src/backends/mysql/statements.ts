@@ -11,9 +11,15 @@
 /** The server's clock, now, in microseconds since the epoch (evaluated where it appears). */
 const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
 
+/** Takes `bell` on this connection unless it holds it already (named locks count: never twice). 2 params. */
+const TAKE_BELL = 'IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, COALESCE(GET_LOCK(?, 0), 0))'
+/** Frees `bell` if this connection holds it. 1 param. */
+const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
+
 /**
- * Acquire. Params: key, owner, ttl ms, holder, then owner, owner, holder, ttl ms again (no `VALUES()`, which
- * MySQL 8.0.20 deprecated). One INSERT … ON DUPLICATE KEY UPDATE:
+ * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, then owner, [bell], owner, holder, ttl ms
+ * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … ON DUPLICATE
+ * KEY UPDATE:
  * - no row: inserted with fence 1 (affected rows 1);
  * - a row: the first assignment decides ONCE, with one reading of the clock, and writes the decision into
  *   `released` (2 = take it: released or expired; 3 = ours and held: restart its lease; else unchanged).
@@ -23,39 +29,50 @@ const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
  *   affected rows 0 (with CLIENT_FOUND_ROWS off; on, it would be 1, like an insert: the dialect refuses such
  *   a pool).
  * - `LAST_INSERT_ID(expr)` hands one integer back in the reply's OK packet, in the same statement (MySQL has
- *   no RETURNING, MariaDB none MySQL shares): the fence when taken or renewed, the holder's remaining lease
- *   in ms when held by another (paces the next attempt).
+ *   no RETURNING): the fence when taken or renewed, the holder's remaining lease in ms when held by another
+ *   (paces the next attempt).
+ * - The doorbell (doorbell.ts) rides in the same statement, on the client's lease connection: the row's
+ *   values are computed before the key is found taken, so they take the bell (when free and not ours
+ *   already); a refusal frees it again in its own branch. A grant thus holds its bell from the instant it
+ *   commits, at no extra statement; a bell some other connection holds (a paused former holder) is not
+ *   waited for: the grant goes on without it, and its waiters fall back to the lease's end.
  */
-export const acquireSql = (table: string): string => `INSERT INTO ${table}
+export const acquireSql = (table: string, bell: boolean): string => `INSERT INTO ${table}
   (lock_key, owner, fence, expires_at, released, holder)
-  VALUES (?, ?, 1, ${NOW_US} + ? * 1000, 0, ?)
+  VALUES (?, ?, 1, ${NOW_US} + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?)
   ON DUPLICATE KEY UPDATE
     released = CASE WHEN released = 1 OR expires_at <= ${NOW_US} THEN 2 WHEN owner = ? THEN 3 ELSE released END,
     fence = CASE released
       WHEN 2 THEN LAST_INSERT_ID(fence + 1)
       WHEN 3 THEN LAST_INSERT_ID(fence)
-      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - ${NOW_US}) DIV 1000) END,
+      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - ${NOW_US}) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
     owner = IF(released = 2, ?, owner),
     holder = IF(released = 2, ?, holder),
     expires_at = IF(released IN (2, 3), ${NOW_US} + ? * 1000, expires_at),
     released = IF(released IN (2, 3), 0, released)`
 
 /**
- * Extend. Params: ttl ms, key, owner, fence. Restarts the lease only while the row is ours with our fence
- * and not released (expired but untaken is still ours: nobody else was granted). The reply's "Rows
- * matched" says whether it was (whatever CLIENT_FOUND_ROWS says of changed rows).
+ * Extend. Params: ttl ms, [bell, bell], key, owner, fence. Restarts the lease only while the row is ours
+ * with our fence and not released (expired but untaken is still ours: nobody else was granted). The reply's
+ * "Rows matched" says whether it was (whatever CLIENT_FOUND_ROWS says of changed rows). With the doorbell,
+ * takes the bell again if this connection lost it (a reconnect): only on a row that matched.
  */
-export const extendSql = (table: string): string =>
-  `UPDATE ${table} SET expires_at = ${NOW_US} + ? * 1000
+export const extendSql = (table: string, bell: boolean): string =>
+  `UPDATE ${table} SET expires_at = ${NOW_US} + ? * 1000${bell ? ` + 0 * ${TAKE_BELL}` : ''}
   WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0`
 
 /**
- * Release. Params: key, owner[, fence]. Marks the row released and its lease ended at the epoch (free at
- * once, even if the server's clock steps back); the fence stays, the row is never deleted.
+ * Release. Params: [bell], key, owner[, fence]. Marks the row released and its lease ended at the epoch
+ * (free at once, even if the server's clock steps back); the fence stays, the row is never deleted. With
+ * the doorbell, frees the bell in the same statement: its waiters wake, and their attempts queue behind
+ * this statement's row lock until it commits, so they find the row free.
  */
-export const releaseSql = (table: string, withFence: boolean): string =>
-  `UPDATE ${table} SET released = 1, expires_at = 0
+export const releaseSql = (table: string, withFence: boolean, bell: boolean): string =>
+  `UPDATE ${table} SET released = 1${bell ? ` + 0 * ${FREE_BELL}` : ''}, expires_at = 0
   WHERE lock_key = ? AND owner = ? AND released = 0${withFence ? ' AND fence = ?' : ''}`
+
+/** Frees a bell outside a lease statement (a release or an extend that found the row not ours). Param: bell. */
+export const freeBellSql = `DO ${FREE_BELL}`
 
 /** Read. Param: key. The fence as text (exact past 2^53 whatever the pool's number settings). */
 export const readSql = (table: string): string =>
