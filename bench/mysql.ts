@@ -30,7 +30,7 @@ export const mysqlFloor: Adapter = {
   kind: 'floor',
   fences: false,
   waits: false,
-  note: 'one INSERT … ON DUPLICATE KEY UPDATE taking the row when its lease ended (SYSDATE(6)), one owner-checked UPDATE freeing it; a mysql2 pool with FOUND_ROWS off; no fence',
+  note: 'one INSERT … ON DUPLICATE KEY UPDATE taking the row when its lease ended (SYSDATE(6)), one owner-checked UPDATE freeing it, both prepared (mysql2 execute); a mysql2 pool with FOUND_ROWS off; no fence',
   async createLocker(env) {
     const pool = createPool({ ...serverOf(env), flags: ['-FOUND_ROWS'], connectionLimit: 4 })
     await pool.query(`CREATE TABLE IF NOT EXISTS ${FLOOR_TABLE} (
@@ -38,7 +38,7 @@ export const mysqlFloor: Adapter = {
     return {
       async acquire(key) {
         const owner = randomBytes(16).toString('hex')
-        const [result] = await pool.query(
+        const [result] = await pool.execute(
           `INSERT INTO ${FLOOR_TABLE} (k, owner, expires_at) VALUES (?, ?, SYSDATE(6) + INTERVAL ? MICROSECOND)
           ON DUPLICATE KEY UPDATE
             owner = IF(expires_at <= SYSDATE(6), VALUES(owner), owner),
@@ -48,7 +48,7 @@ export const mysqlFloor: Adapter = {
         if ((result as { affectedRows: number }).affectedRows === 0) throw new Error(`${key} is held`)
         return {
           release: async () => {
-            await pool.query(
+            await pool.execute(
               `UPDATE ${FLOOR_TABLE} SET expires_at = '1970-01-02' WHERE k = ? AND owner = ?`,
               [key, owner],
             )

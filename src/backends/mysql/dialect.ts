@@ -25,6 +25,9 @@ export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlM
 /** The client flag that makes affected rows count matched rows instead of changed ones. */
 const CLIENT_FOUND_ROWS = 2
 
+/** A statement's parameter. */
+export type SqlParam = string | number | null
+
 /** mysql2's error fields we read. */
 interface DriverError {
   readonly code?: string
@@ -140,11 +143,21 @@ export class MySqlDialect implements SqlDialect {
     return doorbellName(this.table, key)
   }
 
-  /** Runs a statement on the pool, or (`lease`) on the lease connection when there is one. */
-  async #run<T>(key: string | undefined, sql: string, params: unknown[], lease = false): Promise<T> {
+  /**
+   * Runs a statement on the pool, or (`lease`) on the lease connection when there is one. The lease
+   * statements and reads are prepared once per connection (`execute`): parsing them each time took
+   * about a third of their time (measured: 0.08 ms against 0.05 ms on MariaDB 10.11).
+   */
+  async #run<T>(
+    key: string | undefined,
+    sql: string,
+    params: SqlParam[],
+    how: 'lease' | 'prepared' | 'plain' = 'plain',
+  ): Promise<T> {
     try {
-      if (lease && this.#lease) return (await this.#lease.query(sql, params)) as T
-      const [result] = await this.#pool.query(sql, params)
+      if (how === 'lease' && this.#lease) return (await this.#lease.execute(sql, params)) as T
+      const [result] =
+        how === 'plain' ? await this.#pool.query(sql, params) : await this.#pool.execute(sql, params)
       return result as T
     } catch (cause) {
       const e = (cause ?? {}) as DriverError
@@ -166,7 +179,7 @@ export class MySqlDialect implements SqlDialect {
       key,
       holding ? this.#sql.acquireHolding : this.#sql.acquire,
       [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, owner, holder, ttlMs],
-      true,
+      'lease',
     )
     // 1: inserted (fence 1); 2: taken over or ours renewed (the fence in the OK packet); 0: held.
     if (result.affectedRows === 0) {
@@ -198,7 +211,7 @@ export class MySqlDialect implements SqlDialect {
   /** Frees the bell of `key` after a statement that found the row not ours (if this client holds none). */
   async #freeBell(key: string, owner: string): Promise<void> {
     if (this.#unhold(key, owner) && this.#lease) {
-      await this.#run(key, freeBellSql, [this.#bell(key)], true).catch(() => {})
+      await this.#run(key, freeBellSql, [this.#bell(key)], 'lease').catch(() => {})
     }
   }
 
@@ -226,7 +239,7 @@ export class MySqlDialect implements SqlDialect {
       key,
       this.#sql.extend,
       [ttlMs, ...bell, key, owner, String(fence)],
-      true,
+      'lease',
     )
     if (matched(result) === 0) {
       await this.#freeBell(key, owner)
@@ -245,7 +258,7 @@ export class MySqlDialect implements SqlDialect {
         : this.#sql.release
     const bell = this.#lease && !others ? [this.#bell(key)] : []
     const fenced = fence === undefined ? [] : [String(fence)]
-    const result = await this.#run<ResultSetHeader>(key, sql, [...bell, key, owner, ...fenced], true)
+    const result = await this.#run<ResultSetHeader>(key, sql, [...bell, key, owner, ...fenced], 'lease')
     if (matched(result) > 0) {
       this.#unhold(key, owner)
       return true
@@ -255,7 +268,7 @@ export class MySqlDialect implements SqlDialect {
   }
 
   async read(key: string, _signal: AbortSignal): Promise<SqlRow | undefined> {
-    const rows = await this.#run<RowDataPacket[]>(key, this.#sql.read, [key])
+    const rows = await this.#run<RowDataPacket[]>(key, this.#sql.read, [key], 'prepared')
     const row = rows[0]
     if (row === undefined) return undefined
     const released = Number(row.released) === 1

@@ -34,11 +34,12 @@ export class LeaseConnection {
     this.#pool = pool
   }
 
-  async query(sql: string, params: unknown[]): Promise<unknown> {
+  /** Runs a prepared statement (prepared once per connection by mysql2). */
+  async execute(sql: string, params: (string | number | null)[]): Promise<unknown> {
     if (this.#closed) throw new Error('the lock client is closed')
     const connection = (this.#connection ??= this.#pool.getConnection())
     try {
-      const [result] = await (await connection).query(sql, params)
+      const [result] = await (await connection).execute(sql, params)
       return result
     } catch (error) {
       // A statement the server refused leaves the connection usable; a lost one does not.
