@@ -31,7 +31,12 @@ function doorbellClient(server: FakeSqlServer) {
       }),
   }
   const backend = sqlLeaseBackend(dialect, { pollMaxMs: 5000 })
-  return { client: createLockClient(backend, { ttl: 30_000 }), ring: () => [...rings].forEach((r) => r()) }
+  return {
+    client: createLockClient(backend, { ttl: 30_000 }),
+    ring: () => {
+      for (const r of [...rings]) r()
+    },
+  }
 }
 
 describe('sql-lease: a watch (doorbell) and refusals with only the remaining lease', () => {

@@ -4,10 +4,11 @@
  */
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
-import { BackendUnavailableError, causeText, describeNetworkError } from '../../core/errors.js'
+import { BackendUnavailableError } from '../../core/errors.js'
 import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../engines/sql-lease-driver.js'
 import { mysqlDoctor } from './doctor.js'
 import { DoorbellWaits, LeaseConnection } from './doorbell.js'
+import { describeFailure, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
 import {
   acquireSql,
@@ -21,51 +22,6 @@ import {
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
-
-/** The client flag that makes affected rows count matched rows instead of changed ones. */
-const CLIENT_FOUND_ROWS = 2
-
-/** A statement's parameter. */
-export type SqlParam = string | number | null
-
-/** mysql2's error fields we read. */
-interface DriverError {
-  readonly code?: string
-  readonly errno?: number
-  readonly sqlMessage?: string
-  readonly fatal?: boolean
-}
-
-/** Errors that stay until someone changes something: waiting cannot help. */
-const SETTING = new Set([
-  'ER_ACCESS_DENIED_ERROR',
-  'ER_DBACCESS_DENIED_ERROR',
-  'ER_TABLEACCESS_DENIED_ERROR',
-  'ER_BAD_DB_ERROR',
-  'ER_PARSE_ERROR',
-  'ER_NO_SUCH_TABLE',
-  'ER_BAD_FIELD_ERROR',
-  'ER_NOT_SUPPORTED_AUTH_MODE',
-])
-
-/**
- * Refuses a pool whose connections report matched rows as affected (CLIENT_FOUND_ROWS, mysql2's default):
- * then "held by someone else" and "inserted" both report one row, and the acquire cannot tell them apart.
- */
-export function checkFoundRowsOff(pool: Pool): void {
-  const flags = (pool as unknown as { pool?: { config?: { connectionConfig?: { clientFlags?: number } } } })
-    .pool?.config?.connectionConfig?.clientFlags
-  if (typeof flags !== 'number') {
-    throw new TypeError('Expected `pool` to be a pool of mysql2/promise (`mysql.createPool(...)`)')
-  }
-  if ((flags & CLIENT_FOUND_ROWS) !== 0) {
-    throw new TypeError(
-      "Expected a mysql2 pool made with `flags: ['-FOUND_ROWS']`: with FOUND_ROWS on (mysql2's default), an " +
-        'INSERT … ON DUPLICATE KEY UPDATE that changed nothing (the lock is held by someone else) reports one ' +
-        'affected row, like an insert (a grant), so fencelock could not tell them apart',
-    )
-  }
-}
 
 /** "Rows matched: N" of an UPDATE's reply: counts matched rows whatever CLIENT_FOUND_ROWS says. */
 function matched(result: ResultSetHeader): number {
@@ -160,11 +116,10 @@ export class MySqlDialect implements SqlDialect {
         how === 'plain' ? await this.#pool.query(sql, params) : await this.#pool.execute(sql, params)
       return result as T
     } catch (cause) {
-      const e = (cause ?? {}) as DriverError
-      const reason = describeNetworkError(cause) ?? causeText(cause)
+      const { text, retryable } = describeFailure(cause)
       throw new BackendUnavailableError(
-        `${this.id} failed${key === undefined ? '' : ` for "${key}"`}: ${e.code ? `${e.code}: ` : ''}${reason}`,
-        { key, backend: this.id, cause, retryable: !SETTING.has(e.code ?? '') },
+        `${this.id} failed${key === undefined ? '' : ` for "${key}"`}: ${text}`,
+        { key, backend: this.id, cause, retryable },
       )
     }
   }

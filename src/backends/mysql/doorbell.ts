@@ -37,7 +37,8 @@ export class LeaseConnection {
   /** Runs a prepared statement (prepared once per connection by mysql2). */
   async execute(sql: string, params: (string | number | null)[]): Promise<unknown> {
     if (this.#closed) throw new Error('the lock client is closed')
-    const connection = (this.#connection ??= this.#pool.getConnection())
+    this.#connection ??= this.#pool.getConnection()
+    const connection = this.#connection
     try {
       const [result] = await (await connection).execute(sql, params)
       return result

@@ -13,14 +13,15 @@
  * - Fence: the `fence` column, advanced by the granting statement and handed back in the same reply
  *   (`LAST_INSERT_ID(fence)`, the OK packet's insert id); renewals and releases keep it and rows are never
  *   deleted, so it survives releases, expiries and server restarts (as durable as InnoDB's commits).
- * - Waiting: MySQL has no notifications; a doorbell stands in (doorbell.ts): the holder keeps a
- *   `GET_LOCK` named after the lock on one connection while it holds the lease, and a waiter blocks in
- *   one statement until that named lock is freed or the holder's lease ends (the server computes the
- *   timeout from the row). The bell only wakes: the lease row alone grants. A waiting key costs at most
- *   one blocking statement per holder's lease and one attempt per `pollMaxMs`, or per lease left.
+ * - Waiting: MySQL has no notifications; a doorbell stands in (doorbell.ts): a named lock per lock
+ *   (`GET_LOCK`), taken by the granting statement itself and freed by the release statement, on the one
+ *   connection each client runs its lease statements on; a waiter blocks in one statement until that named
+ *   lock is freed or the holder's lease ends (the server computes the timeout from the row). The bell only
+ *   wakes: the lease row alone grants. A waiting key costs one blocking statement per holder's lease and
+ *   one attempt per `DOORBELL_POLL_MAX_MS` (5 s) or per lease left, whichever is sooner.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
- *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). The doorbell takes one pool connection
- *   while this client holds any lock and one per waited key. `SYSDATE()` is unsafe for statement-based
+ *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). The doorbell keeps one pool connection
+ *   for the lease statements and takes one per waited key while it blocks. `SYSDATE()` is unsafe for statement-based
  *   replication (use `binlog_format=ROW`), and a time zone with daylight saving time makes it repeat an
  *   hour (run in UTC); a failover to an asynchronous replica can lose the latest grants and fences.
  *   `doctor` reports all of these.
@@ -33,16 +34,19 @@ import type { Pool } from 'mysql2/promise'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { sqlLeaseBackend } from '../../engines/sql-lease.js'
-import { checkFoundRowsOff, MySqlDialect } from './dialect.js'
+import { MySqlDialect } from './dialect.js'
+import { checkFoundRowsOff } from './faults.js'
 import { DEFAULT_TABLE, quoteTable } from './layout.js'
 
-export { checkFoundRowsOff, MYSQL_LIMITS, MySqlDialect } from './dialect.js'
+export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
+export { checkFoundRowsOff } from './faults.js'
 export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
 
 export interface MySqlBackendOptions {
   /**
    * Your mysql2 pool (`mysql2/promise`'s `createPool`), made with `flags: ['-FOUND_ROWS']`. fencelock
-   * never ends it; it keeps one of its connections while holding locks, and one per key it waits for.
+   * never ends it; it keeps one of its connections for its lease statements, and takes one per key it
+   * waits for while that wait blocks.
    */
   readonly pool: Pool
   /** The lock table, optionally `database.table`. @default 'fencelock_locks' */
