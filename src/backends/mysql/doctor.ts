@@ -37,7 +37,7 @@ export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
       level: format === 'STATEMENT' ? 'warn' : 'info',
       message:
         `binlog_format ${format}: a replica replaying the statements evaluates SYSDATE() on its own clock, so ` +
-        'its lease rows can differ from the primary`s; set binlog_format=ROW',
+        'its lease rows can differ from those on the primary; set binlog_format=ROW',
     })
   }
   findings.push({
