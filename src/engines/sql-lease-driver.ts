@@ -74,7 +74,13 @@ export interface SqlDialect {
   /** The qualified table name as messages show it (`"public"."fencelock_locks"`). */
   readonly table: string
 
-  /** The acquire statement (see `SqlAcquired`). */
+  /**
+   * The acquire statement (see `SqlAcquired`). Settles only once the statement has (answered, or its
+   * connection failed): do NOT reject early when `signal` aborts. The core stops waiting for the attempt
+   * at once by itself, and then cleans up (`release` with no fence) after this promise settles: a
+   * rejection on abort would let that clean-up run on the server BEFORE the grant it must undo, leaving
+   * a lease nobody renews for a whole ttl (chaos scenario S15 showed it).
+   */
   acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired>
   /**
    * Restarts the lease of `key` at `ttlMs` from the server's now, only while the row is held by `owner`

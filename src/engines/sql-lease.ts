@@ -97,6 +97,7 @@ export class SqlLease {
   readonly waiting: SqlWaiting
   /** The table check of this client: made once, before the first statement (again after a failure). */
   #ready: Promise<void> | undefined
+  #tableChecked = false
   /** Owners whose acquire sent a statement that may have left the row theirs (abandon). */
   readonly #mayHold = new BoundedMap<string, true>(OWNERS_KEPT)
   /** Owners whose acquire has been refused once: their next attempts may be paced. */
@@ -126,10 +127,12 @@ export class SqlLease {
       const paced = this.waiting.paced(req.key, req.owner)
       if (paced) return paced
     }
-    await this.#tableReady(signal)
+    const ready = this.#tableReady(signal)
+    if (ready) await ready
     // Before it is sent: from here on it may be applied whatever we hear (abandon must release it).
     const before = this.#mayHold.has(req.owner)
     this.#mayHold.set(req.owner, true)
+    const mark = this.waiting.mark(req.key)
     const out = await this.#dialect.acquire(req, signal)
     if (out.granted) {
       this.#waitingOwners.delete(req.owner)
@@ -143,6 +146,7 @@ export class SqlLease {
     return this.waiting.busy(
       req.key,
       out.current ?? (out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }),
+      mark,
     )
   }
 
@@ -186,7 +190,14 @@ export class SqlLease {
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    await this.#tableReady(signal)
+    if (this.#createTable) {
+      const ready = this.#tableReady(signal)
+      if (ready) await ready
+    } else if (!this.#tableChecked) {
+      // Not ours to create: without the table nobody holds anything (doctor names the table and its DDL).
+      if (!(await this.#dialect.tableExists(signal))) return null
+      this.#tableChecked = true
+    }
     const row = await this.#dialect.read(key, signal)
     if (row === undefined) return null
     if (row.remainingMs <= 0) return { held: false, fence: row.fence }
@@ -239,13 +250,20 @@ export class SqlLease {
    * Makes sure the table exists, once per client (a failed check is made again next time). The check
    * runs on a signal of its own, bounded, so that one caller giving up does not fail the others sharing it.
    */
-  #tableReady(signal: AbortSignal): Promise<void> {
+  #tableReady(signal: AbortSignal): Promise<void> | undefined {
+    // Checked already: no promise, no listener on the signal (the uncontended cycle's fast path).
+    if (this.#tableChecked) return undefined
     if (this.#ready === undefined) {
       const ready = withTimeout(TABLE_CHECK_MS, (own) => this.#prepareTable(own))
       this.#ready = ready
-      ready.catch(() => {
-        if (this.#ready === ready) this.#ready = undefined
-      })
+      ready.then(
+        () => {
+          this.#tableChecked = true
+        },
+        () => {
+          if (this.#ready === ready) this.#ready = undefined
+        },
+      )
     }
     return raceSignal(this.#ready, signal)
   }

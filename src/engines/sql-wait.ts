@@ -38,6 +38,9 @@ export class SqlWaiting {
   readonly #pollMaxMs: number
   readonly #listenTimeoutMs: number
   readonly #seen = new BoundedMap<string, Seen>(KEYS_KEPT)
+  /** Notifications heard per key, and gaps: see `mark`. */
+  readonly #news = new BoundedMap<string, number>(KEYS_KEPT)
+  #gaps = 0
   /** Resolvers of the waiters of each key (notifications). */
   readonly #waiters = new Map<string, Set<() => void>>()
   #listener: Promise<SqlListener | undefined> | undefined
@@ -64,11 +67,29 @@ export class SqlWaiting {
     return left > 0 ? { granted: false, retryInMs: left } : undefined
   }
 
-  /** The server said `key` is held by `row`'s owner: remember when to ask again. */
+  /**
+   * What this process has heard of `key` so far: taken before a statement is sent, and handed back to
+   * `busy` with its answer, which is remembered only if no news of the key arrived in between.
+   */
+  mark(key: string): number {
+    return this.#gaps * 2 ** 32 + (this.#news.get(key) ?? 0)
+  }
+
+  /**
+   * The server said `key` is held by `row`'s owner (a statement sent at `mark`): remember when to ask
+   * again. The row may lack the owner (MySQL's refusal tells only the lease left).
+   */
   busy(
     key: string,
     row: (Pick<SqlRow, 'remainingMs'> & { readonly owner?: string }) | undefined,
+    mark: number,
   ): { granted: false; retryInMs?: number } {
+    // A release notified while the statement was on its way: the answer is older than the news, and
+    // remembering it would pace the next attempt past the release the waiter was just woken for.
+    if (mark !== this.mark(key)) {
+      this.#seen.delete(key)
+      return { granted: false, retryInMs: 0 }
+    }
     if (row === undefined || row.remainingMs <= 0) {
       // The statement could not tell (a row inserted after its snapshot): ask again soon.
       this.#seen.delete(key)
@@ -99,7 +120,7 @@ export class SqlWaiting {
       await watch.call(this.#dialect, key, signal)
       // Only a wake-up is news: the core disarms its hint (aborts) at every poll, and forgetting what was
       // seen then would send a statement at every poll, pacing or not.
-      if (!signal.aborted) this.#seen.delete(key)
+      if (!signal.aborted) this.#notified(key)
       return
     }
     void this.#subscribe()
@@ -123,6 +144,7 @@ export class SqlWaiting {
 
   /** A release of `key` was notified. */
   #notified = (key: string): void => {
+    this.#news.set(key, (this.#news.get(key) ?? 0) + 1)
     this.#seen.delete(key)
     const set = this.#waiters.get(key)
     if (set) for (const wake of [...set]) wake()
@@ -130,6 +152,7 @@ export class SqlWaiting {
 
   /** Notifications may have been missed: forget everything seen, wake every waiter. */
   #gap = (): void => {
+    this.#gaps++
     this.#seen.clear()
     for (const set of [...this.#waiters.values()]) for (const wake of [...set]) wake()
   }

@@ -16,7 +16,13 @@ import { BackendUnavailableError } from '../../src/index.js'
 import { sleep } from '../support/time.js'
 
 export type Statement = 'acquire' | 'extend' | 'release' | 'read'
-export type Fault = 'lose-reply' | 'throw-before' | { readonly gate: Promise<void> }
+export type Fault =
+  | 'lose-reply'
+  | 'throw-before'
+  /** Held before it is applied. */
+  | { readonly gate: Promise<void> }
+  /** Applied at once, its reply held until the promise settles (a slow network on the way back). */
+  | { readonly lateReply: Promise<void> }
 
 interface StoredRow {
   owner: string
@@ -189,10 +195,11 @@ export class FakeSqlDialect implements SqlDialect {
         retryable: true,
       })
     if (fault === 'throw-before') throw lost()
-    if (typeof fault === 'object') await fault.gate
+    if (typeof fault === 'object' && 'gate' in fault) await fault.gate
     this.server.log.push({ statement, key, at: performance.now() })
     const out = apply()
     if (fault === 'lose-reply') throw lost()
+    if (typeof fault === 'object' && 'lateReply' in fault) await fault.lateReply
     return out
   }
 }

@@ -171,6 +171,33 @@ describe('sql-lease: waiting', () => {
     await lock.release()
   })
 
+  it('a release notified while a refused statement is on its way back is not paced away', async () => {
+    const server = new FakeSqlServer()
+    const holder = processOn(server, { pollMaxMs: 60_000 })
+    const waiter = processOn(server, { pollMaxMs: 60_000 })
+    // The waiter subscribes first (by waiting once), so the release below is heard.
+    const warm = await holder.client.acquire('warm')
+    const other = waiter.client.acquire('warm', { timeout: 10_000 })
+    await waitUntil(() => server.listeners.size > 0, 'the waiter to listen')
+    await warm.release()
+    await (await other).release()
+    const first = await holder.client.acquire('k', { ttl: 30_000 })
+    let reply!: () => void
+    waiter.dialect.next('acquire', {
+      lateReply: new Promise<void>((resolve) => {
+        reply = resolve
+      }),
+    })
+    const waiting = waiter.client.acquire('k', { timeout: 5000 })
+    await waitUntil(() => server.count('acquire', 'k') === 2, "the waiter's refused statement")
+    await first.release()
+    await sleep(20)
+    reply()
+    const lock = await waiting
+    assert.equal(lock.fence, 2n)
+    await lock.release()
+  })
+
   it('falls back to the paced poll when a subscription never proves itself', async () => {
     const server = new FakeSqlServer()
     server.listenFails = true
@@ -205,6 +232,7 @@ describe('sql-lease: the table', () => {
       assert.match(error.message, /CREATE TABLE/)
       return true
     })
+    assert.equal(await backend.inspect('k', signal()), null, 'no table: nobody holds anything')
     const findings = await backend.doctor!(signal())
     assert.ok(findings.some((f) => f.level === 'error' && /CREATE TABLE/.test(f.message)))
     assert.equal(server.tablesCreated, 0)

@@ -34,8 +34,9 @@ function statements(t: PgTable) {
      * (fence 1), when it is free on the server's clock or released (fence + 1: a new grant), or when it
      * is held by this same owner (an earlier attempt whose reply was lost: the lease restarts, the fence
      * stays). ON CONFLICT locks the row, so two acquires of a free row are serialised: the second one
-     * re-evaluates its WHERE on the first one's row and finds it held. Refused, the second branch reports
-     * the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
+     * re-evaluates its WHERE on the first one's row and finds it held. Granted, the lease is the ttl the
+     * statement added to `clock_timestamp()` (exactly; it started after our send). Refused, the second
+     * branch reports the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
      */
     acquire: `WITH granted AS (
   INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
@@ -50,7 +51,7 @@ function statements(t: PgTable) {
   WHERE l.released OR l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
   RETURNING l.fence, l.expires_at
 )
-SELECT true AS granted, fence::text AS fence, ${REMAINING} AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
+SELECT true AS granted, fence::text AS fence, $3::float8 AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
 UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
   WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM granted)`,
@@ -115,14 +116,17 @@ export class PostgresDialect implements SqlDialect {
     this.#prepare = options.sql.options?.prepare !== false
   }
 
-  async acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired> {
+  async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
     checkKey(req.key)
+    // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
+    // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
+    // must undo (the core stops waiting for the attempt at once anyway).
     const rows = await this.#run<Row>(
       'acquire',
       req.key,
       this.#q.acquire,
       [req.key, req.owner, req.ttlMs, req.holder ?? null],
-      signal,
+      undefined,
     )
     const row = rows[0]
     if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: row.ms }
@@ -222,19 +226,19 @@ export class PostgresDialect implements SqlDialect {
     if (this.#owned) await this.#sql.end({ timeout: 1 })
   }
 
-  /** One statement, raced against `signal` (the server may still run it: the engine settles that). */
+  /** One statement, raced against `signal` when given (the server may still run it: the engine settles that). */
   async #run<R>(
     what: string,
     key: string | undefined,
     text: string,
     params: unknown[],
-    signal: AbortSignal,
+    signal: AbortSignal | undefined,
   ): Promise<R[]> {
     try {
       const query = this.#sql.unsafe(text, params as never[], { prepare: this.#prepare })
-      return (await raceSignal(query, signal)) as unknown as R[]
+      return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
     } catch (error) {
-      if (signal.aborted && error === signal.reason) throw error
+      if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)
     }
   }

@@ -29,7 +29,7 @@ export async function pgDoctor(sql: PgSql, id: string, signal: AbortSignal): Pro
     )) as unknown as Settings[]
     s = rows[0]!
   } catch (error) {
-    return [{ level: 'error', message: unavailable(error, 'reach', undefined, id).message }]
+    return [{ level: 'error', message: unavailable(error, 'query the server', undefined, id).message }]
   }
   const findings: DoctorFinding[] = [{ level: 'ok', message: `reachable: ${s.version}` }]
   if (Number(s.num) < 110000) {
