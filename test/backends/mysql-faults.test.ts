@@ -130,4 +130,22 @@ describe('mysql (MariaDB 10.11): faults', { timeout: 180_000 }, () => {
       await proxy.close()
     }
   })
+
+  it('a statement stuck on a connection that a partition left dead does not hold up the client after it heals', async () => {
+    const proxy = await startProxy(server.port)
+    try {
+      const locks = client(`mysql://root@127.0.0.1:${proxy.port}/${MARIADB_DATABASE}`, { ttl: '2s' })
+      const lock = await locks.acquire('stuck-a')
+      // Bytes vanish both ways and no reset ever comes: the renewal in flight never gets an answer.
+      proxy.mode = 'blackhole'
+      assert.ok((await abortedWithin(lock.signal, 15_000)) instanceof LockLostError)
+      // Healed, but the old connections stay dead (their bytes were dropped): later statements of this
+      // client must go to a fresh connection instead of queueing behind the stuck one.
+      proxy.mode = 'pass'
+      const next = await locks.acquire('stuck-b', { timeout: '20s' })
+      await next.release()
+    } finally {
+      await proxy.close()
+    }
+  })
 })

@@ -109,9 +109,10 @@ export class MySqlDialect implements SqlDialect {
     sql: string,
     params: SqlParam[],
     how: 'lease' | 'prepared' | 'plain' = 'plain',
+    signal?: AbortSignal,
   ): Promise<T> {
     try {
-      if (how === 'lease' && this.#lease) return (await this.#lease.execute(sql, params)) as T
+      if (how === 'lease' && this.#lease) return (await this.#lease.execute(sql, params, signal)) as T
       const [result] =
         how === 'plain' ? await this.#pool.query(sql, params) : await this.#pool.execute(sql, params)
       return result as T
@@ -124,7 +125,7 @@ export class MySqlDialect implements SqlDialect {
     }
   }
 
-  async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
+  async acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired> {
     const holder = req.holder ?? null
     const { key, owner, ttlMs } = req
     // A key this client holds already has its bell on our connection: this statement leaves it alone.
@@ -135,6 +136,7 @@ export class MySqlDialect implements SqlDialect {
       holding ? this.#sql.acquireHolding : this.#sql.acquire,
       [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, owner, holder, ttlMs],
       'lease',
+      signal,
     )
     // 1: inserted (fence 1); 2: taken over or ours renewed (the fence in the OK packet); 0: held.
     if (result.affectedRows === 0) {
@@ -187,7 +189,13 @@ export class MySqlDialect implements SqlDialect {
     return row.fence
   }
 
-  async extend(key: string, owner: string, fence: bigint, ttlMs: number): Promise<number | undefined> {
+  async extend(
+    key: string,
+    owner: string,
+    fence: bigint,
+    ttlMs: number,
+    signal?: AbortSignal,
+  ): Promise<number | undefined> {
     // With the doorbell, the statement takes the bell again if our connection lost it (a reconnect).
     const bell = this.#lease ? [this.#bell(key), this.#bell(key)] : []
     const result = await this.#run<ResultSetHeader>(
@@ -195,6 +203,7 @@ export class MySqlDialect implements SqlDialect {
       this.#sql.extend,
       [ttlMs, ...bell, key, owner, String(fence)],
       'lease',
+      signal,
     )
     if (matched(result) === 0) {
       await this.#freeBell(key, owner)
@@ -203,7 +212,12 @@ export class MySqlDialect implements SqlDialect {
     return ttlMs
   }
 
-  async release(key: string, owner: string, fence: bigint | undefined): Promise<boolean> {
+  async release(
+    key: string,
+    owner: string,
+    fence: bigint | undefined,
+    signal?: AbortSignal,
+  ): Promise<boolean> {
     // Another owner of this client still holding the key keeps the bell: release without it.
     const others = [...(this.#holding.get(key) ?? [])].some((o) => o !== owner)
     const sql = others
@@ -213,7 +227,13 @@ export class MySqlDialect implements SqlDialect {
         : this.#sql.release
     const bell = this.#lease && !others ? [this.#bell(key)] : []
     const fenced = fence === undefined ? [] : [String(fence)]
-    const result = await this.#run<ResultSetHeader>(key, sql, [...bell, key, owner, ...fenced], 'lease')
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      sql,
+      [...bell, key, owner, ...fenced],
+      'lease',
+      signal,
+    )
     if (matched(result) > 0) {
       this.#unhold(key, owner)
       return true

@@ -28,17 +28,31 @@ const DEGRADED_KEPT = 10_000
 export class LeaseConnection {
   readonly #pool: Pool
   #connection: Promise<PoolConnection> | undefined
+  /** Statements on the current connection whose callers gave up while they ran. */
+  #abandoned = 0
   #closed = false
 
   constructor(pool: Pool) {
     this.#pool = pool
   }
 
-  /** Runs a prepared statement (prepared once per connection by mysql2). */
-  async execute(sql: string, params: (string | number | null)[]): Promise<unknown> {
+  /**
+   * Runs a prepared statement (prepared once per connection by mysql2). A statement whose caller gave up
+   * (`signal` aborted) while it was still running may be stuck (a partition that sends no reset): the
+   * next statement then goes to a fresh connection, and the stuck one is destroyed once it settles, so one
+   * dead connection never holds up every later statement of the client.
+   */
+  async execute(sql: string, params: (string | number | null)[], signal?: AbortSignal): Promise<unknown> {
     if (this.#closed) throw new Error('the lock client is closed')
+    if (this.#abandoned > 0 && this.#connection) this.#retire(this.#connection)
     this.#connection ??= this.#pool.getConnection()
     const connection = this.#connection
+    let gaveUp = false
+    const onAbort = () => {
+      gaveUp = true
+      if (this.#connection === connection) this.#abandoned++
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
     try {
       const [result] = await (await connection).execute(sql, params)
       return result
@@ -46,12 +60,23 @@ export class LeaseConnection {
       // A statement the server refused leaves the connection usable; a lost one does not.
       if ((error as { fatal?: boolean }).fatal !== false) this.#drop(connection)
       throw error
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+      if (gaveUp && this.#connection === connection) this.#abandoned--
     }
+  }
+
+  /** Stops sending to `connection`; destroys it once what runs on it settles. */
+  #retire(connection: Promise<PoolConnection>): void {
+    this.#connection = undefined
+    this.#abandoned = 0
+    void connection.then((c) => c.ping().finally(() => c.destroy())).catch(() => {})
   }
 
   #drop(connection: Promise<PoolConnection>): void {
     if (this.#connection !== connection) return
     this.#connection = undefined
+    this.#abandoned = 0
     void connection.then((c) => c.destroy()).catch(() => {})
   }
 
