@@ -17,6 +17,7 @@ import Redlock from 'redlock'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
 import { CLOUD_ADAPTERS } from './cloud.js'
+import { mysqlFloor } from './mysql.js'
 import { POSTGRES_ADAPTERS } from './postgres.js'
 
 /** What the scenarios need from a running store. */
@@ -423,6 +424,7 @@ const PEERS: Adapter[] = [
     },
   },
   ...CLOUD_ADAPTERS,
+  mysqlFloor,
   ...POSTGRES_ADAPTERS,
 ]
 

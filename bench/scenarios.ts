@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapters.js'
 import { HTTP_STORES } from './cloud.js'
+import { mysqlStatementsCounter } from './mysql.js'
 import { httpRequests } from './requests.js'
 import { percentile } from './stats.js'
 
@@ -273,9 +274,11 @@ export const SCENARIOS: Scenario[] = [
             ? await whileBlocked(pair, `${key}:blocked`, redisCommands(env))
             : undefined
         const waitingStatements =
-          adapter.store === 'postgres'
-            ? await whileBlocked(pair, `${key}:blocked`, pgStatements(env))
-            : undefined
+          adapter.store === 'mysql'
+            ? await whileBlocked(pair, `${key}:blocked`, () => mysqlStatementsCounter(env))
+            : adapter.store === 'postgres'
+              ? await whileBlocked(pair, `${key}:blocked`, pgStatements(env))
+              : undefined
         const waitingRequests = HTTP_STORES.has(adapter.store)
           ? await whileBlocked(pair, `${key}:blocked`, requestCounter())
           : undefined
@@ -285,8 +288,8 @@ export const SCENARIOS: Scenario[] = [
               ? {}
               : { p50: percentile(latencies, 50), p99: percentile(latencies, 99) }),
             ...(waitingCommands === undefined ? {} : { commandsPerWaitingSecond: waitingCommands }),
-            ...(waitingRequests === undefined ? {} : { requestsPerWaitingSecond: waitingRequests }),
             ...(waitingStatements === undefined ? {} : { statementsPerWaitingSecond: waitingStatements }),
+            ...(waitingRequests === undefined ? {} : { requestsPerWaitingSecond: waitingRequests }),
           },
           samples: downsample(latencies),
         }
@@ -306,8 +309,8 @@ export const SCENARIOS: Scenario[] = [
 
 /** Counts what a blocked waiter sends, from `reset()` on. */
 interface Counter {
-  reset(): void
-  count(): number
+  reset(): void | Promise<void>
+  count(): number | Promise<number>
   close(): void
 }
 
@@ -369,10 +372,10 @@ async function whileBlocked(pair: Locker[], key: string, start: () => Promise<Co
   // Libraries that stop retrying (redlock's defaults give up after ~2 s) reject here; the count stands.
   blocked.catch(() => {})
   await sleep(300)
-  counter.reset()
+  await counter.reset()
   const from = performance.now()
   await sleep(3000)
-  const perSecond = counter.count() / ((performance.now() - from) / 1000)
+  const perSecond = (await counter.count()) / ((performance.now() - from) / 1000)
   await blocker.release()
   await blocked.then(
     (held) => held.release(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server, etcd-server and etcd-client, postgresql-15; faketime for the chaos suite's clock faults; a Java runtime for
+# (redis-server, etcd-server and etcd-client, mariadb-server, postgresql-15; faketime for the chaos suite's clock faults; a Java runtime for
 # DynamoDB Local), DynamoDB Local's jar from the npm registry, and a Node 24 binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
@@ -19,6 +19,7 @@ command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v faketime >/dev/null || need+=(faketime)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v mariadbd >/dev/null || need+=(mariadb-server)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
@@ -26,7 +27,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-echo "servers: redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(etcd --version | head -1), $(/usr/lib/postgresql/15/bin/postgres --version)"
+echo "servers: redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(etcd --version | head -1), $(mariadbd --version | sed -E 's/.*Ver ([^ ]+).*/mariadb \1/'), $(/usr/lib/postgresql/15/bin/postgres --version)"
 
 step "install DynamoDB Local (Amazon's jar, from the npm package amplify-dynamodb-simulator)"
 # Only the emulator folder of the package (64 MB; installing the package would pull 347 MB). Its licence is

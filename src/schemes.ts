@@ -77,6 +77,16 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     example: 'dynamodb://locks?region=eu-west-1',
     summary: 'one item per lock in a DynamoDB table, written by conditional PutItems',
   },
+  'mysql:': {
+    load: () => import('./backends/mysql/index.js'),
+    example: 'mysql://user:password@host:3306/db',
+    summary: 'a lease row per lock in a MySQL table',
+  },
+  'mariadb:': {
+    load: () => import('./backends/mysql/index.js'),
+    example: 'mariadb://user:password@host:3306/db',
+    summary: 'a lease row per lock in a MariaDB table',
+  },
   'postgres:': {
     load: () => import('./backends/postgres/index.js'),
     example: 'postgres://user:password@host:5432/db',

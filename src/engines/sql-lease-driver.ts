@@ -56,7 +56,15 @@ export type SqlAcquired =
    * the statement could not tell (PostgreSQL: a row inserted by a concurrent transaction after the
    * statement's snapshot); the engine then retries soon.
    */
-  | { readonly granted: false; readonly current?: SqlRow | undefined }
+  | {
+      readonly granted: false
+      readonly current?: SqlRow | undefined
+      /**
+       * The holder's remaining lease (ms, server-measured) when the statement can tell that but not the
+       * whole row (MySQL: one integer comes back, `LAST_INSERT_ID(expr)`); paces like `current`.
+       */
+      readonly remainingMs?: number | undefined
+    }
 
 export interface SqlDialect {
   /** Names the store in errors and diagnostics (`postgres://user@host:5432/db`); never contains secrets. */

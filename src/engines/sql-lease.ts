@@ -143,7 +143,11 @@ export class SqlLease {
     // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
     if (!before) this.#mayHold.delete(req.owner)
     this.#waitingOwners.set(req.owner, true)
-    return this.waiting.busy(req.key, out.current, mark)
+    return this.waiting.busy(
+      req.key,
+      out.current ?? (out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }),
+      mark,
+    )
   }
 
   /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */

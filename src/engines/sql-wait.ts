@@ -75,8 +75,15 @@ export class SqlWaiting {
     return this.#gaps * 2 ** 32 + (this.#news.get(key) ?? 0)
   }
 
-  /** The server said `key` is held by `row`'s owner (a statement sent at `mark`): remember when to ask again. */
-  busy(key: string, row: SqlRow | undefined, mark: number): { granted: false; retryInMs?: number } {
+  /**
+   * The server said `key` is held by `row`'s owner (a statement sent at `mark`): remember when to ask
+   * again. The row may lack the owner (MySQL's refusal tells only the lease left).
+   */
+  busy(
+    key: string,
+    row: (Pick<SqlRow, 'remainingMs'> & { readonly owner?: string }) | undefined,
+    mark: number,
+  ): { granted: false; retryInMs?: number } {
     // A release notified while the statement was on its way: the answer is older than the news, and
     // remembering it would pace the next attempt past the release the waiter was just woken for.
     if (mark !== this.mark(key)) {
@@ -91,7 +98,8 @@ export class SqlWaiting {
     // The lease ends no later than `remainingMs` after this answer arrived (the server measured it
     // before sending it): re-checking then finds it ended unless renewed.
     const wait = Math.min(this.#pollMaxMs, row.remainingMs + 1)
-    this.#seen.renew(key, { owner: row.owner, nextReadAt: now() + wait })
+    // No owner (the statement told only the lease left): held by another, since ours would have been granted.
+    this.#seen.renew(key, { owner: row.owner ?? '', nextReadAt: now() + wait })
     return { granted: false, retryInMs: wait }
   }
 
@@ -110,6 +118,8 @@ export class SqlWaiting {
     const { listen, watch } = this.#dialect
     if (listen === undefined && watch !== undefined) {
       await watch.call(this.#dialect, key, signal)
+      // Only a wake-up is news: the core disarms its hint (aborts) at every poll, and forgetting what was
+      // seen then would send a statement at every poll, pacing or not.
       if (!signal.aborted) this.#notified(key)
       return
     }

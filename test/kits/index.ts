@@ -5,6 +5,7 @@ import { fileKit } from './file.js'
 import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
+import { mysqlKit } from './mysql.js'
 import { postgresKit } from './postgres.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
@@ -26,6 +27,7 @@ export const KITS: readonly Kit[] = [
   s3Kit,
   gcsKit,
   dynamodbKit,
+  mysqlKit,
   postgresKit,
 ]
 

@@ -1,0 +1,51 @@
+/**
+ * `fencelock doctor` for MySQL/MariaDB: the server's version, its clock's time zone, and the replication
+ * settings that decide whether a failover or a replica can see a lease differently (the engine adds the
+ * table and its DDL).
+ */
+import type { DoctorFinding } from '../../core/backend.js'
+
+type Query = (sql: string) => Promise<Record<string, unknown>[]>
+
+export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
+  const findings: DoctorFinding[] = []
+  const [server] = await query(
+    'SELECT VERSION() AS version, @@time_zone AS tz, @@system_time_zone AS systz, @@log_bin AS logbin, @@binlog_format AS format',
+  )
+  const version = String(server?.version ?? '?')
+  findings.push({ level: 'ok', message: `server ${version}` })
+  const tz = String(server?.tz ?? '')
+  const zone = tz === 'SYSTEM' ? String(server?.systz ?? '') : tz
+  if (/^(UTC|GMT|Etc\/UTC|[+-]\d\d:\d\d)$/.test(zone)) {
+    findings.push({ level: 'ok', message: `time zone ${zone}: SYSDATE(6) is unambiguous` })
+  } else {
+    findings.push({
+      level: 'warn',
+      message:
+        `time zone ${zone || tz}: if it has daylight saving time, SYSDATE(6) (the leases' clock) repeats an hour ` +
+        'once a year and a lease can end early then; run the server in UTC (default-time-zone=+00:00)',
+    })
+  }
+  const binlog = Number(server?.logbin) === 1
+  const format = String(server?.format ?? '')
+  if (!binlog) {
+    findings.push({ level: 'info', message: 'binary log off: no replica sees the lease rows' })
+  } else if (format === 'ROW') {
+    findings.push({ level: 'ok', message: 'binlog_format ROW: replicas get the lease rows as written' })
+  } else {
+    findings.push({
+      level: format === 'STATEMENT' ? 'warn' : 'info',
+      message:
+        `binlog_format ${format}: a replica replaying the statements evaluates SYSDATE() on its own clock, so ` +
+        'its lease rows can differ from those on the primary; set binlog_format=ROW',
+    })
+  }
+  findings.push({
+    level: 'info',
+    message:
+      'a failover to an asynchronous replica can lose the latest grants (the replica may not have them yet): a ' +
+      'second holder can then be granted while the first still holds; fences stay unique only if the new ' +
+      'primary had every grant (semi-synchronous replication, or Galera/group replication)',
+  })
+  return findings
+}

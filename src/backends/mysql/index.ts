@@ -1,0 +1,147 @@
+/**
+ * The MySQL/MariaDB backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * each primitive one statement on the server's clock, through the user's mysql2 pool (promise API).
+ *
+ * - Layout: a table (default `fencelock_locks` in the connection's database, created on first use unless
+ *   `createTable` is off) with one row per lock name ever used: `lock_key` (the key's bytes, VARBINARY
+ *   primary key), `owner`, `fence` (BIGINT), `expires_at` (microseconds since the epoch on the server's
+ *   clock), `released`, `holder` (layout.ts has the DDL). Acquire is one INSERT … ON DUPLICATE KEY UPDATE
+ *   that decides once and applies that decision to every column (statements.ts).
+ * - Expiry: the server's `SYSDATE(6)` decides, inside the statement that takes a row over (`NOW()` is
+ *   frozen at the statement's start). Client clocks never matter; the holder counts its validity on its
+ *   own monotonic clock from before the statement was sent.
+ * - Fence: the `fence` column, advanced by the granting statement and handed back in the same reply
+ *   (`LAST_INSERT_ID(fence)`, the OK packet's insert id); renewals and releases keep it and rows are never
+ *   deleted, so it survives releases, expiries and server restarts (as durable as InnoDB's commits).
+ * - Waiting: MySQL has no notifications; a doorbell stands in (doorbell.ts): a named lock per lock
+ *   (`GET_LOCK`), taken by the granting statement itself and freed by the release statement, on the one
+ *   connection each client runs its lease statements on; a waiter blocks in one statement until that named
+ *   lock is freed or the holder's lease ends (the server computes the timeout from the row). The bell only
+ *   wakes: the lease row alone grants. A waiting key costs one blocking statement per holder's lease and
+ *   one attempt per `DOORBELL_POLL_MAX_MS` (5 s) or per lease left, whichever is sooner.
+ * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
+ *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). The doorbell keeps one pool connection
+ *   for the lease statements and takes one per waited key while it blocks. `SYSDATE()` is unsafe for statement-based
+ *   replication (use `binlog_format=ROW`), and a time zone with daylight saving time makes it repeat an
+ *   hour (run in UTC); a failover to an asynchronous replica can lose the latest grants and fences.
+ *   `doctor` reports all of these.
+ *
+ * Files: statements.ts (the SQL, each with its inputs and outputs), dialect.ts (the dialect: statements
+ * over the pool, errors in words), doorbell.ts (the GET_LOCK doorbell), layout.ts (table, DDL, doorbell
+ * names), doctor.ts (version, time zone, binlog format, replication).
+ */
+import type { Pool } from 'mysql2/promise'
+import type { LockBackend } from '../../core/backend.js'
+import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { sqlLeaseBackend } from '../../engines/sql-lease.js'
+import { MySqlDialect } from './dialect.js'
+import { checkFoundRowsOff } from './faults.js'
+import { DEFAULT_TABLE, quoteTable } from './layout.js'
+
+export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
+export { checkFoundRowsOff } from './faults.js'
+export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
+
+export interface MySqlBackendOptions {
+  /**
+   * Your mysql2 pool (`mysql2/promise`'s `createPool`), made with `flags: ['-FOUND_ROWS']`. fencelock
+   * never ends it; it keeps one of its connections for its lease statements, and takes one per key it
+   * waits for while that wait blocks.
+   */
+  readonly pool: Pool
+  /** The lock table, optionally `database.table`. @default 'fencelock_locks' */
+  readonly table?: string | undefined
+  /** Create the table on first use when it does not exist. @default true */
+  readonly createTable?: boolean | undefined
+  /**
+   * Wake waiters with a `GET_LOCK` doorbell; off, they poll (at most once a second). Turn it off behind a
+   * proxy that multiplexes connections (ProxySQL pins a connection that took a named lock).
+   * @default true
+   */
+  readonly doorbell?: boolean | undefined
+  /** Names the store in errors. @default 'mysql' */
+  readonly id?: string | undefined
+}
+
+/**
+ * With the doorbell waking waiters, a held key is re-asked at most this often (or at its lease's end);
+ * without it, once a second (the engine's default).
+ */
+const DOORBELL_POLL_MAX_MS = 5000
+
+function backendOf(
+  pool: Pool,
+  settings: { table: string; createTable: boolean; doorbell: boolean; id: string; owned: boolean },
+): LockBackend {
+  const { table: tableName, doorbell } = settings
+  const table = quoteTable(tableName, 'as `table`')
+  const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
+  const dialect = new MySqlDialect({ ...settings, pool, table, tableName: name!, database })
+  return sqlLeaseBackend(dialect, {
+    createTable: settings.createTable,
+    ...(doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
+  })
+}
+
+/**
+ * Creates a MySQL/MariaDB backend over your mysql2 pool.
+ * @example
+ * import mysql from 'mysql2/promise'
+ * const pool = mysql.createPool({ uri: process.env.DATABASE_URL, flags: ['-FOUND_ROWS'] })
+ * const locks = createLockClient(mysqlBackend({ pool }))
+ * @throws {TypeError} when the pool has FOUND_ROWS on (mysql2's default)
+ */
+export function mysqlBackend(options: MySqlBackendOptions): LockBackend {
+  const { pool } = options
+  if (!pool || typeof (pool as { query?: unknown }).query !== 'function') {
+    throw new TypeError('Expected `pool` to be a pool of mysql2/promise (`mysql.createPool(...)`)')
+  }
+  checkFoundRowsOff(pool)
+  return backendOf(pool, {
+    table: options.table ?? DEFAULT_TABLE,
+    createTable: options.createTable ?? true,
+    doorbell: options.doorbell ?? true,
+    id: options.id ?? 'mysql',
+    owned: false,
+  })
+}
+
+/** The URL parameters of `mysql://` and `mariadb://` (tested against the README like every backend's). */
+export const PARAMS = {
+  table: {
+    type: 'string',
+    default: DEFAULT_TABLE,
+    doc: 'the lock table, optionally database.table',
+  },
+  createTable: { type: 'bool', default: true, doc: 'create the table on first use when it does not exist' },
+  doorbell: {
+    type: 'bool',
+    default: true,
+    doc: 'wake waiters with a GET_LOCK doorbell (false: they poll once a second; for connection-multiplexing proxies)',
+  },
+} as const satisfies ParamSchema
+
+/**
+ * `mysql://user:password@host:port/database?table=&createTable=&doorbell=` (and `mariadb://`): fencelock makes its
+ * own pool (FOUND_ROWS off, BIGINTs as strings) and ends it on close.
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const mysql = await loadDriver('mysql2', 'mysql', url, () => import('mysql2/promise'))
+  const params = readParams(url, PARAMS)
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ''))
+  if (database === '' || database.includes('/')) {
+    throw new TypeError(`Expected mysql://user:password@host:port/DATABASE, got ${redact(url)}`)
+  }
+  quoteTable(params.table, `in ${redact(url)}`)
+  const pool = mysql.createPool({
+    host: url.hostname,
+    port: url.port === '' ? 3306 : Number(url.port),
+    user: decodeURIComponent(url.username),
+    password: decodeURIComponent(url.password),
+    database,
+    flags: ['-FOUND_ROWS'],
+    supportBigNumbers: true,
+    bigNumberStrings: true,
+  })
+  return backendOf(pool, { ...params, id: redact(url), owned: true })
+}

@@ -1,0 +1,54 @@
+/**
+ * The names of a MySQL/MariaDB lock: its table, its row and its doorbell (a named lock of `GET_LOCK`).
+ * The tests break leases through these helpers; nobody copies a name format.
+ */
+import { createHash } from 'node:crypto'
+
+/** The table when the URL or the options name none. */
+export const DEFAULT_TABLE = 'fencelock_locks'
+
+/** Table names we accept: an identifier, optionally qualified by its database (`db.locks`). */
+const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_$]{0,63}(\.[A-Za-z_][A-Za-z0-9_$]{0,63})?$/
+
+/** `name` as a quoted identifier (`db`.`table`), after checking it is a plain one (no quoting games). */
+export function quoteTable(name: string, where: string): string {
+  if (!TABLE_NAME.test(name)) {
+    throw new TypeError(
+      `Expected a table name (letters, digits, "_" or "$", at most 64 of them, optionally "database.table") ${where}, got ${JSON.stringify(name)}`,
+    )
+  }
+  return name
+    .split('.')
+    .map((part) => `\`${part}\``)
+    .join('.')
+}
+
+/** The longest key: the primary key column is VARBINARY(3072), InnoDB's longest index key. */
+export const MAX_KEY_BYTES = 3072
+
+/**
+ * The table: one row per lock name ever used. `lock_key` is the key's UTF-8 bytes as is (binary, so names
+ * differing only in case stay distinct); `expires_at` is the lease's end in microseconds since the epoch on
+ * the server's clock; `released` 1 marks a released row (free at once, whatever the clock does next).
+ */
+export function tableDdl(table: string): string {
+  return [
+    `CREATE TABLE IF NOT EXISTS ${table} (`,
+    `  lock_key VARBINARY(${MAX_KEY_BYTES}) NOT NULL,`,
+    '  owner VARCHAR(64) CHARACTER SET ascii NOT NULL,',
+    '  fence BIGINT NOT NULL,',
+    '  expires_at BIGINT NOT NULL,',
+    '  released TINYINT NOT NULL,',
+    '  holder VARCHAR(256) CHARACTER SET utf8mb4 NULL,',
+    '  PRIMARY KEY (lock_key)',
+    ') ENGINE=InnoDB',
+  ].join('\n')
+}
+
+/**
+ * The doorbell of a lock: the name of the `GET_LOCK` its holder keeps while it holds the lease, that
+ * waiters block on. Names are at most 64 characters and server-wide, so: a hash of the table and key.
+ */
+export function doorbellName(table: string, key: string): string {
+  return `fencelock:${createHash('sha1').update(`${table}\0${key}`).digest('hex')}`
+}

@@ -1,0 +1,4 @@
+import { defineConformanceSuite } from '../conformance/suite.js'
+import { mysqlKit } from '../kits/mysql.js'
+
+defineConformanceSuite(mysqlKit)

@@ -1,0 +1,73 @@
+/**
+ * The MySQL/MariaDB backend's kit, on a real MariaDB 10.11. A lease is broken by ending its row's lease on
+ * the server (`expires_at` in the past, the row and its fence kept), as a premature expiry would. InnoDB
+ * commits every grant, so fences survive a crash of the server.
+ */
+import { createConnection } from 'mysql2/promise'
+import { DEFAULT_TABLE, quoteTable } from '../../src/backends/mysql/layout.js'
+import { MARIADB_DATABASE, type MariaDbServer, startMariaDb } from '../servers/mariadb.js'
+import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
+
+/** Runs one statement on the server on `port` as root, in the tests' database. */
+export async function mariaDbQuery(port: number, sql: string, params: unknown[] = []): Promise<unknown> {
+  const connection = await createConnection({
+    host: '127.0.0.1',
+    port,
+    user: 'root',
+    database: MARIADB_DATABASE,
+  })
+  try {
+    const [result] = await connection.query(sql, params)
+    return result
+  } finally {
+    connection.destroy()
+  }
+}
+
+/** Ends the lease of `key` behind its holder's back: its lease ended an hour ago on the server's clock. */
+export async function expireRow(port: number, key: string, table = DEFAULT_TABLE): Promise<void> {
+  await mariaDbQuery(
+    port,
+    `UPDATE ${quoteTable(table, 'in a test')} SET expires_at = expires_at - 3600000000 WHERE lock_key = ?`,
+    [key],
+  )
+}
+
+function mysqlStore(server: MariaDbServer): KitStore {
+  const crash = async () => {
+    server.signal('SIGKILL')
+    await server.restart()
+  }
+  return {
+    url: (query = '') => `${server.url}${query}`,
+    ports: [server.port],
+    urlVia: ([port], query = '') => `mysql://root@127.0.0.1:${port}/${MARIADB_DATABASE}${query}`,
+    breakLease: (key) => expireRow(server.port, key),
+    crash,
+    restart: crash,
+    pause: () => {
+      server.signal('SIGSTOP')
+      return () => server.signal('SIGCONT')
+    },
+    logs: () => ({ mariadb: server.log() }),
+    recoveryMs: 5000,
+    close: () => server.destroy(),
+  }
+}
+
+export const mysqlKit: Kit = {
+  id: 'mysql',
+  backend: 'mysql',
+  title: 'mysql (MariaDB 10.11)',
+  entry: 'mysql',
+  networked: true,
+  capabilities: ttlStore({ durableFences: true }),
+  lacks: { fifo: RACE, session: 'leases end by SYSDATE(6) on the server, no session' },
+  start: async () => mysqlStore(await startMariaDb()),
+  chaos: [{ name: 'mysql', features: ['crash', 'durable', 'expire'] }],
+  bench: [
+    { name: 'fencelock mysql', store: 'mysql' },
+    // The same backend without its doorbell: waiters poll (what the doorbell is measured against).
+    { name: 'fencelock mysql (poll)', store: 'mysql', query: '?doorbell=false' },
+  ],
+}
