@@ -2,7 +2,7 @@
  * The short chaos run of CI, dealt into parts (`chaos-<n>.test.ts`, one `defineShortChaos(n)` each) so
  * that the test runner's two lanes run them side by side: scenarios S1, S2, S4, S5, S13 and S14 on the stores that start in a second
  * (file and Redis; Redis with persistence too for the crash), S7 (holder killed) on etcd, S11 on file, S6 on
- * Redlock and S15 (aborted acquires) on file, Redis, etcd and PostgreSQL; the cas-lease engine on S3 (S1, and S16: replies
+ * Redlock and S15 (aborted acquires) on file, Redis, etcd, PostgreSQL and MariaDB; the cas-lease engine on S3 (S1, and S16: replies
  * lost after commit, 503 bursts) and on DynamoDB Local (S7), about 75 s more. Fails on any
  * unexpected violation; a failing run keeps its history, seed and report (the path is in the message) so
  * it can be replayed with `npm run chaos -- --seed`. The full matrix is `npm run chaos`.
@@ -33,8 +33,9 @@ const STORES: Record<string, string[]> = {
   // (nothing may be left behind).
   S11: ['file'],
   S6: ['redlock'],
-  // postgres: an acquire's clean-up once reached the server before its statement (a grant left behind).
-  S15: ['file', 'redis', 'etcd', 'postgres'],
+  // postgres: an acquire's clean-up once reached the server before its statement (a grant left behind);
+  // mysql: a statement given up while it ran left its connection stuck.
+  S15: ['file', 'redis', 'etcd', 'postgres', 'mysql'],
 }
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 
