@@ -108,3 +108,33 @@ export const remove = (client: ZkClient, path: string): Promise<boolean> =>
 /** Creates `path` and its missing parents as persistent nodes (no data). */
 export const mkdirp = (client: ZkClient, path: string): Promise<string> =>
   request((done) => client.mkdirp(path, PERSISTENT, done))
+
+/** Clients `closeClient` has closed (closing twice would send a second close request). */
+const closed = new WeakSet<object>()
+
+/**
+ * Closes `client` safely. node-zookeeper-client 1.1.3 must not be closed before its handshake completes:
+ * the server's connect reply is then parsed as an ordinary reply and throws from its socket handler (an
+ * uncaught exception that ends the process). Connected, it is closed at once (the server ends the session
+ * and deletes its ephemeral nodes); otherwise it stops trying other servers (the one private field we
+ * touch, feature-checked) and is closed if a handshake under way completes. A session left that way (one
+ * disconnected by a crash) ends on the server after its timeout, with its nodes.
+ */
+export function closeClient(client: ZkClient): void {
+  if (closed.has(client)) return
+  closed.add(client)
+  const state = client.getState().name
+  if (state === 'SYNC_CONNECTED' || state === 'CONNECTED_READ_ONLY') {
+    client.close()
+    return
+  }
+  // Expired or refused: the client has stopped on its own.
+  if (state === 'EXPIRED' || state === 'AUTH_FAILED') return
+  client.once('connected', () => client.close())
+  const manager = (client as { connectionManager?: { findNextServer?: unknown; socket?: { destroy(): void } } })
+    .connectionManager
+  if (manager && typeof manager.findNextServer === 'function') {
+    manager.findNextServer = () => {}
+    manager.socket?.destroy()
+  }
+}

@@ -55,11 +55,11 @@ import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import type { Acquisition } from '../../engines/queue-acquisition.js'
 import { QueueLock } from '../../engines/queue-lock.js'
-import { CODE, children, codeOf, read, type ZkClient, zxidOf } from './client.js'
+import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
 import { fourLetterWord, parseSrvr } from './four-letter.js'
 import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
 import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
-import { ZkQueue } from './queue.js'
+import { type ZkEntry, ZkQueue } from './queue.js'
 
 export type { ZkClient } from './client.js'
 
@@ -123,7 +123,8 @@ class ZooKeeperBackend implements LockBackend {
   readonly limits = ZOOKEEPER_LIMITS
   readonly #setup: Setup
   readonly #prefix: string
-  readonly #queue: QueueLock<ZkSession, unknown>
+  readonly #queue: QueueLock<ZkSession, ZkEntry>
+  readonly #driver: ZkQueue
   /** From a URL: our connection for `inspect` and `doctor`, made at first use and again after expiry. */
   #reader: ZkClient | undefined
 
@@ -134,7 +135,8 @@ class ZooKeeperBackend implements LockBackend {
     const leases = setup.shared
       ? new SharedSession(setup.shared)
       : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
-    this.#queue = new QueueLock(new ZkQueue(this.#prefix), leases)
+    this.#driver = new ZkQueue(this.#prefix)
+    this.#queue = new QueueLock(this.#driver, leases)
   }
 
   readonly tryAcquire = (req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> => {
@@ -171,7 +173,12 @@ class ZooKeeperBackend implements LockBackend {
       // The holder may go between the listing and the read: the next in line is read then.
       for (const child of inLine((await raceSignal(children(client, path), signal)) ?? [])) {
         const found = await raceSignal(read(client, `${path}/${child}`), signal)
-        if (found) return describeHolder(child, found.data, zxidOf(found.stat.czxid))
+        if (!found) continue
+        const info = describeHolder(child, found.data, zxidOf(found.stat.czxid))
+        // Our own holder's session timeout: how long the lock would outlive it if it stopped now. Another
+        // client's session timeout is not readable over the protocol.
+        const expiresInMs = this.#driver.timeoutOf(`${path}/${child}`)
+        return expiresInMs === undefined ? info : { ...info, expiresInMs }
       }
       return null
     } catch (error) {
@@ -203,17 +210,14 @@ class ZooKeeperBackend implements LockBackend {
   readonly close = async (): Promise<void> => {
     // Our sessions' closes delete our nodes: not a loss (the core has told the holders already).
     await this.#queue.close()
-    this.#reader?.close()
+    if (this.#reader) closeClient(this.#reader)
     this.#reader = undefined
   }
 
   /** The client for requests outside any lease: yours, or our reader connection (new after an expiry). */
   #client(): ZkClient {
     if (this.#setup.shared) return this.#setup.shared
-    if (this.#reader?.getState().name === 'EXPIRED') {
-      this.#reader.close()
-      this.#reader = undefined
-    }
+    if (this.#reader?.getState().name === 'EXPIRED') this.#reader = undefined
     this.#reader ??= this.#setup.connect!(this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
     return this.#reader
   }

@@ -237,6 +237,14 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     )
   }
 
+  /** The session timeout of our own session that created `node`, if it is ours (for `inspect`). */
+  timeoutOf(node: string): number | undefined {
+    for (const known of this.#known.values()) {
+      if (known.node === node && !known.session.ended) return known.session.client.getSessionTimeout()
+    }
+    return undefined
+  }
+
   goneReason(at?: bigint): string {
     return at === undefined ? GONE : `${GONE}; found missing after zxid 0x${at.toString(16)}`
   }

@@ -16,7 +16,7 @@
  * (on reconnection) reports the lease lost at once.
  */
 import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
-import { CODE, codeOf, stat, type ZkClient } from './client.js'
+import { CODE, closeClient, codeOf, stat, type ZkClient } from './client.js'
 
 /** One ZooKeeper session: the client whose connection carries it, and its id in hex once connected. */
 export interface ZkSession {
@@ -55,8 +55,8 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
   let session: ZkSession | undefined
   const onExpired = () => {
     if (session) session.ended = true
+    // The client stops by itself after an expiry (it never reconnects to an expired session).
     events.lost(new Error('its ZooKeeper session expired (the server deleted its ephemeral nodes)'))
-    if (owned) client.close()
   }
   const onAuthFailed = () => events.lost(new Error('its ZooKeeper session failed to authenticate'))
   client.on('expired', onExpired)
@@ -80,7 +80,7 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
       if (session) session.ended = true
       // Closing the session deletes its ephemeral nodes on the server (a close that never reaches it
       // leaves them until the session times out).
-      client.close()
+      closeClient(client)
     },
   }
 }
