@@ -37,7 +37,8 @@
  *
  * Files: queue.ts (the queue-lock driver: children, creates, watches), sessions.ts (the session driver:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
- * promises), layout.ts (paths and names, shared with the tests), four-letter.ts (`srvr` for doctor).
+ * promises), layout.ts (paths and names, shared with the tests), diagnose.ts (what `inspect` and `doctor`
+ * say), four-letter.ts (`srvr`).
  */
 import { raceSignal } from '../../core/abort.js'
 import type {
@@ -56,7 +57,7 @@ import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../..
 import type { Acquisition } from '../../engines/queue-acquisition.js'
 import { QueueLock } from '../../engines/queue-lock.js'
 import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
-import { fourLetterWord, parseSrvr } from './four-letter.js'
+import { describeHolder, sessionFinding, srvrFinding } from './diagnose.js'
 import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
 import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
@@ -193,17 +194,7 @@ class ZooKeeperBackend implements LockBackend {
     // A request answered: the session is established and its timeout negotiated.
     await raceSignal(children(client, '/'), signal)
     const asked = this.#setup.shared ? undefined : (this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
-    const got = client.getSessionTimeout()
-    findings.push({
-      level: asked !== undefined && got < asked ? 'warn' : 'ok',
-      message:
-        asked === undefined
-          ? `your client's session timeout is ${got} ms: every lock's validity is at most that, whatever its ttl`
-          : got < asked
-            ? `the server granted a session timeout of ${got} ms for ${asked} ms asked: it clamps sessions ` +
-              '(maxSessionTimeout, 20 ticks by default), so locks with longer ttls get that much validity'
-            : `session timeout ${got} ms granted as asked`,
-    })
+    findings.push(sessionFinding(asked, client.getSessionTimeout()))
     return findings
   }
 
@@ -253,54 +244,6 @@ function describeFailure(error: unknown): string {
     default:
       return causeText(error)
   }
-}
-
-/** Our data is "<owner> <holder>"; Curator's is its host's IP address (then the child's name says who). */
-function describeHolder(child: string, data: Buffer, fence: bigint): LockInfo {
-  const value = data.toString('utf8')
-  const space = value.indexOf(' ')
-  const owner = space < 0 ? value : value.slice(0, space)
-  if (!/^[0-9a-f]{32}$/.test(owner)) {
-    return {
-      held: true,
-      owner: child,
-      fence,
-      note: `held by a node not written by fencelock (${child}, Curator's?)`,
-    }
-  }
-  return {
-    held: true,
-    owner,
-    ...(space < 0 || space === value.length - 1 ? {} : { holder: value.slice(space + 1) }),
-    fence,
-  }
-}
-
-/** What `srvr` says of one member, or that it cannot be reached. */
-async function srvrFinding(host: string, signal: AbortSignal): Promise<DoctorFinding> {
-  const [name, port] = splitHost(host)
-  try {
-    const text = await fourLetterWord(
-      name,
-      port,
-      'srvr',
-      AbortSignal.any([signal, AbortSignal.timeout(5000)]),
-    )
-    const { version, mode } = parseSrvr(text)
-    if (version === undefined)
-      return { level: 'info', message: `${host}: srvr not answered (${text.trim()})` }
-    if (mode === undefined)
-      return { level: 'warn', message: `${host}: ZooKeeper ${version}, not serving requests` }
-    return { level: 'ok', message: `${host}: ZooKeeper ${version}, ${mode}` }
-  } catch (error) {
-    return { level: 'error', message: `${host}: unreachable (${causeText(error)})` }
-  }
-}
-
-function splitHost(host: string): [string, number] {
-  const colon = host.lastIndexOf(':')
-  if (colon < 0 || host.endsWith(']')) return [host.replace(/^\[|\]$/g, ''), 2181]
-  return [host.slice(0, colon).replace(/^\[|\]$/g, ''), Number(host.slice(colon + 1))]
 }
 
 /** `/a/b/` and `a/b` are `/a/b`; `/` stays. */

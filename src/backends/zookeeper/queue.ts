@@ -54,6 +54,8 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
   readonly #prefix: string
   /** Our entries by name: the session that creates each one, and its node. Dropped by remove. */
   readonly #known = new Map<string, Known>()
+  /** The watches in place on others' entries, per connection and path: who to wake when each fires. */
+  readonly #armed = new WeakMap<ZkClient, Map<string, Set<() => void>>>()
   /** Whether a watch on another's entry found it there (so `exists` right after need not ask again). */
   readonly #seen = new WeakMap<ZkEntry, boolean>()
 
@@ -146,23 +148,50 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
   /**
    * A data watch on the entry before ours (as Curator's `getData().usingWatcher()`): it fires on that
    * node's deletion, or on a change of its data, a hint all the same. A node already gone sets no watch
-   * and wakes us at once.
+   * and wakes us at once. One watch per node and connection until it fires (the server keeps one per
+   * connection and path anyway): a waiter that waits again on the same predecessor, say after the core's
+   * own timer ended its wait, joins the watch in place instead of piling up another.
    */
   async watch(before: ZkEntry): Promise<Watch> {
-    let wake!: (at: bigint | undefined) => void
+    let wake!: () => void
     const gone = new Promise<bigint | undefined>((resolve) => {
-      wake = resolve
+      wake = () => resolve(undefined)
     })
+    let armed = this.#armed.get(before.client)
+    if (!armed) {
+      armed = new Map()
+      this.#armed.set(before.client, armed)
+    }
+    const onPath = armed
+    let waiting = onPath.get(before.path)
+    const fresh = waiting === undefined
+    if (!waiting) {
+      waiting = new Set()
+      onPath.set(before.path, waiting)
+    }
+    const all = waiting
+    all.add(wake)
+    const fire = () => {
+      if (onPath.get(before.path) === all) onPath.delete(before.path)
+      for (const w of all) w()
+    }
     try {
-      const found = await read(before.client, before.path, () => wake(undefined))
+      const found = await read(before.client, before.path, fresh ? fire : undefined)
       this.#seen.set(before, found !== undefined)
-      if (!found) wake(undefined)
+      // No node, no watch left behind: a fresh entry goes (so the next waiter registers one).
+      if (!found) (fresh ? fire : wake)()
     } catch {
       // The watch failed (connection lost): a hint; the engine checks again.
-      wake(undefined)
+      ;(fresh ? fire : wake)()
     }
-    // ZooKeeper cannot cancel a watch with this protocol: a cancelled one fires into a settled promise.
-    return { gone, cancel: () => wake(undefined) }
+    // ZooKeeper cannot remove a watch with this protocol: a cancelled waiter only stops listening.
+    return {
+      gone,
+      cancel: () => {
+        all.delete(wake)
+        wake()
+      },
+    }
   }
 
   async exists(before: ZkEntry): Promise<boolean> {
