@@ -14,7 +14,7 @@
  *   our protected name (only this acquire writes it). Missing parents are created persistent (no container
  *   nodes with this client's 3.4 protocol), and created again if they vanish before our create.
  * - Expiry: the session is the lease. From a URL, each lease length is a session of its own, asking the
- *   lock's ttl (or `sessionTimeout`) as its timeout; the server clamps it (2 to 20 ticks unless
+ *   lock's ttl in whole seconds (or `sessionTimeout`) as its timeout; the server clamps it (2 to 20 ticks unless
  *   configured), and a grant's validity never exceeds what it negotiated, counted from the last answered
  *   request: the server expires a session no earlier than its last receipt plus the timeout. With your own
  *   client, its one session carries every lock whatever the ttl (every grant's validity is that session's

@@ -2,8 +2,8 @@
  * ZooKeeper sessions as the session engine's driver (src/engines/session.ts). A lease is a session:
  * everything on it (our ephemeral nodes) goes when the server expires it or we close it.
  *
- * - From a URL, each lease is a session of its own (its own connection), asked for with the lock's ttl
- *   as its timeout (or `sessionTimeout` for every lease, when the URL sets it). The server clamps the
+ * - From a URL, each lease length is a session of its own (its own connection), asking the lock's ttl
+ *   rounded up to whole seconds as its timeout (or `sessionTimeout` for every lease, when the URL sets it). The server clamps the
  *   timeout (2 to 20 ticks unless configured): the lease counts what it negotiated.
  * - With your client, there is one lease: your client's session, whatever the ttl; it is never closed by
  *   us, and its expiry loses every lock on it.
@@ -96,8 +96,12 @@ export class OwnSessions implements LeaseDriver<ZkSession> {
     this.#fixedMs = fixedMs
   }
 
+  /**
+   * Whole seconds, as etcd's leases: each lease length is a connection to the ensemble (servers limit them
+   * per client address, `maxClientCnxns`, 60 by default), so ttls that differ by milliseconds share one.
+   */
   leaseMs(ttlMs: number): number {
-    return this.#fixedMs ?? Math.ceil(ttlMs)
+    return this.#fixedMs ?? Math.max(1, Math.ceil(ttlMs / 1000)) * 1000
   }
 
   keepAliveEveryMs(leaseMs: number): number {
