@@ -126,6 +126,19 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     }
   })
 
+  it('counts the session timeout the server granted, not the one asked, as the validity', async () => {
+    // Asked 120 s; this server grants at most 60 s (maxSessionTimeout).
+    const locks = createLockClient(`${zk.url()}?sessionTimeout=${2 * MAX_SESSION_MS}ms`, { ttl: '120s' })
+    open.push(locks)
+    const lock = await locks.acquire('clamped')
+    const left = lock.validUntil - performance.now()
+    assert.ok(
+      left > 0 && left <= MAX_SESSION_MS,
+      `validity ${left} ms within the ${MAX_SESSION_MS} ms granted`,
+    )
+    await lock.release()
+  })
+
   it('refuses unknown URL parameters and a client that is not one', async () => {
     await assert.rejects(fromUrl(new URL(`${zk.url()}?sessionTimeut=5s`)), /did you mean "sessionTimeout"/)
     assert.throws(() => zookeeperBackend({ client: {} as never }), /node-zookeeper-client/)
