@@ -2,11 +2,12 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import zookeeper from 'node-zookeeper-client'
 import { fromUrl, zookeeperBackend } from '../../src/backends/zookeeper/index.js'
-import { lockPath, protectedName } from '../../src/backends/zookeeper/layout.js'
+import { inLine, lockPath, protectedName } from '../../src/backends/zookeeper/layout.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { call, connectAdmin, withAdmin } from '../kits/zookeeper.js'
 import { MAX_SESSION_MS, startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { startProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 
 /**
@@ -124,6 +125,28 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     } finally {
       await backend.close()
     }
+  })
+
+  it('a waiter served after waiting several session timeouts keeps its place: its fence is its queued node', async () => {
+    const [a, b] = [createLockClient(zk.url(), { ttl: '1s' }), createLockClient(zk.url(), { ttl: '1s' })]
+    open.push(a, b)
+    const held = await a.acquire('long-wait')
+    const waiting = b.acquire('long-wait', { timeout: '20s' })
+    const path = lockPath('long-wait')
+    await waitUntil(async () => (await children(path)).length === 2, "the waiter's node in line")
+    const queued = await withAdmin(zk.connectString, async (admin) => {
+      const [, second] = inLine(await call<string[]>((done) => admin.getChildren(path, done)))
+      const stat = await call<zookeeper.Stat>((done) => admin.exists(`${path}/${second}`, done))
+      return stat.czxid.readBigInt64BE(0)
+    })
+    // Three session timeouts: the waiter's session is known alive only through the keep-alives the
+    // engine sends for it (the client's own pings are not reported).
+    await sleep(3000)
+    await held.release()
+    const lock = await waiting
+    assert.equal(lock.fence, queued, 'granted on the node it queued, not on a new one')
+    assert.ok(lock.validUntil - performance.now() > 300, 'with validity left')
+    await lock.release()
   })
 
   it('counts the session timeout the server granted, not the one asked, as the validity', async () => {
