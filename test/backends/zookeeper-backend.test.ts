@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
+import { promisify } from 'node:util'
 import zookeeper from 'node-zookeeper-client'
 import { fromUrl, zookeeperBackend } from '../../src/backends/zookeeper/index.js'
 import { inLine, lockPath, protectedName } from '../../src/backends/zookeeper/layout.js'
@@ -9,6 +11,8 @@ import { MAX_SESSION_MS, startZooKeeper, type ZooKeeperEnsemble } from '../serve
 import { startProxy } from '../support/proxy.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
+
+const run = promisify(execFile)
 
 /**
  * The ZooKeeper backend's own semantics on a standalone server: your own client (one session for every
@@ -160,6 +164,30 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
       `validity ${left} ms within the ${MAX_SESSION_MS} ms granted`,
     )
     await lock.release()
+  })
+
+  it('a client closed while its connection is being made neither throws nor keeps the process alive', async () => {
+    // node-zookeeper-client parses the connect reply of a client closed mid-handshake as a reply (and
+    // throws), and keeps a connect timer of the session timeout (60 s here) unless told otherwise.
+    const index = new URL('../../src/index.js', import.meta.url).href
+    const script = `
+      const { createLockClient } = await import(${JSON.stringify(index)})
+      // Closed after 0, 1, 2, … turns: one of them before its socket connects, others mid-handshake.
+      for (let turns = 0; turns < 30; turns++) {
+        const locks = createLockClient(${JSON.stringify(zk.url())}, { ttl: '60s' })
+        const pending = locks.acquire('closed-early').catch(() => {})
+        for (let i = 0; i < turns; i++) await new Promise((resolve) => (i % 2 ? setImmediate : queueMicrotask)(resolve))
+        await locks.close()
+        await pending
+      }
+      console.log('closed')`
+    const started = performance.now()
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { timeout: 30_000 })
+    assert.match(stdout, /closed/)
+    assert.ok(
+      performance.now() - started < 20_000,
+      `exited after ${Math.round(performance.now() - started)} ms`,
+    )
   })
 
   it('refuses unknown URL parameters and a client that is not one', async () => {

@@ -113,6 +113,13 @@ export const remove = (client: ZkClient, path: string): Promise<boolean> =>
 export const mkdirp = (client: ZkClient, path: string): Promise<string> =>
   request((done) => client.mkdirp(path, PERSISTENT, done))
 
+/** The private parts of node-zookeeper-client 1.1.3's ConnectionManager that `closeClient` touches. */
+interface Manager {
+  findNextServer?: unknown
+  socket?: { destroy(): void }
+  connectTimeoutHandler?: NodeJS.Timeout
+}
+
 /** Clients `closeClient` has closed (closing twice would send a second close request). */
 const closed = new WeakSet<object>()
 
@@ -121,7 +128,7 @@ const closed = new WeakSet<object>()
  * the server's connect reply is then parsed as an ordinary reply and throws from its socket handler (an
  * uncaught exception that ends the process). Connected, it is closed at once (the server ends the session
  * and deletes its ephemeral nodes); otherwise it stops trying other servers (the one private field we
- * touch, feature-checked) and is closed if a handshake under way completes. A session left that way (one
+ * touch, feature-checked, with its connect timer) and is closed if a handshake under way completes. A session left that way (one
  * disconnected by a crash) ends on the server after its timeout, with its nodes.
  */
 export function closeClient(client: ZkClient): void {
@@ -135,11 +142,12 @@ export function closeClient(client: ZkClient): void {
   // Expired or refused: the client has stopped on its own.
   if (state === 'EXPIRED' || state === 'AUTH_FAILED') return
   client.once('connected', () => client.close())
-  const manager = (
-    client as { connectionManager?: { findNextServer?: unknown; socket?: { destroy(): void } } }
-  ).connectionManager
+  const manager = (client as { connectionManager?: Manager }).connectionManager
   if (manager && typeof manager.findNextServer === 'function') {
     manager.findNextServer = () => {}
     manager.socket?.destroy()
+    // Its connect timer (a session timeout over the number of servers) is cleared only by a socket error
+    // or a handshake: left alone, it would keep the process alive that long.
+    clearTimeout(manager.connectTimeoutHandler)
   }
 }
