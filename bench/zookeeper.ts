@@ -2,9 +2,10 @@
  * The bench's ZooKeeper floor: the lock recipe of the ZooKeeper documentation written directly with
  * `node-zookeeper-client`, the least work the recipe allows. One session per locker, kept open across
  * acquisitions as fencelock keeps its session. Acquire: create an EPHEMERAL_SEQUENTIAL node under the key's
- * node, list the children; first in sequence order holds, else set an exists-watch on the immediate
- * predecessor and list again once it fires (or at once when the predecessor is already gone). Release:
- * delete the node. So an uncontended cycle is three round trips (create, getChildren, delete). No fence,
+ * node and list the children (pipelined: one round trip); first in sequence order holds, else set an
+ * exists-watch on the immediate predecessor and list again once it fires (or at once when the predecessor is
+ * already gone). Release: delete the node. So an uncontended cycle is two round trips (create with the
+ * listing, delete). No fence,
  * no lost-reply recovery, no session loss handling. Its nodes live under a root of their own, so they never
  * meet fencelock's.
  *
@@ -44,7 +45,7 @@ const zookeeperFloor: Adapter = {
   kind: 'floor',
   fences: false,
   waits: true,
-  note: 'one session per locker; create EPHEMERAL_SEQUENTIAL + getChildren (3 round trips a cycle with the delete); a waiter sets an exists-watch on its predecessor and lists again when it fires; no fence, no lost-reply recovery',
+  note: 'one session per locker; create EPHEMERAL_SEQUENTIAL + getChildren pipelined, delete: 2 round trips a cycle; a waiter sets an exists-watch on its predecessor and lists again when it fires; no fence, no lost-reply recovery',
   async createLocker(env) {
     const client = await connected(env)
     /** Keys whose node this locker already made: the parent exists from then on (nobody deletes it). */
@@ -56,12 +57,18 @@ const zookeeperFloor: Adapter = {
           await call<string>((done) => client.mkdirp(dir, done))
           made.add(dir)
         }
-        const path = await call<string>((done) =>
+        // The create and the first listing are pipelined on the session's one connection: ZooKeeper answers
+        // a session's requests in order, so the listing sees our node. One round trip, as fencelock's does.
+        const created = call<string>((done) =>
           client.create(`${dir}/lock-`, zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, done),
         )
+        let listed: Promise<string[]> | undefined = call<string[]>((done) => client.getChildren(dir, done))
+        listed.catch(() => {})
+        const path = await created
         const name = path.slice(dir.length + 1)
         for (;;) {
-          const children = await call<string[]>((done) => client.getChildren(dir, done))
+          const children = await (listed ?? call<string[]>((done) => client.getChildren(dir, done)))
+          listed = undefined
           children.sort((a, b) => (sequence(a) < sequence(b) ? -1 : sequence(a) > sequence(b) ? 1 : 0))
           const at = children.indexOf(name)
           if (at < 0) throw new Error(`${path} is gone (session expired?)`)
