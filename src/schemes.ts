@@ -62,6 +62,12 @@ const SCHEMES: Readonly<Record<string, BackendScheme>> = {
     summary: "etcd v3's lock recipe",
     multiHost: true,
   },
+  'zookeeper:': {
+    load: () => import('./backends/zookeeper/index.js'),
+    example: 'zookeeper://h1:2181,h2:2181,h3:2181/locks',
+    summary: "Apache Curator's InterProcessMutex recipe (interoperable with it)",
+    multiHost: true,
+  },
   's3:': {
     load: () => import('./backends/s3/index.js'),
     example: 's3://bucket/prefix?region=eu-west-1',

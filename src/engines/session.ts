@@ -18,7 +18,8 @@
  *
  * Driver (`LeaseDriver`): grant a lease the driver keeps alive and report each acknowledged keep-alive and
  * the lease's loss; one keep-alive on demand; revoke. Used by: etcd (a lease, kept alive by etcd3's
- * stream); ZooKeeper next (a session, kept alive by the client's pings).
+ * stream); ZooKeeper (a session, kept alive by the client's pings, which it does not report: the engine
+ * sends its own keep-alive requests, `keepAliveEveryMs`, and the store negotiates the length, `grantedMs`).
  */
 import { raceSignal } from '../core/abort.js'
 import { now } from '../core/clock.js'
@@ -35,6 +36,12 @@ export interface LeaseEvents {
 export interface Lease<Id> {
   /** The lease's id once the store granted it; rejects if it did not. */
   readonly id: Promise<Id>
+  /**
+   * Optional: the lease length (ms) the store granted, read once `id` resolved, where the store may grant
+   * another than the one asked (ZooKeeper negotiates the session timeout between its own bounds). Without
+   * it, the grant counts the length asked.
+   */
+  grantedMs?(): number
   /** One keep-alive now: the ttl (ms) the store answered with, <= 0 when the lease is gone. */
   keepAliveOnce(): Promise<number>
   /** Stops the keep-alives, then ends the lease on the store (which removes everything on it). Never rejects. */
@@ -47,6 +54,13 @@ export interface LeaseDriver<Id> {
   leaseMs(ttlMs: number): number
   /** Asks the store for a lease of `leaseMs` (as `leaseMs()` returned), reporting to `events` from then on. */
   grant(leaseMs: number, events: LeaseEvents): Lease<Id>
+  /**
+   * Optional, for a driver whose client keeps its lease alive without telling (ZooKeeper's pings): the
+   * engine then sends `keepAliveOnce` itself this often (ms) for a lease of `leaseMs`, from its grant until
+   * it is revoked or lost, and counts each answer as an acknowledged keep-alive. Without acknowledgements
+   * `aliveUntil` would stay at the grant, and a waiter granted later would get no validity left.
+   */
+  keepAliveEveryMs?(leaseMs: number): number
 }
 
 export interface Session<User, Id> {
@@ -87,6 +101,8 @@ class Entry<User, Id> implements Session<User, Id> {
   /** Since when it has had no user, and the timer that checks it (armed once per idle spell). */
   idleSince = now()
   timer: NodeJS.Timeout | undefined
+  /** The next keep-alive the engine sends itself (drivers with `keepAliveEveryMs`). */
+  beat: NodeJS.Timeout | undefined
   retiring = false
   revoked = false
 
@@ -102,10 +118,34 @@ class Entry<User, Id> implements Session<User, Id> {
       lost: (reason) => onLost(this, reason),
     })
     this.id = this.lease.id
+    const everyMs = driver.keepAliveEveryMs?.(leaseMs)
     this.id.then(
-      () => this.acknowledged(grantedFrom, leaseMs),
+      () => {
+        this.acknowledged(grantedFrom, this.lease.grantedMs?.() ?? leaseMs)
+        if (everyMs !== undefined) this.#beat(everyMs)
+      },
       () => {},
     )
+  }
+
+  /**
+   * One keep-alive every `everyMs`, one at a time, until the lease is revoked or lost: each answer is an
+   * acknowledgement from its send time; a failure is none (the lease's validity then runs out by itself).
+   */
+  #beat(everyMs: number) {
+    if (this.revoked || this.#lost.signal.aborted) return
+    this.beat = setTimeout(() => {
+      const sentAt = now()
+      this.lease.keepAliveOnce().then(
+        (ttlMs) => {
+          if (ttlMs > 0) this.acknowledged(sentAt, ttlMs)
+          this.#beat(everyMs)
+        },
+        () => this.#beat(everyMs),
+      )
+    }, everyMs)
+    // A lease kept alive never keeps the process alive by itself.
+    this.beat.unref()
   }
 
   get lost(): AbortSignal {
@@ -118,6 +158,7 @@ class Entry<User, Id> implements Session<User, Id> {
   }
 
   markLost(reason: Error) {
+    clearTimeout(this.beat)
     this.#lost.abort(reason)
   }
 }
@@ -243,6 +284,7 @@ export class SessionPool<User, Id> {
     if (entry.revoked) return
     entry.revoked = true
     clearTimeout(entry.timer)
+    clearTimeout(entry.beat)
     if (this.#current.get(entry.leaseMs) === entry) this.#current.delete(entry.leaseMs)
     this.#open.delete(entry)
     // Revoking stops the keep-alives first, so even a revoke that never reaches the store ends the lease

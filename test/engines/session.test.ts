@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { now } from '../../src/core/clock.js'
-import { idleMs, type Session, SessionPool } from '../../src/engines/session.js'
+import { idleMs, type LeaseDriver, type Session, SessionPool } from '../../src/engines/session.js'
+import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 import { FakeQueueStore, settle } from './fake-queue-store.js'
 
@@ -109,6 +110,50 @@ describe('session engine', { timeout: 10_000 }, () => {
       [...store.leases.values()].map((l) => l.revoked),
       [true, true],
     )
+  })
+
+  it('a driver whose client does not report keep-alives gets them from the engine, counted at the length the store granted', async () => {
+    const store = new FakeQueueStore()
+    let sent = 0
+    // The store grants 400 ms whatever is asked (a ZooKeeper session timeout clamped by the server).
+    const driver: LeaseDriver<number> = {
+      leaseMs: (ttlMs) => ttlMs,
+      keepAliveEveryMs: () => 20,
+      grant(leaseMs, events) {
+        const lease = store.grant(leaseMs, events)
+        return {
+          ...lease,
+          grantedMs: () => 400,
+          keepAliveOnce: () => {
+            sent++
+            return lease.keepAliveOnce().then((ttl) => (ttl > 0 ? 400 : ttl))
+          },
+        }
+      },
+    }
+    const pool = new SessionPool<User, number>(driver, () => {})
+    const before = now()
+    const session = pool.session(3000)
+    pool.use(session, 'holder')
+    await session.id
+    await settle()
+    assert.ok(session.aliveUntil <= now() + 400, 'the granted length counts, not the one asked')
+    assert.ok(session.aliveUntil >= before + 400)
+    // Kept alive without anyone asking: aliveUntil moves on by itself.
+    const first = session.aliveUntil
+    await waitUntil(() => session.aliveUntil > first + 40 && sent >= 3, 'keep-alives sent by the engine')
+    // Answered "gone" moves nothing; after the lease is lost or revoked, none is sent.
+    const lease = store.leases.get(await session.id)!
+    lease.alive = false
+    await waitUntil(() => sent >= 6, 'keep-alives that find the lease gone')
+    const last = session.aliveUntil
+    await sleep(60)
+    assert.equal(session.aliveUntil, last)
+    lease.events.lost(new Error('session expired'))
+    const after = sent
+    await sleep(100)
+    assert.ok(sent <= after + 1, `keep-alives stop once the lease is lost (${sent - after} more)`)
+    await pool.close()
   })
 
   it('idleMs is one ttl, between 2 s and 30 s', () => {

@@ -16,6 +16,7 @@ export const casCapabilities = (minTtlMs: number): Kit['capabilities'] => ({
   minTtlMs,
   durableFences: true,
   processes: true,
+  longerExtend: true,
 })
 
 export const CAS_LACKS: Kit['lacks'] = {

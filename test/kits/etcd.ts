@@ -81,6 +81,7 @@ function etcdKit(size: number): Kit {
       minTtlMs: 1000,
       durableFences: true,
       processes: true,
+      longerExtend: true,
     },
     lacks: {},
     start: async () => etcdStore(await startEtcd(size)),

@@ -8,6 +8,7 @@ import { memoryKit } from './memory.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
 import { s3Kit } from './s3.js'
+import { zookeeperKit1, zookeeperKit3 } from './zookeeper.js'
 
 export type { Kit, KitStore } from './kit.js'
 
@@ -25,6 +26,8 @@ export const KITS: readonly Kit[] = [
   s3Kit,
   gcsKit,
   dynamodbKit,
+  zookeeperKit1,
+  zookeeperKit3,
 ]
 
 /** The kit named `id`. */

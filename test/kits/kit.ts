@@ -22,6 +22,12 @@ export interface KitCapabilities {
   readonly durableFences: boolean
   /** Other processes (`fencelock hold`) reach the same locks through the store's URL. */
   readonly processes: boolean
+  /**
+   * An extend to a longer ttl than the lock was granted with lengthens the lease the store keeps (etcd moves
+   * the key to a longer lease); a store whose lease length is fixed at its grant (a ZooKeeper session's
+   * negotiated timeout) caps the validity of every extend at it.
+   */
+  readonly longerExtend: boolean
 }
 
 /** The yes/no capabilities: what a case may require. */
@@ -29,7 +35,7 @@ export type Flag = {
   [K in keyof KitCapabilities]: KitCapabilities[K] extends boolean ? K : never
 }[keyof KitCapabilities]
 
-export const FLAGS: readonly Flag[] = ['fifo', 'session', 'notify', 'durableFences', 'processes']
+export const FLAGS: readonly Flag[] = ['fifo', 'session', 'notify', 'durableFences', 'processes', 'longerExtend']
 
 /** Which chaos scenarios' server faults apply to a target (test/chaos/scenarios.ts reads them). */
 export type ChaosFeature = 'crash' | 'durable' | 'leader' | 'redlock' | 'expire' | 'store-faults'
@@ -130,6 +136,7 @@ export const ttlStore = (differs: Partial<KitCapabilities> = {}): KitCapabilitie
   minTtlMs: 300,
   durableFences: false,
   processes: true,
+  longerExtend: true,
   ...differs,
 })
 

@@ -43,6 +43,7 @@ export const lossCases: ConformanceCase[] = [
 
   {
     name: 'extend moves validUntil forward',
+    requires: ['longerExtend'],
     async run(ctx) {
       const key = ctx.key('extend')
       // 2 s and 5 s where the store honours short ttls.

@@ -1,0 +1,336 @@
+/**
+ * The ZooKeeper backend: Apache Curator's `InterProcessMutex` recipe on the same nodes, so a Java service
+ * using Curator and a fencelock client on the same lock path exclude each other. It is a driver for two
+ * engines: the queue-lock engine (src/engines/queue-lock.ts: acquire, wait in line, extend, release,
+ * abandon) and the session engine (src/engines/session.ts: sessions kept alive, pooled per lease length).
+ *
+ * - Layout (layout.ts): a lock named `k` is the node `<prefix>/<k escaped>` (`/`, `%` and the characters
+ *   ZooKeeper refuses written `%XX`; default prefix `/fencelock`); each acquire adds one child, created
+ *   EPHEMERAL_SEQUENTIAL in Curator's protected mode: `_c_<owner id as a UUID>-lock-<10-digit sequence>`,
+ *   its data `<owner id> <holder description>` (Curator writes its host's IP address; neither side reads
+ *   the other's data). The child first by the sequence after `lock-` holds the lock; the others wait in
+ *   that order (FIFO). Acquire is a create pipelined with a listing of the children (one round trip), then
+ *   an `exists` of our child for its czxid; a retry after a lost reply lists the children first and finds
+ *   our protected name (only this acquire writes it). Missing parents are created persistent (no container
+ *   nodes with this client's 3.4 protocol), and created again if they vanish before our create.
+ * - Expiry: the session is the lease. From a URL, each lease length is a session of its own, asking the
+ *   lock's ttl (or `sessionTimeout`) as its timeout; the server clamps it (2 to 20 ticks unless
+ *   configured), and a grant's validity never exceeds what it negotiated, counted from the last answered
+ *   request: the server expires a session no earlier than its last receipt plus the timeout. With your own
+ *   client, its one session carries every lock whatever the ttl (every grant's validity is that session's
+ *   timeout). A dead holder's child goes when its session expires. A holder watches its own child (`exists`
+ *   watch), and its deletion or the session's expiry aborts the grant's `lost` signal at once.
+ * - Fence: the czxid of our child (the zxid of the transaction that created it): ZooKeeper's zxids are
+ *   global to the ensemble and strictly increase, across leader changes (a new epoch starts above every
+ *   earlier zxid) and across a deleted and re-created lock node (whose sequence numbers restart at 0).
+ * - Waiting: a data watch on the child just before ours only (Curator's `getData().usingWatcher()`), never a
+ *   poll; a wake-up lists the children again and checks that ours is still there (a waiter whose session
+ *   expired is never granted). Abandon deletes our children by protected name once the attempt's requests
+ *   have settled.
+ * - Limits: keys up to 16 KiB (ZOOKEEPER_LIMITS). The node-zookeeper-client speaks ZooKeeper 3.4's protocol:
+ *   no container or TTL nodes, so lock nodes and the prefix stay behind after use (Curator's reaper, or a
+ *   person, may delete empty ones; we re-create them). Fences come from the ensemble's zxids: an ensemble
+ *   whose data is lost (every member's data directory) starts again from zxid 0. The client has no read
+ *   timeout: a member that stops answering (paused, partitioned) is not left for another, so the locks of
+ *   that connection run out of validity instead of failing over. Sequence numbers are per lock node and
+ *   32-bit: after 2^31 acquires of one lock without its node being re-created, Curator's order breaks.
+ *
+ * Files: queue.ts (the queue-lock driver: children, creates, watches), sessions.ts (the session driver:
+ * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
+ * promises), layout.ts (paths and names, shared with the tests), four-letter.ts (`srvr` for doctor).
+ */
+import { raceSignal } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  BackendLimits,
+  DoctorFinding,
+  ExtendResult,
+  Grant,
+  HeldLease,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
+import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
+import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import type { Acquisition } from '../../engines/queue-acquisition.js'
+import { QueueLock } from '../../engines/queue-lock.js'
+import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
+import { fourLetterWord, parseSrvr } from './four-letter.js'
+import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
+import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
+import { type ZkEntry, ZkQueue } from './queue.js'
+
+export type { ZkClient } from './client.js'
+
+export interface ZooKeeperBackendOptions {
+  /**
+   * A `Client` of the `node-zookeeper-client` package, connected or connecting. fencelock never closes it.
+   * Its one session carries every lock: each grant's validity is its session timeout, whatever the ttl,
+   * and its expiry loses every lock on it (make a new client and a new backend then).
+   */
+  readonly client: ZkClient
+  /** The node under which every lock lives (Curator's lock path is `<prefix>/<key>`). @default '/fencelock' */
+  readonly prefix?: string | undefined
+  /** Names the store in errors. */
+  readonly id?: string | undefined
+}
+
+/**
+ * What ZooKeeper can hold for us: keys up to 16 KiB (escaping can triple one, far under the server's 1 MiB
+ * packet limit, `jute.maxbuffer`), sessions up to 2^31-1 ms (the protocol's int; the server clamps to its
+ * `maxSessionTimeout` anyway, and the grant counts what it negotiated).
+ */
+export const ZOOKEEPER_LIMITS: BackendLimits = { maxKeyBytes: 16 * 1024, maxTtlMs: 2 ** 31 - 1 }
+
+/** The session timeout of the connection `inspect` and `doctor` use (from a URL without `sessionTimeout`). */
+const READER_TIMEOUT_MS = 30_000
+
+/**
+ * Creates a ZooKeeper backend over your node-zookeeper-client `Client`.
+ * @example
+ * import zookeeper from 'node-zookeeper-client'
+ * const client = zookeeper.createClient('127.0.0.1:2181', { sessionTimeout: 15_000 })
+ * client.connect()
+ * const locks = createLockClient(zookeeperBackend({ client }))
+ */
+export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend {
+  const { client } = options
+  if (!client || typeof client.getChildren !== 'function' || typeof client.getSessionTimeout !== 'function') {
+    throw new TypeError('Expected `client` to be a Client of the node-zookeeper-client package')
+  }
+  return new ZooKeeperBackend({ ...options, shared: client })
+}
+
+interface Setup {
+  readonly prefix?: string | undefined
+  readonly id?: string | undefined
+  /** The user's client (one session for everything), or else… */
+  readonly shared?: ZkClient
+  /** …a way to open our own, with the URL's hosts and fixed session timeout. */
+  readonly connect?: Connect
+  readonly hosts?: readonly string[]
+  readonly sessionTimeoutMs?: number | undefined
+}
+
+/**
+ * The contract's glue: the engine's steps, with ZooKeeper's failures said in words. The primitives are
+ * own properties (arrow functions), as on every backend object.
+ */
+class ZooKeeperBackend implements LockBackend {
+  readonly id: string
+  readonly capabilities = { expiry: 'session', notify: true, fifo: true } as const
+  readonly limits = ZOOKEEPER_LIMITS
+  readonly #setup: Setup
+  readonly #prefix: string
+  readonly #queue: QueueLock<ZkSession, ZkEntry>
+  readonly #driver: ZkQueue
+  /** From a URL: our connection for `inspect` and `doctor`, made at first use and again after expiry. */
+  #reader: ZkClient | undefined
+
+  constructor(setup: Setup) {
+    this.#setup = setup
+    this.#prefix = normalizePrefix(setup.prefix ?? DEFAULT_PREFIX)
+    this.id = setup.id ?? 'zookeeper'
+    const leases = setup.shared
+      ? new SharedSession(setup.shared)
+      : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
+    this.#driver = new ZkQueue(this.#prefix)
+    this.#queue = new QueueLock(this.#driver, leases)
+  }
+
+  readonly tryAcquire = (req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> => {
+    return this.#guard(req.key, 'acquire', signal, () => this.#queue.attempt(req, signal))
+  }
+
+  /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
+  readonly waitForChange = (req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> => {
+    return this.#queue.wait(req, signal)
+  }
+
+  readonly extend = (lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> => {
+    const acq = lease.cookie as Acquisition<ZkSession>
+    return this.#guard(lease.key, 'extend', signal, () => this.#queue.extend(acq, ttlMs, signal))
+  }
+
+  readonly release = async (lease: HeldLease, signal: AbortSignal): Promise<boolean> => {
+    try {
+      return await this.#queue.release(lease.cookie as Acquisition<ZkSession>, signal)
+    } catch (error) {
+      throw this.#unavailable(lease.key, 'release', error)
+    }
+  }
+
+  readonly abandon = (req: AcquireRequest, signal: AbortSignal): Promise<void> => {
+    return this.#guard(req.key, 'clean up', signal, () => this.#queue.abandon(req, signal))
+  }
+
+  /** The first child in line: its data names the owner (ours) and its czxid is the fence. */
+  readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
+    const path = lockPath(key, this.#prefix)
+    try {
+      const client = this.#client()
+      // The holder may go between the listing and the read: the next in line is read then.
+      for (const child of inLine((await raceSignal(children(client, path), signal)) ?? [])) {
+        const found = await raceSignal(read(client, `${path}/${child}`), signal)
+        if (!found) continue
+        const info = describeHolder(child, found.data, zxidOf(found.stat.czxid))
+        // Our own holder's session timeout: how long the lock would outlive it if it stopped now. Another
+        // client's session timeout is not readable over the protocol.
+        const expiresInMs = this.#driver.timeoutOf(`${path}/${child}`)
+        return expiresInMs === undefined ? info : { ...info, expiresInMs }
+      }
+      return null
+    } catch (error) {
+      throw this.#unavailable(key, 'inspect', error)
+    }
+  }
+
+  readonly doctor = async (signal: AbortSignal): Promise<DoctorFinding[]> => {
+    const findings: DoctorFinding[] = []
+    for (const host of this.#setup.hosts ?? []) findings.push(await srvrFinding(host, signal))
+    const client = this.#client()
+    // A request answered: the session is established and its timeout negotiated.
+    await raceSignal(children(client, '/'), signal)
+    const asked = this.#setup.shared ? undefined : (this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
+    const got = client.getSessionTimeout()
+    findings.push({
+      level: asked !== undefined && got < asked ? 'warn' : 'ok',
+      message:
+        asked === undefined
+          ? `your client's session timeout is ${got} ms: every lock's validity is at most that, whatever its ttl`
+          : got < asked
+            ? `the server granted a session timeout of ${got} ms for ${asked} ms asked: it clamps sessions ` +
+              '(maxSessionTimeout, 20 ticks by default), so locks with longer ttls get that much validity'
+            : `session timeout ${got} ms granted as asked`,
+    })
+    return findings
+  }
+
+  readonly close = async (): Promise<void> => {
+    // Our sessions' closes delete our nodes: not a loss (the core has told the holders already).
+    await this.#queue.close()
+    if (this.#reader) closeClient(this.#reader)
+    this.#reader = undefined
+  }
+
+  /** The client for requests outside any lease: yours, or our reader connection (new after an expiry). */
+  #client(): ZkClient {
+    if (this.#setup.shared) return this.#setup.shared
+    if (this.#reader?.getState().name === 'EXPIRED') this.#reader = undefined
+    this.#reader ??= this.#setup.connect!(this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
+    return this.#reader
+  }
+
+  /** Runs one step; an abort rethrows its reason unchanged, any other failure says what could not be done. */
+  async #guard<T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>): Promise<T> {
+    try {
+      return await step()
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      throw this.#unavailable(key, what, error)
+    }
+  }
+
+  #unavailable(key: string, what: string, error: unknown) {
+    if (error instanceof BackendUnavailableError) return error
+    return new BackendUnavailableError(
+      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${describeFailure(error)}`,
+      { key, backend: this.id, cause: error, retryable: true },
+    )
+  }
+}
+
+/** A ZooKeeper error in words. */
+function describeFailure(error: unknown): string {
+  switch (codeOf(error)) {
+    case CODE.CONNECTION_LOSS:
+      return 'the connection to ZooKeeper was lost before the reply (the request may have been applied)'
+    case CODE.SESSION_EXPIRED:
+      return 'the ZooKeeper session expired'
+    case CODE.NO_NODE:
+      return 'the lock node vanished while we created our child in it (deleted by someone); trying again'
+    default:
+      return causeText(error)
+  }
+}
+
+/** Our data is "<owner> <holder>"; Curator's is its host's IP address (then the child's name says who). */
+function describeHolder(child: string, data: Buffer, fence: bigint): LockInfo {
+  const value = data.toString('utf8')
+  const space = value.indexOf(' ')
+  const owner = space < 0 ? value : value.slice(0, space)
+  if (!/^[0-9a-f]{32}$/.test(owner)) {
+    return { held: true, owner: child, fence, note: `held by a node not written by fencelock (${child}, Curator's?)` }
+  }
+  return {
+    held: true,
+    owner,
+    ...(space < 0 || space === value.length - 1 ? {} : { holder: value.slice(space + 1) }),
+    fence,
+  }
+}
+
+/** What `srvr` says of one member, or that it cannot be reached. */
+async function srvrFinding(host: string, signal: AbortSignal): Promise<DoctorFinding> {
+  const [name, port] = splitHost(host)
+  try {
+    const text = await fourLetterWord(name, port, 'srvr', AbortSignal.any([signal, AbortSignal.timeout(5000)]))
+    const { version, mode } = parseSrvr(text)
+    if (version === undefined) return { level: 'info', message: `${host}: srvr not answered (${text.trim()})` }
+    if (mode === undefined) return { level: 'warn', message: `${host}: ZooKeeper ${version}, not serving requests` }
+    return { level: 'ok', message: `${host}: ZooKeeper ${version}, ${mode}` }
+  } catch (error) {
+    return { level: 'error', message: `${host}: unreachable (${causeText(error)})` }
+  }
+}
+
+function splitHost(host: string): [string, number] {
+  const colon = host.lastIndexOf(':')
+  if (colon < 0 || host.endsWith(']')) return [host.replace(/^\[|\]$/g, ''), 2181]
+  return [host.slice(0, colon).replace(/^\[|\]$/g, ''), Number(host.slice(colon + 1))]
+}
+
+/** `/a/b/` and `a/b` are `/a/b`; `/` stays. */
+function normalizePrefix(prefix: string): string {
+  const trimmed = prefix.replace(/\/+$/, '')
+  if (trimmed === '') return '/'
+  return trimmed.startsWith('/') ? trimmed : `/${trimmed}`
+}
+
+/** The URL's parameters (tested against the README like the others). */
+export const PARAMS = {
+  sessionTimeout: {
+    type: 'duration',
+    min: 1,
+    doc: 'the session timeout every lock asks for, instead of one session per ttl asking the ttl (the server clamps it)',
+  },
+} as const satisfies ParamSchema
+
+/**
+ * `zookeeper://host1:2181,host2:2181[/prefix][?sessionTimeout=15s]` — the path (if any) replaces the
+ * default prefix `/fencelock`; user and password, if given, are sent as a `digest` identity.
+ */
+export async function fromUrl(url: URL): Promise<LockBackend> {
+  const zookeeper = await loadDriver('node-zookeeper-client', 'zookeeper', url, () => import('node-zookeeper-client'))
+  const { sessionTimeout } = readParams(url, PARAMS)
+  const path = decodeURIComponent(url.pathname)
+  const hosts = hostsOf(url).map((h) => (/:\d+$/.test(h) ? h : `${h}:2181`))
+  const auth = url.username
+    ? Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`)
+    : undefined
+  const connect: Connect = (timeoutMs) => {
+    // A short pause between rounds over the members (default up to 1 s): a leader kill costs less.
+    const client = zookeeper.createClient(hosts.join(','), { sessionTimeout: timeoutMs, spinDelay: 100 })
+    if (auth) client.addAuthInfo('digest', auth)
+    client.connect()
+    return client
+  }
+  return new ZooKeeperBackend({
+    ...(path && path !== '/' ? { prefix: path } : {}),
+    id: redact(url),
+    connect,
+    hosts,
+    sessionTimeoutMs: sessionTimeout,
+  })
+}

@@ -1,0 +1,83 @@
+/**
+ * Where a lock lives on ZooKeeper, in one place: the backend and the tests (breaking a lease, listing a
+ * lock's queue) use these; nobody copies the escaping or the naming.
+ *
+ * The layout is Apache Curator's `InterProcessMutex` on the path `<prefix>/<key>` (checked against Curator
+ * 5.4: `StandardLockInternalsDriver`, `ProtectedUtils`, `LockInternals`): one child per acquire, created
+ * EPHEMERAL_SEQUENTIAL in protected mode, `_c_<36-character id>-lock-<10-digit sequence>`; children are
+ * ordered by what follows the last `lock-` (Curator's `fixForSorting`: the zero-padded sequence, so the
+ * string order is the creation order); the first holds the lock, each other waits for the one before it.
+ */
+import { createHash } from 'node:crypto'
+
+/** The parent of every lock unless the user picks another (the URL's path). */
+export const DEFAULT_PREFIX = '/fencelock'
+
+/** Curator's `InterProcessMutex` lock name (`LOCK_NAME`), the part before each child's sequence number. */
+export const LOCK_NAME = 'lock-'
+
+/** Curator's protected-mode prefix (`ProtectedUtils.PROTECTED_PREFIX`). */
+const PROTECTED_PREFIX = '_c_'
+
+/**
+ * Characters ZooKeeper refuses in a path (`PathUtils.validatePath`): NUL, the C0 and C1 controls, DEL, the
+ * UTF-16 surrogates and private use area (U+D800-U+F8FF), and U+FFF0-U+FFFF. Astral characters (an emoji)
+ * are surrogate pairs in Java's strings: refused too.
+ */
+const REFUSED = /[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]/
+
+/**
+ * A lock name as one path segment: `%`, `/` and every character ZooKeeper refuses written as `%XX` (the
+ * UTF-8 bytes; a lone surrogate as `%uXXXX`), so no key can reach outside its own node (`a` never sees
+ * the waiters of `a/b`) and no key is refused. The names ZooKeeper reserves as segments are escaped too:
+ * the empty key is `%`, `.` and `..` are `%2E` and `%2E%2E`. Distinct keys stay distinct: every `%` the
+ * result contains was written by the escaping.
+ */
+export function segment(key: string): string {
+  if (key === '') return '%'
+  if (key === '.' || key === '..') return key.replace(/\./g, '%2E')
+  let out = ''
+  for (const ch of key) {
+    if (ch === '%' || ch === '/' || REFUSED.test(ch)) {
+      const code = ch.codePointAt(0)!
+      if (ch.length === 1 && code >= 0xd800 && code <= 0xdfff) out += `%u${code.toString(16).toUpperCase()}`
+      else for (const byte of Buffer.from(ch, 'utf8')) out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
+    } else out += ch
+  }
+  return out
+}
+
+/** The node of the lock named `key`, whose children are its queue (Curator's lock path). */
+export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix === '/' ? '' : prefix}/${segment(key)}`
+
+/**
+ * The 36-character protected id of an acquire: our owner id (128 random bits as 32 hex digits) in a
+ * UUID's shape, as Curator's own ids are; any other owner string is hashed to one.
+ */
+export function protectedId(owner: string): string {
+  const hex = /^[0-9a-f]{32}$/.test(owner) ? owner : createHash('sha256').update(owner).digest('hex').slice(0, 32)
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`
+}
+
+/**
+ * The name of our child before ZooKeeper appends its sequence number: `_c_<id>-lock-` (Curator's
+ * `withProtection()` on `<lock path>/lock-`). Only this acquire writes children that start with it.
+ */
+export const protectedName = (owner: string): string => `${PROTECTED_PREFIX}${protectedId(owner)}-${LOCK_NAME}`
+
+/** What a child is ordered by (Curator's `standardFixForSorting`): the text after its last `lock-`. */
+export function sortKey(child: string): string {
+  const at = child.lastIndexOf(LOCK_NAME)
+  return at < 0 ? child : child.slice(at + LOCK_NAME.length)
+}
+
+/** A lock's children in line order (Curator's `getSortedChildren`): the first holds the lock. */
+export function inLine(names: readonly string[]): string[] {
+  return [...names].sort((a, b) => {
+    const x = sortKey(a)
+    const y = sortKey(b)
+    return x < y ? -1 : x > y ? 1 : 0
+  })
+}
+
