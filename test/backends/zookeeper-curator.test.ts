@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { lockPath } from '../../src/backends/zookeeper/layout.js'
 import { createLockClient, type Lock, type LockClient } from '../../src/index.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { type CuratorBuild, type CuratorProcess, compileCurator, startCurator } from '../support/curator.js'
@@ -38,7 +39,7 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
     return c
   }
   /** The znode under which both put the lock nodes of `key` (the path a Curator user passes). */
-  const queueOf = (key: string) => `${PREFIX}/${key}`
+  const queueOf = (key: string) => lockPath(key, PREFIX)
   /** The queue of `key` in Curator's order, as node names; `watcher` is any Curator process. */
   const queue = (watcher: CuratorProcess, key: string) => watcher.participants(queueOf(key))
   /**
