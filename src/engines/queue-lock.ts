@@ -17,7 +17,7 @@
  *   lease once no lock still needs it.
  *
  * Driver: `QueueDriver` (queue-driver.ts) for the queue, `LeaseDriver` (session.ts) for the leases.
- * Used by: etcd (src/backends/etcd); ZooKeeper next.
+ * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../core/abort.js'
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../core/backend.js'

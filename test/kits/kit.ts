@@ -35,7 +35,14 @@ export type Flag = {
   [K in keyof KitCapabilities]: KitCapabilities[K] extends boolean ? K : never
 }[keyof KitCapabilities]
 
-export const FLAGS: readonly Flag[] = ['fifo', 'session', 'notify', 'durableFences', 'processes', 'longerExtend']
+export const FLAGS: readonly Flag[] = [
+  'fifo',
+  'session',
+  'notify',
+  'durableFences',
+  'processes',
+  'longerExtend',
+]
 
 /** Which chaos scenarios' server faults apply to a target (test/chaos/scenarios.ts reads them). */
 export type ChaosFeature = 'crash' | 'durable' | 'leader' | 'redlock' | 'expire' | 'store-faults'

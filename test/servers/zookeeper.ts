@@ -114,9 +114,7 @@ class RunningMember extends FolderServer implements ZooKeeperMember {
       `maxSessionTimeout=${MAX_SESSION_MS}`,
       // No snapshot purging, no fsync wait warnings worth having in a test's log.
       'forceSync=no',
-      ...(peers.length > 1
-        ? peers.map((p) => `server.${p.id}=127.0.0.1:${p.quorum}:${p.election}`)
-        : []),
+      ...(peers.length > 1 ? peers.map((p) => `server.${p.id}=127.0.0.1:${p.quorum}:${p.election}`) : []),
     ]
     writeFileSync(`${this.dir}/zoo.cfg`, `${lines.join('\n')}\n`)
     this.proc = this.#launch()
@@ -204,10 +202,14 @@ export async function startZooKeeper(size = 1, options: ZooKeeperOptions = {}): 
   const connectString = members.map((m) => m.endpoint).join(',')
   const serving = async (withinMs = 60_000) => {
     const all = async () => (await Promise.all(members.map((m) => m.mode()))).every((m) => m !== undefined)
-    await waitUntil(all, () => `every zookeeper member to serve${members.map((m) => m.log().slice(-600)).join('\n')}`, {
-      withinMs,
-      everyMs: 100,
-    })
+    await waitUntil(
+      all,
+      () => `every zookeeper member to serve${members.map((m) => m.log().slice(-600)).join('\n')}`,
+      {
+        withinMs,
+        everyMs: 100,
+      },
+    )
   }
   return {
     members,

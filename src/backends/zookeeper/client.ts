@@ -55,7 +55,11 @@ export type Watcher = (event: { readonly type: number }) => void
 type Callback<T> = (error: unknown, value: T) => void
 
 /** One request: resolves with its reply, rejects with its error, except `missing` codes, which give `fallback`. */
-function request<T, F = never>(send: (done: Callback<T>) => void, missing?: number, fallback?: F): Promise<T | F> {
+function request<T, F = never>(
+  send: (done: Callback<T>) => void,
+  missing?: number,
+  fallback?: F,
+): Promise<T | F> {
   return new Promise((resolve, reject) => {
     send((error, value) => {
       if (!error) resolve(value)
@@ -131,8 +135,9 @@ export function closeClient(client: ZkClient): void {
   // Expired or refused: the client has stopped on its own.
   if (state === 'EXPIRED' || state === 'AUTH_FAILED') return
   client.once('connected', () => client.close())
-  const manager = (client as { connectionManager?: { findNextServer?: unknown; socket?: { destroy(): void } } })
-    .connectionManager
+  const manager = (
+    client as { connectionManager?: { findNextServer?: unknown; socket?: { destroy(): void } } }
+  ).connectionManager
   if (manager && typeof manager.findNextServer === 'function') {
     manager.findNextServer = () => {}
     manager.socket?.destroy()

@@ -7,7 +7,12 @@
 import { Socket } from 'node:net'
 
 /** Sends `word` to `host:port` and resolves with the whole answer; rejects on a connection error or `signal`. */
-export function fourLetterWord(host: string, port: number, word: string, signal: AbortSignal): Promise<string> {
+export function fourLetterWord(
+  host: string,
+  port: number,
+  word: string,
+  signal: AbortSignal,
+): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = new Socket({ signal })
     const chunks: Buffer[] = []

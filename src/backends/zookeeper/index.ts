@@ -58,8 +58,8 @@ import { QueueLock } from '../../engines/queue-lock.js'
 import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
 import { fourLetterWord, parseSrvr } from './four-letter.js'
 import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
-import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
+import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
 
 export type { ZkClient } from './client.js'
 
@@ -261,7 +261,12 @@ function describeHolder(child: string, data: Buffer, fence: bigint): LockInfo {
   const space = value.indexOf(' ')
   const owner = space < 0 ? value : value.slice(0, space)
   if (!/^[0-9a-f]{32}$/.test(owner)) {
-    return { held: true, owner: child, fence, note: `held by a node not written by fencelock (${child}, Curator's?)` }
+    return {
+      held: true,
+      owner: child,
+      fence,
+      note: `held by a node not written by fencelock (${child}, Curator's?)`,
+    }
   }
   return {
     held: true,
@@ -275,10 +280,17 @@ function describeHolder(child: string, data: Buffer, fence: bigint): LockInfo {
 async function srvrFinding(host: string, signal: AbortSignal): Promise<DoctorFinding> {
   const [name, port] = splitHost(host)
   try {
-    const text = await fourLetterWord(name, port, 'srvr', AbortSignal.any([signal, AbortSignal.timeout(5000)]))
+    const text = await fourLetterWord(
+      name,
+      port,
+      'srvr',
+      AbortSignal.any([signal, AbortSignal.timeout(5000)]),
+    )
     const { version, mode } = parseSrvr(text)
-    if (version === undefined) return { level: 'info', message: `${host}: srvr not answered (${text.trim()})` }
-    if (mode === undefined) return { level: 'warn', message: `${host}: ZooKeeper ${version}, not serving requests` }
+    if (version === undefined)
+      return { level: 'info', message: `${host}: srvr not answered (${text.trim()})` }
+    if (mode === undefined)
+      return { level: 'warn', message: `${host}: ZooKeeper ${version}, not serving requests` }
     return { level: 'ok', message: `${host}: ZooKeeper ${version}, ${mode}` }
   } catch (error) {
     return { level: 'error', message: `${host}: unreachable (${causeText(error)})` }
@@ -312,7 +324,12 @@ export const PARAMS = {
  * default prefix `/fencelock`; user and password, if given, are sent as a `digest` identity.
  */
 export async function fromUrl(url: URL): Promise<LockBackend> {
-  const zookeeper = await loadDriver('node-zookeeper-client', 'zookeeper', url, () => import('node-zookeeper-client'))
+  const zookeeper = await loadDriver(
+    'node-zookeeper-client',
+    'zookeeper',
+    url,
+    () => import('node-zookeeper-client'),
+  )
   const { sessionTimeout } = readParams(url, PARAMS)
   const path = decodeURIComponent(url.pathname)
   const hosts = hostsOf(url).map((h) => (/:\d+$/.test(h) ? h : `${h}:2181`))

@@ -24,7 +24,12 @@ const PROTECTED_PREFIX = '_c_'
  * UTF-16 surrogates and private use area (U+D800-U+F8FF), and U+FFF0-U+FFFF. Astral characters (an emoji)
  * are surrogate pairs in Java's strings: refused too.
  */
-const REFUSED = /[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]/
+function refused(ch: string): boolean {
+  const code = ch.charCodeAt(0)
+  return (
+    code <= 0x1f || (code >= 0x7f && code <= 0x9f) || (code >= 0xd800 && code <= 0xf8ff) || code >= 0xfff0
+  )
+}
 
 /**
  * A lock name as one path segment: `%`, `/` and every character ZooKeeper refuses written as `%XX` (the
@@ -38,10 +43,12 @@ export function segment(key: string): string {
   if (key === '.' || key === '..') return key.replace(/\./g, '%2E')
   let out = ''
   for (const ch of key) {
-    if (ch === '%' || ch === '/' || REFUSED.test(ch)) {
+    if (ch === '%' || ch === '/' || refused(ch)) {
       const code = ch.codePointAt(0)!
       if (ch.length === 1 && code >= 0xd800 && code <= 0xdfff) out += `%u${code.toString(16).toUpperCase()}`
-      else for (const byte of Buffer.from(ch, 'utf8')) out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
+      else
+        for (const byte of Buffer.from(ch, 'utf8'))
+          out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
     } else out += ch
   }
   return out
@@ -56,7 +63,9 @@ export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =
  * UUID's shape, as Curator's own ids are; any other owner string is hashed to one.
  */
 export function protectedId(owner: string): string {
-  const hex = /^[0-9a-f]{32}$/.test(owner) ? owner : createHash('sha256').update(owner).digest('hex').slice(0, 32)
+  const hex = /^[0-9a-f]{32}$/.test(owner)
+    ? owner
+    : createHash('sha256').update(owner).digest('hex').slice(0, 32)
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`
 }
 
@@ -64,7 +73,8 @@ export function protectedId(owner: string): string {
  * The name of our child before ZooKeeper appends its sequence number: `_c_<id>-lock-` (Curator's
  * `withProtection()` on `<lock path>/lock-`). Only this acquire writes children that start with it.
  */
-export const protectedName = (owner: string): string => `${PROTECTED_PREFIX}${protectedId(owner)}-${LOCK_NAME}`
+export const protectedName = (owner: string): string =>
+  `${PROTECTED_PREFIX}${protectedId(owner)}-${LOCK_NAME}`
 
 /** What a child is ordered by (Curator's `standardFixForSorting`): the text after its last `lock-`. */
 export function sortKey(child: string): string {
@@ -80,4 +90,3 @@ export function inLine(names: readonly string[]): string[] {
     return x < y ? -1 : x > y ? 1 : 0
   })
 }
-

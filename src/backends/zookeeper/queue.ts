@@ -189,7 +189,11 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
   watchHeld(entry: OwnEntry, _from: bigint, events: HeldEvents): Cancel {
     let active = true
     const known = this.#known.get(entry.name)
-    const cancel = { cancel: () => void (active = false) }
+    const cancel = {
+      cancel: () => {
+        active = false
+      },
+    }
     if (!known?.node) {
       queueMicrotask(() => active && events.deleted(GONE))
       return cancel
