@@ -173,6 +173,10 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
 
     await c1!.release()
     const second = await fencelock2.granted
+    assert.ok(
+      second.fence > first.fence,
+      'fences increase across the grants between (the czxids of our nodes)',
+    )
     assert.deepEqual(grants, ['fencelock 1', 'curator 1', 'fencelock 2'])
     assert.deepEqual(await queue(c1!, key), nodes.slice(2), 'fencelock was granted through its third node')
 
