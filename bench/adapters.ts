@@ -19,6 +19,7 @@ import { KITS } from '../test/kits/index.js'
 import { CLOUD_ADAPTERS } from './cloud.js'
 import { mysqlFloor } from './mysql.js'
 import { POSTGRES_ADAPTERS } from './postgres.js'
+import { ZOOKEEPER_ADAPTERS } from './zookeeper.js'
 
 /** What the scenarios need from a running store. */
 export interface Env {
@@ -38,6 +39,8 @@ export interface Env {
   readonly postgresStatements?: () => number
   /** The HTTP endpoint of each conditional-write store that was started ('s3', 'gcs', 'dynamodb'). */
   readonly endpoints: Readonly<Record<string, string>>
+  /** The ZooKeeper connection string (`127.0.0.1:p1,…`), empty when no ZooKeeper was started. */
+  readonly zookeeper: string
 }
 
 export interface Held {
@@ -54,7 +57,7 @@ export interface Locker {
 
 export interface Adapter {
   readonly name: string
-  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd', 's3', 'gcs', 'dynamodb', 'postgres'); ratios compare fencelock with the best peer on the same store. */
+  /** Which store it runs on ('memory', 'file', 'redis', 'redis x5', 'etcd', 's3', 'gcs', 'dynamodb', 'postgres', 'mysql', 'zookeeper'); ratios compare fencelock with the best peer on the same store. */
   readonly store: string
   readonly kind: 'fencelock' | 'peer' | 'floor'
   /** Whether each grant carries a fencing token. */
@@ -426,6 +429,7 @@ const PEERS: Adapter[] = [
   ...CLOUD_ADAPTERS,
   mysqlFloor,
   ...POSTGRES_ADAPTERS,
+  ...ZOOKEEPER_ADAPTERS,
 ]
 
 /** Every adapter, by store: fencelock's first, then the peers and floors of that store. */

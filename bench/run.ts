@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { KITS, type KitStore, kit } from '../test/kits/index.js'
+import { loopback } from '../test/kits/kit.js'
 import { useLocalCredentials } from '../test/servers/dynamodb.js'
 import { tempDir } from '../test/support/temp.js'
 import { ADAPTERS, type Env } from './adapters.js'
@@ -71,6 +72,11 @@ const pgCounter = pg ? await countStatements(pg.ports[0]!) : undefined
 if (pg && pgCounter) {
   for (const v of kit('postgres').bench ?? []) urls[v.name] = pg.urlVia!([pgCounter.port], v.query)
 }
+/** The shared store of the kit whose bench variants run on `store` (its id need not be the store's name). */
+const storeOf = (store: string) => {
+  const k = KITS.find((k) => shared.has(k.id) && k.bench?.some((v) => v.store === store))
+  return k && shared.get(k.id)
+}
 // The peers' stores: the same servers fencelock runs on (0 or empty where no selected adapter needs one).
 const env: Env = {
   postgres: pg && pgCounter ? pg.urlVia!([pgCounter.port]) : '',
@@ -85,6 +91,7 @@ const env: Env = {
       .filter((id) => shared.has(id))
       .map((id) => [id, `http://127.0.0.1:${shared.get(id)!.ports[0]}`]),
   ),
+  zookeeper: loopback(storeOf('zookeeper')?.ports ?? []),
 }
 const results: Results = {
   date: new Date().toISOString(),

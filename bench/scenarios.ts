@@ -2,7 +2,7 @@
  * The benchmark scenarios. Each runs one adapter and returns its figures; the runner compares adapters.
  * Timing uses performance.now() (monotonic) in this one process, so handoff latencies are on one clock.
  */
-import { execFile } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
@@ -204,12 +204,17 @@ export const SCENARIOS: Scenario[] = [
     async run(adapter, env) {
       const durationMs = n('BENCH_CONTENDED_MS', 5000)
       const key = `bench-bp-${process.pid}-${Math.random().toString(36).slice(2)}`
-      const startAt = Number(process.hrtime.bigint()) / 1e6 + 1500
-      const outputs = await Promise.all(
-        Array.from({ length: 4 }, (_, id) =>
-          runWorker({ adapter: adapter.name, env, key, durationMs, workers: 2, id }, startAt),
-        ),
+      const processes = Array.from({ length: 4 }, (_, id) =>
+        startWorker({ adapter: adapter.name, env, key, durationMs, workers: 2, id }),
       )
+      // Start together once every process has loaded and connected (on a busy machine that took longer
+      // than any fixed lead: late processes ran alone at the end and skewed throughput and fairness).
+      const ready = await Promise.allSettled(processes.map((p) => p.ready))
+      const startAt = Number(process.hrtime.bigint()) / 1e6 + 100
+      for (const p of processes) p.go(startAt)
+      const failed = ready.find((r) => r.status === 'rejected')
+      if (failed) throw failed.reason
+      const outputs = await Promise.all(processes.map((p) => p.done))
       const holds = outputs.flatMap((o) => o.holds).sort((x, y) => x[1] - y[1])
       const perWorker = Array<number>(8).fill(0)
       const handoffs: number[] = []
@@ -387,18 +392,49 @@ async function whileBlocked(pair: Locker[], key: string, start: () => Promise<Co
 
 const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url))
 
-/** Runs one bp process; resolves with its holds on the shared monotonic clock. */
-function runWorker(
-  job: { adapter: string; env: Env; key: string; durationMs: number; workers: number; id: number },
-  startAt: number,
-): Promise<{ holds: Array<[number, number, number]>; failures: number }> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      [WORKER, JSON.stringify(job)],
-      { env: { ...process.env, BENCH_START_AT: String(startAt) }, maxBuffer: 64 * 2 ** 20 },
-      (error, stdout, stderr) =>
-        error ? reject(new Error(`${error.message}: ${stderr}`)) : resolve(JSON.parse(stdout)),
+/** One bp process: `ready` once its lockers are connected, `go(startAt)` starts it, `done` has its holds. */
+interface WorkerProcess {
+  readonly ready: Promise<void>
+  go(startAt: number): void
+  readonly done: Promise<{ holds: Array<[number, number, number]>; failures: number }>
+}
+
+/** Starts one bp process; it says `ready` on its first line, and waits for the start instant on stdin. */
+function startWorker(job: {
+  adapter: string
+  env: Env
+  key: string
+  durationMs: number
+  workers: number
+  id: number
+}): WorkerProcess {
+  const child = spawn(process.execPath, [WORKER, JSON.stringify(job)], { stdio: 'pipe' })
+  let stdout = ''
+  let stderr = ''
+  let signalReady: () => void = () => {}
+  const exited = new Promise<number | null>((resolve) => child.once('close', resolve))
+  const ready = new Promise<void>((resolve, reject) => {
+    signalReady = resolve
+    exited.then((code) =>
+      reject(new Error(`bp worker ${job.id} exited (${code}) before it was ready: ${stderr}`)),
     )
   })
+  ready.catch(() => {})
+  child.stdout.on('data', (chunk) => {
+    stdout += chunk
+    if (stdout.startsWith('ready\n')) signalReady()
+  })
+  child.stderr.on('data', (chunk) => {
+    stderr += chunk
+  })
+  // A worker that died before its start instant closed its stdin: `done` reports it, not an EPIPE.
+  child.stdin.on('error', () => {})
+  return {
+    ready,
+    go: (startAt) => child.stdin.end(`${startAt}\n`),
+    done: exited.then((code) => {
+      if (code !== 0) throw new Error(`bp worker ${job.id} exited (${code}): ${stderr}`)
+      return JSON.parse(stdout.slice('ready\n'.length))
+    }),
+  }
 }

@@ -1,9 +1,12 @@
 /**
  * One process of scenario bp: runs `workers` contending workers of one adapter for `durationMs` and prints
  * each hold as [worker, grantedAt, releaseStartedAt] on the host's monotonic clock (CLOCK_MONOTONIC, shared
- * by every process), so the parent can merge the holds of all processes on one timeline.
+ * by every process), so the parent can merge the holds of all processes on one timeline. It prints `ready`
+ * once its lockers are made, then starts at the instant the parent writes on its stdin (the same for all).
  * Usage: node worker.js '<json: { adapter, env, key, durationMs, workers, id }>'
  */
+import { once } from 'node:events'
+import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ADAPTERS, type Env } from './adapters.js'
 
@@ -29,7 +32,11 @@ const lockers = await Promise.all(Array.from({ length: workers }, () => adapter.
 const holds: Array<[number, number, number]> = []
 let failures = 0
 // Start together: every process waits for the same instant on the shared clock.
-const startAt = Number(process.env.BENCH_START_AT)
+process.stdout.write('ready\n')
+const input = createInterface({ input: process.stdin })
+const [line] = (await once(input, 'line')) as [string]
+input.close()
+const startAt = Number(line)
 await sleep(Math.max(0, startAt - clock()))
 const stopAt = startAt + durationMs
 await Promise.all(

