@@ -211,7 +211,7 @@ export const scenarios: Scenario[] = [
   },
   {
     id: 'S8',
-    title: 'etcd leader killed and restarted every 4 x ttl (3 members)',
+    title: 'the leader killed and restarted every 4 x ttl (3 members: etcd, ZooKeeper)',
     ...FENCED,
     applies: (t) => t.features.has('leader'),
     nemesis: (ctx) =>
@@ -382,4 +382,4 @@ export const scenarios: Scenario[] = [
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */
-export const CI_SCENARIOS = ['S1', 'S2', 'S4', 'S5', 'S7', 'S13', 'S14', 'S11', 'S6', 'S15', 'S16']
+export const CI_SCENARIOS = ['S1', 'S2', 'S4', 'S5', 'S7', 'S8', 'S13', 'S14', 'S11', 'S6', 'S15', 'S16']

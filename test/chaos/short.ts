@@ -2,7 +2,7 @@
  * The short chaos run of CI, dealt into parts (`chaos-<n>.test.ts`, one `defineShortChaos(n)` each) so
  * that the test runner's two lanes run them side by side: scenarios S1, S2, S4, S5, S13 and S14 on the stores that start in a second
  * (file and Redis; Redis with persistence too for the crash), S7 (holder killed) on etcd, S11 on file, S6 on
- * Redlock and S15 (aborted acquires) on file, Redis, etcd, PostgreSQL and MariaDB; the cas-lease engine on S3 (S1, and S16: replies
+ * Redlock, S8 (leader killed) on the 3-member ZooKeeper ensemble, and S15 (aborted acquires) on file, Redis, etcd, PostgreSQL and MariaDB; the cas-lease engine on S3 (S1, and S16: replies
  * lost after commit, 503 bursts) and on DynamoDB Local (S7), about 75 s more. Fails on any
  * unexpected violation; a failing run keeps its history, seed and report (the path is in the message) so
  * it can be replayed with `npm run chaos -- --seed`. The full matrix is `npm run chaos`.
@@ -27,6 +27,8 @@ const STORES: Record<string, string[]> = {
   S5: ['redis', 'redis-aof'],
   // The cas-lease engine's takeover of a dead holder's lease, by observed expiry, on a real store (DynamoDB Local).
   S7: ['etcd', 'dynamodb'],
+  // ZooKeeper's 3-member ensemble: its leader killed under the holders (sessions move to a new leader).
+  S8: ['zookeeper-3'],
   S16: ['s3'],
   // Issue 11's sequences: a key's folder removed under its holder (fences must not go back), nodes
   // restarted empty one after another (fences must not go back), acquires aborted at every await point
