@@ -2,6 +2,7 @@
  * A held lock: the handle the caller gets (key, owner, fence, validity, the lost signal, extend, release).
  * Extends and the release run one at a time on its queue; its renewer (renewer.ts) decides when to extend.
  */
+import { type LinkedAbort, linkedAbort } from './abort.js'
 import type { HeldLease, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
@@ -68,6 +69,8 @@ export class LockHandle implements Lock {
 
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
+  /** The renewal in flight, if any: aborted when the lock is declared lost. */
+  #stopRenewal: LinkedAbort | undefined
 
   /** The renewer's view of a lock: one object for all of them. */
   static readonly #renewHooks: RenewHooks<LockHandle> = {
@@ -144,6 +147,7 @@ export class LockHandle implements Lock {
     if (this.#state !== 'held') return
     this.#state = 'lost'
     this.#renewer.stop()
+    this.#stopRenewal?.abort(error)
     this.#detachLost?.()
     this.#ctx.onSettled(this)
     publish(channels.lost, () => ({ ...this.#diag(), error }))
@@ -165,9 +169,18 @@ export class LockHandle implements Lock {
       try {
         // Past validUntil the answer no longer matters: the lease is lost locally either way.
         const lease = this.#lease
-        const result = await withTimeout(deadline - start, (signal) =>
-          this.#ctx.backend.extend(lease, ttlMs, signal),
-        )
+        const result = await withTimeout(deadline - start, (signal) => {
+          // Also given up the moment the lock is declared lost (#markLost): the expiry timer fires at the
+          // same instant as this timeout and first, and the release that follows a loss must find this
+          // renewal already given up (a backend that runs one connection's statements in order takes a
+          // given-up statement as the sign of a dead connection, and sends the release elsewhere).
+          const linked = linkedAbort(signal)
+          this.#stopRenewal = linked
+          return this.#ctx.backend.extend(lease, ttlMs, linked.signal).finally(() => {
+            if (this.#stopRenewal === linked) this.#stopRenewal = undefined
+            linked.dispose()
+          })
+        })
         if (this.#state !== 'held') return this.#state
         // The timeout above and the reply can become due in the same turn of a busy event loop, and the
         // reply may be processed first: a confirmation that lands after validUntil came too late all the
@@ -199,6 +212,8 @@ export class LockHandle implements Lock {
         publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed' }))
         return 'renewed' as const
       } catch (error) {
+        // Given up because the lock was declared lost meanwhile: that is the outcome.
+        if (this.#state !== 'held') return this.#state
         publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
         return { error }
       }

@@ -278,4 +278,35 @@ describe('renewal', { timeout: 20_000 }, () => {
     assert.equal(lock.validUntil, before, 'validity not moved by the late renewal')
     await lock.release()
   })
+
+  it('a lock declared lost gives up its renewal in flight at once (before the release that follows)', async () => {
+    // The expiry timer and the renewal's timeout fall due at the same instant, in either order; a backend
+    // must see the renewal given up before a release sent after the loss, or that release can queue behind
+    // a renewal stuck on a dead connection (MySQL's lease connection runs statements in order: found by its
+    // partition test). Lost here through the grant's session, so nothing else would abort the renewal yet.
+    const session = new AbortController()
+    let renewal: AbortSignal | undefined
+    const backend = scripted({
+      tryAcquire: async (req, signal, inner) => {
+        const grant = await inner.tryAcquire(req, signal)
+        return grant.granted ? { ...grant, lost: session.signal } : grant
+      },
+      extend: (_lease, _ttlMs, signal) => {
+        renewal = signal
+        return new Promise((_resolve, reject) =>
+          signal.addEventListener('abort', () => reject(signal.reason)),
+        )
+      },
+    })
+    const lock = await createLockClient(backend, { ttl: 3000 }).acquire(uniqueKey())
+    await waitFor(() => renewal !== undefined, 'a renewal in flight', { withinMs: 5000 })
+    session.abort(new Error('session expired'))
+    assert.equal(lock.signal.aborted, true)
+    assert.equal(
+      renewal!.aborted,
+      true,
+      'the renewal in flight was given up with the loss, not at its timeout',
+    )
+    await lock.release()
+  })
 })
