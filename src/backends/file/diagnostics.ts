@@ -48,7 +48,7 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
 
 /** Checks the lock root with `backend` (this root's backend, as the caller sees it: possibly wrapped). */
 export async function fileDoctor(root: Root, backend: LockBackend): Promise<DoctorFinding[]> {
-  const { dir, boot, fsync } = root
+  const { dir, boot, durability } = root
   const findings: DoctorFinding[] = [{ level: 'info', message: `lock folder: ${dir}` }]
   findings.push(
     boot.startsWith('uptime:')
@@ -73,10 +73,13 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
         ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
         : `Keep tmp cleaners away from ${epochs}`),
   })
-  findings.push({
-    level: fsync ? 'ok' : 'warn',
-    message: fsync ? 'fsync on acquire: on' : 'fsync on acquire is off: a power loss may reissue a fence',
-  })
+  findings.push(
+    durability === 'boot'
+      ? { level: 'ok', message: 'fences survive a power loss: fsync once per boot (and per new reservation)' }
+      : durability === 'acquire'
+        ? { level: 'ok', message: 'fences survive a power loss: fsync on every acquire (no boot id here)' }
+        : { level: 'warn', message: 'fsync is off: a power loss may reissue a fence' },
+  )
   return findings
 }
 
