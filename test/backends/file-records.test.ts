@@ -157,10 +157,30 @@ describe('removals and epochs (the atomic steps)', () => {
 
   it('starts epochs at the wall clock, so fences rise even when the whole lock root is lost (tmpfs, reboot)', async () => {
     const root = folder()
-    assert.ok((await bumpEpoch(source(root, 'none', () => 5000), 0n)) === 5000n, 'an empty root starts at the clock')
-    assert.equal(await bumpEpoch(source(root, 'none', () => 4000), 0n), 5001n, 'never below an epoch issued before')
+    assert.ok(
+      (await bumpEpoch(
+        source(root, 'none', () => 5000),
+        0n,
+      )) === 5000n,
+      'an empty root starts at the clock',
+    )
+    assert.equal(
+      await bumpEpoch(
+        source(root, 'none', () => 4000),
+        0n,
+      ),
+      5001n,
+      'never below an epoch issued before',
+    )
     rmSync(join(root, EPOCH_FOLDER), { recursive: true })
-    assert.equal(await bumpEpoch(source(root, 'none', () => 9000), 0n), 9000n, 'a lost counter restarts at the clock')
+    assert.equal(
+      await bumpEpoch(
+        source(root, 'none', () => 9000),
+        0n,
+      ),
+      9000n,
+      'a lost counter restarts at the clock',
+    )
     // The same through the backend: remove the whole root between two grants, as a reboot clears tmpfs.
     const lost = folder()
     const client = createLockClient(fileBackend({ dir: lost }), { ttl: '5s' })

@@ -146,6 +146,8 @@ export interface FileTestHooks {
   readonly bootId?: string | undefined
   /** Counts every fsync this backend makes (it is the one the backend flushes with). */
   readonly flush?: Flush | undefined
+  /** The wall clock in ms that new epochs start at (epochs.ts); a fixed one leaves epochs plain counters. */
+  readonly clock?: (() => number) | undefined
 }
 
 /**
@@ -167,6 +169,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     id: `file://${dir}`,
     durability,
     flush: hooks?.flush ?? new Flush(),
+    clock: hooks?.clock,
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
   }
