@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
 import type { DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
-import { currentEpoch, EPOCH_FOLDER } from './epochs.js'
+import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
 import { isLive } from './records.js'
@@ -70,8 +70,8 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
       'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, which ' +
       'keeps fences rising unless the clock is set back. ' +
       (temporary
-        ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
-        : `Keep tmp cleaners away from ${epochs}`),
+        ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs} and ${join(dir, BOOT_FOLDER)}`
+        : `Keep tmp cleaners away from ${epochs} and ${join(dir, BOOT_FOLDER)}`),
   })
   findings.push(
     durability === 'boot'

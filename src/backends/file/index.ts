@@ -9,6 +9,8 @@
  *       .tmp-<random>                                a record being written (or a crashed writer's)
  *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
  *                                                    latest epoch issued (see epochs.ts)
+ *   <dir>/.boot/00000000001764000065536              epochs reserved: the highest name R, its record says
+ *                                                    which boot issues epochs below R (epochs.ts)
  * A generation file is a JSON record `{ v: 1, key, state: 'held' | 'free', owner, fence, base, boot, deadline }`.
  * Every transition (acquire, extend, release) creates generation N+1 *exclusively*: the record is written
  * to a temp file, then `link()`ed to the name N+1. link() fails with EEXIST if the name exists, so of
@@ -29,8 +31,19 @@
  * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
  * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
- * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, durably when fsync is on
- * (a power loss must not issue it again). Records from before epochs have no base: it is 0.
+ * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
+ * issue it again. Records from before epochs have no base: it is 0.
+ *
+ * Durability (epochs.ts has the details): a power loss or a kernel crash, the only things that lose
+ * page-cache writes, are a reboot, after which every lease has ended. So nothing a boot writes is fsynced
+ * but a reservation of epochs (`<dir>/.boot/`), once per boot (and when a busy boot runs past it), before
+ * the first epoch of the boot is issued from it: every epoch of a boot exceeds every epoch of the boots
+ * before, whatever of their writes the disk kept. And a record written in another boot never passes its
+ * base on (`carriedBase`): its successor takes a new epoch of this boot, since the old boot may have
+ * granted, in its page cache, fences past the record the disk kept. Within a boot, the page cache is one
+ * coherent disk for every process, and the argument above holds unchanged. Where the host has no kernel
+ * boot id to tell boots apart for certain (macOS, Windows), each grant's record, its folder and each new
+ * epoch are fsynced instead (`durability: 'acquire'`).
  *
  * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
  * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
