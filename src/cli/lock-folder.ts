@@ -33,7 +33,7 @@ import {
 import { homedir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { EPOCH_FOLDER } from '../backends/file/epochs.js'
+import { BOOT_FOLDER, EPOCH_FOLDER } from '../backends/file/epochs.js'
 import { keyFolderName } from '../backends/file/generations.js'
 import type { LockBackend } from '../core/backend.js'
 
@@ -124,7 +124,7 @@ export function shareFolder(folder: string): void {
 }
 
 /**
- * The backend, made to create the epoch folder and each key's folder of a shared file root with mode
+ * The backend, made to create the epoch and reservation folders and each key's folder of a shared file root with mode
  * 1777 before each attempt (one stat each when they are right); any other backend unchanged.
  */
 export function sharedFolders(backend: LockBackend, url: URL): LockBackend {
@@ -134,7 +134,7 @@ export function sharedFolders(backend: LockBackend, url: URL): LockBackend {
   return {
     ...backend,
     tryAcquire(request, signal) {
-      for (const folder of [EPOCH_FOLDER, keyFolderName(request.key)]) {
+      for (const folder of [BOOT_FOLDER, EPOCH_FOLDER, keyFolderName(request.key)]) {
         try {
           shareFolder(join(root, folder))
         } catch {

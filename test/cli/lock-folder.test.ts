@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
 import { promisify } from 'node:util'
-import { EPOCH_FOLDER } from '../../src/backends/file/epochs.js'
+import { BOOT_FOLDER, EPOCH_FOLDER } from '../../src/backends/file/epochs.js'
 import { keyFolderName } from '../../src/backends/file/generations.js'
 import { defaultFolder } from '../../src/cli/lock-folder.js'
 import { CLI } from '../support/processes.js'
@@ -113,12 +113,13 @@ describe('a shared root (mode 1777)', () => {
   const run = (root: string, key: string) =>
     promisify(execFile)(process.execPath, [CLI, 'run', key, '--url', pathToFileURL(root).href, '--', 'true'])
 
-  it("gets the epoch folder and each key's folder made 1777 by the CLI, so other users can take them", async () => {
+  it("gets the epoch and reservation folders and each key's folder made 1777 by the CLI, so other users can take them", async () => {
     const root = join(dir.path, 'shared-root')
     mkdirSync(root)
     chmodSync(root, 0o1777)
     await run(root, 'nightly backup')
     assert.equal(modeOf(join(root, EPOCH_FOLDER)), 0o1777)
+    assert.equal(modeOf(join(root, BOOT_FOLDER)), 0o1777)
     const folder = join(root, keyFolderName('nightly backup'))
     assert.equal(modeOf(folder), 0o1777)
     for (const name of readdirSync(folder))

@@ -54,7 +54,7 @@ export const fileKit: Kit = {
   },
   chaos: [{ name: 'file', features: ['expire'] }],
   bench: [
-    { name: 'fencelock file', store: 'file', note: 'fsync on acquire' },
+    { name: 'fencelock file', store: 'file', note: 'fsync once per boot' },
     { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },
   ],
 }

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
 import type { DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
-import { currentEpoch, EPOCH_FOLDER } from './epochs.js'
+import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
 import { isLive } from './records.js'
@@ -48,7 +48,7 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
 
 /** Checks the lock root with `backend` (this root's backend, as the caller sees it: possibly wrapped). */
 export async function fileDoctor(root: Root, backend: LockBackend): Promise<DoctorFinding[]> {
-  const { dir, boot, fsync } = root
+  const { dir, boot, durability } = root
   const findings: DoctorFinding[] = [{ level: 'info', message: `lock folder: ${dir}` }]
   findings.push(
     boot.startsWith('uptime:')
@@ -70,13 +70,16 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
       'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, which ' +
       'keeps fences rising unless the clock is set back. ' +
       (temporary
-        ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs}`
-        : `Keep tmp cleaners away from ${epochs}`),
+        ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs} and ${join(dir, BOOT_FOLDER)}`
+        : `Keep tmp cleaners away from ${epochs} and ${join(dir, BOOT_FOLDER)}`),
   })
-  findings.push({
-    level: fsync ? 'ok' : 'warn',
-    message: fsync ? 'fsync on acquire: on' : 'fsync on acquire is off: a power loss may reissue a fence',
-  })
+  findings.push(
+    durability === 'boot'
+      ? { level: 'ok', message: 'fences survive a power loss: fsync once per boot (and per new reservation)' }
+      : durability === 'acquire'
+        ? { level: 'ok', message: 'fences survive a power loss: fsync on every acquire (no boot id here)' }
+        : { level: 'warn', message: 'fsync is off: a power loss may reissue a fence' },
+  )
   return findings
 }
 

@@ -10,12 +10,24 @@
  * plus one per bump made within the same ms, so after any loss that took longer than that lead (a reboot
  * takes seconds; a run-ahead needs thousands of new keys per second, sustained), the clock is past them.
  * It fails only if the wall clock is set back across such a loss.
+ *
+ * Durability, per boot (`durability: 'boot'`, the default where the kernel gives a boot id): epochs are
+ * issued in the page cache, with no fsync, inside a RESERVATION that is on disk: `<root>/.boot/`, a store
+ * whose highest name R is the latest reservation, its record `{ v: 1, boot, from }` saying "boot `boot`
+ * issues epochs in [from, R)". Only a power loss or a kernel crash loses page-cache writes, and either one
+ * is a reboot, which changes the boot id: the first bump of a new boot finds a reservation of another boot
+ * and makes its own, from ≥ that R, fsynced (file and folder) before any epoch is issued from it. So every
+ * epoch of the new boot exceeds every epoch the old one issued, whatever of them the disk kept. A boot
+ * that runs past its R (2^16 epochs, or the wall clock a minute on) reserves again, fsynced: reservations
+ * are created like epochs (link() of a name above every name read, the check for a higher name after it),
+ * so processes racing on a new boot agree on one, and R only grows.
+ * `durability: 'acquire'` (no boot id on this host) fsyncs every new epoch instead; 'none' (fsync off)
+ * fsyncs nothing.
  */
-import { mkdirSync, readdirSync } from 'node:fs'
-import { open } from 'node:fs/promises'
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { retryRounds } from '../../core/retry.js'
-import { collect, createGeneration, highest } from './generations.js'
+import { collect, createGeneration, type Flush, genName, highest } from './generations.js'
 
 /** The epochs' folder in the lock root. Its name has no `~`, so no key folder can ever be called that. */
 export const EPOCH_FOLDER = '.epoch'
@@ -37,6 +49,38 @@ export const epochOf = (fence: bigint): bigint => fence / RANGE
 /** The base that makes generation `gen` the first fence of epoch `epoch`'s range: epoch·2^21 + 1. */
 export const baseFor = (epoch: bigint, gen: bigint): bigint => epoch * RANGE + 1n - gen
 
+/**
+ * How a root's writes survive a power loss. 'boot': what a new boot needs, once per boot (see the header);
+ * 'acquire': every grant and epoch, where the host has no boot id to tell boots apart; 'none': nothing.
+ */
+export type Durability = 'boot' | 'acquire' | 'none'
+
+/** Where epochs come from: the lock root and how it flushes. `Root` (root.ts) is one. */
+export interface EpochSource {
+  readonly dir: string
+  readonly durability: Durability
+  /** This boot's id, written into reservations (and records). */
+  readonly boot: string
+  readonly flush: Flush
+  /**
+   * This process's copy of its boot's latest reservation, when it has seen one: on disk reservations only
+   * grow, so an epoch below this `below` is covered without reading `.boot` again.
+   */
+  reserved?: { readonly from: bigint; readonly below: bigint } | undefined
+  /** The wall clock in ms (tests set it). */
+  readonly clock?: (() => number) | undefined
+}
+
+/** The reservations' folder in the lock root (no `~`: no key folder is called that). */
+export const BOOT_FOLDER = '.boot'
+
+/**
+ * Epochs one reservation covers: 2^16, about a minute of the wall clock (epochs follow it), so a busy
+ * root fsyncs at most about once a minute, and each boot moves the epochs at most this far ahead of the
+ * clock (2^42 epochs, the budget above, are a million boots away from it).
+ */
+export const RESERVE = 2n ** 16n
+
 /** The latest epoch issued in `root`, 0 when none (a new root, or one whose `.epoch` was removed). */
 export function currentEpoch(root: string): bigint {
   try {
@@ -48,21 +92,16 @@ export function currentEpoch(root: string): bigint {
 
 /**
  * Issues a new epoch: one greater than every epoch issued before in this root, and than `floor`, and at
- * least the wall clock in ms (`clock`, for tests; see the header for why). Several
- * processes may bump at once: each links the name `latest + 1` (a compare-and-swap, as for generations);
- * the loser of a race re-reads and tries the next name. With `durable`, the new name is on disk before
- * this returns: a power loss must never let the same epoch be issued twice.
+ * least the wall clock in ms (see the header for why). Several processes may bump at once: each links
+ * the name `latest + 1` (a compare-and-swap, as for generations); the loser of a race re-reads and tries
+ * the next name. Per `durability`, a power loss must never let the same epoch be issued twice: with
+ * 'acquire' the name is fsynced; with 'boot' it is covered by a reservation of this boot, fsynced.
  */
-export function bumpEpoch(
-  root: string,
-  floor: bigint,
-  durable: boolean,
-  clock: () => number = Date.now,
-): Promise<bigint> {
-  const folder = join(root, EPOCH_FOLDER)
+export function bumpEpoch(source: EpochSource, floor: bigint): Promise<bigint> {
+  const folder = join(source.dir, EPOCH_FOLDER)
   return retryRounds(
     BUMP_TRIES,
-    () => bumpOnce(root, folder, floor, durable, clock),
+    () => bumpOnce(source, folder, floor),
     () =>
       new Error(
         `could not take a new fence epoch in ${folder} after ${BUMP_TRIES} tries: too many processes at once`,
@@ -71,31 +110,33 @@ export function bumpEpoch(
 }
 
 /** One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first. */
-async function bumpOnce(
-  root: string,
-  folder: string,
-  floor: bigint,
-  durable: boolean,
-  clock: () => number,
-): Promise<bigint | undefined> {
+async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Promise<bigint | undefined> {
+  const flush = source.durability === 'acquire' ? source.flush : undefined
   let names: string[]
   try {
     names = readdirSync(folder)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    await makeFolder(root, folder, durable)
+    await makeFolder(source.dir, folder, flush)
     return undefined
   }
   const latest = highest(names)
-  const wall = BigInt(Math.floor(clock())) - 1n
-  const below = [latest, floor, wall].reduce((a, b) => (a > b ? a : b))
-  const next = below + 1n
+  const wall = BigInt(Math.floor((source.clock ?? Date.now)())) - 1n
+  let next = [latest, floor, wall].reduce((a, b) => (a > b ? a : b)) + 1n
+  if (source.durability === 'boot') {
+    // Covered first, issued after: the reservation is on disk before this epoch exists anywhere.
+    const reserved = await reserve(source, next)
+    if (!reserved) return undefined
+    // A new boot's reservation starts above everything the old boots reserved, which may be above the
+    // `.epoch` names the disk kept (the old boot's last ones lived in the page cache, and may be gone).
+    if (next < reserved.from) next = reserved.from
+  }
   let created: boolean
   try {
     // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
     // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
     // never collected, so an issued epoch is never issued again.
-    created = await createGeneration(folder, next, { epoch: next.toString() }, durable)
+    created = await createGeneration(folder, next, { epoch: next.toString() }, flush)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
     return undefined // The folder went away between the list and the write: make it again.
@@ -106,29 +147,89 @@ async function bumpOnce(
 }
 
 /**
+ * A reservation of this boot that covers `next` (from ≤ below, next < below), on disk; undefined when
+ * another process reserved first (the caller's round starts over and finds theirs).
+ */
+async function reserve(
+  source: EpochSource,
+  next: bigint,
+): Promise<{ from: bigint; below: bigint } | undefined> {
+  const cached = source.reserved
+  if (cached && next < cached.below) return cached
+  const folder = join(source.dir, BOOT_FOLDER)
+  let names: string[]
+  try {
+    names = readdirSync(folder)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    await makeFolder(source.dir, folder, source.flush)
+    return undefined
+  }
+  const latest = highest(names)
+  const record = latest === 0n ? undefined : readReservation(join(folder, genName(latest)))
+  if (record === 'gone') return undefined // Collected under us by a newer reservation: read again.
+  const ours = record?.boot === source.boot
+  if (ours && next < latest) {
+    // Another process of this boot reserved far enough.
+    source.reserved = { from: record.from, below: latest }
+    return source.reserved
+  }
+  // Ours: keep its start. Another boot's (or unreadable, or none): start at its end, above every epoch
+  // that boot may have issued, durable or not.
+  const from = ours ? record.from : latest
+  const start = next > from ? next : from
+  const below = start + RESERVE
+  let created: boolean
+  try {
+    // Durable: the record, then its name (an fsync of the folder), before any epoch is issued from it.
+    created = await createGeneration(
+      folder,
+      below,
+      { v: 1, boot: source.boot, from: from.toString() },
+      source.flush,
+    )
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    return undefined
+  }
+  if (!created) return undefined
+  await collect(folder, below, names)
+  source.reserved = { from, below }
+  return source.reserved
+}
+
+/** A reservation's record: its boot and start; undefined when unreadable, 'gone' when its name vanished. */
+function readReservation(path: string): { boot: string; from: bigint } | undefined | 'gone' {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'gone'
+    throw error
+  }
+  try {
+    const r = JSON.parse(text) as { v?: unknown; boot?: unknown; from?: unknown }
+    if (r.v === 1 && typeof r.boot === 'string' && typeof r.from === 'string' && /^\d{1,20}$/.test(r.from))
+      return { boot: r.boot, from: BigInt(r.from) }
+  } catch {}
+  return undefined
+}
+
+/**
  * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
  * or a new epoch's when there is none to go on from or the range is used up. A new epoch is only ever
  * taken after the read that found the state, so it exceeds every epoch of every fence minted before.
+ * The caller passes no base for a state written in another boot (see index.ts): its fences may have
+ * gone on, in that boot's page cache, past what the disk kept.
  */
-export async function nextBase(
-  root: string,
-  durable: boolean,
-  base: bigint | undefined,
-  gen: bigint,
-): Promise<bigint> {
+export async function nextBase(source: EpochSource, base: bigint | undefined, gen: bigint): Promise<bigint> {
   if (base !== undefined && (base + gen) % RANGE !== 0n) return base
   const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
-  return baseFor(await bumpEpoch(root, floor, durable), gen)
+  return baseFor(await bumpEpoch(source, floor), gen)
 }
 
-/** Creates `.epoch`; with `durable`, its name in the root is on disk too (else a power loss could drop it). */
-async function makeFolder(root: string, folder: string, durable: boolean): Promise<void> {
+/** Creates a folder of the root; with `flush`, its name in the root is on disk too (else a power loss could drop it). */
+async function makeFolder(root: string, folder: string, flush: Flush | undefined): Promise<void> {
   mkdirSync(folder, { recursive: true })
-  if (!durable) return
-  const handle = await open(root, 'r')
-  try {
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
+  if (flush) await flush.path(root)
 }

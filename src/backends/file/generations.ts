@@ -40,6 +40,33 @@ export type Current =
   | { readonly gen: bigint; readonly record: 'unreadable'; readonly names: string[]; readonly stamp: Stamp }
   | { readonly gen: 0n; readonly record: 'none'; readonly names: string[]; readonly missing: boolean }
 
+/**
+ * The one way the file backend flushes to disk: every fsync it makes goes through a Flush, which counts
+ * them (the tests read `count` to show that a grant within a boot makes none). A store written with no
+ * Flush (undefined) is not synced: it lives in the page cache, which every process of the host shares and
+ * which survives any process crash; only a power loss or a kernel crash (a reboot) loses it.
+ */
+export class Flush {
+  count = 0
+
+  /** fsync an open file. */
+  async fd(fd: number): Promise<void> {
+    await new Promise<void>((done, fail) => fsync(fd, (e) => (e ? fail(e) : done())))
+    this.count++
+  }
+
+  /** fsync a folder (its names) or a file by path. */
+  async path(path: string): Promise<void> {
+    const handle = await open(path, 'r')
+    try {
+      await handle.sync()
+    } finally {
+      await handle.close()
+    }
+    this.count++
+  }
+}
+
 export const GEN_NAME = /^\d{1,20}$/
 const TMP_PREFIX = '.tmp-'
 /** A temp file older than this belongs to a crashed writer (a live one links it within milliseconds). */
@@ -143,11 +170,11 @@ export class Pending {
     this.#fd = openSync(this.#path, 'wx')
   }
 
-  /** Writes the record; with `durable`, it is on disk before its name can appear (a power loss keeps it whole). */
-  async write(content: object, durable: boolean): Promise<void> {
+  /** Writes the record; with `flush`, it is on disk before its name can appear (a power loss keeps it whole). */
+  async write(content: object, flush: Flush | undefined): Promise<void> {
     const fd = this.#fd!
     writeSync(fd, JSON.stringify(content))
-    if (durable) await new Promise<void>((done, fail) => fsync(fd, (e) => (e ? fail(e) : done())))
+    if (flush) await flush.fd(fd)
     closeSync(fd)
     this.#fd = undefined
   }
@@ -158,16 +185,16 @@ export class Pending {
    * read (`after`, the stamp of that read), when the folder went away, or when the name was free only
    * because it had been created, superseded and collected meanwhile (ABA, see below).
    */
-  async commit(gen: bigint, durable: boolean, after?: Stamp): Promise<boolean> {
+  async commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<boolean> {
     try {
-      return await this.#commit(gen, durable, after)
+      return await this.#commit(gen, flush, after)
     } finally {
       // After a link the temp name is no longer needed; without one, the record is abandoned.
       this.discard()
     }
   }
 
-  async #commit(gen: bigint, durable: boolean, after?: Stamp): Promise<boolean> {
+  async #commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<boolean> {
     const target = join(this.#folder, genName(gen))
     if (after) {
       // The read that decided this write named a file; the folder may have been removed and recreated since
@@ -213,16 +240,9 @@ export class Pending {
       } catch {}
       return false
     }
-    if (durable) {
-      // The new name must survive a power loss too, or a reboot could hand out this fence again. (A folder
-      // removed just now fails this with ENOENT: the caller reports the store unavailable and retries.)
-      const folderHandle = await open(this.#folder, 'r')
-      try {
-        await folderHandle.sync()
-      } finally {
-        await folderHandle.close()
-      }
-    }
+    // With `flush`, the new name must survive a power loss too. (A folder removed just now fails this with
+    // ENOENT: the caller reports the store unavailable and retries.)
+    if (flush) await flush.path(this.#folder)
     return true
   }
 
@@ -252,13 +272,13 @@ export async function createGeneration(
   folder: string,
   gen: bigint,
   record: object,
-  durable: boolean,
+  flush: Flush | undefined,
   after?: Stamp,
 ): Promise<boolean> {
   const pending = new Pending(folder)
   try {
-    await pending.write(record, durable)
-    return await pending.commit(gen, durable, after)
+    await pending.write(record, flush)
+    return await pending.commit(gen, flush, after)
   } finally {
     pending.discard()
   }

@@ -10,16 +10,23 @@ export const monotonicMs = (): number => Number(process.hrtime.bigint()) / 1e6
 
 let cached: string | undefined
 
-/** Identifies this boot, so a deadline from an earlier boot's clock is never compared with ours. */
+/**
+ * Identifies this boot, so a deadline from an earlier boot's clock is never compared with ours. Linux's
+ * kernel boot id (a random UUID drawn at each boot) where there is one; elsewhere (macOS, Windows) the
+ * boot's start on the wall clock, which is only good to a couple of minutes (`sameBoot`), and is marked
+ * `uptime:` so that nothing relies on it more than that (`hasKernelBootId`).
+ */
 export function bootId(): string {
   if (cached) return cached
   try {
     cached = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
-  } catch {
-    cached = `uptime:${Math.round(Date.now() / 1000 - uptime())}`
-  }
+  } catch {}
+  if (!cached) cached = `uptime:${Math.round(Date.now() / 1000 - uptime())}`
   return cached
 }
+
+/** Whether `id` is a kernel boot id, different for every boot (not one derived from the uptime). */
+export const hasKernelBootId = (id: string): boolean => !id.startsWith('uptime:')
 
 /** Boot ids derived from the uptime carry the wall clock's jitter: compare them with a tolerance. */
 export function sameBoot(a: string, b: string): boolean {

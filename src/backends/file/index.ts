@@ -9,6 +9,8 @@
  *       .tmp-<random>                                a record being written (or a crashed writer's)
  *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
  *                                                    latest epoch issued (see epochs.ts)
+ *   <dir>/.boot/00000000001764000065536              epochs reserved: the highest name R, its record says
+ *                                                    which boot issues epochs below R (epochs.ts)
  * A generation file is a JSON record `{ v: 1, key, state: 'held' | 'free', owner, fence, base, boot, deadline }`.
  * Every transition (acquire, extend, release) creates generation N+1 *exclusively*: the record is written
  * to a temp file, then `link()`ed to the name N+1. link() fails with EEXIST if the name exists, so of
@@ -29,8 +31,19 @@
  * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
  * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
- * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, durably when fsync is on
- * (a power loss must not issue it again). Records from before epochs have no base: it is 0.
+ * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
+ * issue it again. Records from before epochs have no base: it is 0.
+ *
+ * Durability (epochs.ts has the details): a power loss or a kernel crash, the only things that lose
+ * page-cache writes, are a reboot, after which every lease has ended. So nothing a boot writes is fsynced
+ * but a reservation of epochs (`<dir>/.boot/`), once per boot (and when a busy boot runs past it), before
+ * the first epoch of the boot is issued from it: every epoch of a boot exceeds every epoch of the boots
+ * before, whatever of their writes the disk kept. And a record written in another boot never passes its
+ * base on (`carriedBase`): its successor takes a new epoch of this boot, since the old boot may have
+ * granted, in its page cache, fences past the record the disk kept. Within a boot, the page cache is one
+ * coherent disk for every process, and the argument above holds unchanged. Where the host has no kernel
+ * boot id to tell boots apart for certain (macOS, Windows), each grant's record, its folder and each new
+ * epoch are fsynced instead (`durability: 'acquire'`).
  *
  * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
  * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
@@ -91,21 +104,24 @@ import type {
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
-import { nextBase } from './epochs.js'
+import { type Durability, nextBase } from './epochs.js'
 import { guarded } from './errors.js'
-import { type Current, collect, createGeneration, Pending, readCurrent } from './generations.js'
-import { bootId, monotonicMs } from './host-clock.js'
+import { type Current, collect, createGeneration, Flush, Pending, readCurrent } from './generations.js'
+import { bootId, hasKernelBootId, monotonicMs, sameBoot } from './host-clock.js'
 import { baseOf, type Cookie, freeRecord, isLive, isOurs, newRecord, type RecordV1 } from './records.js'
-import { folderOf, type Root, UnreadableRecords } from './root.js'
+import { folderOf, grantFlush, type Root, UnreadableRecords } from './root.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
   /** The folder holding the locks; created if missing. Every process that shares locks must use the same one. */
   readonly dir: string
   /**
-   * fsync each acquiring record, its folder and each new epoch before granting, so a power loss cannot
-   * hand out the same fence twice. Extends and releases never need it: after a crash the boot id changes
-   * and every lease has ended anyway.
+   * Flush to disk what a power loss must not lose, so that it cannot hand out the same fence twice (or a
+   * lower one). Where the kernel gives a boot id (Linux), that is paid once per boot: one fsync when the
+   * first fence epoch of a boot is reserved (and about once a minute while new epochs are being taken),
+   * none per acquire. Elsewhere each acquiring record, its folder and each new epoch are fsynced before
+   * the grant. Extends and releases never need it: after a crash the boot id changes and every lease has
+   * ended anyway.
    * @default true
    */
   readonly fsync?: boolean | undefined
@@ -135,20 +151,39 @@ export const FILE_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 
 const BREAK_ROUNDS = 100
 
 /**
+ * For tests only (not exported from the package): a boot to pretend to be in, and the flush counter to
+ * read. `bootId` replaces the host's boot id for this backend alone ('uptime:…' plays a host with none).
+ * @internal
+ */
+export interface FileTestHooks {
+  readonly bootId?: string | undefined
+  /** Counts every fsync this backend makes (it is the one the backend flushes with). */
+  readonly flush?: Flush | undefined
+  /** The wall clock in ms that new epochs start at (epochs.ts); a fixed one leaves epochs plain counters. */
+  readonly clock?: (() => number) | undefined
+}
+
+/**
  * Creates the file backend.
  * @example
  * const locks = createLockClient(fileBackend({ dir: '/var/lock/myapp' }))
  */
-export function fileBackend(options: FileBackendOptions): FileBackend {
+export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks): FileBackend {
   if (typeof options?.dir !== 'string' || options.dir === '') {
     throw new TypeError('Expected `dir` to be a folder path for the file backend, e.g. /var/lock/myapp')
   }
   const dir = resolve(options.dir)
+  const boot = hooks?.bootId ?? bootId()
+  // Per boot where a boot id tells boots apart for certain; per acquire where it cannot (see epochs.ts).
+  const durability: Durability =
+    (options.fsync ?? true) ? (hasKernelBootId(boot) ? 'boot' : 'acquire') : 'none'
   const root: Root = {
     dir,
     id: `file://${dir}`,
-    fsync: options.fsync ?? true,
-    boot: bootId(),
+    durability,
+    flush: hooks?.flush ?? new Flush(),
+    clock: hooks?.clock,
+    boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
   }
   return {
@@ -208,15 +243,16 @@ async function acquireOnce(
     // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
     if (!pending) return { granted: false, retryInMs: 0 }
     const gen = current.gen + 1n
-    const base = await nextBase(root.dir, root.fsync, next.base, gen)
+    const base = await nextBase(root, next.base, gen)
     const fence = base + gen
     const deadline = start + ttlMs
+    // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
     await pending.write(
       newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot),
-      root.fsync,
+      grantFlush(root),
     )
     const stamp = current.record === 'none' ? undefined : current.stamp
-    if (!(await pending.commit(gen, root.fsync, stamp))) return { granted: false }
+    if (!(await pending.commit(gen, grantFlush(root), stamp))) return { granted: false }
     await collect(folder, gen, current.names)
     return { granted: true, fence, ttlMs, cookie: { gen, base } satisfies Cookie }
   } finally {
@@ -232,7 +268,7 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
     return { act: 'take', base: undefined }
   }
   const r = current.record
-  if (!isLive(r, root.boot)) return { act: 'take', base: baseOf(r) }
+  if (!isLive(r, root.boot)) return { act: 'take', base: carriedBase(root, r) }
   if (r.owner === owner) {
     // An earlier attempt of this same acquire won and its reply was lost: it is ours.
     // Its lease is what is left of that attempt's deadline, not a fresh ttl.
@@ -241,6 +277,17 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
     return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
   }
   return { act: 'answer', result: { granted: false, retryInMs: r.deadline - monotonicMs() } }
+}
+
+/**
+ * The base a successor of `record` goes on from: its own when it was written in this boot; none (a new
+ * epoch) when it was written in another. Within a boot nothing is fsynced, so a power loss may have taken
+ * the old boot's last generations of this folder, and their fences, with it: the disk's newest record can
+ * be behind what that boot granted. A new epoch of this boot exceeds them all (epochs.ts). Records of this
+ * boot are exactly what every process of it wrote: the page cache is shared and outlives process crashes.
+ */
+function carriedBase(root: Root, record: RecordV1): bigint | undefined {
+  return sameBoot(record.boot, root.boot) || root.durability === 'acquire' ? baseOf(record) : undefined
 }
 
 async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise<ExtendResult> {
@@ -291,9 +338,10 @@ async function transition(
   if (!pending) return undefined
   try {
     const gen = current.gen + 1n
-    const base = await nextBase(root.dir, root.fsync, cookie.base, gen)
-    await pending.write(next(base, current.record), false)
-    if (!(await pending.commit(gen, false, current.stamp))) return undefined
+    // Our own live record: written in this boot, so its base goes on.
+    const base = await nextBase(root, cookie.base, gen)
+    await pending.write(next(base, current.record), undefined)
+    if (!(await pending.commit(gen, undefined, current.stamp))) return undefined
     await collect(folder, gen, current.names)
     return { gen, base }
   } finally {
@@ -327,13 +375,13 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
   if (current.record === 'none') return true // No record: nothing to break.
   const known = current.record === 'unreadable' ? undefined : current.record
   const gen = current.gen + 1n
-  const base = await nextBase(root.dir, root.fsync, known ? baseOf(known) : undefined, gen)
+  const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen)
   const fence = known ? BigInt(known.fence) : 0n
   const created = await createGeneration(
     folder,
     gen,
     freeRecord(key, fence, base, root.boot),
-    false,
+    undefined,
     current.stamp,
   ).catch((error: unknown) => {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true // Folder gone: broken.
@@ -347,7 +395,7 @@ export const PARAMS = {
   fsync: {
     type: 'bool',
     default: true,
-    doc: 'flush each grant and new epoch to disk (false: faster, but a power loss may repeat a fence)',
+    doc: 'flush to disk what a power loss must not lose: once per boot where the host has a boot id, else each grant (false: a power loss may repeat a fence)',
   },
 } as const satisfies ParamSchema
 

@@ -4,19 +4,22 @@
  */
 import { join } from 'node:path'
 import { now } from '../../core/clock.js'
-import { keyFolderName } from './generations.js'
+import type { EpochSource } from './epochs.js'
+import { type Flush, keyFolderName } from './generations.js'
 
-export interface Root {
+export interface Root extends EpochSource {
   /** The lock root, absolute. */
   readonly dir: string
   /** `file://<dir>`: names the store in errors. */
   readonly id: string
-  /** fsync each acquiring record, its folder and each new epoch before granting. */
-  readonly fsync: boolean
   /** This boot's id (host-clock.ts), written into every record. */
   readonly boot: string
   readonly unreadable: UnreadableRecords
 }
+
+/** The flush for a grant's own record: only where durability is paid per acquire (no boot id). */
+export const grantFlush = (root: Root): Flush | undefined =>
+  root.durability === 'acquire' ? root.flush : undefined
 
 /** The folder of `key` in the root. */
 export const folderOf = (root: Root, key: string): string => join(root.dir, keyFolderName(key))
