@@ -75,8 +75,12 @@ export class QueueLock<Id, Entry> {
     acq.name = name
     acq.names.add(name)
     // A lease not known to last this lock's ttl is kept alive in the same moment (in parallel: no extra
-    // wait), so the grant gets its full ttl from before the request.
-    const refresh = this.#pool.refresh(session, req.ttlMs)
+    // wait), so the grant gets its full ttl from before the request. Where any answered request keeps the
+    // lease alive (ZooKeeper), the write's own answer is that keep-alive, counted from before its send:
+    // one request fewer, and none queued ahead of the write on the connection.
+    const viaWrite = this.#pool.requestsKeepAlive(session)
+    const refresh = viaWrite ? undefined : this.#pool.refresh(session, req.ttlMs)
+    const sentAt = now()
     const put = this.#driver.enqueue(acq.queue, name, acq.value, lease)
     // Kept for abandon: the core gives up on this attempt when its signal aborts, but the store may still
     // apply the write; only once it has settled can a delete by name be the last word. Chained: an
@@ -88,6 +92,8 @@ export class QueueLock<Id, Entry> {
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
     const { position, first } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
+    // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
+    if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
     if (!first) return BUSY
     if (refresh) await this.#pool.settle(refresh, signal)

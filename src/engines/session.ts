@@ -44,6 +44,15 @@ export interface Lease<Id> {
   grantedMs?(): number
   /** One keep-alive now: the ttl (ms) the store answered with, <= 0 when the lease is gone. */
   keepAliveOnce(): Promise<number>
+  /**
+   * Optional, for a store on which every request about the lease keeps it alive (ZooKeeper: the server
+   * expires a session no earlier than its last receipt of any request from it plus the timeout): the ttl
+   * (ms) that a request's answer proves from the request's send time, read when the answer came. The
+   * engine then counts the answer to a request it sends anyway (an acquire's write) as an acknowledged
+   * keep-alive, instead of sending a keep-alive beside it. Not for etcd: a transaction does not extend
+   * the lease its keys are on.
+   */
+  requestsKeepAlive?(): number
   /** Stops the keep-alives, then ends the lease on the store (which removes everything on it). Never rejects. */
   revoke(): Promise<void>
 }
@@ -233,6 +242,22 @@ export class SessionPool<User, Id> {
     if (ttlMs <= 0) return false
     entry.acknowledged(sentAt, ttlMs)
     return true
+  }
+
+  /** Whether an answered request on `session`'s lease is a keep-alive too (`Lease.requestsKeepAlive`). */
+  requestsKeepAlive(session: Session<User, Id>): boolean {
+    return (session as Entry<User, Id>).lease.requestsKeepAlive !== undefined
+  }
+
+  /**
+   * A request on `session`'s lease, sent at `sentAt` (monotonic clock, taken before the send) and answered
+   * with success, as an acknowledged keep-alive, where the lease says requests count as such (a no-op
+   * elsewhere). Only a success counts: an error may come from the client, without the store's word.
+   */
+  answered(session: Session<User, Id>, sentAt: number): void {
+    const entry = session as Entry<User, Id>
+    const ttlMs = entry.lease.requestsKeepAlive?.()
+    if (ttlMs !== undefined && ttlMs > 0) entry.acknowledged(sentAt, ttlMs)
   }
 
   /**

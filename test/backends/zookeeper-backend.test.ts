@@ -153,6 +153,36 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     await lock.release()
   })
 
+  it("a holder's own-node watch (set by the acquire's exists) reports a deletion, also after a data change and after a hand-over", async () => {
+    const [a, b] = [createLockClient(zk.url(), { ttl: '10s' }), createLockClient(zk.url(), { ttl: '10s' })]
+    open.push(a, b)
+    const path = lockPath('held-watch')
+    const first = await a.acquire('held-watch')
+    const waiting = b.acquire('held-watch', { timeout: '20s' })
+    await waitUntil(async () => (await children(path)).length === 2, "the waiter's node in line")
+    const [mine, theirs] = inLine(await children(path))
+    // Someone writes our child's data: the watch fires (not a deletion); the holder reads and watches
+    // again, so a deletion after that is still reported.
+    await withAdmin(zk.connectString, (admin) =>
+      call((done) =>
+        admin.setData(`${path}/${mine}`, Buffer.from('x'), -1, (error) => done(error, undefined)),
+      ),
+    )
+    await sleep(200)
+    assert.equal(first.signal.aborted, false, 'a data change is no loss')
+    await withAdmin(zk.connectString, (admin) =>
+      call((done) => admin.remove(`${path}/${mine}`, -1, (error) => done(error, undefined))),
+    )
+    await waitUntil(() => first.signal.aborted, "the holder's loss, after its child was deleted")
+    // The waiter, granted by the hand-over (its watch was set by its own acquire's exists, while it waited):
+    const second = await waiting
+    assert.equal(second.signal.aborted, false)
+    await withAdmin(zk.connectString, (admin) =>
+      call((done) => admin.remove(`${path}/${theirs}`, -1, (error) => done(error, undefined))),
+    )
+    await waitUntil(() => second.signal.aborted, "the second holder's loss")
+  })
+
   it('counts the session timeout the server granted, not the one asked, as the validity', async () => {
     // Asked 120 s; this server grants at most 60 s (maxSessionTimeout).
     const locks = createLockClient(`${zk.url()}?sessionTimeout=${2 * MAX_SESSION_MS}ms`, { ttl: '120s' })

@@ -61,6 +61,13 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   replicaBehind = false
   /** Set by a test: the next enqueue applies its write, then fails as if its reply were lost. */
   loseNextReply = false
+  /**
+   * Set by a test before a lease is granted: its leases say every answered request keeps them alive
+   * (`Lease.requestsKeepAlive`, as ZooKeeper's sessions), proving `answer` ms from the request's send.
+   */
+  requestsKeepAlive = false
+  /** How many keep-alives (`keepAliveOnce`) were sent, on any lease. */
+  keepAlives = 0
   readonly #deletions = new Map<string, Array<(position: bigint) => void>>()
   #leaseIds = 0
 
@@ -80,9 +87,10 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
       answer: leaseMs,
     }
     this.leases.set(lease.id, lease)
-    return {
+    const granted: Lease<number> = {
       id: Promise.resolve(lease.id),
       keepAliveOnce: async () => {
+        this.keepAlives++
         await settle()
         if (lease.answer instanceof Error) throw lease.answer
         return lease.alive ? lease.answer : 0
@@ -92,6 +100,9 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
         this.#endLease(lease)
       },
     }
+    if (this.requestsKeepAlive)
+      granted.requestsKeepAlive = () => (typeof lease.answer === 'number' ? lease.answer : 0)
+    return granted
   }
 
   /** The lease expires on the store: its entries go, and its keep-alive reports it lost. */

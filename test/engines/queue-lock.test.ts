@@ -221,6 +221,22 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     await abortedWithin(a.lost!, 5000)
   })
 
+  it("where every answered request keeps the lease alive, an acquire's write is its keep-alive: none beside it, full ttl", async () => {
+    for (const requestsKeepAlive of [true, false]) {
+      const { store, attempt, release } = setup()
+      store.requestsKeepAlive = requestsKeepAlive
+      release((await attempt(request('a')))!)
+      // The lease's grant is now older than the next attempt: known to last less than its ttl from then.
+      await new Promise((resolve) => setTimeout(resolve, 30))
+      const b = (await attempt(request('b')))!
+      // Counted from the write's send (no earlier than the attempt's start): the full ttl of the lease.
+      assert.equal(b.ttlMs, 3000, `requestsKeepAlive ${requestsKeepAlive}`)
+      // etcd (no opt-in): a keep-alive beside each write, as before.
+      assert.equal(store.keepAlives, requestsKeepAlive ? 0 : 2, `requestsKeepAlive ${requestsKeepAlive}`)
+      await release(b)
+    }
+  })
+
   it('extend to a longer lease moves the entry, keeping its position (fence and place in line)', async () => {
     const { store, engine, attempt } = setup()
     const a = (await attempt(request('a')))!

@@ -10,13 +10,16 @@
  *   its data `<owner id> <holder description>` (Curator writes its host's IP address; neither side reads
  *   the other's data). The child first by the sequence after `lock-` holds the lock; the others wait in
  *   that order (FIFO). Acquire is a create pipelined with a listing of the children (one round trip), then
- *   an `exists` of our child for its czxid; a retry after a lost reply lists the children first and finds
- *   our protected name (only this acquire writes it). Missing parents are created persistent (no container
+ *   an `exists` of our child for its czxid, which also sets the watch a holder keeps on its child: 3
+ *   requests in 2 round trips, no keep-alive beside them (the create's answer counts as one); release is 1.
+ *   A retry after a lost reply lists the children first and finds our protected name (only this acquire
+ *   writes it). Missing parents are created persistent (no container
  *   nodes with this client's 3.4 protocol), and created again if they vanish before our create.
  * - Expiry: the session is the lease. From a URL, each lease length is a session of its own, asking the
  *   lock's ttl in whole seconds (or `sessionTimeout`) as its timeout; the server clamps it (2 to 20 ticks unless
  *   configured), and a grant's validity never exceeds what it negotiated, counted from the last answered
- *   request: the server expires a session no earlier than its last receipt plus the timeout. With your own
+ *   request (a keep-alive, or an acquire's create): the server expires a session no earlier than its last
+ *   receipt plus the timeout. With your own
  *   client, its one session carries every lock whatever the ttl (every grant's validity is that session's
  *   timeout). A dead holder's child goes when its session expires. A holder watches its own child (`exists`
  *   watch), and its deletion or the session's expiry aborts the grant's `lost` signal at once.

@@ -27,6 +27,7 @@ import {
   read,
   remove,
   stat,
+  type Watcher,
   type ZkClient,
   zxidOf,
 } from './client.js'
@@ -46,6 +47,22 @@ interface Known {
   node?: string
   /** A create was sent on this session: a retry lists the queue first, in case it landed. */
   sent?: boolean
+  /** The watch that enqueue's `exists` (the one that read our czxid) left on our node; see `watchHeld`. */
+  held?: HeldWatch | undefined
+}
+
+/**
+ * The one-shot `exists` watch that enqueue sets on our node while reading its czxid, kept for `watchHeld`:
+ * a holder's watch then costs no request of its own. It was set by a reply that found the node with
+ * czxid `position`, so no change after that reply is missed: one that comes before a holder listens is
+ * kept in `fired` and told to it when it starts (a waiter's node may be deleted while it waits).
+ */
+interface HeldWatch {
+  readonly position: bigint
+  /** The watch's event, once it fired with nobody listening. */
+  fired?: { readonly type: number }
+  /** The holder listening (watchHeld), until it cancels. */
+  listener?: Watcher | undefined
 }
 
 const GONE = 'its node is gone from ZooKeeper (deleted, or its session expired)'
@@ -80,7 +97,8 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
    * Creates our node unless an earlier attempt did (a listing finds its protected name: only this acquire
    * writes it, as Curator's `findProtectedNodeInForeground` after a connection loss), then lists the
    * queue. The create and the listing are pipelined: one round trip; our node's czxid (the fence) costs a
-   * second, an `exists` of the node the create named.
+   * second, an `exists` of the node the create named, which also sets the watch a holder keeps on its node
+   * (`watchHeld`): one request for both.
    */
   async enqueue(queue: string, name: string, value: string, lease: ZkSession) {
     const known = this.#known.get(name) ?? { session: lease }
@@ -101,10 +119,37 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
       names = made.names
     } else names = (await children(client, queue)) ?? []
     const node = known.node
-    const s = await stat(client, node)
+    // A watch left by an earlier attempt's `exists` on this node is still in place (or its event kept):
+    // no second one (the client would fire both).
+    const held = known.held
+    const s = await stat(client, node, held ? undefined : this.#holdWatch(known))
     // Gone already (its session expired meanwhile): not in line.
     if (!s || !names.includes(posix.basename(node))) return { position: undefined, first: false }
-    return { position: zxidOf(s.czxid), first: inLine(names)[0] === posix.basename(node) }
+    const position = zxidOf(s.czxid)
+    // The watch counts for the node this reply found: the client registered it with the reply.
+    if (!held && known.held === undefined) known.held = { position }
+    return { position, first: inLine(names)[0] === posix.basename(node) }
+  }
+
+  /**
+   * The watcher enqueue's `exists` sets on our node. Its event goes to the holder listening, or is kept
+   * until one starts (`watchHeld`). Either way it is told once: the watch is spent, and a later
+   * `watchHeld` (the engine reads and watches again after a non-deletion event) sets a new one.
+   */
+  #holdWatch(known: Known): Watcher {
+    return (event) => {
+      const held = known.held
+      if (!held) {
+        // Fired before the reply that registers it was processed (the client registers with the reply,
+        // so this does not happen; kept for safety): recorded for the holder all the same.
+        known.held = { position: -1n, fired: event }
+        return
+      }
+      if (held.listener) {
+        known.held = undefined
+        held.listener(event)
+      } else held.fired = event
+    }
   }
 
   /**
@@ -214,23 +259,39 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
    * client sets its watches again after a reconnection, from the last zxid it saw, so a deletion while it
    * was disconnected is still reported. Any other event (our data changed) makes the engine read and
    * watch again.
+   *
+   * The watch enqueue's `exists` left on the node is taken over when it is still unspent: it has been in
+   * place since a reply found the node ours, before any grant, so it covers every change from `from` on
+   * (an event that came before we listen was kept and is told now). Otherwise (spent, or the node was
+   * found by another session's attempt) a new `exists` sets one.
    */
   watchHeld(entry: OwnEntry, _from: bigint, events: HeldEvents): Cancel {
     let active = true
     const known = this.#known.get(entry.name)
+    const watcher = (event: { readonly type: number }) => {
+      if (!active) return
+      if (event.type === NODE_DELETED) events.deleted(`${GONE} (a watch saw it deleted)`)
+      else events.failed()
+    }
+    const held = known?.held
     const cancel = {
       cancel: () => {
         active = false
+        if (held?.listener === watcher) held.listener = undefined
       },
     }
     if (!known?.node) {
       queueMicrotask(() => active && events.deleted(GONE))
       return cancel
     }
-    const watcher = (event: { readonly type: number }) => {
-      if (!active) return
-      if (event.type === NODE_DELETED) events.deleted(`${GONE} (a watch saw it deleted)`)
-      else events.failed()
+    if (held && held.position === entry.position && !known.session.ended) {
+      const fired = held.fired
+      if (fired) {
+        // Spent before we listened: told now (a later watchHeld sets a new watch).
+        known.held = undefined
+        queueMicrotask(() => watcher(fired))
+      } else held.listener = watcher
+      return cancel
     }
     stat(known.session.client, known.node, watcher).then(
       (s) => {

@@ -13,7 +13,9 @@
  * timeout is a lower bound of the session's life, since the server expires a session no earlier than its
  * last receipt (on the leader, which hears of a follower's receipts later still) plus the timeout.
  * Disconnected, no request is answered and the validity runs out by itself; the server saying "expired"
- * (on reconnection) reports the lease lost at once.
+ * (on reconnection) reports the lease lost at once. Any other request answered counts the same way
+ * (`requestsKeepAlive`: the server touches the session on every request it receives), so an acquire's
+ * create is its own keep-alive and needs no `exists('/')` beside it.
  */
 import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
 import { CODE, closeClient, codeOf, stat, type ZkClient } from './client.js'
@@ -73,6 +75,9 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
     id,
     grantedMs: () => client.getSessionTimeout(),
     keepAliveOnce: async () => (session ? await ping(session) : 0),
+    // Any request the server answers touched the session (as the ping does): the create of an acquire
+    // keeps it alive from its send time, for the negotiated timeout.
+    requestsKeepAlive: () => client.getSessionTimeout(),
     revoke: async () => {
       client.removeListener('expired', onExpired)
       client.removeListener('authenticationFailed', onAuthFailed)
