@@ -40,21 +40,10 @@
  */
 import type { Etcd3, IKeyValue, IOptions } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  BackendLimits,
-  DoctorFinding,
-  ExtendResult,
-  Grant,
-  HeldLease,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import type { Acquisition } from '../../engines/queue-acquisition.js'
-import { QueueLock } from '../../engines/queue-lock.js'
+import { QueueLock, type QueuePrimitives, queuePrimitives } from '../../engines/queue-lock.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, lockPrefix } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'
@@ -123,33 +112,18 @@ class EtcdBackend implements LockBackend {
     this.id = options.id ?? 'etcd'
     this.#owned = owned
     this.#queue = new QueueLock(new EtcdQueue(client, this.#prefix), new EtcdLeases(client))
+    Object.assign(
+      this,
+      queuePrimitives(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
+    )
   }
 
-  readonly tryAcquire = (req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> => {
-    return this.#guard(req.key, 'acquire', signal, () => this.#queue.attempt(req, signal))
-  }
-
-  /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
-  readonly waitForChange = (req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> => {
-    return this.#queue.wait(req, signal)
-  }
-
-  readonly extend = (lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> => {
-    const acq = lease.cookie as Acquisition<LeaseId>
-    return this.#guard(lease.key, 'extend', signal, () => this.#queue.extend(acq, ttlMs, signal))
-  }
-
-  readonly release = async (lease: HeldLease, signal: AbortSignal): Promise<boolean> => {
-    try {
-      return await this.#queue.release(lease.cookie as Acquisition<LeaseId>, signal)
-    } catch (error) {
-      throw this.#unavailable(lease.key, 'release', error)
-    }
-  }
-
-  readonly abandon = (req: AcquireRequest, signal: AbortSignal): Promise<void> => {
-    return this.#guard(req.key, 'clean up', signal, () => this.#queue.abandon(req, signal))
-  }
+  // The primitives are the engine's (queuePrimitives), assigned in the constructor.
+  declare readonly tryAcquire: QueuePrimitives['tryAcquire']
+  declare readonly waitForChange: QueuePrimitives['waitForChange']
+  declare readonly extend: QueuePrimitives['extend']
+  declare readonly release: QueuePrimitives['release']
+  declare readonly abandon: QueuePrimitives['abandon']
 
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
     const p = lockPrefix(key, this.#prefix)
@@ -194,16 +168,6 @@ class EtcdBackend implements LockBackend {
     // Our own revokes delete our keys: not a loss (the core has told the holders already).
     await this.#queue.close()
     if (this.#owned) this.#client.close()
-  }
-
-  /** Runs one step; an abort rethrows its reason unchanged, any other failure says what could not be done. */
-  async #guard<T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>): Promise<T> {
-    try {
-      return await step()
-    } catch (error) {
-      if (signal.aborted) throw signal.reason
-      throw this.#unavailable(key, what, error)
-    }
   }
 
   #unavailable(key: string, what: string, error: unknown) {

@@ -44,21 +44,10 @@
  * say), four-letter.ts (`srvr`).
  */
 import { raceSignal } from '../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  BackendLimits,
-  DoctorFinding,
-  ExtendResult,
-  Grant,
-  HeldLease,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import type { Acquisition } from '../../engines/queue-acquisition.js'
-import { QueueLock } from '../../engines/queue-lock.js'
+import { QueueLock, type QueuePrimitives, queuePrimitives } from '../../engines/queue-lock.js'
 import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
 import { describeHolder, sessionFinding, srvrFinding } from './diagnose.js'
 import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
@@ -141,33 +130,18 @@ class ZooKeeperBackend implements LockBackend {
       : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
     this.#driver = new ZkQueue(this.#prefix)
     this.#queue = new QueueLock(this.#driver, leases)
+    Object.assign(
+      this,
+      queuePrimitives(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
+    )
   }
 
-  readonly tryAcquire = (req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> => {
-    return this.#guard(req.key, 'acquire', signal, () => this.#queue.attempt(req, signal))
-  }
-
-  /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
-  readonly waitForChange = (req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> => {
-    return this.#queue.wait(req, signal)
-  }
-
-  readonly extend = (lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> => {
-    const acq = lease.cookie as Acquisition<ZkSession>
-    return this.#guard(lease.key, 'extend', signal, () => this.#queue.extend(acq, ttlMs, signal))
-  }
-
-  readonly release = async (lease: HeldLease, signal: AbortSignal): Promise<boolean> => {
-    try {
-      return await this.#queue.release(lease.cookie as Acquisition<ZkSession>, signal)
-    } catch (error) {
-      throw this.#unavailable(lease.key, 'release', error)
-    }
-  }
-
-  readonly abandon = (req: AcquireRequest, signal: AbortSignal): Promise<void> => {
-    return this.#guard(req.key, 'clean up', signal, () => this.#queue.abandon(req, signal))
-  }
+  // The primitives are the engine's (queuePrimitives), assigned in the constructor.
+  declare readonly tryAcquire: QueuePrimitives['tryAcquire']
+  declare readonly waitForChange: QueuePrimitives['waitForChange']
+  declare readonly extend: QueuePrimitives['extend']
+  declare readonly release: QueuePrimitives['release']
+  declare readonly abandon: QueuePrimitives['abandon']
 
   /** The first child in line: its data names the owner (ours) and its czxid is the fence. */
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
@@ -214,16 +188,6 @@ class ZooKeeperBackend implements LockBackend {
     if (this.#reader?.getState().name === 'EXPIRED') this.#reader = undefined
     this.#reader ??= this.#setup.connect!(this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
     return this.#reader
-  }
-
-  /** Runs one step; an abort rethrows its reason unchanged, any other failure says what could not be done. */
-  async #guard<T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>): Promise<T> {
-    try {
-      return await step()
-    } catch (error) {
-      if (signal.aborted) throw signal.reason
-      throw this.#unavailable(key, what, error)
-    }
   }
 
   #unavailable(key: string, what: string, error: unknown) {
