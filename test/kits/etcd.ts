@@ -5,8 +5,9 @@
  */
 import { Etcd3 } from 'etcd3'
 import { lockPrefix } from '../../src/backends/etcd/layout.js'
-import { type EtcdCluster, type EtcdMember, startEtcd } from '../servers/etcd.js'
+import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { type Kit, type KitStore, loopback } from './kit.js'
+import { memberFaults } from './members.js'
 
 /** Runs `use` with a fresh admin client (a crash or a restart may have broken an older one's connections). */
 async function withAdmin<T>(cluster: EtcdCluster, use: (admin: Etcd3) => Promise<T>): Promise<T> {
@@ -23,11 +24,6 @@ async function holderKey(admin: Etcd3, key: string): Promise<{ key: string; leas
   const { kvs } = await admin.getAll().prefix(lockPrefix(key)).sort('Create', 'Ascend').limit(1).exec()
   const first = kvs[0]
   return first ? { key: first.key.toString(), lease: first.lease } : undefined
-}
-
-async function crashMember(member: EtcdMember): Promise<void> {
-  member.signal('SIGKILL')
-  await member.restart()
 }
 
 function etcdStore(cluster: EtcdCluster): KitStore {
@@ -48,18 +44,7 @@ function etcdStore(cluster: EtcdCluster): KitStore {
         // Revoking the lease deletes every key on it: what etcd does when a session's lease expires.
         await admin.leaseClient.leaseRevoke({ ID: holder.lease })
       }),
-    crash: (node = 0) => crashMember(members[node % members.length]!),
-    async restart() {
-      // All down first, then all up together: a member alone cannot become healthy without a quorum.
-      for (const m of members) m.signal('SIGKILL')
-      await Promise.all(members.map((m) => m.restart()))
-    },
-    pause(node = 0) {
-      const member = members[node % members.length]!
-      member.signal('SIGSTOP')
-      return () => member.signal('SIGCONT')
-    },
-    killLeader: async () => crashMember(await cluster.leader()),
+    ...memberFaults(members, () => cluster.leader()),
     logs: () => Object.fromEntries(members.map((m) => [`etcd-${m.name}`, m.log()])),
     recoveryMs: 5000,
     close: () => cluster.destroy(),

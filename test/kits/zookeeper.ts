@@ -8,8 +8,9 @@
  */
 import zookeeper from 'node-zookeeper-client'
 import { inLine, lockPath } from '../../src/backends/zookeeper/layout.js'
-import { startZooKeeper, type ZooKeeperEnsemble, type ZooKeeperMember } from '../servers/zookeeper.js'
+import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { type Kit, type KitStore, loopback } from './kit.js'
+import { memberFaults } from './members.js'
 
 type Client = zookeeper.Client
 
@@ -111,11 +112,6 @@ export async function expireSession(connectString: string, id: Buffer): Promise<
   throw new Error(`ZooKeeper session 0x${id.toString('hex')} did not expire after 20 closes`)
 }
 
-async function crashMember(member: ZooKeeperMember): Promise<void> {
-  member.signal('SIGKILL')
-  await member.restart()
-}
-
 function zookeeperStore(ensemble: ZooKeeperEnsemble): KitStore {
   const { members, connectString } = ensemble
   return {
@@ -132,18 +128,7 @@ function zookeeperStore(ensemble: ZooKeeperEnsemble): KitStore {
       if (!holder) throw new Error(`no holder of ${key} to take the session of`)
       await expireSession(connectString, holder.session)
     },
-    crash: (node = 0) => crashMember(members[node % members.length]!),
-    async restart() {
-      // All down first, then all up together: a member alone cannot serve without a quorum.
-      for (const m of members) m.signal('SIGKILL')
-      await Promise.all(members.map((m) => m.restart()))
-    },
-    pause(node = 0) {
-      const member = members[node % members.length]!
-      member.signal('SIGSTOP')
-      return () => member.signal('SIGCONT')
-    },
-    killLeader: async () => crashMember(await ensemble.leader()),
+    ...memberFaults(members, () => ensemble.leader()),
     logs: () => Object.fromEntries(members.map((m) => [`zookeeper-${m.id}`, m.log()])),
     recoveryMs: 5000,
     close: () => ensemble.destroy(),
