@@ -13,7 +13,7 @@ import * as s3 from '@aws-sdk/client-s3'
 import { DynamoDBDocument } from '@aws-sdk/lib-dynamodb'
 import { Storage } from '@google-cloud/storage'
 import DynamoDBLockClient from 'dynamodb-lock-client'
-import type { Adapter, Env } from './adapters.js'
+import type { Adapter, Env } from './adapter.js'
 
 const TTL = 30_000
 /** What the bench's kits use (test/kits/{s3,gcs}.ts): the bucket both fake servers were given. */

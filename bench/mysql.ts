@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { createConnection, createPool } from 'mysql2/promise'
-import type { Adapter, Env } from './adapters.js'
+import type { Adapter, Env } from './adapter.js'
 
 const TTL_MS = 30_000
 const FLOOR_TABLE = 'fencelock_bench_floor'

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto'
 import { connect, createServer, type Server, type Socket } from 'node:net'
 import advisoryLockModule from 'advisory-lock'
 import postgres from 'postgres'
-import type { Adapter, Env } from './adapters.js'
+import type { Adapter, Env } from './adapter.js'
 
 const TTL_MS = 30_000
 /** advisory-lock is CommonJS with `exports.default`: under NodeNext its default import is the module object. */

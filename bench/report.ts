@@ -4,7 +4,7 @@
  * Plain SVG, no scripts, so any browser (or headless Chromium) renders it.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
-import type { Adapter } from './adapters.js'
+import type { Adapter } from './adapter.js'
 import type { SCENARIOS } from './scenarios.js'
 
 export interface Row {

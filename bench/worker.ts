@@ -8,7 +8,8 @@
 import { once } from 'node:events'
 import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { ADAPTERS, type Env } from './adapters.js'
+import type { Env } from './adapter.js'
+import { ADAPTERS } from './adapters.js'
 
 const {
   adapter: name,

@@ -13,7 +13,7 @@
  * are not on npm, and `zookeeper-watcher` / `zookeeper-cluster-client` have no lock recipe.
  */
 import zookeeper, { type Client, type Event, type Exception } from 'node-zookeeper-client'
-import type { Adapter, Env } from './adapters.js'
+import type { Adapter, Env } from './adapter.js'
 
 const ROOT = '/bench-floor'
 /** The bench's ttl as the session timeout (the server clamps it to its maximum). */
