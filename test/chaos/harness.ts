@@ -137,8 +137,16 @@ export async function runScenario(
   /** Clock rates of workers under a faked clock (others run at 1). */
   const rates = new Map<string, number>()
   const record = (client: string, event: Record<string, unknown>) => {
-    const t = monotonicMs()
-    const { validInMs, ...rest } = event as { validInMs?: number; ev?: unknown; ms?: unknown }
+    const { validInMs, at, ...rest } = event as {
+      validInMs?: number
+      at?: unknown
+      ev?: unknown
+      ms?: unknown
+    }
+    // The worker's own stamp (the host's CLOCK_MONOTONIC, as ours) where its clocks are real: receipt
+    // stamps of two workers' lines can swap within a fraction of a millisecond. A faked clock's stamp
+    // means nothing on ours: such a worker's lines are stamped on receipt.
+    const t = typeof at === 'number' && !rates.has(client) ? at : monotonicMs()
     const rate = rates.get(client) ?? 1
     // A deadline the worker knows only as "ms from now" (of its own clock) is placed on our clock at receipt.
     const validUntil = validInMs === undefined ? undefined : t + validInMs / rate

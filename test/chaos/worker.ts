@@ -1,9 +1,9 @@
 /**
  * A chaos worker: a separate process (so the nemesis can SIGSTOP or SIGKILL exactly one client) that runs
  * the library in a loop: acquire → read-modify-write on the protected resource, carrying the fence →
- * release. Every step is one JSON line on stdout; the harness stamps each line on receipt with its own
- * CLOCK_MONOTONIC, so a worker whose clocks are faked (libfaketime) or that is paused never stamps the
- * history itself. Times that only the worker knows (a validity deadline) travel as "ms from now".
+ * release. Every step is one JSON line on stdout, stamped with this process's CLOCK_MONOTONIC (`at`, see
+ * `emit`); the harness stamps a worker whose clocks are faked (libfaketime) on receipt instead. Times that
+ * only the worker knows (a validity deadline) travel as "ms from now" of its own clock.
  *
  * Usage: node worker.js '<json WorkerConfig>'; stdin "stop" ends the loop after the current cycle.
  */
@@ -16,7 +16,7 @@ import {
   type Lock,
   LockNotAcquiredError,
 } from '../../src/index.js'
-import { sleep } from '../support/time.js'
+import { monotonicMs, sleep } from '../support/time.js'
 import { watchStalls } from './stalls.js'
 
 export interface WorkerConfig {
@@ -35,7 +35,14 @@ export interface WorkerConfig {
 }
 
 /** One history line, without `t` and `client` (the harness adds both). */
-const emit = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`)
+/**
+ * Every line carries `at`, this process's CLOCK_MONOTONIC when it happened (the host's one clock, which the
+ * harness stamps with too): stamps taken on receipt can swap two workers' lines that arrive within a
+ * fraction of a millisecond, which a sub-millisecond hand-over makes look like an overlap. The harness
+ * ignores `at` from a worker whose clocks are faked (libfaketime fakes CLOCK_MONOTONIC too).
+ */
+const emit = (event: Record<string, unknown>) =>
+  process.stdout.write(`${JSON.stringify({ ...event, at: monotonicMs() })}\n`)
 
 /**
  * One HTTP exchange with the resource; resolves with the reply body ('' if it failed: a write that does
