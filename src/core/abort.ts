@@ -33,20 +33,28 @@ export interface LinkedAbort {
 }
 
 /**
+ * What a parent signal tells when it aborts: an AbortController, or anything else that can stop (a nap,
+ * clock.ts, which needs no controller of its own).
+ */
+export interface Abortable {
+  abort(reason?: unknown): void
+}
+
+/**
  * Children of each parent signal. A parent gets ONE listener, however many acquires share it (a
  * shutdown signal passed to every call is common): listeners per call would trip Node's leak warning.
  */
-const children = new WeakMap<AbortSignal, Set<AbortController>>()
+const children = new WeakMap<AbortSignal, Set<Abortable>>()
 
 /** Makes `child` abort when `parent` does (at once if it already has); returns the detach. */
-export function attach(parent: AbortSignal, child: AbortController): () => void {
+export function attach(parent: AbortSignal, child: Abortable): () => void {
   if (parent.aborted) {
     child.abort(parent.reason)
     return () => {}
   }
   let set = children.get(parent)
   if (!set) {
-    const created = new Set<AbortController>()
+    const created = new Set<Abortable>()
     set = created
     children.set(parent, created)
     parent.addEventListener(

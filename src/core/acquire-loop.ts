@@ -6,16 +6,15 @@
  * loop's state; one attempt itself is attempt.ts. (A little over 300 lines: the loop's state and every
  * step that changes it stay in one class, to be read together.)
  */
-import { linkedAbort } from './abort.js'
 import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
 import type { AcquireRequest, AttemptResult, Grant, LockBackend } from './backend.js'
-import { jitter, now, sleep } from './clock.js'
+import { jitter, nap, now, sleep } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockNotAcquiredError, quoteKey } from './errors.js'
 import { LockHandle } from './lock.js'
 import { type ResolvedAcquireOptions, validUntil } from './options.js'
 import { newOwnerId } from './owner.js'
-import { WAIT_OVER, WakeHint } from './wake-hint.js'
+import { WakeHint } from './wake-hint.js'
 
 /** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
 const ABANDON_WAIT_MS = 1000
@@ -268,9 +267,7 @@ class AcquireLoop {
     const giveUpAt = (this.#unavailableSince ?? now()) + this.#giveUpAfterMs
     const wait = Math.max(1, Math.min(jitter(this.#backoff), this.#deadline - now(), giveUpAt - now()))
     this.#backoff = Math.min(this.#backoff * 2, FAILURE_BACKOFF_MAX_MS)
-    const timer = linkedAbort(this.#signal)
-    await sleep(wait, timer.signal)
-    timer.dispose()
+    await nap(wait, this.#signal).promise
   }
 
   /**
@@ -284,14 +281,12 @@ class AcquireLoop {
     this.#poll = Math.min(this.#poll * 2, cap)
     if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
     wait = Math.max(0, Math.min(wait, this.#deadline - now()))
-    const timer = linkedAbort(this.#signal)
-    const slept = sleep(wait, timer.signal).then(() => undefined)
+    const slept = nap(wait, this.#signal)
     // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
     // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
     const useHint = hint && this.#instantHints < 2
-    this.#handed = await (useHint && hint ? Promise.race([slept, hint.promise]) : slept)
-    timer.abort(WAIT_OVER)
-    timer.dispose()
+    this.#handed = await (useHint && hint ? Promise.race([slept.promise, hint.promise]) : slept.promise)
+    slept.end()
     if (hint) {
       this.#instantHints = hint.instant ? this.#instantHints + 1 : 0
       hint.disarm()

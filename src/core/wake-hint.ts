@@ -24,6 +24,7 @@ export class WakeHint {
   readonly #cancel: LinkedAbort
   readonly #armedAt: number
   #settledAt: number | undefined
+  #disarmed = false
 
   /** A hint from `backend`, or undefined when it gives none (the loop then polls alone). */
   static arm(backend: LockBackend, req: AcquireRequest, signal: AbortSignal): WakeHint | undefined {
@@ -53,8 +54,17 @@ export class WakeHint {
     return this.#settledAt !== undefined && this.#settledAt - this.#armedAt < INSTANT_HINT_MS
   }
 
+  /**
+   * Stops the backend's wait. The abort runs after the current turn, off the path of the grant or the
+   * next attempt that usually follows (an abort dispatches an Event: about 5 µs in Node 20). Until then a
+   * hint that has not settled may still settle: nobody reads it any more, and a plain hint only asks for a
+   * re-check. Detached from the loop's signal at once, so a later abort of that signal does not reach it.
+   */
   disarm(): void {
-    this.#cancel.abort(WAIT_OVER)
+    if (this.#disarmed) return
+    this.#disarmed = true
     this.#cancel.dispose()
+    const cancel = this.#cancel
+    setImmediate(() => cancel.abort(WAIT_OVER))
   }
 }

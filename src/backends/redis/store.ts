@@ -62,8 +62,16 @@ export class RedisStore {
     }
   }
 
+  /** The keys of the key used last: a lock is usually acquired and released by name, again and again. */
+  #last: RedisLockKeys | undefined
+  #lastKey: string | undefined
+
   keysOf(key: string): RedisLockKeys {
-    return redisLockKeys(key, this.#prefix)
+    if (key !== this.#lastKey || !this.#last) {
+      this.#last = redisLockKeys(key, this.#prefix)
+      this.#lastKey = key
+    }
+    return this.#last
   }
 
   /**
