@@ -81,12 +81,24 @@ class AcquireLoop {
   #unresolvedSince: number | undefined
   /** The latest attempt as the backend runs it, for the clean-up to follow (see `#abandon`). */
   #inFlight: Promise<unknown> | undefined
-  /** Hands `#inFlight` each attempt: made once per acquire, not per attempt. */
+  /**
+   * Hands `#inFlight` each attempt, right after the backend sent it (made once per acquire, not per
+   * attempt); re-arms a local hint there (see `#rearm`).
+   */
   readonly #track = (attempt: Promise<unknown>) => {
     this.#inFlight = attempt
+    if (this.#rearm) {
+      this.#rearm = false
+      this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+    }
   }
-  /** Armed before the attempt that precedes each wait (see WakeHint). */
+  /** Armed before the attempt that precedes each wait (see WakeHint), or right after it was sent (`#rearm`). */
   #hint: WakeHint | undefined
+  /**
+   * After a wake-up on a backend with `localHint`: arm the next hint as soon as the next attempt was sent,
+   * in the same turn, so that arming it overlaps the attempt's round trip instead of delaying its send.
+   */
+  #rearm = false
   /** Hints in a row that settled the moment they were armed. */
   #instantHints = 0
   /**
@@ -292,8 +304,13 @@ class AcquireLoop {
       hint.disarm()
       // A grant handed over is taken on the next round: arming a new hint first would put a store request
       // (a queue listing, a subscription) on every hand-over's critical path, for a hint nobody needs. The
-      // loop arms one again if that grant cannot be taken after all.
-      this.#hint = this.#handed ? undefined : WakeHint.arm(this.#backend, this.#req, this.#signal)
+      // loop arms one again if that grant cannot be taken after all. A local hint is armed just after
+      // the next attempt is sent (`#track`), off the path from the wake-up to that attempt.
+      this.#hint = undefined
+      if (!this.#handed) {
+        if (this.#backend.capabilities.localHint) this.#rearm = true
+        else this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+      }
     }
   }
 

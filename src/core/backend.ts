@@ -19,6 +19,16 @@ export interface BackendCapabilities {
   readonly notify: boolean
   /** Waiters are served in arrival order. */
   readonly fifo: boolean
+  /**
+   * `waitForChange` only registers this waiter locally, on a notification channel that is already
+   * listening, or that wakes its waiters once it is (Redis pub/sub): it sends nothing and sets up nothing
+   * on the store. A hint armed in the same synchronous turn right after an attempt was sent then misses
+   * nothing (no message can be handled in between), so the acquire loop re-arms it there, while that
+   * attempt is on the wire, rather than before sending it. Leave it unset where arming starts a watch on
+   * the store or where the attempt runs outside the event loop (threadpool file calls): there the hint
+   * must be armed before the attempt.
+   */
+  readonly localHint?: boolean
 }
 
 /** One attempt to take `key` for `owner` with a lease of `ttlMs`. */

@@ -63,8 +63,12 @@ export class LockHandle implements Lock {
   #state: State = 'held'
   /** Its timers: renewal every ttl/3 (unless `renew: false`) and the local expiry at validUntil. */
   readonly #renewer: Renewer<LockHandle>
-  /** Extends and the release run one after another on this chain: no renewal ever follows a release. */
-  #queue: Promise<unknown> = Promise.resolve()
+  /**
+   * Extends and the release run one after another on this chain: no renewal ever follows a release.
+   * Undefined until the first extend: most locks are released without one, and awaiting an empty chain
+   * would cost the release a turn.
+   */
+  #queue: Promise<unknown> | undefined
   #releasing: Promise<void> | undefined
 
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
@@ -218,7 +222,7 @@ export class LockHandle implements Lock {
         return { error }
       }
     }
-    const result = this.#queue.then(run)
+    const result = (this.#queue ?? Promise.resolve()).then(run)
     this.#queue = result
     return result
   }
@@ -283,7 +287,7 @@ export class LockHandle implements Lock {
     this.#renewer.stop()
     this.#detachLost?.()
     // Wait for an extend already in flight, so the release is the last word on this lease.
-    await this.#queue
+    if (this.#queue) await this.#queue
     try {
       // Bounded: after one ttl the lease has ended by itself, and a hung store must not hang the caller.
       const lease = this.#lease

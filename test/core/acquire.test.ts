@@ -573,3 +573,72 @@ describe('hand-over', { timeout: 20_000 }, () => {
     await lock.release()
   })
 })
+
+describe('local hints', { timeout: 20_000 }, () => {
+  /**
+   * A Redis-like backend: `waitForChange` only joins local listeners that a notification wakes. The first
+   * three attempts are refused; the third is in flight when the holder's release is announced (after the
+   * store judged it busy); the fourth is granted. Returns the order of attempts and hint arms, and how many hints heard that release.
+   */
+  async function run(localHint: boolean): Promise<{ events: string[]; heard: number }> {
+    const listeners = new Set<() => void>()
+    const notify = () => {
+      for (const wake of [...listeners]) wake()
+    }
+    const events: string[] = []
+    let heard = -1
+    let attempts = 0
+    const inner = freshMemory()
+    const base = scripted(
+      {
+        tryAcquire: async (req, signal) => {
+          attempts++
+          events.push(`attempt ${attempts}`)
+          if (attempts >= 4) return inner.tryAcquire(req, signal)
+          if (attempts === 3) {
+            await delay(5)
+            heard = listeners.size
+            notify()
+          }
+          return { granted: false }
+        },
+        waitForChange: (_req, signal) =>
+          new Promise<undefined>((resolve) => {
+            events.push('hint armed')
+            const wake = () => {
+              listeners.delete(wake)
+              signal.removeEventListener('abort', wake)
+              resolve(undefined)
+            }
+            listeners.add(wake)
+            signal.addEventListener('abort', wake, { once: true })
+          }),
+      },
+      inner,
+    )
+    const backend = { ...base, capabilities: { ...base.capabilities, localHint } }
+    // The waiter wakes after attempt 2 by its poll timer or its hint, whichever comes first: either way the
+    // loop arms the next hint and makes attempt 3.
+    const lock = await createLockClient(backend).acquire(uniqueKey(), { renew: false, timeout: '10s' })
+    await lock.release()
+    return { events, heard }
+  }
+
+  it('re-arms a local hint right after the next attempt was sent, and it hears a change during that attempt', async () => {
+    const { events, heard } = await run(true)
+    // Arming overlaps the attempt's round trip instead of delaying its send.
+    assert.deepEqual(events.slice(0, 5), ['attempt 1', 'hint armed', 'attempt 2', 'attempt 3', 'hint armed'])
+    assert.equal(heard, 1, 'the release during attempt 3 reached a hint armed after attempt 3 was sent')
+    assert.equal(
+      events.filter((e) => e.startsWith('attempt')).at(-1),
+      'attempt 4',
+      'granted on the next attempt',
+    )
+  })
+
+  it('arms any other hint before the attempt, as a watch on the store must be', async () => {
+    const { events, heard } = await run(false)
+    assert.deepEqual(events.slice(0, 5), ['attempt 1', 'hint armed', 'attempt 2', 'hint armed', 'attempt 3'])
+    assert.equal(heard, 1)
+  })
+})

@@ -86,7 +86,10 @@ export class RedisLockBackend implements RedisBackend {
   /** `owned`: the clients made from a URL; the pub/sub connection joins them when it opens. */
   constructor(store: RedisStore, mode: Mode, replicas: ReplicaPolicy, owned: RedisClient[]) {
     this.id = store.id
-    this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mode.fifo }
+    // localHint: a wait only joins the subscriber connection's waiters (Subscriptions): a channel already
+    // subscribed hears every message handled after that, and a fresh SUBSCRIBE wakes its waiters once the
+    // server confirms it (a release published before then is caught by the re-attempt).
+    this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mode.fifo, localHint: true }
     this.#store = store
     this.#mode = mode
     this.#replicas = replicas

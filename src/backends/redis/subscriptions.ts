@@ -1,7 +1,7 @@
 /**
  * The pub/sub side of waiting: one subscriber connection per backend, shared by its waiters. Its one timer
- * (LINGER_MS) manages that connection's subscriptions, the driver's business: the core's waiting never
- * sees it.
+ * (the sweep of channels idle for LINGER_MS) manages that connection's subscriptions, the driver's
+ * business: the core's waiting never sees it.
  */
 import type { Cluster, Redis } from 'ioredis'
 
@@ -30,7 +30,12 @@ export class Subscriptions {
   readonly #waiters = new Map<string, Set<Waiter>>()
   /** Channel → its SUBSCRIBE, settled once the server confirmed it. */
   readonly #subscribed = new Map<string, { ready: boolean; promise: Promise<void> }>()
-  readonly #lingering = new Map<string, NodeJS.Timeout>()
+  /**
+   * Channels without waiters, and since when (the monotonic clock). A timestamp per leave and one sweep
+   * timer, not a timer per leave: a waiter leaves on every wake-up, on the path of every hand-over.
+   */
+  readonly #idleSince = new Map<string, number>()
+  #sweep: NodeJS.Timeout | undefined
   #closed = false
 
   constructor(client: Client, owned: Client[]) {
@@ -95,8 +100,7 @@ export class Subscriptions {
       const onAbort = () => waiter.wake()
       set.add(waiter)
       signal.addEventListener('abort', onAbort, { once: true })
-      clearTimeout(this.#lingering.get(channel))
-      this.#lingering.delete(channel)
+      this.#idleSince.delete(channel)
       const subscription = this.#subscribe(channel)
       if (!subscription.ready)
         subscription.promise.then(
@@ -133,20 +137,35 @@ export class Subscriptions {
     set.delete(waiter)
     if (set.size > 0) return
     this.#waiters.delete(channel)
-    // Not a wait nor a retry (the core owns those): it only keeps a busy channel subscribed a little longer.
-    const timer = setTimeout(() => {
-      this.#lingering.delete(channel)
-      if (this.#waiters.has(channel) || !this.#subscribed.has(channel)) return
-      this.#subscribed.delete(channel)
-      this.#subscriber?.unsubscribe(channel).catch(() => {})
-    }, LINGER_MS)
-    timer.unref()
-    this.#lingering.set(channel, timer)
+    this.#idleSince.set(channel, performance.now())
+    this.#sweepLater()
+  }
+
+  /**
+   * Not a wait nor a retry (the core owns those): it only keeps a busy channel subscribed a little longer,
+   * and unsubscribes the channels idle for LINGER_MS. Runs while some channel is idle; unref'd.
+   */
+  #sweepLater(): void {
+    if (this.#sweep || this.#closed) return
+    this.#sweep = setTimeout(() => {
+      this.#sweep = undefined
+      const now = performance.now()
+      for (const [channel, since] of this.#idleSince) {
+        if (now - since < LINGER_MS) continue
+        this.#idleSince.delete(channel)
+        if (this.#waiters.has(channel) || !this.#subscribed.has(channel)) continue
+        this.#subscribed.delete(channel)
+        this.#subscriber?.unsubscribe(channel).catch(() => {})
+      }
+      if (this.#idleSince.size > 0) this.#sweepLater()
+    }, LINGER_MS / 2)
+    this.#sweep.unref()
   }
 
   async close(): Promise<void> {
     this.#closed = true
-    for (const timer of this.#lingering.values()) clearTimeout(timer)
+    clearTimeout(this.#sweep)
+    this.#idleSince.clear()
     for (const set of this.#waiters.values()) for (const waiter of [...set]) waiter.wake()
   }
 }
