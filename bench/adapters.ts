@@ -51,6 +51,8 @@ export const FENCELOCK_ADAPTERS: Adapter[] = KITS.flatMap((kit) =>
 )
 
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+/** Grant and mint a fence in one step (nil when held). */
+const FENCED_ACQUIRE = `if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return redis.call('INCR', KEYS[2]) end return nil`
 const NOTIFY_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '') end return 0`
 
 const PEERS: Adapter[] = [
@@ -184,6 +186,30 @@ const PEERS: Adapter[] = [
           const owner = randomBytes(16).toString('hex')
           if ((await client.set(key, owner, 'PX', TTL, 'NX')) !== 'OK') throw new Error(`${key} is held`)
           return { release: async () => void (await client.evalsha(sha, 1, key, owner)) }
+        },
+        close: () => disconnect(client),
+      }
+    },
+  },
+  {
+    name: 'raw floor: fenced, one script each way',
+    store: 'redis',
+    kind: 'floor',
+    fences: true,
+    waits: false,
+    note: 'the least a fenced lock does: one script grants and INCRs the fence (SET NX would not tell the fence to this grant alone), one compare-and-delete; never waits',
+    async createLocker(env) {
+      const client = redisClient(env.redis)
+      const acquireSha = (await client.script('LOAD', FENCED_ACQUIRE)) as string
+      const releaseSha = (await client.script('LOAD', RELEASE)) as string
+      return {
+        async acquire(key) {
+          const owner = randomBytes(16).toString('hex')
+          const fence = (await client.evalsha(acquireSha, 2, key, `${key}:fence`, owner, TTL)) as
+            | number
+            | null
+          if (fence === null) throw new Error(`${key} is held`)
+          return { release: async () => void (await client.evalsha(releaseSha, 1, key, owner)) }
         },
         close: () => disconnect(client),
       }
