@@ -1,8 +1,10 @@
 /**
  * Waiting for a quorum lock's release (the `waitForChange` hint of the quorum engine, quorum.ts). A release
- * is announced by every node it reached; a waiter listens to n - q + 1 nodes, wakes at the first copy, and
- * takes the copies from the other nodes, a moment later, for the same news. Waiters that keep losing races
- * re-attempt after a short random pause so that one of them gets ahead.
+ * is announced by every node it reached, naming the first waiter left in that node's line (quorum-line.ts),
+ * or "-<owner>" when nobody stands in it. A waiter listens to n - q + 1 nodes. Named, it wakes at every
+ * copy: the first re-attempts, and a copy that arrives after a failed attempt (the release had not yet
+ * reached enough nodes) means the release has reached one more. An anonymous release wakes at the first
+ * copy, and the copies from the other nodes, a moment later, are the same news.
  */
 import { linkedAbort } from '../core/abort.js'
 import type { AcquireRequest } from '../core/backend.js'
@@ -13,12 +15,13 @@ import { now } from '../core/clock.js'
 export interface ReleaseListener {
   /** Connected now: a node that is not cannot deliver news, and its wake-ups are none. */
   readonly up: boolean
-  /** Resolves with the message that woke it ("-<owner>" on a release), `undefined` when no message did. */
+  /**
+   * Resolves with the message that woke it: "<waiter>" naming `req.owner` (first in line now), "-<owner>"
+   * (a release with nobody in line), `undefined` when no message did. Messages naming another waiter
+   * do not wake it.
+   */
   listen(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined>
 }
-
-/** The longest pause before a contended waiter re-attempts after a wake-up (see `refusalsOf`). */
-const SPREAD_MS = 2
 
 /** The reason given to the listens still going once the waiter has woken (a cheap shared value, no stack). */
 const WOKEN = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
@@ -36,16 +39,7 @@ export class ReleaseWaiting {
   constructor(
     readonly nodes: readonly ReleaseListener[],
     readonly q: number,
-    /**
-     * Attempts refused so far, per acquire still waiting. A waiter that has lost a race after a wake-up
-     * knows others wait too; it then re-attempts after a random pause of up to SPREAD_MS instead of at
-     * once, so the first of them reaches every node before the next starts and takes the majority cleanly.
-     * Without it, waiters woken by the same release, in different processes, reach the nodes in different
-     * orders, each gets a minority (a split), all release and retry, and throughput collapses. A lone
-     * waiter never loses a race, so its handoff is not delayed.
-     */
-    readonly refusalsOf: (owner: string) => number,
-    /** How long copies of one release count as the same news. */
+    /** How long copies of one anonymous release count as the same news. */
     windowMs: () => number,
   ) {
     this.#heard = new RecentReleases(windowMs)
@@ -64,8 +58,7 @@ export class ReleaseWaiting {
         node.listen(req, link.signal).then(
           (message) => {
             if (link.signal.aborted || !node.up) return
-            if (message && this.#heard.repeats(req.key, message)) listen(node)
-            else if (this.refusalsOf(req.owner) >= 2) setTimeout(done, Math.random() * SPREAD_MS)
+            if (message?.startsWith('-') && this.#heard.repeats(req.key, message)) listen(node)
             else done()
           },
           () => {},

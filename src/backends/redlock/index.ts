@@ -51,10 +51,10 @@ import { loadDriver, readParams, redact } from '../../core/url.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum.js'
 import { ReleaseWaiting } from '../../engines/quorum-wait.js'
 import { connect } from '../redis/connect.js'
-import { redisBackend } from '../redis/index.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
 import { RedlockDriver } from './driver.js'
+import { lineBackend } from './line.js'
 import { RedlockNode } from './node.js'
 import { nodeHosts, PARAMS } from './url.js'
 
@@ -162,15 +162,13 @@ class RedlockBackend implements LockBackend {
     this.#restartDelayMs = options.restartDelayMs
     const q = Math.floor(clients.length / 2) + 1
     const nodes: RedlockNode[] = clients.map((client, i) => {
-      const backend = redisBackend({
-        client,
-        ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
-      })
+      const { backend, line } = lineBackend(client, options.prefix)
       return new RedlockNode(
         i,
         backend.id,
         client,
         backend,
+        line,
         (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
         // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
         // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
@@ -181,12 +179,7 @@ class RedlockBackend implements LockBackend {
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
     const drivers = nodes.map((node) => new RedlockDriver(node, () => this.#restartDelay()))
     this.#quorum = new Quorum(drivers, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(
-      drivers,
-      q,
-      (owner) => this.#quorum.refusalsOf(owner),
-      () => 2 * this.#quorum.defaultTimeoutMs,
-    )
+    this.#waiting = new ReleaseWaiting(drivers, q, () => 2 * this.#quorum.defaultTimeoutMs)
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
