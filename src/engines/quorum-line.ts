@@ -21,7 +21,8 @@
  * - An attempt that splits (a minority granted, a minority refused, the rest down: a release still on its
  *   way to some nodes, a hold left on one) retries after a short random delay, as the Redlock spec says,
  *   that doubles while it keeps happening (3 ms, at most ~200 ms), so a hold that lingers on a node cannot
- *   make it spin; an attempt refused by a majority waits for its turn or the holder's expiry.
+ *   make it spin; an attempt refused by a majority waits for its turn (the release that makes it first
+ *   wakes it; the core polls only once a second meanwhile) or the holder's expiry.
  *
  * Safety does not depend on the line: a grant still needs q nodes that each set the lock only while it was
  * free (SET NX semantics), with validity, clean-up, fences and admission as before. The line only narrows
@@ -118,7 +119,7 @@ export class Line {
     votes: Votes<NodeAttempt>,
     split: boolean,
     refused: () => { retryInMs?: number },
-  ): { retryInMs?: number } {
+  ): { retryInMs?: number; queued?: boolean } {
     const place = this.#places.get(owner)
     if (place && place.ticket === 0) {
       let answered = 0
@@ -133,7 +134,8 @@ export class Line {
     }
     if (!split) {
       if (place) place.splits = 0
-      return refused()
+      // In line on the nodes that refused: the release that makes it first names it (quorum-wait.ts).
+      return place && place.ticket > 0 ? { ...refused(), queued: true } : refused()
     }
     const doublings = Math.min(place ? place.splits++ : 0, SPLIT_DOUBLINGS)
     return { retryInMs: Math.random() * SPLIT_RETRY_MS * 2 ** doublings }

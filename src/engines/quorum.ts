@@ -11,10 +11,12 @@
  *   ttl asked for, never more: each node's lease started after the attempt did.
  * - Who may take a free node: the first of the node's waiting line, ordered by a ticket that every node
  *   agrees on (quorum-line.ts), so contenders no longer split the votes. A failed attempt is released on
- *   every node, answered or not (a late grant is removed too: each node's release travels on the same
- *   connection after its acquire). After a split vote the retry comes after a short random delay, as the
- *   Redlock spec says (doubling while it keeps splitting); an attempt refused by a majority waits for its
- *   turn (the core's wait, woken by quorum-wait.ts).
+ *   every node that may hold it: at once where it was granted or failed, and where the answer was still
+ *   pending at the verdict, when it comes (granted or failed); each release travels on the node's
+ *   connection after its acquire. A node that refused gets nothing, so a waiter refused everywhere costs
+ *   one command per node. After a split vote the retry comes after a short random delay, as the Redlock
+ *   spec says (doubling while it keeps splitting); an attempt refused by a majority waits for its turn
+ *   (the core's wait, woken by quorum-wait.ts).
  * - Each attempt writes its own owner id on the nodes, `<owner>.<attempt>`: the clean-up of a failed
  *   attempt can then never delete the hold of a later attempt of the same acquire, whatever order the
  *   commands reach a node in (a command re-sent one round trip late, e.g. a script after NOSCRIPT, lands
@@ -28,8 +30,9 @@
  *   share a token.
  *
  * Its node interface, `QuorumNode` (below): one node's single-node lock with its waiting line, each
- * primitive owner-checked, a throw counting as that node's failure in the round. What a node needs before it may vote (Redlock's
- * delayed restart and admission) is the node's business, inside its `acquire` and `extend`.
+ * primitive owner-checked, a throw counting as that node's failure in the round. What a node needs before
+ * it may vote (Redlock's delayed restart and admission) is the node's business, inside its `acquire` and
+ * `extend`.
  * Who uses it: the Redlock backend (src/backends/redlock, whose driver.ts is the node over one Redis
  * master). The waiting line is quorum-line.ts, inspect's reconstruction quorum-inspect.ts, waiting for a
  * release quorum-wait.ts.
@@ -41,7 +44,7 @@ import { BoundedMap } from '../core/bounded-map.js'
 import { type NodeFailure, QuorumError } from '../core/errors.js'
 import { inspectVotes, NODE_BITS } from './quorum-inspect.js'
 import { Line, type NodeAttempt, type NodeRequest } from './quorum-line.js'
-import { majorityVerdict, round, tally, type Votes } from './quorum-round.js'
+import { majorityVerdict, round, tally, type Vote, type Votes } from './quorum-round.js'
 
 export type { NodeAttempt, NodeRequest } from './quorum-line.js'
 
@@ -90,6 +93,9 @@ export const MAX_NODES = 1 << Number(NODE_BITS)
 
 /** The reason given to the node operations the engine stops itself (a cheap shared value, no stack). */
 const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
+
+/** A node's answer to an acquire after which it may hold the attempt: a grant, or no answer at all. */
+const mayHold = (vote: Vote<NodeAttempt>): boolean => !vote.ok || vote.value.granted
 
 /** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
 const onNodes = (lease: HeldLease): HeldLease =>
@@ -150,22 +156,26 @@ export class Quorum {
           this.n,
           this.q,
         ),
-      // Pending acquires stop at the verdict: not sent yet, or to be re-sent after NOSCRIPT, they would
-      // land after the clean-up (below) and hold the node for a ttl. Sent ones are cleaned up.
-      true,
+      {
+        // A won round stops the acquires still pending: a node not sent to yet gets nothing (the release
+        // reaches the others). A lost round lets them answer, and takes back what they grant (below).
+        stop: (verdict) => verdict === 'yes',
+        late: (i, vote, verdict) => {
+          if (verdict !== 'yes' && mayHold(vote)) void this.#cleanUp(req, [this.nodes[i]!])
+        },
+      },
     )
     if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, timeoutMs, signal)
     // Draws the ticket, if the acquire has none yet, and decides when to try again.
     const retry = this.#line.lost(request.owner, votes, verdict === 'split', () => this.#freedIn(votes))
-    // Take back what this attempt got, now, on every node that may hold it: those that granted, those that
-    // failed (the acquire may have run after their time was up) and those still pending. Sent now, each
-    // release follows its node's acquire on the same connection and precedes the next attempt's: a release
-    // sent later, when a slow node's grant arrives, could land after the next attempt (same owner) was
-    // granted there, and delete the hold that attempt counts on (two holders). Nodes that refused hold
-    // nothing of ours.
+    // Take back what this attempt got on every node that may hold it: those that granted and those that
+    // failed (the acquire may have run after their time was up) now, those still pending when they answer
+    // (above). Nodes that refused hold nothing of ours. Each clean-up travels on the node's connection after
+    // this attempt's acquire, so it lands after it; it names this attempt's own owner id, so however late it
+    // lands it never removes the hold of a later attempt (see the top of this file).
     void this.#cleanUp(
       req,
-      this.nodes.filter((_, i) => !(votes[i]?.ok && !votes[i].value.granted)),
+      this.nodes.filter((_, i) => votes[i] !== undefined && mayHold(votes[i])),
     )
     if (verdict === 'unreachable') throw this.#unreachable(req.key, 'acquire', votes)
     // Refused by a majority (its turn has not come, or the release has not reached a majority yet: the
