@@ -65,7 +65,9 @@ async function withAdmin<T>(port: number, fn: (admin: Redis) => Promise<T>): Pro
 
 /** The EVALSHA calls the server on `port` has run so far (INFO commandstats). */
 const evalshaCalls = (port: number) =>
-  withAdmin(port, async (a) => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await a.info('commandstats'))?.[1] ?? 0))
+  withAdmin(port, async (a) =>
+    Number(/cmdstat_evalsha:calls=(\d+)/.exec(await a.info('commandstats'))?.[1] ?? 0),
+  )
 
 describe('redlock: the waiting line (5 nodes)', { timeout: 120_000 }, () => {
   let nodes: RedisNodes

@@ -50,6 +50,8 @@ export interface Mode {
   abandon(req: AcquireRequest): Promise<unknown>
   /** The owner whose messages wake this waiter, or undefined when any message does. */
   listener(req: AcquireRequest): string | undefined
+  /** The channel this waiter listens on. @default the key's own channel (`keysOf(key).channel`) */
+  channel?(req: AcquireRequest): string
   /** The grant that the message which woke `req` handed to it, if it did. */
   handedOver(req: AcquireRequest, message: string | undefined): Grant | undefined
   /**
@@ -207,7 +209,8 @@ export class RedisLockBackend implements RedisBackend {
   }
 
   waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined> {
-    return this.#subscriptions.wait(this.#store.keysOf(req.key).channel, this.#mode.listener(req), signal)
+    const channel = this.#mode.channel ? this.#mode.channel(req) : this.#store.keysOf(req.key).channel
+    return this.#subscriptions.wait(channel, this.#mode.listener(req), signal)
   }
 
   async waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> {

@@ -36,6 +36,7 @@
  * - doctor.ts: `fencelock doctor redlock://…`.
  * - url.ts: redlock:// parameters, node list, and each node's ioredis options.
  */
+import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type {
   AcquireRequest,
@@ -161,8 +162,10 @@ class RedlockBackend implements LockBackend {
     this.#owned = owned
     this.#restartDelayMs = options.restartDelayMs
     const q = Math.floor(clients.length / 2) + 1
+    // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
+    const clientId = randomBytes(8).toString('hex')
     const nodes: RedlockNode[] = clients.map((client, i) => {
-      const { backend, line } = lineBackend(client, options.prefix)
+      const { backend, line } = lineBackend(client, clientId, options.prefix)
       return new RedlockNode(
         i,
         backend.id,
@@ -179,7 +182,7 @@ class RedlockBackend implements LockBackend {
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
     const drivers = nodes.map((node) => new RedlockDriver(node, () => this.#restartDelay()))
     this.#quorum = new Quorum(drivers, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(drivers, q, () => 2 * this.#quorum.defaultTimeoutMs)
+    this.#waiting = new ReleaseWaiting(drivers, q)
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {

@@ -1,7 +1,7 @@
 /**
  * Where Redlock keeps its own state on each node, besides the Redis backend's lock keys (redis/layout.ts):
- * the admission marker, and each lock's waiting line. The backend and the tests both use this; nobody
- * copies the format.
+ * the admission marker, each lock's waiting line, and the channels its waiters are woken on. The backend
+ * and the tests both use this; nobody copies the format.
  */
 import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
 
@@ -16,3 +16,10 @@ export function lineKeys(key: string, prefix: string = DEFAULT_PREFIX): { line: 
   const { lock } = redisLockKeys(key, prefix)
   return { line: `${lock}:line`, alive: `${lock}:alive` }
 }
+
+/**
+ * The channels that wake a client's waiters start with this: `<prefix>!wake:<client id>` is the channel of
+ * one client (one backend), on which a node publishes the owner id of the client's waiter that is first in
+ * a line now.
+ */
+export const wakePrefix = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!wake:`

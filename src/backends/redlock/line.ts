@@ -1,8 +1,9 @@
 /**
  * One Redlock node's lock, with its waiting line (src/engines/quorum-line.ts for the protocol): the Redis
  * backend (its store, errors, read-back after a lost reply, extend, inspect, pub/sub) in a mode whose
- * scripts are the LINE_* scripts (scripts.ts). A waiter is woken only by a release that names it first in
- * line (or by one with nobody in line), not every waiter of the client.
+ * scripts are the LINE_* scripts (scripts.ts). A waiter stands in line as "<owner id>@<client id>" and
+ * listens on its client's own channel (layout.ts), where a node names it when it is first: a release wakes
+ * only the waiter whose turn it is, in its own process.
  */
 import type { AcquireRequest, AttemptResult } from '../../core/backend.js'
 import { acquireOwner } from '../../engines/quorum-inspect.js'
@@ -11,17 +12,21 @@ import { type Mode, type RedisBackend, RedisLockBackend } from '../redis/backend
 import type { RedisClient } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/layout.js'
 import { describeClient, RedisStore } from '../redis/store.js'
-import { lineKeys } from './layout.js'
+import { lineKeys, wakePrefix } from './layout.js'
 import { LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
 
-/** A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up). */
+/**
+ * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
+ * `clientId` names the Redlock backend, the same on every node: its waiters' channel.
+ */
 export function lineBackend(
   client: RedisClient,
+  clientId: string,
   prefix = DEFAULT_PREFIX,
 ): { backend: RedisBackend; line: LineMode } {
   const store = new RedisStore(client, { prefix, id: describeClient(client), owned: [] })
-  const line = new LineMode(store, prefix)
-  return { backend: new RedisLockBackend(store, line, { min: 0, timeoutMs: 0 }, []), line }
+  const line = new LineMode(store, prefix, clientId)
+  return { backend: new RedisLockBackend(store, line, { min: 0, timeoutMs: 1000 }, []), line }
 }
 
 export class LineMode implements Mode {
@@ -29,10 +34,22 @@ export class LineMode implements Mode {
   readonly fifo = true
   readonly #store: RedisStore
   readonly #prefix: string
+  readonly #clientId: string
+  /** Where this client's waiters are named (layout.ts). */
+  readonly #wakePrefix: string
+  readonly #channel: string
 
-  constructor(store: RedisStore, prefix: string) {
+  constructor(store: RedisStore, prefix: string, clientId: string) {
     this.#store = store
     this.#prefix = prefix
+    this.#clientId = clientId
+    this.#wakePrefix = wakePrefix(prefix)
+    this.#channel = `${this.#wakePrefix}${clientId}`
+  }
+
+  /** A waiter as it stands in line: its acquire's owner id and this client's id. */
+  #waiter(owner: string): string {
+    return `${acquireOwner(owner)}@${this.#clientId}`
   }
 
   /** KEYS of the LINE_* scripts, in their order (see scripts.ts). */
@@ -48,7 +65,7 @@ export class LineMode implements Mode {
     return this.#store.run(
       LINE_ACQUIRE,
       this.#keys(req.key),
-      [req.owner, req.ttlMs, req.holder ?? '', waiter, ticket, livenessMs],
+      [req.owner, req.ttlMs, req.holder ?? '', this.#waiter(waiter), ticket, livenessMs],
       signal,
     )
   }
@@ -63,26 +80,30 @@ export class LineMode implements Mode {
 
   /** The holder's release: it also leaves the line, and the first waiter left is woken. */
   async release(lease: { key: string; owner: string }): Promise<boolean> {
-    const args = [lease.owner, this.#store.keysOf(lease.key).channel, acquireOwner(lease.owner)]
+    const args = [lease.owner, this.#wakePrefix, this.#waiter(lease.owner)]
     return (await this.#store.run(LINE_RELEASE, this.#keys(lease.key), args)) === 1
   }
 
   /** The clean-up of a lost attempt: its acquire keeps its place in line. */
   async cleanUp(lease: { key: string; owner: string }): Promise<boolean> {
-    const args = [lease.owner, this.#store.keysOf(lease.key).channel, acquireOwner(lease.owner)]
+    const args = [lease.owner, this.#wakePrefix, this.#waiter(lease.owner)]
     return (await this.#store.run(LINE_CLEAN_UP, this.#keys(lease.key), args)) === 1
   }
 
   /** An acquire that gave up: its latest attempt's hold, if any, and its place in line go. */
   abandon(req: AcquireRequest): Promise<unknown> {
-    const { waiter } = req as NodeRequest
-    const args = [req.owner, this.#store.keysOf(req.key).channel, waiter ?? acquireOwner(req.owner)]
+    const args = [req.owner, this.#wakePrefix, this.#waiter(req.owner)]
     return this.#store.run(LINE_LEAVE, this.#keys(req.key), args)
   }
 
-  /** A waiter wakes for the messages naming it (first in line) and for "-<owner>" (nobody in line). */
+  /** A waiter wakes for the messages naming it: first in line now. */
   listener(req: AcquireRequest): string {
     return req.owner
+  }
+
+  /** This client's own channel, the same for all its waiters and keys. */
+  channel(): string {
+    return this.#channel
   }
 
   /** Nothing is handed over on the server: the first waiter re-attempts. */

@@ -9,11 +9,13 @@
  *
  * The lock scripts (LINE_*) are the Redis backend's acquire and release with the node's waiting line
  * (src/engines/quorum-line.ts). KEYS: 1 the lock `<prefix>{<key>}` (the attempt's owner id, PX = its lease),
- * 2 the fence counter, 3 the holder record (inspect), 4 the line (a sorted set: waiter id -> ticket; equal
- * tickets go by waiter id, as on every node), 5 each waiter's liveness deadline (a sorted set: waiter id ->
- * ms of the server's clock). The line keys expire with their last waiter, so an idle lock keeps nothing of
- * them. The `while true` loop is no waiting: inside one atomic script it walks past dead waiters to the
- * first live one (or the end of the line).
+ * 2 the fence counter, 3 the holder record (inspect), 4 the line (a sorted set: waiter -> ticket; equal
+ * tickets go by waiter, as on every node), 5 each waiter's liveness deadline (a sorted set: waiter -> ms of
+ * the server's clock). A waiter in the line is "<acquire's owner id>@<client id>": the first one is woken
+ * by publishing its owner id on its client's own channel, `<wake prefix><client id>` (layout.ts), so a
+ * release wakes the one process whose turn it is, not every client waiting on the key. The line keys expire
+ * with their last waiter, so an idle lock keeps nothing of them. The `while true` loop is no waiting:
+ * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
 import { createHash } from 'node:crypto'
 import type { Script } from '../redis/scripts.js'
@@ -46,10 +48,11 @@ return 1
 `)
 
 /**
- * FIRST: the first live waiter of the line, or false; waiters whose deadline passed are dropped on the way
- * (only the first can hold anyone up, so the others are dropped when they get there). `now` (ms of the
- * server's clock, TIME) is read only when the line has someone in it: an uncontended acquire pays nothing.
- * Redis < 5 needs `replicate_commands` to write after TIME.
+ * FIRST: `first()`, the first live waiter of the line, or false; waiters whose deadline passed are dropped
+ * on the way (only the first can hold anyone up, so the others are dropped when they get there). `now` (ms
+ * of the server's clock, TIME) is read only when the line has someone in it: an uncontended acquire pays
+ * nothing. `wake(prefix, waiter)` publishes the waiter's owner id on its client's channel. Redis < 5 needs
+ * `replicate_commands` to write after TIME.
  */
 const FIRST = `
 if redis.replicate_commands then redis.replicate_commands() end
@@ -60,6 +63,10 @@ local function clock()
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   return now
+end
+local function wake(prefix, waiter)
+  local at = string.find(waiter, '@', 1, true)
+  redis.call('PUBLISH', prefix .. string.sub(waiter, at + 1), string.sub(waiter, 1, at - 1))
 end
 local function first()
   while true do
@@ -75,7 +82,7 @@ end
 
 /**
  * Acquire, in line. ARGV: 1 the attempt's owner id, 2 ttl ms, 3 the holder's description (may be empty),
- * 4 the waiter id (the acquire's owner id), 5 its ticket (0: none yet), 6 the waiter liveness ms.
+ * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms.
  * Returns {1, fence} when granted: the lock is free and the waiter is first in line, or the line is empty
  * (SET NX PX + INCR, one step, as the Redis backend's ACQUIRE), or the key is already this attempt's (a
  * lost reply). Else {0, ms worth waiting, ticket}: the waiter stands in line at its ticket (with none, where
@@ -115,10 +122,9 @@ return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[5], head)) - clock()),
 `)
 
 /**
- * Release by the holder. ARGV: 1 the attempt's owner id, 2 the channel, 3 the waiter id. Deletes the lock
+ * Release by the holder. ARGV: 1 the attempt's owner id, 2 the wake prefix, 3 the waiter. Deletes the lock
  * only if it is still ours (1, else 0), takes the waiter out of the line either way, and, when the lock is
- * free, publishes the id of the first live waiter left (only it re-attempts), or "-<owner>" when nobody is
- * in line (every waiter re-attempts, as the Redis backend's release).
+ * free, wakes the first live waiter left (only it re-attempts; with nobody in line, nobody waits).
  */
 export const LINE_RELEASE = script(`${FIRST}
 local ours = redis.call('GET', KEYS[1]) == ARGV[1]
@@ -127,16 +133,15 @@ redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('ZREM', KEYS[5], ARGV[3])
 if ours or redis.call('EXISTS', KEYS[1]) == 0 then
   local head = first()
-  if head then redis.call('PUBLISH', ARGV[2], head)
-  elseif ours then redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1]) end
+  if head then wake(ARGV[2], head) end
 end
 if ours then return 1 end
 return 0
 `)
 
 /**
- * Clean-up of an attempt that lost its round. ARGV: 1 the attempt's owner id, 2 the channel, 3 the waiter
- * id. Deletes the lock only if this attempt holds it (1, else 0); the waiter keeps its place (its acquire
+ * Clean-up of an attempt that lost its round. ARGV: 1 the attempt's owner id, 2 the wake prefix, 3 the
+ * waiter. Deletes the lock only if this attempt holds it (1, else 0); the waiter keeps its place (its acquire
  * goes on). The first live waiter is woken if it is someone else (one that came in line here while this
  * attempt held the node); the waiter itself retries on its own schedule, and waking it here could make a
  * waiter that keeps losing its round spin.
@@ -145,13 +150,13 @@ export const LINE_CLEAN_UP = script(`${FIRST}
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[3])
 local head = first()
-if head and head ~= ARGV[3] then redis.call('PUBLISH', ARGV[2], head) end
+if head and head ~= ARGV[3] then wake(ARGV[2], head) end
 return 1
 `)
 
 /**
- * Leave the line: an acquire that gave up. ARGV: 1 its latest attempt's owner id, 2 the channel, 3 the
- * waiter id. Deletes the lock if that attempt holds it, takes the waiter out of the line, and, when the lock
+ * Leave the line: an acquire that gave up. ARGV: 1 its latest attempt's owner id, 2 the wake prefix, 3 the
+ * waiter. Deletes the lock if that attempt holds it, takes the waiter out of the line, and, when the lock
  * is free, wakes the first live waiter left: it may have been waiting behind this one.
  */
 export const LINE_LEAVE = script(`${FIRST}
@@ -161,7 +166,7 @@ local queued = redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('ZREM', KEYS[5], ARGV[3])
 if (ours or queued == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
   local head = first()
-  if head then redis.call('PUBLISH', ARGV[2], head) end
+  if head then wake(ARGV[2], head) end
 end
 return 1
 `)
