@@ -47,15 +47,14 @@ export class ReleaseWaiting {
     return new Promise<undefined>((resolve) => {
       const done = () => resolve(undefined)
       link.signal.addEventListener('abort', done, { once: true })
-      const listen = (node: ReleaseListener) => {
+      for (const node of this.#listeners(req.key)) {
         node.listen(req, link.signal).then(
-          (message) => {
+          () => {
             if (!link.signal.aborted && node.up) done()
           },
           () => {},
         )
       }
-      for (const node of this.#listeners(req.key)) listen(node)
     }).finally(() => {
       link.abort(WOKEN)
       link.dispose()

@@ -376,6 +376,51 @@ describe('quorum engine: acquire', () => {
   })
 })
 
+describe('quorum engine: the waiting line', () => {
+  const waiter = (c: string, key = 'k'): AcquireRequest => ({ key, owner: c.repeat(32), ttlMs: 10_000 })
+
+  it('tickets by arrival; a free lock goes to the first in line, not to whoever asks first', async () => {
+    const { nodes, quorum } = fakeQuorum(5)
+    for (const node of nodes) node.hold('k', 'holder.1', 5000)
+    const first = await quorum.tryAcquire(waiter('a'), signal())
+    const second = await quorum.tryAcquire(waiter('b'), signal())
+    // Refused everywhere, in line: the core then waits for its turn instead of polling.
+    assert.ok(!first.granted && first.queued && !second.granted && second.queued)
+    for (const node of nodes) {
+      const line = node.lines.get('k')!
+      assert.ok(line.get('a'.repeat(32))!.ticket < line.get('b'.repeat(32))!.ticket)
+    }
+    for (const node of nodes) node.holds.delete('k')
+    // b asks first once the lock is free: a stands before it on every node, so b is refused everywhere
+    // (no split, nothing to clean up), and a takes every node.
+    const barging = await quorum.tryAcquire(waiter('b'), signal())
+    assert.ok(!barging.granted && barging.queued)
+    for (const node of nodes) assert.equal(node.holderOf('k'), undefined)
+    const turn = await quorum.tryAcquire(waiter('a'), signal())
+    assert.ok(turn.granted)
+    // A newcomer draws a ticket behind b, from the places a majority offered.
+    const late = await quorum.tryAcquire(waiter('c'), signal())
+    assert.ok(!late.granted)
+    assert.ok(
+      nodes[0]!.lines.get('k')!.get('c'.repeat(32))!.ticket >
+        nodes[0]!.lines.get('k')!.get('b'.repeat(32))!.ticket,
+    )
+  })
+
+  it('a waiter that missed a node (its attempt failed there) still gets its turn from the others', async () => {
+    const { nodes, quorum } = fakeQuorum(5)
+    for (const node of nodes) node.hold('k', 'holder.1', 5000)
+    nodes[4]!.mode = 'fail'
+    assert.equal((await quorum.tryAcquire(waiter('a'), signal())).granted, false)
+    nodes[4]!.mode = 'answer'
+    assert.equal((await quorum.tryAcquire(waiter('b'), signal())).granted, false)
+    for (const node of nodes) node.holds.delete('k')
+    // b is first on node 4 (a never stood there), a on 0-3: a takes the majority, b at most node 4.
+    assert.ok((await quorum.tryAcquire(waiter('a'), signal())).granted)
+    assert.equal((await quorum.tryAcquire(waiter('b'), signal())).granted, false)
+  })
+})
+
 describe('quorum engine: extend and release', () => {
   const held = async (count: number) => {
     const q = fakeQuorum(count, 100)
