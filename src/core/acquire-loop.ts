@@ -289,6 +289,9 @@ class AcquireLoop {
   async #wait(result: AttemptResult): Promise<void> {
     const hint = this.#hint
     const cap = this.#backend.capabilities.notify && hint ? POLL_MAX_NOTIFY_MS : POLL_MAX_MS
+    // A waiter the store keeps in line, and wakes when its turn comes, polls at the cap from the start:
+    // the early polls would only ask again for a turn that the notification brings anyway.
+    if (!result.granted && result.queued && hint) this.#poll = cap
     let wait = jitter(this.#poll)
     this.#poll = Math.min(this.#poll * 2, cap)
     if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)

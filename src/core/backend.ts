@@ -70,6 +70,11 @@ export interface Busy {
   readonly granted: false
   /** When the current holder's lease ends if it is not renewed, when the backend knows: caps the next sleep. */
   readonly retryInMs?: number | undefined
+  /**
+   * The store keeps this waiter's place in a line and its `waitForChange` wakes it when its turn comes:
+   * the core then polls only as a slow fallback (for a lost notification), not from 10 ms up.
+   */
+  readonly queued?: boolean | undefined
 }
 
 export type AttemptResult = Grant | Busy

@@ -20,16 +20,25 @@ export class NodeTimeoutError extends Error {
   override name = 'NodeTimeoutError'
 }
 
-/** The reason operations still running are stopped with when the verdict is in (`stopAtVerdict`). */
+/** The reason operations still running are stopped with when the verdict is in (`after.stop`). */
 const VERDICT = Object.freeze({ name: 'Verdict', message: 'the round was decided without this node' })
+
+/** What to do with the operations still running when the verdict is in. */
+export interface AfterVerdict<T, V> {
+  /**
+   * Stop them (their signal aborts) after this verdict: for an acquire that won, a node not yet sent to
+   * gets nothing.
+   */
+  readonly stop?: (verdict: V) => boolean
+  /** Each answer (or failure) that arrives after the verdict, from an operation that was not stopped. */
+  readonly late?: (node: number, vote: Vote<T>, verdict: V) => void
+}
 
 /**
  * Runs `op` on nodes `0 … count-1` at once and resolves with `decide`'s verdict as soon as it gives one.
  * `decide` sees the votes after each answer; once every node has answered or timed out it must decide.
  * Operations still running after the verdict go on (a sent command cannot be recalled) until they settle
- * or time out; callers that may have been granted something by them clean up on every node.
- * With `stopAtVerdict`, the operations' signal aborts at the verdict instead (for an acquire: a node not yet
- * sent to gets nothing, and the clean-up sent at the verdict is the last word).
+ * or time out, and `after.late` hears how each ended; `after.stop` aborts them instead.
  * Rejects with `signal.reason` if `signal` aborts first.
  */
 export function round<T, V>(
@@ -38,13 +47,14 @@ export function round<T, V>(
   signal: AbortSignal,
   op: (node: number, signal: AbortSignal) => Promise<T>,
   decide: (votes: Votes<T>) => V | undefined,
-  stopAtVerdict = false,
+  after: AfterVerdict<T, V> = {},
 ): Promise<{ verdict: V; votes: Votes<T> }> {
   return new Promise((resolve, reject) => {
     const link = linkedAbort(signal)
     const votes: Array<Vote<T> | undefined> = new Array(count).fill(undefined)
     let pending = count
     let decided = false
+    let verdict: V | undefined
     // The timer fires in the timers phase of the event loop, before replies already sitting in the sockets
     // are read (poll phase). After a pause of this process (GC, a busy CPU) every node would look timed out
     // although it answered in time: setImmediate runs after the poll phase, so those replies count first.
@@ -61,17 +71,20 @@ export function round<T, V>(
         clearTimeout(timer)
         link.dispose()
       }
-      if (decided) return
+      if (decided) {
+        if (verdict !== undefined) after.late?.(node, vote, verdict)
+        return
+      }
       if (signal.aborted) {
         decided = true
         reject(signal.reason)
         return
       }
-      const verdict = decide(votes)
+      verdict = decide(votes)
       if (verdict !== undefined) {
         decided = true
         resolve({ verdict, votes: votes.slice() })
-        if (stopAtVerdict && pending > 0) link.abort(VERDICT)
+        if (pending > 0 && after.stop?.(verdict)) link.abort(VERDICT)
       } else if (pending === 0) {
         decided = true
         reject(new Error('quorum round: every node answered but no verdict was reached (a bug in decide)'))

@@ -1,24 +1,25 @@
 /**
  * Waiting for a quorum lock's release (the `waitForChange` hint of the quorum engine, quorum.ts). A release
- * is announced by every node it reached; a waiter listens to n - q + 1 nodes, wakes at the first copy, and
- * takes the copies from the other nodes, a moment later, for the same news. Waiters that keep losing races
- * re-attempt after a short random pause so that one of them gets ahead.
+ * is announced by every node it reached, to the first waiter left in that node's line (quorum-line.ts)
+ * only, on that waiter's client's own channel. A waiter listens to n - q + 1 nodes and wakes at every copy
+ * naming it: the first copy makes it re-attempt; one that arrives during or after a failed attempt (the
+ * release had not yet reached enough nodes when it asked) means the release has reached one more node,
+ * and it asks again. Waiters not named are not woken at all: they keep their place in line.
  */
 import { linkedAbort } from '../core/abort.js'
 import type { AcquireRequest } from '../core/backend.js'
-import { BoundedMap } from '../core/bounded-map.js'
-import { now } from '../core/clock.js'
 
 /** A node that announces releases. */
 export interface ReleaseListener {
   /** Connected now: a node that is not cannot deliver news, and its wake-ups are none. */
   readonly up: boolean
-  /** Resolves with the message that woke it ("-<owner>" on a release), `undefined` when no message did. */
+  /**
+   * Resolves with the message that woke it, `req.owner` (first in line on this node now), or `undefined`
+   * when no message did (an abort, a subscription just made). Messages naming another waiter do not
+   * resolve it.
+   */
   listen(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined>
 }
-
-/** The longest pause before a contended waiter re-attempts after a wake-up (see `refusalsOf`). */
-const SPREAD_MS = 2
 
 /** The reason given to the listens still going once the waiter has woken (a cheap shared value, no stack). */
 const WOKEN = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
@@ -31,47 +32,29 @@ function hash(text: string): number {
 }
 
 export class ReleaseWaiting {
-  readonly #heard: RecentReleases
-
   constructor(
     readonly nodes: readonly ReleaseListener[],
     readonly q: number,
-    /**
-     * Attempts refused so far, per acquire still waiting. A waiter that has lost a race after a wake-up
-     * knows others wait too; it then re-attempts after a random pause of up to SPREAD_MS instead of at
-     * once, so the first of them reaches every node before the next starts and takes the majority cleanly.
-     * Without it, waiters woken by the same release, in different processes, reach the nodes in different
-     * orders, each gets a minority (a split), all release and retry, and throughput collapses. A lone
-     * waiter never loses a race, so its handoff is not delayed.
-     */
-    readonly refusalsOf: (owner: string) => number,
-    /** How long copies of one release count as the same news. */
-    windowMs: () => number,
-  ) {
-    this.#heard = new RecentReleases(windowMs)
-  }
+  ) {}
 
   /**
-   * Resolves when `req.key` may have been released, or when `signal` aborts. A node whose connection is
-   * down wakes its waiter at once (its listen failed): that is no news either, and would make waiting spin.
+   * Resolves when a node names `req`'s waiter first in line (it may take the lock now), or when `signal`
+   * aborts. A node whose connection is down does not wake its waiter (its listen failed): that is no news,
+   * and would make waiting spin; the core's slow poll covers a node that cannot tell.
    */
   waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<undefined> {
     const link = linkedAbort(signal)
     return new Promise<undefined>((resolve) => {
       const done = () => resolve(undefined)
       link.signal.addEventListener('abort', done, { once: true })
-      const listen = (node: ReleaseListener) => {
+      for (const node of this.#listeners(req.key)) {
         node.listen(req, link.signal).then(
-          (message) => {
-            if (link.signal.aborted || !node.up) return
-            if (message && this.#heard.repeats(req.key, message)) listen(node)
-            else if (this.refusalsOf(req.owner) >= 2) setTimeout(done, Math.random() * SPREAD_MS)
-            else done()
+          () => {
+            if (!link.signal.aborted && node.up) done()
           },
           () => {},
         )
       }
-      for (const node of this.#listeners(req.key)) listen(node)
     }).finally(() => {
       link.abort(WOKEN)
       link.dispose()
@@ -80,8 +63,9 @@ export class ReleaseWaiting {
 
   /**
    * The nodes a waiter on `key` listens to: n - q + 1 of them, so at least one is up whenever a majority
-   * is (a release is announced on every node); not all n, which would deliver each release n times to each
-   * waiting client. Chosen by the key's hash, so the listens of many keys spread over the nodes.
+   * is (a release is announced on every node it reaches); not all n, which would deliver each release n
+   * times. Chosen by the key's hash, so the listens of many keys spread over the nodes. With an odd n that
+   * is q nodes: once each has named it (the release has reached them all), its attempt finds q free nodes.
    */
   #listeners(key: string): ReleaseListener[] {
     const n = this.nodes.length
@@ -90,23 +74,5 @@ export class ReleaseWaiting {
     const ring = [...this.nodes.slice(start), ...this.nodes.slice(0, start)]
     const up = ring.filter((node) => node.up)
     return (up.length >= want ? up : ring).slice(0, want)
-  }
-}
-
-/**
- * The releases a client's waiters have already reacted to, per key, for a short while: the copies of one
- * release arriving from the other nodes are then recognised as the same news. Bounded: old keys go first.
- */
-class RecentReleases {
-  readonly #seen = new BoundedMap<string, { message: string; at: number }>(1024)
-  constructor(readonly windowMs: () => number) {}
-
-  /** True if `message` on `key` was heard within the window; otherwise records it and returns false. */
-  repeats(key: string, message: string): boolean {
-    const last = this.#seen.get(key)
-    const t = now()
-    if (last && last.message === message && t - last.at < this.windowMs()) return true
-    this.#seen.renew(key, { message, at: t })
-    return false
   }
 }

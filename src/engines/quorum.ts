@@ -9,9 +9,14 @@
  * - Validity: the core times every attempt from before the first request on its monotonic clock, and keeps
  *   TTL - elapsed - (TTL x drift + 2 ms); a grant whose validity is gone is released. So a grant reports the
  *   ttl asked for, never more: each node's lease started after the attempt did.
- * - A failed attempt is released on every node, answered or not (a late grant is removed too: each node's
- *   release travels on the same connection after its acquire). The core retries after a jittered delay;
- *   after a split vote the retry comes after a short random delay, as the Redlock spec says.
+ * - Who may take a free node: the first of the node's waiting line, ordered by a ticket that every node
+ *   agrees on (quorum-line.ts), so contenders no longer split the votes. A failed attempt is released on
+ *   every node that may hold it: at once where it was granted or failed, and where the answer was still
+ *   pending at the verdict, when it comes (granted or failed); each release travels on the node's
+ *   connection after its acquire. A node that refused gets nothing, so a waiter refused everywhere costs
+ *   one command per node. After a split vote the retry comes after a short random delay, as the Redlock
+ *   spec says (doubling while it keeps splitting); an attempt refused by a majority waits for its turn
+ *   (the core's wait, woken by quorum-wait.ts).
  * - Each attempt writes its own owner id on the nodes, `<owner>.<attempt>`: the clean-up of a failed
  *   attempt can then never delete the hold of a later attempt of the same acquire, whatever order the
  *   commands reach a node in (a command re-sent one round trip late, e.g. a script after NOSCRIPT, lands
@@ -24,11 +29,13 @@
  *   grant costs one round trip. The node index sits in the low 8 bits, so grants from different nodes never
  *   share a token.
  *
- * Its node interface, `QuorumNode` (below): one node's single-node lock, each primitive owner-checked, a
- * throw counting as that node's failure in the round. What a node needs before it may vote (Redlock's
- * delayed restart and admission) is the node's business, inside its `acquire` and `extend`.
+ * Its node interface, `QuorumNode` (below): one node's single-node lock with its waiting line, each
+ * primitive owner-checked, a throw counting as that node's failure in the round. What a node needs before
+ * it may vote (Redlock's delayed restart and admission) is the node's business, inside its `acquire` and
+ * `extend`.
  * Who uses it: the Redlock backend (src/backends/redlock, whose driver.ts is the node over one Redis
- * master). Inspect's reconstruction is in quorum-inspect.ts, waiting for a release in quorum-wait.ts.
+ * master). The waiting line is quorum-line.ts, inspect's reconstruction quorum-inspect.ts, waiting for a
+ * release quorum-wait.ts.
  * Longer than ~300 lines on purpose: the whole algorithm (acquire with its clean-up and fence write-back,
  * extend, release, abandon) reads top to bottom in this one file.
  */
@@ -36,38 +43,43 @@ import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockInfo }
 import { BoundedMap } from '../core/bounded-map.js'
 import { type NodeFailure, QuorumError } from '../core/errors.js'
 import { inspectVotes, NODE_BITS } from './quorum-inspect.js'
-import { majorityVerdict, round, tally, type Votes } from './quorum-round.js'
+import { Line, type NodeAttempt, type NodeRequest } from './quorum-line.js'
+import { majorityVerdict, round, tally, type Vote, type Votes } from './quorum-round.js'
+
+export type { NodeAttempt, NodeRequest } from './quorum-line.js'
 
 /** One node of a quorum. Every primitive acts on this node alone; a throw is this node's failure. */
 export interface QuorumNode {
   /** Names the node in errors. */
   readonly id: string
   /**
-   * One attempt on this node (waiting first, if it must, until the node may vote). A grant carries the
-   * token this node minted, from a counter that never goes back; already held by `req.owner` = granted.
+   * One attempt on this node (waiting first, if it must, until the node may vote). Granted when the lock
+   * is free and `req.waiter` is the first live waiter of this node's line (or the line is empty): the
+   * token this node minted, from a counter that never goes back; already held by `req.owner` = granted
+   * too. Otherwise refused, and `req.waiter` stands in the line (ordered by ticket, then waiter id) at
+   * `req.ticket`, or, while that is 0, where it stood or behind everyone: that place is the answer's ticket.
    */
-  acquire(req: AcquireRequest, signal: AbortSignal): Promise<NodeAttempt>
+  acquire(req: NodeRequest, signal: AbortSignal): Promise<NodeAttempt>
   /** Raises `key`'s counter on this node to at least `atLeast` (never lowers it). */
   raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<unknown>
   /** Extends the lease if `lease.owner` holds it here (waiting first, if it must, until the node may vote). */
   extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<{ readonly renewed: boolean }>
-  /** Releases if `lease.owner` holds it here; false when it was not. May wait for the node to be usable. */
+  /**
+   * Releases if `lease.owner` holds it here (false when it was not), takes its acquire out of the line and
+   * wakes the new first waiter. May wait for the node to be usable.
+   */
   release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
   /**
    * Releases at once, without waiting for anything: the clean-up of an attempt, which must travel right
-   * behind that attempt's acquire to this node (and before the next attempt's).
+   * behind that attempt's acquire to this node (and before the next attempt's). Its acquire keeps its
+   * place in the line: it goes on.
    */
   cleanUp(lease: HeldLease, signal: AbortSignal): Promise<unknown>
-  /** The node's own clean-up of an acquire that gave up (its queue entry, if any). */
-  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  /** The node's own clean-up of an acquire that gave up: its place in the line (and any hold of `req.owner`). */
+  abandon(req: NodeRequest, signal: AbortSignal): Promise<void>
   /** What this node holds for `key`. */
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
 }
-
-/** A node's answer to an acquire: its token, or who holds the key there for how long. */
-export type NodeAttempt =
-  | { readonly granted: true; readonly fence: bigint }
-  | { readonly granted: false; readonly retryInMs?: number | undefined }
 
 export interface QuorumOptions {
   /** Names the store in errors. */
@@ -79,11 +91,11 @@ export interface QuorumOptions {
 /** The most nodes a quorum may have: the node index of a token has 8 bits. */
 export const MAX_NODES = 1 << Number(NODE_BITS)
 
-/** The longest random pause before a retry after a split vote, as the Redlock spec asks. */
-const SPLIT_RETRY_MS = 3
-
 /** The reason given to the node operations the engine stops itself (a cheap shared value, no stack). */
 const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
+
+/** A node's answer to an acquire after which it may hold the attempt: a grant, or no answer at all. */
+const mayHold = (vote: Vote<NodeAttempt>): boolean => !vote.ok || vote.value.granted
 
 /** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
 const onNodes = (lease: HeldLease): HeldLease =>
@@ -94,11 +106,8 @@ export class Quorum {
   readonly q: number
   readonly #id: string
   readonly #nodeTimeoutMs: number | undefined
-  /** The node-side owner id of the latest attempt of each acquire still going, for `abandon`. */
-  readonly #attempts = new BoundedMap<string, string>(4096)
-  #attemptSeq = 0
-  /** Attempts refused so far, per acquire still waiting (quorum-wait.ts spreads the waiters that lost races). */
-  readonly #refusals = new BoundedMap<string, number>(4096)
+  /** The acquires still going: each one's latest attempt and its place in the nodes' lines. */
+  readonly #line: Line
   /**
    * The token of each hold this client has, by owner, for `inspect`. The nodes cannot say which node's
    * counter made the token: a node that granted after the verdict may also show M (with a lower index) or
@@ -118,6 +127,7 @@ export class Quorum {
     this.q = Math.floor(this.n / 2) + 1
     this.#id = options.id
     this.#nodeTimeoutMs = options.nodeTimeoutMs
+    this.#line = new Line(this.q)
   }
 
   /** The largest ttl asked for so far (0 before any). */
@@ -130,17 +140,11 @@ export class Quorum {
     return this.#nodeTimeout(this.#largestTtlMs || 10_000)
   }
 
-  /** How many attempts of `owner`'s acquire have been refused so far. */
-  refusalsOf(owner: string): number {
-    return this.#refusals.get(owner) ?? 0
-  }
-
   async tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     this.#noteTtl(request.ttlMs)
     const timeoutMs = this.#nodeTimeout(request.ttlMs)
-    // This attempt's own owner id on the nodes (see the top of this file).
-    const req = { ...request, owner: `${request.owner}.${(++this.#attemptSeq).toString(36)}` }
-    this.#attempts.renew(request.owner, req.owner)
+    // This attempt's own owner id on the nodes (see the top of this file), and its acquire's ticket.
+    const req = this.#line.next(request)
     const { verdict, votes } = await round(
       this.n,
       timeoutMs,
@@ -152,28 +156,32 @@ export class Quorum {
           this.n,
           this.q,
         ),
-      // Pending acquires stop at the verdict: not sent yet, or to be re-sent after NOSCRIPT, they would
-      // land after the clean-up (below) and hold the node for a ttl. Sent ones are cleaned up.
-      true,
+      {
+        // A won round stops the acquires still pending: a node not sent to yet gets nothing (the release
+        // reaches the others). A lost round lets them answer, and takes back what they grant (below).
+        stop: (verdict) => verdict === 'yes',
+        late: (i, vote, verdict) => {
+          if (verdict !== 'yes' && mayHold(vote)) void this.#cleanUp(req, [this.nodes[i]!])
+        },
+      },
     )
     if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, timeoutMs, signal)
-    // Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind.
-    this.#refusals.set(request.owner, this.refusalsOf(request.owner) + 1)
-    // Take back what this attempt got, now, on every node that may hold it: those that granted, those that
-    // failed (the acquire may have run after their time was up) and those still pending. Sent now, each
-    // release follows its node's acquire on the same connection and precedes the next attempt's: a release
-    // sent later, when a slow node's grant arrives, could land after the next attempt (same owner) was
-    // granted there, and delete the hold that attempt counts on (two holders). Nodes that refused hold
-    // nothing of ours.
+    // Draws the ticket, if the acquire has none yet, and decides when to try again.
+    const retry = this.#line.lost(request.owner, votes, verdict === 'split', () => this.#freedIn(votes))
+    // Take back what this attempt got on every node that may hold it: those that granted and those that
+    // failed (the acquire may have run after their time was up) now, those still pending when they answer
+    // (above). Nodes that refused hold nothing of ours. Each clean-up travels on the node's connection after
+    // this attempt's acquire, so it lands after it; it names this attempt's own owner id, so however late it
+    // lands it never removes the hold of a later attempt (see the top of this file).
     void this.#cleanUp(
       req,
-      this.nodes.filter((_, i) => !(votes[i]?.ok && !votes[i].value.granted)),
+      this.nodes.filter((_, i) => votes[i] !== undefined && mayHold(votes[i])),
     )
     if (verdict === 'unreachable') throw this.#unreachable(req.key, 'acquire', votes)
-    if (verdict === 'no') return { granted: false, ...this.#freedIn(votes) }
-    // Split votes: contenders took a minority each (or a node is down among them). Everyone released what
-    // it got; retry after a short random delay, as the spec says, so one of them gets ahead.
-    return { granted: false, retryInMs: Math.random() * SPLIT_RETRY_MS }
+    // Refused by a majority (its turn has not come, or the release has not reached a majority yet: the
+    // copies of the release still to come wake it again), or split (see quorum-line.ts). What this
+    // attempt took is released.
+    return { granted: false, ...retry }
   }
 
   async extend(handle: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
@@ -222,14 +230,12 @@ export class Quorum {
     return t.yes > 0
   }
 
-  /** Removes whatever the latest attempt of `request`'s acquire may hold, on every node. */
+  /** Removes the acquire's place in line and whatever its latest attempt may hold, on every node. */
   async abandon(request: AcquireRequest, signal: AbortSignal): Promise<void> {
-    this.#refusals.delete(request.owner)
     this.#tokens.delete(request.owner)
-    const owner = this.#attempts.get(request.owner)
-    if (owner === undefined) return
-    this.#attempts.delete(request.owner)
-    const req = { ...request, owner }
+    const req = this.#line.latest(request)
+    if (req === undefined) return
+    this.#line.done(request.owner)
     await Promise.allSettled(this.nodes.map((node) => node.abandon(req, signal)))
     await this.#cleanUp(req)
   }
@@ -274,10 +280,9 @@ export class Quorum {
       needed <= 0 ||
       (await this.#writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
     ) {
-      this.#refusals.delete(owner)
-      this.#attempts.delete(owner)
+      this.#line.done(owner)
       const fence = (m << NODE_BITS) | BigInt(atM[0]!)
-      // Bounded like the refusals: a hold whose release never reaches us must not pile up.
+      // Bounded like the places in line: a hold whose release never reaches us must not pile up.
       this.#tokens.set(owner, fence)
       return { granted: true, fence, ttlMs: req.ttlMs, cookie: req.owner }
     }

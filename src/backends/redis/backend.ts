@@ -50,8 +50,15 @@ export interface Mode {
   abandon(req: AcquireRequest): Promise<unknown>
   /** The owner whose messages wake this waiter, or undefined when any message does. */
   listener(req: AcquireRequest): string | undefined
+  /** The channel this waiter listens on. @default the key's own channel (`keysOf(key).channel`) */
+  channel?(req: AcquireRequest): string
   /** The grant that the message which woke `req` handed to it, if it did. */
   handedOver(req: AcquireRequest, message: string | undefined): Grant | undefined
+  /**
+   * The attempt's result from its acquire script's reply, when the mode's script answers more than
+   * {granted, fence | ms} (Redlock's line: the waiter's ticket too). @default grantOf
+   */
+  answer?(reply: unknown, ttlMs: number): AttemptResult
 }
 
 /**
@@ -105,7 +112,8 @@ export class RedisLockBackend implements RedisBackend {
   async tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     let result: AttemptResult
     try {
-      result = grantOf(await raceSignal(this.#mode.acquire(req, signal), signal), req.ttlMs)
+      const reply = await raceSignal(this.#mode.acquire(req, signal), signal)
+      result = this.#mode.answer ? this.#mode.answer(reply, req.ttlMs) : grantOf(reply, req.ttlMs)
     } catch (error) {
       // An abort (the core's deadline, the caller) or an error reply: the core treats the outcome as
       // unknown and calls `abandon`, which removes any hold of this owner once this attempt has settled.
@@ -204,7 +212,8 @@ export class RedisLockBackend implements RedisBackend {
   }
 
   waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined> {
-    return this.#subscriptions.wait(this.#store.keysOf(req.key).channel, this.#mode.listener(req), signal)
+    const channel = this.#mode.channel ? this.#mode.channel(req) : this.#store.keysOf(req.key).channel
+    return this.#subscriptions.wait(channel, this.#mode.listener(req), signal)
   }
 
   async waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> {
@@ -223,7 +232,7 @@ export class RedisLockBackend implements RedisBackend {
 }
 
 /** An acquire script's reply {granted, fence | ms until worth trying again} as the core's result. */
-function grantOf(reply: unknown, ttlMs: number): AttemptResult {
+export function grantOf(reply: unknown, ttlMs: number): AttemptResult {
   const [granted, value] = reply as [number, number]
   if (granted === 1) return { granted: true, fence: BigInt(value), ttlMs }
   return value > 0 ? { granted: false, retryInMs: value } : { granted: false }

@@ -4,8 +4,9 @@
  * extend) waits until the node is checked, admitted and old enough; a release or an inspect only until its
  * connection is checked; a clean-up waits for nothing.
  */
+import { raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, HeldLease, LockInfo } from '../../core/backend.js'
-import type { QuorumNode } from '../../engines/quorum.js'
+import type { NodeAttempt, NodeRequest, QuorumNode } from '../../engines/quorum.js'
 import type { ReleaseListener } from '../../engines/quorum-wait.js'
 import type { RedlockNode } from './node.js'
 
@@ -24,7 +25,8 @@ export class RedlockDriver implements QuorumNode, ReleaseListener {
     return this.node.client.status === 'ready'
   }
 
-  acquire(req: AcquireRequest, s: AbortSignal) {
+  /** The backend's attempt in line mode, whose refusals carry the waiter's ticket (line.ts). */
+  acquire(req: NodeRequest, s: AbortSignal): Promise<NodeAttempt> {
     const { node } = this
     const delay = this.restartDelay()
     if (node.votes(delay)) return node.backend.tryAcquire(req, s)
@@ -55,11 +57,12 @@ export class RedlockDriver implements QuorumNode, ReleaseListener {
     return node.checked(s).then(() => node.backend.release(lease, s))
   }
 
+  /** Sent at once, on the connection of the attempt's acquire (never waits for a check). */
   cleanUp(lease: HeldLease, s: AbortSignal): Promise<boolean> {
-    return this.node.backend.release(lease, s)
+    return raceSignal(this.node.line.cleanUp(lease), s)
   }
 
-  async abandon(req: AcquireRequest, s: AbortSignal): Promise<void> {
+  async abandon(req: NodeRequest, s: AbortSignal): Promise<void> {
     await this.node.backend.abandon?.(req, s)
   }
 

@@ -6,8 +6,9 @@
  *
  * - Layout: on each node, the Redis backend's keys (redis/layout.ts): `<prefix>{<key>}` = the owner id of
  *   one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = that node's
- *   counter. Plus one admission marker per node, `<prefix>!admitted` = the run_id of the server process
- *   that was admitted (admission.ts).
+ *   counter. The waiting line (layout.ts, scripts.ts): `<prefix>{<key>}:line` (waiter -> ticket) and
+ *   `:alive` (waiter -> liveness deadline), expiring with their last waiter. Plus one admission marker per
+ *   node, `<prefix>!admitted` = the run_id of the server process that was admitted (admission.ts).
  * - Expiry: each node's own clock expires its hold (PX); the lock is free once all but q-1 of the majority's
  *   holds have expired. Validity is counted by the core from before the first request, less the drift.
  * - Fence: the largest counter M of the granting majority, written back to the majority's nodes that were
@@ -17,25 +18,28 @@
  *   (re)started (admission.ts for how and why: invariant J; node.ts for where it is checked: once per
  *   connection, off the acquire path). Delayed restart: a node votes only once its server has been up for
  *   restartDelay (node.ts).
- * - Waiting: a release publishes "-<owner>" on every node; a waiter listens to n - q + 1 of them and takes
- *   the copies of one release for one wake-up (src/engines/quorum-wait.ts).
+ * - Waiting: in line (src/engines/quorum-line.ts): a node grants a free lock only to the first live waiter
+ *   of its line, ordered by a ticket all nodes agree on; a release wakes that waiter alone, on its client's
+ *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (quorum-wait.ts).
  * - Limits: 1 to 256 nodes (use an odd number); the Redis backend's key and ttl limits; safety assumes the
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
  *   FLUSHALL or eviction of fence counters, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
  * - driver.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counters from the others, and why fences stay increasing.
  * - bootstrap.ts: the admission of a fresh set, all nodes at once.
  * - admission-state.ts: admission's states, errors and shared helpers.
  * - fences.ts: a node's fence counters in bulk (SCAN/MGET, pipelined raises).
- * - scripts.ts: the STATE and ADMIT scripts.
- * - layout.ts: the admission marker's key name.
+ * - scripts.ts: the lock scripts with the waiting line (LINE_*), and the STATE and ADMIT scripts.
+ * - layout.ts: the admission marker's key name, the line's keys, the wake channels.
  * - connection.ts: waiting for a node's connection.
  * - doctor.ts: `fencelock doctor redlock://…`.
  * - url.ts: redlock:// parameters, node list, and each node's ioredis options.
  */
+import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type {
   AcquireRequest,
@@ -51,10 +55,10 @@ import { loadDriver, readParams, redact } from '../../core/url.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum.js'
 import { ReleaseWaiting } from '../../engines/quorum-wait.js'
 import { connect } from '../redis/connect.js'
-import { redisBackend } from '../redis/index.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
 import { RedlockDriver } from './driver.js'
+import { lineBackend } from './line.js'
 import { RedlockNode } from './node.js'
 import { nodeHosts, PARAMS } from './url.js'
 
@@ -161,16 +165,16 @@ class RedlockBackend implements LockBackend {
     this.#owned = owned
     this.#restartDelayMs = options.restartDelayMs
     const q = Math.floor(clients.length / 2) + 1
+    // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
+    const clientId = randomBytes(8).toString('hex')
     const nodes: RedlockNode[] = clients.map((client, i) => {
-      const backend = redisBackend({
-        client,
-        ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
-      })
+      const { backend, line } = lineBackend(client, clientId, options.prefix)
       return new RedlockNode(
         i,
         backend.id,
         client,
         backend,
+        line,
         (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
         // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
         // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
@@ -181,12 +185,7 @@ class RedlockBackend implements LockBackend {
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
     const drivers = nodes.map((node) => new RedlockDriver(node, () => this.#restartDelay()))
     this.#quorum = new Quorum(drivers, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(
-      drivers,
-      q,
-      (owner) => this.#quorum.refusalsOf(owner),
-      () => 2 * this.#quorum.defaultTimeoutMs,
-    )
+    this.#waiting = new ReleaseWaiting(drivers, q)
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {

@@ -1,8 +1,25 @@
 /**
  * Where Redlock keeps its own state on each node, besides the Redis backend's lock keys (redis/layout.ts):
- * the admission marker. The backend and the tests both use this; nobody copies the format.
+ * the admission marker, each lock's waiting line, and the channels its waiters are woken on. The backend
+ * and the tests both use this; nobody copies the format.
  */
-import { DEFAULT_PREFIX } from '../redis/layout.js'
+import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
 
 /** The node's admission marker under `prefix`: the run_id of the server process that was admitted. */
 export const admissionMarker = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!admitted`
+
+/**
+ * The waiting line of the lock named `key` on a node: `line` (waiter id -> ticket) and `alive` (waiter id
+ * -> liveness deadline, ms of the server's clock), two sorted sets beside the lock key, in its hash tag.
+ */
+export function lineKeys(key: string, prefix: string = DEFAULT_PREFIX): { line: string; alive: string } {
+  const { lock } = redisLockKeys(key, prefix)
+  return { line: `${lock}:line`, alive: `${lock}:alive` }
+}
+
+/**
+ * The channels that wake a client's waiters start with this: `<prefix>!wake:<client id>` is the channel of
+ * one client (one backend), on which a node publishes the owner id of the client's waiter that is first in
+ * a line now.
+ */
+export const wakePrefix = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!wake:`

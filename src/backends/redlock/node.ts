@@ -23,15 +23,26 @@ import { raceSignal } from '../../core/abort.js'
 import { now, sleep } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
-import { ACQUIRE, EXTEND, INSPECT, RAISE_FENCE, RELEASE, type Script } from '../redis/scripts.js'
+import { EXTEND, INSPECT, RAISE_FENCE, type Script } from '../redis/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
 import { type FenceKeys, fenceKeys, firstFence, raiseAll, readFences } from './fences.js'
 import { admissionMarker } from './layout.js'
-import { ADMIT, STATE } from './scripts.js'
+import type { LineMode } from './line.js'
+import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
-const REDLOCK_SCRIPTS = [ACQUIRE, RELEASE, EXTEND, RAISE_FENCE, INSPECT, STATE, ADMIT]
+const REDLOCK_SCRIPTS = [
+  LINE_ACQUIRE,
+  LINE_RELEASE,
+  LINE_CLEAN_UP,
+  LINE_LEAVE,
+  EXTEND,
+  RAISE_FENCE,
+  INSPECT,
+  STATE,
+  ADMIT,
+]
 
 /** The shortest pause between two catch-ups of a node that failed (they run when the node is needed). */
 const RETRY_MS = 500
@@ -77,6 +88,8 @@ export class RedlockNode {
     readonly id: string,
     readonly client: Redis,
     readonly backend: RedisBackend,
+    /** The mode of `backend`: the node's waiting line (its clean-up is not a primitive of the backend). */
+    readonly line: LineMode,
     readonly catchUp: CatchUp,
     /** How long a restarted server must have been up before it is caught up (see admission.ts). */
     readonly restartDelay: () => number,

@@ -1,10 +1,21 @@
 /**
- * The scripts only Redlock runs (the lock scripts themselves are the Redis backend's, unchanged). Both read
- * the server's run_id with `INFO server` inside the script, so the run_id and what the script reads or
- * writes belong to one and the same server process: no restart can fall between them.
+ * The scripts only Redlock runs. Extend, inspect and the fence write-back are the Redis backend's, unchanged.
  *
- * KEYS[1] is the node's admission marker `<prefix>!admitted` (see admission.ts): the run_id of the server
- * process that was admitted, that is, whose fence counters were caught up (or found fresh) before it voted.
+ * The admission scripts (STATE, ADMIT) read the server's run_id with `INFO server` inside the script, so the
+ * run_id and what the script reads or writes belong to one and the same server process: no restart can
+ * fall between them. Their KEYS[1] is the node's admission marker `<prefix>!admitted` (see admission.ts):
+ * the run_id of the server process that was admitted, that is, whose fence counters were caught up (or
+ * found fresh) before it voted.
+ *
+ * The lock scripts (LINE_*) are the Redis backend's acquire and release with the node's waiting line
+ * (src/engines/quorum-line.ts). KEYS: 1 the lock `<prefix>{<key>}` (the attempt's owner id, PX = its lease),
+ * 2 the fence counter, 3 the holder record (inspect), 4 the line (a sorted set: waiter -> ticket; equal
+ * tickets go by waiter, as on every node), 5 each waiter's liveness deadline (a sorted set: waiter -> ms of
+ * the server's clock). A waiter in the line is "<acquire's owner id>@<client id>": the first one is woken
+ * by publishing its owner id on its client's own channel, `<wake prefix><client id>` (layout.ts), so a
+ * release wakes the one process whose turn it is, not every client waiting on the key. The line keys expire
+ * with their last waiter, so an idle lock keeps nothing of them. The `while true` loop is no waiting:
+ * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
 import { createHash } from 'node:crypto'
 import type { Script } from '../redis/scripts.js'
@@ -33,5 +44,129 @@ export const ADMIT = script(`
 if redis.replicate_commands then redis.replicate_commands() end
 if ${RUN_ID} ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
+return 1
+`)
+
+/**
+ * FIRST: `first()`, the first live waiter of the line, or false; waiters whose deadline passed are dropped
+ * on the way (only the first can hold anyone up, so the others are dropped when they get there). `now` (ms
+ * of the server's clock, TIME) is read only when the line has someone in it: an uncontended acquire pays
+ * nothing. `wake(prefix, waiter)` publishes the waiter's owner id on its client's channel. Redis < 5 needs
+ * `replicate_commands` to write after TIME.
+ */
+const FIRST = `
+if redis.replicate_commands then redis.replicate_commands() end
+local now = false
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+local function wake(prefix, waiter)
+  local at = string.find(waiter, '@', 1, true)
+  redis.call('PUBLISH', prefix .. string.sub(waiter, at + 1), string.sub(waiter, 1, at - 1))
+end
+local function first()
+  while true do
+    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if not head then return false end
+    local alive = tonumber(redis.call('ZSCORE', KEYS[5], head))
+    if alive and alive > clock() then return head end
+    redis.call('ZREM', KEYS[4], head)
+    redis.call('ZREM', KEYS[5], head)
+  end
+end
+`
+
+/**
+ * Acquire, in line. ARGV: 1 the attempt's owner id, 2 ttl ms, 3 the holder's description (may be empty),
+ * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms.
+ * Returns {1, fence} when granted: the lock is free and the waiter is first in line, or the line is empty
+ * (SET NX PX + INCR, one step, as the Redis backend's ACQUIRE), or the key is already this attempt's (a
+ * lost reply). Else {0, ms worth waiting, ticket}: the waiter stands in line at its ticket (with none, where
+ * it stood, or behind everyone: the last ticket + 1), its deadline moved to now + liveness; the wait is the
+ * holder's PTTL, or, while the lock is free, the time until the first waiter's deadline (if it is dead, the
+ * next attempt then passes it). A grant leaves the waiter in line, first: an attempt that loses the round
+ * keeps its place, and the holder leaves the line when it releases (LINE_RELEASE), or by its deadline.
+ */
+export const LINE_ACQUIRE = script(`${FIRST}
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+local head = first()
+if not owner and (not head or head == ARGV[4]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
+  return {1, redis.call('INCR', KEYS[2])}
+end
+local ticket = tonumber(ARGV[5])
+if ticket == 0 then
+  ticket = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[4]))
+  if not ticket then
+    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    ticket = (tonumber(last[2]) or 0) + 1
+  end
+end
+local liveness = tonumber(ARGV[6])
+redis.call('ZADD', KEYS[4], ticket, ARGV[4])
+redis.call('ZADD', KEYS[5], clock() + liveness, ARGV[4])
+redis.call('PEXPIRE', KEYS[4], liveness)
+redis.call('PEXPIRE', KEYS[5], liveness)
+if owner then return {0, redis.call('PTTL', KEYS[1]), ticket} end
+return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[5], head)) - clock()), ticket}
+`)
+
+/**
+ * Release by the holder. ARGV: 1 the attempt's owner id, 2 the wake prefix, 3 the waiter. Deletes the lock
+ * only if it is still ours (1, else 0), takes the waiter out of the line either way, and, when the lock is
+ * free, wakes the first live waiter left (only it re-attempts; with nobody in line, nobody waits).
+ */
+export const LINE_RELEASE = script(`${FIRST}
+local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+if ours then redis.call('DEL', KEYS[1], KEYS[3]) end
+redis.call('ZREM', KEYS[4], ARGV[3])
+redis.call('ZREM', KEYS[5], ARGV[3])
+if ours or redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = first()
+  if head then wake(ARGV[2], head) end
+end
+if ours then return 1 end
+return 0
+`)
+
+/**
+ * Clean-up of an attempt that lost its round. ARGV: 1 the attempt's owner id, 2 the wake prefix, 3 the
+ * waiter. Deletes the lock only if this attempt holds it (1, else 0); the waiter keeps its place (its acquire
+ * goes on). The first live waiter is woken if it is someone else (one that came in line here while this
+ * attempt held the node); the waiter itself retries on its own schedule, and waking it here could make a
+ * waiter that keeps losing its round spin.
+ */
+export const LINE_CLEAN_UP = script(`${FIRST}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[3])
+local head = first()
+if head and head ~= ARGV[3] then wake(ARGV[2], head) end
+return 1
+`)
+
+/**
+ * Leave the line: an acquire that gave up. ARGV: 1 its latest attempt's owner id, 2 the wake prefix, 3 the
+ * waiter. Deletes the lock if that attempt holds it, takes the waiter out of the line, and, when the lock
+ * is free, wakes the first live waiter left: it may have been waiting behind this one.
+ */
+export const LINE_LEAVE = script(`${FIRST}
+local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+if ours then redis.call('DEL', KEYS[1], KEYS[3]) end
+local queued = redis.call('ZREM', KEYS[4], ARGV[3])
+redis.call('ZREM', KEYS[5], ARGV[3])
+if (ours or queued == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = first()
+  if head then wake(ARGV[2], head) end
+end
 return 1
 `)
