@@ -45,6 +45,21 @@ return {0, redis.call('PTTL', KEYS[1])}
 `)
 
 /**
+ * `clock()`: the server's clock in ms (TIME), read once per script and only when a waiter's deadline must
+ * be judged: an uncontended fair acquire, and a release with nobody waiting, do without it.
+ */
+const CLOCK = `
+local now = false
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+`
+
+/**
  * Fair acquire. ARGV: owner, ttl ms, waiter liveness ms. Waiters are served in arrival order: only the
  * head of the queue may take a free lock. Each attempt refreshes the caller's liveness deadline and
  * records its ttl (KEYS[5], a hash), so a release can hand the lock straight to it (RELEASE_FAIR). A waiter
@@ -53,14 +68,12 @@ return {0, redis.call('PTTL', KEYS[1])}
  * KEYS[6] is the holder key; ARGV[4] the description (may be empty).
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
-export const ACQUIRE_FAIR = script(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+export const ACQUIRE_FAIR = script(`${CLOCK}
 while true do
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head then break end
   local alive = tonumber(redis.call('ZSCORE', KEYS[4], head))
-  if alive and alive > now then break end
+  if alive and alive > clock() then break end
   redis.call('LPOP', KEYS[3])
   redis.call('ZREM', KEYS[4], head)
   redis.call('HDEL', KEYS[5], head)
@@ -85,10 +98,10 @@ end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])
 end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2] .. ' ' .. ARGV[4])
 if owner then return {0, redis.call('PTTL', KEYS[1])} end
-return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
+return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - clock())}
 `)
 
 /**
@@ -100,9 +113,7 @@ return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - now)}
  * blocks the lock no longer than it would have in the queue, and a live one's first renewal (due within
  * half of it) extends it to its own ttl.
  */
-const HAND_OVER = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+const HAND_OVER = `${CLOCK}
 while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then break end
@@ -110,7 +121,7 @@ while true do
   local asked = redis.call('HGET', KEYS[5], head)
   redis.call('ZREM', KEYS[4], head)
   redis.call('HDEL', KEYS[5], head)
-  if alive and alive > now and asked then
+  if alive and alive > clock() and asked then
     -- "<ttl ms> <description>": the ttl up to the first space, the description (maybe empty) after it.
     local space = string.find(asked, ' ', 1, true)
     local ttl = tonumber(space and string.sub(asked, 1, space - 1) or asked)
