@@ -32,6 +32,11 @@ export class Acquisition<Id> {
   watch: Cancel | undefined
   /** Released, lost or abandoned: a late watch event or grant means nothing any more. */
   ended = false
+  /**
+   * When the latest attempt began (monotonic clock): the core counts a hand-over's validity from its own
+   * start of that attempt, which came just before, so the lease a hand-over reports counts from here.
+   */
+  attemptedAt = Number.NEGATIVE_INFINITY
 
   constructor(req: AcquireRequest, queue: string) {
     this.owner = req.owner

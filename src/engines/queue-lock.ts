@@ -30,10 +30,31 @@ export type { Acquisition } from './queue-acquisition.js'
 
 const BUSY = { granted: false } as const
 
+/**
+ * How long a read that found the entry before ours still there, once our watch on it was in place, answers
+ * the attempts made meanwhile (see `#watching`). Short: a poll after that reads the store itself, in case
+ * the watch went silent (a stream that broke and was never resumed).
+ */
+const WATCH_TRUSTED_MS = 100
+
+/** What an acquisition in line knows of the entry before its own. */
+interface Line<Entry> {
+  /** The newest entry before ours, as the latest read found it; undefined when not known. */
+  before: Entry | undefined
+  /**
+   * While a wait watches that entry: settles with the send time (monotonic) of the read that found it
+   * still there after the watch was in place, or with undefined (gone, the watch failed, the wait ended).
+   * Cleared once the watch reports a deletion.
+   */
+  watched: Promise<number | undefined> | undefined
+}
+
 export class QueueLock<Id, Entry> {
   readonly #driver: QueueDriver<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
+  /** Each acquisition's place in line, as far as the engine knows it (see `Line`). */
+  readonly #lines = new WeakMap<Acquisition<Id>, Line<Entry>>()
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`). */
   constructor(driver: QueueDriver<Id, Entry>, leases: LeaseDriver<Id>, idle?: (leaseMs: number) => number) {
@@ -46,12 +67,17 @@ export class QueueLock<Id, Entry> {
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const started = now()
     let acq = this.#acqs.of(req)
+    acq.attemptedAt = started
     // Already in line (an earlier attempt put our entry): a read says whether we are first now, without
-    // the write (a raft round and an fsync on etcd).
+    // the write (a raft round and an fsync on etcd), unless our wait has just read it (see `#watching`).
     if (acq.entry !== undefined) {
       if (!acq.session!.lost.aborted) {
+        if (await this.#watching(acq, signal)) return BUSY
         const { before, mine } = await this.#check(acq.entry, signal)
-        if (mine) return before ? BUSY : this.#grantOf(acq, started)
+        if (mine) {
+          this.#lineOf(acq).before = before
+          return before ? BUSY : this.#grantOf(acq, started)
+        }
       }
       // Our entry is gone (or its session is, and the entry with its lease): this acquisition is over, and
       // a new one puts a new entry below. Its old names and writes stay with abandon, in case.
@@ -90,12 +116,15 @@ export class QueueLock<Id, Entry> {
       () => {},
     )
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
-    const { position, first } = await raceSignal(put, signal)
+    const { position, first, before } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
     // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
-    if (!first) return BUSY
+    if (!first) {
+      this.#lineOf(acq).before = before
+      return BUSY
+    }
     if (refresh) await this.#pool.settle(refresh, signal)
     return this.#grantOf(acq, started)
   }
@@ -109,40 +138,65 @@ export class QueueLock<Id, Entry> {
     const acq = this.#acqs.get(req.owner)
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
+    const line = this.#lineOf(acq)
     const link = linkedAbort(signal, acq.session!.lost)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
     let previous: Watch | undefined
+    /** This wait's `line.watched` (see `Line`), and what settles it. */
+    let watched: Promise<number | undefined> | undefined
+    let tell: ((sentAt: number | undefined) => void) | undefined
     try {
       /** The position of the predecessor's deletion, once a watch told us of it. */
       let seen: bigint | undefined
+      // The entry before ours as the latest read found it (the enqueue, an attempt's check) is watched
+      // without reading again first: still there, it is still the newest before ours (no entry is ever
+      // created before an existing one); gone, the read after the watch says so and we check.
+      let before = line.before
       while (!link.signal.aborted) {
-        const { before, mine } = await this.#check(entry, link.signal, seen)
-        // Cancelling a watch sends a request on the watch stream and closes the stream with the last one:
-        // done before this check, it made the check 1.5-3 ms slower on etcd (measured).
-        previous?.cancel()
-        previous = undefined
-        // Our entry is gone (its lease died while we waited): never a grant; the next attempt re-enters.
-        if (!mine) {
-          this.#acqs.markLost(acq, this.#driver.goneReason())
-          return undefined
+        if (before === undefined) {
+          const state = await this.#check(entry, link.signal, seen)
+          // Cancelling a watch sends a request on the watch stream and closes the stream with the last one:
+          // done before this check, it made the check 1.5-3 ms slower on etcd (measured).
+          previous?.cancel()
+          previous = undefined
+          // Our entry is gone (its lease died while we waited): never a grant; the next attempt re-enters.
+          if (!state.mine) {
+            this.#acqs.markLost(acq, this.#driver.goneReason())
+            return undefined
+          }
+          // Handed over while we waited. The core counts its validity from the start of its last refused
+          // attempt, so the lease left counts from there too: counted from now, the time since that
+          // attempt (up to a poll interval, 1 s) came off twice, and with a 1 s lease the grant could be
+          // expired on arrival (released, and the waiter sent to the back of the line). If the core does
+          // not take it (its caller aborted meanwhile), abandon deletes the entry by name.
+          if (!state.before) {
+            const grant = this.#grantOf(acq, acq.attemptedAt)
+            return grant.granted ? grant : undefined
+          }
+          before = state.before
+          line.before = before
         }
-        // Handed over while we waited: the core counts validity from its last refused attempt, which may
-        // have begun after this wait did, so the lease left is counted from now. If the core does not
-        // take it (its caller aborted meanwhile), abandon deletes the entry by name.
-        if (!before) {
-          const grant = this.#grantOf(acq, now())
-          return grant.granted ? grant : undefined
-        }
+        watched = new Promise<number | undefined>((resolve) => {
+          tell = resolve
+        })
+        line.watched = watched
         previous = await this.#watch(before, link.signal)
         // Only then do we make sure that entry is still there: a deletion before the watch began would
         // otherwise never wake us.
+        const sentAt = now()
         const still = await raceSignal(this.#driver.exists(before), link.signal)
+        tell?.(still ? sentAt : undefined)
         seen = still ? await raceSignal(previous.gone, link.signal) : undefined
+        // Told of a deletion (or the watch failed): the attempts meanwhile read for themselves again.
+        if (line.watched === watched) line.watched = undefined
+        before = undefined
       }
       return undefined
     } catch {
       return undefined
     } finally {
+      tell?.(undefined)
+      if (line.watched === watched) line.watched = undefined
       previous?.cancel()
       link.dispose()
     }
@@ -208,6 +262,32 @@ export class QueueLock<Id, Entry> {
     this.#acqs.endAll()
     await this.#driver.close()
     await this.#pool.close()
+  }
+
+  /** What `acq` knows of its place in line (made at its first use). */
+  #lineOf(acq: Acquisition<Id>): Line<Entry> {
+    let line = this.#lines.get(acq)
+    if (!line) {
+      line = { before: undefined, watched: undefined }
+      this.#lines.set(acq, line)
+    }
+    return line
+  }
+
+  /**
+   * Whether our wait watches the entry before ours, found still there by a read sent after its watch was
+   * in place less than WATCH_TRUSTED_MS ago (waiting for that read if it is on its way), with no deletion
+   * reported since: then that read answers the attempt, which sends none (BUSY). That read came after
+   * the attempt that armed the wait, which is exactly what the core's re-attempt after arming checks; and
+   * the core's polls, 10 ms apart at first, are a fallback for a watch that went silent, not news while a
+   * watch just found in place is listening. A later poll reads for itself.
+   */
+  async #watching(acq: Acquisition<Id>, signal: AbortSignal): Promise<boolean> {
+    const line = this.#lines.get(acq)
+    const watched = line?.watched
+    if (!line || !watched) return false
+    const sentAt = await raceSignal(watched, signal)
+    return sentAt !== undefined && line.watched === watched && now() - sentAt < WATCH_TRUSTED_MS
   }
 
   /**

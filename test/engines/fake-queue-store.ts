@@ -136,7 +136,11 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
       throw new Error('reply lost')
     }
     const mine = this.entries.get(name)
-    return { position: mine?.position, first: mine !== undefined && this.queue(queue)[0] === mine }
+    if (!mine) return { position: undefined, first: false }
+    // As etcd's: the entry before ours read in the same step when our write landed in it.
+    const line = this.queue(queue)
+    const before = existing ? undefined : line[line.indexOf(mine) - 1]
+    return { position: mine.position, first: line[0] === mine, ...(before ? { before } : {}) }
   }
 
   async check(entry: OwnEntry, after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {

@@ -85,6 +85,52 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.count('check', nameOf('d')), checksBefore.d, 'd was not woken')
   })
 
+  it("a wait watches the entry before ours that the enqueue read, and the core's re-attempt learns from its read", async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    assert.equal(await attempt(b), null, 'b waits behind a')
+    // As the core does: arm the wait, then attempt again at once (the holder may have left in between).
+    const wait = engine.wait(b, open())
+    assert.equal(await attempt(b), null, 'still behind a')
+    assert.equal(await settled(wait), false, 'b waits')
+    assert.equal(store.count('watch', nameOf('a')), 1, 'b watches a')
+    // The enqueue read a as the entry before b; the read after the watch found it there, and answered
+    // the re-attempt: no read of the queue at all.
+    assert.equal(store.count('check', nameOf('b')), 0, 'no queue read besides the enqueue and the watch')
+  })
+
+  it('an attempt while the watch is in place reads the store again once its read is 100 ms old', async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settled(wait)
+    assert.equal(await attempt(b), null)
+    assert.equal(store.count('check', nameOf('b')), 0, 'a fresh watch answers the poll')
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    assert.equal(await attempt(b), null)
+    assert.equal(store.count('check', nameOf('b')), 1, 'an older one does not: the poll reads')
+  })
+
+  it("a hand-over's lease counts from the waiter's last attempt, as the core counts its validity", async () => {
+    const { engine, attempt, release } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    // b's attempt kept its lease alive (3 s from just after its start); the hand-over comes later.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await release(a)
+    const grant = await wait
+    assert.ok(grant)
+    // The core counts the grant's ttl from its own start of b's attempt (just before the engine's):
+    // the whole 3 s lease is known to last from there. Counted from the hand-over instead, 200 ms of it
+    // would be lost, and the core would take them off a second time.
+    assert.equal(grant.ttlMs, 3000)
+  })
+
   it('a predecessor that leaves before the watch is in place is not waited for', async () => {
     const { store, engine, attempt, nameOf } = setup()
     await attempt(request('a'))
