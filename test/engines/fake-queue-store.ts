@@ -180,9 +180,12 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
 
   watchHeld(entry: OwnEntry, _from: bigint, events: HeldEvents): Cancel {
     let cancelled = false
-    this.#onDelete(entry.name, () => {
-      if (!cancelled) events.deleted(`${entry.name} deleted`)
-    })
+    // As etcd's watch from `from` on: a deletion before the watch was set is told too.
+    if (!this.isMine(entry)) queueMicrotask(() => !cancelled && events.deleted(`${entry.name} deleted`))
+    else
+      this.#onDelete(entry.name, () => {
+        if (!cancelled) events.deleted(`${entry.name} deleted`)
+      })
     return {
       cancel: () => {
         cancelled = true

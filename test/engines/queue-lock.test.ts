@@ -283,6 +283,25 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     }
   })
 
+  it('no keep-alive beside a write where the latest write found the lock held; one after it if free after all', async () => {
+    const { store, engine, attempt, release } = setup()
+    const a = (await attempt(request('a')))!
+    assert.equal(store.keepAlives, 1, 'a keep-alive beside the first write: granted at once, full ttl')
+    await attempt(request('b'))
+    assert.equal(store.keepAlives, 2, 'nothing said the lock was held yet')
+    await attempt(request('c'))
+    assert.equal(store.keepAlives, 2, 'the latest write found it held: c waits, no keep-alive')
+    await release(a)
+    await engine.abandon(request('b'), open())
+    await engine.abandon(request('c'), open())
+    const d = (await attempt(request('d')))!
+    assert.equal(store.keepAlives, 3, 'free after all: the keep-alive after the write')
+    assert.equal(d.ttlMs, 3000, 'the full ttl all the same')
+    await release(d)
+    await attempt(request('e'))
+    assert.equal(store.keepAlives, 4, 'found free last time: beside the write again')
+  })
+
   it('extend to a longer lease moves the entry, keeping its position (fence and place in line)', async () => {
     const { store, engine, attempt } = setup()
     const a = (await attempt(request('a')))!
