@@ -2,65 +2,50 @@
  * The queue-lock engine: a FIFO lock over a queue of entries on a store, each entry living on a session's
  * lease (session.ts). Apache Curator's `LockInternals` is the model; so is etcd's `concurrency.Mutex`.
  *
- * - An acquire puts our entry (one atomic step that also reads who is first), or finds it there: a retried
- *   attempt whose reply was lost. The entry's name is unique to the acquire. The entry first in creation
- *   order holds the lock; its position is the fence (the store's creation order never goes back).
+ * - An acquire puts our entry (one atomic step that also reads who is first, and the entry before ours),
+ *   or finds it there: a retried attempt whose reply was lost. The entry's name is unique to the acquire.
+ *   The entry first in creation order holds the lock; its position is the fence (the store's creation
+ *   order never goes back). A hand-over writes nothing: the next entry in line is the next holder.
  * - Waiting watches only the entry just before ours (the watch in place first, then a read that it is
  *   still there, so a deletion between the two is not missed), and every wake-up is a hint followed by a
  *   re-check: no earlier entry remains, AND ours still exists. A waiter whose lease died while it waited
- *   must never be granted (Jepsen's etcd #11456).
+ *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
+ *   ours, the read that found it in place) spares the reads the core's attempts would send meanwhile
+ *   (queue-line.ts).
  * - A grant's lease is what the session is known to keep (`aliveUntil`), counted from no earlier than the
- *   attempt's start; a holder watches its own entry, and its deletion or the session's loss aborts the
- *   grant's `lost` signal.
+ *   start of the attempt the core counts the grant's validity from (a hand-over's: the waiter's last one);
+ *   a holder watches its own entry, and its deletion or the session's loss aborts the grant's `lost` signal.
  * - Abandon deletes our entries by name once every write an attempt sent has settled (a delete sent before
  *   one lands would leave its entry); a clean-up that fails retires the session, so the entry goes with the
  *   lease once no lock still needs it.
  *
+ * Requests on etcd, four clients contending (test/backends/etcd-requests.test.ts): two raft writes per
+ * acquisition (the put, the release's delete) and two reads (once the watch is in place, at the wake-up);
+ * a hand-over waits for one raft write, the delete. A little over 300 lines: an acquisition's steps
+ * (attempt, wait, extend, release, abandon) share its state and are read together.
+ *
  * Driver: `QueueDriver` (queue-driver.ts) for the queue, `LeaseDriver` (session.ts) for the leases.
+ * The `LockBackend` primitives that forward to it: queue-primitives.ts.
  * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../core/abort.js'
-import type { AcquireRequest, AttemptResult, ExtendResult, Grant, HeldLease } from '../core/backend.js'
-import { BoundedMap } from '../core/bounded-map.js'
+import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../core/backend.js'
 import { now } from '../core/clock.js'
 import { type Acquisition, Acquisitions, afterGrant } from './queue-acquisition.js'
 import type { OwnEntry, QueueDriver, QueueState, Watch } from './queue-driver.js'
+import { Lines } from './queue-line.js'
 import { type LeaseDriver, SessionPool } from './session.js'
 
 export type { Acquisition } from './queue-acquisition.js'
 
 const BUSY = { granted: false } as const
 
-/**
- * How long a read that found the entry before ours still there, once our watch on it was in place, answers
- * the attempts made meanwhile (see `#watching`). Short: a poll after that reads the store itself, in case
- * the watch went silent (a stream that broke and was never resumed).
- */
-const WATCH_TRUSTED_MS = 100
-
-/** How many locks the engine remembers as found held at its latest enqueue (the oldest forgotten first). */
-const FOUND_HELD_KEPT = 1024
-
-/** What an acquisition in line knows of the entry before its own. */
-interface Line<Entry> {
-  /** The newest entry before ours, as the latest read found it; undefined when not known. */
-  before: Entry | undefined
-  /**
-   * While a wait watches that entry: settles with the send time (monotonic) of the read that found it
-   * still there after the watch was in place, or with undefined (gone, the watch failed, the wait ended).
-   * Cleared once the watch reports a deletion.
-   */
-  watched: Promise<number | undefined> | undefined
-}
-
 export class QueueLock<Id, Entry> {
   readonly #driver: QueueDriver<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
-  /** The locks (queues) whose latest enqueue by this client found them held: see `attempt`. */
-  readonly #foundHeld = new BoundedMap<string, true>(FOUND_HELD_KEPT)
-  /** Each acquisition's place in line, as far as the engine knows it (see `Line`). */
-  readonly #lines = new WeakMap<Acquisition<Id>, Line<Entry>>()
+  /** What the engine knows of each acquisition's place in line between its reads (queue-line.ts). */
+  readonly #lines = new Lines<Id, Entry>()
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`). */
   constructor(driver: QueueDriver<Id, Entry>, leases: LeaseDriver<Id>, idle?: (leaseMs: number) => number) {
@@ -75,13 +60,13 @@ export class QueueLock<Id, Entry> {
     let acq = this.#acqs.of(req)
     acq.attemptedAt = started
     // Already in line (an earlier attempt put our entry): a read says whether we are first now, without
-    // the write (a raft round and an fsync on etcd), unless our wait has just read it (see `#watching`).
+    // the write (a raft round and an fsync on etcd), unless our wait has just read it (`Lines.watching`).
     if (acq.entry !== undefined) {
       if (!acq.session!.lost.aborted) {
-        if (await this.#watching(acq, signal)) return BUSY
+        if (await this.#lines.watching(acq, signal)) return BUSY
         const { before, mine } = await this.#check(acq.entry, signal)
         if (mine) {
-          this.#lineOf(acq).before = before
+          this.#lines.of(acq).before = before
           return before ? BUSY : this.#grantOf(acq, started)
         }
       }
@@ -114,7 +99,7 @@ export class QueueLock<Id, Entry> {
     // lease alive (ZooKeeper), the write's own answer is that keep-alive, counted from before its send:
     // one request fewer, and none queued ahead of the write on the connection.
     const viaWrite = this.#pool.requestsKeepAlive(session)
-    const late = !viaWrite && this.#foundHeld.has(acq.queue)
+    const late = !viaWrite && this.#lines.foundHeld.has(acq.queue)
     let refresh = viaWrite || late ? undefined : this.#pool.refresh(session, req.ttlMs)
     const sentAt = now()
     const put = this.#driver.enqueue(acq.queue, name, acq.value, lease)
@@ -132,11 +117,11 @@ export class QueueLock<Id, Entry> {
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
     if (!first) {
-      this.#foundHeld.set(acq.queue, true)
-      this.#lineOf(acq).before = before
+      this.#lines.foundHeld.set(acq.queue, true)
+      this.#lines.of(acq).before = before
       return BUSY
     }
-    this.#foundHeld.delete(acq.queue)
+    this.#lines.foundHeld.delete(acq.queue)
     if (late) refresh = this.#pool.refresh(session, req.ttlMs)
     if (refresh) await this.#pool.settle(refresh, signal)
     return this.#grantOf(acq, started)
@@ -151,11 +136,11 @@ export class QueueLock<Id, Entry> {
     const acq = this.#acqs.get(req.owner)
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
-    const line = this.#lineOf(acq)
+    const line = this.#lines.of(acq)
     const link = linkedAbort(signal, acq.session!.lost)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
     let previous: Watch | undefined
-    /** This wait's `line.watched` (see `Line`), and what settles it. */
+    /** This wait's `line.watched` (queue-line.ts), and what settles it. */
     let watched: Promise<number | undefined> | undefined
     let tell: ((sentAt: number | undefined) => void) | undefined
     try {
@@ -284,32 +269,6 @@ export class QueueLock<Id, Entry> {
     await this.#pool.close()
   }
 
-  /** What `acq` knows of its place in line (made at its first use). */
-  #lineOf(acq: Acquisition<Id>): Line<Entry> {
-    let line = this.#lines.get(acq)
-    if (!line) {
-      line = { before: undefined, watched: undefined }
-      this.#lines.set(acq, line)
-    }
-    return line
-  }
-
-  /**
-   * Whether our wait watches the entry before ours, found still there by a read sent after its watch was
-   * in place less than WATCH_TRUSTED_MS ago (waiting for that read if it is on its way), with no deletion
-   * reported since: then that read answers the attempt, which sends none (BUSY). That read came after
-   * the attempt that armed the wait, which is exactly what the core's re-attempt after arming checks; and
-   * the core's polls, 10 ms apart at first, are a fallback for a watch that went silent, not news while a
-   * watch just found in place is listening. A later poll reads for itself.
-   */
-  async #watching(acq: Acquisition<Id>, signal: AbortSignal): Promise<boolean> {
-    const line = this.#lines.get(acq)
-    const watched = line?.watched
-    if (!line || !watched) return false
-    const sentAt = await raceSignal(watched, signal)
-    return sentAt !== undefined && line.watched === watched && now() - sentAt < WATCH_TRUSTED_MS
-  }
-
   /**
    * The queue around our entry. After a wake-up (`seen`: the deletion it told of) the driver may read
    * cheaply (etcd: a serializable read, without the quorum round of a linearizable one, which waits for
@@ -410,47 +369,3 @@ export class QueueLock<Id, Entry> {
 }
 
 const BUSY_EXTEND = { renewed: false } as const
-
-/** The `LockBackend` primitives a queue-lock backend forwards to its engine. */
-export interface QueuePrimitives {
-  tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
-  /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
-  waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined>
-  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult>
-  release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
-  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
-}
-
-/**
- * The primitives of a backend on `queue` (etcd, ZooKeeper), the same for every store: an abort rethrows
- * its reason unchanged; any other failure becomes the error `unavailable(key, what, error)` makes, in the
- * backend's words for its store ("Could not <what> lock …").
- */
-export function queuePrimitives<Id, Entry>(
-  queue: QueueLock<Id, Entry>,
-  unavailable: (key: string, what: string, error: unknown) => Error,
-): QueuePrimitives {
-  const guard = async <T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>) => {
-    try {
-      return await step()
-    } catch (error) {
-      if (signal.aborted) throw signal.reason
-      throw unavailable(key, what, error)
-    }
-  }
-  return {
-    tryAcquire: (req, signal) => guard(req.key, 'acquire', signal, () => queue.attempt(req, signal)),
-    waitForChange: (req, signal) => queue.wait(req, signal),
-    extend: (lease, ttlMs, signal) =>
-      guard(lease.key, 'extend', signal, () => queue.extend(lease.cookie as Acquisition<Id>, ttlMs, signal)),
-    // A release is never given up by an abort of ours: any failure is the store's.
-    release: async (lease, signal) => {
-      try {
-        return await queue.release(lease.cookie as Acquisition<Id>, signal)
-      } catch (error) {
-        throw unavailable(lease.key, 'release', error)
-      }
-    },
-    abandon: (req, signal) => guard(req.key, 'clean up', signal, () => queue.abandon(req, signal)),
-  }
-}
