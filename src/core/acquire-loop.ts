@@ -304,6 +304,11 @@ class AcquireLoop {
     slept.end()
     if (hint) {
       this.#instantHints = hint.instant ? this.#instantHints + 1 : 0
+      // The poll's timer came first: the hint stays armed for the next wait. Armed again at every poll,
+      // the backend would set up its watch or subscription again each time for nothing (etcd: a watch and
+      // a read; measured, most of a contended etcd waiter's requests), while the one in place hears of a
+      // change just as well: it was armed before the attempts that follow it.
+      if (!hint.settled) return
       hint.disarm()
       // A grant handed over is taken on the next round: arming a new hint first would put a store request
       // (a queue listing, a subscription) on every hand-over's critical path, for a hint nobody needs. The

@@ -49,6 +49,11 @@ export class WakeHint {
     this.promise = promise
   }
 
+  /** It has settled (news, a grant, or a failure): the next wait needs a new one. */
+  get settled(): boolean {
+    return this.#settledAt !== undefined
+  }
+
   /** It settled the moment it was armed: a watch that cannot be set up, no news. */
   get instant(): boolean {
     return this.#settledAt !== undefined && this.#settledAt - this.#armedAt < INSTANT_HINT_MS

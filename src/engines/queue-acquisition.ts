@@ -32,6 +32,11 @@ export class Acquisition<Id> {
   watch: Cancel | undefined
   /** Released, lost or abandoned: a late watch event or grant means nothing any more. */
   ended = false
+  /**
+   * When the latest attempt began (monotonic clock): the core counts a hand-over's validity from its own
+   * start of that attempt, which came just before, so the lease a hand-over reports counts from here.
+   */
+  attemptedAt = Number.NEGATIVE_INFINITY
 
   constructor(req: AcquireRequest, queue: string) {
     this.owner = req.owner
@@ -40,6 +45,14 @@ export class Acquisition<Id> {
     this.queue = queue
   }
 }
+
+/**
+ * Runs `work` once a grant in hand has reached its caller: after the promise callbacks that carry it there
+ * (they all run first), so that the bookkeeping of a grant (setting the holder's watch, cancelling the
+ * watch that woke a waiter) is not on its way. Measured on etcd with eight clients in one process, whose
+ * hand-overs are CPU-bound, each of those took a tenth of a millisecond or more.
+ */
+export const afterGrant = (work: () => void): void => void setImmediate(work)
 
 /** The acquisitions of one client, by owner, and what happens to them. */
 export class Acquisitions<Id, Entry> {
@@ -109,26 +122,39 @@ export class Acquisitions<Id, Entry> {
   }
 
   /**
-   * Watches our own entry while held, from just after `from`: no deletion after that is missed. Never
-   * waited for: the grant goes back to the caller at once. If the store ends the watch, our entry is read
-   * once and watched again from there; if even that read fails, the next renewal reads and watches again.
+   * Watches our own entry while held, from just after `from`: no deletion after that is missed, so the
+   * watch is set once the grant has reached its caller (`afterGrant`), never waited for. If the store ends
+   * the watch, our entry is read once and watched again from there; if even that read fails, the next
+   * renewal reads and watches again.
    */
   watchHeld(acq: Acquisition<Id>, from: bigint): void {
     const entry = acq.entry!
-    const watch: Cancel = this.#driver.watchHeld(entry, from, {
-      deleted: (reason) => {
-        if (acq.watch === watch) this.markLost(acq, reason)
+    let inner: Cancel | undefined
+    let stopped = false
+    // In place at once (a release or a loss before the watch is set stops it from being set at all).
+    const watch: Cancel = {
+      cancel: () => {
+        stopped = true
+        inner?.cancel()
       },
-      failed: () => {
-        if (acq.watch !== watch) return
-        acq.watch = undefined
-        this.#driver.read(entry).then(
-          (found) => this.rewatch(acq, found),
-          () => {},
-        )
-      },
-    })
+    }
     acq.watch = watch
+    afterGrant(() => {
+      if (stopped || acq.watch !== watch) return
+      inner = this.#driver.watchHeld(entry, from, {
+        deleted: (reason) => {
+          if (acq.watch === watch) this.markLost(acq, reason)
+        },
+        failed: () => {
+          if (acq.watch !== watch) return
+          acq.watch = undefined
+          this.#driver.read(entry).then(
+            (found) => this.rewatch(acq, found),
+            () => {},
+          )
+        },
+      })
+    })
   }
 
   /** After a read of our entry at `found.at`: lost if it is gone, else watched from there if it is not. */

@@ -60,14 +60,20 @@ export interface QueueDriver<Id, Entry> {
    * of this acquire whose reply was lost), then reads which entry is first in line (etcd: one transaction;
    * ZooKeeper: a create unless a child of that name exists, then a listing: only this acquire writes that
    * name, and only entries older than ours can be before it).
-   * `position` is our entry's (undefined if it is not there), `first` whether ours is first.
+   * `position` is our entry's (undefined if it is not there), `first` whether ours is first, and `before`,
+   * when the driver read it in the same step, the newest entry before ours (a waiter then watches it
+   * without a read of its own first; undefined when ours is first or the step did not read it).
    */
   enqueue(
     queue: string,
     name: string,
     value: string,
     lease: Id,
-  ): Promise<{ readonly position: bigint | undefined; readonly first: boolean }>
+  ): Promise<{
+    readonly position: bigint | undefined
+    readonly first: boolean
+    readonly before?: Entry | undefined
+  }>
   /**
    * Reads the newest entry before ours and whether ours exists, in one consistent read. With `after` (the
    * position of a deletion a watch told of) the driver may read cheaply from a replica, and answers

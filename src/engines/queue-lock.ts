@@ -2,28 +2,38 @@
  * The queue-lock engine: a FIFO lock over a queue of entries on a store, each entry living on a session's
  * lease (session.ts). Apache Curator's `LockInternals` is the model; so is etcd's `concurrency.Mutex`.
  *
- * - An acquire puts our entry (one atomic step that also reads who is first), or finds it there: a retried
- *   attempt whose reply was lost. The entry's name is unique to the acquire. The entry first in creation
- *   order holds the lock; its position is the fence (the store's creation order never goes back).
+ * - An acquire puts our entry (one atomic step that also reads who is first, and the entry before ours),
+ *   or finds it there: a retried attempt whose reply was lost. The entry's name is unique to the acquire.
+ *   The entry first in creation order holds the lock; its position is the fence (the store's creation
+ *   order never goes back). A hand-over writes nothing: the next entry in line is the next holder.
  * - Waiting watches only the entry just before ours (the watch in place first, then a read that it is
  *   still there, so a deletion between the two is not missed), and every wake-up is a hint followed by a
  *   re-check: no earlier entry remains, AND ours still exists. A waiter whose lease died while it waited
- *   must never be granted (Jepsen's etcd #11456).
+ *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
+ *   ours, the read that found it in place) spares the reads the core's attempts would send meanwhile
+ *   (queue-line.ts).
  * - A grant's lease is what the session is known to keep (`aliveUntil`), counted from no earlier than the
- *   attempt's start; a holder watches its own entry, and its deletion or the session's loss aborts the
- *   grant's `lost` signal.
+ *   start of the attempt the core counts the grant's validity from (a hand-over's: the waiter's last one);
+ *   a holder watches its own entry, and its deletion or the session's loss aborts the grant's `lost` signal.
  * - Abandon deletes our entries by name once every write an attempt sent has settled (a delete sent before
  *   one lands would leave its entry); a clean-up that fails retires the session, so the entry goes with the
  *   lease once no lock still needs it.
  *
+ * Requests on etcd, four clients contending (test/backends/etcd-requests.test.ts): two raft writes per
+ * acquisition (the put, the release's delete) and two reads (once the watch is in place, at the wake-up);
+ * a hand-over waits for one raft write, the delete. A little over 300 lines: an acquisition's steps
+ * (attempt, wait, extend, release, abandon) share its state and are read together.
+ *
  * Driver: `QueueDriver` (queue-driver.ts) for the queue, `LeaseDriver` (session.ts) for the leases.
+ * The `LockBackend` primitives that forward to it: queue-primitives.ts.
  * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../core/abort.js'
-import type { AcquireRequest, AttemptResult, ExtendResult, Grant, HeldLease } from '../core/backend.js'
+import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../core/backend.js'
 import { now } from '../core/clock.js'
-import { type Acquisition, Acquisitions } from './queue-acquisition.js'
+import { type Acquisition, Acquisitions, afterGrant } from './queue-acquisition.js'
 import type { OwnEntry, QueueDriver, QueueState, Watch } from './queue-driver.js'
+import { Lines } from './queue-line.js'
 import { type LeaseDriver, SessionPool } from './session.js'
 
 export type { Acquisition } from './queue-acquisition.js'
@@ -34,6 +44,8 @@ export class QueueLock<Id, Entry> {
   readonly #driver: QueueDriver<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
+  /** What the engine knows of each acquisition's place in line between its reads (queue-line.ts). */
+  readonly #lines = new Lines<Id, Entry>()
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`). */
   constructor(driver: QueueDriver<Id, Entry>, leases: LeaseDriver<Id>, idle?: (leaseMs: number) => number) {
@@ -46,12 +58,17 @@ export class QueueLock<Id, Entry> {
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const started = now()
     let acq = this.#acqs.of(req)
+    acq.attemptedAt = started
     // Already in line (an earlier attempt put our entry): a read says whether we are first now, without
-    // the write (a raft round and an fsync on etcd).
+    // the write (a raft round and an fsync on etcd), unless our wait has just read it (`Lines.watching`).
     if (acq.entry !== undefined) {
       if (!acq.session!.lost.aborted) {
+        if (await this.#lines.watching(acq, signal)) return BUSY
         const { before, mine } = await this.#check(acq.entry, signal)
-        if (mine) return before ? BUSY : this.#grantOf(acq, started)
+        if (mine) {
+          this.#lines.of(acq).before = before
+          return before ? BUSY : this.#grantOf(acq, started)
+        }
       }
       // Our entry is gone (or its session is, and the entry with its lease): this acquisition is over, and
       // a new one puts a new entry below. Its old names and writes stay with abandon, in case.
@@ -75,11 +92,15 @@ export class QueueLock<Id, Entry> {
     acq.name = name
     acq.names.add(name)
     // A lease not known to last this lock's ttl is kept alive in the same moment (in parallel: no extra
-    // wait), so the grant gets its full ttl from before the request. Where any answered request keeps the
+    // wait), so the grant gets its full ttl from before the request. Not when this client's latest write
+    // on this lock found it held: a waiter's lease counts from its later hand-over, and a keep-alive beside
+    // its write would be for nothing (measured, a sixth of a contended etcd acquire's requests); found
+    // first after all, the write is followed by the keep-alive. Where any answered request keeps the
     // lease alive (ZooKeeper), the write's own answer is that keep-alive, counted from before its send:
     // one request fewer, and none queued ahead of the write on the connection.
     const viaWrite = this.#pool.requestsKeepAlive(session)
-    const refresh = viaWrite ? undefined : this.#pool.refresh(session, req.ttlMs)
+    const late = !viaWrite && this.#lines.foundHeld.has(acq.queue)
+    let refresh = viaWrite || late ? undefined : this.#pool.refresh(session, req.ttlMs)
     const sentAt = now()
     const put = this.#driver.enqueue(acq.queue, name, acq.value, lease)
     // Kept for abandon: the core gives up on this attempt when its signal aborts, but the store may still
@@ -90,12 +111,18 @@ export class QueueLock<Id, Entry> {
       () => {},
     )
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
-    const { position, first } = await raceSignal(put, signal)
+    const { position, first, before } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
     // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
-    if (!first) return BUSY
+    if (!first) {
+      this.#lines.foundHeld.set(acq.queue, true)
+      this.#lines.of(acq).before = before
+      return BUSY
+    }
+    this.#lines.foundHeld.delete(acq.queue)
+    if (late) refresh = this.#pool.refresh(session, req.ttlMs)
     if (refresh) await this.#pool.settle(refresh, signal)
     return this.#grantOf(acq, started)
   }
@@ -109,40 +136,69 @@ export class QueueLock<Id, Entry> {
     const acq = this.#acqs.get(req.owner)
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
+    const line = this.#lines.of(acq)
     const link = linkedAbort(signal, acq.session!.lost)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
     let previous: Watch | undefined
+    /** This wait's `line.watched` (queue-line.ts), and what settles it. */
+    let watched: Promise<number | undefined> | undefined
+    let tell: ((sentAt: number | undefined) => void) | undefined
     try {
       /** The position of the predecessor's deletion, once a watch told us of it. */
       let seen: bigint | undefined
+      // The entry before ours as the latest read found it (the enqueue, an attempt's check) is watched
+      // without reading again first: still there, it is still the newest before ours (no entry is ever
+      // created before an existing one); gone, the read after the watch says so and we check.
+      let before = line.before
       while (!link.signal.aborted) {
-        const { before, mine } = await this.#check(entry, link.signal, seen)
-        // Cancelling a watch sends a request on the watch stream and closes the stream with the last one:
-        // done before this check, it made the check 1.5-3 ms slower on etcd (measured).
-        previous?.cancel()
-        previous = undefined
-        // Our entry is gone (its lease died while we waited): never a grant; the next attempt re-enters.
-        if (!mine) {
-          this.#acqs.markLost(acq, this.#driver.goneReason())
-          return undefined
+        if (before === undefined) {
+          const state = await this.#check(entry, link.signal, seen)
+          // The watch that woke us is cancelled after this check (cancelling sends a request on the watch
+          // stream, and closes the stream with the last one: done before, it made the check 1.5-3 ms slower
+          // on etcd, measured), and after a grant once that has reached its caller (`afterGrant`).
+          const woke = previous
+          previous = undefined
+          // Our entry is gone (its lease died while we waited): never a grant; the next attempt re-enters.
+          if (!state.mine) {
+            woke?.cancel()
+            this.#acqs.markLost(acq, this.#driver.goneReason())
+            return undefined
+          }
+          // Handed over while we waited. The core counts its validity from the start of its last refused
+          // attempt, so the lease left counts from there too: counted from now, the time since that
+          // attempt (up to a poll interval, 1 s) came off twice, and with a 1 s lease the grant could be
+          // expired on arrival (released, and the waiter sent to the back of the line). If the core does
+          // not take it (its caller aborted meanwhile), abandon deletes the entry by name.
+          if (!state.before) {
+            const grant = this.#grantOf(acq, acq.attemptedAt)
+            afterGrant(() => woke?.cancel())
+            return grant.granted ? grant : undefined
+          }
+          woke?.cancel()
+          before = state.before
+          line.before = before
         }
-        // Handed over while we waited: the core counts validity from its last refused attempt, which may
-        // have begun after this wait did, so the lease left is counted from now. If the core does not
-        // take it (its caller aborted meanwhile), abandon deletes the entry by name.
-        if (!before) {
-          const grant = this.#grantOf(acq, now())
-          return grant.granted ? grant : undefined
-        }
+        watched = new Promise<number | undefined>((resolve) => {
+          tell = resolve
+        })
+        line.watched = watched
         previous = await this.#watch(before, link.signal)
         // Only then do we make sure that entry is still there: a deletion before the watch began would
         // otherwise never wake us.
+        const sentAt = now()
         const still = await raceSignal(this.#driver.exists(before), link.signal)
+        tell?.(still ? sentAt : undefined)
         seen = still ? await raceSignal(previous.gone, link.signal) : undefined
+        // Told of a deletion (or the watch failed): the attempts meanwhile read for themselves again.
+        if (line.watched === watched) line.watched = undefined
+        before = undefined
       }
       return undefined
     } catch {
       return undefined
     } finally {
+      tell?.(undefined)
+      if (line.watched === watched) line.watched = undefined
       previous?.cancel()
       link.dispose()
     }
@@ -159,12 +215,15 @@ export class QueueLock<Id, Entry> {
 
   /** `LockBackend.release`: an owner-checked delete of our entry. */
   async release(acq: Acquisition<Id>, signal: AbortSignal): Promise<boolean> {
-    // Ours is not a loss: the watch stops before it could report our own delete.
     const sessions = [...acq.on]
+    // Ours is not a loss: ended first, so the watch on our entry ignores our own delete. The delete goes
+    // out before that watch is cancelled (a message of its own): the next waiter waits for the delete only.
+    acq.ended = true
+    const removed = acq.entry === undefined ? undefined : this.#driver.remove(acq.entry)
     this.#acqs.end(acq)
     try {
-      if (acq.entry === undefined) return false
-      return await raceSignal(this.#driver.remove(acq.entry), signal)
+      if (removed === undefined) return false
+      return await raceSignal(removed, signal)
     } catch (error) {
       // The entry may stay on its lease: no new lock uses that session, which is revoked (taking the
       // entry) once the locks still on it are done, instead of living as long as this client.
@@ -310,47 +369,3 @@ export class QueueLock<Id, Entry> {
 }
 
 const BUSY_EXTEND = { renewed: false } as const
-
-/** The `LockBackend` primitives a queue-lock backend forwards to its engine. */
-export interface QueuePrimitives {
-  tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
-  /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
-  waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined>
-  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult>
-  release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
-  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
-}
-
-/**
- * The primitives of a backend on `queue` (etcd, ZooKeeper), the same for every store: an abort rethrows
- * its reason unchanged; any other failure becomes the error `unavailable(key, what, error)` makes, in the
- * backend's words for its store ("Could not <what> lock …").
- */
-export function queuePrimitives<Id, Entry>(
-  queue: QueueLock<Id, Entry>,
-  unavailable: (key: string, what: string, error: unknown) => Error,
-): QueuePrimitives {
-  const guard = async <T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>) => {
-    try {
-      return await step()
-    } catch (error) {
-      if (signal.aborted) throw signal.reason
-      throw unavailable(key, what, error)
-    }
-  }
-  return {
-    tryAcquire: (req, signal) => guard(req.key, 'acquire', signal, () => queue.attempt(req, signal)),
-    waitForChange: (req, signal) => queue.wait(req, signal),
-    extend: (lease, ttlMs, signal) =>
-      guard(lease.key, 'extend', signal, () => queue.extend(lease.cookie as Acquisition<Id>, ttlMs, signal)),
-    // A release is never given up by an abort of ours: any failure is the store's.
-    release: async (lease, signal) => {
-      try {
-        return await queue.release(lease.cookie as Acquisition<Id>, signal)
-      } catch (error) {
-        throw unavailable(lease.key, 'release', error)
-      }
-    },
-    abandon: (req, signal) => guard(req.key, 'clean up', signal, () => queue.abandon(req, signal)),
-  }
-}

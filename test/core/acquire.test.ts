@@ -538,6 +538,33 @@ describe('abandon', { timeout: 20_000 }, () => {
   })
 })
 
+describe('wake-up hint', { timeout: 20_000 }, () => {
+  it('stays armed across the polls while it has not settled: one hint for the whole wait', async () => {
+    // Armed again at every poll, a queue backend would set up its watch again (etcd: a watch and a read)
+    // each time, for news the hint in place hears of just as well.
+    const inner = freshMemory()
+    const key = uniqueKey()
+    const holder = await createLockClient(inner).acquire(key, { renew: false })
+    let hints = 0
+    const backend = scripted(
+      {
+        waitForChange: (req, signal) => {
+          hints++
+          return inner.waitForChange!(req, signal)
+        },
+      },
+      inner,
+    )
+    const waiting = createLockClient(backend).acquire(key, { renew: false, timeout: '10s' })
+    // Polls 10, 20 and 40 ms apart (jittered): at least four attempts.
+    await waitFor(() => backend.of('tryAcquire').length >= 5, 'the waiter polled a few times')
+    assert.equal(hints, 1, 'the hint armed once stayed armed')
+    await holder.release()
+    const lock = await waiting
+    await lock.release()
+  })
+})
+
 describe('hand-over', { timeout: 20_000 }, () => {
   it('takes a grant handed over by the wake-up hint without arming another hint first', async () => {
     // A queue backend (etcd, ZooKeeper, fair Redis) hands the lock over from its hint; arming a new hint
@@ -600,7 +627,8 @@ describe('local hints', { timeout: 20_000 }, () => {
             heard = listeners.size
             notify()
           }
-          return { granted: false }
+          // In line (as a Redlock waiter): the first poll comes after 0.5-1 s, so the hint wakes the waiter.
+          return { granted: false, queued: true }
         },
         waitForChange: (_req, signal) =>
           new Promise<undefined>((resolve) => {
@@ -617,9 +645,10 @@ describe('local hints', { timeout: 20_000 }, () => {
       inner,
     )
     const backend = { ...base, capabilities: { ...base.capabilities, localHint } }
-    // The waiter wakes after attempt 2 by its poll timer or its hint, whichever comes first: either way the
-    // loop arms the next hint and makes attempt 3.
-    const lock = await createLockClient(backend).acquire(uniqueKey(), { renew: false, timeout: '10s' })
+    const waiting = createLockClient(backend).acquire(uniqueKey(), { renew: false, timeout: '10s' })
+    await waitFor(() => attempts === 2 && listeners.size === 1, 'the waiter waits on its hint')
+    notify()
+    const lock = await waiting
     await lock.release()
     return { events, heard }
   }

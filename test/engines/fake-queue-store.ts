@@ -136,7 +136,11 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
       throw new Error('reply lost')
     }
     const mine = this.entries.get(name)
-    return { position: mine?.position, first: mine !== undefined && this.queue(queue)[0] === mine }
+    if (!mine) return { position: undefined, first: false }
+    // As etcd's: the entry before ours read in the same step when our write landed in it.
+    const line = this.queue(queue)
+    const before = existing ? undefined : line[line.indexOf(mine) - 1]
+    return { position: mine.position, first: line[0] === mine, ...(before ? { before } : {}) }
   }
 
   async check(entry: OwnEntry, after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {
@@ -176,9 +180,12 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
 
   watchHeld(entry: OwnEntry, _from: bigint, events: HeldEvents): Cancel {
     let cancelled = false
-    this.#onDelete(entry.name, () => {
-      if (!cancelled) events.deleted(`${entry.name} deleted`)
-    })
+    // As etcd's watch from `from` on: a deletion before the watch was set is told too.
+    if (!this.isMine(entry)) queueMicrotask(() => !cancelled && events.deleted(`${entry.name} deleted`))
+    else
+      this.#onDelete(entry.name, () => {
+        if (!cancelled) events.deleted(`${entry.name} deleted`)
+      })
     return {
       cancel: () => {
         cancelled = true

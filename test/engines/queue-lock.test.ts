@@ -85,6 +85,52 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.count('check', nameOf('d')), checksBefore.d, 'd was not woken')
   })
 
+  it("a wait watches the entry before ours that the enqueue read, and the core's re-attempt learns from its read", async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    assert.equal(await attempt(b), null, 'b waits behind a')
+    // As the core does: arm the wait, then attempt again at once (the holder may have left in between).
+    const wait = engine.wait(b, open())
+    assert.equal(await attempt(b), null, 'still behind a')
+    assert.equal(await settled(wait), false, 'b waits')
+    assert.equal(store.count('watch', nameOf('a')), 1, 'b watches a')
+    // The enqueue read a as the entry before b; the read after the watch found it there, and answered
+    // the re-attempt: no read of the queue at all.
+    assert.equal(store.count('check', nameOf('b')), 0, 'no queue read besides the enqueue and the watch')
+  })
+
+  it('an attempt while the watch is in place reads the store again once its read is 100 ms old', async () => {
+    const { store, engine, attempt, nameOf } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    await settled(wait)
+    assert.equal(await attempt(b), null)
+    assert.equal(store.count('check', nameOf('b')), 0, 'a fresh watch answers the poll')
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    assert.equal(await attempt(b), null)
+    assert.equal(store.count('check', nameOf('b')), 1, 'an older one does not: the poll reads')
+  })
+
+  it("a hand-over's lease counts from the waiter's last attempt, as the core counts its validity", async () => {
+    const { engine, attempt, release } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    // b's attempt kept its lease alive (3 s from just after its start); the hand-over comes later.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await release(a)
+    const grant = await wait
+    assert.ok(grant)
+    // The core counts the grant's ttl from its own start of b's attempt (just before the engine's):
+    // the whole 3 s lease is known to last from there. Counted from the hand-over instead, 200 ms of it
+    // would be lost, and the core would take them off a second time.
+    assert.equal(grant.ttlMs, 3000)
+  })
+
   it('a predecessor that leaves before the watch is in place is not waited for', async () => {
     const { store, engine, attempt, nameOf } = setup()
     await attempt(request('a'))
@@ -235,6 +281,25 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
       assert.equal(store.keepAlives, requestsKeepAlive ? 0 : 2, `requestsKeepAlive ${requestsKeepAlive}`)
       await release(b)
     }
+  })
+
+  it('no keep-alive beside a write where the latest write found the lock held; one after it if free after all', async () => {
+    const { store, engine, attempt, release } = setup()
+    const a = (await attempt(request('a')))!
+    assert.equal(store.keepAlives, 1, 'a keep-alive beside the first write: granted at once, full ttl')
+    await attempt(request('b'))
+    assert.equal(store.keepAlives, 2, 'nothing said the lock was held yet')
+    await attempt(request('c'))
+    assert.equal(store.keepAlives, 2, 'the latest write found it held: c waits, no keep-alive')
+    await release(a)
+    await engine.abandon(request('b'), open())
+    await engine.abandon(request('c'), open())
+    const d = (await attempt(request('d')))!
+    assert.equal(store.keepAlives, 3, 'free after all: the keep-alive after the write')
+    assert.equal(d.ttlMs, 3000, 'the full ttl all the same')
+    await release(d)
+    await attempt(request('e'))
+    assert.equal(store.keepAlives, 4, 'found free last time: beside the write again')
   })
 
   it('extend to a longer lease moves the entry, keeping its position (fence and place in line)', async () => {

@@ -8,8 +8,10 @@
  *   layout.ts), one per acquire: `<prefix>k/<lease hex>-<owner>`, its value the owner id (and the holder's
  *   description), attached to a session's lease. The key with the lowest create revision holds the lock;
  *   the others wait in that order (FIFO). Acquire is one transaction: if our key does not exist, put it
- *   and read the first key of the prefix by create revision; else read both. A retry of an acquire already
- *   in line is that read alone.
+ *   and read the two newest keys of the prefix by create revision (ours, and the one before it, which a
+ *   waiter watches; none: ours is first); else read our key and the first. A retry of an acquire already
+ *   in line is a read alone. Two raft writes per acquisition (the put, the release's delete), none more
+ *   for a hand-over (test/backends/etcd-requests.test.ts).
  * - Expiry: a lease per lease length (whole seconds), kept alive while a lock, a waiter or an attempt may
  *   have a key on it, revoked after a while without. A dead holder's key goes with its lease. Validity
  *   never exceeds what etcd keeps: a grant or an extension reports the lease its session is known to keep
@@ -23,10 +25,12 @@
  * - Fence: the create revision of our key. etcd's revision is global and never goes back, also across
  *   leader changes. A put on an existing key keeps its create revision, so moving our key to another lease
  *   keeps both the fence and the place in line.
- * - Waiting: watches only the key just before ours, from the current revision (then reads it, in case it
- *   went away before the watch began), then re-checks that no earlier key remains and that ours still
+ * - Waiting: watches only the key just before ours (the one the acquire read), from the current revision
+ *   (then reads it, in case it went away before the watch began: the acquire loop's polls within 100 ms
+ *   of that read are answered by it), then re-checks that no earlier key remains and that ours still
  *   exists (a waiter whose lease died while it waited must not be granted: Jepsen's etcd #11456). The
- *   re-check after a wake-up is a serializable read, read again linearizably if the member is behind.
+ *   re-check after a wake-up is a serializable read, read again linearizably if the member is behind: a
+ *   hand-over waits for the release's delete and that one member-local read.
  *   Abandon deletes our key by its name (unique to the acquire: nobody else writes a key with our owner id)
  *   once the attempt's transaction has settled, whatever the abort raced with: the write, its reply, the
  *   keep-alive after it, or a hand-over. A clean-up that fails retires the session instead, so the key
@@ -43,7 +47,8 @@ import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { QueueLock, type QueuePrimitives, queuePrimitives } from '../../engines/queue-lock.js'
+import { QueueLock } from '../../engines/queue-lock.js'
+import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, lockPrefix } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'

@@ -25,6 +25,17 @@ export const firstOf = (p: string) => ({
   },
 })
 
+/** The `limit` newest keys under the prefix by create revision, newest first. */
+const newestOf = (p: string, limit: number) => ({
+  request_range: {
+    key: Buffer.from(p),
+    range_end: prefixEnd(p),
+    sort_target: 'Create' as const,
+    sort_order: 'Descend' as const,
+    limit,
+  },
+})
+
 /** A watcher as the engine's `Watch`: `gone` settles on the key's deletion (with its revision) or an error. */
 function asWatch(watcher: Watcher): Watch {
   const gone = new Promise<bigint | undefined>((resolve) => {
@@ -60,21 +71,29 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   }
 
   /**
-   * If our key does not exist, put it and read the first key of the prefix by create revision; else read
-   * both. Our key exists already when an earlier attempt of this acquire put it (we are in line).
+   * If our key does not exist, put it and read the two newest keys of the prefix by create revision: ours
+   * (the txn's own put, newer than any other) and the one just before it, which a waiter watches (none:
+   * ours is first). Else read our key and the first key of the prefix: our key exists already when an
+   * earlier attempt of this acquire put it (we are in line), and its create revision is not known before
+   * the read, so the one before it is not either (the wait reads it).
    */
   async enqueue(queue: string, name: string, value: string, lease: LeaseId) {
     const reply = await this.#client.kv.txn({
       compare: [{ target: 'Create', result: 'Equal', key: Buffer.from(name), create_revision: 0 }],
       success: [
         { request_put: { key: Buffer.from(name), value: Buffer.from(value), lease: lease.decimal } },
-        firstOf(queue),
+        newestOf(queue, 2),
       ],
       failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(queue)],
     })
-    const revision = reply.succeeded
-      ? reply.header.revision
-      : reply.responses[0]?.response_range.kvs[0]?.create_revision
+    if (reply.succeeded) {
+      const revision = reply.header.revision
+      const [mine, before] = reply.responses[1]?.response_range.kvs ?? []
+      // Ours is the newest, created by this txn: anything else (no key) is no answer to act on.
+      if (mine?.create_revision !== revision) return { position: undefined, first: false }
+      return { position: BigInt(revision), first: before === undefined, before }
+    }
+    const revision = reply.responses[0]?.response_range.kvs[0]?.create_revision
     if (revision === undefined) return { position: undefined, first: false }
     const holder = reply.responses[1]?.response_range.kvs[0]
     return { position: BigInt(revision), first: holder?.create_revision === revision }

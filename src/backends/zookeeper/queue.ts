@@ -128,7 +128,15 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
-    return { position, first: inLine(names)[0] === posix.basename(node) }
+    // The listing was sent after our create (or found our node): the one before ours in it is the one
+    // a waiter watches first.
+    const line = inLine(names)
+    const at = line.indexOf(posix.basename(node))
+    return {
+      position,
+      first: at === 0,
+      ...(at > 0 ? { before: { path: `${queue}/${line[at - 1]}`, client } } : {}),
+    }
   }
 
   /**
