@@ -69,6 +69,29 @@ export interface EpochSource {
   reserved?: { readonly from: bigint; readonly below: bigint } | undefined
   /** The wall clock in ms (tests set it). */
   readonly clock?: (() => number) | undefined
+  /** The latest epoch this process saw issued in this root, if any (`seenEpochs`): where a bump starts. */
+  readonly seen?: SeenEpoch | undefined
+}
+
+/**
+ * The latest epoch a process saw issued (or claimed) in a root: where its next bump starts, never trusted
+ * alone (see `bumpOnce`). `list`: the folder must be listed first, since another process may be ahead.
+ */
+export interface SeenEpoch {
+  latest: bigint
+  list: boolean
+}
+
+const SEEN = new Map<string, SeenEpoch>()
+
+/**
+ * The epoch this process last saw issued in the root `dir`, shared by its backends on that root, so that
+ * a bump starts from it instead of listing `.epoch` first (see `bumpOnce`).
+ */
+export function seenEpochs(dir: string): SeenEpoch {
+  let seen = SEEN.get(dir)
+  if (!seen) SEEN.set(dir, (seen = { latest: 0n, list: true }))
+  return seen
 }
 
 /** The reservations' folder in the lock root (no `~`: no key folder is called that). */
@@ -109,18 +132,30 @@ export function bumpEpoch(source: EpochSource, floor: bigint): Promise<bigint> {
   )
 }
 
-/** One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first. */
+/**
+ * One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first.
+ * Where this process saw an epoch issued before (`seen`), the round starts from it without listing
+ * `.epoch`: the listing only ever chose the name to try. What makes the name a new epoch is the link
+ * (exclusive) and the check after it that no higher name exists: the highest name is never collected, so
+ * any epoch issued before, by anyone, leaves a name at or above it, and a guess that is behind fails that
+ * check (or the link) and the next round lists the folder.
+ */
 async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Promise<bigint | undefined> {
   const flush = source.durability === 'acquire' ? source.flush : undefined
-  let names: string[]
-  try {
-    names = readdirSync(folder)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    await makeFolder(source.dir, folder, flush)
-    return undefined
+  const seen = source.seen ?? { latest: 0n, list: true }
+  let latest = seen.latest
+  if (seen.list) {
+    let names: string[]
+    try {
+      names = readdirSync(folder)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      await makeFolder(source.dir, folder, flush)
+      return undefined
+    }
+    const listed = highest(names)
+    if (listed > latest) latest = listed
   }
-  const latest = highest(names)
   const wall = BigInt(Math.floor((source.clock ?? Date.now)())) - 1n
   let next = [latest, floor, wall].reduce((a, b) => (a > b ? a : b)) + 1n
   if (source.durability === 'boot') {
@@ -130,19 +165,28 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
     // A new boot's reservation starts above everything the old boots reserved, which may be above the
     // `.epoch` names the disk kept (the old boot's last ones lived in the page cache, and may be gone).
     if (next < reserved.from) next = reserved.from
+    // Another bump of this process may have claimed names while this one awaited: go above them.
+    if (next <= seen.latest) next = seen.latest + 1n
   }
-  let created: boolean
+  // Claimed before the next await: another bump of this process, running meanwhile, tries the name above
+  // instead of racing this one for the same name. (A claim that fails only leaves a gap.)
+  seen.latest = next
+  let names: string[] | false
   try {
     // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
     // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
     // never collected, so an issued epoch is never issued again.
-    created = await createGeneration(folder, next, { epoch: next.toString() }, flush)
+    names = await createGeneration(folder, next, { epoch: next.toString() }, flush)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    return undefined // The folder went away between the list and the write: make it again.
+    names = false // The folder went away: the next round lists it (and makes it again).
   }
-  if (!created) return undefined
-  await collect(folder, next, names)
+  // Lost: another process is ahead of what this one saw; the next round lists the folder.
+  seen.list = !names
+  if (!names) return undefined
+  // Where a later bump of this process claimed a name meanwhile, its collection (or the next one) takes
+  // ours: bumps running side by side would otherwise each delete the same names.
+  if (seen.latest === next) collect(folder, next, names)
   return next
 }
 
@@ -179,7 +223,7 @@ async function reserve(
   const from = ours ? record.from : latest
   const start = next > from ? next : from
   const below = start + RESERVE
-  let created: boolean
+  let created: string[] | false
   try {
     // Durable: the record, then its name (an fsync of the folder), before any epoch is issued from it.
     created = await createGeneration(
@@ -193,7 +237,7 @@ async function reserve(
     return undefined
   }
   if (!created) return undefined
-  await collect(folder, below, names)
+  collect(folder, below, created)
   source.reserved = { from, below }
   return source.reserved
 }

@@ -104,12 +104,20 @@ import type {
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
-import { type Durability, nextBase } from './epochs.js'
+import { type Durability, nextBase, seenEpochs } from './epochs.js'
 import { guarded } from './errors.js'
-import { type Current, collect, createGeneration, Flush, Pending, readCurrent } from './generations.js'
+import {
+  type Current,
+  collect,
+  createGeneration,
+  Flush,
+  Pending,
+  readCurrent,
+  type Stamp,
+} from './generations.js'
 import { bootId, hasKernelBootId, monotonicMs, sameBoot } from './host-clock.js'
-import { baseOf, type Cookie, freeRecord, isLive, isOurs, newRecord, type RecordV1 } from './records.js'
-import { folderOf, grantFlush, type Root, UnreadableRecords } from './root.js'
+import { baseOf, freeRecord, isLive, newRecord, type RecordV1 } from './records.js'
+import { folderOf, grantFlush, type Root, UnreadableRecords, WRITTEN, type Written } from './root.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
@@ -185,6 +193,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     clock: hooks?.clock,
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
+    written: WRITTEN,
+    seen: seenEpochs(dir),
   }
   return {
     id: root.id,
@@ -212,52 +222,99 @@ type Plan =
   | { readonly act: 'take'; readonly base: bigint | undefined }
 
 /**
- * One attempt: read the key's state, then take it as generation N+1 when it is free or expired, answer
- * "ours" when an earlier attempt of this acquire won, or report how long the holder's lease has left.
+ * One attempt: take the key as generation N+1 when its state N is free or expired, answer "ours" when an
+ * earlier attempt of this acquire won, or report how long the holder's lease has left. The state is what
+ * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
+ * finds.
  */
-async function acquireOnce(
-  root: Root,
-  { key, owner, ttlMs, holder }: AcquireRequest,
-): Promise<AttemptResult> {
-  const folder = folderOf(root, key)
+async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResult> {
+  const folder = folderOf(root, req.key)
+  // The deadline counts from before we look: never later than the lease the core believes in.
+  const start = monotonicMs()
   let pending: Pending | undefined
   try {
-    // The deadline counts from before we read: never later than the lease the core believes in.
-    const start = monotonicMs()
-    let current = await readCurrent(folder)
-    if (current.record === 'none') {
-      // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
-      // that cannot be made is a setting error, thrown as such (errors.ts).
-      mkdirSync(folder, { recursive: true })
-      // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
-      // link will land in, and a new epoch is taken after every removal that preceded this read.
+    const written = root.written.get(folder)
+    // A live record goes the long way: the folder may hold a successor (a release by another process)
+    // that this process never saw, and answering "held" from a stale record would wait for nothing.
+    if (written && !isLive(written.record, root.boot)) {
+      // Pin the folder, then check that our last write is still its state (name N, that very file): then
+      // it is what a read would find, unless a successor N+1 exists, which our link of N+1 finds out.
       pending = pendingIn(folder)
-      if (!pending) return { granted: false, retryInMs: 0 }
-      current = await readCurrent(folder)
-      if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
+      if (pending?.holds(written.gen, written.stamp)) {
+        const next = plan(root, folder, { ...written, names: [] }, req.owner)
+        if (next.act === 'take') {
+          const granted = await take(root, req, folder, pending, written, next.base, start)
+          if (granted) return granted
+          pending = undefined // Used up by its commit: the read below starts afresh.
+        }
+      }
+      root.written.forget(folder)
     }
-    const next = plan(root, folder, current, owner)
-    if (next.act === 'answer') return next.result
-    // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
-    pending ??= pendingIn(folder)
-    // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
-    if (!pending) return { granted: false, retryInMs: 0 }
-    const gen = current.gen + 1n
-    const base = await nextBase(root, next.base, gen)
-    const fence = base + gen
-    const deadline = start + ttlMs
-    // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
-    await pending.write(
-      newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot),
-      grantFlush(root),
-    )
-    const stamp = current.record === 'none' ? undefined : current.stamp
-    if (!(await pending.commit(gen, grantFlush(root), stamp))) return { granted: false }
-    await collect(folder, gen, current.names)
-    return { granted: true, fence, ttlMs, cookie: { gen, base } satisfies Cookie }
+    return await acquireRead(root, req, folder, pending, start)
   } finally {
     pending?.discard()
   }
+}
+
+/** An attempt on the state a read of the folder finds; `pending`, if any, pinned the folder before it. */
+async function acquireRead(
+  root: Root,
+  req: AcquireRequest,
+  folder: string,
+  pending: Pending | undefined,
+  start: number,
+): Promise<AttemptResult> {
+  let current = await readCurrent(folder)
+  if (current.record === 'none' && !pending) {
+    // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
+    // that cannot be made is a setting error, thrown as such (errors.ts).
+    const made = current.missing && mkdirSync(folder, { recursive: true }) !== undefined
+    // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
+    // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
+    // we have just made needs no read: it was empty when made, and our pin followed.
+    pending = pendingIn(folder)
+    if (!pending) return { granted: false, retryInMs: 0 }
+    if (!made) {
+      current = await readCurrent(folder)
+      if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
+    }
+  }
+  const next = plan(root, folder, current, req.owner)
+  if (next.act === 'answer') return next.result
+  // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+  pending ??= pendingIn(folder)
+  // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
+  if (!pending) return { granted: false, retryInMs: 0 }
+  const read = current.record === 'none' ? undefined : current
+  return (await take(root, req, folder, pending, read, next.base, start)) ?? { granted: false }
+}
+
+/**
+ * Creates generation N+1 holding the lease, after `state` (N; undefined for none, the folder pinned before
+ * the read that found none): the grant, or undefined when another writer got there first.
+ */
+async function take(
+  root: Root,
+  { key, owner, ttlMs, holder }: AcquireRequest,
+  folder: string,
+  pending: Pending,
+  state: { readonly gen: bigint; readonly stamp: Stamp } | undefined,
+  carried: bigint | undefined,
+  start: number,
+): Promise<AttemptResult | undefined> {
+  const gen = (state?.gen ?? 0n) + 1n
+  const base = await nextBase(root, carried, gen)
+  const fence = base + gen
+  const deadline = start + ttlMs
+  // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
+  const record = newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot)
+  const stamp = await pending.write(record, grantFlush(root))
+  const names = await pending.commit(gen, grantFlush(root), state?.stamp)
+  if (!names) return undefined
+  collect(folder, gen, names)
+  const cookie: Written = { gen, record, stamp }
+  root.written.remember(folder, cookie)
+  return { granted: true, fence, ttlMs, cookie }
 }
 
 function plan(root: Root, folder: string, current: Current, owner: string): Plan {
@@ -272,7 +329,7 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
   if (r.owner === owner) {
     // An earlier attempt of this same acquire won and its reply was lost: it is ours.
     // Its lease is what is left of that attempt's deadline, not a fresh ttl.
-    const cookie: Cookie = { gen: current.gen, base: baseOf(r) }
+    const cookie: Written = { gen: current.gen, record: r, stamp: current.stamp }
     const ttlMs = r.deadline - monotonicMs()
     return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
   }
@@ -310,42 +367,56 @@ async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
   // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked.
-  // The transition is a compare-and-swap on the record we read (generation and base), so a successor,
-  // or a new folder's record of the same generation, is never touched.
+  // The transition is a compare-and-swap on the very file we read, so a successor, or a new folder's
+  // record of the same generation, is never touched.
   const current = await readCurrent(folderOf(root, key))
   if (current.record === 'none' || current.record === 'unreadable') return
   if (current.record.state !== 'held' || current.record.owner !== owner) return
   const fence = BigInt(current.record.fence)
-  const cookie: Cookie = { gen: current.gen, base: baseOf(current.record) }
+  const cookie: Written = { gen: current.gen, record: current.record, stamp: current.stamp }
   await transition(root, { key, owner, fence, cookie }, (base) => freeRecord(key, fence, base, root.boot))
 }
 
-/** Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. */
+/**
+ * Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. The
+ * cookie names the very file of our record (generation, inode, mtime): while that file is still the name
+ * N of the folder, nobody else has written after it (a successor N+1 fails our link), so no listing and
+ * no read are needed. Any other file there means the lease expired and someone took over, or it was
+ * broken, or its folder was removed (a new folder's record of the same generation is another file), or
+ * its files were put back by hand: in every case the lease is no longer ours.
+ */
 async function transition(
   root: Root,
   lease: HeldLease,
   next: (base: bigint, current: RecordV1) => RecordV1,
-): Promise<Cookie | undefined> {
-  const cookie = lease.cookie as Cookie
+): Promise<Written | undefined> {
+  const held = lease.cookie as Written
   const folder = folderOf(root, lease.key)
-  const current = await readCurrent(folder)
-  // Only the holder writes after its own record while its lease lives; any other record means the lease
-  // expired and someone took over, or it was broken, or its folder was removed (a new folder's records
-  // have another base, even at the same generation).
-  if (!isOurs(current, cookie, lease.owner)) return undefined
-  // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+  // Owner-checked, as the contract says: a cookie alone releases nothing for another owner.
+  if (held.record.owner !== lease.owner) return undefined
+  // The temp file pins the folder; `holds` checks, after it, that our record is still in place there.
   const pending = pendingIn(folder)
-  if (!pending) return undefined
   try {
-    const gen = current.gen + 1n
+    if (!pending?.holds(held.gen, held.stamp)) {
+      root.written.forget(folder)
+      return undefined
+    }
+    const gen = held.gen + 1n
     // Our own live record: written in this boot, so its base goes on.
-    const base = await nextBase(root, cookie.base, gen)
-    await pending.write(next(base, current.record), undefined)
-    if (!(await pending.commit(gen, undefined, current.stamp))) return undefined
-    await collect(folder, gen, current.names)
-    return { gen, base }
+    const base = await nextBase(root, baseOf(held.record), gen)
+    const record = next(base, held.record)
+    const stamp = await pending.write(record, undefined)
+    const names = await pending.commit(gen, undefined, held.stamp)
+    if (!names) {
+      root.written.forget(folder)
+      return undefined
+    }
+    collect(folder, gen, names)
+    const cookie: Written = { gen, record, stamp }
+    root.written.remember(folder, cookie)
+    return cookie
   } finally {
-    pending.discard()
+    pending?.discard()
   }
 }
 
@@ -377,7 +448,7 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
   const gen = current.gen + 1n
   const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen)
   const fence = known ? BigInt(known.fence) : 0n
-  const created = await createGeneration(
+  const names = await createGeneration(
     folder,
     gen,
     freeRecord(key, fence, base, root.boot),
@@ -387,7 +458,10 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true // Folder gone: broken.
     throw error
   })
-  return created ? true : undefined
+  if (names === true) return true
+  if (!names) return undefined
+  collect(folder, gen, names)
+  return true
 }
 
 /** The URL parameters of file:// (the README's table is tested against this). */

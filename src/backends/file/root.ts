@@ -3,9 +3,11 @@
  * has observed of unreadable records. Every operation of the backend takes it.
  */
 import { join } from 'node:path'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
 import type { EpochSource } from './epochs.js'
-import { type Flush, keyFolderName } from './generations.js'
+import { type Flush, keyFolderName, type Stamp } from './generations.js'
+import type { RecordV1 } from './records.js'
 
 export interface Root extends EpochSource {
   /** The lock root, absolute. */
@@ -15,7 +17,54 @@ export interface Root extends EpochSource {
   /** This boot's id (host-clock.ts), written into every record. */
   readonly boot: string
   readonly unreadable: UnreadableRecords
+  /** What this process wrote last in each key folder (shared by every backend of the process). */
+  readonly written: WrittenStates
 }
+
+/**
+ * A generation this process created: its number, its record, and the stamp of its file. Only a hint of
+ * what the folder holds: `Pending.holds` checks, with one stat after the pin, that the name is still that
+ * very file before anything is decided on it (it may have been succeeded, collected, or its folder
+ * removed, by anyone). Generation files never change once linked, so the same file means the same record.
+ */
+export interface Written {
+  readonly gen: bigint
+  readonly record: RecordV1
+  readonly stamp: Stamp
+}
+
+/**
+ * How many key folders this process remembers its last write in: 16384 entries of a few hundred bytes
+ * (more for long keys or holder descriptions), and the oldest is forgotten first. A forgotten or stale
+ * entry costs one listing and one read: what every acquire paid before.
+ */
+const WRITTEN_LIMIT = 16_384
+
+/**
+ * The last state this process wrote in each key folder, by folder path: an acquire of a key this process
+ * released (or saw expire) succeeds it without listing the folder or reading the record. One per process:
+ * every backend on the same root shares it (entries are checked against the disk before use, so any
+ * backend may use any entry).
+ */
+export class WrittenStates {
+  readonly #entries = new BoundedMap<string, Written>(WRITTEN_LIMIT)
+
+  get(folder: string): Written | undefined {
+    return this.#entries.get(folder)
+  }
+
+  /** Remembers `written` as the newest state of `folder` (and as the most recently used entry). */
+  remember(folder: string, written: Written): void {
+    this.#entries.renew(folder, written)
+  }
+
+  forget(folder: string): void {
+    this.#entries.delete(folder)
+  }
+}
+
+/** The one table of this process (see `WrittenStates`). */
+export const WRITTEN = new WrittenStates()
 
 /** The flush for a grant's own record: only where durability is paid per acquire (no boot id). */
 export const grantFlush = (root: Root): Flush | undefined =>
