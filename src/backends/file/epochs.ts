@@ -71,6 +71,8 @@ export interface EpochSource {
   readonly clock?: (() => number) | undefined
   /** The latest epoch this process saw issued in this root, if any (`seenEpochs`): where a bump starts. */
   readonly seen?: SeenEpoch | undefined
+  /** The epoch this process last took here and the folders it started with it (`startsOf`). */
+  readonly starts?: EpochStarts | undefined
 }
 
 /**
@@ -261,15 +263,76 @@ function readReservation(path: string): { boot: string; from: bigint } | undefin
 
 /**
  * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
- * or a new epoch's when there is none to go on from or the range is used up. A new epoch is only ever
- * taken after the read that found the state, so it exceeds every epoch of every fence minted before.
+ * or a fresh range's when there is none to go on from or the range is used up. A fresh range is only ever
+ * started after the read that found the state (the folder `folder` pinned before it, see index.ts), so
+ * its epoch exceeds every epoch of every fence minted before for the key: either a new epoch, or the
+ * epoch this process last took (`starts`), when nothing was issued since (`.epoch` still ends with it)
+ * and no folder of this key was started with it before.
  * The caller passes no base for a state written in another boot (see index.ts): its fences may have
  * gone on, in that boot's page cache, past what the disk kept.
  */
-export async function nextBase(source: EpochSource, base: bigint | undefined, gen: bigint): Promise<bigint> {
+export async function nextBase(
+  source: EpochSource,
+  base: bigint | undefined,
+  gen: bigint,
+  folder: string,
+): Promise<bigint> {
   if (base !== undefined && (base + gen) % RANGE !== 0n) return base
+  const starts = source.starts
+  if (base === undefined && starts) {
+    const again = startAgain(source.dir, starts, folder)
+    if (again !== undefined) return baseFor(again, gen)
+  }
   const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
-  return baseFor(await bumpEpoch(source, floor), gen)
+  const epoch = await bumpEpoch(source, floor)
+  // A range used up starts its new epoch too; either way no other folder of the key may start with it.
+  if (starts && epoch > (starts.epoch ?? 0n)) {
+    starts.epoch = epoch
+    starts.folders.clear()
+  }
+  starts?.folders.add(folder)
+  return baseFor(epoch, gen)
+}
+
+/**
+ * How many folders one epoch starts at most, before the next fresh start takes a new one: bounds the set
+ * this process keeps of them (and costs one bump per this many new keys).
+ */
+const STARTS_PER_EPOCH = 4096
+
+/**
+ * The epoch this process last took, for a fresh range in `folder`, or undefined when it will not do. Its
+ * fences must exceed every fence minted before for this key, in this folder or an earlier one at its
+ * path. Every fence is minted in the range of an epoch issued in this root, and the highest `.epoch` name
+ * is never collected: so when the listing still ends with `starts.epoch`, after the pin, no epoch above
+ * it was ever issued, and every earlier fence of the key lies in a range of an epoch at most this one.
+ * Equal is excluded by the set: an epoch is issued to one bumper only (an exclusive link), so only this
+ * process ever started folders with it, and `starts.folders` names each (a path started with it, then
+ * removed and made again, takes a new epoch). Per root, boot and durability (`startsOf`): an epoch of
+ * another boot is below what this boot must issue, and one taken without a reservation is not covered.
+ */
+function startAgain(dir: string, starts: EpochStarts, folder: string): bigint | undefined {
+  const { epoch, folders } = starts
+  if (epoch === undefined || folders.size >= STARTS_PER_EPOCH || folders.has(folder)) return undefined
+  if (currentEpoch(dir) !== epoch) return undefined
+  folders.add(folder)
+  return epoch
+}
+
+/** The epoch this process last took in a root, and the key folders it started a fresh range in with it. */
+export interface EpochStarts {
+  epoch: bigint | undefined
+  readonly folders: Set<string>
+}
+
+const STARTS = new Map<string, EpochStarts>()
+
+/** The epoch starts of this process in root `dir`, for boot `boot` and `durability` (see `startAgain`). */
+export function startsOf(dir: string, boot: string, durability: Durability): EpochStarts {
+  const id = `${durability} ${boot} ${dir}`
+  let starts = STARTS.get(id)
+  if (!starts) STARTS.set(id, (starts = { epoch: undefined, folders: new Set() }))
+  return starts
 }
 
 /** Creates a folder of the root; with `flush`, its name in the root is on disk too (else a power loss could drop it). */

@@ -104,7 +104,7 @@ import type {
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
-import { type Durability, nextBase, seenEpochs } from './epochs.js'
+import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
 import {
   type Current,
@@ -195,6 +195,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
     written: WRITTEN,
     seen: seenEpochs(dir),
+    starts: startsOf(dir, boot, durability),
   }
   return {
     id: root.id,
@@ -249,6 +250,13 @@ async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResu
         }
       }
       root.written.forget(folder)
+    } else if (mkdirSync(folder, { recursive: true }) !== undefined) {
+      // A key this process has not written in: its folder is made if missing (one call either way, and no
+      // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
+      // folder that cannot be made is a setting error, thrown as such: errors.ts.)
+      pending = pendingIn(folder)
+      if (!pending) return { granted: false, retryInMs: 0 }
+      return (await take(root, req, folder, pending, undefined, undefined, start)) ?? { granted: false }
     }
     return await acquireRead(root, req, folder, pending, start)
   } finally {
@@ -303,7 +311,7 @@ async function take(
   start: number,
 ): Promise<AttemptResult | undefined> {
   const gen = (state?.gen ?? 0n) + 1n
-  const base = await nextBase(root, carried, gen)
+  const base = await nextBase(root, carried, gen, folder)
   const fence = base + gen
   const deadline = start + ttlMs
   // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
@@ -403,7 +411,7 @@ async function transition(
     }
     const gen = held.gen + 1n
     // Our own live record: written in this boot, so its base goes on.
-    const base = await nextBase(root, baseOf(held.record), gen)
+    const base = await nextBase(root, baseOf(held.record), gen, folder)
     const record = next(base, held.record)
     const stamp = await pending.write(record, undefined)
     const names = await pending.commit(gen, undefined, held.stamp)
@@ -446,7 +454,7 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
   if (current.record === 'none') return true // No record: nothing to break.
   const known = current.record === 'unreadable' ? undefined : current.record
   const gen = current.gen + 1n
-  const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen)
+  const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen, folder)
   const fence = known ? BigInt(known.fence) : 0n
   const names = await createGeneration(
     folder,
