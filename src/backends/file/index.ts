@@ -101,6 +101,7 @@ import type {
   HeldLease,
   LockBackend,
 } from '../../core/backend.js'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
@@ -117,7 +118,15 @@ import {
 } from './generations.js'
 import { bootId, hasKernelBootId, monotonicMs, sameBoot } from './host-clock.js'
 import { baseOf, freeRecord, isLive, newRecord, type RecordV1 } from './records.js'
-import { folderOf, grantFlush, type Root, UnreadableRecords, WRITTEN, type Written } from './root.js'
+import {
+  folderOf,
+  grantFlush,
+  type Root,
+  SEEN_BY_LIMIT,
+  UnreadableRecords,
+  WRITTEN,
+  type Written,
+} from './root.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
@@ -194,6 +203,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
     written: WRITTEN,
+    seenBy: new BoundedMap(SEEN_BY_LIMIT),
     seen: seenEpochs(dir),
     starts: startsOf(dir, boot, durability),
   }
@@ -206,7 +216,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
-    waitForChange: ({ key }, signal) => folderChanged(folderOf(root, key), signal),
+    waitForChange: ({ key, owner }, signal) =>
+      folderChanged(folderOf(root, key), signal, () => root.seenBy.get(owner)),
     breakLock: (key) => guarded(root, key, 'break the lock', () => breakLock(root, key)),
     // `this`: the backend as the caller holds it (the CLI wraps tryAcquire for shared roots).
     doctor() {
@@ -229,6 +240,13 @@ type Plan =
  * finds.
  */
 async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResult> {
+  const result = await attempt(root, req)
+  // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
+  if (result.granted) root.seenBy.delete(req.owner)
+  return result
+}
+
+async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> {
   const folder = folderOf(root, req.key)
   // The deadline counts from before we look: never later than the lease the core believes in.
   const start = monotonicMs()
@@ -287,6 +305,8 @@ async function acquireRead(
       if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
     }
   }
+  // What this acquire has seen: its wake-up hint ignores events on generations up to this one.
+  root.seenBy.renew(req.owner, current.gen)
   const next = plan(root, folder, current, req.owner)
   if (next.act === 'answer') return next.result
   // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
@@ -374,6 +394,7 @@ async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
 }
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
+  root.seenBy.delete(owner) // The acquire has ended: its hint is no longer armed.
   // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked.
   // The transition is a compare-and-swap on the very file we read, so a successor, or a new folder's
   // record of the same generation, is never touched.

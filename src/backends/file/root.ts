@@ -19,7 +19,16 @@ export interface Root extends EpochSource {
   readonly unreadable: UnreadableRecords
   /** What this process wrote last in each key folder (shared by every backend of the process). */
   readonly written: WrittenStates
+  /**
+   * The generation each acquire still waiting (by owner) found in its latest attempt: its wake-up hint
+   * ignores events on generations it has read (watch.ts). Bounded: an acquire that ends without a grant
+   * (an abort, a timeout) is forgotten with the oldest, and a forgotten one wakes on any generation.
+   */
+  readonly seenBy: BoundedMap<string, bigint>
 }
+
+/** How many waiting acquires `Root.seenBy` follows at most. */
+export const SEEN_BY_LIMIT = 4096
 
 /**
  * A generation this process created: its number, its record, and the stamp of its file. Only a hint of
