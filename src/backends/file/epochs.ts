@@ -26,6 +26,7 @@
  */
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { retryRounds } from '../../core/retry.js'
 import { collect, createGeneration, type Flush, genName, highest } from './generations.js'
 
@@ -84,7 +85,11 @@ export interface SeenEpoch {
   list: boolean
 }
 
-const SEEN = new Map<string, SeenEpoch>()
+/**
+ * Per root; bounded (a process with many roots forgets the oldest: a backend keeps the object it was
+ * given, and a later one on that root starts afresh, which costs a listing).
+ */
+const SEEN = new BoundedMap<string, SeenEpoch>(64)
 
 /**
  * The epoch this process last saw issued in the root `dir`, shared by its backends on that root, so that
@@ -92,7 +97,10 @@ const SEEN = new Map<string, SeenEpoch>()
  */
 export function seenEpochs(dir: string): SeenEpoch {
   let seen = SEEN.get(dir)
-  if (!seen) SEEN.set(dir, (seen = { latest: 0n, list: true }))
+  if (!seen) {
+    seen = { latest: 0n, list: true }
+    SEEN.set(dir, seen)
+  }
   return seen
 }
 
@@ -280,13 +288,14 @@ export async function nextBase(
   if (base !== undefined && (base + gen) % RANGE !== 0n) return base
   const starts = source.starts
   if (base === undefined && starts) {
-    const again = startAgain(source.dir, starts, folder)
+    const again = startAgain(source, starts, folder)
     if (again !== undefined) return baseFor(again, gen)
   }
   const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
   const epoch = await bumpEpoch(source, floor)
   // A range used up starts its new epoch too; either way no other folder of the key may start with it.
-  if (starts && epoch > (starts.epoch ?? 0n)) {
+  // (An epoch below the last one means `.epoch` was lost: that one is never used again either.)
+  if (starts && epoch !== starts.epoch) {
     starts.epoch = epoch
     starts.folders.clear()
   }
@@ -299,6 +308,12 @@ export async function nextBase(
  * this process keeps of them (and costs one bump per this many new keys).
  */
 const STARTS_PER_EPOCH = 4096
+/**
+ * How far behind the wall clock (ms) an epoch may be and still start a folder. A new epoch is at least
+ * the wall clock, which keeps fences rising where `.epoch` itself is lost (see the header); an epoch
+ * reused within this much of it keeps that, for a loss that took longer than this (a reboot, a cleaner).
+ */
+const STARTS_WITHIN_MS = 1000n
 
 /**
  * The epoch this process last took, for a fresh range in `folder`, or undefined when it will not do. Its
@@ -310,11 +325,13 @@ const STARTS_PER_EPOCH = 4096
  * process ever started folders with it, and `starts.folders` names each (a path started with it, then
  * removed and made again, takes a new epoch). Per root, boot and durability (`startsOf`): an epoch of
  * another boot is below what this boot must issue, and one taken without a reservation is not covered.
+ * And only for a second (`STARTS_WITHIN_MS`): the wall-clock floor of new epochs must still hold.
  */
-function startAgain(dir: string, starts: EpochStarts, folder: string): bigint | undefined {
+function startAgain(source: EpochSource, starts: EpochStarts, folder: string): bigint | undefined {
   const { epoch, folders } = starts
   if (epoch === undefined || folders.size >= STARTS_PER_EPOCH || folders.has(folder)) return undefined
-  if (currentEpoch(dir) !== epoch) return undefined
+  const wall = BigInt(Math.floor((source.clock ?? Date.now)()))
+  if (epoch + STARTS_WITHIN_MS < wall || currentEpoch(source.dir) !== epoch) return undefined
   folders.add(folder)
   return epoch
 }
@@ -325,13 +342,20 @@ export interface EpochStarts {
   readonly folders: Set<string>
 }
 
-const STARTS = new Map<string, EpochStarts>()
+/**
+ * Bounded like SEEN. Forgetting one is safe: an epoch is issued to one bump, and only the object of that
+ * bump's backend adopts it, so two objects never start folders with the same epoch.
+ */
+const STARTS = new BoundedMap<string, EpochStarts>(64)
 
 /** The epoch starts of this process in root `dir`, for boot `boot` and `durability` (see `startAgain`). */
 export function startsOf(dir: string, boot: string, durability: Durability): EpochStarts {
   const id = `${durability} ${boot} ${dir}`
   let starts = STARTS.get(id)
-  if (!starts) STARTS.set(id, (starts = { epoch: undefined, folders: new Set() }))
+  if (!starts) {
+    starts = { epoch: undefined, folders: new Set() }
+    STARTS.set(id, starts)
+  }
   return starts
 }
 

@@ -185,7 +185,8 @@ export class Pending {
    */
   holds(gen: bigint, stamp: Stamp): boolean {
     const now = statSync(join(this.#folder, genName(gen)), { bigint: true, throwIfNoEntry: false })
-    const same = now !== undefined && now.ino === stamp.ino && now.dev === stamp.dev && now.mtimeNs === stamp.mtimeNs
+    const same =
+      now !== undefined && now.ino === stamp.ino && now.dev === stamp.dev && now.mtimeNs === stamp.mtimeNs
     if (same) this.#held = gen
     return same
   }
