@@ -15,6 +15,7 @@ import { after, describe, it } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { bumpEpoch, type EpochSource, RANGE, type SeenEpoch } from '../../src/backends/file/epochs.js'
 import {
+  afterLink,
   createGeneration,
   Flush,
   genName,
@@ -109,6 +110,18 @@ describe('file backend: the state this process wrote last', () => {
     assert.equal(await a.tryAcquire(k), null, "another process's live lease was taken")
     assert.equal((await a.inspect(k)).owner, owner)
     await a.close()
+  })
+})
+
+describe('file backend: the check after a link', () => {
+  it('a generation already succeeded stays in place; only one whose predecessor vanished is removed', () => {
+    // A release links N+1 and a waiter, reading it at once, links N+2 before the releaser lists the
+    // folder: removing N+1 would make the waiter find its predecessor gone and stand back too, and the
+    // key would stay with the released holder's record until its ttl.
+    assert.equal(afterLink([genName(7n), genName(8n), genName(9n)], 8n, true), 'superseded')
+    assert.equal(afterLink([genName(8n), genName(9n)], 9n, true), 'stands')
+    assert.equal(afterLink([genName(9n)], 9n, true), 'orphaned')
+    assert.equal(afterLink([genName(1n)], 1n, false), 'stands')
   })
 })
 

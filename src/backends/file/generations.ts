@@ -156,6 +156,25 @@ export async function readCurrent(folder: string): Promise<Current> {
 }
 
 /**
+ * What the listing taken just after linking generation `gen` says of it. 'superseded': a higher
+ * generation exists, so ours is not the state (a stale link, or a successor that followed at once). It is
+ * left in place: nobody reads a name below the highest, the next transition collects it, and removing it
+ * could pull the predecessor from under a successor built on it, which then sees its predecessor gone and
+ * stands back too, leaving the key to the older record (a holder that just released, say) until that
+ * record's ttl. 'orphaned': the predecessor we succeeded (`hasPredecessor`) is gone with no successor of
+ * ours: files removed behind our back; ours is removed, nobody may build on it. 'stands': ours is the state.
+ */
+export function afterLink(
+  names: readonly string[],
+  gen: bigint,
+  hasPredecessor: boolean,
+): 'stands' | 'superseded' | 'orphaned' {
+  if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) return 'superseded'
+  if (hasPredecessor && !names.includes(genName(gen - 1n))) return 'orphaned'
+  return 'stands'
+}
+
+/**
  * A record on its way to becoming a generation. Opening it creates the temp file in the folder at once,
  * and that file PINS the folder: a directory that holds a file cannot be removed (rmdir fails with
  * ENOTEMPTY), and `rm -rf`, which unlinks the file first, makes our link fail with ENOENT (the link
@@ -244,7 +263,7 @@ export class Pending {
     // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
     // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
     // never deleted, so a stale name is always below it: list again, and if anything is higher, our
-    // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
+    // generation never was the state (or it was, and a successor followed at once: the two look alike).
     // Likewise when the state we succeeded has vanished without a successor (its files deleted behind
     // our back): only a higher generation may ever remove it, so we succeeded nothing; stand back, and
     // the next attempt finds the folder as it really is.
@@ -256,15 +275,13 @@ export class Pending {
       if (errno(error) === 'ENOENT') return false
       throw error
     }
-    if (
-      names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen) ||
-      (after !== undefined && !names.includes(genName(gen - 1n)))
-    ) {
+    const verdict = afterLink(names, gen, after !== undefined)
+    if (verdict === 'orphaned') {
       try {
         unlinkSync(target)
       } catch {}
-      return false
     }
+    if (verdict !== 'stands') return false
     // With `flush`, the new name must survive a power loss too. (A folder removed just now fails this with
     // ENOENT: the caller reports the store unavailable and retries.)
     if (flush) await flush.path(this.#folder)
