@@ -23,6 +23,10 @@
  * so processes racing on a new boot agree on one, and R only grows.
  * `durability: 'acquire'` (no boot id on this host) fsyncs every new epoch instead; 'none' (fsync off)
  * fsyncs nothing.
+ *
+ * What a process keeps (per root, shared by its backends): the latest epoch it saw issued, where its next
+ * bump starts without listing `.epoch` (`bumpOnce`); and the epoch it took last with the key folders it
+ * started with it, which new keys reuse while nothing was issued since (`startAgain`).
  */
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'

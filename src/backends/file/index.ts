@@ -6,7 +6,8 @@
  *   <dir>/<readable-prefix>~<sha256(key), 32 hex>/   one folder per key (hashed, so any key works and keys
  *                                                    differing only in case stay distinct everywhere)
  *       00000000000000000007                         generation files: the highest is the state
- *       .tmp-<random>                                a record being written (or a crashed writer's)
+ *       .tmp-<process id>-<n>                        a record being written (or a crashed writer's); the
+ *                                                    random id is drawn once per process, n counts
  *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
  *                                                    latest epoch issued (see epochs.ts)
  *   <dir>/.boot/00000000001764000065536              epochs reserved: the highest name R, its record says
@@ -28,7 +29,10 @@
  * the same) starts afresh: the contender takes a new epoch E from `<dir>/.epoch` and races, like everyone,
  * for the name 1, with the base that makes its fence E·2^21 + 1. Epochs only grow, and a range holds
  * 2^21 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
- * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
+ * held them. A process may start many folders with the epoch it took last, each key once, while nothing
+ * was issued since (`.epoch` still ends with it) and within a second of the wall clock: every earlier
+ * fence of those keys lies in a range of an epoch at most E, and none of them in E's but the ones this
+ * process started (epochs.ts, `startAgain`). A new key costs a listing of `.epoch`, not a new epoch. The same fresh start is taken over an unreadable record (its base is unknown) and when a
  * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
  * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
@@ -49,7 +53,8 @@
  * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
  * every epoch issued before unless the clock was set back meanwhile. Removing a key's folder never does.
  * Removing only its newest generation file while older ones remain lets the next grant repeat that
- * generation's fence: `isOurs` then keeps the old holder from mistaking the new grant for its own.
+ * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
+ * another file under the same name, is never taken for its own.
  *
  * The race with a removal, and why it is closed: a contender reads state N of folder F, F is removed (and
  * recreated, maybe advanced to the same N by others), and the contender links N+1 with F's base into the
@@ -69,10 +74,20 @@
  * still be there, and no higher name) makes the writer stand back. The residual risk is a name reused with
  * the same inode number AND the same mtime tick (a few ms), by a folder removed, recreated and advanced to
  * that generation inside that tick: not a thing a cleaner or an operator does.
- * The hot path pays one stat for all this: acquire, extend and release on an existing folder make no
- * other extra call, and never touch `.epoch`.
  *
- * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback.
+ * The hot path: a transition after this process's own write reads nothing. Extend and release know their
+ * record by the cookie (generation, record, stamp), an acquire of a key this process wrote last by a table
+ * of those (`root.written`, one per process); each pins the folder and checks with one stat that the name
+ * is still that very file, which is all a read of the folder would have told it: a successor N+1 fails
+ * the link (the acquire then reads the folder, in the same attempt), and the check after the link (its
+ * listing is also what `collect` deletes from) refuses the rest. Per transition: open, stat, write, fstat,
+ * close, link, unlink of the temp name, one listing, unlink of the predecessor; no fsync, no `.epoch`. A
+ * key this process never wrote in has its folder made first (one mkdir, which also says whether it is new:
+ * a new one needs no read). Every call is synchronous: a few microseconds each, less than a hop through
+ * libuv's thread pool.
+ *
+ * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback. An event wakes the
+ * waiter only for a generation above the one its latest attempt read (or the folder itself going).
  *
  * Limits: one host only (not NFS: link() and watch semantics differ there). The monotonic clock stops while
  * the machine sleeps, so leases stretch across a suspend. Keys up to 64 KiB, ttls up to 2^43 ms
@@ -82,9 +97,10 @@
  *
  * The other files:
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
- *   records.ts       the record: its shape, reading and making one, `isLive`, `isOurs`
+ *   records.ts       the record: its shape, reading and making one, `isLive`
  *   epochs.ts        the root's epoch counter and the base of a new generation
- *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records)
+ *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, the
+ *                    states this process wrote, what each waiter has seen)
  *   host-clock.ts    the host's monotonic clock and boot id
  *   errors.ts        a failed file operation as the error to report (a setting, or an outage)
  *   watch.ts         waitForChange: fs.watch on the key's folder
