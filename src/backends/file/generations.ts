@@ -21,7 +21,7 @@ import {
   writeSync,
 } from 'node:fs'
 import { open } from 'node:fs/promises'
-import { join } from 'node:path'
+import { sep } from 'node:path'
 import { parseRecord, type RecordV1 } from './records.js'
 
 /**
@@ -79,6 +79,12 @@ let tmpCount = 0
 const TMP_STALE_MS = 10 * 60_000
 
 export const genName = (gen: bigint) => gen.toString().padStart(20, '0')
+
+/**
+ * The path of `name` in `folder`: a key folder is absolute and normalised (`resolve`d root, a name with no
+ * separator), so a concatenation does what `join` would, without its normalising pass on every call.
+ */
+const inFolder = (folder: string, name: string): string => `${folder}${sep}${name}`
 
 /** A folder name for any key: a readable prefix for humans, the hash for uniqueness. */
 export function keyFolderName(key: string): string {
@@ -149,7 +155,7 @@ export async function readCurrent(folder: string): Promise<Current> {
     }
     const gen = highest(names)
     if (gen === 0n) return { gen, record: 'none', names, missing: false }
-    const file = readGeneration(join(folder, genName(gen)))
+    const file = readGeneration(inFolder(folder, genName(gen)))
     if (!file) continue
     return { gen, record: parseRecord(file.text) ?? 'unreadable', names, stamp: file.stamp }
   }
@@ -193,7 +199,7 @@ export class Pending {
   /** @throws ENOENT when the folder is missing (the caller decides whether to recreate it) */
   constructor(folder: string) {
     this.#folder = folder
-    this.#path = join(folder, `${TMP_OURS}${(tmpCount++).toString(36)}`)
+    this.#path = inFolder(folder, `${TMP_OURS}${(tmpCount++).toString(36)}`)
     this.#fd = openSync(this.#path, 'wx')
   }
 
@@ -203,7 +209,7 @@ export class Pending {
    * One stat; a state read by someone else's folder, or gone, or replaced, answers false.
    */
   holds(gen: bigint, stamp: Stamp): boolean {
-    const now = statSync(join(this.#folder, genName(gen)), { bigint: true, throwIfNoEntry: false })
+    const now = statSync(inFolder(this.#folder, genName(gen)), { bigint: true, throwIfNoEntry: false })
     const same =
       now !== undefined && now.ino === stamp.ino && now.dev === stamp.dev && now.mtimeNs === stamp.mtimeNs
     if (same) this.#held = gen
@@ -242,7 +248,7 @@ export class Pending {
   }
 
   async #commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<string[] | false> {
-    const target = join(this.#folder, genName(gen))
+    const target = inFolder(this.#folder, genName(gen))
     // The read that decided this write named a file; the folder may have been removed and recreated since
     // (a tmp cleaner, an operator) and even advanced to the same generation. Same name, same inode and
     // same mtime: the same file, so the same folder, and our temp file pins that folder from here to the
@@ -338,11 +344,11 @@ export function collect(folder: string, gen: bigint, names: readonly string[]): 
     if (GEN_NAME.test(name)) {
       if (BigInt(name) < gen) {
         try {
-          unlinkSync(join(folder, name))
+          unlinkSync(inFolder(folder, name))
         } catch {}
       }
     } else if (name.startsWith(TMP_PREFIX) && !name.startsWith(TMP_OURS)) {
-      const path = join(folder, name)
+      const path = inFolder(folder, name)
       const info = statSync(path, { throwIfNoEntry: false })
       if (info && Date.now() - info.mtimeMs > TMP_STALE_MS) {
         try {

@@ -142,6 +142,7 @@ import {
   UnreadableRecords,
   WRITTEN,
   type Written,
+  writtenId,
 } from './root.js'
 import { folderChanged } from './watch.js'
 
@@ -263,12 +264,13 @@ async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResu
 }
 
 async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> {
-  const folder = folderOf(root, req.key)
+  const id = writtenId(root, req.key)
+  const written = root.written.get(id)
+  const folder = written?.folder ?? folderOf(root, req.key)
   // The deadline counts from before we look: never later than the lease the core believes in.
   const start = monotonicMs()
   let pending: Pending | undefined
   try {
-    const written = root.written.get(folder)
     // A live record goes the long way: the folder may hold a successor (a release by another process)
     // that this process never saw, and answering "held" from a stale record would wait for nothing.
     if (written && !isLive(written.record, root.boot)) {
@@ -283,13 +285,15 @@ async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> 
           pending = undefined // Used up by its commit: the read below starts afresh.
         }
       }
-      root.written.forget(folder)
+      root.written.forget(id)
     } else if (mkdirSync(folder, { recursive: true }) !== undefined) {
       // A key this process has not written in: its folder is made if missing (one call either way, and no
       // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
       // folder that cannot be made is a setting error, thrown as such: errors.ts.)
       pending = pendingIn(folder)
       if (!pending) return { granted: false, retryInMs: 0 }
+      // Whatever this acquire saw before was another folder: every generation of this one is news.
+      root.seenBy.delete(req.owner)
       return (await take(root, req, folder, pending, undefined, undefined, start)) ?? { granted: false }
     }
     return await acquireRead(root, req, folder, pending, start)
@@ -356,8 +360,8 @@ async function take(
   const names = await pending.commit(gen, grantFlush(root), state?.stamp)
   if (!names) return undefined
   collect(folder, gen, names)
-  const cookie: Written = { gen, record, stamp }
-  root.written.remember(folder, cookie)
+  const cookie: Written = { folder, gen, record, stamp }
+  root.written.remember(writtenId(root, key), cookie)
   return { granted: true, fence, ttlMs, cookie }
 }
 
@@ -373,7 +377,7 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
   if (r.owner === owner) {
     // An earlier attempt of this same acquire won and its reply was lost: it is ours.
     // Its lease is what is left of that attempt's deadline, not a fresh ttl.
-    const cookie: Written = { gen: current.gen, record: r, stamp: current.stamp }
+    const cookie: Written = { folder, gen: current.gen, record: r, stamp: current.stamp }
     const ttlMs = r.deadline - monotonicMs()
     return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
   }
@@ -414,11 +418,12 @@ async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promi
   // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked.
   // The transition is a compare-and-swap on the very file we read, so a successor, or a new folder's
   // record of the same generation, is never touched.
-  const current = await readCurrent(folderOf(root, key))
+  const folder = folderOf(root, key)
+  const current = await readCurrent(folder)
   if (current.record === 'none' || current.record === 'unreadable') return
   if (current.record.state !== 'held' || current.record.owner !== owner) return
   const fence = BigInt(current.record.fence)
-  const cookie: Written = { gen: current.gen, record: current.record, stamp: current.stamp }
+  const cookie: Written = { folder, gen: current.gen, record: current.record, stamp: current.stamp }
   await transition(root, { key, owner, fence, cookie }, (base) => freeRecord(key, fence, base, root.boot))
 }
 
@@ -436,14 +441,15 @@ async function transition(
   next: (base: bigint, current: RecordV1) => RecordV1,
 ): Promise<Written | undefined> {
   const held = lease.cookie as Written
-  const folder = folderOf(root, lease.key)
+  const { folder } = held
+  const id = writtenId(root, lease.key)
   // Owner-checked, as the contract says: a cookie alone releases nothing for another owner.
   if (held.record.owner !== lease.owner) return undefined
   // The temp file pins the folder; `holds` checks, after it, that our record is still in place there.
   const pending = pendingIn(folder)
   try {
     if (!pending?.holds(held.gen, held.stamp)) {
-      root.written.forget(folder)
+      root.written.forget(id)
       return undefined
     }
     const gen = held.gen + 1n
@@ -453,12 +459,12 @@ async function transition(
     const stamp = await pending.write(record, undefined)
     const names = await pending.commit(gen, undefined, held.stamp)
     if (!names) {
-      root.written.forget(folder)
+      root.written.forget(id)
       return undefined
     }
     collect(folder, gen, names)
-    const cookie: Written = { gen, record, stamp }
-    root.written.remember(folder, cookie)
+    const cookie: Written = { folder, gen, record, stamp }
+    root.written.remember(id, cookie)
     return cookie
   } finally {
     pending?.discard()

@@ -37,6 +37,8 @@ export const SEEN_BY_LIMIT = 4096
  * removed, by anyone). Generation files never change once linked, so the same file means the same record.
  */
 export interface Written {
+  /** The key's folder (so a transition need not hash the key again). */
+  readonly folder: string
   readonly gen: bigint
   readonly record: RecordV1
   readonly stamp: Stamp
@@ -50,27 +52,30 @@ export interface Written {
 const WRITTEN_LIMIT = 16_384
 
 /**
- * The last state this process wrote in each key folder, by folder path: an acquire of a key this process
- * released (or saw expire) succeeds it without listing the folder or reading the record. One per process:
- * every backend on the same root shares it (entries are checked against the disk before use, so any
- * backend may use any entry).
+ * The last state this process wrote in each key folder, by root and key (`writtenId`: no hash to compute):
+ * an acquire of a key this process released (or saw expire) succeeds it without listing the folder or
+ * reading the record. One per process: every backend on the same root shares it (entries are checked
+ * against the disk before use, so any backend may use any entry).
  */
 export class WrittenStates {
   readonly #entries = new BoundedMap<string, Written>(WRITTEN_LIMIT)
 
-  get(folder: string): Written | undefined {
-    return this.#entries.get(folder)
+  get(id: string): Written | undefined {
+    return this.#entries.get(id)
   }
 
-  /** Remembers `written` as the newest state of `folder` (and as the most recently used entry). */
-  remember(folder: string, written: Written): void {
-    this.#entries.renew(folder, written)
+  /** Remembers `written` as the newest state of key `id` (and as the most recently used entry). */
+  remember(id: string, written: Written): void {
+    this.#entries.renew(id, written)
   }
 
-  forget(folder: string): void {
-    this.#entries.delete(folder)
+  forget(id: string): void {
+    this.#entries.delete(id)
   }
 }
+
+/** A key's entry in `WrittenStates`: its root and the key (no path holds a NUL, so the pair is one string). */
+export const writtenId = (root: Root, key: string): string => `${root.dir}\0${key}`
 
 /** The one table of this process (see `WrittenStates`). */
 export const WRITTEN = new WrittenStates()
