@@ -89,9 +89,12 @@ describe('generation files (the atomic step)', () => {
     // A writer that read state 0 long ago now links generation 1: the name is free again, link() succeeds,
     // and only the check for a higher generation stops a second grant.
     assert.equal(await createGeneration(f, 1n, record(), undefined), false)
-    assert.equal(existsSync(join(f, genName(1n))), false, 'the stale generation must be removed')
+    // It stays below the highest, where nobody reads it (see `afterLink`), until a transition collects it.
     const current = await readCurrent(f)
     assert.equal(current.gen, 2n)
+    assert.ok(await createGeneration(f, 3n, record({ state: 'free' }), undefined, current.stamp))
+    collect(f, 3n, readdirSync(f))
+    assert.equal(existsSync(join(f, genName(1n))), false, 'the stale generation must be collected')
   })
 
   it('never collects the highest generation, nor a fresh temp file', async () => {

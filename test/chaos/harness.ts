@@ -136,6 +136,8 @@ export async function runScenario(
   const events: HistoryEvent[] = []
   /** Clock rates of workers under a faked clock (others run at 1). */
   const rates = new Map<string, number>()
+  /** Workers whose monotonic clock is faked: their own stamps mean nothing on ours. */
+  const fakedMonotonic = new Set<string>()
   const record = (client: string, event: Record<string, unknown>) => {
     const { validInMs, at, ...rest } = event as {
       validInMs?: number
@@ -143,10 +145,11 @@ export async function runScenario(
       ev?: unknown
       ms?: unknown
     }
-    // The worker's own stamp (the host's CLOCK_MONOTONIC, as ours) where its clocks are real: receipt
-    // stamps of two workers' lines can swap within a fraction of a millisecond. A faked clock's stamp
-    // means nothing on ours: such a worker's lines are stamped on receipt.
-    const t = typeof at === 'number' && !rates.has(client) ? at : monotonicMs()
+    // The worker's own stamp (the host's CLOCK_MONOTONIC, as ours) where its monotonic clock is real
+    // (a wall clock faked alone leaves it so): receipt stamps of two workers' lines can swap within a
+    // fraction of a millisecond, as a file hand-over takes. A faked monotonic clock's stamp means nothing
+    // on ours: such a worker's lines are stamped on receipt.
+    const t = typeof at === 'number' && !fakedMonotonic.has(client) ? at : monotonicMs()
     const rate = rates.get(client) ?? 1
     // A deadline the worker knows only as "ms from now" (of its own clock) is placed on our clock at receipt.
     const validUntil = validInMs === undefined ? undefined : t + validInMs / rate
@@ -186,6 +189,7 @@ export async function runScenario(
       : process.env
     if (faked) {
       rates.set(id, faked.rate)
+      if (faked.env.FAKETIME_DONT_FAKE_MONOTONIC !== '1') fakedMonotonic.add(id)
       record('nemesis', { ev: 'fault-start', type: 'clock', target: id, detail: faked.label })
     }
     const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {

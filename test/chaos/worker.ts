@@ -2,8 +2,8 @@
  * A chaos worker: a separate process (so the nemesis can SIGSTOP or SIGKILL exactly one client) that runs
  * the library in a loop: acquire → read-modify-write on the protected resource, carrying the fence →
  * release. Every step is one JSON line on stdout, stamped with this process's CLOCK_MONOTONIC (`at`, see
- * `emit`); the harness stamps a worker whose clocks are faked (libfaketime) on receipt instead. Times that
- * only the worker knows (a validity deadline) travel as "ms from now" of its own clock.
+ * `emit`); the harness stamps a worker whose monotonic clock is faked (libfaketime) on receipt instead.
+ * Times that only the worker knows (a validity deadline) travel as "ms from now" of its own clock.
  *
  * Usage: node worker.js '<json WorkerConfig>'; stdin "stop" ends the loop after the current cycle.
  */
@@ -39,7 +39,8 @@ export interface WorkerConfig {
  * Every line carries `at`, this process's CLOCK_MONOTONIC when it happened (the host's one clock, which the
  * harness stamps with too): stamps taken on receipt can swap two workers' lines that arrive within a
  * fraction of a millisecond, which a sub-millisecond hand-over makes look like an overlap. The harness
- * ignores `at` from a worker whose clocks are faked (libfaketime fakes CLOCK_MONOTONIC too).
+ * ignores `at` from a worker whose monotonic clock is faked (libfaketime fakes CLOCK_MONOTONIC too, unless
+ * told not to: a wall clock faked alone leaves `at` good).
  */
 const emit = (event: Record<string, unknown>) =>
   process.stdout.write(`${JSON.stringify({ ...event, at: monotonicMs() })}\n`)

@@ -23,9 +23,14 @@
  * so processes racing on a new boot agree on one, and R only grows.
  * `durability: 'acquire'` (no boot id on this host) fsyncs every new epoch instead; 'none' (fsync off)
  * fsyncs nothing.
+ *
+ * What a process keeps (per root, shared by its backends): the latest epoch it saw issued, where its next
+ * bump starts without listing `.epoch` (`bumpOnce`); and the epoch it took last with the key folders it
+ * started with it, which new keys reuse while nothing was issued since (`startAgain`).
  */
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { retryRounds } from '../../core/retry.js'
 import { collect, createGeneration, type Flush, genName, highest } from './generations.js'
 
@@ -69,6 +74,38 @@ export interface EpochSource {
   reserved?: { readonly from: bigint; readonly below: bigint } | undefined
   /** The wall clock in ms (tests set it). */
   readonly clock?: (() => number) | undefined
+  /** The latest epoch this process saw issued in this root, if any (`seenEpochs`): where a bump starts. */
+  readonly seen?: SeenEpoch | undefined
+  /** The epoch this process last took here and the folders it started with it (`startsOf`). */
+  readonly starts?: EpochStarts | undefined
+}
+
+/**
+ * The latest epoch a process saw issued (or claimed) in a root: where its next bump starts, never trusted
+ * alone (see `bumpOnce`). `list`: the folder must be listed first, since another process may be ahead.
+ */
+export interface SeenEpoch {
+  latest: bigint
+  list: boolean
+}
+
+/**
+ * Per root; bounded (a process with many roots forgets the oldest: a backend keeps the object it was
+ * given, and a later one on that root starts afresh, which costs a listing).
+ */
+const SEEN = new BoundedMap<string, SeenEpoch>(64)
+
+/**
+ * The epoch this process last saw issued in the root `dir`, shared by its backends on that root, so that
+ * a bump starts from it instead of listing `.epoch` first (see `bumpOnce`).
+ */
+export function seenEpochs(dir: string): SeenEpoch {
+  let seen = SEEN.get(dir)
+  if (!seen) {
+    seen = { latest: 0n, list: true }
+    SEEN.set(dir, seen)
+  }
+  return seen
 }
 
 /** The reservations' folder in the lock root (no `~`: no key folder is called that). */
@@ -109,18 +146,30 @@ export function bumpEpoch(source: EpochSource, floor: bigint): Promise<bigint> {
   )
 }
 
-/** One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first. */
+/**
+ * One round of `bumpEpoch`: the epoch issued, or undefined when another bumper took the name first.
+ * Where this process saw an epoch issued before (`seen`), the round starts from it without listing
+ * `.epoch`: the listing only ever chose the name to try. What makes the name a new epoch is the link
+ * (exclusive) and the check after it that no higher name exists: the highest name is never collected, so
+ * any epoch issued before, by anyone, leaves a name at or above it, and a guess that is behind fails that
+ * check (or the link) and the next round lists the folder.
+ */
 async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Promise<bigint | undefined> {
   const flush = source.durability === 'acquire' ? source.flush : undefined
-  let names: string[]
-  try {
-    names = readdirSync(folder)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    await makeFolder(source.dir, folder, flush)
-    return undefined
+  const seen = source.seen ?? { latest: 0n, list: true }
+  let latest = seen.latest
+  if (seen.list) {
+    let names: string[]
+    try {
+      names = readdirSync(folder)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      await makeFolder(source.dir, folder, flush)
+      return undefined
+    }
+    const listed = highest(names)
+    if (listed > latest) latest = listed
   }
-  const latest = highest(names)
   const wall = BigInt(Math.floor((source.clock ?? Date.now)())) - 1n
   let next = [latest, floor, wall].reduce((a, b) => (a > b ? a : b)) + 1n
   if (source.durability === 'boot') {
@@ -130,19 +179,28 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
     // A new boot's reservation starts above everything the old boots reserved, which may be above the
     // `.epoch` names the disk kept (the old boot's last ones lived in the page cache, and may be gone).
     if (next < reserved.from) next = reserved.from
+    // Another bump of this process may have claimed names while this one awaited: go above them.
+    if (next <= seen.latest) next = seen.latest + 1n
   }
-  let created: boolean
+  // Claimed before the next await: another bump of this process, running meanwhile, tries the name above
+  // instead of racing this one for the same name. (A claim that fails only leaves a gap.)
+  seen.latest = next
+  let names: string[] | false
   try {
     // Exclusive: link() of name `next` succeeds for one bumper only, and the check after it (no higher
     // name) refuses a name that was issued, superseded and collected before (ABA). The highest name is
     // never collected, so an issued epoch is never issued again.
-    created = await createGeneration(folder, next, { epoch: next.toString() }, flush)
+    names = await createGeneration(folder, next, { epoch: next.toString() }, flush)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    return undefined // The folder went away between the list and the write: make it again.
+    names = false // The folder went away: the next round lists it (and makes it again).
   }
-  if (!created) return undefined
-  await collect(folder, next, names)
+  // Lost: another process is ahead of what this one saw; the next round lists the folder.
+  seen.list = !names
+  if (!names) return undefined
+  // Where a later bump of this process claimed a name meanwhile, its collection (or the next one) takes
+  // ours: bumps running side by side would otherwise each delete the same names.
+  if (seen.latest === next) collect(folder, next, names)
   return next
 }
 
@@ -179,7 +237,7 @@ async function reserve(
   const from = ours ? record.from : latest
   const start = next > from ? next : from
   const below = start + RESERVE
-  let created: boolean
+  let created: string[] | false
   try {
     // Durable: the record, then its name (an fsync of the folder), before any epoch is issued from it.
     created = await createGeneration(
@@ -193,7 +251,7 @@ async function reserve(
     return undefined
   }
   if (!created) return undefined
-  await collect(folder, below, names)
+  collect(folder, below, created)
   source.reserved = { from, below }
   return source.reserved
 }
@@ -217,15 +275,92 @@ function readReservation(path: string): { boot: string; from: bigint } | undefin
 
 /**
  * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
- * or a new epoch's when there is none to go on from or the range is used up. A new epoch is only ever
- * taken after the read that found the state, so it exceeds every epoch of every fence minted before.
+ * or a fresh range's when there is none to go on from or the range is used up. A fresh range is only ever
+ * started after the read that found the state (the folder `folder` pinned before it, see index.ts), so
+ * its epoch exceeds every epoch of every fence minted before for the key: either a new epoch, or the
+ * epoch this process last took (`starts`), when nothing was issued since (`.epoch` still ends with it)
+ * and no folder of this key was started with it before.
  * The caller passes no base for a state written in another boot (see index.ts): its fences may have
  * gone on, in that boot's page cache, past what the disk kept.
  */
-export async function nextBase(source: EpochSource, base: bigint | undefined, gen: bigint): Promise<bigint> {
+export async function nextBase(
+  source: EpochSource,
+  base: bigint | undefined,
+  gen: bigint,
+  folder: string,
+): Promise<bigint> {
   if (base !== undefined && (base + gen) % RANGE !== 0n) return base
+  const starts = source.starts
+  if (base === undefined && starts) {
+    const again = startAgain(source, starts, folder)
+    if (again !== undefined) return baseFor(again, gen)
+  }
   const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
-  return baseFor(await bumpEpoch(source, floor), gen)
+  const epoch = await bumpEpoch(source, floor)
+  // A range used up starts its new epoch too; either way no other folder of the key may start with it.
+  // (An epoch below the last one means `.epoch` was lost: that one is never used again either.)
+  if (starts && epoch !== starts.epoch) {
+    starts.epoch = epoch
+    starts.folders.clear()
+  }
+  starts?.folders.add(folder)
+  return baseFor(epoch, gen)
+}
+
+/**
+ * How many folders one epoch starts at most, before the next fresh start takes a new one: bounds the set
+ * this process keeps of them (and costs one bump per this many new keys).
+ */
+const STARTS_PER_EPOCH = 4096
+/**
+ * How far behind the wall clock (ms) an epoch may be and still start a folder. A new epoch is at least
+ * the wall clock, which keeps fences rising where `.epoch` itself is lost (see the header); an epoch
+ * reused within this much of it keeps that, for a loss that took longer than this (a reboot, a cleaner).
+ */
+const STARTS_WITHIN_MS = 1000n
+
+/**
+ * The epoch this process last took, for a fresh range in `folder`, or undefined when it will not do. Its
+ * fences must exceed every fence minted before for this key, in this folder or an earlier one at its
+ * path. Every fence is minted in the range of an epoch issued in this root, and the highest `.epoch` name
+ * is never collected: so when the listing still ends with `starts.epoch`, after the pin, no epoch above
+ * it was ever issued, and every earlier fence of the key lies in a range of an epoch at most this one.
+ * Equal is excluded by the set: an epoch is issued to one bumper only (an exclusive link), so only this
+ * process ever started folders with it, and `starts.folders` names each (a path started with it, then
+ * removed and made again, takes a new epoch). Per root, boot and durability (`startsOf`): an epoch of
+ * another boot is below what this boot must issue, and one taken without a reservation is not covered.
+ * And only for a second (`STARTS_WITHIN_MS`): the wall-clock floor of new epochs must still hold.
+ */
+function startAgain(source: EpochSource, starts: EpochStarts, folder: string): bigint | undefined {
+  const { epoch, folders } = starts
+  if (epoch === undefined || folders.size >= STARTS_PER_EPOCH || folders.has(folder)) return undefined
+  const wall = BigInt(Math.floor((source.clock ?? Date.now)()))
+  if (epoch + STARTS_WITHIN_MS < wall || currentEpoch(source.dir) !== epoch) return undefined
+  folders.add(folder)
+  return epoch
+}
+
+/** The epoch this process last took in a root, and the key folders it started a fresh range in with it. */
+export interface EpochStarts {
+  epoch: bigint | undefined
+  readonly folders: Set<string>
+}
+
+/**
+ * Bounded like SEEN. Forgetting one is safe: an epoch is issued to one bump, and only the object of that
+ * bump's backend adopts it, so two objects never start folders with the same epoch.
+ */
+const STARTS = new BoundedMap<string, EpochStarts>(64)
+
+/** The epoch starts of this process in root `dir`, for boot `boot` and `durability` (see `startAgain`). */
+export function startsOf(dir: string, boot: string, durability: Durability): EpochStarts {
+  const id = `${durability} ${boot} ${dir}`
+  let starts = STARTS.get(id)
+  if (!starts) {
+    starts = { epoch: undefined, folders: new Set() }
+    STARTS.set(id, starts)
+  }
+  return starts
 }
 
 /** Creates a folder of the root; with `flush`, its name in the root is on disk too (else a power loss could drop it). */

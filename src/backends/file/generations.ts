@@ -20,8 +20,8 @@ import {
   unlinkSync,
   writeSync,
 } from 'node:fs'
-import { open, stat, unlink } from 'node:fs/promises'
-import { join } from 'node:path'
+import { open } from 'node:fs/promises'
+import { sep } from 'node:path'
 import { parseRecord, type RecordV1 } from './records.js'
 
 /**
@@ -69,10 +69,22 @@ export class Flush {
 
 export const GEN_NAME = /^\d{1,20}$/
 const TMP_PREFIX = '.tmp-'
+/**
+ * This process's temp names: `.tmp-<random, once per process>-<counter>`. A name never repeats, in any
+ * folder (the pin of `Pending` needs exactly that), and drawing it costs no call to the random source.
+ */
+const TMP_OURS = `${TMP_PREFIX}${randomBytes(8).toString('hex')}-`
+let tmpCount = 0
 /** A temp file older than this belongs to a crashed writer (a live one links it within milliseconds). */
 const TMP_STALE_MS = 10 * 60_000
 
 export const genName = (gen: bigint) => gen.toString().padStart(20, '0')
+
+/**
+ * The path of `name` in `folder`: a key folder is absolute and normalised (`resolve`d root, a name with no
+ * separator), so a concatenation does what `join` would, without its normalising pass on every call.
+ */
+const inFolder = (folder: string, name: string): string => `${folder}${sep}${name}`
 
 /** A folder name for any key: a readable prefix for humans, the hash for uniqueness. */
 export function keyFolderName(key: string): string {
@@ -143,17 +155,36 @@ export async function readCurrent(folder: string): Promise<Current> {
     }
     const gen = highest(names)
     if (gen === 0n) return { gen, record: 'none', names, missing: false }
-    const file = readGeneration(join(folder, genName(gen)))
+    const file = readGeneration(inFolder(folder, genName(gen)))
     if (!file) continue
     return { gen, record: parseRecord(file.text) ?? 'unreadable', names, stamp: file.stamp }
   }
 }
 
 /**
+ * What the listing taken just after linking generation `gen` says of it. 'superseded': a higher
+ * generation exists, so ours is not the state (a stale link, or a successor that followed at once). It is
+ * left in place: nobody reads a name below the highest, the next transition collects it, and removing it
+ * could pull the predecessor from under a successor built on it, which then sees its predecessor gone and
+ * stands back too, leaving the key to the older record (a holder that just released, say) until that
+ * record's ttl. 'orphaned': the predecessor we succeeded (`hasPredecessor`) is gone with no successor of
+ * ours: files removed behind our back; ours is removed, nobody may build on it. 'stands': ours is the state.
+ */
+export function afterLink(
+  names: readonly string[],
+  gen: bigint,
+  hasPredecessor: boolean,
+): 'stands' | 'superseded' | 'orphaned' {
+  if (names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen)) return 'superseded'
+  if (hasPredecessor && !names.includes(genName(gen - 1n))) return 'orphaned'
+  return 'stands'
+}
+
+/**
  * A record on its way to becoming a generation. Opening it creates the temp file in the folder at once,
  * and that file PINS the folder: a directory that holds a file cannot be removed (rmdir fails with
  * ENOTEMPTY), and `rm -rf`, which unlinks the file first, makes our link fail with ENOENT (the link
- * looks the temp file up by its path, and its random name exists in no other folder). So from `open` to
+ * looks the temp file up by its path, and its name exists in no other folder). So from `open` to
  * `commit`, the folder at this path stays the very folder the temp file was created in, or the commit
  * fails. A folder that is moved away takes the temp file with it: the same ENOENT.
  */
@@ -162,30 +193,52 @@ export class Pending {
   readonly #path: string
   #fd: number | undefined
   #removed = false
+  /** The generation `holds` found in place (after the pin): `commit` need not look again. */
+  #held: bigint | undefined
 
   /** @throws ENOENT when the folder is missing (the caller decides whether to recreate it) */
   constructor(folder: string) {
     this.#folder = folder
-    this.#path = join(folder, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`)
+    this.#path = inFolder(folder, `${TMP_OURS}${(tmpCount++).toString(36)}`)
     this.#fd = openSync(this.#path, 'wx')
   }
 
-  /** Writes the record; with `flush`, it is on disk before its name can appear (a power loss keeps it whole). */
-  async write(content: object, flush: Flush | undefined): Promise<void> {
-    const fd = this.#fd!
-    writeSync(fd, JSON.stringify(content))
-    if (flush) await flush.fd(fd)
-    closeSync(fd)
-    this.#fd = undefined
+  /**
+   * Whether name `gen` is still the very file `stamp` was taken from (same name, inode and mtime): then it
+   * is in this folder, the one our temp file pins, and it is the record that stamp's reader or writer saw.
+   * One stat; a state read by someone else's folder, or gone, or replaced, answers false.
+   */
+  holds(gen: bigint, stamp: Stamp): boolean {
+    const now = statSync(inFolder(this.#folder, genName(gen)), { bigint: true, throwIfNoEntry: false })
+    const same =
+      now !== undefined && now.ino === stamp.ino && now.dev === stamp.dev && now.mtimeNs === stamp.mtimeNs
+    if (same) this.#held = gen
+    return same
   }
 
   /**
-   * Links the record as generation `gen`: a compare-and-swap against the state `gen - 1` the caller read.
-   * Returns false when another writer created `gen` first, when `gen - 1` is no longer the file the caller
-   * read (`after`, the stamp of that read), when the folder went away, or when the name was free only
-   * because it had been created, superseded and collected meanwhile (ABA, see below).
+   * Writes the record; with `flush`, it is on disk before its name can appear (a power loss keeps it whole).
+   * Returns the record's stamp (the fstat of the open file: no extra lookup), which names this very file
+   * to the next transition (`holds`): linking it changes neither its inode nor its mtime.
    */
-  async commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<boolean> {
+  async write(content: object, flush: Flush | undefined): Promise<Stamp> {
+    const fd = this.#fd!
+    writeSync(fd, JSON.stringify(content))
+    if (flush) await flush.fd(fd)
+    const info = fstatSync(fd, { bigint: true })
+    closeSync(fd)
+    this.#fd = undefined
+    return { dev: info.dev, ino: info.ino, mtimeNs: info.mtimeNs }
+  }
+
+  /**
+   * Links the record as generation `gen`: a compare-and-swap against the state `gen - 1` the caller read
+   * (`after`, the stamp of that read; or none when the read found no generation after the pin). Returns
+   * the folder's names just after the link (for `collect`), or false when another writer created `gen`
+   * first, when `gen - 1` is no longer the file the caller read, when the folder went away, or when the
+   * name was free only because it had been created, superseded and collected meanwhile (ABA, see below).
+   */
+  async commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<string[] | false> {
     try {
       return await this.#commit(gen, flush, after)
     } finally {
@@ -194,17 +247,14 @@ export class Pending {
     }
   }
 
-  async #commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<boolean> {
-    const target = join(this.#folder, genName(gen))
-    if (after) {
-      // The read that decided this write named a file; the folder may have been removed and recreated since
-      // (a tmp cleaner, an operator) and even advanced to the same generation. Same name, same inode and
-      // same mtime: the same file, so the same folder, and our temp file pins that folder from here to the
-      // link. Anything else: the state we read is gone, and so is our right to succeed it.
-      const now = statSync(join(this.#folder, genName(gen - 1n)), { bigint: true, throwIfNoEntry: false })
-      if (!now || now.ino !== after.ino || now.dev !== after.dev || now.mtimeNs !== after.mtimeNs)
-        return false
-    }
+  async #commit(gen: bigint, flush: Flush | undefined, after?: Stamp): Promise<string[] | false> {
+    const target = inFolder(this.#folder, genName(gen))
+    // The read that decided this write named a file; the folder may have been removed and recreated since
+    // (a tmp cleaner, an operator) and even advanced to the same generation. Same name, same inode and
+    // same mtime: the same file, so the same folder, and our temp file pins that folder from here to the
+    // link. Anything else: the state we read is gone, and so is our right to succeed it. (Checked once:
+    // a `holds` after the pin already did.)
+    if (after && this.#held !== gen - 1n && !this.holds(gen - 1n, after)) return false
     try {
       // The atomic step: link() creates the name or fails with EEXIST; of all writers that read state
       // gen - 1, exactly one gets here first.
@@ -219,7 +269,7 @@ export class Pending {
     // ABA: a writer that read state N long ago may find name N+1 free again because N+1 was created,
     // superseded by N+2 and collected. link() then succeeds on a stale state. The highest generation is
     // never deleted, so a stale name is always below it: list again, and if anything is higher, our
-    // generation never was the state. It is removed (it sits below the highest, so nobody reads it).
+    // generation never was the state (or it was, and a successor followed at once: the two look alike).
     // Likewise when the state we succeeded has vanished without a successor (its files deleted behind
     // our back): only a higher generation may ever remove it, so we succeeded nothing; stand back, and
     // the next attempt finds the folder as it really is.
@@ -231,19 +281,17 @@ export class Pending {
       if (errno(error) === 'ENOENT') return false
       throw error
     }
-    if (
-      names.some((name) => GEN_NAME.test(name) && BigInt(name) > gen) ||
-      (after !== undefined && !names.includes(genName(gen - 1n)))
-    ) {
+    const verdict = afterLink(names, gen, after !== undefined)
+    if (verdict === 'orphaned') {
       try {
         unlinkSync(target)
       } catch {}
-      return false
     }
+    if (verdict !== 'stands') return false
     // With `flush`, the new name must survive a power loss too. (A folder removed just now fails this with
     // ENOENT: the caller reports the store unavailable and retries.)
     if (flush) await flush.path(this.#folder)
-    return true
+    return names
   }
 
   /** Closes and removes the temp file; safe to call more than once. */
@@ -266,6 +314,7 @@ export class Pending {
  * Creates generation `gen` exclusively, in one go: see `Pending`. `after` is the stamp of the state
  * `gen - 1` the caller read (omit it only when that read found no generation and the folder was pinned
  * before it). The record is complete on disk before its name exists, so readers never see half a record.
+ * Returns the folder's names after the link (for `collect`), or false when it lost.
  * @throws ENOENT when the folder is missing
  */
 export async function createGeneration(
@@ -274,7 +323,7 @@ export async function createGeneration(
   record: object,
   flush: Flush | undefined,
   after?: Stamp,
-): Promise<boolean> {
+): Promise<string[] | false> {
   const pending = new Pending(folder)
   try {
     await pending.write(record, flush)
@@ -286,18 +335,26 @@ export async function createGeneration(
 
 /**
  * Deletes generations below `gen` (never `gen` itself: the highest generation is the state and the fence
- * counter), and temp files a crashed writer left behind.
+ * counter), and temp files a crashed writer left behind. `names` is a listing taken after `gen` was
+ * linked (what `commit` returns). Synchronous like every metadata call here; this process's own temp
+ * files are never a crashed writer's (each is removed by the writer that made it, before it returns).
  */
-export async function collect(folder: string, gen: bigint, names: string[]): Promise<void> {
+export function collect(folder: string, gen: bigint, names: readonly string[]): void {
   for (const name of names) {
-    if (GEN_NAME.test(name) && BigInt(name) < gen) {
-      try {
-        unlinkSync(join(folder, name))
-      } catch {}
-    } else if (name.startsWith(TMP_PREFIX)) {
-      const path = join(folder, name)
-      const info = await stat(path).catch(() => undefined)
-      if (info && Date.now() - info.mtimeMs > TMP_STALE_MS) await unlink(path).catch(() => {})
+    if (GEN_NAME.test(name)) {
+      if (BigInt(name) < gen) {
+        try {
+          unlinkSync(inFolder(folder, name))
+        } catch {}
+      }
+    } else if (name.startsWith(TMP_PREFIX) && !name.startsWith(TMP_OURS)) {
+      const path = inFolder(folder, name)
+      const info = statSync(path, { throwIfNoEntry: false })
+      if (info && Date.now() - info.mtimeMs > TMP_STALE_MS) {
+        try {
+          unlinkSync(path)
+        } catch {}
+      }
     }
   }
 }

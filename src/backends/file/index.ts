@@ -6,7 +6,8 @@
  *   <dir>/<readable-prefix>~<sha256(key), 32 hex>/   one folder per key (hashed, so any key works and keys
  *                                                    differing only in case stay distinct everywhere)
  *       00000000000000000007                         generation files: the highest is the state
- *       .tmp-<random>                                a record being written (or a crashed writer's)
+ *       .tmp-<process id>-<n>                        a record being written (or a crashed writer's); the
+ *                                                    random id is drawn once per process, n counts
  *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
  *                                                    latest epoch issued (see epochs.ts)
  *   <dir>/.boot/00000000001764000065536              epochs reserved: the highest name R, its record says
@@ -28,7 +29,10 @@
  * the same) starts afresh: the contender takes a new epoch E from `<dir>/.epoch` and races, like everyone,
  * for the name 1, with the base that makes its fence E·2^21 + 1. Epochs only grow, and a range holds
  * 2^21 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
- * held them. The same fresh start is taken over an unreadable record (its base is unknown) and when a
+ * held them. A process may start many folders with the epoch it took last, each key once, while nothing
+ * was issued since (`.epoch` still ends with it) and within a second of the wall clock: every earlier
+ * fence of those keys lies in a range of an epoch at most E, and none of them in E's but the ones this
+ * process started (epochs.ts, `startAgain`). A new key costs a listing of `.epoch`, not a new epoch. The same fresh start is taken over an unreadable record (its base is unknown) and when a
  * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
  * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
@@ -49,7 +53,8 @@
  * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
  * every epoch issued before unless the clock was set back meanwhile. Removing a key's folder never does.
  * Removing only its newest generation file while older ones remain lets the next grant repeat that
- * generation's fence: `isOurs` then keeps the old holder from mistaking the new grant for its own.
+ * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
+ * another file under the same name, is never taken for its own.
  *
  * The race with a removal, and why it is closed: a contender reads state N of folder F, F is removed (and
  * recreated, maybe advanced to the same N by others), and the contender links N+1 with F's base into the
@@ -69,10 +74,20 @@
  * still be there, and no higher name) makes the writer stand back. The residual risk is a name reused with
  * the same inode number AND the same mtime tick (a few ms), by a folder removed, recreated and advanced to
  * that generation inside that tick: not a thing a cleaner or an operator does.
- * The hot path pays one stat for all this: acquire, extend and release on an existing folder make no
- * other extra call, and never touch `.epoch`.
  *
- * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback.
+ * The hot path: a transition after this process's own write reads nothing. Extend and release know their
+ * record by the cookie (generation, record, stamp), an acquire of a key this process wrote last by a table
+ * of those (`root.written`, one per process); each pins the folder and checks with one stat that the name
+ * is still that very file, which is all a read of the folder would have told it: a successor N+1 fails
+ * the link (the acquire then reads the folder, in the same attempt), and the check after the link (its
+ * listing is also what `collect` deletes from) refuses the rest. Per transition: open, stat, write, fstat,
+ * close, link, unlink of the temp name, one listing, unlink of the predecessor; no fsync, no `.epoch`. A
+ * key this process never wrote in has its folder made first (one mkdir, which also says whether it is new:
+ * a new one needs no read). Every call is synchronous: a few microseconds each, less than a hop through
+ * libuv's thread pool.
+ *
+ * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback. An event wakes the
+ * waiter only for a generation above the one its latest attempt read (or the folder itself going).
  *
  * Limits: one host only (not NFS: link() and watch semantics differ there). The monotonic clock stops while
  * the machine sleeps, so leases stretch across a suspend. Keys up to 64 KiB, ttls up to 2^43 ms
@@ -82,9 +97,10 @@
  *
  * The other files:
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
- *   records.ts       the record: its shape, reading and making one, `isLive`, `isOurs`
+ *   records.ts       the record: its shape, reading and making one, `isLive`
  *   epochs.ts        the root's epoch counter and the base of a new generation
- *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records)
+ *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, the
+ *                    states this process wrote, what each waiter has seen)
  *   host-clock.ts    the host's monotonic clock and boot id
  *   errors.ts        a failed file operation as the error to report (a setting, or an outage)
  *   watch.ts         waitForChange: fs.watch on the key's folder
@@ -101,15 +117,33 @@ import type {
   HeldLease,
   LockBackend,
 } from '../../core/backend.js'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
-import { type Durability, nextBase } from './epochs.js'
+import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
-import { type Current, collect, createGeneration, Flush, Pending, readCurrent } from './generations.js'
+import {
+  type Current,
+  collect,
+  createGeneration,
+  Flush,
+  Pending,
+  readCurrent,
+  type Stamp,
+} from './generations.js'
 import { bootId, hasKernelBootId, monotonicMs, sameBoot } from './host-clock.js'
-import { baseOf, type Cookie, freeRecord, isLive, isOurs, newRecord, type RecordV1 } from './records.js'
-import { folderOf, grantFlush, type Root, UnreadableRecords } from './root.js'
+import { baseOf, freeRecord, isLive, newRecord, type RecordV1 } from './records.js'
+import {
+  folderOf,
+  grantFlush,
+  type Root,
+  SEEN_BY_LIMIT,
+  UnreadableRecords,
+  WRITTEN,
+  type Written,
+  writtenId,
+} from './root.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
@@ -185,6 +219,10 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     clock: hooks?.clock,
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
+    written: WRITTEN,
+    seenBy: new BoundedMap(SEEN_BY_LIMIT),
+    seen: seenEpochs(dir),
+    starts: startsOf(dir, boot, durability),
   }
   return {
     id: root.id,
@@ -195,7 +233,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
-    waitForChange: ({ key }, signal) => folderChanged(folderOf(root, key), signal),
+    waitForChange: ({ key, owner }, signal) =>
+      folderChanged(folderOf(root, key), signal, () => root.seenBy.get(owner)),
     breakLock: (key) => guarded(root, key, 'break the lock', () => breakLock(root, key)),
     // `this`: the backend as the caller holds it (the CLI wraps tryAcquire for shared roots).
     doctor() {
@@ -212,52 +251,118 @@ type Plan =
   | { readonly act: 'take'; readonly base: bigint | undefined }
 
 /**
- * One attempt: read the key's state, then take it as generation N+1 when it is free or expired, answer
- * "ours" when an earlier attempt of this acquire won, or report how long the holder's lease has left.
+ * One attempt: take the key as generation N+1 when its state N is free or expired, answer "ours" when an
+ * earlier attempt of this acquire won, or report how long the holder's lease has left. The state is what
+ * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
+ * finds.
  */
-async function acquireOnce(
-  root: Root,
-  { key, owner, ttlMs, holder }: AcquireRequest,
-): Promise<AttemptResult> {
-  const folder = folderOf(root, key)
+async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResult> {
+  const result = await attempt(root, req)
+  // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
+  if (result.granted) root.seenBy.delete(req.owner)
+  return result
+}
+
+async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> {
+  const id = writtenId(root, req.key)
+  const written = root.written.get(id)
+  const folder = written?.folder ?? folderOf(root, req.key)
+  // The deadline counts from before we look: never later than the lease the core believes in.
+  const start = monotonicMs()
   let pending: Pending | undefined
   try {
-    // The deadline counts from before we read: never later than the lease the core believes in.
-    const start = monotonicMs()
-    let current = await readCurrent(folder)
-    if (current.record === 'none') {
-      // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
-      // that cannot be made is a setting error, thrown as such (errors.ts).
-      mkdirSync(folder, { recursive: true })
-      // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
-      // link will land in, and a new epoch is taken after every removal that preceded this read.
+    // A live record goes the long way: the folder may hold a successor (a release by another process)
+    // that this process never saw, and answering "held" from a stale record would wait for nothing.
+    if (written && !isLive(written.record, root.boot)) {
+      // Pin the folder, then check that our last write is still its state (name N, that very file): then
+      // it is what a read would find, unless a successor N+1 exists, which our link of N+1 finds out.
+      pending = pendingIn(folder)
+      if (pending?.holds(written.gen, written.stamp)) {
+        const next = plan(root, folder, { ...written, names: [] }, req.owner)
+        if (next.act === 'take') {
+          const granted = await take(root, req, folder, pending, written, next.base, start)
+          if (granted) return granted
+          pending = undefined // Used up by its commit: the read below starts afresh.
+        }
+      }
+      root.written.forget(id)
+    } else if (mkdirSync(folder, { recursive: true }) !== undefined) {
+      // A key this process has not written in: its folder is made if missing (one call either way, and no
+      // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
+      // folder that cannot be made is a setting error, thrown as such: errors.ts.)
       pending = pendingIn(folder)
       if (!pending) return { granted: false, retryInMs: 0 }
-      current = await readCurrent(folder)
-      if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
+      // Whatever this acquire saw before was another folder: every generation of this one is news.
+      root.seenBy.delete(req.owner)
+      return (await take(root, req, folder, pending, undefined, undefined, start)) ?? { granted: false }
     }
-    const next = plan(root, folder, current, owner)
-    if (next.act === 'answer') return next.result
-    // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
-    pending ??= pendingIn(folder)
-    // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
-    if (!pending) return { granted: false, retryInMs: 0 }
-    const gen = current.gen + 1n
-    const base = await nextBase(root, next.base, gen)
-    const fence = base + gen
-    const deadline = start + ttlMs
-    // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
-    await pending.write(
-      newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot),
-      grantFlush(root),
-    )
-    const stamp = current.record === 'none' ? undefined : current.stamp
-    if (!(await pending.commit(gen, grantFlush(root), stamp))) return { granted: false }
-    await collect(folder, gen, current.names)
-    return { granted: true, fence, ttlMs, cookie: { gen, base } satisfies Cookie }
+    return await acquireRead(root, req, folder, pending, start)
   } finally {
     pending?.discard()
   }
+}
+
+/** An attempt on the state a read of the folder finds; `pending`, if any, pinned the folder before it. */
+async function acquireRead(
+  root: Root,
+  req: AcquireRequest,
+  folder: string,
+  pending: Pending | undefined,
+  start: number,
+): Promise<AttemptResult> {
+  let current = await readCurrent(folder)
+  if (current.record === 'none' && !pending) {
+    // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
+    // that cannot be made is a setting error, thrown as such (errors.ts).
+    const made = current.missing && mkdirSync(folder, { recursive: true }) !== undefined
+    // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
+    // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
+    // we have just made needs no read: it was empty when made, and our pin followed.
+    pending = pendingIn(folder)
+    if (!pending) return { granted: false, retryInMs: 0 }
+    if (!made) {
+      current = await readCurrent(folder)
+      if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
+    }
+  }
+  // What this acquire has seen: its wake-up hint ignores events on generations up to this one.
+  root.seenBy.renew(req.owner, current.gen)
+  const next = plan(root, folder, current, req.owner)
+  if (next.act === 'answer') return next.result
+  // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+  pending ??= pendingIn(folder)
+  // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
+  if (!pending) return { granted: false, retryInMs: 0 }
+  const read = current.record === 'none' ? undefined : current
+  return (await take(root, req, folder, pending, read, next.base, start)) ?? { granted: false }
+}
+
+/**
+ * Creates generation N+1 holding the lease, after `state` (N; undefined for none, the folder pinned before
+ * the read that found none): the grant, or undefined when another writer got there first.
+ */
+async function take(
+  root: Root,
+  { key, owner, ttlMs, holder }: AcquireRequest,
+  folder: string,
+  pending: Pending,
+  state: { readonly gen: bigint; readonly stamp: Stamp } | undefined,
+  carried: bigint | undefined,
+  start: number,
+): Promise<AttemptResult | undefined> {
+  const gen = (state?.gen ?? 0n) + 1n
+  const base = await nextBase(root, carried, gen, folder)
+  const fence = base + gen
+  const deadline = start + ttlMs
+  // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
+  const record = newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot)
+  const stamp = await pending.write(record, grantFlush(root))
+  const names = await pending.commit(gen, grantFlush(root), state?.stamp)
+  if (!names) return undefined
+  collect(folder, gen, names)
+  const cookie: Written = { folder, gen, record, stamp }
+  root.written.remember(writtenId(root, key), cookie)
+  return { granted: true, fence, ttlMs, cookie }
 }
 
 function plan(root: Root, folder: string, current: Current, owner: string): Plan {
@@ -272,7 +377,7 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
   if (r.owner === owner) {
     // An earlier attempt of this same acquire won and its reply was lost: it is ours.
     // Its lease is what is left of that attempt's deadline, not a fresh ttl.
-    const cookie: Cookie = { gen: current.gen, base: baseOf(r) }
+    const cookie: Written = { folder, gen: current.gen, record: r, stamp: current.stamp }
     const ttlMs = r.deadline - monotonicMs()
     return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
   }
@@ -309,43 +414,60 @@ async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
 }
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
+  root.seenBy.delete(owner) // The acquire has ended: its hint is no longer armed.
   // An attempt whose caller gave up may have linked a held generation for us: free it, owner-checked.
-  // The transition is a compare-and-swap on the record we read (generation and base), so a successor,
-  // or a new folder's record of the same generation, is never touched.
-  const current = await readCurrent(folderOf(root, key))
+  // The transition is a compare-and-swap on the very file we read, so a successor, or a new folder's
+  // record of the same generation, is never touched.
+  const folder = folderOf(root, key)
+  const current = await readCurrent(folder)
   if (current.record === 'none' || current.record === 'unreadable') return
   if (current.record.state !== 'held' || current.record.owner !== owner) return
   const fence = BigInt(current.record.fence)
-  const cookie: Cookie = { gen: current.gen, base: baseOf(current.record) }
+  const cookie: Written = { folder, gen: current.gen, record: current.record, stamp: current.stamp }
   await transition(root, { key, owner, fence, cookie }, (base) => freeRecord(key, fence, base, root.boot))
 }
 
-/** Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. */
+/**
+ * Moves a lease we hold from its generation to the next one; undefined when it is no longer ours. The
+ * cookie names the very file of our record (generation, inode, mtime): while that file is still the name
+ * N of the folder, nobody else has written after it (a successor N+1 fails our link), so no listing and
+ * no read are needed. Any other file there means the lease expired and someone took over, or it was
+ * broken, or its folder was removed (a new folder's record of the same generation is another file), or
+ * its files were put back by hand: in every case the lease is no longer ours.
+ */
 async function transition(
   root: Root,
   lease: HeldLease,
   next: (base: bigint, current: RecordV1) => RecordV1,
-): Promise<Cookie | undefined> {
-  const cookie = lease.cookie as Cookie
-  const folder = folderOf(root, lease.key)
-  const current = await readCurrent(folder)
-  // Only the holder writes after its own record while its lease lives; any other record means the lease
-  // expired and someone took over, or it was broken, or its folder was removed (a new folder's records
-  // have another base, even at the same generation).
-  if (!isOurs(current, cookie, lease.owner)) return undefined
-  // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+): Promise<Written | undefined> {
+  const held = lease.cookie as Written
+  const { folder } = held
+  const id = writtenId(root, lease.key)
+  // Owner-checked, as the contract says: a cookie alone releases nothing for another owner.
+  if (held.record.owner !== lease.owner) return undefined
+  // The temp file pins the folder; `holds` checks, after it, that our record is still in place there.
   const pending = pendingIn(folder)
-  if (!pending) return undefined
   try {
-    const gen = current.gen + 1n
+    if (!pending?.holds(held.gen, held.stamp)) {
+      root.written.forget(id)
+      return undefined
+    }
+    const gen = held.gen + 1n
     // Our own live record: written in this boot, so its base goes on.
-    const base = await nextBase(root, cookie.base, gen)
-    await pending.write(next(base, current.record), undefined)
-    if (!(await pending.commit(gen, undefined, current.stamp))) return undefined
-    await collect(folder, gen, current.names)
-    return { gen, base }
+    const base = await nextBase(root, baseOf(held.record), gen, folder)
+    const record = next(base, held.record)
+    const stamp = await pending.write(record, undefined)
+    const names = await pending.commit(gen, undefined, held.stamp)
+    if (!names) {
+      root.written.forget(id)
+      return undefined
+    }
+    collect(folder, gen, names)
+    const cookie: Written = { folder, gen, record, stamp }
+    root.written.remember(id, cookie)
+    return cookie
   } finally {
-    pending.discard()
+    pending?.discard()
   }
 }
 
@@ -375,9 +497,9 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
   if (current.record === 'none') return true // No record: nothing to break.
   const known = current.record === 'unreadable' ? undefined : current.record
   const gen = current.gen + 1n
-  const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen)
+  const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen, folder)
   const fence = known ? BigInt(known.fence) : 0n
-  const created = await createGeneration(
+  const names = await createGeneration(
     folder,
     gen,
     freeRecord(key, fence, base, root.boot),
@@ -387,7 +509,10 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true // Folder gone: broken.
     throw error
   })
-  return created ? true : undefined
+  if (names === true) return true
+  if (!names) return undefined
+  collect(folder, gen, names)
+  return true
 }
 
 /** The URL parameters of file:// (the README's table is tested against this). */

@@ -1,7 +1,7 @@
 /**
  * The record a generation file holds (written once, complete before its name appears, never changed): its
- * shape, how it is read back, how one is made, and the two questions the algorithm asks of a record:
- * is its lease live, and is it the very record a holder's cookie names.
+ * shape, how it is read back, how one is made, and the question the algorithm asks of a record: is its
+ * lease live.
  */
 import { monotonicMs, sameBoot } from './host-clock.js'
 
@@ -22,12 +22,6 @@ export interface RecordV1 {
   readonly deadline: number
   /** The holder's description (`AcquireRequest.holder`), for `inspect`; absent when free. */
   readonly holder?: string
-}
-
-/** Backend-private state of a grant: the generation we hold and its base (together, one record, ever). */
-export interface Cookie {
-  readonly gen: bigint
-  readonly base: bigint
 }
 
 const DECIMAL = /^-?\d{1,60}$/
@@ -90,21 +84,3 @@ export const freeRecord = (key: string, fence: bigint, base: bigint, boot: strin
 /** A lease written in this boot and not yet past its deadline on the host's monotonic clock. */
 export const isLive = (record: RecordV1, boot: string): boolean =>
   record.state === 'held' && sameBoot(record.boot, boot) && monotonicMs() < record.deadline
-
-/**
- * Whether `current` is the very record `cookie` names: same generation and same base, and written for
- * `owner`. Generation and base alone name one record only while nobody removes files by hand: removing
- * the newest generation while an older one remains (in a shared folder, another user's, which the
- * sticky bit keeps) lets the next grant re-use its number and base. The owner check keeps the holder
- * of the removed record from taking that grant for its own: it learns that its lock is lost.
- */
-export const isOurs = <C extends { readonly gen: bigint; readonly record: RecordV1 | 'unreadable' | 'none' }>(
-  current: C,
-  cookie: Cookie,
-  owner: string,
-): current is Extract<C, { record: RecordV1 }> =>
-  current.record !== 'none' &&
-  current.record !== 'unreadable' &&
-  current.gen === cookie.gen &&
-  baseOf(current.record) === cookie.base &&
-  current.record.owner === owner
