@@ -55,17 +55,24 @@ export class Lines<Id, Entry> {
 
   /**
    * Whether a wait of `acq` watches the entry before ours, found still there by a read sent after its
-   * watch was in place less than WATCH_TRUSTED_MS ago (waiting for that read if it is on its way), with
-   * no deletion reported since: then that read answers an attempt, which sends none (it is refused). That
-   * read came after the attempt that armed the wait, which is exactly what the core's re-attempt after
-   * arming checks; and the core's polls, 10 ms apart at first, are a fallback for a watch that went
-   * silent, not news while a watch just found in place is listening. A later poll reads for itself.
+   * watch was in place less than WATCH_TRUSTED_MS ago (waiting a moment for that read if it is on its
+   * way), with no deletion reported since: then that read answers an attempt, which sends none (it is
+   * refused). That read came after the attempt that armed the wait, which is exactly what the core's
+   * re-attempt after arming checks; and the core's polls, 10 ms apart at first, are a fallback for a watch
+   * that went silent, not news while a watch just found in place is listening. A later poll reads for
+   * itself.
    */
   async watching(acq: Acquisition<Id>, signal: AbortSignal): Promise<boolean> {
     const line = this.#lines.get(acq)
     const watched = line?.watched
     if (!line || !watched) return false
-    const sentAt = await raceSignal(watched, signal)
+    // Waited for WATCH_TRUSTED_MS at most: a watch that is never set up (a stream that hangs) must not
+    // hold up the attempts, which then read the store themselves, as before the wait began.
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), WATCH_TRUSTED_MS)
+    })
+    const sentAt = await raceSignal(Promise.race([watched, late]), signal).finally(() => clearTimeout(timer))
     return sentAt !== undefined && line.watched === watched && now() - sentAt < WATCH_TRUSTED_MS
   }
 }

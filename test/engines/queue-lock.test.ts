@@ -114,6 +114,20 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.count('check', nameOf('b')), 1, 'an older one does not: the poll reads')
   })
 
+  it('a watch that is never set up does not hold up the attempts: they read the store themselves', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    // A watch stream that hangs: the watch is never in place, and its read never sent.
+    store.watch = () => new Promise<never>(() => {})
+    void engine.wait(b, open())
+    assert.equal(await attempt(b), null, 'refused, after a read of its own')
+    assert.equal(store.count('check', nameOf('b')), 1)
+    await release(a)
+    assert.ok(await attempt(b), 'the next attempt finds b first')
+  })
+
   it("a hand-over's lease counts from the waiter's last attempt, as the core counts its validity", async () => {
     const { engine, attempt, release } = setup()
     const a = (await attempt(request('a')))!
