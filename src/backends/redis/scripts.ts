@@ -46,9 +46,10 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /**
  * `clock()`: the server's clock in ms (TIME), read once per script and only when a waiter's deadline must
- * be judged: an uncontended fair acquire, and a release with nobody waiting, do without it.
+ * be judged: an uncontended fair acquire, and a release with nobody waiting, do without it. Redlock's
+ * line scripts use it too.
  */
-const CLOCK = `
+export const CLOCK = `
 local now = false
 local function clock()
   if not now then

@@ -18,7 +18,7 @@
  * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
 import { createHash } from 'node:crypto'
-import type { Script } from '../redis/scripts.js'
+import { CLOCK, type Script } from '../redis/scripts.js'
 
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
@@ -55,16 +55,7 @@ return 1
  * `replicate_commands` to write after TIME.
  */
 const FIRST = `
-if redis.replicate_commands then redis.replicate_commands() end
-local now = false
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-local function wake(prefix, waiter)
+if redis.replicate_commands then redis.replicate_commands() end${CLOCK}local function wake(prefix, waiter)
   local at = string.find(waiter, '@', 1, true)
   redis.call('PUBLISH', prefix .. string.sub(waiter, at + 1), string.sub(waiter, 1, at - 1))
 end
