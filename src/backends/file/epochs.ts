@@ -20,7 +20,11 @@
  * epoch of the new boot exceeds every epoch the old one issued, whatever of them the disk kept. A boot
  * that runs past its R (2^16 epochs, or the wall clock a minute on) reserves again, fsynced: reservations
  * are created like epochs (link() of a name above every name read, the check for a higher name after it),
- * so processes racing on a new boot agree on one, and R only grows.
+ * so processes racing on a new boot agree on one, and R only grows. A bump that finds no epoch of this
+ * boot in `.epoch` although the boot has reserved before (`.epoch` lost within the boot) goes past the end
+ * of the boot's latest reservation, not to its start: the start may have been issued already, and the
+ * wall clock may still be below it (a boot that began within a minute of the previous reservation leads
+ * the clock).
  * `durability: 'acquire'` (no boot id on this host) fsyncs every new epoch instead; 'none' (fsync off)
  * fsyncs nothing.
  *
@@ -174,11 +178,25 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
   let next = [latest, floor, wall].reduce((a, b) => (a > b ? a : b)) + 1n
   if (source.durability === 'boot') {
     // Covered first, issued after: the reservation is on disk before this epoch exists anywhere.
-    const reserved = await reserve(source, next)
+    let reserved = await reserve(source, next)
     if (!reserved) return undefined
-    // A new boot's reservation starts above everything the old boots reserved, which may be above the
-    // `.epoch` names the disk kept (the old boot's last ones lived in the page cache, and may be gone).
-    if (next < reserved.from) next = reserved.from
+    if (next < reserved.from) {
+      // Below this boot's first epoch: the listing shows no epoch of this boot. Either this is the
+      // boot's first bump, and the reservation this very call made starts above everything the old
+      // boots reserved, which may be above the `.epoch` names the disk kept (the old boot's last ones
+      // lived in the page cache, and may be gone): `from` was issued by nobody yet. Or `.epoch` lost
+      // what this boot issued (a cleaner, an operator): `from` and more may have been issued, and the
+      // wall clock may still be below them (a boot that started within a minute of the previous one's
+      // reservation leads the clock). Then go above every epoch this boot can have issued: the end of
+      // its latest reservation on disk, reserved anew. One reservation more per such loss.
+      if (!reserved.first) {
+        const end = await reservedEnd(source)
+        if (end === undefined) return undefined
+        next = end
+        reserved = await reserve(source, next)
+        if (!reserved) return undefined
+      } else next = reserved.from
+    }
     // Another bump of this process may have claimed names while this one awaited: go above them.
     if (next <= seen.latest) next = seen.latest + 1n
   }
@@ -208,12 +226,9 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
  * A reservation of this boot that covers `next` (from ≤ below, next < below), on disk; undefined when
  * another process reserved first (the caller's round starts over and finds theirs).
  */
-async function reserve(
-  source: EpochSource,
-  next: bigint,
-): Promise<{ from: bigint; below: bigint } | undefined> {
+async function reserve(source: EpochSource, next: bigint): Promise<Reservation | undefined> {
   const cached = source.reserved
-  if (cached && next < cached.below) return cached
+  if (cached && next < cached.below) return { ...cached, first: false }
   const folder = join(source.dir, BOOT_FOLDER)
   let names: string[]
   try {
@@ -230,7 +245,7 @@ async function reserve(
   if (ours && next < latest) {
     // Another process of this boot reserved far enough.
     source.reserved = { from: record.from, below: latest }
-    return source.reserved
+    return { ...source.reserved, first: false }
   }
   // Ours: keep its start. Another boot's (or unreadable, or none): start at its end, above every epoch
   // that boot may have issued, durable or not.
@@ -253,7 +268,40 @@ async function reserve(
   if (!created) return undefined
   collect(folder, below, created)
   source.reserved = { from, below }
-  return source.reserved
+  return { from, below, first: !ours }
+}
+
+/**
+ * A reservation: this boot issues epochs in [from, below). `first`: made by this call as the boot's first
+ * (the latest before it was another boot's), so no epoch of this boot was issued from it yet.
+ */
+interface Reservation {
+  readonly from: bigint
+  readonly below: bigint
+  readonly first: boolean
+}
+
+/**
+ * The end of this boot's latest reservation on disk (its name): every epoch any process of this boot
+ * issued lies below it. Undefined when `.boot` changed under the read (the caller's round starts over).
+ */
+async function reservedEnd(source: EpochSource): Promise<bigint | undefined> {
+  const folder = join(source.dir, BOOT_FOLDER)
+  let names: string[]
+  try {
+    names = readdirSync(folder)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    await makeFolder(source.dir, folder, source.flush)
+    return undefined
+  }
+  const latest = highest(names)
+  const record = latest === 0n ? undefined : readReservation(join(folder, genName(latest)))
+  if (record === 'gone') return undefined
+  // Not this boot's (`.boot` lost too, or replaced): nothing on disk bounds what this boot issued; the
+  // wall clock is then the only floor left (see the header).
+  if (record?.boot !== source.boot) return source.reserved?.below
+  return latest
 }
 
 /** A reservation's record: its boot and start; undefined when unreadable, 'gone' when its name vanished. */

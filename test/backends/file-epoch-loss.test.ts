@@ -1,0 +1,82 @@
+/**
+ * `.epoch` lost while this boot's epochs lead the wall clock (its reservation started at the previous
+ * boot's reservation end, up to a minute ahead of the clock after a quick reboot). The next bump lists an
+ * empty `.epoch`; raised to the boot's first epoch, as it was, it issued that epoch again, and a key whose
+ * folder was also removed got the same fence again (or, through the reuse of a process's last epoch, a
+ * lower one). Now a bump below the boot's first epoch that did not make the boot's first reservation goes
+ * past the end of the boot's latest reservation (epochs.ts, `bumpOnce`). Found by review; both fail
+ * without the fix.
+ */
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { after, describe, it } from 'node:test'
+import { genName, keyFolderName } from '../../src/backends/file/generations.js'
+import { fileBackend } from '../../src/backends/file/index.js'
+import { createLockClient } from '../../src/index.js'
+import { tempDir } from '../support/temp.js'
+
+const dir = tempDir('file-epoch-loss')
+after(() => dir.cleanup())
+
+describe('file fences after .epoch is lost within a boot that leads the clock', () => {
+  it('a key folder removed and .epoch removed: the next grant must still have a greater fence', async () => {
+    const root = join(dir.path, randomBytes(4).toString('hex'))
+    // The previous boot reserved epochs up to R about now (it rebooted within the minute): as
+    // epochs.ts writes it, `.boot/<R>` with that boot's id.
+    const R = BigInt(Date.now()) + 60_000n
+    mkdirSync(join(root, '.boot'), { recursive: true })
+    writeFileSync(
+      join(root, '.boot', genName(R)),
+      JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
+    )
+    const k = `k:${randomBytes(3).toString('hex')}`
+    const a = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+    const first = await a.acquire(k)
+    await first.release()
+    // A tmp cleaner (or an operator) removes `.epoch` and the key's folder; `.boot` stays.
+    rmSync(join(root, '.epoch'), { recursive: true, force: true })
+    rmSync(join(root, keyFolderName(k)), { recursive: true, force: true })
+    // Another process of the same boot (a second path to the same root gives it its own per-process
+    // tables here, as a separate process would have).
+    const alias = `${root}-alias`
+    symlinkSync(root, alias)
+    const b = createLockClient(fileBackend({ dir: alias }), { ttl: '5s' })
+    const second = await b.acquire(k, { timeout: '3s' })
+    await second.release()
+    await Promise.all([a.close(), b.close()])
+    assert.ok(second.fence > first.fence, `fence went from ${first.fence} to ${second.fence}`)
+  })
+
+  it('a process that reuses its last epoch for a new key never goes below a fence granted before', async () => {
+    const root = join(dir.path, randomBytes(4).toString('hex'))
+    const R = BigInt(Date.now()) + 60_000n
+    mkdirSync(join(root, '.boot'), { recursive: true })
+    writeFileSync(
+      join(root, '.boot', genName(R)),
+      JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
+    )
+    const k1 = `k1:${randomBytes(3).toString('hex')}`
+    const k2 = `k2:${randomBytes(3).toString('hex')}`
+    const k3 = `k3:${randomBytes(3).toString('hex')}`
+    // Process A takes epoch R for k1; process B takes R + 1 for k2.
+    const a = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+    await (await a.acquire(k1)).release()
+    symlinkSync(root, `${root}-b`)
+    const b = createLockClient(fileBackend({ dir: `${root}-b` }), { ttl: '5s' })
+    const onB = await b.acquire(k2)
+    await onB.release()
+    // `.epoch` and k2's folder removed; process C's new key re-issues R, so `.epoch` ends with R again.
+    rmSync(join(root, '.epoch'), { recursive: true, force: true })
+    rmSync(join(root, keyFolderName(k2)), { recursive: true, force: true })
+    symlinkSync(root, `${root}-c`)
+    const c = createLockClient(fileBackend({ dir: `${root}-c` }), { ttl: '5s' })
+    await (await c.acquire(k3)).release()
+    // A starts k2's new folder with its last epoch R (startAgain: `.epoch` ends with it, k2 not in its set).
+    const onA = await a.acquire(k2, { timeout: '3s' })
+    await onA.release()
+    await Promise.all([a.close(), b.close(), c.close()])
+    assert.ok(onA.fence > onB.fence, `k2's fence went from ${onB.fence} to ${onA.fence}`)
+  })
+})
