@@ -75,6 +75,10 @@ export class QueueLock<Id, Entry> {
       const { names, inflight } = acq
       this.#acqs.markLost(acq, this.#driver.goneReason())
       acq = this.#acqs.of(req)
+      // This attempt is the new acquisition's first too: a hand-over to it counts its lease from here
+      // (left at -Infinity, a hand-over would report the lease's whole length, past what its session
+      // is known to live; no path is known to hand over before the next attempt, but none may).
+      acq.attemptedAt = started
       for (const name of names) acq.names.add(name)
       acq.inflight = inflight
     }
