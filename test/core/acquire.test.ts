@@ -316,6 +316,17 @@ describe('release and extend', { timeout: 20_000 }, () => {
     await lock.release()
   })
 
+  it('a release after the validity passed, before the expiry timer could run, tells the holder of the loss', async () => {
+    const client = createLockClient(freshMemory(), { ttl: '100ms' })
+    const lock = await client.acquire(uniqueKey(), { renew: false })
+    // A busy event loop: the validity passes and the expiry timer cannot run before the release.
+    while (performance.now() <= lock.validUntil + 1) {}
+    await lock.release()
+    assert.ok(lock.signal.aborted, 'the holder heard of the loss')
+    assert.ok(lock.signal.reason instanceof LockLostError)
+    assert.match(lock.signal.reason.message, /passed its validity/)
+  })
+
   it('release after loss resolves and never frees the next holder', async () => {
     const backend = freshMemory()
     const client = createLockClient(backend)
