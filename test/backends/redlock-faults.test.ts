@@ -5,7 +5,13 @@ import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { ACQUIRE } from '../../src/backends/redis/scripts.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { admissionMarker } from '../../src/backends/redlock/layout.js'
-import { createLockClient, type LockClient, LockNotAcquiredError, QuorumError } from '../../src/index.js'
+import {
+  BackendUnavailableError,
+  createLockClient,
+  type LockClient,
+  LockNotAcquiredError,
+  QuorumError,
+} from '../../src/index.js'
 import { type RedisNodes, type RedisServer, startRedisNodes } from '../servers/redis.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
@@ -140,6 +146,7 @@ async function contendUnder(
   fault: () => Promise<void>,
 ): Promise<void> {
   const holds: Hold[] = []
+  let unconfirmed = 0
   const until = performance.now() + 4000
   let running = true
   const faults = (async () => {
@@ -154,7 +161,13 @@ async function contendUnder(
           const start = performance.now()
           await sleep(Math.random() * holdMs)
           holds.push({ fence: lock.fence, start, end: performance.now() })
-          await lock.release()
+          // A release no majority confirmed within the node timeout is a legitimate outcome under these
+          // faults (on a loaded machine a stalled event loop alone can cause it): the lease then ends by
+          // its ttl, and what this test checks (no overlap, rising fences) holds either way.
+          await lock.release().catch((error: unknown) => {
+            if (!(error instanceof BackendUnavailableError)) throw error
+            unconfirmed++
+          })
         }
       }),
     )
@@ -162,7 +175,7 @@ async function contendUnder(
     running = false
     await faults
   }
-  assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s`)
+  assert.ok(holds.length >= 5, `only ${holds.length} grants in 4 s (${unconfirmed} releases unconfirmed)`)
   assertSuccessiveHolds(holds)
 }
 

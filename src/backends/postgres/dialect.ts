@@ -182,9 +182,12 @@ export class PostgresDialect implements SqlDialect {
       await raceSignal(this.#sql.unsafe(ddl(this.#t)), signal)
     } catch (error) {
       // Two clients creating it at once: CREATE TABLE IF NOT EXISTS can still fail on the catalog's
-      // unique index (23505) or report it exists (42P07). Either way the table is there now.
+      // unique index (23505), on the table's row type created a moment before by the other (42710,
+      // "type … already exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report
+      // it exists (42P07). Whichever, the table is there now if the other creation committed.
       const code = (error as { code?: unknown }).code
-      if ((code === '23505' || code === '42P07') && (await this.tableExists(signal))) return
+      if ((code === '23505' || code === '42710' || code === '42P07') && (await this.tableExists(signal)))
+        return
       throw unavailable(error, `create the lock table ${this.table} on`, undefined, this.id)
     }
   }
