@@ -20,17 +20,23 @@ import { tempDir } from '../support/temp.js'
 const dir = tempDir('file-epoch-loss')
 after(() => dir.cleanup())
 
+/**
+ * The previous boot reserved epochs up to R, a minute ahead of the clock (it rebooted within the minute),
+ * as epochs.ts writes it: `.boot/<R>` with that boot's id.
+ */
+function previousBootReservedAhead(root: string): void {
+  const R = BigInt(Date.now()) + 60_000n
+  mkdirSync(join(root, '.boot'), { recursive: true })
+  writeFileSync(
+    join(root, '.boot', genName(R)),
+    JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
+  )
+}
+
 describe('file fences after .epoch is lost within a boot that leads the clock', () => {
   it('a key folder removed and .epoch removed: the next grant must still have a greater fence', async () => {
     const root = join(dir.path, randomBytes(4).toString('hex'))
-    // The previous boot reserved epochs up to R about now (it rebooted within the minute): as
-    // epochs.ts writes it, `.boot/<R>` with that boot's id.
-    const R = BigInt(Date.now()) + 60_000n
-    mkdirSync(join(root, '.boot'), { recursive: true })
-    writeFileSync(
-      join(root, '.boot', genName(R)),
-      JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
-    )
+    previousBootReservedAhead(root)
     const k = `k:${randomBytes(3).toString('hex')}`
     const a = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
     const first = await a.acquire(k)
@@ -51,12 +57,7 @@ describe('file fences after .epoch is lost within a boot that leads the clock', 
 
   it('a process that reuses its last epoch for a new key never goes below a fence granted before', async () => {
     const root = join(dir.path, randomBytes(4).toString('hex'))
-    const R = BigInt(Date.now()) + 60_000n
-    mkdirSync(join(root, '.boot'), { recursive: true })
-    writeFileSync(
-      join(root, '.boot', genName(R)),
-      JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
-    )
+    previousBootReservedAhead(root)
     const k1 = `k1:${randomBytes(3).toString('hex')}`
     const k2 = `k2:${randomBytes(3).toString('hex')}`
     const k3 = `k3:${randomBytes(3).toString('hex')}`

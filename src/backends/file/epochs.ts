@@ -229,18 +229,9 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
 async function reserve(source: EpochSource, next: bigint): Promise<Reservation | undefined> {
   const cached = source.reserved
   if (cached && next < cached.below) return { ...cached, first: false }
-  const folder = join(source.dir, BOOT_FOLDER)
-  let names: string[]
-  try {
-    names = readdirSync(folder)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    await makeFolder(source.dir, folder, source.flush)
-    return undefined
-  }
-  const latest = highest(names)
-  const record = latest === 0n ? undefined : readReservation(join(folder, genName(latest)))
-  if (record === 'gone') return undefined // Collected under us by a newer reservation: read again.
+  const read = await latestReservation(source)
+  if (!read) return undefined
+  const { folder, latest, record } = read
   const ours = record?.boot === source.boot
   if (ours && next < latest) {
     // Another process of this boot reserved far enough.
@@ -286,6 +277,25 @@ interface Reservation {
  * issued lies below it. Undefined when `.boot` changed under the read (the caller's round starts over).
  */
 async function reservedEnd(source: EpochSource): Promise<bigint | undefined> {
+  const read = await latestReservation(source)
+  if (!read) return undefined
+  const { latest, record } = read
+  // Not this boot's (`.boot` lost too, or replaced): nothing on disk bounds what this boot issued; the
+  // wall clock is then the only floor left (see the header).
+  if (record?.boot !== source.boot) return source.reserved?.below
+  return latest
+}
+
+/**
+ * The latest reservation in `.boot` (its name, and its record: undefined when unreadable or none);
+ * undefined when the read must start over (the folder was just made, or the record was collected under
+ * us by a newer reservation).
+ */
+async function latestReservation(
+  source: EpochSource,
+): Promise<
+  { folder: string; latest: bigint; record: { boot: string; from: bigint } | undefined } | undefined
+> {
   const folder = join(source.dir, BOOT_FOLDER)
   let names: string[]
   try {
@@ -298,10 +308,7 @@ async function reservedEnd(source: EpochSource): Promise<bigint | undefined> {
   const latest = highest(names)
   const record = latest === 0n ? undefined : readReservation(join(folder, genName(latest)))
   if (record === 'gone') return undefined
-  // Not this boot's (`.boot` lost too, or replaced): nothing on disk bounds what this boot issued; the
-  // wall clock is then the only floor left (see the header).
-  if (record?.boot !== source.boot) return source.reserved?.below
-  return latest
+  return { folder, latest, record }
 }
 
 /** A reservation's record: its boot and start; undefined when unreadable, 'gone' when its name vanished. */
