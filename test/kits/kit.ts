@@ -93,6 +93,26 @@ export interface KitStore {
   pause?(node?: number): () => void
   /** Kills the leader of a consensus cluster and brings it back. */
   killLeader?(): Promise<void>
+  /**
+   * An operator deletes lock state behind everyone's back, as a clean-up of a "stuck" lock would: `key`'s
+   * own state (its row, record, item, queue nodes, folder), or with `key` undefined the state of every key
+   * under the store's prefix / table / root. A holder may lose its lock (expected); the fence of the next
+   * grant must still be greater than every earlier one, and nobody may wait on a free lock for ever.
+   */
+  deleteState?(key?: string): Promise<void>
+  /**
+   * Cuts member `node` of a replicated store off from the other members (their links drop every byte, the
+   * connections stay open), while the clients' own links to every member stay up. Resolves once the cut is
+   * in place, to a function that heals it.
+   */
+  isolateMember?(node: number): Promise<() => Promise<void>>
+  /** The index of the current leader of a consensus cluster (in `ports` order). */
+  leaderIndex?(): Promise<number>
+  /**
+   * The host reboots quickly (the file backend): what the next process sees is a new boot id, with the
+   * lock root's files as they were on disk. Processes of the old boot must be gone first (the caller's).
+   */
+  reboot?(): Promise<void>
   /** Faults the store's own server injects (the S3 and GCS test servers in this process). */
   readonly storeFaults?: StoreFaults
   /** The tail of each server's log, by name. */
