@@ -71,6 +71,11 @@ export interface NemesisContext {
   fault(type: string, target: string, during: () => Promise<void>): Promise<void>
   /** SIGKILLs a worker and starts a replacement under a new id. */
   replace(worker: Worker): Promise<void>
+  /**
+   * SIGKILLs every worker, runs `between` once they are all gone (a host reboot: no process of the old
+   * boot may outlive it), then starts as many new workers.
+   */
+  replaceAll(between: () => Promise<void>): Promise<void>
   sleep(ms: number): Promise<void>
 }
 
@@ -87,6 +92,12 @@ export interface Scenario {
    * an aborted acquire would keep the waiters out for a whole ttl.
    */
   readonly abortAcquiresWithinMs?: number
+  /**
+   * The checker's idle rule (A7) on, with this bound in ttls: the lock may lie free while an acquire waits
+   * for at most this long. A waiter left waiting on a free lock (its place in line deleted, a release that
+   * never reached the line) shows as a free lock nobody gets.
+   */
+  readonly idleBoundTtls?: number
   /**
    * Run the first `workers` workers under libfaketime with `env` (e.g. FAKETIME="+0 x0.5": their clocks,
    * monotonic included, run at half speed) for the whole run: a client clock fault.
@@ -223,6 +234,17 @@ export async function runScenario(
     return worker
   }
 
+  /** SIGKILLs a worker and waits for its exit; closes its proxies. */
+  const kill = async (worker: Worker) => {
+    if (worker.paused) worker.child.kill('SIGCONT')
+    worker.paused = false
+    worker.child.kill('SIGKILL')
+    await new Promise<void>((resolve) =>
+      worker.exited ? resolve() : worker.child.once('exit', () => resolve()),
+    )
+    for (const p of worker.proxies) await p.close()
+  }
+
   for (let i = 0; i < scenario.workers; i++) await spawnWorker()
   const rng = seeded(options.seed)
   const stop = new AbortController()
@@ -245,12 +267,14 @@ export async function runScenario(
       }
     },
     async replace(worker) {
-      worker.child.kill('SIGKILL')
-      await new Promise<void>((resolve) =>
-        worker.exited ? resolve() : worker.child.once('exit', () => resolve()),
-      )
-      for (const p of worker.proxies) await p.close()
+      await kill(worker)
       await spawnWorker()
+    },
+    async replaceAll(between) {
+      const gone = live()
+      await Promise.all(gone.map(kill))
+      await between()
+      for (let i = 0; i < gone.length; i++) await spawnWorker()
     },
     sleep: async (ms) => {
       await sleep(Math.min(ms, Math.max(0, deadline - performance.now())))
@@ -286,6 +310,7 @@ export async function runScenario(
     recoveryMs: store.recoveryMs,
     // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
     ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: scenario.ttlMs / 2 }),
+    ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: scenario.ttlMs * scenario.idleBoundTtls }),
   })
   const violations = violationsOf(report) as Record<Rule, number>
   const expected = scenario.expected?.(target) ?? {}

@@ -379,6 +379,100 @@ export const scenarios: Scenario[] = [
       })
     },
   },
+  {
+    id: 'S17',
+    title: "an operator deletes lock state (the key's, or every key's) every 2 x ttl",
+    ...FENCED,
+    applies: (t) => t.features.has('delete-state'),
+    // A holder whose state is deleted may be joined by a second one: the store forgot it (as S11). What
+    // must hold: fences keep rising (A2, A3), and nobody waits on a free lock (the idle rule).
+    idleBoundTtls: 3,
+    expected: () => ({ A1: 'the operator deleted the holder’s lease: a second grant inside the first one' }),
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const all = ctx.rng() < 0.3
+        await ctx.fault(all ? 'delete-all-state' : 'delete-state', 'store', () =>
+          ctx.store.deleteState!(all ? undefined : ctx.key),
+        )
+      }),
+  },
+  {
+    id: 'S18',
+    title: 'one member cut off from the others (clients’ links up) for 3 x ttl every 4 x ttl',
+    ...FENCED,
+    applies: (t) => t.features.has('members'),
+    nemesis: (ctx) =>
+      every(ctx, 4 * TTL, async () => {
+        const node = Math.floor(ctx.rng() * ctx.store.ports.length)
+        await ctx.fault('member-partition', `member ${node}`, async () => {
+          const heal = await ctx.store.isolateMember!(node)
+          try {
+            await ctx.sleep(3 * TTL)
+          } finally {
+            await heal()
+          }
+        })
+      }),
+  },
+  {
+    id: 'S19',
+    title: 'the holder hears no replies for 0.6 x ttl (its renewals and release), then its links reset',
+    ...FENCED,
+    // Holds of several renewals, so a renewal (and often the release) falls inside the silence.
+    holdMs: [0.3 * TTL, 1.5 * TTL],
+    applies: networked,
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (!worker) return
+        await ctx.fault('lost-reply-holder', worker.id, async () => {
+          for (const p of worker.proxies) p.mode = 'drop-replies'
+          await ctx.sleep(0.6 * TTL)
+          for (const p of worker.proxies) {
+            p.mode = 'pass'
+            p.cut()
+          }
+        })
+      }),
+  },
+  {
+    id: 'S20',
+    title: 'the host reboots quickly (every process killed, a new boot), then a cleaner empties the root',
+    ...FENCED,
+    applies: (t) => t.features.has('reboot'),
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, () =>
+        ctx.fault('reboot+cleaner', 'host', () =>
+          ctx.replaceAll(async () => {
+            await ctx.store.reboot!()
+            // A tmp cleaner right after the boot: sometimes one key's folder, sometimes the whole root.
+            await ctx.store.deleteState!(ctx.rng() < 0.5 ? ctx.key : undefined)
+          }),
+        ),
+      ),
+  },
+  {
+    id: 'S21',
+    title: 'each client cut off from a different Redlock node (a minority) for 2 x ttl every 3 x ttl',
+    ...FENCED,
+    applies: (t) => t.features.has('redlock'),
+    // The nodes see different clients: no majority of them agrees on who is missing, which a single
+    // client's cut (S4) never shows.
+    nemesis: (ctx) =>
+      every(ctx, 3 * TTL, () =>
+        ctx.fault('split-nodes', 'all clients', async () => {
+          const live = ctx.workers.filter((w) => !w.exited)
+          const offset = Math.floor(ctx.rng() * ctx.store.ports.length)
+          const cut = live.map((w, i) => w.proxies[(i + offset) % w.proxies.length]!)
+          for (const p of cut) p.mode = 'blackhole'
+          await ctx.sleep(2 * TTL)
+          for (const p of cut) {
+            p.mode = 'pass'
+            p.cut()
+          }
+        }),
+      ),
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */

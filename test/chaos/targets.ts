@@ -22,6 +22,12 @@ export interface Store {
   killLeader?(): Promise<void>
   /** Remove the holder's lease behind its back (a server-side clock jump: premature expiry). */
   expireEarly?(key: string): Promise<void>
+  /** An operator deletes lock state: `key`'s, or every key's (the kit's `deleteState`). */
+  deleteState?(key?: string): Promise<void>
+  /** Cuts one member off from the others, clients' links up; resolves to the heal. */
+  isolateMember?(node: number): Promise<() => Promise<void>>
+  /** The host reboots quickly (the file backend): later processes see a new boot. */
+  reboot?(): Promise<void>
   /** Replies lost after their commit, 503 bursts (a test server in this process). */
   readonly storeFaults?: StoreFaults
   close(): Promise<void>
@@ -44,13 +50,16 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
     features: new Set(variant.features),
     async start(dir) {
       const store = await kit.start({ dir })
-      const { crash, killLeader, urlVia, storeFaults } = store
+      const { crash, killLeader, urlVia, storeFaults, deleteState, isolateMember, reboot } = store
       const missing = [
         ...(urlVia ? [] : ['urlVia']),
         ...(variant.features.includes('crash') && !crash ? ['crash'] : []),
         ...(variant.features.includes('leader') && !killLeader ? ['killLeader'] : []),
         ...(variant.features.includes('durable') && !kit.capabilities.durableFences ? ['durableFences'] : []),
         ...(variant.features.includes('store-faults') && !storeFaults ? ['storeFaults'] : []),
+        ...(variant.features.includes('delete-state') && !deleteState ? ['deleteState'] : []),
+        ...(variant.features.includes('members') && !isolateMember ? ['isolateMember'] : []),
+        ...(variant.features.includes('reboot') && !reboot ? ['reboot'] : []),
       ]
       if (missing.length > 0) {
         await store.close()
@@ -64,6 +73,9 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
         ...(crash ? { crash: (node?: number) => crash(node) } : {}),
         ...(killLeader ? { killLeader: () => killLeader() } : {}),
         ...(storeFaults ? { storeFaults } : {}),
+        ...(deleteState ? { deleteState: (key?: string) => deleteState(key) } : {}),
+        ...(isolateMember ? { isolateMember: (node: number) => isolateMember(node) } : {}),
+        ...(reboot ? { reboot: () => reboot() } : {}),
         expireEarly: (key) => store.breakLease(key),
         close: () => store.close(),
       }

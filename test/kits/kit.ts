@@ -45,7 +45,19 @@ export const FLAGS: readonly Flag[] = [
 ]
 
 /** Which chaos scenarios' server faults apply to a target (test/chaos/scenarios.ts reads them). */
-export type ChaosFeature = 'crash' | 'durable' | 'leader' | 'redlock' | 'expire' | 'store-faults'
+export type ChaosFeature =
+  | 'crash'
+  | 'durable'
+  | 'leader'
+  | 'redlock'
+  | 'expire'
+  | 'store-faults'
+  /** The kit's `deleteState`: an operator deletes lock state. */
+  | 'delete-state'
+  /** The kit's `isolateMember`: partitions between the members of a replicated store. */
+  | 'members'
+  /** The kit's `reboot`: a quick host reboot (the file backend). */
+  | 'reboot'
 
 /** A chaos target served by a kit: the name `npm run chaos -- --targets` knows it by, and the scenarios worth running there. */
 export interface ChaosVariant {
