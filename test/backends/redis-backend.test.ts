@@ -11,6 +11,7 @@ import { Redis } from 'ioredis'
 import { type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { BackendUnavailableError, createLockClient, type LockClient, LockError } from '../../src/index.js'
+import { deleteRedisState } from '../kits/redis.js'
 import { freePort } from '../servers/ports.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { startProxy } from '../support/proxy.js'
@@ -103,20 +104,43 @@ after(async () => {
 })
 
 describe('redis backend: storage and scripts', () => {
-  it('stores the owner with a PX lease and a fence counter that survives release', async () => {
+  it('stores the owner with a PX lease and a fence from the server clock, kept an hour', async () => {
     const k = key('layout')
     const locks = client(server.url)
+    const [seconds = 0, micros = 0] = await admin.time()
     const lock = await locks.acquire(k, { ttl: '20s' })
     assert.equal(await admin.get(redisLockKeys(k).lock), lock.owner)
     const pttl = await admin.pttl(redisLockKeys(k).lock)
     assert.ok(pttl > 0 && pttl <= 20_000)
     assert.equal(await admin.get(redisLockKeys(k).fence), lock.fence.toString())
+    assert.ok(
+      lock.fence >= BigInt(seconds) * 1_000_000n + BigInt(micros),
+      'the fence is the server clock in µs',
+    )
     await lock.release()
     assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
-    assert.equal(await admin.ttl(redisLockKeys(k).fence), -1, 'the fence counter must never expire')
+    const kept = await admin.pttl(redisLockKeys(k).fence)
+    assert.ok(kept > 3_500_000 && kept <= 3_600_000, `the fence key is kept an hour, not for good (${kept})`)
     const next = await locks.acquire(k)
-    assert.equal(next.fence, lock.fence + 1n)
+    assert.ok(next.fence > lock.fence)
     await next.release()
+  })
+
+  it('fences keep rising after an operator deletes every key of the lock, or the whole prefix', async () => {
+    const k = key('deleted')
+    const locks = client(server.url)
+    let last = 0n
+    for (const everything of [false, true, false]) {
+      const lock = await locks.acquire(k)
+      assert.ok(lock.fence > last, `fence ${lock.fence} after ${last}`)
+      last = lock.fence
+      await deleteRedisState(server.port, everything ? undefined : k)
+      assert.equal(await admin.exists(redisLockKeys(k).fence), 0)
+      await lock.release()
+    }
+    const after = await locks.acquire(k)
+    assert.ok(after.fence > last, `fence ${after.fence} after ${last}`)
+    await after.release()
   })
 
   it('hashes keys with braces so the lock and its fence share one cluster slot', async () => {
@@ -139,14 +163,17 @@ describe('redis backend: storage and scripts', () => {
   it('recovers from SCRIPT FLUSH mid-run (NOSCRIPT falls back to EVAL)', async () => {
     const k = key('noscript')
     const locks = client(server.url)
+    let last = 0n
     for (let i = 0; i < 30; i++) {
       if (i % 5 === 0) await admin.script('FLUSH')
       const lock = await locks.acquire(k)
+      assert.ok(lock.fence > last)
+      last = lock.fence
       if (i % 7 === 0) await admin.script('FLUSH')
       await lock.extend()
       await lock.release()
     }
-    assert.equal(await admin.get(redisLockKeys(k).fence), '30')
+    assert.equal(await admin.get(redisLockKeys(k).fence), last.toString())
   })
 
   it('refuses a key holding a non-lock value with a clear error, never a grant', async () => {
@@ -178,7 +205,7 @@ describe('redis backend: lost replies', () => {
     await link.redis.ping()
     const retry = await attempt(backend, k, owner, 10_000)
     assert.ok(retry.granted, 'the retried attempt must recognise its own lock')
-    assert.equal(retry.fence, 1n, 'one grant, one fence')
+    assert.equal(`${retry.fence}`, await admin.get(redisLockKeys(k).fence), 'one grant, one fence')
     await link.close()
   })
 
@@ -329,7 +356,8 @@ describe('redis backend: fair mode', () => {
     const lock = await waiting
     assert.equal(owner, lock.owner)
     assert.equal(described, `${lock.owner} the waiter (pid 1)`)
-    assert.equal(lock.fence, holder.fence + 1n)
+    assert.ok(lock.fence > holder.fence)
+    assert.equal(await admin.get(redisLockKeys(k).fence), lock.fence.toString(), 'minted by the hand-over')
     assert.equal((await client(url).inspect(k)).holder, 'the waiter (pid 1)')
     await lock.release()
     assert.equal(await admin.exists(redisLockKeys(k).holder), 0, 'the release removes the description')

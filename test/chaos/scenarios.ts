@@ -149,9 +149,8 @@ export const scenarios: Scenario[] = [
       t.features.has('durable')
         ? {}
         : {
+            // Its fences do not start over: the server's clock is their floor.
             A1: 'Redis without persistence forgets held locks on restart',
-            A2: 'Redis without persistence forgets its fence counters on restart (tokens start over)',
-            A3: 'after the counter reset the fenced resource refuses every new holder (lockout)',
           },
     nemesis: (ctx) =>
       every(ctx, 3 * TTL, () => ctx.fault('server-restart', 'store', () => ctx.store.crash!())),

@@ -4,7 +4,7 @@
  * fence counter stays, as it does through a real early expiry.
  */
 import { Cluster, Redis } from 'ioredis'
-import { redisLockKeys } from '../../src/backends/redis/layout.js'
+import { DEFAULT_PREFIX, redisLockKeys } from '../../src/backends/redis/layout.js'
 import { type RedisServer, startRedis, startRedisCluster } from '../servers/redis.js'
 import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 
@@ -13,6 +13,29 @@ export async function deleteLockKey(port: number, key: string): Promise<void> {
   const admin = new Redis(port, '127.0.0.1')
   try {
     await admin.del(redisLockKeys(key).lock)
+  } finally {
+    admin.disconnect()
+  }
+}
+
+/**
+ * What an operator's clean-up does: every key of the lock `key` (lease, fence, holder, fair queue), or
+ * with `key` undefined every key under the backend's default prefix (SCAN + DEL, as a script would).
+ */
+export async function deleteRedisState(port: number, key?: string): Promise<void> {
+  const admin = new Redis(port, '127.0.0.1')
+  try {
+    if (key !== undefined) {
+      const { lock, fence, queue, waiters, ttls, holder } = redisLockKeys(key)
+      await admin.del(lock, fence, queue, waiters, ttls, holder)
+      return
+    }
+    let cursor = '0'
+    do {
+      const [next, keys] = await admin.scan(cursor, 'MATCH', `${DEFAULT_PREFIX}*`, 'COUNT', 1000)
+      if (keys.length > 0) await admin.del(...keys)
+      cursor = next
+    } while (cursor !== '0')
   } finally {
     admin.disconnect()
   }
@@ -36,6 +59,7 @@ function redisStore(server: RedisServer, kitQuery: string): KitStore {
     ports: [server.port],
     urlVia: ([port], query = kitQuery) => `redis://127.0.0.1:${port}${query}`,
     breakLease: (key) => deleteLockKey(server.port, key),
+    deleteState: (key) => deleteRedisState(server.port, key),
     crash: () => crashRedis(server),
     restart: () => crashRedis(server),
     pause: () => pauseRedis(server),
@@ -46,10 +70,10 @@ function redisStore(server: RedisServer, kitQuery: string): KitStore {
 }
 
 const NO_SESSION = 'leases end by the PX expiry on the server, no session'
-const NO_PERSISTENCE = 'the test server runs without persistence: a restart forgets every fence counter'
 const PLAIN = `plain mode: ${RACE} (fair=true queues them)`
 
-const capabilities = (fifo: boolean, durableFences: boolean) => ttlStore({ fifo, durableFences })
+// Fences survive a restart without persistence too: the server's clock is their floor (MINT in scripts.ts).
+const capabilities = (fifo: boolean) => ttlStore({ fifo, durableFences: true })
 
 export const redisKit: Kit = {
   id: 'redis',
@@ -57,10 +81,10 @@ export const redisKit: Kit = {
   title: 'redis',
   entry: 'redis',
   networked: true,
-  capabilities: capabilities(false, false),
-  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  capabilities: capabilities(false),
+  lacks: { fifo: PLAIN, session: NO_SESSION },
   start: async () => redisStore(await startRedis(), ''),
-  chaos: [{ name: 'redis', features: ['crash', 'expire'] }],
+  chaos: [{ name: 'redis', features: ['crash', 'expire', 'delete-state'] }],
   bench: [
     { name: 'fencelock redis', store: 'redis' },
     // On the same server as the peers: scenario h counts the commands a blocked waiter sends there.
@@ -74,8 +98,8 @@ export const redisFairKit: Kit = {
   title: 'redis (fair)',
   entry: 'redis',
   networked: true,
-  capabilities: capabilities(true, false),
-  lacks: { session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  capabilities: capabilities(true),
+  lacks: { session: NO_SESSION },
   start: async () => redisStore(await startRedis(), '?fair=true'),
 }
 
@@ -86,7 +110,7 @@ export const redisAofKit: Kit = {
   title: 'redis (appendonly, fsync always)',
   entry: 'redis',
   networked: true,
-  capabilities: capabilities(false, true),
+  capabilities: capabilities(false),
   lacks: { fifo: PLAIN, session: NO_SESSION },
   start: async () =>
     redisStore(await startRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] }), ''),
@@ -99,8 +123,8 @@ export const redisClusterKit: Kit = {
   title: 'redis (cluster of 3 masters)',
   entry: 'redis-cluster',
   networked: true,
-  capabilities: capabilities(false, false),
-  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: NO_PERSISTENCE },
+  capabilities: { ...capabilities(false), durableFences: false },
+  lacks: { fifo: PLAIN, session: NO_SESSION, durableFences: 'the test cluster cannot restart its nodes' },
   async start(): Promise<KitStore> {
     const cluster = await startRedisCluster(3)
     const admin = new Cluster([{ host: '127.0.0.1', port: cluster.nodes[0]!.port }])

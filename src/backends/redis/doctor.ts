@@ -80,15 +80,15 @@ function persistenceFinding(appendonly: string | undefined, fsync: string | unde
     return {
       level: 'warn',
       message:
-        'appendonly is off: after a restart Redis forgets held locks and fence counters, so a lock can be ' +
-        'granted twice and fences start over. Use appendonly yes with appendfsync always, or keep a crashed ' +
-        'server down for longer than the longest ttl',
+        'appendonly is off: after a restart Redis forgets held locks, so a lock can be granted twice ' +
+        '(fences still rise: they come from the server clock). Use appendonly yes with appendfsync always, ' +
+        'or keep a crashed server down for longer than the longest ttl',
     }
   }
   if (fsync !== 'always') {
     return {
       level: 'warn',
-      message: `appendfsync is ${fsync}: a crash can lose the last second of grants and fences; "always" cannot`,
+      message: `appendfsync is ${fsync}: a crash can lose the last second of grants; "always" cannot`,
     }
   }
   return { level: 'ok', message: 'appendonly yes, appendfsync always' }
@@ -102,7 +102,7 @@ function evictionFinding(policy: string): DoctorFinding {
     level: 'warn',
     message:
       `maxmemory-policy is ${policy}: under memory pressure Redis may evict lock keys (an early ` +
-      'release) or fence counters (fences start over). Use noeviction',
+      'release). Use noeviction',
   }
 }
 

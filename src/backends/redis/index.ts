@@ -2,23 +2,23 @@
  * redis://host:port[/db] and rediss:// (TLS) — one Redis primary, or a Redis Cluster (`?cluster=true`).
  *
  * Layout (layout.ts, scripts.ts): `<prefix>{<key>}` = owner id with the lease as PX expiry;
- * `<prefix>{<key>}:fence` = a counter INCR'd by the acquiring script; `…:holder` = "<owner> <description>"
+ * `<prefix>{<key>}:fence` = the last fence minted, kept an hour; `…:holder` = "<owner> <description>"
  * for `inspect`, with the lock's expiry; fair mode adds `…:queue`, `…:waiters`, `…:ttls`; releases publish
- * on `…:released`. The counter never expires: one small key per distinct lock name (about 60–100 bytes
- * with its key name) stays for good. Keys with a brace are hashed, so the hash tag stays intact and every
- * key of a lock sits in one Cluster slot. Acquire is one script, one round trip: SET NX PX + INCR. Release
+ * on `…:released`. Keys with a brace are hashed, so the hash tag stays intact and every
+ * key of a lock sits in one Cluster slot. Acquire is one script, one round trip: SET NX PX + mint. Release
  * and extend compare the owner first.
  * Expiry: the server expires the key (PX) on its own clock; a fair waiter that stops asking is skipped
  * after its liveness period (`waiterLiveness`, the server's TIME).
- * Fence: minted by the same script that grants (INCR of the counter, which no release or expiry deletes),
- * so it belongs to exactly one grant and only grows — as long as the server keeps its data (see Limits).
+ * Fence: minted by the same script that grants, so it belongs to exactly one grant: the server's clock in
+ * µs, or the last fence + 1 if larger (MINT in scripts.ts). It keeps rising when the fence key is lost (an
+ * operator, a restart without persistence): only the server's clock set back can undo it.
  * Waiting: one shared subscriber connection per backend; a waiter wakes on its key's release message and
  * re-attempts. Expiry of a crashed holder publishes nothing: the core then wakes at the holder's remaining
  * PTTL, which the refused attempt returned. Fair mode (`fair: true`) serves waiters in FIFO order through a
  * queue in Redis and hands a released lock to the next waiter on the server (every client of a key must use
  * the same mode).
  * Limits: keys up to 64 KiB, leases up to 2^43 ms (REDIS_LIMITS). A restart without persistence (AOF,
- * appendfsync always) forgets held locks and fence counters: it can grant a lock twice and reissue fences.
+ * appendfsync always) forgets held locks: it can grant a lock twice.
  * Failover to an asynchronous replica can too; `minReplicas` narrows that window (WAIT after acquiring).
  * `fencelock doctor` checks these settings.
  *

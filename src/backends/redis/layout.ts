@@ -11,7 +11,7 @@ export const DEFAULT_PREFIX = 'fencelock:'
 export interface RedisLockKeys {
   /** The owner id, with the lease as its PX expiry. */
   readonly lock: string
-  /** The fence counter, INCR'd by each grant; it never expires. */
+  /** The last fence minted (scripts.ts MINT), kept for an hour after it. */
   readonly fence: string
   /** Fair mode: the waiters' owner ids in arrival order. */
   readonly queue: string

@@ -1,6 +1,6 @@
 /**
  * Plain mode (the default): a released lock goes to whoever asks first. Acquire is one script, one round
- * trip (SET NX PX + INCR: the fence is minted by the grant itself); release compares the owner, deletes,
+ * trip (SET NX PX + mint: the fence is minted by the grant itself); release compares the owner, deletes,
  * and publishes "-<owner>" on the key's channel, which wakes the oldest waiter of each client.
  */
 import type { AcquireRequest } from '../../core/backend.js'

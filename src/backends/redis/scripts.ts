@@ -4,7 +4,7 @@
  * every script touches a single slot and runs unchanged on Redis Cluster.
  *
  * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry.
- *       KEYS[2] `<prefix>{<key>}:fence` is the fence counter: INCR'd once per grant, never expires.
+ *       KEYS[2] `<prefix>{<key>}:fence` is the last fence minted (MINT), kept for an hour after it.
  *       `<prefix>{<key>}:holder` is "<owner> <description>" of the holder (`AcquireRequest.holder`), for
  *       `inspect` only: written with the grant, with the same expiry, and shown only while its owner is the
  *       lock's. Nothing decides on it; the scripts that take it accept its absence (Redlock passes none).
@@ -24,17 +24,44 @@ export interface Script {
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
 /**
+ * `mint(ttl)`: the fence of a grant, KEYS[2] the last one. The server's clock in microseconds (TIME) is
+ * its floor, so a fence never depends on the key's own state: after the fence key is gone (expired an
+ * hour after its last grant, or deleted by an operator) the next grant still gets a larger fence than
+ * every earlier one, because each of those was at most the server's clock when it was minted. The key
+ * only settles grants within one microsecond and small steps back of the clock; it outlives the lease
+ * (max of an hour and the ttl), so storage is bounded by the names used in the last hour. What breaks
+ * it: the server's clock set back by more than an hour, or past its last fence with the key deleted.
+ * Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form.
+ */
+const MINT = `
+local function mint(ttl)
+  local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local stored = redis.call('GET', KEYS[2])
+  local last = 0
+  if stored then
+    last = tonumber(stored)
+    -- Not a number: another program's key. INCRBY raises Redis's own "not an integer" error for it.
+    if not last then redis.call('INCRBY', KEYS[2], 0) end
+  end
+  if last >= fence then fence = last + 1 end
+  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', math.max(3600000, tonumber(ttl)))
+  return fence
+end
+`
+
+/**
  * Acquire. KEYS: lock, fence[, holder]. ARGV: owner, ttl ms[, description]. Returns {1, fence} when granted
  * — also when the key is already ours: an earlier attempt of the same acquire ran but its reply was lost —
  * and {0, pttl} when held by another. Granting and minting the fence in one script is what makes the fence
  * belong to exactly this grant.
  */
-export const ACQUIRE = script(`
+export const ACQUIRE = script(`${MINT}
 local owner = redis.call('GET', KEYS[1])
 if not owner then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, mint(ARGV[2])}
 end
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -69,7 +96,7 @@ end
  * KEYS[6] is the holder key; ARGV[4] the description (may be empty).
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
-export const ACQUIRE_FAIR = script(`${CLOCK}
+export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}
 while true do
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head then break end
@@ -94,7 +121,7 @@ if not owner and (not head or head == ARGV[1]) then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[4] ~= '' then redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[4], 'PX', ARGV[2]) end
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, mint(ARGV[2])}
 end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])
@@ -114,7 +141,7 @@ return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - clock())}
  * blocks the lock no longer than it would have in the queue, and a live one's first renewal (due within
  * half of it) extends it to its own ttl.
  */
-const HAND_OVER = `${CLOCK}
+const HAND_OVER = `${CLOCK}${MINT}
 while true do
   local head = redis.call('LPOP', KEYS[3])
   if not head then break end
@@ -131,7 +158,7 @@ while true do
     if space and space < #asked then
       redis.call('SET', KEYS[6], head .. string.sub(asked, space), 'PX', lease)
     end
-    redis.call('PUBLISH', ARGV[2], head .. ':' .. redis.call('INCR', KEYS[2]) .. ':' .. lease)
+    redis.call('PUBLISH', ARGV[2], head .. ':' .. string.format('%.0f', mint(lease)) .. ':' .. lease)
     return 1
   end
 end
