@@ -38,6 +38,12 @@ const STORES: Record<string, string[]> = {
   // postgres: an acquire's clean-up once reached the server before its statement (a grant left behind);
   // mysql: a statement given up while it ran left its connection stuck.
   S15: ['file', 'redis', 'etcd', 'postgres', 'mysql'],
+  // The second fault review's classes: lock state deleted by an operator (fences must keep rising, nobody
+  // may wait on a free lock), a holder whose renewals and release go unanswered, clients each cut off
+  // from a different Redlock node.
+  S17: ['redis'],
+  S19: ['redis', 'etcd'],
+  S21: ['redlock'],
 }
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 
