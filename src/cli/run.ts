@@ -11,10 +11,12 @@ export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args
 Takes the lock <key>, runs <command> while holding it (renewing the lease), releases it when the
 command ends, and exits with the command's status. The command gets FENCELOCK_KEY and FENCELOCK_FENCE in its
 environment: pass FENCELOCK_FENCE to whatever you write, so it can reject a stale holder.
-The command runs in a process group of its own (as with timeout(1)). If the lock is lost while it runs,
-the whole group gets SIGTERM, then SIGKILL after --kill-after; if fencelock itself dies (SIGKILL, the OOM
-killer), a watchdog in that group stops it the same way, before the unrenewed lease expires (keep
---kill-after below 2/3 of --ttl for that to hold).
+The command runs in a process group of its own (as with timeout(1)), and the lock is held until every
+process of that group has exited, background children included (as flock(1) holds its lock until the
+last process holding it exits). Ctrl-C, SIGTERM and SIGHUP go to the whole group, and SIGKILL follows
+after --kill-after for whatever ignores them. If the lock is lost while it runs, the group gets SIGTERM,
+then SIGKILL after --kill-after; if fencelock itself dies (SIGKILL, the OOM killer), a watchdog stops the
+group the same way, before the unrenewed lease expires (keep --kill-after below 2/3 of --ttl for that).
 
 Options:
   --url <url>          backend URL (default: $FENCELOCK_URL, else this host's shared lock folder: see
@@ -100,9 +102,13 @@ export async function runCommand(argv: string[]): Promise<number> {
 
 /**
  * Runs the command with the fence in its environment; resolves with its exit status, shell-style.
- * By default under the watchdog (./watchdog.ts), which leads a process group of its own: a lost lock stops
- * the whole group, grandchildren included, and so does the watchdog if this process dies. `foreground`
- * keeps the command in our group (a terminal program needs that) and signals the command alone.
+ * By default under the watchdog (./watchdog.ts), which starts the command as the leader of a process group
+ * and exits only once that whole group is gone: the lock is released after the last process the command
+ * started, as flock(1)'s lock lives as long as the last holder of its descriptor. A lost lock stops the
+ * whole group, and so does the watchdog if this process dies. A signal to us (Ctrl-C, SIGTERM, SIGHUP) goes
+ * to the group, and SIGKILL follows after `killAfterMs` for whatever of it is left (a grandchild that
+ * ignores it). `foreground` keeps the command in our group (a terminal program needs that) and signals
+ * the command alone.
  */
 function runChild(
   command: string[],
@@ -116,7 +122,7 @@ function runChild(
     const child = foreground
       ? spawn(file, args, { stdio: 'inherit', env })
       : spawn(process.execPath, [WATCHDOG, String(killAfterMs), file, ...args], {
-          // fd 3: a pipe the watchdog watches for EOF (this process died). Nothing is ever written on it.
+          // fd 3: the watchdog tells us the command's group on it, and watches it for EOF (we died).
           stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
           detached: true,
           env,
@@ -127,27 +133,42 @@ function runChild(
       | (NodeJS.ReadableStream & { unref?: () => void; destroy?: () => void })
       | null
     pipe?.unref?.()
+    /** The command's process group, once the watchdog has said it; signals before that wait for it. */
+    let group: number | undefined
+    const pending: NodeJS.Signals[] = []
+    let said = ''
+    pipe?.on('data', (chunk: Buffer) => {
+      said += chunk.toString()
+      const match = /pgid (\d+)\n/.exec(said)
+      if (group !== undefined || !match) return
+      group = Number(match[1])
+      for (const signal of pending.splice(0)) send(signal)
+    })
+    pipe?.on('error', () => {})
     const send = (signal: NodeJS.Signals) => {
+      if (!foreground && group === undefined) {
+        pending.push(signal)
+        return
+      }
       try {
-        if (foreground || child.pid === undefined) child.kill(signal)
-        else process.kill(-child.pid, signal)
+        if (foreground || group === undefined) child.kill(signal)
+        else process.kill(-group, signal)
       } catch {}
     }
     let killTimer: NodeJS.Timeout | undefined
-    const onLost = () => {
-      send('SIGTERM')
-      killTimer = setTimeout(() => send('SIGKILL'), killAfterMs)
+    const stop = (signal: NodeJS.Signals) => {
+      send(signal)
+      killTimer ??= setTimeout(() => send('SIGKILL'), killAfterMs)
     }
+    const onLost = () => stop('SIGTERM')
     lock.signal.addEventListener('abort', onLost, { once: true })
-    // Signals meant for the job go to the job; we release once it has ended.
+    // Signals meant for the job go to the job; we release once all of it has ended.
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
-    for (const s of signals) process.on(s, send)
+    for (const s of signals) process.on(s, stop)
     const done = (status: number) => {
       clearTimeout(killTimer)
       lock.signal.removeEventListener('abort', onLost)
-      for (const s of signals) process.removeListener(s, send)
-      // Lost: nothing of the group may go on without the lock, not even a child the command left behind.
-      if (lock.signal.aborted && !foreground) send('SIGKILL')
+      for (const s of signals) process.removeListener(s, stop)
       pipe?.destroy?.()
       resolve(status)
     }

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
+import { createLockClient } from '../../src/index.js'
 import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
 import { CLI, startHold, waitUntilDead } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
@@ -201,6 +202,54 @@ describe('fencelock run', () => {
     const pid = Number(readFileSync(pidFile, 'utf8'))
     await waitUntilDead(pid, 10_000, 'it outlived its lock')
     assert.ok(performance.now() - started < 20_000, 'stopped well within the 30 s lease')
+  })
+
+  it('Ctrl-C stops the whole group and releases only once a grandchild that ignores it is gone', async () => {
+    const k = key('interrupt')
+    const pidFile = join(dir.path, `grandchild-${k}`)
+    // Ignored signals stay ignored across exec: the grandchild ignores SIGINT and SIGTERM for good.
+    const script = `trap "" INT TERM; (trap "" INT TERM; exec sleep 60) & echo $! > ${pidFile}; echo started; wait`
+    const running = fencelock(['run', k, '--kill-after', '1s', '--', 'sh', '-c', script])
+    await untilStarted(running)
+    const grandchild = Number(readFileSync(pidFile, 'utf8'))
+    const locks = createLockClient(url)
+    try {
+      const next = locks.acquire(k, { timeout: '60s' }).then((lock) => {
+        // The moment the lock is free again, nothing the command started may still run.
+        let alive = true
+        try {
+          process.kill(grandchild, 0)
+        } catch {
+          alive = false
+        }
+        return { lock, alive }
+      })
+      running.child.kill('SIGINT')
+      const { lock, alive } = await next
+      assert.equal(alive, false, 'the lock was released while a grandchild still ran')
+      await lock.release()
+      const r = await running
+      assert.notEqual(r.code, 0)
+    } finally {
+      await locks.close()
+    }
+  })
+
+  it('holds the lock until a background child the command left behind has exited, as flock(1)', async () => {
+    const k = key('background')
+    const doneFile = join(dir.path, `background-${k}`)
+    const script = `(sleep 1; echo done > ${doneFile}) & echo started`
+    const running = fencelock(['run', k, '--', 'sh', '-c', script])
+    await untilStarted(running)
+    const locks = createLockClient(url)
+    try {
+      const lock = await locks.acquire(k, { timeout: '60s' })
+      assert.ok(existsSync(doneFile), 'granted while the background child still ran')
+      await lock.release()
+      assert.equal((await running).code, 0)
+    } finally {
+      await locks.close()
+    }
   })
 
   it('kills with SIGKILL a command that ignores SIGTERM, after --kill-after', async () => {
