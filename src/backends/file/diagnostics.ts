@@ -24,7 +24,7 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
         `no record in ${folder}${current.missing ? ' (no folder)' : ''}: the next grant takes a new epoch ` +
         `from ${join(root.dir, EPOCH_FOLDER)}, so its fence exceeds every fence granted before for this key; ` +
         'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, ' +
-        'still above them unless the clock was set back',
+        'still above them unless the clock went back',
     }
   }
   if (current.record === 'unreadable') {
