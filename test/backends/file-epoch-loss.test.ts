@@ -1,11 +1,10 @@
 /**
  * `.epoch` lost while this boot's epochs lead the wall clock (its reservation started at the previous
- * boot's reservation end, up to a minute ahead of the clock after a quick reboot). The next bump lists an
- * empty `.epoch`; raised to the boot's first epoch, as it was, it issued that epoch again, and a key whose
- * folder was also removed got the same fence again (or, through the reuse of a process's last epoch, a
- * lower one). Now a bump below the boot's first epoch that did not make the boot's first reservation goes
- * past the end of the boot's latest reservation (epochs.ts, `bumpOnce`). Found by review; both fail
- * without the fix.
+ * boot's reservation end, ahead of the clock after a quick reboot). A bump that lists an empty `.epoch`,
+ * or starts from a stale latest epoch of its process, issues an epoch that may have been issued before;
+ * a key whose folder was also removed must still get a greater fence. Epochs are used only once the
+ * clock has passed them, and a process reuses its last epoch only while `.epoch`'s latest record is the
+ * one it wrote (epochs.ts). Each case failed once.
  */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'

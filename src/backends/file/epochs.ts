@@ -30,7 +30,7 @@
  * is a reboot, which changes the boot id: the first bump of a new boot finds a reservation of another boot
  * and makes its own, from ≥ that R, fsynced (file and folder) before any epoch is issued from it. So every
  * epoch of the new boot exceeds every epoch the old one issued, whatever of them the disk kept. A boot
- * that runs past its R (2^16 epochs, or the wall clock a minute on) reserves again, fsynced: reservations
+ * that runs past its R (RESERVE past the clock: about 4 s of it) reserves again, fsynced: reservations
  * are created like epochs (link() of a name above every name read, the check for a higher name after it),
  * so processes racing on a new boot agree on one, and R only grows. A reservation ends at most RESERVE
  * past the clock when it is made (or just past its start, where the start already leads by more), so a
