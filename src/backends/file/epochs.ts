@@ -47,11 +47,12 @@
  * started with it, which new keys reuse while nothing was issued since (`startAgain`).
  */
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { sleep } from '../../core/clock.js'
 import { retryRounds } from '../../core/retry.js'
+import { createFolder } from './folders.js'
 import { collect, createGeneration, type Flush, genName, highest } from './generations.js'
 
 /** The epochs' folder in the lock root. Its name has no `~`, so no key folder can ever be called that. */
@@ -142,6 +143,8 @@ export type Durability = 'boot' | 'acquire' | 'none'
 export interface EpochSource {
   readonly dir: string
   readonly durability: Durability
+  /** The root is shared by several users (folders.ts): the folders made in it are shared too. */
+  readonly shared?: boolean | undefined
   /** This boot's id, written into reservations (and records). */
   readonly boot: string
   readonly flush: Flush
@@ -273,7 +276,7 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
       names = readdirSync(folder)
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-      await makeFolder(source.dir, folder, flush)
+      await makeFolder(source, folder, flush)
       return undefined
     }
     const listed = highest(names)
@@ -416,7 +419,7 @@ async function latestReservation(
     names = readdirSync(folder)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    await makeFolder(source.dir, folder, source.flush)
+    await makeFolder(source, folder, source.flush)
     return undefined
   }
   const latest = highest(names)
@@ -541,8 +544,11 @@ export function startsOf(dir: string, boot: string, durability: Durability): Epo
   return starts
 }
 
-/** Creates a folder of the root; with `flush`, its name in the root is on disk too (else a power loss could drop it). */
-async function makeFolder(root: string, folder: string, flush: Flush | undefined): Promise<void> {
-  mkdirSync(folder, { recursive: true })
-  if (flush) await flush.path(root)
+/**
+ * Creates a folder of the root (shared in a shared root: folders.ts); with `flush`, its name in the root
+ * is on disk too (else a power loss could drop it).
+ */
+async function makeFolder(source: EpochSource, folder: string, flush: Flush | undefined): Promise<void> {
+  createFolder(folder, source.shared === true)
+  if (flush) await flush.path(source.dir)
 }

@@ -103,6 +103,7 @@
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
  *   records.ts       the record: its shape, reading and making one, `isLive`
  *   epochs.ts        the root's epoch counter and the base of a new generation
+ *   folders.ts       the folders made in the root: shared (1777) in a root several users share
  *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, the
  *                    states this process wrote, what each waiter has seen)
  *   host-clock.ts    the host's monotonic clock and boot id
@@ -110,7 +111,6 @@
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
  */
-import { mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type {
@@ -127,6 +127,7 @@ import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
 import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
+import { createFolder, isSharedRoot } from './folders.js'
 import {
   type Current,
   collect,
@@ -222,6 +223,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     id: `file://${dir}`,
     durability,
     flush: hooks?.flush ?? new Flush(),
+    shared: isSharedRoot(dir),
     clock: hooks?.clock,
     sleep: hooks?.sleep,
     boot,
@@ -293,7 +295,7 @@ async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> 
         }
       }
       root.written.forget(id)
-    } else if (mkdirSync(folder, { recursive: true }) !== undefined) {
+    } else if (createFolder(folder, root.shared) !== undefined) {
       // A key this process has not written in: its folder is made if missing (one call either way, and no
       // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
       // folder that cannot be made is a setting error, thrown as such: errors.ts.)
@@ -321,7 +323,7 @@ async function acquireRead(
   if (current.record === 'none' && !pending) {
     // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
     // that cannot be made is a setting error, thrown as such (errors.ts).
-    const made = current.missing && mkdirSync(folder, { recursive: true }) !== undefined
+    const made = current.missing && createFolder(folder, root.shared) !== undefined
     // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
     // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
     // we have just made needs no read: it was empty when made, and our pin followed.
