@@ -67,6 +67,10 @@ describe('file backend: the epoch budget', () => {
     assert.ok(error.message.includes(root), error.message)
     assert.ok(error.message.includes(join(root, EPOCH_FOLDER)), error.message)
     assert.match(error.message, /reset the fences/)
+    // `doctor` says so too.
+    const findings = await fileBackend({ dir: root }).doctor!(AbortSignal.timeout(10_000))
+    const found = findings.find((f) => f.level === 'error' && /new fence ranges are refused/.test(f.message))
+    assert.ok(found, JSON.stringify(findings))
   })
 
   it('epochs far ahead of the wall clock (a clock set back, or run ahead before) are refused until it catches up', async () => {

@@ -90,6 +90,14 @@ export class EpochError extends Error {
   }
 }
 
+/**
+ * Why the next new epoch of `root` would be refused now (past the budget, or far ahead of the clock), if
+ * it would: for `doctor`.
+ */
+export function epochRefusal(root: string): string | undefined {
+  return refusal(root, currentEpoch(root) + 1n, BigInt(Date.now()))?.message
+}
+
 /** An ms count of the wall clock as a date, for messages. */
 const dateOf = (ms: bigint): string =>
   ms < 8_640_000_000_000_000n ? new Date(Number(ms)).toISOString() : `${ms} ms after 1970`
