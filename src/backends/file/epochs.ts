@@ -304,10 +304,11 @@ async function bumpOnce(source: EpochSource, folder: string, floor: bigint): Pro
       // boot's first bump, and the reservation this very call made starts above everything the old
       // boots reserved, which may be above the `.epoch` names the disk kept (the old boot's last ones
       // lived in the page cache, and may be gone): `from` was issued by nobody yet. Or `.epoch` lost
-      // what this boot issued (a cleaner, an operator): `from` and more may have been issued, and the
-      // wall clock may still be below them (a boot that started within a minute of the previous one's
-      // reservation leads the clock). Then go above every epoch this boot can have issued: the end of
-      // its latest reservation on disk, reserved anew. One reservation more per such loss.
+      // what this boot issued (a cleaner, an operator): `from` and more may have been issued, to
+      // processes that may still be waiting for the clock to pass them (a boot that started within
+      // RESERVE of the previous one's reservation leads the clock). Then go above every epoch this boot
+      // can have issued, so no epoch is issued twice: the end of its latest reservation on disk,
+      // reserved anew. One reservation more per such loss.
       if (!reserved.first) {
         const end = await reservedEnd(source)
         if (end === undefined) return undefined
