@@ -6,7 +6,6 @@ import { parseDuration } from '../core/durations.js'
 import { parseHolder, toHolder } from '../core/options.js'
 import { loadBackend } from '../schemes.js'
 import { type ParsedOptions, parse, parseCliUrl, resolveUrl, UsageError } from './args.js'
-import { sharedFolders } from './lock-folder.js'
 
 export interface Opened {
   readonly backend: LockBackend
@@ -19,7 +18,7 @@ export async function open(values: ParsedOptions, holder?: string): Promise<Open
   const url = parseCliUrl(resolveUrl(values))
   const ttl = values.ttl === undefined ? undefined : parseDuration('--ttl', values.ttl, { min: 10 })
   const described = values.holder === undefined ? holder : parseHolder(values.holder, '--holder')
-  const backend = sharedFolders(await loadBackend(url), url)
+  const backend = await loadBackend(url)
   const client = createLockClient(backend, { ttl, holder: described })
   return {
     backend,

@@ -4,12 +4,11 @@
  *
  * It is /var/lock/fencelock (/tmp/fencelock where there is no /var/lock), made like /tmp itself: mode 1777,
  * so every user can create entries in it, and the sticky bit lets only an entry's owner (or the folder's)
- * remove or rename it. The file backend creates a key's folder and the epoch folder with the process's
- * umask (0755, mostly), which would shut every other user out of a key one user took first; so in a shared
- * root (any root of mode 1777, the default or one named by --url) the CLI creates those folders itself,
- * 1777 too, before each attempt (`sharedFolders`). Records stay the files their writers created: 0644 with
- * the usual umask, readable by every user, writable by none but their writer (a umask that would hide
- * them from others, or let others write them, makes the default fall back to the per-user folder).
+ * remove or rename it. In a shared root (any root of mode 1777, the default or one named by --url) the
+ * file backend makes the folders it creates shared too (src/backends/file/folders.ts), so one user's key
+ * never shuts another out. Records stay the files their writers created: 0644 with the usual umask,
+ * readable by every user, writable by none but their writer (a umask that would hide them from others, or
+ * let others write them, makes the default fall back to the per-user folder).
  *
  * What this guarantees: the processes of every user exclude each other, and no user can delete, rename or
  * rewrite another's records (except in a key's folder they created: a folder's owner may). What it does
@@ -19,26 +18,10 @@
  * user from collecting others' old generations, a user who deletes their own newest record rolls the key
  * back to an older one, whose successor repeats a fence: nobody may delete files in this folder by hand.
  */
-import { randomBytes } from 'node:crypto'
-import {
-  accessSync,
-  chmodSync,
-  constants,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  renameSync,
-  rmdirSync,
-} from 'node:fs'
+import { accessSync, constants, existsSync } from 'node:fs'
 import { homedir } from 'node:os'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { BOOT_FOLDER, EPOCH_FOLDER } from '../backends/file/epochs.js'
-import { keyFolderName } from '../backends/file/generations.js'
-import type { LockBackend } from '../core/backend.js'
-
-/** rwx for everyone, and the sticky bit: what /tmp has. */
-const SHARED_MODE = 0o1777
+import { join } from 'node:path'
+import { shareFolder } from '../backends/file/folders.js'
 
 /** This host's shared lock folder; none on Windows, which has no sticky bit. */
 export function sharedFolder(platform: NodeJS.Platform = process.platform): string | undefined {
@@ -82,66 +65,5 @@ export function defaultFolder(
         "this user's processes share",
     )
     return own
-  }
-}
-
-/** Whether `folder` is a shared root: a real folder (not a link to one) of mode 1777. */
-export function isShared(folder: string): boolean {
-  const info = lstatSync(folder, { throwIfNoEntry: false })
-  return info?.isDirectory() === true && (info.mode & SHARED_MODE) === SHARED_MODE
-}
-
-/**
- * Makes `folder` a folder of mode 1777, creating it if missing.
- * @throws when it is something else (a file, a link) or another user's folder of another mode
- */
-export function shareFolder(folder: string): void {
-  let info = lstatSync(folder, { throwIfNoEntry: false })
-  if (info === undefined) {
-    // Made aside and renamed into place, so that no other user ever sees it with our umask's mode. The
-    // rename fails when someone made it meanwhile (or replaces it if it is still empty: the same thing).
-    const aside = join(dirname(folder), `.mkdir-${randomBytes(8).toString('hex')}`)
-    mkdirSync(aside, { mode: 0o700 })
-    try {
-      chmodSync(aside, SHARED_MODE)
-      renameSync(aside, folder)
-    } catch (error) {
-      try {
-        rmdirSync(aside)
-      } catch {}
-      if (!['EEXIST', 'ENOTEMPTY', 'EPERM'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error
-    }
-    info = lstatSync(folder)
-  }
-  if (!info.isDirectory()) throw new Error(`${folder} is not a folder`)
-  if ((info.mode & SHARED_MODE) === SHARED_MODE) return
-  if (info.uid !== process.getuid?.()) {
-    throw new Error(
-      `${folder} has mode ${(info.mode & 0o7777).toString(8)}, not 1777, and belongs to user ${info.uid}`,
-    )
-  }
-  chmodSync(folder, SHARED_MODE)
-}
-
-/**
- * The backend, made to create the epoch and reservation folders and each key's folder of a shared file root with mode
- * 1777 before each attempt (one stat each when they are right); any other backend unchanged.
- */
-export function sharedFolders(backend: LockBackend, url: URL): LockBackend {
-  if (url.protocol !== 'file:') return backend
-  const root = fileURLToPath(url)
-  if (!isShared(root)) return backend
-  return {
-    ...backend,
-    tryAcquire(request, signal) {
-      for (const folder of [BOOT_FOLDER, EPOCH_FOLDER, keyFolderName(request.key)]) {
-        try {
-          shareFolder(join(root, folder))
-        } catch {
-          // The backend's own attempt then fails on it, naming the path and the reason.
-        }
-      }
-      return backend.tryAcquire(request, signal)
-    },
   }
 }

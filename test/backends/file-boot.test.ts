@@ -18,6 +18,7 @@ import { Flush, highest, keyFolderName } from '../../src/backends/file/generatio
 import { bootId } from '../../src/backends/file/host-clock.js'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { createLockClient } from '../../src/index.js'
+import { standingClock } from '../support/standing-clock.js'
 import { tempDir } from '../support/temp.js'
 
 const CONTENDER = fileURLToPath(new URL('../fixtures/contender.js', import.meta.url))
@@ -28,12 +29,12 @@ const newRoot = () => join(dir.path, randomBytes(4).toString('hex'))
 const newBoot = () => `test-boot-${randomBytes(8).toString('hex')}`
 
 /**
- * A client on `root` as a process of boot `boot` sees it, its fsyncs counted in `flush`. Its epochs do not
- * follow the wall clock (a fixed one): the clock would hide a reboot that reissued epochs, since a reboot
- * takes longer than the old boot's lead over it; here only the reservations keep fences rising.
+ * A client on `root` as a process of boot `boot` sees it, its fsyncs counted in `flush`. Its wall clock
+ * stands at the same time in every boot (it moves only as far as its bumps wait): a clock set back across
+ * each reboot, which the wall-clock floor does not cover; here only the reservations keep fences rising.
  */
 const clientOf = (root: string, boot: string, flush = new Flush()) =>
-  createLockClient(fileBackend({ dir: root }, { bootId: boot, flush, clock: () => 1_000_000 }), {
+  createLockClient(fileBackend({ dir: root }, { bootId: boot, flush, ...standingClock(1_000_000) }), {
     ttl: '10s',
   })
 
@@ -151,6 +152,9 @@ describe('file backend: durability per boot', () => {
       boot: newBoot(),
       flush,
       clock: () => now,
+      sleep: async (ms) => {
+        now += ms
+      },
     }
     const first = await bumpEpoch(source, 0n)
     const reserved = flush.count
@@ -158,8 +162,10 @@ describe('file backend: durability per boot', () => {
     assert.ok((await bumpEpoch(source, 0n)) > first)
     assert.equal(flush.count, reserved, 'an epoch inside the reservation made an fsync')
     now += Number(RESERVE) + 1 // The wall clock moves past the reservation: epochs follow it.
+    const moved = BigInt(now)
     const far = await bumpEpoch(source, 0n)
-    assert.ok(far >= BigInt(now))
+    assert.ok(far >= moved)
+    assert.ok(BigInt(now) > far, 'an epoch was returned before the clock passed it')
     assert.ok(flush.count > reserved, 'an epoch past the reservation was issued without a new one')
     const names = readdirSync(join(source.dir, BOOT_FOLDER))
     assert.ok(highest(names) > far, `reservation ${highest(names)} does not cover epoch ${far}`)

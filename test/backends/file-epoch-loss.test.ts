@@ -1,17 +1,17 @@
 /**
  * `.epoch` lost while this boot's epochs lead the wall clock (its reservation started at the previous
- * boot's reservation end, up to a minute ahead of the clock after a quick reboot). The next bump lists an
- * empty `.epoch`; raised to the boot's first epoch, as it was, it issued that epoch again, and a key whose
- * folder was also removed got the same fence again (or, through the reuse of a process's last epoch, a
- * lower one). Now a bump below the boot's first epoch that did not make the boot's first reservation goes
- * past the end of the boot's latest reservation (epochs.ts, `bumpOnce`). Found by review; both fail
- * without the fix.
+ * boot's reservation end, ahead of the clock after a quick reboot). A bump that lists an empty `.epoch`,
+ * or starts from a stale latest epoch of its process, issues an epoch that may have been issued before;
+ * a key whose folder was also removed must still get a greater fence. Epochs are used only once the
+ * clock has passed them, and a process reuses its last epoch only while `.epoch`'s latest record is the
+ * one it wrote (epochs.ts). Each case failed once.
  */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
+import { RESERVE } from '../../src/backends/file/epochs.js'
 import { genName, keyFolderName } from '../../src/backends/file/generations.js'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { createLockClient } from '../../src/index.js'
@@ -21,15 +21,15 @@ const dir = tempDir('file-epoch-loss')
 after(() => dir.cleanup())
 
 /**
- * The previous boot reserved epochs up to R, a minute ahead of the clock (it rebooted within the minute),
- * as epochs.ts writes it: `.boot/<R>` with that boot's id.
+ * The previous boot reserved epochs up to R, RESERVE ahead of the clock (it rebooted right after), as
+ * epochs.ts writes it: `.boot/<R>` with that boot's id.
  */
 function previousBootReservedAhead(root: string): void {
-  const R = BigInt(Date.now()) + 60_000n
+  const R = BigInt(Date.now()) + RESERVE
   mkdirSync(join(root, '.boot'), { recursive: true })
   writeFileSync(
     join(root, '.boot', genName(R)),
-    JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - 65_536n).toString() }),
+    JSON.stringify({ v: 1, boot: 'previous-boot', from: (R - RESERVE).toString() }),
   )
 }
 
@@ -78,6 +78,33 @@ describe('file fences after .epoch is lost within a boot that leads the clock', 
     const onA = await a.acquire(k2, { timeout: '3s' })
     await onA.release()
     await Promise.all([a.close(), b.close(), c.close()])
+    assert.ok(onA.fence > onB.fence, `k2's fence went from ${onB.fence} to ${onA.fence}`)
+  })
+
+  it('a process whose latest epoch seen is stale never issues an epoch another process used', async () => {
+    const root = join(dir.path, randomBytes(4).toString('hex'))
+    previousBootReservedAhead(root)
+    const k1 = `k1:${randomBytes(3).toString('hex')}`
+    const k2 = `k2:${randomBytes(3).toString('hex')}`
+    // Process A takes an epoch (it saw R issued).
+    const a = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+    await (await a.acquire(k1)).release()
+    // Process B takes R + 1, R + 2, R + 3 for k2 (its folder removed each time).
+    symlinkSync(root, `${root}-b`)
+    const b = createLockClient(fileBackend({ dir: `${root}-b` }), { ttl: '5s' })
+    let onB = await b.acquire(k2)
+    for (let i = 0; i < 3; i++) {
+      await onB.release()
+      rmSync(join(root, keyFolderName(k2)), { recursive: true, force: true })
+      onB = await b.acquire(k2)
+    }
+    await onB.release()
+    // A cleaner removes `.epoch` and k2's folder; A, which saw R last, takes k2 next.
+    rmSync(join(root, '.epoch'), { recursive: true, force: true })
+    rmSync(join(root, keyFolderName(k2)), { recursive: true, force: true })
+    const onA = await a.acquire(k2, { timeout: '3s' })
+    await onA.release()
+    await Promise.all([a.close(), b.close()])
     assert.ok(onA.fence > onB.fence, `k2's fence went from ${onB.fence} to ${onA.fence}`)
   })
 })

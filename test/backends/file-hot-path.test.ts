@@ -27,6 +27,7 @@ import { fileBackend } from '../../src/backends/file/index.js'
 import { newRecord, type RecordV1 } from '../../src/backends/file/records.js'
 import { folderChanged, isNews } from '../../src/backends/file/watch.js'
 import { createLockClient } from '../../src/index.js'
+import { standingClock } from '../support/standing-clock.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
@@ -128,8 +129,8 @@ describe('file backend: the check after a link', () => {
 describe('file backend: epochs for new keys', () => {
   it('new keys share the epoch this process took last, while .epoch still ends with it', async () => {
     const root = newRoot()
-    // A wall clock that stands still: the test is not about the second an epoch may be reused within.
-    const a = createLockClient(fileBackend({ dir: root }, { clock: () => 1_000_000 }), { ttl: '30s' })
+    // A wall clock that stands still (but for the waits of bumps): new epochs would not follow it.
+    const a = createLockClient(fileBackend({ dir: root }, standingClock(1_000_000)), { ttl: '30s' })
     const fences: bigint[] = []
     for (let i = 0; i < 5; i++) {
       const lock = await a.acquire(key('new'))
@@ -168,12 +169,13 @@ describe('file backend: epochs for new keys', () => {
 
   it('a bump that starts from an epoch seen long ago still issues one above every epoch issued since', async () => {
     const root = newRoot()
+    const clock = standingClock(1000)
     const source = (seen: SeenEpoch): EpochSource => ({
       dir: root,
       durability: 'none',
       boot: bootId(),
       flush: new Flush(),
-      clock: () => 1000,
+      ...clock,
       seen,
     })
     const behind: SeenEpoch = { latest: 0n, list: true }

@@ -25,6 +25,7 @@ import { bootId, monotonicMs } from '../../src/backends/file/host-clock.js'
 import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
 import type { RecordV1 } from '../../src/backends/file/records.js'
 import { createLockClient } from '../../src/index.js'
+import { standingClock } from '../support/standing-clock.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 
@@ -32,12 +33,12 @@ const dir = tempDir('file-records')
 after(() => dir.cleanup())
 
 /** An epoch source on `dir`, as a backend's root is one. */
-const source = (dir: string, durability: Durability = 'none', clock?: () => number): EpochSource => ({
+const source = (dir: string, durability: Durability = 'none', startMs?: number): EpochSource => ({
   dir,
   durability,
   boot: bootId(),
   flush: new Flush(),
-  clock,
+  ...(startMs === undefined ? {} : standingClock(startMs)),
 })
 
 const record = (over: Partial<RecordV1> = {}): RecordV1 => ({
@@ -161,26 +162,13 @@ describe('removals and epochs (the atomic steps)', () => {
   it('starts epochs at the wall clock, so fences rise even when the whole lock root is lost (tmpfs, reboot)', async () => {
     const root = folder()
     assert.ok(
-      (await bumpEpoch(
-        source(root, 'none', () => 5000),
-        0n,
-      )) === 5000n,
+      (await bumpEpoch(source(root, 'none', 5000), 0n)) === 5000n,
       'an empty root starts at the clock',
     )
-    assert.equal(
-      await bumpEpoch(
-        source(root, 'none', () => 4000),
-        0n,
-      ),
-      5001n,
-      'never below an epoch issued before',
-    )
+    assert.equal(await bumpEpoch(source(root, 'none', 4000), 0n), 5001n, 'never below an epoch issued before')
     rmSync(join(root, EPOCH_FOLDER), { recursive: true })
     assert.equal(
-      await bumpEpoch(
-        source(root, 'none', () => 9000),
-        0n,
-      ),
+      await bumpEpoch(source(root, 'none', 9000), 0n),
       9000n,
       'a lost counter restarts at the clock',
     )

@@ -113,7 +113,7 @@ describe('a shared root (mode 1777)', () => {
   const run = (root: string, key: string) =>
     promisify(execFile)(process.execPath, [CLI, 'run', key, '--url', pathToFileURL(root).href, '--', 'true'])
 
-  it("gets the epoch and reservation folders and each key's folder made 1777 by the CLI, so other users can take them", async () => {
+  it("gets the epoch and reservation folders and each key's folder made 1777, so other users can take them", async () => {
     const root = join(dir.path, 'shared-root')
     mkdirSync(root)
     chmodSync(root, 0o1777)

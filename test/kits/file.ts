@@ -1,8 +1,10 @@
 /** The file backend's kit: a folder of lock files; no server, so nothing to crash or proxy. */
-import { mkdirSync, rmSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
+import { mkdirSync, readdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../src/backends/file/generations.js'
+import { TEST_BOOT_ID } from '../../src/backends/file/host-clock.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
@@ -13,7 +15,11 @@ import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
  * folder during the removal (ENOTEMPTY): remove again, as a cleaner's next pass would (bounded).
  */
 async function removeKeyFolder(locks: string, key: string): Promise<void> {
-  const folder = join(locks, keyFolderName(key))
+  await removeFolder(join(locks, keyFolderName(key)))
+}
+
+/** `rm -rf folder`, again while a writer's temp file lands in it meanwhile (bounded). */
+async function removeFolder(folder: string): Promise<void> {
   for (let tries = 1; tries <= 100; tries++) {
     try {
       return rmSync(folder, { recursive: true, force: true })
@@ -40,16 +46,33 @@ export const fileKit: Kit = {
     const locks = temp?.path ?? join(options.dir!, 'locks')
     mkdirSync(locks, { recursive: true })
     const url = (query = '') => `${pathToFileURL(locks).href}${query}`
+    // `reboot` plays a boot for this process and the children it starts from then on (they inherit it).
+    const realBoot = process.env[TEST_BOOT_ID]
     return {
       url,
       ports: [],
       urlVia: (_ports, query) => url(query),
       breakLease: (key) => removeKeyFolder(locks, key),
+      // A cleaner: the key's folder, or everything in the root (`.epoch` and `.boot` included).
+      async deleteState(key) {
+        if (key !== undefined) return removeKeyFolder(locks, key)
+        for (const name of readdirSync(locks)) await removeFolder(join(locks, name))
+      },
+      // A quick reboot: a new boot id, the wall clock where it was, the files as the page cache had them
+      // (a clean reboot writes it back). The monotonic clock is not reset: nothing compares a deadline
+      // across boots.
+      async reboot() {
+        process.env[TEST_BOOT_ID] = `test-boot-${randomBytes(8).toString('hex')}`
+      },
       // No server: the folder is the store. The durable-fences case's new process reads it from disk.
       restart: async () => {},
       logs: () => ({}),
       recoveryMs: 1000,
-      close: async () => temp?.cleanup(),
+      async close() {
+        if (realBoot === undefined) delete process.env[TEST_BOOT_ID]
+        else process.env[TEST_BOOT_ID] = realBoot
+        temp?.cleanup()
+      },
     }
   },
   chaos: [{ name: 'file', features: ['expire'] }],

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
 import type { DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
-import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER } from './epochs.js'
+import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER, epochRefusal } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
 import { isLive } from './records.js'
@@ -24,7 +24,7 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
         `no record in ${folder}${current.missing ? ' (no folder)' : ''}: the next grant takes a new epoch ` +
         `from ${join(root.dir, EPOCH_FOLDER)}, so its fence exceeds every fence granted before for this key; ` +
         'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, ' +
-        'still above them unless the clock was set back',
+        'still above them unless the clock went back',
     }
   }
   if (current.record === 'unreadable') {
@@ -68,11 +68,13 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
     message:
       `fences: epoch ${currentEpoch(dir)} in ${epochs}. Removing a key's folder never lowers its fence; ` +
       'removing the whole lock root (or its .epoch folder) restarts epochs at the wall clock in ms, which ' +
-      'keeps fences rising unless the clock is set back. ' +
+      'keeps fences rising unless the clock goes back. ' +
       (temporary
         ? `This root is in a temporary folder: better make its tmp cleaner (systemd-tmpfiles, tmpreaper) skip ${epochs} and ${join(dir, BOOT_FOLDER)}`
         : `Keep tmp cleaners away from ${epochs} and ${join(dir, BOOT_FOLDER)}`),
   })
+  const refused = epochRefusal(dir)
+  if (refused) findings.push({ level: 'error', message: `new fence ranges are refused: ${refused}` })
   findings.push(
     durability === 'boot'
       ? { level: 'ok', message: 'fences survive a power loss: fsync once per boot (and per new reservation)' }

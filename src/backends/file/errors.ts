@@ -3,6 +3,7 @@
  * refused at once, or an outage the core may retry. Every operation of the backend runs through `guarded`.
  */
 import { BackendUnavailableError, causeText, LockError, quoteKey } from '../../core/errors.js'
+import { EpochError } from './epochs.js'
 import type { Root } from './root.js'
 
 /** errno codes that repeat until someone changes a setting (a path, a permission, a mount), in plain words. */
@@ -34,6 +35,12 @@ export async function guarded<T>(
 
 function fileError(root: Root, key: string, what: string, cause: unknown): LockError {
   if (cause instanceof LockError) return cause
+  if (cause instanceof EpochError) {
+    return new BackendUnavailableError(
+      `File backend ${root.id} cannot start a fence range for lock ${quoteKey(key)}: ${cause.message}`,
+      { key, backend: root.id, cause, retryable: cause.retryable },
+    )
+  }
   const code = (cause as NodeJS.ErrnoException)?.code
   const plain = code === undefined ? undefined : SETTING_ERRORS[code]
   if (plain !== undefined) {

@@ -30,9 +30,9 @@
  * for the name 1, with the base that makes its fence E·2^21 + 1. Epochs only grow, and a range holds
  * 2^21 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
  * held them. A process may start many folders with the epoch it took last, each key once, while nothing
- * was issued since (`.epoch` still ends with it) and within a second of the wall clock: every earlier
- * fence of those keys lies in a range of an epoch at most E, and none of them in E's but the ones this
- * process started (epochs.ts, `startAgain`). A new key costs a listing of `.epoch`, not a new epoch. The same fresh start is taken over an unreadable record (its base is unknown) and when a
+ * was issued since (`.epoch` still ends with it, and its record is the one this process's bump wrote):
+ * every earlier fence of those keys lies in a range of an epoch at most E, and none of them in E's but the
+ * ones this process started (epochs.ts, `startAgain`). A new key costs a listing of `.epoch`, not a new epoch. The same fresh start is taken over an unreadable record (its base is unknown) and when a
  * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
  * generation names themselves stay far below 20 digits: fences are never names). Losers of
  * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
@@ -50,8 +50,9 @@
  * epoch are fsynced instead (`durability: 'acquire'`).
  *
  * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
- * tmpfs, a tmp cleaner): the epochs start over, but at the wall clock in ms (epochs.ts), which is past
- * every epoch issued before unless the clock was set back meanwhile. Removing a key's folder never does.
+ * tmpfs, a tmp cleaner, also right after a quick reboot): the epochs start over, but at the wall clock in
+ * ms, which is past every epoch a fence came from, since none is used before the clock has passed it
+ * (epochs.ts), unless the clock went back. Removing a key's folder never does.
  * Removing only its newest generation file while older ones remain lets the next grant repeat that
  * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
  * another file under the same name, is never taken for its own.
@@ -91,7 +92,10 @@
  *
  * Limits: one host only (not NFS: link() and watch semantics differ there). The monotonic clock stops while
  * the machine sleeps, so leases stretch across a suspend. Keys up to 64 KiB, ttls up to 2^43 ms
- * (FILE_LIMITS). All the processes sharing a root must run a version with epochs: an older one numbers
+ * (FILE_LIMITS). Fences stay below 2^63: an epoch at or past 2^42 (a clock beyond the year 2109), or one
+ * more than MAX_LEAD_MS ahead of the wall clock, is refused (epochs.ts: the error says what to do); the
+ * first fence range of a boot that follows the last one within seconds waits, up to RESERVE ms, for the
+ * clock to pass the end of that boot's reservation. All the processes sharing a root must run a version with epochs: an older one numbers
  * fences by generation only. A folder that cannot be created or written (EACCES, EPERM, ENOTDIR, EROFS,
  * ENOSPC, …) is a setting, not an outage: the acquire fails at once, naming the path and the reason.
  *
@@ -99,6 +103,7 @@
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
  *   records.ts       the record: its shape, reading and making one, `isLive`
  *   epochs.ts        the root's epoch counter and the base of a new generation
+ *   folders.ts       the folders made in the root: shared (1777) in a root several users share
  *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, the
  *                    states this process wrote, what each waiter has seen)
  *   host-clock.ts    the host's monotonic clock and boot id
@@ -106,7 +111,6 @@
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
  */
-import { mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type {
@@ -123,6 +127,7 @@ import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey } from './diagnostics.js'
 import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
+import { createFolder, isSharedRoot } from './folders.js'
 import {
   type Current,
   collect,
@@ -193,8 +198,10 @@ export interface FileTestHooks {
   readonly bootId?: string | undefined
   /** Counts every fsync this backend makes (it is the one the backend flushes with). */
   readonly flush?: Flush | undefined
-  /** The wall clock in ms that new epochs start at (epochs.ts); a fixed one leaves epochs plain counters. */
+  /** The wall clock in ms that new epochs start at (epochs.ts). */
   readonly clock?: (() => number) | undefined
+  /** How a bump waits for `clock` to pass its epoch (epochs.ts): a test's own clock advances here. */
+  readonly sleep?: ((ms: number) => Promise<void>) | undefined
 }
 
 /**
@@ -216,7 +223,9 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     id: `file://${dir}`,
     durability,
     flush: hooks?.flush ?? new Flush(),
+    shared: isSharedRoot(dir),
     clock: hooks?.clock,
+    sleep: hooks?.sleep,
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
     written: WRITTEN,
@@ -286,7 +295,7 @@ async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> 
         }
       }
       root.written.forget(id)
-    } else if (mkdirSync(folder, { recursive: true }) !== undefined) {
+    } else if (createFolder(folder, root.shared) !== undefined) {
       // A key this process has not written in: its folder is made if missing (one call either way, and no
       // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
       // folder that cannot be made is a setting error, thrown as such: errors.ts.)
@@ -314,7 +323,7 @@ async function acquireRead(
   if (current.record === 'none' && !pending) {
     // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
     // that cannot be made is a setting error, thrown as such (errors.ts).
-    const made = current.missing && mkdirSync(folder, { recursive: true }) !== undefined
+    const made = current.missing && createFolder(folder, root.shared) !== undefined
     // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
     // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
     // we have just made needs no read: it was empty when made, and our pin followed.

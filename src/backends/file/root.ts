@@ -16,6 +16,8 @@ export interface Root extends EpochSource {
   readonly id: string
   /** This boot's id (host-clock.ts), written into every record. */
   readonly boot: string
+  /** Several users share the root (folders.ts), read once when the backend is made. */
+  readonly shared: boolean
   readonly unreadable: UnreadableRecords
   /** What this process wrote last in each key folder (shared by every backend of the process). */
   readonly written: WrittenStates
