@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { type CheckOptions, checkHistory, type RuleReport, violationsOf } from './checker.js'
+import { type CheckOptions, checkHistory, REBOOT_KILL, type RuleReport, violationsOf } from './checker.js'
 import type { Fault, HistoryEvent, WriteInvoke, WriteResult } from './history.js'
 
 // Hand-made histories, small enough to count by hand: every assertion is an exact number.
@@ -227,6 +227,20 @@ describe('A1: no grant inside another hold validity', () => {
     assert.equal(violationsOf(report).A1, 1)
     assert.equal(report.a1.examples.length, 1)
     assert.match(report.a1.examples[0]!, /b \(w2, fence 2, granted t=500\) inside the validity of a \(w1/)
+  })
+
+  it("ends a hold's validity when a host reboot kills its client, not when a process is killed", () => {
+    const history = (type: string) =>
+      checkHistory(
+        [
+          ...hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10, validUntil: 1000 }),
+          ...faultSpan(type, 'w1', 100, 120),
+          ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 300, ok: 400, release: 500 }),
+        ],
+        FENCED,
+      )
+    assert.equal(history(REBOOT_KILL).a1.overlaps, 0)
+    assert.equal(history('kill-holder').a1.overlaps, 1)
   })
 
   it('counts both grants of a simultaneous pair, each inside the other', () => {

@@ -338,6 +338,12 @@ interface MaybeHold {
   readonly end: number
 }
 
+/**
+ * The fault type of a worker killed by a host reboot (the harness's `replaceAll`): its lease ends with the
+ * boot, unlike a process killed on a host that lives on (`kill-holder`), whose lease runs to its end.
+ */
+export const REBOOT_KILL = 'killed-by-reboot'
+
 function holdsOf(history: History, findings: string[]): Hold[] {
   const holds: Hold[] = []
   for (const [op, events] of history.ops) {
@@ -348,6 +354,10 @@ function holdsOf(history: History, findings: string[]): Hold[] {
     const validUntil = validityChain(ok.validUntil, events.renewals)
     const releaseInvokeT = events.releaseInvoke?.t
     const lostT = events.lost?.t
+    // A host reboot (REBOOT_KILL) ends its processes' leases with them: nothing of theirs is valid after.
+    const rebootT = history.faults.find(
+      (f) => f.ev === 'fault-start' && f.type === REBOOT_KILL && f.target === ok.client && f.t >= ok.t,
+    )?.t
     holds.push({
       op,
       key: ok.key,
@@ -357,7 +367,7 @@ function holdsOf(history: History, findings: string[]): Hold[] {
       invokeT: events.invoke?.t,
       okT: ok.t,
       validUntil,
-      validEnd: Math.min(releaseInvokeT ?? Infinity, lostT ?? Infinity, validUntil),
+      validEnd: Math.min(releaseInvokeT ?? Infinity, lostT ?? Infinity, rebootT ?? Infinity, validUntil),
       believedEnd: releaseInvokeT ?? lostT ?? history.end,
       releaseInvokeT,
       lostT,
@@ -772,7 +782,10 @@ function stuckWaiters(history: History, boundMs: number, examples: string[]): nu
     if (history.end - invoke.t <= boundMs) continue
     const killed = history.faults.some(
       (f) =>
-        f.ev === 'fault-start' && f.type === 'kill-holder' && f.target === invoke.client && f.t >= invoke.t,
+        f.ev === 'fault-start' &&
+        (f.type === 'kill-holder' || f.type === REBOOT_KILL) &&
+        f.target === invoke.client &&
+        f.t >= invoke.t,
     )
     if (killed) continue
     stuck++

@@ -13,7 +13,7 @@ import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 // CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here.
 import { monotonicMs, sleep } from '../support/time.js'
 import { pollUntil } from '../support/wait.js'
-import { type ChaosReport, checkHistory, violationsOf } from './checker.js'
+import { type ChaosReport, checkHistory, REBOOT_KILL, violationsOf } from './checker.js'
 import type { HistoryEvent } from './history.js'
 import { ProtectedResource, type ResourceMode } from './resource.js'
 import { watchStalls } from './stalls.js'
@@ -72,8 +72,8 @@ export interface NemesisContext {
   /** SIGKILLs a worker and starts a replacement under a new id. */
   replace(worker: Worker): Promise<void>
   /**
-   * SIGKILLs every worker, runs `between` once they are all gone (a host reboot: no process of the old
-   * boot may outlive it), then starts as many new workers.
+   * A host reboot: SIGKILLs every worker, runs `between` once they are all gone (no process of the old
+   * boot may outlive it), then starts as many new workers. Their leases end with the kill (REBOOT_KILL).
    */
   replaceAll(between: () => Promise<void>): Promise<void>
   sleep(ms: number): Promise<void>
@@ -98,6 +98,8 @@ export interface Scenario {
    * never reached the line) shows as a free lock nobody gets.
    */
   readonly idleBoundTtls?: number
+  /** How much longer than the store's own recovery time this scenario's faults may take to heal. */
+  readonly extraRecoveryMs?: number
   /**
    * Run the first `workers` workers under libfaketime with `env` (e.g. FAKETIME="+0 x0.5": their clocks,
    * monotonic included, run at half speed) for the whole run: a client clock fault.
@@ -272,7 +274,9 @@ export async function runScenario(
     },
     async replaceAll(between) {
       const gone = live()
-      await Promise.all(gone.map(kill))
+      // Each kill is a fault of its worker: the checker then asks no loss signal or answer of it, and
+      // ends its lease there (a reboot ends every lease of the host).
+      await Promise.all(gone.map((w) => ctx.fault(REBOOT_KILL, w.id, () => kill(w))))
       await between()
       for (let i = 0; i < gone.length; i++) await spawnWorker()
     },
@@ -307,7 +311,7 @@ export async function runScenario(
   const report = checkHistory(events, {
     fenced: scenario.mode === 'fenced',
     ttlMs: scenario.ttlMs,
-    recoveryMs: store.recoveryMs,
+    recoveryMs: store.recoveryMs + (scenario.extraRecoveryMs ?? 0),
     // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
     ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: scenario.ttlMs / 2 }),
     ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: scenario.ttlMs * scenario.idleBoundTtls }),

@@ -41,7 +41,8 @@ const STORES: Record<string, string[]> = {
   // The second fault review's classes: lock state deleted by an operator (fences must keep rising, nobody
   // may wait on a free lock), a holder whose renewals and release go unanswered, clients each cut off
   // from a different Redlock node.
-  S17: ['redis'],
+  S17: ['redis', 'file'],
+  S20: ['file'],
   S19: ['redis', 'etcd'],
   S21: ['redlock'],
 }

@@ -75,7 +75,7 @@ export const fileKit: Kit = {
       },
     }
   },
-  chaos: [{ name: 'file', features: ['expire'] }],
+  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot'] }],
   bench: [
     { name: 'fencelock file', store: 'file', note: 'fsync once per boot' },
     { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },
