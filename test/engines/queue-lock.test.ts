@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { AcquireRequest, Grant } from '../../src/core/backend.js'
 import { type Acquisition, QueueLock } from '../../src/engines/queue-lock.js'
+import { awaitLater } from '../support/later.js'
 import { abortedWithin } from '../support/wait.js'
 import { deferred, FakeQueueStore, settle } from './fake-queue-store.js'
 
@@ -68,7 +69,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const [b, c, d] = ['b', 'c', 'd'].map((owner) => request(owner))
     for (const req of [b!, c!, d!]) await attempt(req)
-    const waits = [b!, c!, d!].map((req) => engine.wait(req, open()))
+    const waits = [b!, c!, d!].map((req) => awaitLater(engine.wait(req, open())))
     await settle()
     for (let i = 0; i < 10; i++) await settle()
     // Each waiter watches the entry just before its own, and nothing else.
@@ -91,7 +92,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const b = request('b')
     assert.equal(await attempt(b), null, 'b waits behind a')
     // As the core does: arm the wait, then attempt again at once (the holder may have left in between).
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     assert.equal(await attempt(b), null, 'still behind a')
     assert.equal(await settled(wait), false, 'b waits')
     assert.equal(store.count('watch', nameOf('a')), 1, 'b watches a')
@@ -133,7 +134,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     // b's attempt kept its lease alive (3 s from just after its start); the hand-over comes later.
     await new Promise((resolve) => setTimeout(resolve, 200))
     await release(a)
@@ -182,7 +183,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await settle()
     store.delete(nameOf('b'))
     await release(a)
@@ -200,7 +201,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     // A longer ttl: another session, so only the waiter's lease expires.
     const b = { ...request('b'), ttlMs: 5000 }
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await settle()
     store.expire(store.entries.get(nameOf('b'))!.lease)
     assert.equal(await settled(wait), true, 'the wait ended without the holder leaving')
@@ -232,7 +233,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.count('enqueue', 'jobs/1-a'), 1, 'the write is in flight')
     controller.abort(new Error('given up'))
     await assert.rejects(attempt, /given up/)
-    const abandon = engine.abandon(a, open())
+    const abandon = awaitLater(engine.abandon(a, open()))
     await settle()
     assert.equal(
       store.calls.filter((c) => c.op === 'removeNames').length,
@@ -249,7 +250,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await release(a)
     assert.ok(await wait)
     await engine.abandon(b, open())
