@@ -328,4 +328,32 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.notEqual(after.lease, before.lease)
     assert.equal(store.leases.get(after.lease)!.leaseMs, 10_000)
   })
+
+  it('extend never moves the entry onto a lease not known to outlive its own: a move whose reply is lost could not shorten it', async () => {
+    const { store, engine, attempt } = setup()
+    // The 10 s lease, granted first and kept alive no more: it is known to last until its grant + 10 s.
+    await attempt({ key: 'other', owner: 'c', ttlMs: 10_000 })
+    const longer = [...store.leases.values()].find((lease) => lease.leaseMs === 10_000)!
+    longer.answer = new Error('the keep-alive went unanswered')
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    // Our 9 s lease, granted over a second later, is known to last longer than that one.
+    const a = (await attempt({ key: 'jobs', owner: 'a', ttlMs: 9000 }))!
+    const before = store.queue('jobs/')[0]!
+    // Any move that is sent lands, and its reply is lost.
+    const move = store.move.bind(store)
+    store.move = async (...args) => {
+      await move(...args)
+      throw new Error('the reply to the move was lost')
+    }
+    await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
+    assert.equal(
+      store.queue('jobs/')[0]!.lease,
+      before.lease,
+      'the entry stayed on the lease that outlives the validity',
+    )
+    // Once that lease answers its keep-alive again, the move goes ahead (its reply lost again: unknown).
+    longer.answer = 10_000
+    await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
+    assert.equal(store.queue('jobs/')[0]!.lease, longer.id)
+  })
 })
