@@ -15,9 +15,12 @@ import { fileURLToPath } from 'node:url'
 // Tests run from build/test/docs; the sources sit at the repository root.
 const root = fileURLToPath(new URL('../../../', import.meta.url))
 
-/** Calls that start a promise that may reject: the lock API, the backend contract, the engines' drivers. */
+/**
+ * Calls that start a promise that may reject: the lock API, the backend contract, the engines and their
+ * drivers, the SDK calls of the test servers' own tests.
+ */
 const STARTS =
-  /\.(acquire|tryAcquire|acquireAll|extend|release|withLock|close|campaign|wait|waitForChange|abandon|inspect|read|write)\(/
+  /\.(acquire|tryAcquire|acquireAll|extend|release|withLock|close|campaign|wait|waitForChange|abandon|inspect|attempt|read|write|save|send)\(/
 /** Handled where it is made. */
 const HANDLED = /awaitLater\(|\.catch\(|\.then\(/
 

@@ -228,7 +228,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const gate = deferred()
     store.holdNextWrite = gate.promise
     const controller = new AbortController()
-    const attempt = engine.attempt(a, controller.signal)
+    const attempt = awaitLater(engine.attempt(a, controller.signal))
     await settle()
     assert.equal(store.count('enqueue', 'jobs/1-a'), 1, 'the write is in flight')
     controller.abort(new Error('given up'))
