@@ -25,7 +25,11 @@ export interface Lock extends AsyncDisposable {
    * before the request was sent, less the drift margin. Renewals move it forward.
    */
   readonly validUntil: number
-  /** Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. */
+  /**
+   * Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. Read after
+   * `validUntil`, it is aborted already (even before a busy event loop runs the expiry timer): check
+   * `aborted` before adding an `'abort'` listener, which an aborted signal never calls.
+   */
   readonly signal: AbortSignal
   /**
    * Extends the lease to `ttl` from now (the lock's ttl by default).
