@@ -34,7 +34,9 @@ export async function holdCommand(argv: string[]): Promise<number> {
     printJson({ event: 'acquired', key, owner: lock.owner, fence: lock.fence, pid: process.pid })
     const lines = createInterface({ input: process.stdin })
     const outcome = await new Promise<'release' | 'abandon' | 'lost'>((resolve) => {
-      lock.signal.addEventListener('abort', () => resolve('lost'), { once: true })
+      // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
+      if (lock.signal.aborted) resolve('lost')
+      else lock.signal.addEventListener('abort', () => resolve('lost'), { once: true })
       lines.on('line', (line) => {
         const word = line.trim()
         if (word === 'release' || word === 'abandon') resolve(word)

@@ -161,7 +161,9 @@ function runChild(
       killTimer ??= setTimeout(() => send('SIGKILL'), killAfterMs)
     }
     const onLost = () => stop('SIGTERM')
-    lock.signal.addEventListener('abort', onLost, { once: true })
+    // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
+    if (lock.signal.aborted) onLost()
+    else lock.signal.addEventListener('abort', onLost, { once: true })
     // Signals meant for the job go to the job; we release once all of it has ended.
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
     for (const s of signals) process.on(s, stop)

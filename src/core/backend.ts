@@ -138,7 +138,11 @@ export interface LockBackend {
   readonly limits?: BackendLimits | undefined
   /** One attempt. Must not wait for the holder. Throw `BackendUnavailableError` when the store is unreachable. */
   tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
-  /** Extends the lease only if `lease.owner` still holds it (never a blind write). Throw = outcome unknown. */
+  /**
+   * Extends the lease only if `lease.owner` still holds it (never a blind write). Throw = outcome unknown:
+   * the core then counts the earlier of the validity it had and `ttlMs` from this call's start, so a
+   * request that may have landed must leave the lease kept at least that long.
+   */
   extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult>
   /** Releases only if `lease.owner` still holds it; `false` when it was no longer ours. */
   release(lease: HeldLease, signal: AbortSignal): Promise<boolean>

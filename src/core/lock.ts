@@ -25,13 +25,19 @@ export interface Lock extends AsyncDisposable {
    * before the request was sent, less the drift margin. Renewals move it forward.
    */
   readonly validUntil: number
-  /** Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. */
+  /**
+   * Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. Read after
+   * `validUntil`, it is aborted already (even before a busy event loop runs the expiry timer): check
+   * `aborted` before adding an `'abort'` listener, which an aborted signal never calls.
+   */
   readonly signal: AbortSignal
   /**
    * Extends the lease to `ttl` from now (the lock's ttl by default).
    * @throws {LockReleasedError} after `release()`
    * @throws {LockLostError} when the lease is no longer ours
-   * @throws {BackendUnavailableError} when the outcome is unknown; the lease stays until `validUntil`
+   * @throws {BackendUnavailableError} when the outcome is unknown: the store may keep the old lease or the
+   * new one, so `validUntil` becomes the earlier of the two ends (a shorter `ttl` that may have landed
+   * shortens it), and the lease stays ours until then; renewals retry with `ttl`
    */
   extend(ttl?: number | string): Promise<void>
   /**
@@ -119,6 +125,9 @@ export class LockHandle implements Lock {
   }
 
   get signal(): AbortSignal {
+    // Read past the validity before the expiry timer ran (a blocked event loop runs timers late): the
+    // lease is lost already, and a holder that checks the signal must hear it now, not after its next await.
+    if (this.#state === 'held' && now() >= this.#validUntil) this.#expireLocally()
     this.#lost ??= new AbortController()
     return this.#lost.signal
   }
@@ -221,6 +230,12 @@ export class LockHandle implements Lock {
       } catch (error) {
         // Given up because the lock was declared lost meanwhile: that is the outcome.
         if (this.#state !== 'held') return this.#state
+        // Unknown: the store keeps either the lease it had or the one this request asked for (it may have
+        // landed), so only the earlier end of the two is certainly ours. Never the old end alone: a
+        // shorter extend that landed with its reply lost would let a waiter in while we still act.
+        this.#validUntil = Math.min(this.#validUntil, validUntil(start, ttlMs, this.#ctx.driftFactor))
+        // The store may now keep this ttl: renewals ask for it, and make the outcome known again.
+        this.#ttlMs = ttlMs
         publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
         return { error }
       }
@@ -248,11 +263,18 @@ export class LockHandle implements Lock {
       )
     }
     if (outcome === 'lost') throw this.signal.reason
+    // The validity may have shrunk to what this extend asked: it may be over already (a short ttl whose
+    // request took that long), else the expiry timer moves with it and a renewal comes soon.
+    if (now() >= this.#validUntil) {
+      this.#expireLocally()
+      throw this.signal.reason
+    }
+    this.#renewer.unknown()
     const { error } = outcome
     if (error instanceof LockError) throw error
     throw new BackendUnavailableError(
       `Could not extend lock ${quoteKey(this.key)} on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
-        'valid until lock.validUntil; retry or stop the work',
+        'valid until lock.validUntil (the earlier end of the old lease and the one asked for); retry or stop the work',
       this.#context(error),
     )
   }
@@ -291,6 +313,9 @@ export class LockHandle implements Lock {
     if (this.#state === 'held' && now() >= this.#validUntil) this.#markLost(this.#expired())
     const wasHeld = this.#state === 'held'
     if (wasHeld) this.#state = 'released'
+    // From the moment the release is sent the store may free the lease (a waiter may be granted before the
+    // reply, or without one ever coming): nothing of it is certainly ours any more.
+    this.#validUntil = Math.min(this.#validUntil, now())
     this.#renewer.stop()
     this.#detachLost?.()
     // Wait for an extend already in flight, so the release is the last word on this lease.

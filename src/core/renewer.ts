@@ -73,13 +73,21 @@ export class Renewer<L> {
     this.#hooks.expire(this.#lock)
   }
 
+  /**
+   * An extend's outcome was unknown (its validity may have shrunk): the expiry timer moves to the new
+   * validUntil, and a renewal is retried soon, well before it; the expiry declares the loss if none lands.
+   */
+  unknown(): void {
+    if (!this.#hooks.held(this.#lock)) return
+    const remaining = this.#validUntil() - now()
+    this.arm(Math.max(10, Math.min(this.#ttlMs() / 10, remaining / 2)))
+  }
+
   async #renew(): Promise<void> {
     const outcome = await this.#hooks.renew(this.#lock)
     if (!this.#hooks.held(this.#lock)) return
     if (outcome === 'renewed') return this.arm()
-    // Unknown outcome: retry soon, well before validUntil; the expiry timer declares the loss if none lands.
-    const remaining = this.#validUntil() - now()
-    this.arm(Math.max(10, Math.min(this.#ttlMs() / 10, remaining / 2)))
+    this.unknown()
   }
 
   #validUntil(): number {

@@ -359,6 +359,17 @@ export class QueueLock<Id, Entry> {
     const lease = await raceSignal(to.id, signal)
     // As in an acquire: a lease not known to last the new ttl is kept alive in the same moment.
     const refresh = this.#pool.refresh(to, leaseMs)
+    // Only onto a lease known to last as long as the one we are on (whose end bounds the validity the core
+    // counts): a move that lands with its reply lost leaves the core counting that validity, and our entry
+    // must outlive it. A fresh lease does; one whose keep-alives went unanswered may not: first its refresh.
+    const from = acq.session!
+    if (to.aliveUntil < from.aliveUntil && refresh) await this.#pool.settle(refresh, signal)
+    if (to.aliveUntil < from.aliveUntil) {
+      throw new Error(
+        `the lease of ${leaseMs} ms to move the entry to is not known to outlive its current one ` +
+          '(its keep-alive went unanswered); the entry stays where it is',
+      )
+    }
     if (!(await raceSignal(this.#driver.move!(acq.entry!, acq.value, lease), signal))) {
       this.#acqs.markLost(acq, this.#driver.goneReason())
       return BUSY_EXTEND

@@ -5,6 +5,7 @@ import { etcdBackend } from '../../src/backends/etcd/index.js'
 import type { AcquireRequest, LockBackend } from '../../src/core/backend.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 import { pollUntil } from '../support/wait.js'
 
@@ -124,7 +125,7 @@ describe(
         const holder = contended ? await others.acquire(key) : undefined
         const controller = new AbortController()
         const locks = victim(point, controller)
-        const pending = locks.acquire(key, { signal: controller.signal, timeout: '20s' })
+        const pending = awaitLater(locks.acquire(key, { signal: controller.signal, timeout: '20s' }))
         if (point === 'hand-over') {
           // Released once the victim is in line (its key is under the prefix, behind the holder's), its
           // polls have backed off to a second, and one of them was just refused: the next is at least half

@@ -9,6 +9,7 @@ import { BackendUnavailableError, createLockClient, type LockClient } from '../.
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { freePort } from '../servers/ports.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 
 const owner = () => randomBytes(16).toString('hex')
@@ -102,7 +103,7 @@ describe('etcd: request errors, limits and unreachable servers', { timeout: 120_
     // its watch) and the hand-over all carry the worst case.
     const key = '/'.repeat(maxKeyBytes)
     const first = await a.acquire(key)
-    const second = b.acquire(key, { timeout: '10s' })
+    const second = awaitLater(b.acquire(key, { timeout: '10s' }))
     await sleep(300)
     await first.release()
     const next = await second
@@ -169,9 +170,8 @@ describe('etcd: request errors, limits and unreachable servers', { timeout: 120_
       backends.push(backend)
       const started = performance.now()
       // Straight to the backend: what it says on its own, without the core's deadlines.
-      const attempt = backend.tryAcquire(
-        { key: 'silent', owner: owner(), ttlMs: 2000 },
-        new AbortController().signal,
+      const attempt = awaitLater(
+        backend.tryAcquire({ key: 'silent', owner: owner(), ttlMs: 2000 }, new AbortController().signal),
       )
       let timer: NodeJS.Timeout | undefined
       const bound = new Promise((resolve) => {

@@ -6,6 +6,7 @@ import { Etcd3 } from 'etcd3'
 import { createLockClient, type LockClient, LockLostError, LockNotAcquiredError } from '../../src/index.js'
 import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 import { abortedWithin, pollUntil } from '../support/wait.js'
 
@@ -61,7 +62,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     try {
       await go.printed('fencelock/interop-a/', 10_000)
       assert.equal(await locks.tryAcquire('interop-a'), null, 'fencelock took a lock etcdctl holds')
-      const waiting = locks.acquire('interop-a', { timeout: '10s' })
+      const waiting = awaitLater(locks.acquire('interop-a', { timeout: '10s' }))
       await sleep(300)
       go.child.kill('SIGINT')
       const lock = await waiting
@@ -115,7 +116,7 @@ describe('etcd: interop, revoked leases, leader crash', { timeout: 120_000 }, ()
     const admin = new Etcd3({ hosts: cluster.members.map((m) => `http://${m.endpoint}`) })
     try {
       const keys = async () => (await admin.getAll().prefix(`fencelock/${key}/`).exec()).kvs
-      const waiting = client({ ttl: '6s' }).acquire(key, { timeout: '20s' })
+      const waiting = awaitLater(client({ ttl: '6s' }).acquire(key, { timeout: '20s' }))
       // The waiter's key is the one that is not the holder's; wait (bounded) until it is in line.
       const waiterKey = async () =>
         (await keys()).find((k) => !k.value.toString().startsWith(`${holder.owner} `))

@@ -13,6 +13,7 @@ import { pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../src/backends/file/generations.js'
 import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
 import { BackendUnavailableError, createLockClient, LockLostError } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 import { abortedWithin } from '../support/wait.js'
@@ -86,7 +87,7 @@ describe('file backend: fences survive removed key folders', () => {
     const holder = createLockClient(fileBackend({ dir: root }), { ttl: '10s' })
     const waiter = createLockClient(fileBackend({ dir: root }), { ttl: '10s' })
     const first = await holder.acquire(k)
-    const waiting = waiter.acquire(k, { timeout: '8s' })
+    const waiting = awaitLater(waiter.acquire(k, { timeout: '8s' }))
     await sleep(300)
     assert.equal((await waiter.inspect(k)).owner, first.owner, 'the waiter should still be waiting')
     const removedAt = performance.now()

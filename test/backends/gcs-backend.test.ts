@@ -11,6 +11,7 @@ import { decodeRecord } from '../../src/engines/cas-record.js'
 import { createLockClient } from '../../src/index.js'
 import { parseBackendUrl } from '../../src/schemes.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
+import { awaitLater } from '../support/later.js'
 import { runCli } from '../support/processes.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
@@ -74,7 +75,7 @@ describe('gcs backend', { timeout: 120_000 }, () => {
       server.clearLog()
       // The create reaches its commit 400 ms after it was sent (and is answered right then).
       const release = server.hold({ method: 'POST' })
-      const acquired = client.acquire('renewed')
+      const acquired = awaitLater(client.acquire('renewed'))
       await waitUntil(() => server.inFlight === 1, 'the create held at the server')
       await sleep(400)
       release()

@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test'
 import { createLockClient, type LockClient, LockLostError } from '../../src/index.js'
 import { mariaDbQuery } from '../kits/mysql.js'
 import { MARIADB_DATABASE, type MariaDbServer, startMariaDb } from '../servers/mariadb.js'
+import { awaitLater } from '../support/later.js'
 import { startHold } from '../support/processes.js'
 import { startProxy } from '../support/proxy.js'
 import { abortedWithin, waitUntil } from '../support/wait.js'
@@ -32,7 +33,7 @@ describe('mysql (MariaDB 10.11): faults', { timeout: 180_000 }, () => {
     const a = client(server.url, { ttl: '20s' })
     const b = client(server.url, { ttl: '20s' })
     const lock = await a.acquire('restart')
-    const waiting = b.acquire('restart', { timeout: '60s' })
+    const waiting = awaitLater(b.acquire('restart', { timeout: '60s' }))
     await server.restart()
     // The row was committed before the restart: the holder's renewal finds it still ours.
     await waitUntil(
@@ -51,7 +52,7 @@ describe('mysql (MariaDB 10.11): faults', { timeout: 180_000 }, () => {
     const a = client(server.url, { ttl: '3s' })
     const b = client(server.url, { ttl: '3s' })
     const lock = await a.acquire('killed')
-    const waiting = b.acquire('killed', { timeout: '60s' })
+    const waiting = awaitLater(b.acquire('killed', { timeout: '60s' }))
     // B is blocked in its doorbell wait by now, or soon: kill everything but our own connection.
     await waitUntil(
       async () => {

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict'
 import { it } from 'node:test'
 import { PostgresDialect } from '../../src/backends/postgres/dialect.js'
 import type { PgSql } from '../../src/backends/postgres/sql.js'
+import { awaitLater } from '../support/later.js'
 
 it('an acquire whose signal aborts settles only when its statement does', async () => {
   let answer!: (rows: unknown[]) => void
@@ -27,9 +28,11 @@ it('an acquire whose signal aborts settles only when its statement does', async 
   })
   const abort = new AbortController()
   let settled = false
-  const acquired = dialect.acquire({ key: 'k', owner: 'o', ttlMs: 1000 }, abort.signal).finally(() => {
-    settled = true
-  })
+  const acquired = awaitLater(
+    dialect.acquire({ key: 'k', owner: 'o', ttlMs: 1000 }, abort.signal).finally(() => {
+      settled = true
+    }),
+  )
   abort.abort(new Error('given up'))
   await new Promise((resolve) => setTimeout(resolve, 50))
   assert.equal(settled, false, 'the attempt settled while its statement could still grant')

@@ -10,6 +10,7 @@ import { guardedUpdate, postgresBackend } from '../../src/backends/postgres/inde
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { adminQuery } from '../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../servers/postgres.js'
+import { awaitLater } from '../support/later.js'
 import { startHold } from '../support/processes.js'
 import { startProxy } from '../support/proxy.js'
 import { abortedWithin, waitUntil } from '../support/wait.js'
@@ -49,7 +50,7 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
     const holder = client()
     const waiter = client()
     const lock = await holder.acquire('killed')
-    const waiting = waiter.acquire('killed', { timeout: '30s' })
+    const waiting = awaitLater(waiter.acquire('killed', { timeout: '30s' }))
     // The waiter's LISTEN connection is up (its probe came back) before we kill everything.
     await waitUntil(async () => (await listeners()) > 0, 'a LISTEN connection', { withinMs: 10_000 })
     const killed = await adminQuery<{ n: number }>(

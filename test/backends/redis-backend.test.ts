@@ -14,6 +14,7 @@ import { BackendUnavailableError, createLockClient, type LockClient, LockError }
 import { deleteRedisState } from '../kits/redis.js'
 import { freePort } from '../servers/ports.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
+import { awaitLater } from '../support/later.js'
 import { startProxy } from '../support/proxy.js'
 import { sleep } from '../support/time.js'
 import { pollUntil } from '../support/wait.js'
@@ -348,7 +349,7 @@ describe('redis backend: fair mode', () => {
     const k = key('handover')
     const url = `${server.url}?fair=true`
     const holder = await client(url).acquire(k, { ttl: '30s' })
-    const waiting = client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' })
+    const waiting = awaitLater(client(url).acquire(k, { timeout: '20s', holder: 'the waiter (pid 1)' }))
     await queued(k, 1)
     await holder.release()
     // The release itself made the waiter the holder, before the waiter did anything, and wrote its description.
@@ -376,7 +377,7 @@ describe('redis backend: fair mode', () => {
     await listener.subscribe(redisLockKeys(k).channel)
     try {
       const holder = await client(url).acquire(k, { ttl: '30s' })
-      const waiting = client(url).acquire(k, { ttl: '30s', timeout: '20s' })
+      const waiting = awaitLater(client(url).acquire(k, { ttl: '30s', timeout: '20s' }))
       await queued(k, 1)
       await holder.release()
       const [, owner, fence, lease] = /^(.*):(\d+):(\d+)$/.exec(await published) ?? []
@@ -430,7 +431,7 @@ describe('redis backend: fair mode', () => {
     await admin.rpush(redisLockKeys(k).queue, 'dead-owner')
     const time = await admin.time()
     await admin.zadd(redisLockKeys(k).waiters, Number(time[0]) * 1000 + 500, 'dead-owner')
-    const next = client(url).acquire(k, { timeout: '20s' })
+    const next = awaitLater(client(url).acquire(k, { timeout: '20s' }))
     await holder.release()
     const lock = await next
     assert.ok(lock.fence > holder.fence)

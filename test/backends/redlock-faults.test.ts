@@ -14,6 +14,7 @@ import {
 } from '../../src/index.js'
 import { type RedisNodes, type RedisServer, startRedisNodes } from '../servers/redis.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
+import { awaitLater } from '../support/later.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
@@ -668,7 +669,7 @@ describe(
             // A refuses (someone else holds the key there); C gets the request 3 s late.
             await adminA!.set(lockKey, 'someone-else', 'PX', 30_000)
             slowC.delayMs = 3000
-            const granted = first.acquire(key, { timeout: '20s' })
+            const granted = awaitLater(first.acquire(key, { timeout: '20s' }))
             for (let i = 0; (await adminB!.get(fenceKey)) !== '11'; i++) {
               assert.ok(i < 500, 'B never voted')
               await sleep(10)

@@ -8,6 +8,7 @@ import { inLine, lockPath, protectedName } from '../../src/backends/zookeeper/la
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { call, connectAdmin, withAdmin } from '../kits/zookeeper.js'
 import { MAX_SESSION_MS, startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
+import { awaitLater } from '../support/later.js'
 import { startProxy } from '../support/proxy.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
@@ -43,7 +44,7 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
         a.validUntil - performance.now() <= user.getSessionTimeout(),
         'no validity beyond the session',
       )
-      const b = locks.acquire('shared', { timeout: '10s' })
+      const b = awaitLater(locks.acquire('shared', { timeout: '10s' }))
       await a.release()
       const second = await b
       assert.ok(second.fence > a.fence)
@@ -83,7 +84,7 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
       assert.equal(info.held, true)
       assert.match(info.note ?? '', /not written by fencelock/)
       assert.equal(await locks.tryAcquire('curator'), null, 'the Curator holder excludes us')
-      const waiting = locks.acquire('curator', { timeout: '10s' })
+      const waiting = awaitLater(locks.acquire('curator', { timeout: '10s' }))
       await waitUntil(async () => (await children(path)).length === 2, 'our node in line behind Curator')
       await call((done) => admin.remove(curator, -1, (error) => done(error, undefined)))
       const lock = await waiting
@@ -104,7 +105,7 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
       const path = lockPath('lost-reply')
       await withAdmin(zk.connectString, (admin) => call((done) => admin.mkdirp(path, done)))
       proxy.mode = 'drop-replies'
-      const pending = locks.acquire('lost-reply', { timeout: '20s' })
+      const pending = awaitLater(locks.acquire('lost-reply', { timeout: '20s' }))
       await waitUntil(async () => (await children(path)).length === 1, 'the create to land')
       // The connection drops (its pending create fails as a connection loss); the client reconnects.
       proxy.mode = 'pass'
@@ -135,7 +136,7 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     const [a, b] = [createLockClient(zk.url(), { ttl: '1s' }), createLockClient(zk.url(), { ttl: '1s' })]
     open.push(a, b)
     const held = await a.acquire('long-wait')
-    const waiting = b.acquire('long-wait', { timeout: '20s' })
+    const waiting = awaitLater(b.acquire('long-wait', { timeout: '20s' }))
     const path = lockPath('long-wait')
     await waitUntil(async () => (await children(path)).length === 2, "the waiter's node in line")
     const queued = await withAdmin(zk.connectString, async (admin) => {
@@ -158,7 +159,7 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     open.push(a, b)
     const path = lockPath('held-watch')
     const first = await a.acquire('held-watch')
-    const waiting = b.acquire('held-watch', { timeout: '20s' })
+    const waiting = awaitLater(b.acquire('held-watch', { timeout: '20s' }))
     await waitUntil(async () => (await children(path)).length === 2, "the waiter's node in line")
     const [mine, theirs] = inLine(await children(path))
     // Someone writes our child's data: the watch fires (not a deletion); the holder reads and watches

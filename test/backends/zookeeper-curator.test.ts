@@ -4,6 +4,7 @@ import { lockPath } from '../../src/backends/zookeeper/layout.js'
 import { createLockClient, type Lock, type LockClient } from '../../src/index.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { type CuratorBuild, type CuratorProcess, compileCurator, startCurator } from '../support/curator.js'
+import { awaitLater } from '../support/later.js'
 import { pollUntil } from '../support/wait.js'
 
 /**
@@ -90,7 +91,7 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
     // The second one times out behind the holder, and takes its node away when it gives up.
     assert.equal(await second!.acquire(queueOf(key), 300), undefined)
     assert.deepEqual(await queue(first!, key), [name])
-    const waiting = second!.acquire(queueOf(key), 30_000)
+    const waiting = awaitLater(second!.acquire(queueOf(key), 30_000))
     const [, theirs] = await queued(first!, key, 2)
     await first!.release()
     assert.equal(await waiting, `${queueOf(key)}/${theirs}`, 'the next in line got it')
@@ -124,7 +125,7 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
     assert.ok(await java.isProtected(ours!), "Curator takes fencelock's node for one of its protected nodes")
     assert.equal(await java.acquire(queueOf(key), 500), undefined, "Curator's acquire timed out")
     assert.deepEqual(await queue(java, key), [ours], 'Curator removed its node when it gave up')
-    const waiting = java.acquire(queueOf(key), 30_000)
+    const waiting = awaitLater(java.acquire(queueOf(key), 30_000))
     const [, theirs] = await queued(java, key, 2)
     let curatorGot = false
     void waiting.then(() => {

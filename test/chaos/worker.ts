@@ -124,14 +124,13 @@ async function main(config: WorkerConfig): Promise<void> {
       validInMs: lock.validUntil - performance.now(),
     })
     held.set(lock.owner, { op, lock })
-    lock.signal.addEventListener(
-      'abort',
-      () => {
-        const reason = lock.signal.reason as Error | undefined
-        emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
-      },
-      { once: true },
-    )
+    const onLost = () => {
+      const reason = lock.signal.reason as Error | undefined
+      emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
+    }
+    // Read past its validity (a stall), the signal is aborted already: no abort event will come.
+    if (lock.signal.aborted) onLost()
+    else lock.signal.addEventListener('abort', onLost, { once: true })
     // Read-modify-write on the resource, fenced by our token (written even if the lock was lost meanwhile:
     // that is the stale write a fenced resource must refuse).
     const key = encodeURIComponent(config.key)

@@ -13,21 +13,23 @@ import { fifoCases } from './cases/fifo.js'
 import { holderCases } from './cases/holder.js'
 import { keyCases } from './cases/keys.js'
 import { lossCases } from './cases/loss.js'
+import { lostReplyCases } from './cases/lost-replies.js'
 import { sessionCases } from './cases/session.js'
 import { waitingCases } from './cases/waiting.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
 /**
- * The contract every backend must honour: exclusivity, timeouts, abort, release idempotence, loss,
- * abandonment, holder descriptions, cross-process use, validity bounds, fences, key names, wake-up, and
- * where the backend has them, FIFO order, session loss and durable fences. The durable case restarts the
- * store, so it comes last.
+ * The contract every backend must honour: exclusivity, timeouts, abort, release idempotence, loss, lost
+ * replies on extend and release, abandonment, holder descriptions, cross-process use, validity bounds,
+ * fences, key names, wake-up, and where the backend has them, FIFO order, session loss and durable fences.
+ * The durable case restarts the store, so it comes last.
  */
 export const CASES: readonly ConformanceCase[] = [
   ...capabilityCases,
   ...exclusivityCases,
   ...waitingCases,
   ...lossCases,
+  ...lostReplyCases,
   ...fenceCases,
   ...keyCases,
   ...abandonCases,

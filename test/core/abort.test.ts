@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { createLockClient } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 describe('abort', { timeout: 20_000 }, () => {
@@ -11,7 +12,7 @@ describe('abort', { timeout: 20_000 }, () => {
     const holder = await client.acquire(key)
     for (const reason of [new Error('shutting down'), 'a string reason', { why: 'an object' }]) {
       const controller = new AbortController()
-      const waiting = client.acquire(key, { signal: controller.signal, timeout: '10s' })
+      const waiting = awaitLater(client.acquire(key, { signal: controller.signal, timeout: '10s' }))
       await delay(30)
       controller.abort(reason)
       await assert.rejects(waiting, (error) => error === reason)
@@ -58,7 +59,7 @@ describe('abort', { timeout: 20_000 }, () => {
     const key = uniqueKey()
     const controller = new AbortController()
     const reason = new Error('cancelled')
-    const pending = client.acquire(key, { signal: controller.signal })
+    const pending = awaitLater(client.acquire(key, { signal: controller.signal }))
     await waitFor(() => backend.of('tryAcquire').length === 1, 'the attempt to start')
     controller.abort(reason)
     await assert.rejects(pending, (e) => e === reason)
@@ -113,7 +114,7 @@ describe('abort', { timeout: 20_000 }, () => {
     const client = createLockClient(backend)
     const reason = new Error('enough')
     const controller = new AbortController()
-    const pending = client.tryAcquire(uniqueKey(), { signal: controller.signal })
+    const pending = awaitLater(client.tryAcquire(uniqueKey(), { signal: controller.signal }))
     await delay(30)
     controller.abort(reason)
     await assert.rejects(pending, (e) => e === reason)

@@ -11,6 +11,7 @@ import {
   LockNotAcquiredError,
   LockReleasedError,
 } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 describe('acquire', { timeout: 20_000 }, () => {
@@ -44,7 +45,7 @@ describe('acquire', { timeout: 20_000 }, () => {
     const key = uniqueKey()
     const client = createLockClient(backend)
     const holder = await client.acquire(key)
-    const waiting = client.acquire(key, { timeout: '5s' })
+    const waiting = awaitLater(client.acquire(key, { timeout: '5s' }))
     await waitFor(() => backend.of('tryAcquire').length >= 3, 'a few attempts')
     await holder.release()
     const lock = await waiting
@@ -485,7 +486,7 @@ describe('abandon', { timeout: 20_000 }, () => {
     {
       const { backend, key, holder, client } = await heldElsewhere()
       const controller = new AbortController()
-      const waiting = client.acquire(key, { signal: controller.signal, timeout: '10s' })
+      const waiting = awaitLater(client.acquire(key, { signal: controller.signal, timeout: '10s' }))
       await waitFor(() => backend.of('tryAcquire').length > 0, 'an attempt')
       controller.abort(new Error('stop'))
       await assert.rejects(waiting, /stop/)
@@ -495,7 +496,7 @@ describe('abandon', { timeout: 20_000 }, () => {
     }
     {
       const { backend, key, holder, client } = await heldElsewhere()
-      const waiting = client.acquire(key, { timeout: '10s' })
+      const waiting = awaitLater(client.acquire(key, { timeout: '10s' }))
       await waitFor(() => backend.of('tryAcquire').length > 0, 'an attempt')
       await client.close()
       await assert.rejects(waiting, { code: 'FENCELOCK_CLIENT_CLOSED' })
@@ -540,7 +541,9 @@ describe('abandon', { timeout: 20_000 }, () => {
         how,
       )
       const controller = new AbortController()
-      const waiting = createLockClient(failing).acquire(key, { signal: controller.signal, timeout: '10s' })
+      const waiting = awaitLater(
+        createLockClient(failing).acquire(key, { signal: controller.signal, timeout: '10s' }),
+      )
       await delay(30)
       controller.abort(reason)
       await assert.rejects(waiting, (e) => e === reason, how)
@@ -566,7 +569,7 @@ describe('wake-up hint', { timeout: 20_000 }, () => {
       },
       inner,
     )
-    const waiting = createLockClient(backend).acquire(key, { renew: false, timeout: '10s' })
+    const waiting = awaitLater(createLockClient(backend).acquire(key, { renew: false, timeout: '10s' }))
     // Polls 10, 20 and 40 ms apart (jittered): at least four attempts.
     await waitFor(() => backend.of('tryAcquire').length >= 5, 'the waiter polled a few times')
     assert.equal(hints, 1, 'the hint armed once stayed armed')
@@ -601,7 +604,7 @@ describe('hand-over', { timeout: 20_000 }, () => {
       },
       inner,
     )
-    const waiting = createLockClient(backend).acquire(key, { renew: false, timeout: '10s' })
+    const waiting = awaitLater(createLockClient(backend).acquire(key, { renew: false, timeout: '10s' }))
     await waitFor(() => hints > 0, 'the waiter armed its hint')
     await holder.release()
     const lock = await waiting
@@ -656,7 +659,9 @@ describe('local hints', { timeout: 20_000 }, () => {
       inner,
     )
     const backend = { ...base, capabilities: { ...base.capabilities, localHint } }
-    const waiting = createLockClient(backend).acquire(uniqueKey(), { renew: false, timeout: '10s' })
+    const waiting = awaitLater(
+      createLockClient(backend).acquire(uniqueKey(), { renew: false, timeout: '10s' }),
+    )
     await waitFor(() => attempts === 2 && listeners.size === 1, 'the waiter waits on its hint')
     notify()
     const lock = await waiting

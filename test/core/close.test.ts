@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { ClientClosedError, createLockClient, LockReleasedError } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 const closed = (key?: string) => (error: unknown) => {
@@ -16,10 +17,12 @@ describe('close', { timeout: 20_000 }, () => {
     const key = uniqueKey()
     const holder = await createLockClient(backend).acquire(key)
     const client = createLockClient(backend)
-    const plain = client.acquire(key, { timeout: '10s' })
-    const withSignal = client.acquire(key, { signal: AbortSignal.timeout(10_000) })
-    const waitingTry = client.tryAcquire(key, { timeout: '10s' })
-    const inWithLock = client.withLock(key, () => assert.fail('fn must not run'), { timeout: '10s' })
+    const plain = awaitLater(client.acquire(key, { timeout: '10s' }))
+    const withSignal = awaitLater(client.acquire(key, { signal: AbortSignal.timeout(10_000) }))
+    const waitingTry = awaitLater(client.tryAcquire(key, { timeout: '10s' }))
+    const inWithLock = awaitLater(
+      client.withLock(key, () => assert.fail('fn must not run'), { timeout: '10s' }),
+    )
     await delay(50)
     await client.close()
     await Promise.all([plain, withSignal, waitingTry, inWithLock].map((p) => assert.rejects(p, closed())))
@@ -97,7 +100,7 @@ describe('close', { timeout: 20_000 }, () => {
     })
     const client = createLockClient(backend)
     const key = uniqueKey()
-    const pending = client.acquire(key)
+    const pending = awaitLater(client.acquire(key))
     await waitFor(() => backend.of('tryAcquire').length === 1, 'the attempt to start')
     await client.close()
     await assert.rejects(pending, closed())

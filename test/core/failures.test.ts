@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { BackendUnavailableError, createLockClient } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 /** Counts the ticks of a 5 ms interval while `run` runs: a starved event loop shows as (almost) none. */
@@ -161,7 +162,7 @@ describe('a failing store', { timeout: 30_000 }, () => {
     const pending = client.acquire(key)
     pending.catch(() => {})
     await waitFor(() => backend.of('tryAcquire').length === 1, 'the attempt')
-    const closing = client.close()
+    const closing = awaitLater(client.close())
     await delay(20)
     release()
     await closing

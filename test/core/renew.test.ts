@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, describe, it } from 'node:test'
 import { BackendUnavailableError, createLockClient, LockLostError } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import {
   aborted,
   delay,
@@ -181,9 +182,9 @@ describe('renewal', { timeout: 20_000 }, () => {
     })
     const client = createLockClient(backend, { ttl: '10s' })
     const lock = await client.acquire(uniqueKey(), { renew: false })
-    const inFlight = assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' })
+    const inFlight = awaitLater(assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' }))
     await waitFor(() => backend.of('extend').length === 1, 'the extend to start')
-    const queued = assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' })
+    const queued = awaitLater(assert.rejects(lock.extend(), { code: 'FENCELOCK_RELEASED' }))
     await lock.release()
     await inFlight
     await queued

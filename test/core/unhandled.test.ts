@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict'
 import { afterEach, describe, it } from 'node:test'
 import { BackendUnavailableError, ClientClosedError, createLockClient } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import {
   aborted,
   delay,
@@ -65,8 +66,8 @@ describe('no unhandled rejections', { timeout: 20_000 }, () => {
     const key = uniqueKey()
     await client.acquire(key)
     const pending = [
-      client.acquire(key, { timeout: '10s' }),
-      client.tryAcquire(key, { signal: AbortSignal.timeout(10_000), timeout: '10s' }),
+      awaitLater(client.acquire(key, { timeout: '10s' })),
+      awaitLater(client.tryAcquire(key, { signal: AbortSignal.timeout(10_000), timeout: '10s' })),
     ]
     await delay(30)
     await client.close()
@@ -85,7 +86,9 @@ describe('no unhandled rejections', { timeout: 20_000 }, () => {
         release: fail('ECONNRESET'),
       })
       const controller = new AbortController()
-      const pending = createLockClient(backend).acquire(uniqueKey(), { signal: controller.signal })
+      const pending = awaitLater(
+        createLockClient(backend).acquire(uniqueKey(), { signal: controller.signal }),
+      )
       await delay(10)
       controller.abort(new Error('cancel'))
       await assert.rejects(pending, /cancel/)

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { createLockClient } from '../../src/index.js'
-import { delay, freshMemory, scripted, uniqueKey } from './fakes.js'
+import { BackendUnavailableError, createLockClient, LockLostError } from '../../src/index.js'
+import { aborted, delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
 
 /** Redlock's MIN_VALIDITY margin: the drift share of the ttl plus 2 ms. */
 const margin = (ttl: number, driftFactor = 0.01) => ttl * driftFactor + 2
@@ -69,6 +69,95 @@ describe('validity', { timeout: 20_000 }, () => {
     )
     await second.release()
     await first.release()
+  })
+
+  describe('a reply lost after the store applied the request', () => {
+    const lostReply = new Error('ETIMEDOUT (the reply was lost; the request was applied)')
+    /** Extends and releases that land on the store, whose replies never arrive. */
+    const repliesLost = () =>
+      scripted({
+        extend: async (lease, ttlMs, signal, inner) => {
+          await inner.extend(lease, ttlMs, signal)
+          throw lostReply
+        },
+        release: async (lease, signal, inner) => {
+          await inner.release(lease, signal)
+          throw lostReply
+        },
+      })
+
+    it('a shorter extend shrinks the validity to what it asked: no waiter gets in while we believe we hold', async () => {
+      const backend = repliesLost()
+      const key = uniqueKey()
+      const first = await createLockClient(backend, { ttl: '30s' }).acquire(key, { renew: false })
+      await assert.rejects(first.extend(300), BackendUnavailableError)
+      const extendStart = backend.of('extend')[0]!.startedAt
+      assert.ok(
+        first.validUntil <= extendStart + 300 - margin(300) + 1e-6,
+        `validUntil ${Math.round(first.validUntil - extendStart)} ms after the extend began, which asked 300`,
+      )
+      const second = await createLockClient(backend.inner).acquire(key, { timeout: '10s' })
+      const grantedAt = performance.now()
+      assert.ok(
+        grantedAt >= first.validUntil,
+        `granted to a second owner ${Math.round(first.validUntil - grantedAt)} ms inside the first's validity`,
+      )
+      assert.ok(first.signal.aborted, 'the holder was told')
+      await second.release()
+    })
+
+    it('a longer extend keeps the validity it had', async () => {
+      const backend = repliesLost()
+      const first = await createLockClient(backend, { ttl: 500 }).acquire(uniqueKey(), { renew: false })
+      const before = first.validUntil
+      await assert.rejects(first.extend('30s'), BackendUnavailableError)
+      assert.equal(first.validUntil, before)
+      const { reason, at } = await aborted(first.signal, 10_000)
+      assert.ok(reason instanceof LockLostError)
+      assert.ok(at >= before, 'lost at the old validity, not before')
+    })
+
+    it('a renewal retries with the ttl of an extend whose outcome was unknown', async () => {
+      const asked: number[] = []
+      const backend = scripted({
+        extend: async (lease, ttlMs, signal, inner) => {
+          asked.push(ttlMs)
+          await inner.extend(lease, ttlMs, signal)
+          throw lostReply
+        },
+      })
+      const lock = await createLockClient(backend, { ttl: '30s' }).acquire(uniqueKey())
+      await assert.rejects(lock.extend(600), BackendUnavailableError)
+      await waitFor(() => asked.length >= 2, 'the renewer to retry', { withinMs: 10_000 })
+      assert.deepEqual(asked.slice(0, 2), [600, 600])
+      await lock.release()
+    })
+
+    it('a release counts nothing as ours once it is sent: validUntil is no later than its start', async () => {
+      const backend = repliesLost()
+      const key = uniqueKey()
+      const first = await createLockClient(backend, { ttl: '30s' }).acquire(key, { renew: false })
+      const releaseStart = performance.now()
+      await assert.rejects(first.release(), BackendUnavailableError)
+      assert.ok(first.validUntil <= performance.now() && first.validUntil >= releaseStart)
+      const second = await createLockClient(backend.inner).tryAcquire(key)
+      assert.ok(second, 'the release landed: the lock is free')
+      assert.ok(performance.now() >= first.validUntil)
+      await second.release()
+    })
+  })
+
+  it('lock.signal read after a blocked event loop passed validUntil is aborted, before any timer ran', async () => {
+    const backend = freshMemory()
+    const key = uniqueKey()
+    for (const renew of [false, true]) {
+      const lock = await createLockClient(backend, { ttl: 200 }).acquire(key, { renew })
+      // Busy: neither the renewal nor the expiry timer can run.
+      while (performance.now() <= lock.validUntil + 5) {}
+      assert.equal(lock.signal.aborted, true, `renew: ${renew}`)
+      assert.ok(lock.signal.reason instanceof LockLostError)
+      await lock.release()
+    }
   })
 
   describe('a grant that arrives after its validity', () => {

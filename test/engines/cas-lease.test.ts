@@ -12,6 +12,7 @@ import { type CasLeaseOptions, casLeaseBackend } from '../../src/engines/cas-lea
 import { encodeRecord } from '../../src/engines/cas-record.js'
 import { BackendUnavailableError, createLockClient, type Lock, LockError } from '../../src/index.js'
 import { assertSuccessiveHolds, type Hold } from '../support/holds.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 import { FakeCasStore } from './fake-cas-store.js'
@@ -197,7 +198,7 @@ describe('cas-lease: exclusivity and observed expiry', () => {
     // Renewals every 100 ms against a lease of 1 s: only a renewal late by most of a lease would let
     // the waiter in (rightly), which a loaded machine does not reach.
     const held = await holder.client.acquire('k', { ttl: 1000, renew: false })
-    const acquired = waiter.client.acquire('k', { timeout: 10_000, ttl: 1000, renew: false })
+    const acquired = awaitLater(waiter.client.acquire('k', { timeout: 10_000, ttl: 1000, renew: false }))
     const renewals = 6
     let lastValid = held.validUntil
     for (let i = 0; i < renewals; i++) {
@@ -415,7 +416,7 @@ describe('cas-lease: uncertain outcomes', () => {
         assert.equal((await backend.tryAcquire(req, stop.signal)).granted, false)
         await sleep(leaseMs + MARGIN + 100)
       }
-      const attempt = backend.tryAcquire(req, stop.signal)
+      const attempt = awaitLater(backend.tryAcquire(req, stop.signal))
       await waitUntil(() => store.count('replace') === 1, 'the replace to reach the store')
       stop.abort(new Error('the attempt ran out of time'))
       await assert.rejects(attempt)

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { AcquireRequest, Grant } from '../../src/core/backend.js'
 import { type Acquisition, QueueLock } from '../../src/engines/queue-lock.js'
+import { awaitLater } from '../support/later.js'
 import { abortedWithin } from '../support/wait.js'
 import { deferred, FakeQueueStore, settle } from './fake-queue-store.js'
 
@@ -68,7 +69,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const [b, c, d] = ['b', 'c', 'd'].map((owner) => request(owner))
     for (const req of [b!, c!, d!]) await attempt(req)
-    const waits = [b!, c!, d!].map((req) => engine.wait(req, open()))
+    const waits = [b!, c!, d!].map((req) => awaitLater(engine.wait(req, open())))
     await settle()
     for (let i = 0; i < 10; i++) await settle()
     // Each waiter watches the entry just before its own, and nothing else.
@@ -91,7 +92,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const b = request('b')
     assert.equal(await attempt(b), null, 'b waits behind a')
     // As the core does: arm the wait, then attempt again at once (the holder may have left in between).
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     assert.equal(await attempt(b), null, 'still behind a')
     assert.equal(await settled(wait), false, 'b waits')
     assert.equal(store.count('watch', nameOf('a')), 1, 'b watches a')
@@ -133,7 +134,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     // b's attempt kept its lease alive (3 s from just after its start); the hand-over comes later.
     await new Promise((resolve) => setTimeout(resolve, 200))
     await release(a)
@@ -182,7 +183,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await settle()
     store.delete(nameOf('b'))
     await release(a)
@@ -200,7 +201,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     // A longer ttl: another session, so only the waiter's lease expires.
     const b = { ...request('b'), ttlMs: 5000 }
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await settle()
     store.expire(store.entries.get(nameOf('b'))!.lease)
     assert.equal(await settled(wait), true, 'the wait ended without the holder leaving')
@@ -227,12 +228,12 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const gate = deferred()
     store.holdNextWrite = gate.promise
     const controller = new AbortController()
-    const attempt = engine.attempt(a, controller.signal)
+    const attempt = awaitLater(engine.attempt(a, controller.signal))
     await settle()
     assert.equal(store.count('enqueue', 'jobs/1-a'), 1, 'the write is in flight')
     controller.abort(new Error('given up'))
     await assert.rejects(attempt, /given up/)
-    const abandon = engine.abandon(a, open())
+    const abandon = awaitLater(engine.abandon(a, open()))
     await settle()
     assert.equal(
       store.calls.filter((c) => c.op === 'removeNames').length,
@@ -249,7 +250,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     await release(a)
     assert.ok(await wait)
     await engine.abandon(b, open())
@@ -326,5 +327,33 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(after.position, before.position)
     assert.notEqual(after.lease, before.lease)
     assert.equal(store.leases.get(after.lease)!.leaseMs, 10_000)
+  })
+
+  it('extend never moves the entry onto a lease not known to outlive its own: a move whose reply is lost could not shorten it', async () => {
+    const { store, engine, attempt } = setup()
+    // The 10 s lease, granted first and kept alive no more: it is known to last until its grant + 10 s.
+    await attempt({ key: 'other', owner: 'c', ttlMs: 10_000 })
+    const longer = [...store.leases.values()].find((lease) => lease.leaseMs === 10_000)!
+    longer.answer = new Error('the keep-alive went unanswered')
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    // Our 9 s lease, granted over a second later, is known to last longer than that one.
+    const a = (await attempt({ key: 'jobs', owner: 'a', ttlMs: 9000 }))!
+    const before = store.queue('jobs/')[0]!
+    // Any move that is sent lands, and its reply is lost.
+    const move = store.move.bind(store)
+    store.move = async (...args) => {
+      await move(...args)
+      throw new Error('the reply to the move was lost')
+    }
+    await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
+    assert.equal(
+      store.queue('jobs/')[0]!.lease,
+      before.lease,
+      'the entry stayed on the lease that outlives the validity',
+    )
+    // Once that lease answers its keep-alive again, the move goes ahead (its reply lost again: unknown).
+    longer.answer = 10_000
+    await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
+    assert.equal(store.queue('jobs/')[0]!.lease, longer.id)
   })
 })

@@ -12,6 +12,7 @@ import { type NodeRequest, Quorum, type QuorumNode } from '../../src/engines/quo
 import { inspectVotes } from '../../src/engines/quorum-inspect.js'
 import { type ReleaseListener, ReleaseWaiting } from '../../src/engines/quorum-wait.js'
 import { createLockClient, type LockBackend, QuorumError } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { waitUntil } from '../support/wait.js'
 
 const NODE_BITS = 8n
@@ -363,7 +364,7 @@ describe('quorum engine: acquire', () => {
     nodes[2]!.mode = 'hang'
     // Node 0 grants, node 1 refuses, node 2 never answers: no verdict yet when the caller gives up.
     const giveUp = new AbortController()
-    const attempt = quorum.tryAcquire(request('k'), giveUp.signal)
+    const attempt = awaitLater(quorum.tryAcquire(request('k'), giveUp.signal))
     await delay(10)
     giveUp.abort(new Error('gave up'))
     await assert.rejects(attempt, /gave up/)
@@ -542,14 +543,14 @@ describe('quorum engine: waiting for a release', () => {
     const { nodes, quorum } = fakeQuorum(5)
     const waiting = new ReleaseWaiting(nodes, quorum.q)
     const stop = new AbortController()
-    const woken = waiting.waitForChange(request('k'), stop.signal)
+    const woken = awaitLater(waiting.waitForChange(request('k'), stop.signal))
     await delay(5)
     const listening = nodes.filter((node) => node.log.includes('listen'))
     assert.equal(listening.length, 3)
     listening[0]!.announce(OWNER)
     await woken
     // A copy from another node that names it again: the release reached one more node, worth asking again.
-    const next = waiting.waitForChange(request('k'), stop.signal)
+    const next = awaitLater(waiting.waitForChange(request('k'), stop.signal))
     await delay(5)
     listening[1]!.announce(OWNER)
     await next

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import { sqlLeaseBackend } from '../../src/engines/sql-lease.js'
 import type { SqlDialect } from '../../src/engines/sql-lease-driver.js'
 import { createLockClient, LockNotAcquiredError } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { FakeSqlDialect, FakeSqlServer } from './fake-sql-dialect.js'
 
 /** A client whose dialect has a doorbell that `ring()` wakes, and refusals without the holder's row. */
@@ -59,7 +60,7 @@ describe('sql-lease: a watch (doorbell) and refusals with only the remaining lea
     const holder = doorbellClient(server)
     const waiter = doorbellClient(server)
     const lock = await holder.client.acquire('k')
-    const waiting = waiter.client.acquire('k', { timeout: '20s' })
+    const waiting = awaitLater(waiter.client.acquire('k', { timeout: '20s' }))
     // Well inside the 5 s pace: only the ring can make the waiter ask again this soon.
     await new Promise((resolve) => setTimeout(resolve, 300))
     await lock.release()

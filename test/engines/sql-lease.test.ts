@@ -9,6 +9,7 @@ import { describe, it } from 'node:test'
 import type { AcquireRequest } from '../../src/core/backend.js'
 import { type SqlLeaseOptions, sqlLeaseBackend } from '../../src/engines/sql-lease.js'
 import { BackendUnavailableError, createLockClient } from '../../src/index.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 import { FakeSqlDialect, FakeSqlServer } from './fake-sql-dialect.js'
@@ -124,7 +125,7 @@ describe('sql-lease: waiting', () => {
     assert.equal(waiter.backend.capabilities.notify, false)
     const lock = await holder.client.acquire('k', { ttl: 10_000 })
     const start = performance.now()
-    const waiting = waiter.client.acquire('k', { ttl: 1000, timeout: 20_000 })
+    const waiting = awaitLater(waiter.client.acquire('k', { ttl: 1000, timeout: 20_000 }))
     await sleep(2500)
     const asked = server.count('acquire', 'k') - 1
     const seconds = (performance.now() - start) / 1000
@@ -153,13 +154,13 @@ describe('sql-lease: waiting', () => {
     const waiter = processOn(server, { pollMaxMs: 60_000 })
     assert.equal(waiter.backend.capabilities.notify, true)
     const first = await holder.client.acquire('k', { ttl: 30_000 })
-    const waiting = waiter.client.acquire('k', { timeout: 20_000 })
+    const waiting = awaitLater(waiter.client.acquire('k', { timeout: 20_000 }))
     await waitUntil(() => server.listeners.size > 0, 'the waiter to listen')
     await first.release()
     const second = await waiting
     assert.equal(second.fence, 2n)
     // A release whose notification is lost: the gap (a re-made subscription) wakes the waiter anyway.
-    const third = holder.client.acquire('k', { timeout: 20_000 })
+    const third = awaitLater(holder.client.acquire('k', { timeout: 20_000 }))
     await sleep(100)
     server.dropNotifications = true
     await second.release()
@@ -177,7 +178,7 @@ describe('sql-lease: waiting', () => {
     const waiter = processOn(server, { pollMaxMs: 60_000 })
     // The waiter subscribes first (by waiting once), so the release below is heard.
     const warm = await holder.client.acquire('warm')
-    const other = waiter.client.acquire('warm', { timeout: 10_000 })
+    const other = awaitLater(waiter.client.acquire('warm', { timeout: 10_000 }))
     await waitUntil(() => server.listeners.size > 0, 'the waiter to listen')
     await warm.release()
     await (await other).release()
@@ -188,7 +189,7 @@ describe('sql-lease: waiting', () => {
         reply = resolve
       }),
     })
-    const waiting = waiter.client.acquire('k', { timeout: 5000 })
+    const waiting = awaitLater(waiter.client.acquire('k', { timeout: 5000 }))
     await waitUntil(() => server.count('acquire', 'k') === 2, "the waiter's refused statement")
     await first.release()
     await sleep(20)
@@ -204,7 +205,7 @@ describe('sql-lease: waiting', () => {
     const holder = processOn(server, { listenTimeoutMs: 200 })
     const waiter = processOn(server, { listenTimeoutMs: 200 })
     const first = await holder.client.acquire('k', { ttl: 30_000 })
-    const waiting = waiter.client.acquire('k', { timeout: 20_000 })
+    const waiting = awaitLater(waiter.client.acquire('k', { timeout: 20_000 }))
     await sleep(500)
     await first.release()
     const lock = await waiting

@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict'
 import { after, before, beforeEach, describe, it } from 'node:test'
 import { type File, Storage, type StorageOptions } from '@google-cloud/storage'
+import { awaitLater } from '../support/later.js'
 import { waitUntil } from '../support/wait.js'
 import { type GcsFake, startGcsFake } from './gcs.js'
 
@@ -342,11 +343,13 @@ describe('test servers: GCS (through @google-cloud/storage)', { timeout: 60_000 
       await file(name).save('owner-A', { resumable: false, preconditionOpts: { ifGenerationMatch: 0 } })
       const generation = await generationOf(name)
       const release = server.hold({ path: /^\/upload\// })
-      const replace = gcsFailure(
-        file(name).save('owner-B', {
-          resumable: false,
-          preconditionOpts: { ifGenerationMatch: Number(generation) },
-        }),
+      const replace = awaitLater(
+        gcsFailure(
+          file(name).save('owner-B', {
+            resumable: false,
+            preconditionOpts: { ifGenerationMatch: Number(generation) },
+          }),
+        ),
       )
       await waitUntil(() => server.inFlight === 1, 'the conditional save to arrive')
       await file(name).delete()
@@ -360,7 +363,7 @@ describe('test servers: GCS (through @google-cloud/storage)', { timeout: 60_000 
       const slow = freshName()
       const fast = freshName()
       const release = server.hold({ path: /^\/upload\// })
-      const pending = file(slow).save('slow', { resumable: false })
+      const pending = awaitLater(file(slow).save('slow', { resumable: false }))
       await waitUntil(() => server.inFlight === 1, 'the held upload to arrive')
       await file(fast)
         .setMetadata({})

@@ -23,6 +23,7 @@ import {
   S3ServiceException,
   UploadPartCommand,
 } from '@aws-sdk/client-s3'
+import { awaitLater } from '../support/later.js'
 import { waitUntil } from '../support/wait.js'
 import { type S3Fake, startS3Fake } from './s3.js'
 
@@ -275,7 +276,7 @@ describe('test servers: S3 (through @aws-sdk/client-s3)', { timeout: 60_000 }, (
     const key = freshKey()
     const e1 = (await put(key, 'owner-A', { IfNoneMatch: '*' })).ETag!
     const release = server.hold({ method: 'PUT' })
-    const replace = s3Failure(put(key, 'owner-B', { IfMatch: e1 }))
+    const replace = awaitLater(s3Failure(put(key, 'owner-B', { IfMatch: e1 })))
     await waitUntil(() => server.inFlight === 1, 'the conditional PUT to arrive')
     await s3.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: key }))
     release()
@@ -401,7 +402,7 @@ describe('test servers: S3 (through @aws-sdk/client-s3)', { timeout: 60_000 }, (
     it('hold keeps a request between arrival and commit: a later request is answered first', async () => {
       const slow = freshKey()
       const release = server.hold({ path: `/${BUCKET}/t/${encodeURIComponent(slow.slice(2))}` })
-      const pending = put(slow, 'slow')
+      const pending = awaitLater(put(slow, 'slow'))
       await waitUntil(() => server.inFlight === 1, 'the held PUT to arrive')
       const fast = freshKey()
       await put(fast, 'fast')
@@ -435,7 +436,7 @@ describe('test servers: S3 (through @aws-sdk/client-s3)', { timeout: 60_000 }, (
     it('delay(ms) widens the window between arrival and commit (the request still commits)', async () => {
       const key = freshKey()
       server.delay(50, { method: 'PUT' })
-      const pending = put(key, 'late')
+      const pending = awaitLater(put(key, 'late'))
       await waitUntil(() => server.inFlight === 1, 'the delayed PUT to arrive')
       assert.equal(server.peek(BUCKET, key), undefined)
       await pending

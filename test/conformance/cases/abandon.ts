@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { setImmediate as turn } from 'node:timers/promises'
 import { type AcquireRequest, createLockClient, type Lock, type LockBackend } from '../../../src/index.js'
+import { awaitLater } from '../../support/later.js'
 import { sleep } from '../../support/time.js'
 import type { ConformanceCase } from '../harness.js'
 import { wrapBackend } from '../wrap.js'
@@ -33,7 +34,7 @@ function interrupting(
   return wrapBackend(inner, {
     async tryAcquire(req: AcquireRequest, signal: AbortSignal) {
       if (point === 'before-send') fire()
-      const attempt = inner.tryAcquire(req, signal)
+      const attempt = awaitLater(inner.tryAcquire(req, signal))
       if (point === 'in-flight') fire()
       if (point === 'next-turn') {
         await turn()

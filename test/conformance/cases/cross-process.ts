@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { awaitLater } from '../../support/later.js'
 import { startHold } from '../../support/processes.js'
 import type { ConformanceCase } from '../harness.js'
 
@@ -12,7 +13,7 @@ export const crossProcessCases: ConformanceCase[] = [
       const acquired = await holder.next('acquired')
       const client = ctx.client()
       assert.equal(await client.tryAcquire(key), null, 'another process holds it')
-      const waiting = client.acquire(key, { timeout: '20s' })
+      const waiting = awaitLater(client.acquire(key, { timeout: '20s' }))
       holder.send('release')
       await holder.next('released')
       assert.equal(await holder.exited, 0)

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { LockNotAcquiredError } from '../../../src/index.js'
+import { awaitLater } from '../../support/later.js'
 import { sleep } from '../../support/time.js'
 import { pollUntil } from '../../support/wait.js'
 import type { ConformanceCase } from '../harness.js'
@@ -60,7 +61,7 @@ export const waitingCases: ConformanceCase[] = [
       const key = ctx.key('wake')
       const [a, b] = [ctx.client({ ttl: '60s' }), ctx.client({ ttl: '60s' })]
       const lock = await a.acquire(key)
-      const waiting = b.acquire(key, { timeout: '30s' })
+      const waiting = awaitLater(b.acquire(key, { timeout: '30s' }))
       await sleep(200)
       const releasedAt = performance.now()
       await lock.release()
