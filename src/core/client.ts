@@ -40,14 +40,30 @@ export interface LockClient extends AsyncDisposable {
   /**
    * Stops renewers, releases held locks (best effort; their holders see lock.signal abort), rejects pending
    * acquires, and closes the backend, which closes only what it opened itself (never your driver client).
+   * Never rejects, and returns within about 3 s even when the store does not answer: what it could not
+   * release then ends by its ttl.
    */
   close(): Promise<void>
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
 
-/** How long `close` waits for the clean-ups of acquires it interrupted. */
-const CLOSE_CLEANUP_WAIT_MS = 3000
+/**
+ * How long `close` waits in all for the store: the releases of held locks, the clean-ups of acquires it
+ * interrupted, and the backend's own close. A hung store must not hang close(); what it could not release
+ * ends by its ttl.
+ */
+const CLOSE_WAIT_MS = 3000
+
+/** Waits for `work` until `deadline` (performance.now()), never rejecting. */
+async function until(deadline: number, work: Promise<unknown>): Promise<void> {
+  const stop = new AbortController()
+  try {
+    await Promise.race([work.catch(() => {}), sleep(Math.max(0, deadline - performance.now()), stop.signal)])
+  } finally {
+    stop.abort()
+  }
+}
 
 /**
  * A lock client over `backend`, or over the backend `load` makes (called once the options are known to be
@@ -152,25 +168,19 @@ class Client implements LockClient {
 
   async close(): Promise<void> {
     this.#closed ??= (async () => {
+      const deadline = performance.now() + CLOSE_WAIT_MS
       this.#closing.abort(new ClientClosedError('The lock client was closed while this call was pending'))
       // Holders still at work are told through lock.signal; releases already under way are awaited.
-      await Promise.allSettled([...this.#held].map((lock) => lock.closeWithClient()))
+      await until(deadline, Promise.allSettled([...this.#held].map((lock) => lock.closeWithClient())))
       // The acquires this close rejects start their clean-up as they end (an abort ends them at once).
-      await Promise.all([...this.#running])
+      await until(deadline, Promise.allSettled([...this.#running]))
       // Acquires the close just rejected may hold what an attempt in flight took: their clean-up needs
-      // the backend open. Bounded: a hung store must not hang close(); their leases end by their ttl.
-      if (this.#cleanups.size > 0) {
-        const stop = new AbortController()
-        await Promise.race([
-          Promise.allSettled([...this.#cleanups]),
-          sleep(CLOSE_CLEANUP_WAIT_MS, stop.signal),
-        ])
-        stop.abort()
-      }
+      // the backend open.
+      if (this.#cleanups.size > 0) await until(deadline, Promise.allSettled([...this.#cleanups]))
       // The backend closes only what it opened itself (its own connections, a subscriber), never a
-      // driver client the user handed it.
+      // driver client the user handed it. A failure to close a connection leaves nothing to do: ignored.
       const backend = await this.#backend.catch(() => undefined)
-      await backend?.close()
+      if (backend) await until(Math.max(deadline, performance.now() + 500), backend.close())
     })()
     return this.#closed
   }

@@ -30,6 +30,26 @@ describe('close', { timeout: 20_000 }, () => {
     await holder.release()
   })
 
+  it('resolves when the backend fails to close, and when it never answers', async () => {
+    for (const close of [
+      () => Promise.reject(new Error('connect ETIMEDOUT')),
+      () => new Promise<void>(() => {}),
+    ]) {
+      const backend = { ...scripted(), close }
+      const client = createLockClient(backend)
+      await (await client.acquire(uniqueKey())).release()
+      await client.close()
+    }
+  })
+
+  it('resolves while the release of a held lock never answers; the lock is then lost to its holder', async () => {
+    const backend = scripted({ release: () => new Promise<boolean>(() => {}) })
+    const client = createLockClient(backend, { ttl: '60s' })
+    const lock = await client.acquire(uniqueKey())
+    await client.close()
+    assert.equal(lock.signal.aborted, true)
+  })
+
   it('releases held locks, so another client can take them at once', async () => {
     const backend = freshMemory()
     const client = createLockClient(backend)
