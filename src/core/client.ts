@@ -3,13 +3,14 @@
  * validates, tracks held locks and pending acquires for `close`, and hands each acquire to the acquire
  * loop (acquire-loop.ts).
  */
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { setMaxListeners } from 'node:events'
 import { linkedAbort } from './abort.js'
 import { acquireLoop } from './acquire-loop.js'
 import { unavailableError } from './attempt.js'
 import type { LockBackend, LockInfo } from './backend.js'
 import { sleep } from './clock.js'
-import { ClientClosedError, LockNotAcquiredError, quoteKey } from './errors.js'
+import { ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
 import type { Lock, LockHandle } from './lock.js'
 import {
   type AcquireOptions,
@@ -99,6 +100,12 @@ class Client implements LockClient {
   readonly #cleanups = new Set<Promise<unknown>>()
   #backendId: string | undefined
   #closed: Promise<void> | undefined
+  /**
+   * The keys whose `withLock` the current async context runs inside. Locks are not reentrant: an acquire
+   * of one of them there waits for itself, so it fails at once instead. Only this case is certain: another
+   * task of the same client may well release a key this client holds.
+   */
+  readonly #insideWithLock = new AsyncLocalStorage<ReadonlySet<string>>()
 
   constructor(backend: Promise<LockBackend>, options: ResolvedClientOptions, backendId?: string) {
     this.#backendId = backendId
@@ -119,12 +126,14 @@ class Client implements LockClient {
   async acquire(key: string, options?: AcquireOptions): Promise<Lock> {
     validateKey(key)
     const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
+    this.#refuseSelfDeadlock(key)
     return this.#acquire(key, opts)
   }
 
   async tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null> {
     validateKey(key)
     const opts = resolveAcquireOptions(options, this.#options, 0)
+    this.#refuseSelfDeadlock(key)
     try {
       return await this.#acquire(key, opts)
     } catch (error) {
@@ -138,7 +147,9 @@ class Client implements LockClient {
     const lock = await this.acquire(key, options)
     let result: T
     try {
-      result = await fn(lock)
+      const inside = new Set(this.#insideWithLock.getStore())
+      inside.add(key)
+      result = await this.#insideWithLock.run(inside, () => fn(lock))
     } catch (error) {
       // The work's own error matters more than a failed release; the release failure is still published.
       await lock.release().catch(() => {})
@@ -151,6 +162,16 @@ class Client implements LockClient {
     }
     await lock.release()
     return result
+  }
+
+  #refuseSelfDeadlock(key: string): void {
+    if (!this.#insideWithLock.getStore()?.has(key)) return
+    throw new LockError(
+      'FENCELOCK_SELF_DEADLOCK',
+      `Cannot acquire lock ${quoteKey(key)} inside withLock(${quoteKey(key)}) of the same client: locks are not ` +
+        'reentrant, so it would wait for itself for ever. Use the lock withLock passes to its function',
+      { key },
+    )
   }
 
   async inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo> {

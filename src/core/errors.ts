@@ -80,6 +80,8 @@ export type FencelockErrorCode =
   | 'FENCELOCK_CLIENT_CLOSED'
   /** Redis: the lock's keys hold data fencelock did not write (another program uses the names). */
   | 'FENCELOCK_KEY_CONFLICT'
+  /** An acquire of a key inside `withLock` of the same key: it would wait for itself for ever. */
+  | 'FENCELOCK_SELF_DEADLOCK'
 
 /** Context carried by every fencelock error. */
 export interface LockErrorContext {

@@ -25,6 +25,8 @@ export interface Lock extends AsyncDisposable {
    * before the request was sent, less the drift margin. Renewals move it forward.
    */
   readonly validUntil: number
+  /** How long the lease is still certainly ours, in ms (`validUntil - performance.now()`, at least 0). */
+  readonly remainingMs: number
   /**
    * Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. Read after
    * `validUntil`, it is aborted already (even before a busy event loop runs the expiry timer): check
@@ -122,6 +124,10 @@ export class LockHandle implements Lock {
 
   get validUntil(): number {
     return this.#validUntil
+  }
+
+  get remainingMs(): number {
+    return this.#state === 'held' ? Math.max(0, this.#validUntil - now()) : 0
   }
 
   get signal(): AbortSignal {
