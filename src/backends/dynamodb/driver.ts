@@ -10,6 +10,7 @@ import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
+import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
@@ -75,24 +76,39 @@ export class DynamoDbDriver implements CasDriver {
     this.#loadSdk = loadSdk
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     const out = await this.#call(key, 'read', signal, (sdk) =>
       this.#client.send(
-        new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+        withServerClock(
+          new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+          clock,
+        ),
         { abortSignal: signal },
       ),
     )
     return versioned(out.Item)
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // attribute_not_exists on the key: true only when there is no item for this lock at all.
-    return this.#put(key, body, 'attribute_not_exists(#k)', { '#k': ATTR.key }, undefined, signal)
+    const condition = { expression: 'attribute_not_exists(#k)', names: { '#k': ATTR.key } }
+    return this.#put(key, body, condition, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // A missing item has no version attribute, so the comparison is false then too: no attribute_exists needed.
-    return this.#put(key, body, '#v = :v', { '#v': ATTR.version }, { ':v': { S: version } }, signal)
+    const condition = {
+      expression: '#v = :v',
+      names: { '#v': ATTR.version },
+      values: { ':v': { S: version } },
+    }
+    return this.#put(key, body, condition, signal, clock)
   }
 
   doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
@@ -114,24 +130,27 @@ export class DynamoDbDriver implements CasDriver {
   async #put(
     key: string,
     body: string,
-    condition: string,
-    names: Record<string, string>,
-    values: Item | undefined,
+    condition: { expression: string; names: Record<string, string>; values?: Item },
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
+    const { expression, names, values } = condition
     const version = randomUUID()
     const Item = { ...itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
     try {
       await this.#call(key, 'write', signal, (sdk) =>
         this.#client.send(
-          new sdk.PutItemCommand({
-            TableName: this.#table,
-            Item,
-            ConditionExpression: condition,
-            ExpressionAttributeNames: names,
-            ...(values ? { ExpressionAttributeValues: values } : {}),
-            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-          }),
+          withServerClock(
+            new sdk.PutItemCommand({
+              TableName: this.#table,
+              Item,
+              ConditionExpression: expression,
+              ExpressionAttributeNames: names,
+              ...(values ? { ExpressionAttributeValues: values } : {}),
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            }),
+            clock,
+          ),
           { abortSignal: signal },
         ),
       )

@@ -13,6 +13,7 @@ import type { File, Storage } from '@google-cloud/storage'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
@@ -53,8 +54,11 @@ function headerOf(response: unknown, name: string): string | undefined {
   return Array.isArray(value) ? value[0] : value
 }
 
-/** The object's bytes and the generation the same response names: one request, so they belong together. */
-function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
+/**
+ * The object's bytes and the generation the same response names: one request, so they belong together.
+ * The response's `Date` (also a 404's) goes to `clock`.
+ */
+function download(file: File, signal: AbortSignal, clock: ServerClock | undefined): Promise<CasVersioned> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let generation: string | undefined
@@ -64,6 +68,7 @@ function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
     const settle = () => signal.removeEventListener('abort', onAbort)
     stream.on('response', (response: unknown) => {
       generation = headerOf(response, 'x-goog-generation')
+      noteClock(clock, httpDateSeconds(headerOf(response, 'date')))
     })
     stream.on('data', (chunk: Buffer) => chunks.push(chunk))
     stream.on('error', (error) => {
@@ -90,23 +95,29 @@ export class GcsCasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     try {
-      return await raceSignal(download(this.#file(key), signal), signal)
+      return await raceSignal(download(this.#file(key), signal, clock), signal)
     } catch (error) {
       if (statusOf(error) === 404 && !signal.aborted) return undefined
       throw this.#failure('media GET', key, error, signal)
     }
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // Generation 0 stands for "no live object": written only if there is none.
-    return this.#upload(key, body, 0, signal)
+    return this.#upload(key, body, 0, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // Written only if the live object is still the generation we read.
-    return this.#upload(key, body, version, signal)
+    return this.#upload(key, body, version, signal, clock)
   }
 
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
@@ -135,7 +146,13 @@ export class GcsCasDriver implements CasDriver {
     return this.#place.storage.bucket(this.#place.bucket).file(lockObjectName(key, this.#place.prefix))
   }
 
-  async #upload(key: string, body: string, generation: 0 | string, signal: AbortSignal): Promise<CasWrite> {
+  async #upload(
+    key: string,
+    body: string,
+    generation: 0 | string,
+    signal: AbortSignal,
+    clock: ServerClock | undefined,
+  ): Promise<CasWrite> {
     const file = this.#file(key)
     const save = file.save(body, {
       // One request (a multipart upload): a resumable session would cost two for a record this small.
@@ -158,6 +175,9 @@ export class GcsCasDriver implements CasDriver {
     const written = file.metadata.generation
     if (written === undefined)
       throw this.#failure('upload', key, new Error('no generation in the answer'), signal)
+    // The server's clock at the write: the object's `updated` time, which GCS sets when it commits.
+    const updated = Date.parse(String(file.metadata.updated))
+    noteClock(clock, Number.isFinite(updated) ? Math.floor(updated / 1000) : undefined)
     return { ok: true, version: String(written) }
   }
 

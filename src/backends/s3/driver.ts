@@ -11,6 +11,7 @@
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectKey } from './layout.js'
@@ -75,12 +76,11 @@ export class S3CasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     const { GetObjectCommand } = await this.#place.sdk()
     try {
-      const out = await this.#place.client.send(new GetObjectCommand(this.#object(key)), {
-        abortSignal: signal,
-      })
+      const get = withServerClock(new GetObjectCommand(this.#object(key)), clock)
+      const out = await this.#place.client.send(get, { abortSignal: signal })
       const body = await out.Body?.transformToString('utf-8')
       if (body === undefined || !out.ETag) throw new Error('GetObject answered without a body or an ETag')
       return { body, version: out.ETag }
@@ -90,15 +90,21 @@ export class S3CasDriver implements CasDriver {
     }
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // `If-None-Match: *`: written only if no object has this key.
-    return this.#put(key, body, { IfNoneMatch: '*' }, signal)
+    return this.#put(key, body, { IfNoneMatch: '*' }, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // `If-Match: <ETag>`: written only if the object is still the one we read. Every body carries the
     // engine's nonce, so no two writes share an ETag (ETags are content hashes: equal bodies, equal tags).
-    return this.#put(key, body, { IfMatch: version }, signal)
+    return this.#put(key, body, { IfMatch: version }, signal, clock)
   }
 
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
@@ -128,11 +134,13 @@ export class S3CasDriver implements CasDriver {
     body: string,
     condition: { IfNoneMatch: string } | { IfMatch: string },
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
     const { PutObjectCommand } = await this.#place.sdk()
     const input = { ...this.#object(key), Body: body, ContentType: 'text/plain; charset=utf-8', ...condition }
     try {
-      const out = await this.#place.client.send(new PutObjectCommand(input), { abortSignal: signal })
+      const put = withServerClock(new PutObjectCommand(input), clock)
+      const out = await this.#place.client.send(put, { abortSignal: signal })
       if (!out.ETag) throw new Error('PutObject answered without an ETag')
       return { ok: true, version: out.ETag }
     } catch (error) {
