@@ -162,7 +162,10 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
       ['info', 'ok'],
       JSON.stringify(findings),
     )
-    assert.match(findings[0]!.message, /did not exist: created it/)
+    assert.match(
+      findings[0]!.message,
+      /did not exist in region us-east-1: created it .*createTable=true asked/,
+    )
     assert.match(findings[1]!.message, /enforces attribute_not_exists\(pk\) and version = :read/)
     const again = await driver.doctor(signal)
     assert.deepEqual(

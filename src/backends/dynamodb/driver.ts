@@ -14,7 +14,7 @@ import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
-import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES } from './layout.js'
+import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES, type TablePlace } from './layout.js'
 import { createTable, type DynamoDbSdk } from './table.js'
 
 /**
@@ -60,6 +60,7 @@ export class DynamoDbDriver implements CasDriver {
   readonly #createTable: boolean
   readonly #owned: boolean
   readonly #server: string
+  readonly #endpoint: string | undefined
   readonly #loadSdk: () => Promise<DynamoDbSdk>
   #sdk: Promise<DynamoDbSdk> | undefined
   /** The table's creation, once started (every call that found it missing waits for the same one). */
@@ -71,6 +72,7 @@ export class DynamoDbDriver implements CasDriver {
     this.#createTable = options.createTable
     this.#owned = options.owned
     this.#server = options.endpoint ?? 'AWS DynamoDB'
+    this.#endpoint = options.endpoint
     this.id = options.id
     this.#sdk = options.sdk ? Promise.resolve(options.sdk) : undefined
     this.#loadSdk = loadSdk
@@ -111,9 +113,10 @@ export class DynamoDbDriver implements CasDriver {
     return this.#put(key, body, condition, signal, clock)
   }
 
-  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    return runDoctor(this, {
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return await runDoctor(this, {
       table: this.#table,
+      place: { region: await this.#region(), endpoint: this.#endpoint },
       createTable: this.#createTable,
       server: this.#server,
       signal,
@@ -179,7 +182,7 @@ export class DynamoDbDriver implements CasDriver {
     } catch (error) {
       if (signal.aborted) throw signal.reason
       if (isConditionFailed(error) || error instanceof BackendUnavailableError) throw error
-      throw this.#unavailable(key, what, error)
+      throw await this.#unavailable(key, what, error)
     }
   }
 
@@ -218,13 +221,24 @@ export class DynamoDbDriver implements CasDriver {
     return this.#creating
   }
 
-  #unavailable(key: string, what: string, error: unknown): BackendUnavailableError {
+  /**
+   * A failed request as a BackendUnavailableError. A missing table (ResourceNotFoundException: also a
+   * table in another region or account than this client's) is not retryable, so the acquire fails at
+   * once, naming the region the client looked in and the commands that create the table there.
+   */
+  async #unavailable(key: string, what: string, error: unknown): Promise<BackendUnavailableError> {
     const { text, retryable } = describeFailure(error)
-    const hint = isTableMissing(error)
-      ? `; create the table with: ${createTableCommand(this.#table)} (or let fencelock create it: createTable on)`
-      : /required keys|key element does not match the schema/i.test(text)
-        ? `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
-        : ''
+    let hint = ''
+    if (isTableMissing(error)) {
+      const region = await this.#region()
+      const place = { region, endpoint: this.#endpoint }
+      hint =
+        `; table "${this.#table}" does not exist in region ${region ?? '(unknown)'}${this.#endpoint ? ` at ${this.#endpoint}` : ''}` +
+        ' (a wrong region, account or table name looks the same). fencelock creates a table only when asked:' +
+        ` ${createTableCommand(this.#table, place)}, or: fencelock doctor '${doctorUrl(this.#table, place)}'`
+    } else if (/required keys|key element does not match the schema/i.test(text)) {
+      hint = `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
+    }
     return new BackendUnavailableError(
       `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`,
       {
@@ -235,4 +249,24 @@ export class DynamoDbDriver implements CasDriver {
       },
     )
   }
+
+  /** The client's region, when it has one (the SDK resolves it lazily; a missing one is its own error). */
+  async #region(): Promise<string | undefined> {
+    try {
+      const region = (this.#client.config as { region?: () => Promise<string> }).region
+      return typeof region === 'function' ? await region() : undefined
+    } catch {
+      return undefined
+    }
+  }
+}
+
+/** The `fencelock doctor` URL that creates the table where this client looks. */
+function doctorUrl(table: string, place: TablePlace): string {
+  const query = [
+    ...(place.region ? [`region=${place.region}`] : []),
+    ...(place.endpoint ? [`endpoint=${place.endpoint}`] : []),
+    'createTable=true',
+  ]
+  return `dynamodb://${table}?${query.join('&')}`
 }
