@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { DoctorFinding } from '../core/backend.js'
+import type { ServerClock } from './cas-fence.js'
 import type { CasDriver } from './cas-lease-driver.js'
 
 /** What a probe needs to know beyond the driver: where, and what to call things in its findings. */
@@ -36,7 +37,8 @@ export async function probeConditionalWrites(
 ): Promise<DoctorFinding[]> {
   const body = (step: string) => JSON.stringify({ doctor: step, nonce: randomUUID() })
   const at = `${driver.id} (server: ${probe.server})`
-  const first = await driver.create(probe.key, body('create'), signal)
+  const clock: ServerClock = {}
+  const first = await driver.create(probe.key, body('create'), signal, clock)
   if (!first.ok) {
     return [
       {
@@ -78,5 +80,28 @@ export async function probeConditionalWrites(
       message: `${at} enforces ${probe.createCondition} and ${probe.replaceCondition} (probe object refused a second create and a stale replace)`,
     })
   }
+  findings.push(clockFinding(at, clock))
   return findings
+}
+
+/**
+ * Whether the store's answers show its clock (the HTTP `Date`), which lifts fences above those of a record
+ * deleted behind fencelock's back (cas-fence.ts); without it a deleted record restarts its fence at 1.
+ */
+function clockFinding(at: string, clock: ServerClock): DoctorFinding {
+  if (clock.seconds === undefined) {
+    return {
+      level: 'warn',
+      message:
+        `${at} shows no clock in its answers (no Date header): fences are the record's counter alone, and ` +
+        'restart at 1 if a lock record is deleted (a lifecycle rule, a clean-up). Never delete lock records on this store',
+    }
+  }
+  const skew = Math.round(clock.seconds - Date.now() / 1000)
+  return {
+    level: 'ok',
+    message:
+      `${at} shows its clock (Date: ${new Date(clock.seconds * 1000).toISOString()}, ${skew} s from this machine's): ` +
+      'fences stay above those of a lock record deleted at least three seconds after its creation',
+  }
 }

@@ -6,6 +6,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { ServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
 import { describeFailure, isTableMissing } from './faults.js'
 import { createTableCommand, itemKey, type TablePlace } from './layout.js'
@@ -89,7 +90,8 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
   }
   const watched = {
     id: driver.id,
-    create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
+    create: (k: string, body: string, s: AbortSignal, clock?: ServerClock) =>
+      driver.create(k, body, s, clock).then(noted),
     replace: (k: string, body: string, v: string, s: AbortSignal) =>
       driver.replace(k, body, v, s).then(noted),
   }
