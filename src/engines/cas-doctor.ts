@@ -23,12 +23,13 @@ export interface CasProbe {
 /** A probe key no lock of a user's is likely to have, fresh per run. */
 export const probeKey = (): string => `.fencelock-doctor/${randomUUID()}`
 
-type Writes = Pick<CasDriver, 'id' | 'create' | 'replace'>
+type Writes = Pick<CasDriver, 'id' | 'read' | 'create' | 'replace'>
 
 /**
- * Four writes on the probe record: create (must succeed), create again (must be refused), replace on the
- * first version (must succeed), replace on that now stale version again (must be refused). Every body is
- * distinct, so stores whose versions are content hashes (S3 ETags) still get a new version each time.
+ * A read of the (absent) probe record, for the server's clock, then four writes on it: create (must
+ * succeed), create again (must be refused), replace on the first version (must succeed), replace on that
+ * now stale version again (must be refused). Every body is distinct, so stores whose versions are content
+ * hashes (S3 ETags) still get a new version each time.
  */
 export async function probeConditionalWrites(
   driver: Writes,
@@ -37,8 +38,10 @@ export async function probeConditionalWrites(
 ): Promise<DoctorFinding[]> {
   const body = (step: string) => JSON.stringify({ doctor: step, nonce: randomUUID() })
   const at = `${driver.id} (server: ${probe.server})`
+  // The clock a grant's fence is made from: the one a read shows (cas-fence.ts).
   const clock: ServerClock = {}
-  const first = await driver.create(probe.key, body('create'), signal, clock)
+  await driver.read(probe.key, signal, clock)
+  const first = await driver.create(probe.key, body('create'), signal)
   if (!first.ok) {
     return [
       {

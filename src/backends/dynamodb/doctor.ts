@@ -90,8 +90,8 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
   }
   const watched = {
     id: driver.id,
-    create: (k: string, body: string, s: AbortSignal, clock?: ServerClock) =>
-      driver.create(k, body, s, clock).then(noted),
+    read: (k: string, s: AbortSignal, clock?: ServerClock) => driver.read(k, s, clock),
+    create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
     replace: (k: string, body: string, v: string, s: AbortSignal) =>
       driver.replace(k, body, v, s).then(noted),
   }
