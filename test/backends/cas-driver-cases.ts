@@ -140,9 +140,10 @@ export function casDriverCases(subject: CasDriverSubject): void {
     const findings = (await subject.driver().doctor?.(signal)) ?? []
     assert.deepEqual(
       findings.map((f) => f.level),
-      ['ok', 'ok'],
+      ['ok', 'ok', 'ok'],
       JSON.stringify(findings),
     )
+    assert.match(findings[2]!.message, /no lifecycle rule of the bucket (expires|deletes) lock objects/)
     assert.match(
       findings[1]!.message,
       /shows its clock \(Date: .*\): fences stay above those of a lock record deleted/,
@@ -158,7 +159,7 @@ export function casDriverCases(subject: CasDriverSubject): void {
     const findings = (await subject.driver().doctor?.(signal)) ?? []
     assert.deepEqual(
       findings.map((f) => f.level),
-      ['error', 'error', 'ok'],
+      ['error', 'error', 'ok', 'ok'],
       JSON.stringify(findings),
     )
     const [create, replace] = subject.conditions
@@ -176,7 +177,7 @@ export function casDriverCases(subject: CasDriverSubject): void {
       const findings = (await subject.driver().doctor?.(signal)) ?? []
       assert.deepEqual(
         findings.map((f) => f.level),
-        ['ok', 'warn'],
+        ['ok', 'warn', 'ok'],
         JSON.stringify(findings),
       )
       assert.match(findings[1]!.message, /no Date header.*restart at 1 if a lock record is deleted/)

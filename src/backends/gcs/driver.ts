@@ -83,6 +83,26 @@ function download(file: File, signal: AbortSignal, clock: ServerClock | undefine
   })
 }
 
+/** The parts of a bucket's lifecycle rule that say whether it deletes lock objects. */
+interface GcsLifecycleRule {
+  readonly action?: { readonly type?: string }
+  readonly condition?: {
+    readonly matchesPrefix?: readonly string[]
+    readonly matchesSuffix?: readonly string[]
+  }
+}
+
+/**
+ * Whether a `Delete` rule may delete objects under `prefix`: it names no prefix, or one that overlaps
+ * ours. A rule limited by suffixes is left out (lock names rarely end that way; doctor cannot tell).
+ */
+function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
+  if (rule.action?.type !== 'Delete') return false
+  if ((rule.condition?.matchesSuffix?.length ?? 0) > 0) return false
+  const prefixes = rule.condition?.matchesPrefix ?? []
+  return prefixes.length === 0 || prefixes.some((p) => prefix.startsWith(p) || p.startsWith(prefix))
+}
+
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS
@@ -123,7 +143,7 @@ export class GcsCasDriver implements CasDriver {
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     try {
-      return await probeConditionalWrites(
+      const findings = await probeConditionalWrites(
         this,
         {
           key,
@@ -133,9 +153,42 @@ export class GcsCasDriver implements CasDriver {
         },
         signal,
       )
+      return [...findings, await this.#lifecycleFinding(signal)]
     } finally {
       // Doctor's own probe object only: a lock's object is never deleted (its record carries the fence).
       await raceSignal(this.#file(key).delete({ ignoreNotFound: true }), signal).catch(() => {})
+    }
+  }
+
+  /**
+   * Whether a lifecycle `Delete` rule of the bucket may delete lock objects. Fences survive it
+   * (cas-fence.ts), but a held lock's object deleted ends its lease early: its holder learns it at its
+   * next renewal, and meanwhile only fences keep a resource safe.
+   */
+  async #lifecycleFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { bucket, prefix } = this.#place
+    let rules: readonly GcsLifecycleRule[]
+    try {
+      const [metadata] = await raceSignal(this.#place.storage.bucket(bucket).getMetadata(), signal)
+      rules = (metadata.lifecycle?.rule ?? []) as readonly GcsLifecycleRule[]
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      return {
+        level: 'info',
+        message: `${this.id}: could not read the bucket's lifecycle rules (HTTP ${statusOf(error) ?? 'error'}; storage.buckets.get): check that none deletes objects under "${prefix}"`,
+      }
+    }
+    const covering = rules.filter((rule) => deletesUnder(rule, prefix))
+    if (covering.length === 0) {
+      return { level: 'ok', message: `${this.id}: no lifecycle rule of the bucket deletes lock objects` }
+    }
+    return {
+      level: 'warn',
+      message:
+        `${this.id}: ${covering.length} lifecycle Delete rule(s) of bucket "${bucket}" may delete objects under ` +
+        `"${prefix}": a held lock whose object is deleted loses its lease early (its holder learns it at its ` +
+        'next renewal; fences stay above the deleted record and keep a fenced resource safe). Add a ' +
+        'matchesPrefix that leaves the lock prefix out',
     }
   }
 

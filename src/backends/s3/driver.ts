@@ -8,7 +8,7 @@
  * lost. That is safe: a refusal is only a value here, and the engine re-reads the record and compares its
  * owner and nonce before it believes it lost (cas-lease-driver.ts).
  */
-import type { S3Client } from '@aws-sdk/client-s3'
+import type { LifecycleRule, S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
 import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
@@ -19,7 +19,7 @@ import { lockObjectKey } from './layout.js'
 /** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
 export type S3Module = Pick<
   typeof import('@aws-sdk/client-s3'),
-  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand'
+  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand' | 'GetBucketLifecycleConfigurationCommand'
 >
 
 /**
@@ -62,6 +62,19 @@ const isNoSuchKey = (error: unknown) => statusOf(error) === 404 && nameOf(error)
 const refused = (error: unknown, replace: boolean) => {
   const status = statusOf(error)
   return status === 412 || status === 409 || (replace && isNoSuchKey(error))
+}
+
+/**
+ * Whether an enabled rule expires current objects that may be under `prefix`: its prefix and ours
+ * overlap, and it asks for no tag (lock objects carry none).
+ */
+function expiresUnder(rule: LifecycleRule, prefix: string): boolean {
+  if (rule.Status !== 'Enabled') return false
+  if (rule.Expiration?.Days === undefined && rule.Expiration?.Date === undefined) return false
+  const filter = rule.Filter
+  if (filter?.Tag !== undefined || (filter?.And?.Tags?.length ?? 0) > 0) return false
+  const ruled = filter?.And?.Prefix ?? filter?.Prefix ?? rule.Prefix ?? ''
+  return prefix.startsWith(ruled) || ruled.startsWith(prefix)
 }
 
 export class S3CasDriver implements CasDriver {
@@ -111,13 +124,55 @@ export class S3CasDriver implements CasDriver {
     const key = probeKey()
     const server = await this.#serverName(key, signal)
     try {
-      return await probeConditionalWrites(
+      const findings = await probeConditionalWrites(
         this,
         { key, server, createCondition: 'If-None-Match: *', replaceCondition: 'If-Match: <ETag>' },
         signal,
       )
+      return [...findings, await this.#lifecycleFinding(signal)]
     } finally {
       await this.#remove(key, signal).catch(() => {})
+    }
+  }
+
+  /**
+   * Whether a lifecycle rule of the bucket expires lock objects. Fences survive it (cas-fence.ts: rules
+   * act a day or more after creation), but a held lock's record that expires ends its lease early: its
+   * holder learns it at its next renewal, and meanwhile only fences keep a resource safe.
+   */
+  async #lifecycleFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { GetBucketLifecycleConfigurationCommand } = await this.#place.sdk()
+    const { bucket, prefix } = this.#place
+    let rules: readonly LifecycleRule[]
+    try {
+      const out = await this.#place.client.send(
+        new GetBucketLifecycleConfigurationCommand({ Bucket: bucket }),
+        {
+          abortSignal: signal,
+        },
+      )
+      rules = out.Rules ?? []
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      if (nameOf(error) !== 'NoSuchLifecycleConfiguration') {
+        return {
+          level: 'info',
+          message: `${this.id}: could not read the bucket's lifecycle rules (${nameOf(error)}; s3:GetLifecycleConfiguration): check that none expires objects under "${prefix}"`,
+        }
+      }
+      rules = []
+    }
+    const covering = rules.filter((rule) => expiresUnder(rule, prefix))
+    if (covering.length === 0) {
+      return { level: 'ok', message: `${this.id}: no lifecycle rule of the bucket expires lock objects` }
+    }
+    const names = covering.map((rule) => JSON.stringify(rule.ID ?? '(no id)')).join(', ')
+    return {
+      level: 'warn',
+      message:
+        `${this.id}: lifecycle rule ${names} of bucket "${bucket}" expires objects under "${prefix}": a held lock ` +
+        'whose object expires loses its lease early (its holder learns it at its next renewal; fences stay ' +
+        'above the deleted record and keep a fenced resource safe). Exclude the lock prefix from the rule',
     }
   }
 
