@@ -7,11 +7,11 @@
  * - Grant: absent → create (a new record's fence); released → replace on its version (the next
  *   fence); held by us (an earlier attempt of this acquire whose reply was lost) → replace on its
  *   version, its fence kept or raised to a new record's, so the validity counts from this write; held
- *   by another → a takeover (the next fence) only once this process has
- *   seen that same version unchanged for the record's lease plus a margin, on its own monotonic clock
- *   (cas-observe.ts says when the observation starts, and why that is safe). No client's wall clock is
- *   read or written anywhere (the server's only lifts fences): clocks may jump; only a waiter whose clock RATE runs faster than the margin allows
- *   could take over early.
+ *   by another → a takeover (the next fence) only once this process has seen that same version
+ *   unchanged for the record's lease plus a margin, on its own monotonic clock (cas-observe.ts says when
+ *   the observation starts, and why that is safe). No client's wall clock is read or written anywhere
+ *   (the server's only lifts fences): clocks may jump; only a waiter whose clock RATE runs faster than
+ *   the margin allows could take over early.
  * - Fence (cas-fence.ts): advanced by the very conditional write that grants, kept by renewals and
  *   releases; every version of the record descends from the one before, so fences never go back while it
  *   exists. Each grant also lifts it to an epoch of the SERVER's clock (the `Date` of the read that

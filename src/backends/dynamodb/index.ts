@@ -1,7 +1,7 @@
 /**
  * The DynamoDB backend: the cas-lease engine (src/engines/cas-lease.ts) over one item per lock, written
  * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
- * with a fence added and the item never deleted.
+ * with a fence added and the item never deleted by fencelock.
  *
  * - Layout: a table whose only key is the string partition key `pk`, created by you (the AWS CLI command
  *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use or by `fencelock

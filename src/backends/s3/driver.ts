@@ -216,7 +216,7 @@ export class S3CasDriver implements CasDriver {
     return 'unnamed'
   }
 
-  /** Deletes doctor's probe object (never a lock's: those are never deleted, their record carries the fence). */
+  /** Deletes doctor's probe object (never a lock's: fencelock deletes none, their records carry the fences). */
   async #remove(key: string, signal: AbortSignal): Promise<void> {
     const { DeleteObjectCommand } = await this.#place.sdk()
     await this.#place.client.send(new DeleteObjectCommand(this.#object(key)), { abortSignal: signal })
