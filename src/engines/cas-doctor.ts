@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { DoctorFinding } from '../core/backend.js'
+import type { ServerClock } from './cas-fence.js'
 import type { CasDriver } from './cas-lease-driver.js'
 
 /** What a probe needs to know beyond the driver: where, and what to call things in its findings. */
@@ -22,12 +23,13 @@ export interface CasProbe {
 /** A probe key no lock of a user's is likely to have, fresh per run. */
 export const probeKey = (): string => `.fencelock-doctor/${randomUUID()}`
 
-type Writes = Pick<CasDriver, 'id' | 'create' | 'replace'>
+type Writes = Pick<CasDriver, 'id' | 'read' | 'create' | 'replace'>
 
 /**
- * Four writes on the probe record: create (must succeed), create again (must be refused), replace on the
- * first version (must succeed), replace on that now stale version again (must be refused). Every body is
- * distinct, so stores whose versions are content hashes (S3 ETags) still get a new version each time.
+ * A read of the (absent) probe record, for the server's clock, then four writes on it: create (must
+ * succeed), create again (must be refused), replace on the first version (must succeed), replace on that
+ * now stale version again (must be refused). Every body is distinct, so stores whose versions are content
+ * hashes (S3 ETags) still get a new version each time.
  */
 export async function probeConditionalWrites(
   driver: Writes,
@@ -36,6 +38,9 @@ export async function probeConditionalWrites(
 ): Promise<DoctorFinding[]> {
   const body = (step: string) => JSON.stringify({ doctor: step, nonce: randomUUID() })
   const at = `${driver.id} (server: ${probe.server})`
+  // The clock a grant's fence is made from: the one a read shows (cas-fence.ts).
+  const clock: ServerClock = {}
+  await driver.read(probe.key, signal, clock)
   const first = await driver.create(probe.key, body('create'), signal)
   if (!first.ok) {
     return [
@@ -78,5 +83,28 @@ export async function probeConditionalWrites(
       message: `${at} enforces ${probe.createCondition} and ${probe.replaceCondition} (probe object refused a second create and a stale replace)`,
     })
   }
+  findings.push(clockFinding(at, clock))
   return findings
+}
+
+/**
+ * Whether the store's answers show its clock (the HTTP `Date`), which lifts fences above those of a record
+ * deleted behind fencelock's back (cas-fence.ts); without it a deleted record restarts its fence at 1.
+ */
+function clockFinding(at: string, clock: ServerClock): DoctorFinding {
+  if (clock.seconds === undefined) {
+    return {
+      level: 'warn',
+      message:
+        `${at} shows no clock in its answers (no Date header): fences are the record's counter alone, and ` +
+        'restart at 1 if a lock record is deleted (a lifecycle rule, a clean-up). Never delete lock records on this store',
+    }
+  }
+  const skew = Math.round(clock.seconds - Date.now() / 1000)
+  return {
+    level: 'ok',
+    message:
+      `${at} shows its clock (Date: ${new Date(clock.seconds * 1000).toISOString()}, ${skew} s from this machine's): ` +
+      'fences stay above those of a lock record deleted at least three seconds after its creation',
+  }
 }

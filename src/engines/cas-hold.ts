@@ -8,6 +8,7 @@
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../core/errors.js'
+import { landedLate, newRecordFence, type ServerClock } from './cas-fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
 import type { CasIo } from './cas-write.js'
 
@@ -95,9 +96,9 @@ export class CasHolds {
    * racing it), or may still land: the core stops waiting for an attempt at once (the SDK call rejects on
    * abort), while a request that had reached the server is committed after anything we do next.
    * - A record held by its owner: marked released, conditionally on its version.
-   * - No record at all while a create of ours may still be in flight: a released record (fence 0, so the
-   *   next grant still gets 1) is created, which makes that create fail for good instead of leaving a lock
-   *   nobody renews.
+   * - No record at all while a create of ours may still be in flight: a released record (with one less
+   *   than a new record's fence, so the next grant still gets at least that) is created, which makes that
+   *   create fail for good instead of leaving a lock nobody renews.
    * - A record at a version one of our replaces was conditioned on (a released record taken, a takeover
    *   after observed expiry): that replace has not landed and still could, granting a lock nobody renews
    *   (waiters would sit out a whole lease). It is written over with a released record on that version
@@ -111,7 +112,8 @@ export class CasHolds {
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     const conditioned = this.#writers.get(req.owner)
     if (conditioned === undefined) return
-    let current = await this.#io.read(req.key, signal)
+    const clock: ServerClock = {}
+    let current = await this.#io.read(req.key, signal, clock)
     for (let i = 0; i < TRIES; i++) {
       const found = current === undefined ? undefined : decodeRecord(current.body)
       const pending = found !== undefined && conditioned.has(current!.version)
@@ -120,8 +122,18 @@ export class CasHolds {
         return
       }
       await this.#io.paced(req.key, signal)
-      const out = await this.#io.write(req.key, released(req, found), current?.version, signal)
+      const record = released(req, found, this.#io.driver.id, clock.seconds)
+      const answered: ServerClock = {}
+      const out = await this.#io.write(req.key, record, current?.version, signal, answered)
       if (out.kind === 'unknown') throw out.error
+      if (out.kind === 'written' && current === undefined && landedLate(clock.seconds, answered.seconds)) {
+        // Our released record was created late (cas-fence.ts): its fence raised to the answer's second.
+        await this.#io.paced(req.key, signal)
+        const raised = released(req, undefined, this.#io.driver.id, answered.seconds)
+        const again = { ...record, fence: maxFence(record.fence, raised.fence), nonce: newNonce() }
+        const redone = await this.#io.write(req.key, again, out.version, signal)
+        if (redone.kind === 'unknown') throw redone.error
+      }
       if (out.kind === 'written') {
         this.#writers.delete(req.owner)
         return
@@ -143,13 +155,19 @@ export class CasHolds {
  * The released record abandon writes over `found` (undefined: no record). The fence and lease are kept,
  * and the owner and holder too: a released record's owner never matters for exclusion (only a held one
  * is anyone's), and the fence it carries was theirs, not ours (`found` held by our owner is ours anyway).
- * No record: ours, with fence 0, which nobody held.
+ * No record: ours, with one less than a new record's fence (cas-fence.ts), which nobody held, so the
+ * next grant takes at least that fence; `seconds` is the server's clock of the read that found none.
  */
-function released(req: AcquireRequest, found: CasRecord | undefined): CasRecord {
+function released(
+  req: AcquireRequest,
+  found: CasRecord | undefined,
+  backend: string,
+  seconds: number | undefined,
+): CasRecord {
   if (found !== undefined) return { ...found, state: 'released', nonce: newNonce() }
   return {
     owner: req.owner,
-    fence: 0n,
+    fence: newRecordFence(seconds, req.key, backend) - 1n,
     leaseMs: req.ttlMs,
     state: 'released',
     holder: req.holder,
@@ -170,3 +188,5 @@ function unsettled(io: CasIo, key: string, what: string): BackendUnavailableErro
     { key, backend: io.driver.id, retryable: true },
   )
 }
+
+const maxFence = (a: bigint, b: bigint): bigint => (a > b ? a : b)

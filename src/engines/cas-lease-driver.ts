@@ -9,6 +9,7 @@
  * the record back and comparing the owner and the nonce, never by trusting the error.
  */
 import type { BackendLimits, DoctorFinding } from '../core/backend.js'
+import type { ServerClock } from './cas-fence.js'
 
 /** A lock record as stored: the engine's text, and the store's version of it (ETag, generation, version attribute). */
 export interface CasVersioned {
@@ -39,12 +40,22 @@ export interface CasDriver {
    * second per object); 0 when it has no such limit. Heartbeats and takeovers never write faster.
    */
   readonly minWriteIntervalMs: number
-  /** The record of lock `key`, strongly consistent; `undefined` when there is none. */
-  read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined>
-  /** Writes the record of `key` only if there is none. */
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite>
-  /** Replaces the record of `key` only if its version is still `version`. */
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite>
+  /**
+   * The record of lock `key`, strongly consistent; `undefined` when there is none. Notes in `clock`, when
+   * given, the server's clock its answer showed (the HTTP `Date`), also with a 404: the fence of a new
+   * record is made from it (cas-fence.ts). A store that shows none leaves it unset.
+   */
+  read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined>
+  /** Writes the record of `key` only if there is none; notes the answer's server clock as `read` does. */
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite>
+  /** Replaces the record of `key` only if its version is still `version`; notes the clock as `read` does. */
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite>
   /**
    * Proves the store enforces what the engine relies on (two creates: the second must be refused; a replace
    * with a stale version must be refused), on a probe record of its own; an `error` finding names the

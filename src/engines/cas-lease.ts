@@ -1,18 +1,21 @@
 /**
  * The cas-lease engine: a lock as ONE record per key on a store with conditional writes (S3, GCS,
  * DynamoDB), replaced only by a write conditioned on the version we read. Model: the DynamoDB lock client
- * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted.
+ * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted by fencelock.
  *
  * - Record (cas-record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
- * - Grant: absent → create (fence 1); released → replace on its version (fence + 1); held by us (an
- *   earlier attempt of this acquire whose reply was lost) → replace on its version, same fence, so the
- *   validity counts from this write; held by another → a takeover (fence + 1) only once this process has
- *   seen that same version unchanged for the record's lease plus a margin, on its own monotonic clock
- *   (cas-observe.ts says when the observation starts, and why that is safe). No wall clock is read or
- *   written anywhere: clocks may jump; only a waiter whose clock RATE runs faster than the margin allows
- *   could take over early.
- * - Fence: advanced by the very conditional write that grants, kept by renewals and releases; every
- *   version of the record descends from the one before, so fences never go back while it exists.
+ * - Grant: absent → create (a new record's fence); released → replace on its version (the next
+ *   fence); held by us (an earlier attempt of this acquire whose reply was lost) → replace on its
+ *   version, its fence kept or raised to a new record's, so the validity counts from this write; held
+ *   by another → a takeover (the next fence) only once this process has seen that same version
+ *   unchanged for the record's lease plus a margin, on its own monotonic clock (cas-observe.ts says when
+ *   the observation starts, and why that is safe). No client's wall clock is read or written anywhere
+ *   (the server's only lifts fences): clocks may jump; only a waiter whose clock RATE runs faster than
+ *   the margin allows could take over early.
+ * - Fence (cas-fence.ts): advanced by the very conditional write that grants, kept by renewals and
+ *   releases; every version of the record descends from the one before, so fences never go back while it
+ *   exists. Each grant also lifts it to an epoch of the SERVER's clock (the `Date` of the read that
+ *   decided it), so a record deleted behind our back and made again starts above every earlier fence.
  * - Renewal: a replace on our last version (new nonce, same fence); the holder's validity counts from
  *   before that write was sent (the core does it), which precedes every waiter's observation of it.
  * - Uncertain outcomes (cas-write.ts): re-read, and our owner with this write's nonce means it landed.
@@ -46,6 +49,7 @@ import type {
 } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
 import { now } from '../core/clock.js'
+import { grantFence, landedLate, newRecordFence, type ServerClock } from './cas-fence.js'
 import { type CasHold, CasHolds } from './cas-hold.js'
 import type { CasDriver } from './cas-lease-driver.js'
 import { type Observation, Observations } from './cas-observe.js'
@@ -95,6 +99,8 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
 }
 
 export class CasLease {
+  /** Names the store in errors. */
+  readonly id: string
   readonly #driver: CasDriver
   readonly #seen: Observations
   readonly #io: CasIo
@@ -107,6 +113,7 @@ export class CasLease {
 
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
+    this.id = options.id ?? driver.id
     const margin = options.marginMs
     if (margin !== undefined && !(margin >= 0)) {
       throw new TypeError(`Expected \`marginMs\` to be a number >= 0, got ${String(margin)}`)
@@ -130,22 +137,33 @@ export class CasLease {
     if (known && waiting && now() < known.nextReadAt && this.#othersHold(known, req.owner)) {
       return this.#busy(known)
     }
-    const current = await this.#io.read(req.key, signal)
+    // The server's second of this read decides the fence of a grant made on what it returns (cas-fence.ts).
+    const clock: ServerClock = {}
+    const current = await this.#io.read(req.key, signal, clock)
     if (!waiting) this.#waiting.set(req.owner, true)
-    if (current === undefined) return await this.#write(req, 1n, undefined, signal)
+    const { id } = this
+    if (current === undefined) {
+      return await this.#write(req, newRecordFence(clock.seconds, req.key, id), undefined, signal, clock)
+    }
     const seen = this.#seen.get(req.key)!
     const record = seen.record
     // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
     if (record === undefined) return this.#busy(seen)
-    if (record.state === 'released') return await this.#write(req, record.fence + 1n, seen, signal)
+    const next = () => grantFence(record.fence, clock.seconds, req.key, id)
+    if (record.state === 'released') return await this.#write(req, next(), seen, signal, clock)
     // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
     // the core counts from this attempt's start is really the lease's (waiters restart their watch).
-    if (record.owner === req.owner) return await this.#write(req, record.fence, seen, signal)
+    // That attempt may have been a create that landed late (cas-fence.ts): the fence is made as a new
+    // record's would be now, which is never below the one it carries.
+    if (record.owner === req.owner) {
+      const renewed = newRecordFence(clock.seconds, req.key, id)
+      return await this.#write(req, renewed > record.fence ? renewed : record.fence, seen, signal, clock)
+    }
     // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
     // more (it counted its validity from before the write we have been watching), so it is taken over.
     const takeoverAt = this.#seen.takeoverAt(seen)!
     if (now() < takeoverAt) return this.#busy(seen)
-    return await this.#write(req, record.fence + 1n, seen, signal)
+    return await this.#write(req, next(), seen, signal, clock)
   }
 
   /** `LockBackend.abandon`: the acquire is over; what it may have left is released (cas-hold.ts). */
@@ -179,12 +197,16 @@ export class CasLease {
     }
   }
 
-  /** A grant by writing our record (`fence`) over `seen` (undefined: a create), or why not. */
+  /**
+   * A grant by writing our record (`fence`) over `seen` (undefined: a create), or why not. `decided` is
+   * the server's clock of the read that chose the fence.
+   */
   async #write(
     req: AcquireRequest,
     fence: bigint,
-    seen: Observation | undefined,
+    seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
+    decided: ServerClock,
   ): Promise<AttemptResult> {
     // The store's write rate (GCS: about one write per second per object). If the record changes
     // meanwhile, the write's condition says so.
@@ -201,7 +223,16 @@ export class CasLease {
     const conditioned = this.#writers.get(req.owner) ?? new Set<string>()
     if (seen !== undefined) conditioned.add(seen.version)
     this.#writers.set(req.owner, conditioned)
-    const out = await this.#io.write(req.key, record, seen?.version, signal)
+    const answered: ServerClock = {}
+    const out = await this.#io.write(req.key, record, seen?.version, signal, answered)
+    if (out.kind === 'written' && seen === undefined && landedLate(decided.seconds, answered.seconds)) {
+      // A create answered over a second after the read that chose its fence: it may have landed after
+      // another record of this key was made and deleted meanwhile. Made anew by a replace on its own
+      // version (which cannot land late on another record) with a new record's fence of the answer's
+      // second, before anyone is granted with the first (cas-fence.ts).
+      const fresh = newRecordFence(answered.seconds, req.key, this.id)
+      return await this.#write(req, fresh, { version: out.version }, signal, answered)
+    }
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)
       const hold: CasHold = {

@@ -8,7 +8,8 @@
  * - `nonce` is fresh random bytes on every write: S3's ETag is a hash of the body, so two writes of the
  *   same body (a renewal that changes nothing else) would give the same version, an ABA that would let a
  *   waiter's observation, or a stale conditional write, pass over a write it never saw.
- * - `state: 'released'` marks a free lock; the record is never deleted, or the fence would restart at 1.
+ * - `state: 'released'` marks a free lock; fencelock never deletes a record. One deleted behind its back
+ *   is made again with a fence above the old ones, from the server's clock (cas-fence.ts).
  */
 import { randomBytes } from 'node:crypto'
 

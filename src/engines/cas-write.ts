@@ -7,6 +7,7 @@
  */
 
 import { now, sleep } from '../core/clock.js'
+import type { ServerClock } from './cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from './cas-lease-driver.js'
 import type { Observations } from './cas-observe.js'
 import { type CasRecord, decodeRecord, encodeRecord } from './cas-record.js'
@@ -30,37 +31,44 @@ export class CasIo {
     readonly seen: Observations,
   ) {}
 
-  /** A strongly consistent read; what it returned is observed at its return (see cas-observe.ts). */
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
-    const current = await this.driver.read(key, signal)
+  /**
+   * A strongly consistent read; what it returned is observed at its return (see cas-observe.ts). The
+   * server's clock of its answer goes to `clock` (cas-fence.ts).
+   */
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
+    const current = await this.driver.read(key, signal, clock)
     this.#saw(key, current)
     return current
   }
 
-  /** Writes `record`: a create when `version` is undefined, else a replace on `version`. */
+  /**
+   * Writes `record`: a create when `version` is undefined, else a replace on `version`. `clock` gets the
+   * server's clock of the write's answer (of the read behind it, when the outcome had to be read).
+   */
   async write(
     key: string,
     record: CasRecord,
     version: string | undefined,
     signal: AbortSignal,
+    clock?: ServerClock,
   ): Promise<WriteOutcome> {
     let error: unknown
     let current: CasVersioned | undefined
     try {
-      const result = await this.#send(key, encodeRecord(record), version, signal)
+      const result = await this.#send(key, encodeRecord(record), version, signal, clock)
       if (result.ok) {
         this.seen.saw(key, result.version, record, now())
         return { kind: 'written', version: result.version }
       }
       // Refused. The store may hand back the record as it is now (DynamoDB's ALL_OLD); else we read it.
       if (result.current) this.#saw(key, result.current)
-      current = result.current ?? (await this.read(key, signal))
+      current = result.current ?? (await this.read(key, signal, clock))
     } catch (thrown) {
       // No answer (or a refusal we could not read behind): what we saw of the key may be stale now.
       this.seen.stale(key)
       error = thrown
       try {
-        current = await this.read(key, signal)
+        current = await this.read(key, signal, clock)
       } catch {
         return { kind: 'unknown', error }
       }
@@ -93,12 +101,13 @@ export class CasIo {
     body: string,
     version: string | undefined,
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
     this.seen.writing(key, now())
     try {
       return version === undefined
-        ? await this.driver.create(key, body, signal)
-        : await this.driver.replace(key, body, version, signal)
+        ? await this.driver.create(key, body, signal, clock)
+        : await this.driver.replace(key, body, version, signal, clock)
     } finally {
       this.seen.writing(key, now())
     }

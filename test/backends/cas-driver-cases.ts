@@ -140,8 +140,13 @@ export function casDriverCases(subject: CasDriverSubject): void {
     const findings = (await subject.driver().doctor?.(signal)) ?? []
     assert.deepEqual(
       findings.map((f) => f.level),
-      ['ok'],
+      ['ok', 'ok', 'ok'],
       JSON.stringify(findings),
+    )
+    assert.match(findings[2]!.message, /no lifecycle rule of the bucket (expires|deletes) lock objects/)
+    assert.match(
+      findings[1]!.message,
+      /shows its clock \(Date: .*\): fences stay above those of a lock record deleted/,
     )
     const deletes = server.requests.filter((r) => r.method === 'DELETE')
     assert.equal(deletes.length, 1)
@@ -154,7 +159,7 @@ export function casDriverCases(subject: CasDriverSubject): void {
     const findings = (await subject.driver().doctor?.(signal)) ?? []
     assert.deepEqual(
       findings.map((f) => f.level),
-      ['error', 'error'],
+      ['error', 'error', 'ok', 'ok'],
       JSON.stringify(findings),
     )
     const [create, replace] = subject.conditions
@@ -164,5 +169,20 @@ export function casDriverCases(subject: CasDriverSubject): void {
     )
     assert.ok(findings[0]!.message.includes(`ignores ${create}:`), findings[0]!.message)
     assert.ok(findings[1]!.message.includes(`ignores ${replace}:`), findings[1]!.message)
+  })
+
+  it('doctor: a warning when the server shows no clock (no Date header): fences would restart after a deletion', async () => {
+    subject.server().withoutDate(true)
+    try {
+      const findings = (await subject.driver().doctor?.(signal)) ?? []
+      assert.deepEqual(
+        findings.map((f) => f.level),
+        ['ok', 'warn', 'ok'],
+        JSON.stringify(findings),
+      )
+      assert.match(findings[1]!.message, /no Date header.*restart at 1 if a lock record is deleted/)
+    } finally {
+      subject.server().withoutDate(false)
+    }
   })
 }

@@ -1,17 +1,18 @@
 /**
  * The DynamoDB backend as users meet it: the `dynamodb://` URL (what it takes and refuses), the item a lock
- * leaves in the table (read raw, through layout.ts), the fence kept by a release, a missing table with
- * `createTable=false`, a key longer than DynamoDB takes, the user's own client left open, and
- * `fencelock doctor` (also on a server that ignores condition expressions).
+ * leaves in the table (read raw, through layout.ts), the fence kept by a release, a missing table (never
+ * made unless asked; a client of another region fails at once, on a DynamoDB Local without `-sharedDb`),
+ * a key longer than DynamoDB takes, the user's own client left open, and `fencelock doctor` (also on a
+ * server that ignores condition expressions, and making the table with `createTable=true`).
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { GetItemCommand } from '@aws-sdk/client-dynamodb'
+import { GetItemCommand, ListTablesCommand } from '@aws-sdk/client-dynamodb'
 import { ATTR, dynamodbBackend, fromUrl, itemKey } from '../../src/backends/dynamodb/index.js'
 import { decodeRecord } from '../../src/engines/cas-record.js'
 import { BackendUnavailableError, createLockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
-import { TABLE } from '../kits/dynamodb.js'
+import { makeTable, TABLE } from '../kits/dynamodb.js'
 import {
   type DynamoDbServer,
   LOCAL_REGION,
@@ -63,6 +64,8 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
   before(async () => {
     useLocalCredentials()
     server = await startDynamoDb()
+    const admin = localClient(server.endpoint)
+    await makeTable(admin).finally(() => admin.destroy())
   })
   after(() => server?.destroy())
 
@@ -89,7 +92,7 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
       assert.equal(released.record.fence, first.fence)
       assert.notEqual(released.item.version!.S, held.item.version!.S)
       const second = await locks.acquire('orders/42')
-      assert.equal(second.fence, first.fence + 1n)
+      assert.ok(second.fence > first.fence, `${second.fence} > ${first.fence}`)
       await second.release()
     } finally {
       await locks.close()
@@ -97,18 +100,32 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
     }
   })
 
-  it('fails at once, saying how to create it, when the table is missing and createTable=false', async () => {
-    const locks = createLockClient(url('no-such-table', '&createTable=false'), { ttl: '10s' })
+  it('never makes a missing table unless asked: fails at once naming region, table and how to create it', async () => {
+    const locks = createLockClient(url('no-such-table'), { ttl: '10s' })
+    const admin = localClient(server.endpoint)
     try {
+      const started = performance.now()
       // A wait of a minute: the error is not retryable, so the acquire does not wait it out.
       await assert.rejects(locks.acquire('k', { timeout: '60s' }), (error: Error) => {
         assert.ok(error instanceof BackendUnavailableError, String(error))
         assert.equal(error.retryable, false)
-        assert.match(error.message, /aws dynamodb create-table --table-name no-such-table/)
+        assert.match(error.message, /table "no-such-table" does not exist in region us-east-1/)
+        assert.match(
+          error.message,
+          /aws dynamodb create-table --table-name no-such-table .* --region us-east-1/,
+        )
+        assert.match(
+          error.message,
+          /fencelock doctor 'dynamodb:\/\/no-such-table\?region=us-east-1&endpoint=.*&createTable=true'/,
+        )
         return true
       })
+      assert.ok(performance.now() - started < 30_000, 'failed at once, not at the deadline')
+      const { TableNames } = await admin.send(new ListTablesCommand({}))
+      assert.ok(!TableNames?.includes('no-such-table'), 'no table was made')
     } finally {
       await locks.close()
+      admin.destroy()
     }
   })
 
@@ -138,9 +155,14 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
   })
 
   it('fencelock doctor: ok on DynamoDB Local, an error naming the server when it ignores conditions', async () => {
+    const missing = await runCli(['doctor', url('doctor-table')])
+    assert.notEqual(missing.code, 0, missing.stdout + missing.stderr)
+    assert.match(missing.stdout + missing.stderr, /"doctor-table" does not exist in region us-east-1/)
+    // Asked to: the missing table is made (by the CLI's first read, or by doctor itself).
+    const made = await runCli(['doctor', url('doctor-table', '&createTable=true')])
+    assert.equal(made.code, 0, made.stdout + made.stderr)
     const good = await runCli(['doctor', url('doctor-table')])
     assert.equal(good.code, 0, good.stdout + good.stderr)
-    // The CLI reads a key first ("the store answers"), which makes the missing table on first use.
     assert.match(good.stdout, /^ok +Table "doctor-table": key "pk" \(string\), PAY_PER_REQUEST, ACTIVE/m)
     assert.match(good.stdout, /^ok +.*enforces attribute_not_exists\(pk\) and version = :read/m)
     const proxy = await startLaxProxy(server.port)
@@ -157,3 +179,44 @@ describe('dynamodb backend on DynamoDB Local', { timeout: 120_000 }, () => {
     }
   })
 })
+
+describe(
+  'dynamodb backend on DynamoDB Local without -sharedDb (a database per region, as on AWS)',
+  {
+    timeout: 120_000,
+  },
+  () => {
+    let server: DynamoDbServer
+    before(async () => {
+      useLocalCredentials()
+      server = await startDynamoDb({ sharedDb: false })
+    })
+    after(() => server?.destroy())
+
+    it('a client pointed at another region fails at once; it neither makes a table nor gets the lock', async () => {
+      const urlIn = (region: string) => `dynamodb://${TABLE}?endpoint=${server.endpoint}&region=${region}`
+      const home = localClient(server.endpoint)
+      const away = localClient(server.endpoint, { region: 'eu-west-1' })
+      await makeTable(home)
+      const right = createLockClient(urlIn(LOCAL_REGION), { ttl: '30s' })
+      const wrong = createLockClient(urlIn('eu-west-1'), { ttl: '30s' })
+      try {
+        const held = await right.acquire('orders/42')
+        await assert.rejects(wrong.acquire('orders/42', { timeout: '60s' }), (error: Error) => {
+          assert.ok(error instanceof BackendUnavailableError, String(error))
+          assert.equal(error.retryable, false)
+          assert.match(error.message, /table "fencelock-tests" does not exist in region eu-west-1/)
+          assert.match(error.message, /--region eu-west-1/)
+          return true
+        })
+        const { TableNames } = await away.send(new ListTablesCommand({}))
+        assert.deepEqual(TableNames, [], 'no table was made in the wrong region')
+        await held.release()
+      } finally {
+        await Promise.all([right.close(), wrong.close()])
+        home.destroy()
+        away.destroy()
+      }
+    })
+  },
+)

@@ -159,15 +159,18 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
     const findings = await driver.doctor(signal)
     assert.deepEqual(
       findings.map((f) => f.level),
-      ['info', 'ok'],
+      ['info', 'ok', 'ok'],
       JSON.stringify(findings),
     )
-    assert.match(findings[0]!.message, /did not exist: created it/)
+    assert.match(
+      findings[0]!.message,
+      /did not exist in region us-east-1: created it .*createTable=true asked/,
+    )
     assert.match(findings[1]!.message, /enforces attribute_not_exists\(pk\) and version = :read/)
     const again = await driver.doctor(signal)
     assert.deepEqual(
       again.map((f) => f.level),
-      ['ok', 'ok'],
+      ['ok', 'ok', 'ok'],
     )
     assert.match(again[0]!.message, /key "pk" \(string\), PAY_PER_REQUEST, ACTIVE/)
     const { Count } = await client.send(new sdk.ScanCommand({ TableName: table, Select: 'COUNT' }))

@@ -41,6 +41,28 @@ describe('gcs driver', { timeout: 60_000 }, () => {
     conditions: ['ifGenerationMatch=0', 'ifGenerationMatch=<generation>'],
   })
 
+  it('doctor: a warning for a lifecycle Delete rule that may delete lock objects, none for one elsewhere', async () => {
+    const bucket = storage.bucket(BUCKET)
+    const lifecycle = async (matchesPrefix: string[]) => {
+      await bucket.setMetadata({
+        lifecycle: { rule: [{ action: { type: 'Delete' }, condition: { age: 30, matchesPrefix } }] },
+      })
+      return (await driverOf(storage).doctor(signal)).at(-1)!
+    }
+    try {
+      const elsewhere = await lifecycle(['logs/'])
+      assert.equal(elsewhere.level, 'ok', elsewhere.message)
+      const covering = await lifecycle(['app/'])
+      assert.equal(covering.level, 'warn', covering.message)
+      assert.match(
+        covering.message,
+        /1 lifecycle Delete rule\(s\) of bucket .* may delete objects under "app\/"/,
+      )
+    } finally {
+      await bucket.setMetadata({ lifecycle: null })
+    }
+  })
+
   it('versions are generations, the record is never cached', async () => {
     const key = freshKey()
     const created = await driverOf(storage).create(key, 'one', signal)

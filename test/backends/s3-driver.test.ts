@@ -55,6 +55,32 @@ describe('s3 driver', { timeout: 60_000 }, () => {
     conditions: ['If-None-Match: *', 'If-Match: <ETag>'],
   })
 
+  it('doctor: a warning for a lifecycle rule that expires lock objects, none for one elsewhere', async () => {
+    const rule = (id: string, prefix: string) => ({
+      ID: id,
+      Status: 'Enabled' as const,
+      Filter: { Prefix: prefix },
+      Expiration: { Days: 1 },
+    })
+    const lifecycle = async (rules: ReturnType<typeof rule>[]) => {
+      const put = new sdk.PutBucketLifecycleConfigurationCommand({
+        Bucket: BUCKET,
+        LifecycleConfiguration: { Rules: rules },
+      })
+      await s3.send(put)
+      return (await driverOf(s3).doctor(signal)).at(-1)!
+    }
+    try {
+      const elsewhere = await lifecycle([rule('logs', 'logs/')])
+      assert.equal(elsewhere.level, 'ok', elsewhere.message)
+      const covering = await lifecycle([rule('logs', 'logs/'), rule('everything', '')])
+      assert.equal(covering.level, 'warn', covering.message)
+      assert.match(covering.message, /lifecycle rule "everything" of bucket .* expires objects under "app\/"/)
+    } finally {
+      await s3.send(new sdk.DeleteBucketLifecycleCommand({ Bucket: BUCKET }))
+    }
+  })
+
   it('refuses a replace of an absent record when the server says 412 instead of 404', async () => {
     server.settings.ifMatchAbsent = 412
     try {

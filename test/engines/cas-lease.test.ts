@@ -561,3 +561,101 @@ describe('cas-lease: waiting and the store rates', () => {
     for (const { client } of processes) await client.close()
   })
 })
+
+describe("cas-lease: fences lifted to the server's clock (cas-fence.ts)", () => {
+  const epoch = (seconds: number) => BigInt(seconds) << 20n
+
+  it('a new record takes E(T + 3); later grants max(previous + 1, E(T)); renewals and releases keep it', async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const { client } = processOn(store)
+    const first = await client.acquire('k', { renew: false })
+    assert.equal(first.fence, epoch(1_003))
+    await first.extend()
+    await first.release()
+    assert.equal(store.json('k')!.fence, String(epoch(1_003)))
+    const second = await client.acquire('k', { renew: false })
+    assert.equal(second.fence, epoch(1_003) + 1n, 'the epoch is below the counter: counted')
+    await second.release()
+    now = 2_000
+    const third = await client.acquire('k', { renew: false })
+    assert.equal(third.fence, epoch(2_000), 'the epoch is above the counter: lifted')
+    await third.release()
+    await client.close()
+  })
+
+  it('a record deleted behind our back is made again above every earlier fence', async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const { client } = processOn(store)
+    const fences: bigint[] = []
+    for (let i = 0; i < 5; i++) {
+      const lock = await client.acquire('k', { renew: false })
+      fences.push(lock.fence)
+      await lock.release()
+    }
+    now += 3 // the deletion comes at least three seconds after the record's creation
+    store.records.delete('k')
+    const again = await client.acquire('k', { renew: false })
+    assert.ok(again.fence > fences.at(-1)!, `${again.fence} > ${fences.at(-1)}`)
+    await again.release()
+    await client.close()
+  })
+
+  it('a record of an older version (a fence counted from 1) keeps working: its next fence jumps forward', async () => {
+    const store = new FakeCasStore()
+    store.clock = () => 1_000
+    released(store, 'k', 5n)
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { renew: false })
+    assert.equal(lock.fence, epoch(1_000))
+    await lock.release()
+    await client.close()
+  })
+
+  it('a create answered over a second after its read is made again with the fence of its answer', async () => {
+    const store = new FakeCasStore()
+    // The read answers at 1000, the create at 1005 (sent late): it may have landed after another record
+    // of the key was made, used and deleted in between, so its fence E(1003) is not handed out.
+    store.clock = (op) => (op === 'create' ? 1_005 : op === 'replace' ? 1_005 : 1_000)
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { renew: false })
+    assert.equal(lock.fence, epoch(1_008))
+    assert.deepEqual(
+      store.log.filter((l) => l.op !== 'read').map((l) => l.op),
+      ['create', 'replace'],
+    )
+    assert.equal(store.json('k')!.fence, String(epoch(1_008)))
+    assert.equal(store.json('k')!.owner, lock.owner)
+    await lock.release()
+    await client.close()
+  })
+
+  it('an earlier attempt of ours found in place (maybe a late create) is granted with a fence made now', async () => {
+    const store = new FakeCasStore()
+    // The next attempt's read (the third) comes ten seconds later.
+    store.clock = () => (store.count('read') >= 3 ? 1_010 : 1_000)
+    store.next('create', 'lose-reply')
+    store.next('read', 'throw-before', 1) // the re-read after the lost reply fails too: outcome unknown
+    const { client } = processOn(store)
+    const lock = await client.acquire('k', { renew: false, timeout: 10_000 })
+    assert.equal(lock.fence, epoch(1_013))
+    await lock.release()
+    await client.close()
+  })
+
+  it('a server clock beyond 2^40 seconds is refused, not turned into a fence', async () => {
+    const store = new FakeCasStore()
+    store.clock = () => 2 ** 41
+    const { client } = processOn(store)
+    await assert.rejects(client.acquire('k', { timeout: 5000 }), (error: Error) => {
+      assert.ok(error instanceof BackendUnavailableError, String(error))
+      assert.equal(error.retryable, false)
+      assert.match(error.message, /server's clock .* fix the server's clock/)
+      return true
+    })
+    await client.close()
+  })
+})

@@ -7,6 +7,7 @@
  * "lax" mode that ignores every condition (some S3-compatible servers do). Every operation is logged
  * with when it reached the store and when it was applied, on the test's monotonic clock.
  */
+import { noteClock, type ServerClock } from '../../src/engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../src/engines/cas-lease-driver.js'
 import { BackendUnavailableError } from '../../src/index.js'
 import { sleep } from '../support/time.js'
@@ -60,6 +61,11 @@ export class FakeCasStore implements CasDriver {
   lax = false
   /** Refusals carry the current record (DynamoDB's ALL_OLD). */
   returnCurrent = false
+  /**
+   * The server's clock each answer shows (its `Date`), in seconds, by operation; undefined: the store
+   * shows none (then fences are the record's counter alone).
+   */
+  clock: (op: Op) => number | undefined = () => undefined
   closed = false
   readonly #faults: Array<{ readonly op: Op | 'write'; readonly fault: Fault; skip: number }> = []
   #versions = 0
@@ -91,10 +97,10 @@ export class FakeCasStore implements CasDriver {
       get minWriteIntervalMs() {
         return store.minWriteIntervalMs
       },
-      read: (key, signal) => (crashed ? dead(signal) : this.read(key, signal)),
-      create: (key, body, signal) => (crashed ? dead(signal) : this.create(key, body, signal)),
-      replace: (key, body, version, signal) =>
-        crashed ? dead(signal) : this.replace(key, body, version, signal),
+      read: (key, signal, clock) => (crashed ? dead(signal) : this.read(key, signal, clock)),
+      create: (key, body, signal, clock) => (crashed ? dead(signal) : this.create(key, body, signal, clock)),
+      replace: (key, body, version, signal, clock) =>
+        crashed ? dead(signal) : this.replace(key, body, version, signal, clock),
       close: async () => {},
       crash: () => {
         crashed = true
@@ -119,19 +125,26 @@ export class FakeCasStore implements CasDriver {
     return this.log.filter((l) => matches(op, l.op) && (key === undefined || l.key === key)).length
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     const entry = this.#enter('read', key)
     await this.#before(entry, this.#take(entry), signal)
     entry.applied = performance.now()
+    noteClock(clock, this.clock('read'))
     return this.records.get(key)
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
-    return this.#write('create', key, body, undefined, signal)
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
+    return this.#write('create', key, body, undefined, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
-    return this.#write('replace', key, body, version, signal)
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
+    return this.#write('replace', key, body, version, signal, clock)
   }
 
   async close(): Promise<void> {
@@ -144,10 +157,12 @@ export class FakeCasStore implements CasDriver {
     body: string,
     version: string | undefined,
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
     const entry = this.#enter(op, key)
     const fault = this.#take(entry)
     const done = this.#apply(entry, fault, body, version, signal)
+    done.then(() => noteClock(clock, this.clock(op))).catch(() => {})
     if (typeof fault !== 'object' || !('late' in fault)) return done
     // The caller stops listening on abort; the store still applies the write when its hold ends.
     done.catch(() => {})

@@ -52,6 +52,8 @@ export interface FakeStoreParts {
   readonly driver: CasDriver
   /** Which requests are the record's writes (their lost replies are the interesting ones). */
   readonly writes: FaultMatch
+  /** Deletes `key`'s record, or every record under the kit's prefix (`KitStore.deleteState`). */
+  readonly deleteState: (key?: string) => Promise<void>
 }
 
 /** The chaos targets of a fake-served cas store: every server fault it can do. */
@@ -68,8 +70,9 @@ function storeFaultsOf(server: FakeServer<unknown, unknown>, writes: FaultMatch)
   }
 }
 
-export function fakeKitStore({ name, server, urlAt, driver, writes }: FakeStoreParts): KitStore {
+export function fakeKitStore({ name, server, urlAt, driver, writes, deleteState }: FakeStoreParts): KitStore {
   return {
+    deleteState,
     url: (query = '') => urlAt(server.port, query),
     ports: [server.port],
     urlVia: ([port], query = '') => urlAt(port!, query),

@@ -7,7 +7,7 @@
  */
 import { Storage } from '@google-cloud/storage'
 import { GcsCasDriver } from '../../src/backends/gcs/index.js'
-import { DEFAULT_PREFIX } from '../../src/backends/gcs/layout.js'
+import { DEFAULT_PREFIX, lockObjectName } from '../../src/backends/gcs/layout.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
 import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
@@ -18,12 +18,33 @@ const PROJECT = 'fencelock-tests'
 const urlAt = (port: number, query: string) =>
   `gs://${BUCKET}/?endpoint=http://127.0.0.1:${port}&project=${PROJECT}${query.replace(/^\?/, '&')}`
 
+/**
+ * What an operator's `gcloud storage rm` (or a lifecycle Delete rule) does: deletes `key`'s lock object, or
+ * every object under the kit's prefix, unconditionally, over the JSON API.
+ */
+async function deleteObjects(storage: Storage, key?: string): Promise<void> {
+  const bucket = storage.bucket(BUCKET)
+  if (key !== undefined) {
+    await bucket.file(lockObjectName(key)).delete({ ignoreNotFound: true })
+    return
+  }
+  const [files] = await bucket.getFiles({ prefix: DEFAULT_PREFIX })
+  for (const file of files) await file.delete({ ignoreNotFound: true })
+}
+
 function gcsStore(server: GcsFake): KitStore {
   const storage = new Storage({ apiEndpoint: server.endpoint, projectId: PROJECT })
   // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
   const driver = new GcsCasDriver({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
   // The record's writes are uploads (POST /upload/storage/v1/b/…/o with ifGenerationMatch).
-  return fakeKitStore({ name: 'gcs', server, urlAt, driver, writes: { method: 'POST', path: /^\/upload\// } })
+  return fakeKitStore({
+    name: 'gcs',
+    server,
+    urlAt,
+    driver,
+    writes: { method: 'POST', path: /^\/upload\// },
+    deleteState: (key) => deleteObjects(storage, key),
+  })
 }
 
 export const gcsKit: Kit = {

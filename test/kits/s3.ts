@@ -6,7 +6,7 @@
  */
 import * as sdk from '@aws-sdk/client-s3'
 import { S3CasDriver } from '../../src/backends/s3/index.js'
-import { DEFAULT_PREFIX } from '../../src/backends/s3/layout.js'
+import { DEFAULT_PREFIX, lockObjectKey } from '../../src/backends/s3/layout.js'
 import { type S3Fake, startS3Fake } from '../servers/s3.js'
 import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
 import type { Kit, KitStore } from './kit.js'
@@ -27,6 +27,27 @@ function fakeCredentials(): void {
 const urlAt = (port: number, query: string) =>
   `s3://${BUCKET}/?endpoint=http://127.0.0.1:${port}&forcePathStyle=true&region=${REGION}${query.replace(/^\?/, '&')}`
 
+/**
+ * What an operator's `aws s3 rm` (or a lifecycle expiration) does: deletes `key`'s lock object, or every
+ * object under the kit's prefix, unconditionally, over the S3 API.
+ */
+async function deleteObjects(admin: sdk.S3Client, key?: string): Promise<void> {
+  if (key !== undefined) {
+    await admin.send(new sdk.DeleteObjectCommand({ Bucket: BUCKET, Key: lockObjectKey(key) }))
+    return
+  }
+  let token: string | undefined
+  do {
+    const page = await admin.send(
+      new sdk.ListObjectsV2Command({ Bucket: BUCKET, Prefix: DEFAULT_PREFIX, ContinuationToken: token }),
+    )
+    for (const object of page.Contents ?? []) {
+      await admin.send(new sdk.DeleteObjectCommand({ Bucket: BUCKET, Key: object.Key }))
+    }
+    token = page.NextContinuationToken
+  } while (token)
+}
+
 function s3Store(server: S3Fake): KitStore {
   const admin = new sdk.S3Client({
     endpoint: server.endpoint,
@@ -44,7 +65,14 @@ function s3Store(server: S3Fake): KitStore {
     sdk: async () => sdk,
   })
   // The record's writes are conditional PUTs (If-Match / If-None-Match).
-  return fakeKitStore({ name: 's3', server, urlAt, driver, writes: { method: 'PUT' } })
+  return fakeKitStore({
+    name: 's3',
+    server,
+    urlAt,
+    driver,
+    writes: { method: 'PUT' },
+    deleteState: (key) => deleteObjects(admin, key),
+  })
 }
 
 export const s3Kit: Kit = {

@@ -5,8 +5,10 @@
  *
  * It keeps its tables in that folder (`-dbPath`), not in memory (`-inMemory`): a restart, even after a
  * SIGKILL, then finds every lock record as it was, which is what the durable-fences cases and the chaos
- * crashes need (DynamoDB itself never forgets a written item). `-sharedDb` makes one database for every
- * access key and region (else each credential would see tables of its own); `-disableTelemetry` always.
+ * crashes need (DynamoDB itself never forgets a written item). `-sharedDb` (the default here) makes one
+ * database for every access key and region; without it (`sharedDb: false`) each access key and region
+ * has tables of its own, as AWS has per account and region, which a test of a wrong region needs.
+ * `-disableTelemetry` always.
  *
  * DynamoDB Local listens on all interfaces (it has no option to limit it): clients use 127.0.0.1 only.
  */
@@ -63,6 +65,8 @@ export interface DynamoDbOptions {
   readonly pickPorts?: PickPorts
   /** The unpacked `package/emulator` folder. @default DYNAMODB_LOCAL_DIR */
   readonly emulatorDir?: string
+  /** One database for every access key and region (`-sharedDb`). @default true */
+  readonly sharedDb?: boolean
 }
 
 /**
@@ -111,7 +115,13 @@ async function answers(port: number): Promise<boolean> {
 /** The JVM does not exit when Jetty cannot bind its port (other threads keep it alive): its log says so. */
 const BIND_FAILED = /Failed to bind|Address already in use/
 
-async function launch(java: string, jar: string, port: number, dir: string): Promise<ServerProcess> {
+async function launch(
+  java: string,
+  jar: string,
+  port: number,
+  dir: string,
+  sharedDb: boolean,
+): Promise<ServerProcess> {
   const emulator = join(jar, '..')
   const proc = new ServerProcess(
     `DynamoDB Local on port ${port}`,
@@ -120,7 +130,9 @@ async function launch(java: string, jar: string, port: number, dir: string): Pro
       // A small heap: the tests keep a few tables of small items; two cores and other servers share the machine.
       '-Xmx256m',
       `-Djava.library.path=${join(emulator, 'DynamoDBLocal_lib')}`,
-      ...['-jar', jar, '-port', String(port), '-dbPath', dir, '-sharedDb', '-disableTelemetry'],
+      ...['-jar', jar, '-port', String(port), '-dbPath', dir],
+      ...(sharedDb ? ['-sharedDb'] : []),
+      '-disableTelemetry',
     ],
     dir,
   )
@@ -145,7 +157,7 @@ class RunningDynamoDb extends FolderServer implements DynamoDbServer {
   constructor(
     readonly port: number,
     folder: TempDir,
-    readonly command: { readonly java: string; readonly jar: string },
+    readonly command: { readonly java: string; readonly jar: string; readonly sharedDb: boolean },
     proc: ServerProcess,
   ) {
     super(folder)
@@ -156,7 +168,7 @@ class RunningDynamoDb extends FolderServer implements DynamoDbServer {
   async restart(): Promise<void> {
     await this.proc.stop()
     this.proc = await againOnPort(`DynamoDB Local on port ${this.port}`, () =>
-      launch(this.command.java, this.command.jar, this.port, this.dir),
+      launch(this.command.java, this.command.jar, this.port, this.dir, this.command.sharedDb),
     )
   }
 }
@@ -177,11 +189,12 @@ export function requireDynamoDbLocal(emulatorDir = DYNAMODB_LOCAL_DIR): string {
 export async function startDynamoDb(options: DynamoDbOptions = {}): Promise<DynamoDbServer> {
   const jar = requireDynamoDbLocal(options.emulatorDir)
   const java = requireBinary('java', 'apt-get install -y openjdk-17-jre-headless')
+  const sharedDb = options.sharedDb ?? true
   const attempt = async ([port]: number[]) => {
     const folder = tempDir('dynamodb')
     try {
-      const proc = await launch(java, jar, port!, folder.path)
-      return new RunningDynamoDb(port!, folder, { java, jar }, proc)
+      const proc = await launch(java, jar, port!, folder.path, sharedDb)
+      return new RunningDynamoDb(port!, folder, { java, jar, sharedDb }, proc)
     } catch (error) {
       folder.cleanup()
       throw error

@@ -52,13 +52,15 @@ export interface FakeControls {
   dropResponseAfterCommit(count: number, match?: FaultMatch): void
   /** Ignores every precondition while on (like s3rver), so `doctor` has something to catch. */
   lax(on: boolean): void
+  /** Answers without a `Date` header while on (a store that shows no clock), so `doctor` has something to catch. */
+  withoutDate(on: boolean): void
   /** How many requests have arrived and not reached their commit yet (e.g. held by a delay). */
   readonly inFlight: number
   /** Every request answered so far, oldest first. */
   readonly requests: readonly LoggedRequest[]
   /** Empties the request log. */
   clearLog(): void
-  /** Removes every pending fault (delays, holds, failures, drops) and turns lax mode off. */
+  /** Removes every pending fault (delays, holds, failures, drops) and turns lax mode and `withoutDate` off. */
   clearFaults(): void
 }
 
@@ -104,6 +106,8 @@ export class Faults {
   readonly releases: (() => void)[] = []
   readonly log: LoggedRequest[] = []
   inFlight = 0
+  /** Answers carry no `Date` header. */
+  withoutDate = false
 
   /** The injected failure for `request`, if one is pending (it is used up). */
   takeFailure(request: Addressed): FailFault | undefined {
@@ -143,6 +147,7 @@ export class Faults {
     this.failures.length = 0
     this.drops.length = 0
     this.delays = []
+    this.withoutDate = false
     for (const release of this.releases.splice(0)) release()
   }
 }

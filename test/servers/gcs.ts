@@ -7,7 +7,7 @@
  * metadata server).
  *
  * Faithful (checked with `@google-cloud/storage` 7.x in gcs.test.ts, G1-G9 in both upload modes):
- * - buckets (create: 409 conflict when it exists; get), objects: upload with `uploadType=media`,
+ * - buckets (create: 409 conflict when it exists; get; patch of `lifecycle`, kept, not applied), objects: upload with `uploadType=media`,
  *   `multipart` (`file.save(…, { resumable: false })`) and `resumable` (start, single-request
  *   `bytes 0-*\/*`, chunks answered 308 with `Range`, status queries, a finished session answers 200 again),
  *   get metadata, download (`alt=media`, also under /download), patch metadata (merge, `null` deletes a key),
@@ -23,7 +23,7 @@
  *   `err.errors[0].reason`);
  * - optional per-object mutation rate limit (429 rateLimitExceeded), off by default;
  * - the precondition check and the write are one synchronous step (http-fake.ts), so races have one winner.
- * Not implemented (C.3): auth, ACLs, signed URLs, encryption, retention, lifecycle, CORS, the XML API, gRPC,
+ * Not implemented (C.3): auth, ACLs, signed URLs, encryption, retention, applying lifecycle rules, CORS, the XML API, gRPC,
  * versioning (a `generation` parameter only addresses the live generation), compose, rewrite/copy. Unknown
  * requests get 501.
  * Files: this one holds the operations and the state (a little over 300 lines: one operation per method,
@@ -92,6 +92,9 @@ class Bucket {
   readonly highWater = new Map<string, bigint>()
   /** Per name: when (monotonic ms) the last mutation committed, for the optional rate limit. */
   readonly lastMutation = new Map<string, number>()
+  /** The bucket's `lifecycle` metadata (`{ rule: [...] }`), as last patched. */
+  lifecycle: unknown
+  metageneration = 1n
   constructor(readonly name: string) {}
 }
 
@@ -115,16 +118,7 @@ class GcsDialect extends BucketDialect<GcsSettings, GcsStoredObject, Bucket> {
       }
       const bucket = this.buckets.get(where.bucket)
       if (!bucket) return noBucket()
-      if (!where.objects) {
-        return request.method === 'GET'
-          ? jsonReply(200, {
-              kind: 'storage#bucket',
-              id: bucket.name,
-              name: bucket.name,
-              metageneration: '1',
-            })
-          : notImplemented(`${request.method} on a bucket`)
-      }
+      if (!where.objects) return this.#bucketOperation(request, bucket, body)
       if (where.api === 'upload/storage') return this.#upload(request, bucket, body, endpoint)
       if (where.name === undefined) {
         return request.method === 'GET'
@@ -133,6 +127,26 @@ class GcsDialect extends BucketDialect<GcsSettings, GcsStoredObject, Bucket> {
       }
       return this.#objectOperation(request, bucket, where.name, body, endpoint)
     }
+  }
+
+  /**
+   * Get and patch a bucket's metadata: only `lifecycle` is kept (set by `bucket.setMetadata({ lifecycle })`
+   * or `addLifecycleRule`, read back by `getMetadata()`); its rules are not applied (nothing is deleted).
+   */
+  #bucketOperation(request: FakeRequest, bucket: Bucket, body: Buffer): FakeReply {
+    if (request.method === 'PATCH') {
+      const fields = parseJson(body) as { lifecycle?: unknown } | undefined
+      if (!fields) return invalidJson()
+      if ('lifecycle' in fields) bucket.lifecycle = fields.lifecycle ?? undefined
+      bucket.metageneration += 1n
+    } else if (request.method !== 'GET') return notImplemented(`${request.method} on a bucket`)
+    return jsonReply(200, {
+      kind: 'storage#bucket',
+      id: bucket.name,
+      name: bucket.name,
+      metageneration: bucket.metageneration.toString(),
+      ...(bucket.lifecycle === undefined ? {} : { lifecycle: bucket.lifecycle }),
+    })
   }
 
   #createBucket(body: Buffer): FakeReply {

@@ -127,8 +127,10 @@ function readBody(request: IncomingMessage): Promise<Buffer> {
   })
 }
 
-function send(request: FakeRequest, response: ServerResponse, reply: FakeReply): void {
+function send(request: FakeRequest, response: ServerResponse, reply: FakeReply, withoutDate = false): void {
   const body = reply.body === undefined ? Buffer.alloc(0) : Buffer.from(reply.body)
+  // node:http adds `Date` (the server's clock, which fences lean on) unless told not to.
+  response.sendDate = !withoutDate
   response.writeHead(reply.status, { ...reply.headers, 'content-length': String(body.length) })
   response.end(request.method === 'HEAD' ? undefined : body)
 }
@@ -161,7 +163,7 @@ async function serve(
   const failure = faults.takeFailure(request)
   if (failure) {
     faults.log.push({ ...entry, status: failure.status, fault: 'failed' })
-    return send(request, response, dialect.faultReply(failure.status, request))
+    return send(request, response, dialect.faultReply(failure.status, request), faults.withoutDate)
   }
   // The atomic step: the dialect checks and writes in this one synchronous call.
   const reply = commit(body)
@@ -171,7 +173,7 @@ async function serve(
     return
   }
   faults.log.push({ ...entry, status: reply.status })
-  send(request, response, reply)
+  send(request, response, reply, faults.withoutDate)
 }
 
 function listen(server: Server, port: number): Promise<number> {
@@ -245,6 +247,9 @@ export async function startHttpFake<Settings, Stored>(
     dropResponseAfterCommit: (count, match) => void faults.drops.push({ remaining: count, match }),
     lax: (on) => {
       dialect.lax = on
+    },
+    withoutDate: (on) => {
+      faults.withoutDate = on
     },
     get requests() {
       return faults.log

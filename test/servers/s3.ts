@@ -6,7 +6,8 @@
  *
  * Faithful (checked with `@aws-sdk/client-s3` in s3.test.ts, T1-T9):
  * - path-style `/{bucket}/{key}` (each key segment percent-decoded), `x-id` ignored;
- * - CreateBucket, HeadBucket, ListObjectsV2 (prefix, pages), PutObject, GetObject, HeadObject (404
+ * - CreateBucket, HeadBucket, ListObjectsV2 (prefix, pages), Put/Get/DeleteBucketLifecycleConfiguration
+ *   (kept and returned, not applied), PutObject, GetObject, HeadObject (404
  *   without a body), DeleteObject, and multipart upload (Create, UploadPart, Complete, Abort) with the
  *   conditions checked at Complete;
  * - `If-None-Match: *` (412 PreconditionFailed when the key exists; another value: 400 InvalidArgument or
@@ -19,7 +20,7 @@
  * - aws-chunked stream bodies decoded (length and trailer CRC32 checked), CRC32 checked (400 BadDigest);
  * - the conditional check and the write are one synchronous step (http-fake.ts), so races have one winner.
  * Not implemented (C.3): auth (any signature is accepted; one access key id can be set to get 403),
- * ACLs, signed URLs, SSE, versioning, object lock, lifecycle, CORS, ranges, CopyObject, ListObjects v1,
+ * ACLs, signed URLs, SSE, versioning, object lock, applying lifecycle rules, CORS, ranges, CopyObject, ListObjects v1,
  * virtual-hosted style, S3 Express CreateSession. Unknown requests get 501.
  * Files: this one holds the operations and the state (a little over 300 lines: one operation per
  * method, kept together so each conditional rule reads beside its write); s3-wire.ts the XML, errors and
@@ -102,6 +103,8 @@ class Bucket {
   /** Per key: how many DELETEs committed; a conditional request that sees it change in flight gets 409. */
   readonly deletes = new Map<string, number>()
   readonly uploads = new Map<string, Upload>()
+  /** The bucket's lifecycle configuration, as the XML a PutBucketLifecycleConfiguration sent. */
+  lifecycle: string | undefined
 }
 
 function objectHeaders(object: StoredObject, request: FakeRequest): Record<string, string> {
@@ -157,7 +160,8 @@ class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
     }
   }
 
-  #bucketOperation(request: FakeRequest, name: string, _body: Buffer): FakeReply {
+  #bucketOperation(request: FakeRequest, name: string, body: Buffer): FakeReply {
+    if (request.query.has('lifecycle')) return this.#lifecycle(request, name, body)
     if (request.method === 'PUT') {
       if (this.buckets.has(name)) {
         return s3Error(
@@ -173,6 +177,35 @@ class S3Dialect extends BucketDialect<S3Settings, S3StoredObject, Bucket> {
     if (request.method === 'GET' && request.query.get('list-type') === '2')
       return this.#listObjects(request, name)
     return notImplemented(`${request.method} on a bucket`)
+  }
+
+  /**
+   * Put/Get/DeleteBucketLifecycleConfiguration: the XML is kept as sent and given back as is (the SDK
+   * writes and reads the same `<LifecycleConfiguration>` document); rules are not applied (nothing expires).
+   */
+  #lifecycle(request: FakeRequest, name: string, body: Buffer): FakeReply {
+    const bucket = this.buckets.get(name)
+    if (!bucket)
+      return s3Error(404, 'NoSuchBucket', 'The specified bucket does not exist', { BucketName: name })
+    if (request.method === 'PUT') {
+      bucket.lifecycle = body.toString('utf8')
+      return { status: 200, headers: { 'x-amz-request-id': requestId() } }
+    }
+    if (request.method === 'DELETE') {
+      bucket.lifecycle = undefined
+      return { status: 204, headers: { 'x-amz-request-id': requestId() } }
+    }
+    if (request.method !== 'GET') return notImplemented(`${request.method} ?lifecycle`)
+    if (bucket.lifecycle === undefined) {
+      return s3Error(404, 'NoSuchLifecycleConfiguration', 'The lifecycle configuration does not exist', {
+        BucketName: name,
+      })
+    }
+    return {
+      status: 200,
+      headers: { 'content-type': 'application/xml', 'x-amz-request-id': requestId() },
+      body: bucket.lifecycle,
+    }
   }
 
   /** ListObjectsV2 by prefix, in key order; the continuation token is the last key of the page. */

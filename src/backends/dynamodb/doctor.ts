@@ -6,13 +6,17 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import type { ServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
 import { describeFailure, isTableMissing } from './faults.js'
-import { createTableCommand, itemKey } from './layout.js'
+import { createTableCommand, itemKey, type TablePlace } from './layout.js'
 import { type DynamoDbSdk, schemaProblem } from './table.js'
 
 export interface DoctorTools {
   readonly table: string
+  /** The client's region and non-AWS endpoint, for the command that creates the table. */
+  readonly place: TablePlace
+  /** Create the table when it is missing: only when the user asked (`createTable=true`). */
   readonly createTable: boolean
   /** Names the server in findings (its endpoint, or "AWS DynamoDB"). */
   readonly server: string
@@ -34,7 +38,7 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
     if (problem) {
       findings.push({
         level: 'error',
-        message: `Table "${table}": ${problem} (${createTableCommand(table)})`,
+        message: `Table "${table}": ${problem} (${createTableCommand(table, tools.place)})`,
       })
       return false
     }
@@ -57,14 +61,16 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
     if (!tools.createTable) {
       findings.push({
         level: 'error',
-        message: `Table "${table}" does not exist; create it with: ${createTableCommand(table)}`,
+        message:
+          `Table "${table}" does not exist in region ${tools.place.region ?? '(unknown)'}; create it with: ` +
+          `${createTableCommand(table, tools.place)}, or run doctor again with createTable=true on the URL`,
       })
       return false
     }
     await tools.send((sdk) => tools.ensureTable(sdk))
     findings.push({
       level: 'info',
-      message: `Table "${table}" did not exist: created it (on-demand capacity)`,
+      message: `Table "${table}" did not exist in region ${tools.place.region ?? '(unknown)'}: created it (on-demand capacity, as createTable=true asked)`,
     })
     return true
   }
@@ -84,6 +90,7 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
   }
   const watched = {
     id: driver.id,
+    read: (k: string, s: AbortSignal, clock?: ServerClock) => driver.read(k, s, clock),
     create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
     replace: (k: string, body: string, v: string, s: AbortSignal) =>
       driver.replace(k, body, v, s).then(noted),

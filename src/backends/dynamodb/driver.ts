@@ -10,10 +10,11 @@ import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
+import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
-import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES } from './layout.js'
+import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES, type TablePlace } from './layout.js'
 import { createTable, type DynamoDbSdk } from './table.js'
 
 /**
@@ -59,6 +60,7 @@ export class DynamoDbDriver implements CasDriver {
   readonly #createTable: boolean
   readonly #owned: boolean
   readonly #server: string
+  readonly #endpoint: string | undefined
   readonly #loadSdk: () => Promise<DynamoDbSdk>
   #sdk: Promise<DynamoDbSdk> | undefined
   /** The table's creation, once started (every call that found it missing waits for the same one). */
@@ -70,34 +72,51 @@ export class DynamoDbDriver implements CasDriver {
     this.#createTable = options.createTable
     this.#owned = options.owned
     this.#server = options.endpoint ?? 'AWS DynamoDB'
+    this.#endpoint = options.endpoint
     this.id = options.id
     this.#sdk = options.sdk ? Promise.resolve(options.sdk) : undefined
     this.#loadSdk = loadSdk
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     const out = await this.#call(key, 'read', signal, (sdk) =>
       this.#client.send(
-        new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+        withServerClock(
+          new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+          clock,
+        ),
         { abortSignal: signal },
       ),
     )
     return versioned(out.Item)
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // attribute_not_exists on the key: true only when there is no item for this lock at all.
-    return this.#put(key, body, 'attribute_not_exists(#k)', { '#k': ATTR.key }, undefined, signal)
+    const condition = { expression: 'attribute_not_exists(#k)', names: { '#k': ATTR.key } }
+    return this.#put(key, body, condition, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // A missing item has no version attribute, so the comparison is false then too: no attribute_exists needed.
-    return this.#put(key, body, '#v = :v', { '#v': ATTR.version }, { ':v': { S: version } }, signal)
+    const condition = {
+      expression: '#v = :v',
+      names: { '#v': ATTR.version },
+      values: { ':v': { S: version } },
+    }
+    return this.#put(key, body, condition, signal, clock)
   }
 
-  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    return runDoctor(this, {
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return await runDoctor(this, {
       table: this.#table,
+      place: { region: await this.#region(), endpoint: this.#endpoint },
       createTable: this.#createTable,
       server: this.#server,
       signal,
@@ -114,24 +133,27 @@ export class DynamoDbDriver implements CasDriver {
   async #put(
     key: string,
     body: string,
-    condition: string,
-    names: Record<string, string>,
-    values: Item | undefined,
+    condition: { expression: string; names: Record<string, string>; values?: Item },
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
+    const { expression, names, values } = condition
     const version = randomUUID()
     const Item = { ...itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
     try {
       await this.#call(key, 'write', signal, (sdk) =>
         this.#client.send(
-          new sdk.PutItemCommand({
-            TableName: this.#table,
-            Item,
-            ConditionExpression: condition,
-            ExpressionAttributeNames: names,
-            ...(values ? { ExpressionAttributeValues: values } : {}),
-            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-          }),
+          withServerClock(
+            new sdk.PutItemCommand({
+              TableName: this.#table,
+              Item,
+              ConditionExpression: expression,
+              ExpressionAttributeNames: names,
+              ...(values ? { ExpressionAttributeValues: values } : {}),
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            }),
+            clock,
+          ),
           { abortSignal: signal },
         ),
       )
@@ -160,7 +182,7 @@ export class DynamoDbDriver implements CasDriver {
     } catch (error) {
       if (signal.aborted) throw signal.reason
       if (isConditionFailed(error) || error instanceof BackendUnavailableError) throw error
-      throw this.#unavailable(key, what, error)
+      throw await this.#unavailable(key, what, error)
     }
   }
 
@@ -199,13 +221,24 @@ export class DynamoDbDriver implements CasDriver {
     return this.#creating
   }
 
-  #unavailable(key: string, what: string, error: unknown): BackendUnavailableError {
+  /**
+   * A failed request as a BackendUnavailableError. A missing table (ResourceNotFoundException: also a
+   * table in another region or account than this client's) is not retryable, so the acquire fails at
+   * once, naming the region the client looked in and the commands that create the table there.
+   */
+  async #unavailable(key: string, what: string, error: unknown): Promise<BackendUnavailableError> {
     const { text, retryable } = describeFailure(error)
-    const hint = isTableMissing(error)
-      ? `; create the table with: ${createTableCommand(this.#table)} (or let fencelock create it: createTable on)`
-      : /required keys|key element does not match the schema/i.test(text)
-        ? `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
-        : ''
+    let hint = ''
+    if (isTableMissing(error)) {
+      const region = await this.#region()
+      const place = { region, endpoint: this.#endpoint }
+      hint =
+        `; table "${this.#table}" does not exist in region ${region ?? '(unknown)'}${this.#endpoint ? ` at ${this.#endpoint}` : ''}` +
+        ' (a wrong region, account or table name looks the same). fencelock creates a table only when asked:' +
+        ` ${createTableCommand(this.#table, place)}, or: fencelock doctor '${doctorUrl(this.#table, place)}'`
+    } else if (/required keys|key element does not match the schema/i.test(text)) {
+      hint = `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
+    }
     return new BackendUnavailableError(
       `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`,
       {
@@ -216,4 +249,24 @@ export class DynamoDbDriver implements CasDriver {
       },
     )
   }
+
+  /** The client's region, when it has one (the SDK resolves it lazily; a missing one is its own error). */
+  async #region(): Promise<string | undefined> {
+    try {
+      const region = (this.#client.config as { region?: () => Promise<string> }).region
+      return typeof region === 'function' ? await region() : undefined
+    } catch {
+      return undefined
+    }
+  }
+}
+
+/** The `fencelock doctor` URL that creates the table where this client looks. */
+function doctorUrl(table: string, place: TablePlace): string {
+  const query = [
+    ...(place.region ? [`region=${place.region}`] : []),
+    ...(place.endpoint ? [`endpoint=${place.endpoint}`] : []),
+    'createTable=true',
+  ]
+  return `dynamodb://${table}?${query.join('&')}`
 }

@@ -1,18 +1,22 @@
 /**
  * The DynamoDB backend: the cas-lease engine (src/engines/cas-lease.ts) over one item per lock, written
  * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
- * with a fence added and the item never deleted.
+ * with a fence added and the item never deleted by fencelock.
  *
- * - Layout: a table whose only key is the string partition key `pk` (created on first use, on-demand, when
- *   it does not exist and `createTable` is on). The item of lock `k`: `pk` = `k` as is, `record` = the
+ * - Layout: a table whose only key is the string partition key `pk`, created by you (the AWS CLI command
+ *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use or by `fencelock
+ *   doctor`): a client given a wrong region, account or table name must fail, never make an empty table
+ *   of its own and grant locks others hold (a missing table fails at once, naming the region). The item of lock `k`: `pk` = `k` as is, `record` = the
  *   engine's record text (owner, fence, lease length, held/released, holder, nonce), `version` = a fresh
  *   random id per write (layout.ts). Reads are strongly consistent GetItems; a grant, renewal or release
  *   is a PutItem on `attribute_not_exists(pk)` (no item yet) or `version = <the version read>`.
  * - Expiry: observed, never on anyone's wall clock: a waiter takes over only once it has seen the same
  *   `version` unchanged for the record's lease plus a margin on its own monotonic clock (the lock
  *   client's rule). DynamoDB's TTL deletes items up to days late and would reset the fence: not used.
- * - Fence: in the record, advanced by the same conditional write that grants (a create starts at 1, a
- *   takeover or a grant after a release adds 1); renewals and releases keep it; the item is never deleted.
+ * - Fence: in the record, advanced by the same conditional write that grants, and lifted to an epoch of
+ *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas-fence.ts), so an item
+ *   deleted, or a table made again, starts above every earlier fence; renewals and releases keep it;
+ *   fencelock never deletes an item.
  * - Waiting: no notifications: a waiting process reads the item at a pace that grows to once a second,
  *   and never later than the moment a takeover becomes possible. A refused write returns the item as it
  *   is (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), so it costs no extra read.
@@ -41,7 +45,10 @@ export interface DynamoDbBackendOptions {
   readonly client: DynamoDBClient
   /** The lock table: its only key is the string partition key `pk`. */
   readonly table: string
-  /** Create the table (on-demand capacity) on first use when it does not exist. @default true */
+  /**
+   * Create the table (on-demand capacity) on first use when it does not exist. Off by default: a client
+   * pointed at the wrong region or account would make an empty table of its own there. @default false
+   */
   readonly createTable?: boolean | undefined
   /** Names the store in errors. @default `dynamodb://<table>` */
   readonly id?: string | undefined
@@ -76,7 +83,7 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   const table = checkTable(options.table, 'as `table`')
   const id = options.id ?? `dynamodb://${table}`
   const driver = new DynamoDbDriver(
-    { client, table, createTable: options.createTable ?? true, id, owned: false },
+    { client, table, createTable: options.createTable ?? false, id, owned: false },
     loadSdk,
   )
   return casLeaseBackend(driver)
@@ -91,8 +98,8 @@ export const PARAMS = {
   endpoint: { type: 'string', doc: 'another endpoint, e.g. http://127.0.0.1:8000 for DynamoDB Local' },
   createTable: {
     type: 'bool',
-    default: true,
-    doc: 'create the table (on-demand) on first use when it does not exist',
+    default: false,
+    doc: 'create the table (on-demand) on first use, or by fencelock doctor, when it does not exist',
   },
 } as const satisfies ParamSchema
 

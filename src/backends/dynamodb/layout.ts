@@ -29,7 +29,18 @@ export function tableDefinition(table: string): CreateTableCommandInput {
   }
 }
 
-/** The AWS CLI command that creates the table, for messages and the README. */
-export const createTableCommand = (table: string): string =>
+/** Where a table lives, for the command that creates it: its region and a non-AWS endpoint. */
+export interface TablePlace {
+  readonly region?: string | undefined
+  readonly endpoint?: string | undefined
+}
+
+/**
+ * The AWS CLI command that creates the table, for messages and the README; with the region (and the
+ * endpoint of a DynamoDB Local) the client uses, so the table is made where this client looks.
+ */
+export const createTableCommand = (table: string, place: TablePlace = {}): string =>
   `aws dynamodb create-table --table-name ${table} --attribute-definitions AttributeName=${ATTR.key},AttributeType=S ` +
-  `--key-schema AttributeName=${ATTR.key},KeyType=HASH --billing-mode PAY_PER_REQUEST`
+  `--key-schema AttributeName=${ATTR.key},KeyType=HASH --billing-mode PAY_PER_REQUEST` +
+  (place.region ? ` --region ${place.region}` : '') +
+  (place.endpoint ? ` --endpoint-url ${place.endpoint}` : '')

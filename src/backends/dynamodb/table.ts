@@ -1,6 +1,6 @@
 /**
- * The lock table: made on first use when it does not exist (unless `createTable` is off), and checked by
- * doctor. Creating it is the one place a DynamoDB call waits for something: a new table is CREATING for a
+ * The lock table: made when it does not exist only when the user asked (`createTable=true`: on first use,
+ * or by doctor), and checked by doctor. Creating it is the one place a DynamoDB call waits for something: a new table is CREATING for a
  * few seconds on AWS (ACTIVE at once on DynamoDB Local), and the SDK's own waiter polls DescribeTable until
  * it is ACTIVE (its loop, not ours).
  */

@@ -13,6 +13,7 @@ import type { File, Storage } from '@google-cloud/storage'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
@@ -53,8 +54,11 @@ function headerOf(response: unknown, name: string): string | undefined {
   return Array.isArray(value) ? value[0] : value
 }
 
-/** The object's bytes and the generation the same response names: one request, so they belong together. */
-function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
+/**
+ * The object's bytes and the generation the same response names: one request, so they belong together.
+ * The response's `Date` (also a 404's) goes to `clock`.
+ */
+function download(file: File, signal: AbortSignal, clock: ServerClock | undefined): Promise<CasVersioned> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let generation: string | undefined
@@ -64,6 +68,7 @@ function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
     const settle = () => signal.removeEventListener('abort', onAbort)
     stream.on('response', (response: unknown) => {
       generation = headerOf(response, 'x-goog-generation')
+      noteClock(clock, httpDateSeconds(headerOf(response, 'date')))
     })
     stream.on('data', (chunk: Buffer) => chunks.push(chunk))
     stream.on('error', (error) => {
@@ -78,6 +83,26 @@ function download(file: File, signal: AbortSignal): Promise<CasVersioned> {
   })
 }
 
+/** The parts of a bucket's lifecycle rule that say whether it deletes lock objects. */
+interface GcsLifecycleRule {
+  readonly action?: { readonly type?: string }
+  readonly condition?: {
+    readonly matchesPrefix?: readonly string[]
+    readonly matchesSuffix?: readonly string[]
+  }
+}
+
+/**
+ * Whether a `Delete` rule may delete objects under `prefix`: it names no prefix, or one that overlaps
+ * ours. A rule limited by suffixes is left out (lock names rarely end that way; doctor cannot tell).
+ */
+function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
+  if (rule.action?.type !== 'Delete') return false
+  if ((rule.condition?.matchesSuffix?.length ?? 0) > 0) return false
+  const prefixes = rule.condition?.matchesPrefix ?? []
+  return prefixes.length === 0 || prefixes.some((p) => prefix.startsWith(p) || p.startsWith(prefix))
+}
+
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS
@@ -90,29 +115,35 @@ export class GcsCasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     try {
-      return await raceSignal(download(this.#file(key), signal), signal)
+      return await raceSignal(download(this.#file(key), signal, clock), signal)
     } catch (error) {
       if (statusOf(error) === 404 && !signal.aborted) return undefined
       throw this.#failure('media GET', key, error, signal)
     }
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // Generation 0 stands for "no live object": written only if there is none.
-    return this.#upload(key, body, 0, signal)
+    return this.#upload(key, body, 0, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // Written only if the live object is still the generation we read.
-    return this.#upload(key, body, version, signal)
+    return this.#upload(key, body, version, signal, clock)
   }
 
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     try {
-      return await probeConditionalWrites(
+      const findings = await probeConditionalWrites(
         this,
         {
           key,
@@ -122,9 +153,42 @@ export class GcsCasDriver implements CasDriver {
         },
         signal,
       )
+      return [...findings, await this.#lifecycleFinding(signal)]
     } finally {
       // Doctor's own probe object only: a lock's object is never deleted (its record carries the fence).
       await raceSignal(this.#file(key).delete({ ignoreNotFound: true }), signal).catch(() => {})
+    }
+  }
+
+  /**
+   * Whether a lifecycle `Delete` rule of the bucket may delete lock objects. Fences survive it
+   * (cas-fence.ts), but a held lock's object deleted ends its lease early: its holder learns it at its
+   * next renewal, and meanwhile only fences keep a resource safe.
+   */
+  async #lifecycleFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { bucket, prefix } = this.#place
+    let rules: readonly GcsLifecycleRule[]
+    try {
+      const [metadata] = await raceSignal(this.#place.storage.bucket(bucket).getMetadata(), signal)
+      rules = (metadata.lifecycle?.rule ?? []) as readonly GcsLifecycleRule[]
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      return {
+        level: 'info',
+        message: `${this.id}: could not read the bucket's lifecycle rules (HTTP ${statusOf(error) ?? 'error'}; storage.buckets.get): check that none deletes objects under "${prefix}"`,
+      }
+    }
+    const covering = rules.filter((rule) => deletesUnder(rule, prefix))
+    if (covering.length === 0) {
+      return { level: 'ok', message: `${this.id}: no lifecycle rule of the bucket deletes lock objects` }
+    }
+    return {
+      level: 'warn',
+      message:
+        `${this.id}: ${covering.length} lifecycle Delete rule(s) of bucket "${bucket}" may delete objects under ` +
+        `"${prefix}": a held lock whose object is deleted loses its lease early (its holder learns it at its ` +
+        'next renewal; fences stay above the deleted record and keep a fenced resource safe). Add a ' +
+        'matchesPrefix that leaves the lock prefix out',
     }
   }
 
@@ -135,7 +199,13 @@ export class GcsCasDriver implements CasDriver {
     return this.#place.storage.bucket(this.#place.bucket).file(lockObjectName(key, this.#place.prefix))
   }
 
-  async #upload(key: string, body: string, generation: 0 | string, signal: AbortSignal): Promise<CasWrite> {
+  async #upload(
+    key: string,
+    body: string,
+    generation: 0 | string,
+    signal: AbortSignal,
+    clock: ServerClock | undefined,
+  ): Promise<CasWrite> {
     const file = this.#file(key)
     const save = file.save(body, {
       // One request (a multipart upload): a resumable session would cost two for a record this small.
@@ -158,6 +228,9 @@ export class GcsCasDriver implements CasDriver {
     const written = file.metadata.generation
     if (written === undefined)
       throw this.#failure('upload', key, new Error('no generation in the answer'), signal)
+    // The server's clock at the write: the object's `updated` time, which GCS sets when it commits.
+    const updated = Date.parse(String(file.metadata.updated))
+    noteClock(clock, Number.isFinite(updated) ? Math.floor(updated / 1000) : undefined)
     return { ok: true, version: String(written) }
   }
 

@@ -5,12 +5,15 @@
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
  *   nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
- *   replaced with `ifGenerationMatch=<generation>`; never deleted.
+ *   replaced with `ifGenerationMatch=<generation>`; fencelock never deletes it.
  * - Expiry: observed, GCS has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   generation for a whole lease plus a margin on its own monotonic clock (unlike Vault, which compares
  *   the writer's and the reader's wall clocks).
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock; never
- *   the generation, whose order GCS no longer documents. A release marks the record released.
+ *   the generation, whose order GCS no longer documents. A release marks the record released. Each
+ *   grant also lifts it to an epoch of GCS's clock (src/engines/cas-fence.ts), so an object deleted
+ *   behind our back (a lifecycle rule, `gcloud storage rm`) is made again above its old fences; doctor
+ *   warns about lifecycle Delete rules that cover the prefix.
  * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
  * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). About one write per second per object
  *   (`minWriteIntervalMs: 1000`): heartbeats and takeovers never write faster, and 429 is backed off.

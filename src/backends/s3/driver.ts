@@ -8,9 +8,10 @@
  * lost. That is safe: a refusal is only a value here, and the engine re-reads the record and compares its
  * owner and nonce before it believes it lost (cas-lease-driver.ts).
  */
-import type { S3Client } from '@aws-sdk/client-s3'
+import type { LifecycleRule, S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
+import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectKey } from './layout.js'
@@ -18,7 +19,7 @@ import { lockObjectKey } from './layout.js'
 /** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
 export type S3Module = Pick<
   typeof import('@aws-sdk/client-s3'),
-  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand'
+  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand' | 'GetBucketLifecycleConfigurationCommand'
 >
 
 /**
@@ -63,6 +64,19 @@ const refused = (error: unknown, replace: boolean) => {
   return status === 412 || status === 409 || (replace && isNoSuchKey(error))
 }
 
+/**
+ * Whether an enabled rule expires current objects that may be under `prefix`: its prefix and ours
+ * overlap, and it asks for no tag (lock objects carry none).
+ */
+function expiresUnder(rule: LifecycleRule, prefix: string): boolean {
+  if (rule.Status !== 'Enabled') return false
+  if (rule.Expiration?.Days === undefined && rule.Expiration?.Date === undefined) return false
+  const filter = rule.Filter
+  if (filter?.Tag !== undefined || (filter?.And?.Tags?.length ?? 0) > 0) return false
+  const ruled = filter?.And?.Prefix ?? filter?.Prefix ?? rule.Prefix ?? ''
+  return prefix.startsWith(ruled) || ruled.startsWith(prefix)
+}
+
 export class S3CasDriver implements CasDriver {
   readonly id: string
   readonly limits = S3_LIMITS
@@ -75,12 +89,11 @@ export class S3CasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal): Promise<CasVersioned | undefined> {
+  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
     const { GetObjectCommand } = await this.#place.sdk()
     try {
-      const out = await this.#place.client.send(new GetObjectCommand(this.#object(key)), {
-        abortSignal: signal,
-      })
+      const get = withServerClock(new GetObjectCommand(this.#object(key)), clock)
+      const out = await this.#place.client.send(get, { abortSignal: signal })
       const body = await out.Body?.transformToString('utf-8')
       if (body === undefined || !out.ETag) throw new Error('GetObject answered without a body or an ETag')
       return { body, version: out.ETag }
@@ -90,28 +103,76 @@ export class S3CasDriver implements CasDriver {
     }
   }
 
-  create(key: string, body: string, signal: AbortSignal): Promise<CasWrite> {
+  create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
     // `If-None-Match: *`: written only if no object has this key.
-    return this.#put(key, body, { IfNoneMatch: '*' }, signal)
+    return this.#put(key, body, { IfNoneMatch: '*' }, signal, clock)
   }
 
-  replace(key: string, body: string, version: string, signal: AbortSignal): Promise<CasWrite> {
+  replace(
+    key: string,
+    body: string,
+    version: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasWrite> {
     // `If-Match: <ETag>`: written only if the object is still the one we read. Every body carries the
     // engine's nonce, so no two writes share an ETag (ETags are content hashes: equal bodies, equal tags).
-    return this.#put(key, body, { IfMatch: version }, signal)
+    return this.#put(key, body, { IfMatch: version }, signal, clock)
   }
 
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     const server = await this.#serverName(key, signal)
     try {
-      return await probeConditionalWrites(
+      const findings = await probeConditionalWrites(
         this,
         { key, server, createCondition: 'If-None-Match: *', replaceCondition: 'If-Match: <ETag>' },
         signal,
       )
+      return [...findings, await this.#lifecycleFinding(signal)]
     } finally {
       await this.#remove(key, signal).catch(() => {})
+    }
+  }
+
+  /**
+   * Whether a lifecycle rule of the bucket expires lock objects. Fences survive it (cas-fence.ts: rules
+   * act a day or more after creation), but a held lock's record that expires ends its lease early: its
+   * holder learns it at its next renewal, and meanwhile only fences keep a resource safe.
+   */
+  async #lifecycleFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { GetBucketLifecycleConfigurationCommand } = await this.#place.sdk()
+    const { bucket, prefix } = this.#place
+    let rules: readonly LifecycleRule[]
+    try {
+      const out = await this.#place.client.send(
+        new GetBucketLifecycleConfigurationCommand({ Bucket: bucket }),
+        {
+          abortSignal: signal,
+        },
+      )
+      rules = out.Rules ?? []
+    } catch (error) {
+      if (signal.aborted) throw signal.reason
+      if (nameOf(error) !== 'NoSuchLifecycleConfiguration') {
+        return {
+          level: 'info',
+          message: `${this.id}: could not read the bucket's lifecycle rules (${nameOf(error)}; s3:GetLifecycleConfiguration): check that none expires objects under "${prefix}"`,
+        }
+      }
+      rules = []
+    }
+    const covering = rules.filter((rule) => expiresUnder(rule, prefix))
+    if (covering.length === 0) {
+      return { level: 'ok', message: `${this.id}: no lifecycle rule of the bucket expires lock objects` }
+    }
+    const names = covering.map((rule) => JSON.stringify(rule.ID ?? '(no id)')).join(', ')
+    return {
+      level: 'warn',
+      message:
+        `${this.id}: lifecycle rule ${names} of bucket "${bucket}" expires objects under "${prefix}": a held lock ` +
+        'whose object expires loses its lease early (its holder learns it at its next renewal; fences stay ' +
+        'above the deleted record and keep a fenced resource safe). Exclude the lock prefix from the rule',
     }
   }
 
@@ -128,11 +189,13 @@ export class S3CasDriver implements CasDriver {
     body: string,
     condition: { IfNoneMatch: string } | { IfMatch: string },
     signal: AbortSignal,
+    clock: ServerClock | undefined,
   ): Promise<CasWrite> {
     const { PutObjectCommand } = await this.#place.sdk()
     const input = { ...this.#object(key), Body: body, ContentType: 'text/plain; charset=utf-8', ...condition }
     try {
-      const out = await this.#place.client.send(new PutObjectCommand(input), { abortSignal: signal })
+      const put = withServerClock(new PutObjectCommand(input), clock)
+      const out = await this.#place.client.send(put, { abortSignal: signal })
       if (!out.ETag) throw new Error('PutObject answered without an ETag')
       return { ok: true, version: out.ETag }
     } catch (error) {
@@ -153,7 +216,7 @@ export class S3CasDriver implements CasDriver {
     return 'unnamed'
   }
 
-  /** Deletes doctor's probe object (never a lock's: those are never deleted, their record carries the fence). */
+  /** Deletes doctor's probe object (never a lock's: fencelock deletes none, their records carry the fences). */
   async #remove(key: string, signal: AbortSignal): Promise<void> {
     const { DeleteObjectCommand } = await this.#place.sdk()
     await this.#place.client.send(new DeleteObjectCommand(this.#object(key)), { abortSignal: signal })

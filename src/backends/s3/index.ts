@@ -4,12 +4,15 @@
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
- *   nonce). Created with `If-None-Match: *`, then only replaced with `If-Match: <ETag>`; never deleted.
+ *   nonce). Created with `If-None-Match: *`, then only replaced with `If-Match: <ETag>`; fencelock never
+ *   deletes it.
  * - Expiry: observed, S3 has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   ETag for a whole lease plus a margin on its own monotonic clock; no wall clock is trusted.
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock. Each
- *   write extends one chain of `If-Match` writes and a release marks the record released (never deletes
- *   it), so the fence only grows.
+ *   write extends one chain of `If-Match` writes and a release marks the record released, so the fence
+ *   only grows; each grant also lifts it to an epoch of S3's clock (the `Date` of the deciding read,
+ *   src/engines/cas-fence.ts), so an object deleted behind our back (a lifecycle rule, `aws s3 rm`) is
+ *   made again above its old fences. doctor warns about lifecycle rules that expire lock objects.
  * - Waiting: S3 cannot notify; the engine polls the record, its interval growing and capped.
  * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). S3 has no per-object write
  *   limit to respect (503 SlowDown is backed off). The SDK's own retries (`maxAttempts`, 3 by default) are
