@@ -81,6 +81,8 @@ export interface Session<User, Id> {
   readonly aliveUntil: number
   /** Whatever may have something on this lease that we still count on. */
   readonly users: ReadonlySet<User>
+  /** Revoked by us (no user left, or closing): no longer kept alive, so nothing on it outlives its ttl. */
+  readonly revoked: boolean
 }
 
 /**
