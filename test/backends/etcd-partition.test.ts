@@ -54,16 +54,12 @@ for (const raft of ['fast', 'defaults'] as const) {
     })
 
     for (const which of ['follower', 'leader'] as const) {
-      it(`a holder reaching only a ${which} that is cut off loses its lock before a waiter on the majority side is granted`, async () => {
+      it(`a holder reaching only a ${which} that is cut off loses its lock before a waiter on the majority side is granted`, async (t) => {
         const leader = await store.leaderIndex!()
         const cut = which === 'leader' ? leader : (leader + 1) % store.ports.length
         const majority = store.ports.filter((_, i) => i !== cut)
         const key = `cut-off-${which}`
         const held = await client(store.urlVia!([store.ports[cut]!])).acquire(key)
-        let lostAt: number | undefined
-        held.signal.addEventListener('abort', () => {
-          lostAt = performance.now()
-        })
         const waiting = client(store.urlVia!(majority)).acquire(key, { timeout: '60s' })
         const granted = waiting.then(
           (lock) => ({ lock, at: performance.now(), holderValidUntil: held.validUntil }),
@@ -75,15 +71,16 @@ for (const raft of ['fast', 'defaults'] as const) {
           const outcome = await granted
           assert.ok('lock' in outcome, `the waiter was not granted: ${'error' in outcome && outcome.error}`)
           assert.ok(
-            lostAt !== undefined && lostAt <= outcome.at,
-            'two holders: the waiter was granted while the cut-off holder had not heard of its loss',
-          )
-          assert.ok(
             outcome.holderValidUntil <= outcome.at,
             `two holders: the cut-off holder counted ${Math.round(outcome.holderValidUntil - outcome.at)} ms ` +
               "of validity beyond the waiter's grant",
           )
-          assert.ok(held.signal.reason instanceof LockLostError)
+          t.diagnostic(
+            `the holder's validity ended ${Math.round(outcome.at - outcome.holderValidUntil)} ms before the grant`,
+          )
+          // Its validity (above) is what the holder goes by; the lost signal follows from it (its timer may
+          // run a moment late on a busy event loop, so it is not compared with the grant's time).
+          assert.ok((await abortedWithin(held.signal, 10_000)) instanceof LockLostError)
           assert.ok(outcome.lock.fence > held.fence)
           await outcome.lock.release()
         } finally {
