@@ -16,8 +16,9 @@
  *   start of the attempt the core counts the grant's validity from (a hand-over's: the waiter's last one);
  *   a holder watches its own entry, and its deletion or the session's loss aborts the grant's `lost` signal.
  * - Abandon deletes our entries by name once every write an attempt sent has settled (a delete sent before
- *   one lands would leave its entry); a clean-up that fails retires the session, so the entry goes with the
- *   lease once no lock still needs it.
+ *   one lands would leave its entry). A clean-up or release whose delete fails retires the session, so the
+ *   entry goes with the lease once no lock still needs it, and is sent again until the store answers it
+ *   (queue-leftovers.ts): our own waiters queued behind the entry would otherwise keep that session alive.
  *
  * Requests on etcd, four clients contending (test/backends/etcd-requests.test.ts): two raft writes per
  * acquisition (the put, the release's delete) and two reads (once the watch is in place, at the wake-up);
@@ -33,6 +34,7 @@ import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../core
 import { now } from '../core/clock.js'
 import { type Acquisition, Acquisitions, afterGrant } from './queue-acquisition.js'
 import type { OwnEntry, QueueDriver, QueueState, Watch } from './queue-driver.js'
+import { Leftovers } from './queue-leftovers.js'
 import { Lines } from './queue-line.js'
 import { type LeaseDriver, SessionPool } from './session.js'
 
@@ -46,6 +48,8 @@ export class QueueLock<Id, Entry> {
   readonly #acqs: Acquisitions<Id, Entry>
   /** What the engine knows of each acquisition's place in line between its reads (queue-line.ts). */
   readonly #lines = new Lines<Id, Entry>()
+  /** Entries whose release or clean-up failed, deleted again once the store answers (queue-leftovers.ts). */
+  readonly #leftovers = new Leftovers()
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`). */
   constructor(driver: QueueDriver<Id, Entry>, leases: LeaseDriver<Id>, idle?: (leaseMs: number) => number) {
@@ -223,10 +227,14 @@ export class QueueLock<Id, Entry> {
     // Ours is not a loss: ended first, so the watch on our entry ignores our own delete. The delete goes
     // out before that watch is cancelled (a message of its own): the next waiter waits for the delete only.
     acq.ended = true
-    const removed = acq.entry === undefined ? undefined : this.#driver.remove(acq.entry)
+    const entry = acq.entry
+    const removed = entry === undefined ? undefined : this.#driver.remove(entry)
     this.#acqs.end(acq)
+    if (entry === undefined || removed === undefined) return false
+    // Those still on its session may be our own waiters behind it, who keep the session alive: the
+    // delete goes again once the store answers (queue-leftovers.ts).
+    removed.catch(() => this.#leftovers.retry(() => this.#driver.remove(entry), sessions))
     try {
-      if (removed === undefined) return false
       return await raceSignal(removed, signal)
     } catch (error) {
       // The entry may stay on its lease: no new lock uses that session, which is revoked (taking the
@@ -254,7 +262,11 @@ export class QueueLock<Id, Entry> {
         // By name, unconditionally: the names hold our owner id, which nobody else writes, and whatever
         // the abort raced with (the write, its reply, the keep-alive after it, a hand-over), the entry is
         // ours to remove.
-        await this.#driver.removeNames(names)
+        await this.#driver.removeNames(names).catch((error: unknown) => {
+          // As for a release: our own waiters behind them may keep their session alive.
+          this.#leftovers.retry(() => this.#driver.removeNames(names), sessions)
+          throw error
+        })
       } catch (error) {
         for (const session of sessions) this.#pool.retire(session)
         throw error
@@ -269,6 +281,7 @@ export class QueueLock<Id, Entry> {
   /** Ends every acquisition without a loss, then revokes every lease (deleting our entries with them). */
   async close(): Promise<void> {
     this.#acqs.endAll()
+    this.#leftovers.close()
     await this.#driver.close()
     await this.#pool.close()
   }

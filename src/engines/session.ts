@@ -81,6 +81,8 @@ export interface Session<User, Id> {
   readonly aliveUntil: number
   /** Whatever may have something on this lease that we still count on. */
   readonly users: ReadonlySet<User>
+  /** Revoked by us (no user left, or closing): no longer kept alive, so nothing on it outlives its ttl. */
+  readonly revoked: boolean
 }
 
 /**
@@ -99,6 +101,9 @@ const REFRESH_SLACK_MS = 50
 
 /** How long a grant or a move waits for the keep-alive sent beside it before going on without. */
 const REFRESH_WAIT_MS = 1000
+
+/** How long close() waits for the store to answer its revokes (a revoke is a raft write: milliseconds). */
+const CLOSE_REVOKE_WAIT_MS = 2000
 
 class Entry<User, Id> implements Session<User, Id> {
   readonly leaseMs: number
@@ -283,9 +288,18 @@ export class SessionPool<User, Id> {
     await raceSignal(Promise.race([refresh, late]), signal).finally(() => clearTimeout(timer))
   }
 
-  /** Revokes every lease (removing everything still on one: what a crash would do after the ttl). */
+  /**
+   * Revokes every lease (removing everything still on one: what a crash would do after the ttl), waiting
+   * for the store's answers CLOSE_REVOKE_WAIT_MS at most: the keep-alives stop first, so a lease whose
+   * revoke goes unanswered ends by its ttl all the same, and close() must return.
+   */
   async close(): Promise<void> {
-    await Promise.allSettled([...this.#open].map((entry) => this.#revoke(entry)))
+    const revoked = Promise.allSettled([...this.#open].map((entry) => this.#revoke(entry)))
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CLOSE_REVOKE_WAIT_MS)
+    })
+    await Promise.race([revoked, late]).finally(() => clearTimeout(timer))
   }
 
   #grant(leaseMs: number): Entry<User, Id> {

@@ -66,6 +66,8 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
    * (`Lease.requestsKeepAlive`, as ZooKeeper's sessions), proving `answer` ms from the request's send.
    */
   requestsKeepAlive = false
+  /** Set by a test: this many deletes (`remove`, `removeNames`) fail next, deleting nothing (a leader crash). */
+  failDeletes = 0
   /** How many keep-alives (`keepAliveOnce`) were sent, on any lease. */
   keepAlives = 0
   readonly #deletions = new Map<string, Array<(position: bigint) => void>>()
@@ -194,7 +196,9 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   }
 
   async remove(entry: OwnEntry): Promise<boolean> {
+    this.calls.push({ op: 'remove', name: entry.name })
     await settle()
+    this.#failDelete()
     if (!this.isMine(entry)) return false
     this.delete(entry.name)
     return true
@@ -203,7 +207,14 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   async removeNames(names: readonly string[]): Promise<void> {
     this.calls.push({ op: 'removeNames' })
     await settle()
+    this.#failDelete()
     for (const name of names) this.delete(name)
+  }
+
+  #failDelete() {
+    if (this.failDeletes <= 0) return
+    this.failDeletes--
+    throw new Error('the leader changed')
   }
 
   async move(entry: OwnEntry, value: string, lease: number): Promise<boolean> {

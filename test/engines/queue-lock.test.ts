@@ -43,6 +43,22 @@ async function settled(promise: Promise<unknown>): Promise<boolean> {
   return done
 }
 
+/**
+ * Awaits `promise` for up to 5 s with the process kept alive meanwhile: the engine's retry timers do not
+ * keep it alive (a real store's sockets do).
+ */
+async function alive<T>(promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('not settled within 5 s')), 5000)
+  })
+  try {
+    return await Promise.race([promise, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 describe('queue-lock engine', { timeout: 10_000 }, () => {
   it('grants in creation order: each release hands the lock to the next in line', async () => {
     const { engine, attempt, release } = setup()
@@ -255,6 +271,37 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.ok(await wait)
     await engine.abandon(b, open())
     assert.equal(store.queue('jobs/').length, 0)
+  })
+
+  it('a release whose delete fails is sent again: a waiter of the same client behind it is granted', async () => {
+    const { store, engine, attempt, release, nameOf } = setup()
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    // The waiter keeps the session alive: revoking it once unused would never delete a's entry.
+    store.failDeletes = 2
+    const aName = nameOf('a')
+    await assert.rejects(release(a), /leader changed/)
+    const next = await alive(wait)
+    assert.ok(next, 'the waiter behind the failed release is granted once the delete goes through')
+    assert.equal(store.entries.has(aName), false)
+    assert.equal(store.count('remove', aName), 3, 'the failed delete, sent twice more')
+  })
+
+  it('a clean-up whose delete fails is sent again: a waiter of the same client behind it is granted', async () => {
+    const { store, engine, attempt } = setup()
+    const a = request('a')
+    assert.ok(await attempt(a))
+    const b = request('b')
+    await attempt(b)
+    const wait = engine.wait(b, open())
+    store.failDeletes = 1
+    await assert.rejects(engine.abandon(a, open()), /leader changed/)
+    assert.ok(
+      await alive(wait),
+      'the waiter behind the failed clean-up is granted once the delete goes through',
+    )
   })
 
   it("a holder's lost signal aborts when the store reports its session's lease gone", async () => {

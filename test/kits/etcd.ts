@@ -1,11 +1,14 @@
 /**
  * The etcd backend's kits: a single member and a cluster of three. The holder of a lock is the first key
  * under the backend's own `lockPrefix(key)` by create revision: a lease is broken by deleting that key, a
- * session lost by revoking the lease the key is attached to.
+ * session lost by revoking the lease the key is attached to, and an operator's clean-up deletes the
+ * lock's keys (or the whole prefix). The cluster's members reach each other through proxies, so that one
+ * can be cut off from the others with the clients' links up (`isolateMember`).
  */
 import { Etcd3 } from 'etcd3'
-import { lockPrefix } from '../../src/backends/etcd/layout.js'
-import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
+import { DEFAULT_PREFIX, lockPrefix } from '../../src/backends/etcd/layout.js'
+import { type EtcdCluster, type EtcdOptions, startEtcd } from '../servers/etcd.js'
+import { waitUntil } from '../support/wait.js'
 import { type Kit, type KitStore, loopback } from './kit.js'
 import { memberFaults } from './members.js'
 
@@ -44,11 +47,40 @@ function etcdStore(cluster: EtcdCluster): KitStore {
         // Revoking the lease deletes every key on it: what etcd does when a session's lease expires.
         await admin.leaseClient.leaseRevoke({ ID: holder.lease })
       }),
+    deleteState: (key) =>
+      withAdmin(cluster, async (admin) => {
+        await admin
+          .delete()
+          .prefix(key === undefined ? DEFAULT_PREFIX : lockPrefix(key))
+          .exec()
+      }),
     ...memberFaults(members, () => cluster.leader()),
+    ...(members.length > 1
+      ? {
+          leaderIndex: async () => members.indexOf(await cluster.leader()),
+          async isolateMember(node: number) {
+            const heal = cluster.isolate(node)
+            return async () => {
+              heal()
+              // Back once it answers /health again (which needs it to know a leader).
+              const member = members[node]!
+              await waitUntil(() => member.healthy(), `etcd ${member.name} to rejoin after the partition`, {
+                withinMs: 30_000,
+                everyMs: 100,
+              })
+            }
+          },
+        }
+      : {}),
     logs: () => Object.fromEntries(members.map((m) => [`etcd-${m.name}`, m.log()])),
     recoveryMs: 5000,
     close: () => cluster.destroy(),
   }
+}
+
+/** A running etcd of `size` members as a kit's store (a cluster's peers linked through proxies). */
+export async function startEtcdStore(size: number, options: EtcdOptions = {}): Promise<KitStore> {
+  return etcdStore(await startEtcd(size, { peerLinks: size > 1, ...options }))
 }
 
 function etcdKit(size: number): Kit {
@@ -69,7 +101,7 @@ function etcdKit(size: number): Kit {
       longerExtend: true,
     },
     lacks: {},
-    start: async () => etcdStore(await startEtcd(size)),
+    start: () => startEtcdStore(size),
   }
 }
 

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto'
 import { tempDir } from '../support/temp.js'
 import { waitUntil } from '../support/wait.js'
+import { type PeerLinks, startPeerLinks } from './etcd-peers.js'
 import { onFreshPorts, type PickPorts } from './ports.js'
 import { againOnPort, FolderServer, requireBinary, ServerProcess } from './process.js'
 
@@ -39,12 +40,28 @@ export interface EtcdCluster {
   readonly endpoints: string
   /** The member that leads now (asks each member's /v3 maintenance status). */
   leader(): Promise<EtcdMember>
+  /**
+   * Cuts member `node` off from the other members (clusters started with `peerLinks`): the bytes between
+   * them are dropped, the connections stay open, the clients' links stay up. Returns the heal.
+   */
+  isolate(node: number): () => void
   destroy(): Promise<void>
 }
+
+/**
+ * Raft's timing: `fast` (heartbeat 50 ms, election timeout 500 ms: a killed leader is replaced sooner, so
+ * fault tests wait less) or etcd's `defaults` (100 ms, 1000 ms: what deployments run, under which a
+ * leader's loss outlives more of the client's calls).
+ */
+export type RaftTiming = 'fast' | 'defaults'
 
 export interface EtcdOptions {
   /** Where fresh ports come from. @default freePorts (the OS's) */
   readonly pickPorts?: PickPorts
+  /** @default 'fast' */
+  readonly raft?: RaftTiming
+  /** Member-to-member links through proxies the tests can cut (`EtcdCluster.isolate`). @default false */
+  readonly peerLinks?: boolean
 }
 
 async function health(port: number): Promise<boolean> {
@@ -54,11 +71,18 @@ async function health(port: number): Promise<boolean> {
   return body.health === 'true'
 }
 
-/** What every member of one cluster shares: the binary, the peer list and the cluster token. */
+/** What every member of one cluster shares: the binary, the peer list, the cluster token, raft's timing. */
 interface ClusterSpec {
   readonly binary: string
   readonly initialCluster: string
   readonly token: string
+  readonly raft: RaftTiming
+}
+
+/** The flags of each timing (etcd's defaults need none). */
+const RAFT_FLAGS: Record<RaftTiming, string[]> = {
+  fast: ['--heartbeat-interval', '50', '--election-timeout', '500'],
+  defaults: [],
 }
 
 class RunningMember extends FolderServer implements EtcdMember {
@@ -71,6 +95,8 @@ class RunningMember extends FolderServer implements EtcdMember {
     readonly name: string,
     readonly clientPort: number,
     readonly peerPort: number,
+    /** The peer port the other members dial: its own, or its proxy's. */
+    readonly advertisedPeerPort: number,
     spec: ClusterSpec,
   ) {
     super(tempDir(`etcd-${name}`))
@@ -82,17 +108,17 @@ class RunningMember extends FolderServer implements EtcdMember {
   #launch(): ServerProcess {
     const client = `http://${this.endpoint}`
     const peer = `http://127.0.0.1:${this.peerPort}`
+    const advertised = `http://127.0.0.1:${this.advertisedPeerPort}`
     const proc = new ServerProcess(
       `etcd ${this.name} (client port ${this.clientPort})`,
       this.#spec.binary,
       [
         ...['--name', this.name, '--data-dir', `${this.dir}/data`],
         ...['--listen-client-urls', client, '--advertise-client-urls', client],
-        ...['--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer],
+        ...['--listen-peer-urls', peer, '--initial-advertise-peer-urls', advertised],
         ...['--initial-cluster', this.#spec.initialCluster, '--initial-cluster-state', this.#state],
         ...['--initial-cluster-token', this.#spec.token],
-        // Fast elections: the fault tests kill leaders and wait for a new one.
-        ...['--heartbeat-interval', '50', '--election-timeout', '500'],
+        ...RAFT_FLAGS[this.#spec.raft],
         ...['--logger', 'zap', '--log-level', 'error'],
       ],
       this.dir,
@@ -142,19 +168,35 @@ async function leaderNow(members: RunningMember[]): Promise<EtcdMember | undefin
   return undefined
 }
 
-/** One attempt: `size` members on `ports` (client, peer per member), healthy within 30 s, or none left. */
-async function startMembers(binary: string, size: number, ports: number[]): Promise<RunningMember[]> {
+/**
+ * One attempt: `size` members on `ports` (client, peer per member), their peers dialed through `links`
+ * if given, healthy within 30 s, or none left.
+ */
+async function startMembers(
+  binary: string,
+  size: number,
+  ports: number[],
+  raft: RaftTiming,
+  links: PeerLinks | undefined,
+  onSpawned: (members: RunningMember[]) => void,
+): Promise<RunningMember[]> {
   const named = Array.from({ length: size }, (_, i) => ({
     name: `m${i}`,
     clientPort: ports[2 * i]!,
     peerPort: ports[2 * i + 1]!,
+    advertisedPeerPort: links?.ports[i] ?? ports[2 * i + 1]!,
   }))
+  for (const [i, m] of named.entries()) links?.target(i, m.peerPort)
   const spec: ClusterSpec = {
     binary,
-    initialCluster: named.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(','),
+    initialCluster: named.map((m) => `${m.name}=http://127.0.0.1:${m.advertisedPeerPort}`).join(','),
     token: `fencelock-${randomBytes(4).toString('hex')}`,
+    raft,
   }
-  const members = named.map((m) => new RunningMember(m.name, m.clientPort, m.peerPort, spec))
+  const members = named.map(
+    (m) => new RunningMember(m.name, m.clientPort, m.peerPort, m.advertisedPeerPort, spec),
+  )
+  onSpawned(members)
   try {
     // One member that cannot bind its ports exits at once: the whole attempt fails then, not 30 s later.
     await Promise.all(members.map((m) => m.untilHealthy(30_000)))
@@ -169,12 +211,21 @@ async function startMembers(binary: string, size: number, ports: number[]): Prom
 export async function startEtcd(size = 1, options: EtcdOptions = {}): Promise<EtcdCluster> {
   const binary = requireBinary('etcd', INSTALL)
   requireBinary('etcdctl', INSTALL)
+  /** The members of the latest attempt, from their spawn on: the proxies tell a link's dialer by its PID. */
+  let spawned: RunningMember[] = []
+  const links = options.peerLinks ? await startPeerLinks(size, () => spawned.map((m) => m.pid)) : undefined
   const members = await onFreshPorts(
     size === 1 ? 'etcd' : `a ${size}-member etcd cluster`,
     2 * size,
-    (ports) => startMembers(binary, size, ports),
+    (ports) =>
+      startMembers(binary, size, ports, options.raft ?? 'fast', links, (m) => {
+        spawned = m
+      }),
     options.pickPorts,
-  )
+  ).catch(async (error: unknown) => {
+    await links?.close()
+    throw error
+  })
   return {
     members,
     url: (rest = '') => `etcd://${members.map((m) => m.endpoint).join(',')}${rest}`,
@@ -188,8 +239,13 @@ export async function startEtcd(size = 1, options: EtcdOptions = {}): Promise<Et
       await waitUntil(elected, 'an etcd member to lead', { withinMs: 60_000, everyMs: 100 })
       return found!
     },
+    isolate(node) {
+      if (!links) throw new Error('isolate() needs a cluster started with { peerLinks: true }')
+      return links.isolate(node)
+    },
     destroy: async () => {
       await Promise.all(members.map((m) => m.destroy()))
+      await links?.close()
     },
   }
 }

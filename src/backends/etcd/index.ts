@@ -33,8 +33,10 @@
  *   hand-over waits for the release's delete and that one member-local read.
  *   Abandon deletes our key by its name (unique to the acquire: nobody else writes a key with our owner id)
  *   once the attempt's transaction has settled, whatever the abort raced with: the write, its reply, the
- *   keep-alive after it, or a hand-over. A clean-up that fails retires the session instead, so the key
- *   cannot outlive the locks still on that lease.
+ *   keep-alive after it, or a hand-over. A clean-up or release whose delete fails retires the session, so
+ *   the key cannot outlive the locks still on that lease, and the delete is sent again (owner-checked, by
+ *   the key's create revision, or by its unique name) until etcd answers: this client's own waiters queued
+ *   behind the key would otherwise keep the session alive, and the key with it.
  * - Limits: keys up to 32 KiB and ttls up to 24.8 days (see ETCD_LIMITS). The client `fromUrl` makes
  *   (`etcdClientOptions`) keeps one request's error from failing the others (faults.ts).
  *

@@ -207,10 +207,14 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
       : `its key is gone from etcd (found missing at revision ${at})`
   }
 
+  /**
+   * Cancels the stream keeper without waiting: etcd3's cancel waits for the server's word, and a server
+   * that does not answer (paused, partitioned) would hold up close() for as long.
+   */
   async close(): Promise<void> {
     const keeper = this.#streamKeeper
     this.#streamKeeper = undefined
-    await keeper?.then((w) => w?.cancel()).catch(() => {})
+    void keeper?.then((w) => w?.cancel()).catch(() => {})
   }
 
   /** One transaction applying `op` only if our key is still the one we created (same create revision). */
