@@ -380,15 +380,17 @@ export const scenarios: Scenario[] = [
   },
   {
     id: 'S17',
-    title: "an operator deletes lock state (the key's, or every key's) every 2 x ttl",
+    title: "an operator deletes lock state (the key's, or every key's) every 4 s",
     ...FENCED,
     applies: (t) => t.features.has('delete-state'),
     // A holder whose state is deleted may be joined by a second one: the store forgot it (as S11). What
     // must hold: fences keep rising (A2, A3), and nobody waits on a free lock (the idle rule).
     idleBoundTtls: 3,
     expected: () => ({ A1: 'the operator deleted the holder’s lease: a second grant inside the first one' }),
+    // Every 4 s, not faster: a record of S3, GCS or DynamoDB deleted and made again within about 3 s of
+    // its creation can repeat a fence (src/engines/cas-fence.ts), a documented limit, not a finding.
     nemesis: (ctx) =>
-      every(ctx, 2 * TTL, async () => {
+      every(ctx, Math.max(2 * TTL, 4000), async () => {
         const all = ctx.rng() < 0.3
         await ctx.fault(all ? 'delete-all-state' : 'delete-state', 'store', () =>
           ctx.store.deleteState!(all ? undefined : ctx.key),

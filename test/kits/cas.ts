@@ -58,7 +58,7 @@ export interface FakeStoreParts {
 
 /** The chaos targets of a fake-served cas store: every server fault it can do. */
 export const fakeChaos = (name: string): readonly ChaosVariant[] => [
-  { name, features: ['crash', 'durable', 'expire', 'store-faults'] },
+  { name, features: ['crash', 'durable', 'expire', 'store-faults', 'delete-state'] },
 ]
 
 /** The test server's own switches as chaos store faults. */

@@ -127,6 +127,6 @@ export const dynamodbKit: Kit = {
     return store
   },
   // No store-side switches (a real jar): its lost replies are the proxies' (S13); no 503 bursts.
-  chaos: [{ name: 'dynamodb', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'dynamodb', features: ['crash', 'durable', 'expire', 'delete-state'] }],
   bench: [{ name: 'fencelock dynamodb', store: 'dynamodb', note: 'DynamoDB Local (a JVM on this machine)' }],
 }

@@ -107,11 +107,11 @@ function etcdKit(size: number): Kit {
 
 export const etcdKit1: Kit = {
   ...etcdKit(1),
-  chaos: [{ name: 'etcd', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'etcd', features: ['crash', 'durable', 'expire', 'delete-state'] }],
   bench: [{ name: 'fencelock etcd', store: 'etcd' }],
 }
 
 export const etcdKit3: Kit = {
   ...etcdKit(3),
-  chaos: [{ name: 'etcd-3', features: ['leader', 'durable'] }],
+  chaos: [{ name: 'etcd-3', features: ['leader', 'durable', 'members', 'delete-state'] }],
 }
