@@ -44,7 +44,7 @@ export interface ZkEntry {
 interface Known {
   readonly session: ZkSession
   /** The node ZooKeeper created (with its sequence number), once a reply or a listing told us. */
-  node?: string
+  node?: string | undefined
   /** A create was sent on this session: a retry lists the queue first, in case it landed. */
   sent?: boolean
   /** The watch that enqueue's `exists` (the one that read our czxid) left on our node; see `watchHeld`. */
@@ -123,8 +123,15 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     // no second one (the client would fire both).
     const held = known.held
     const s = await stat(client, node, held ? undefined : this.#holdWatch(known))
-    // Gone already (its session expired meanwhile): not in line.
-    if (!s || !names.includes(posix.basename(node))) return { position: undefined, first: false }
+    if (!s || !names.includes(posix.basename(node))) {
+      // Gone, its session alive: deleted by someone (an operator's `deleteall`). Forgotten, so that the
+      // next attempt creates a new node (with a new sequence) instead of finding this one for ever.
+      if (!lease.ended) {
+        known.node = undefined
+        known.held = undefined
+      }
+      return { position: undefined, first: false }
+    }
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
