@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { inLine, lockPath } from '../../src/backends/zookeeper/layout.js'
-import { createLockClient, type LockClient } from '../../src/index.js'
+import { inLine, lockPath, sortKey } from '../../src/backends/zookeeper/layout.js'
+import { createLockClient, type Lock, type LockClient } from '../../src/index.js'
 import { call, deleteAll, withAdmin } from '../kits/zookeeper.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { startProxy } from '../support/proxy.js'
@@ -89,6 +89,44 @@ describe('zookeeper: waiters recover, hand-overs hold', { timeout: 180_000 }, ()
       await next.release()
     } finally {
       await proxy.close()
+    }
+  })
+
+  it('with a ttl far above the server’s longest session, hand-overs hold (no grant given back and queued again)', async () => {
+    // Sessions of at most 1 s (5 ticks of 200 ms): a 10 s ttl asks 10 s and is granted 1 s.
+    const short = await startZooKeeper(1, { maxSessionMs: 1000 })
+    try {
+      const [a, b] = [
+        createLockClient(short.url(), { ttl: '10s' }),
+        createLockClient(short.url(), { ttl: '10s' }),
+      ]
+      open.push(a, b)
+      const key = 'long-ttl'
+      let acquisitions = 0
+      let held: Lock = await a.acquire(key)
+      acquisitions++
+      for (let round = 0; round < 10; round++) {
+        const next = (round % 2 === 0 ? b : a).acquire(key, { timeout: '60s' })
+        next.catch(() => {})
+        // Held longer than a session (the waiter's session is kept alive by its keep-alives alone then),
+        // for times that land the hand-over anywhere between two of them.
+        await sleep(1400 + ((round * 397) % 1300))
+        await held.release()
+        held = await next
+        acquisitions++
+        assert.equal(held.signal.aborted, false)
+      }
+      await held.release()
+      const made = await withAdmin(short.connectString, async (admin) => {
+        const last = await a.acquire(key)
+        const names = await call<string[]>((done) => admin.getChildren(lockPath(key), done))
+        await last.release()
+        return Number(sortKey(inLine(names).at(-1)!))
+      })
+      // One queue node per acquisition: a grant given back would have queued a node of its own again.
+      assert.equal(made, acquisitions, `${made} queue nodes made for ${acquisitions} acquisitions`)
+    } finally {
+      await short.destroy()
     }
   })
 })

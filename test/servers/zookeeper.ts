@@ -96,7 +96,7 @@ export interface ZooKeeperOptions {
 type Settings = Required<Pick<ZooKeeperOptions, 'tickMs' | 'syncLimit' | 'maxSessionMs'>>
 
 /** The member's mode, or undefined when it does not answer or does not serve. */
-async function modeOf(port: number): Promise<string | undefined> {
+export async function modeOf(port: number): Promise<string | undefined> {
   try {
     return parseSrvr(await fourLetterWord('127.0.0.1', port, 'srvr', AbortSignal.timeout(1000))).mode
   } catch {
@@ -137,7 +137,7 @@ class RunningMember extends FolderServer implements ZooKeeperMember {
       'clientPortAddress=127.0.0.1',
       // Its admin web server listens on 8080 by default: members would clash (and we do not use it).
       'admin.enableServer=false',
-      '4lw.commands.whitelist=srvr,ruok,mntr',
+      '4lw.commands.whitelist=srvr,ruok,mntr,cons',
       `maxSessionTimeout=${settings.maxSessionMs}`,
       // No snapshot purging, no fsync wait warnings worth having in a test's log.
       'forceSync=no',

@@ -14,6 +14,7 @@ export type ZkClient = Pick<
   | 'exists'
   | 'remove'
   | 'mkdirp'
+  | 'transaction'
   | 'getState'
   | 'getSessionId'
   | 'getSessionPassword'
@@ -143,6 +144,14 @@ export const remove = (client: ZkClient, path: string): Promise<boolean> =>
     CODE.NO_NODE,
     false,
   )
+
+/**
+ * A write that changes nothing: a multi of one `check` of `/` (any version). The leader orders it and a
+ * quorum commits it, so its answer proves the leader took part (evidence.ts); a read would not (a follower
+ * answers those alone).
+ */
+export const touchLeader = (client: ZkClient): Promise<unknown> =>
+  request(client, (done) => client.transaction().check('/').commit(done))
 
 /** Creates `path` and its missing parents as persistent nodes (no data). */
 export const mkdirp = (client: ZkClient, path: string): Promise<string> =>
