@@ -66,6 +66,7 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
   const startedAt = now()
   const evidence = new LeaderEvidence()
   let session: ZkSession | undefined
+  let revoked = false
   const onExpired = () => {
     if (session) session.ended = true
     // The client stops by itself after an expiry (it never reconnects to an expired session).
@@ -88,7 +89,7 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
         evidence.touchedAt(startedAt)
         made()
       })
-    } else firstEvidence(client, evidence).then(made, reject)
+    } else firstEvidence(client, evidence, () => revoked).then(made, reject)
   })
   id.catch(() => {})
   return {
@@ -105,6 +106,7 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
     // An acquire's create is a write the leader orders: its answer is evidence as a keep-alive's is.
     requestsKeepAlive: (sentAt) => provenFrom(sentAt, evidence.answered(sentAt, client.getSessionTimeout())),
     revoke: async () => {
+      revoked = true
       client.removeListener('expired', onExpired)
       client.removeListener('authenticationFailed', onAuthFailed)
       client.removeListener('disconnected', onDisconnected)
@@ -121,11 +123,17 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
 /**
  * Your client's first evidence (evidence.ts): a write, then another a third of the timeout after its
  * answer, whose answer proves the first one's send time. A write that fails (not connected yet, or the
- * connection lost) is sent again after the same pause; rejects when the session has expired.
+ * connection lost) is sent again after the same pause; rejects when the session has expired or the lease
+ * was revoked meanwhile.
  */
-async function firstEvidence(client: ZkClient, evidence: LeaderEvidence): Promise<void> {
+async function firstEvidence(
+  client: ZkClient,
+  evidence: LeaderEvidence,
+  revoked: () => boolean,
+): Promise<void> {
   const beganAt = now()
   while (evidence.touched < beganAt) {
+    if (revoked()) throw new Error('the lease was revoked before its session was proven alive')
     const until = await touch(client, evidence).catch(() => Number.NEGATIVE_INFINITY)
     if (until === undefined) throw new Error('its ZooKeeper session expired')
     if (evidence.touched >= beganAt) return
