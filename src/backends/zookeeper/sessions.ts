@@ -29,6 +29,8 @@ import { LeaderEvidence } from './evidence.js'
 /** One ZooKeeper session: the client whose connection carries it, and its id in hex once connected. */
 export interface ZkSession {
   readonly client: ZkClient
+  /** What the answers to our writes prove of its life at the leader; the queue's creates add theirs. */
+  readonly evidence: LeaderEvidence
   /** The session id, 16 hex digits (as ZooKeeper's logs write it). */
   readonly id: string
   /** Expired or closed: nothing of ours is on it any more. */
@@ -81,7 +83,7 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
   client.on('connected', onConnected)
   const id = new Promise<ZkSession>((resolve, reject) => {
     const made = () => {
-      session = { client, id: client.getSessionId().toString('hex'), ended: false }
+      session = { client, evidence, id: client.getSessionId().toString('hex'), ended: false }
       resolve(session)
     }
     if (owned) {
@@ -103,8 +105,9 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
       const until = await touch(client, evidence)
       return until === undefined ? 0 : provenFrom(sentAt, until)
     },
-    // An acquire's create is a write the leader orders: its answer is evidence as a keep-alive's is.
-    requestsKeepAlive: (sentAt) => provenFrom(sentAt, evidence.answered(sentAt, client.getSessionTimeout())),
+    // An acquire's create is a write the leader orders: its answer is evidence as a keep-alive's is (the
+    // queue adds it, queue.ts `#create`: an attempt that finds its node already there sends no write).
+    requestsKeepAlive: (sentAt) => provenFrom(sentAt, evidence.until(client.getSessionTimeout())),
     revoke: async () => {
       revoked = true
       client.removeListener('expired', onExpired)
