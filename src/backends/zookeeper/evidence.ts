@@ -54,10 +54,15 @@ export class LeaderEvidence {
     this.#disconnectedAt ??= now()
   }
 
-  /** Connected again to the same session: the leader revalidated (touched) it after the disconnection. */
-  reconnected(): void {
-    if (this.#disconnectedAt !== undefined) this.touchedAt(this.#disconnectedAt)
+  /**
+   * Connected again to the same session: the leader revalidated (touched) it after the disconnection.
+   * Returns that moment (undefined for a first connection).
+   */
+  reconnected(): number | undefined {
+    const at = this.#disconnectedAt
+    if (at !== undefined) this.touchedAt(at)
     this.#disconnectedAt = undefined
+    return at
   }
 
   /**

@@ -76,7 +76,12 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
   }
   const onAuthFailed = () => events.lost(new Error('its ZooKeeper session failed to authenticate'))
   const onDisconnected = () => evidence.disconnected()
-  const onConnected = () => evidence.reconnected()
+  // A reconnection is the leader's own touch: counted at once, so that the locks of a connection that was
+  // reset (after a stall) keep their validity instead of waiting for the next keep-alive's evidence.
+  const onConnected = () => {
+    const at = evidence.reconnected()
+    if (at !== undefined) events.acknowledged(at, client.getSessionTimeout())
+  }
   client.on('expired', onExpired)
   client.on('authenticationFailed', onAuthFailed)
   client.on('disconnected', onDisconnected)
