@@ -227,6 +227,10 @@ export class QueueLock<Id, Entry> {
     // Ours is not a loss: ended first, so the watch on our entry ignores our own delete. The delete goes
     // out before that watch is cancelled (a message of its own): the next waiter waits for the delete only.
     acq.ended = true
+    // A grant of this acquisition still on its way to the core (a hand-over computed while the core gave
+    // back another one that came too late) must not be taken: its `lost` is aborted. A handle stops
+    // listening before it releases, so a caller's own release is not reported as a loss.
+    acq.lost?.abort(new Error('released'))
     const entry = acq.entry
     const removed = entry === undefined ? undefined : this.#driver.remove(entry)
     this.#acqs.end(acq)

@@ -47,12 +47,12 @@ export interface Lease<Id> {
   /**
    * Optional, for a store on which every request about the lease keeps it alive (ZooKeeper: the server
    * expires a session no earlier than its last receipt of any request from it plus the timeout): the ttl
-   * (ms) that a request's answer proves from the request's send time, read when the answer came. The
-   * engine then counts the answer to a request it sends anyway (an acquire's write) as an acknowledged
-   * keep-alive, instead of sending a keep-alive beside it. Not for etcd: a transaction does not extend
-   * the lease its keys are on.
+   * (ms) that the answer to a request sent at `sentAt` (monotonic clock) proves from then, read when the
+   * answer came. The engine then counts the answer to a request it sends anyway (an acquire's write) as an
+   * acknowledged keep-alive, instead of sending a keep-alive beside it. Not for etcd: a transaction does
+   * not extend the lease its keys are on.
    */
-  requestsKeepAlive?(): number
+  requestsKeepAlive?(sentAt: number): number
   /** Stops the keep-alives, then ends the lease on the store (which removes everything on it). Never rejects. */
   revoke(): Promise<void>
 }
@@ -65,7 +65,8 @@ export interface LeaseDriver<Id> {
   grant(leaseMs: number, events: LeaseEvents): Lease<Id>
   /**
    * Optional, for a driver whose client keeps its lease alive without telling (ZooKeeper's pings): the
-   * engine then sends `keepAliveOnce` itself this often (ms) for a lease of `leaseMs`, from its grant until
+   * engine then sends `keepAliveOnce` itself this often (ms) for a lease granted `leaseMs` long
+   * (`Lease.grantedMs`, else the length asked), from its grant until
    * it is revoked or lost, and counts each answer as an acknowledged keep-alive. Without acknowledgements
    * `aliveUntil` would stay at the grant, and a waiter granted later would get no validity left.
    */
@@ -132,10 +133,13 @@ class Entry<User, Id> implements Session<User, Id> {
       lost: (reason) => onLost(this, reason),
     })
     this.id = this.lease.id
-    const everyMs = driver.keepAliveEveryMs?.(leaseMs)
     this.id.then(
       () => {
-        this.acknowledged(grantedFrom, this.lease.grantedMs?.() ?? leaseMs)
+        const grantedMs = this.lease.grantedMs?.() ?? leaseMs
+        this.acknowledged(grantedFrom, grantedMs)
+        // Paced by the length granted: a store that grants less than asked (ZooKeeper's
+        // maxSessionTimeout) would otherwise see keep-alives too rare to keep the lease known alive.
+        const everyMs = driver.keepAliveEveryMs?.(grantedMs)
         if (everyMs !== undefined) this.#beat(everyMs)
       },
       () => {},
@@ -261,7 +265,7 @@ export class SessionPool<User, Id> {
    */
   answered(session: Session<User, Id>, sentAt: number): void {
     const entry = session as Entry<User, Id>
-    const ttlMs = entry.lease.requestsKeepAlive?.()
+    const ttlMs = entry.lease.requestsKeepAlive?.(sentAt)
     if (ttlMs !== undefined && ttlMs > 0) entry.acknowledged(sentAt, ttlMs)
   }
 

@@ -7,7 +7,8 @@
  * ephemeral nodes at once.
  */
 import zookeeper from 'node-zookeeper-client'
-import { inLine, lockPath } from '../../src/backends/zookeeper/layout.js'
+import { CODE, codeOf } from '../../src/backends/zookeeper/client.js'
+import { DEFAULT_PREFIX, inLine, lockPath } from '../../src/backends/zookeeper/layout.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { type Kit, type KitStore, loopback } from './kit.js'
 import { memberFaults } from './members.js'
@@ -112,6 +113,22 @@ export async function expireSession(connectString: string, id: Buffer): Promise<
   throw new Error(`ZooKeeper session 0x${id.toString('hex')} did not expire after 20 closes`)
 }
 
+/**
+ * `deleteall path`, as zkCli does it: the children first (depth first), then the node; a node gone
+ * meanwhile (an ephemeral one whose session ended) is fine, and one created meanwhile is left.
+ */
+export async function deleteAll(admin: Client, path: string): Promise<void> {
+  const kids = await call<string[]>((done) => admin.getChildren(path, done)).catch((error: unknown) => {
+    if (codeOf(error) === CODE.NO_NODE) return undefined
+    throw error
+  })
+  if (kids === undefined) return
+  for (const kid of kids) await deleteAll(admin, `${path === '/' ? '' : path}/${kid}`)
+  await call((done) => admin.remove(path, -1, (error) => done(error, undefined))).catch((error: unknown) => {
+    if (codeOf(error) !== CODE.NO_NODE && codeOf(error) !== CODE.NOT_EMPTY) throw error
+  })
+}
+
 function zookeeperStore(ensemble: ZooKeeperEnsemble): KitStore {
   const { members, connectString } = ensemble
   return {
@@ -128,7 +145,18 @@ function zookeeperStore(ensemble: ZooKeeperEnsemble): KitStore {
       if (!holder) throw new Error(`no holder of ${key} to take the session of`)
       await expireSession(connectString, holder.session)
     },
+    // An operator's `deleteall` of the lock's node (its queue), or of the whole prefix.
+    deleteState: (key) =>
+      withAdmin(connectString, (admin) =>
+        deleteAll(admin, key === undefined ? DEFAULT_PREFIX : lockPath(key)),
+      ),
     ...memberFaults(members, () => ensemble.leader()),
+    ...(members.length > 1
+      ? {
+          isolateMember: async (node: number) => ensemble.isolate(node % members.length),
+          leaderIndex: async () => members.indexOf(await ensemble.leader()),
+        }
+      : {}),
     logs: () => Object.fromEntries(members.map((m) => [`zookeeper-${m.id}`, m.log()])),
     recoveryMs: 5000,
     close: () => ensemble.destroy(),
@@ -157,7 +185,8 @@ function zookeeperKit(size: number): Kit {
       longerExtend:
         "a lock's ephemeral node stays on the session that created it, whose timeout was fixed when it connected",
     },
-    start: async () => zookeeperStore(await startZooKeeper(size)),
+    // An ensemble's members reach each other through proxies, for `isolateMember`.
+    start: async () => zookeeperStore(await startZooKeeper(size, { partitionable: size > 1 })),
   }
 }
 

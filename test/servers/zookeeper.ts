@@ -4,9 +4,18 @@
  * (never daemonised) and stopped by PID. An ensemble's start is retried on fresh ports as a whole (every
  * member names every peer's ports), and every readiness error carries the member's log tail (log4j to the
  * console through slf4j-log4j12).
+ *
+ * Partitionable ensembles (`partitionable`): each member reaches each peer's quorum and election ports
+ * through a TCP proxy of its own (its `server.N=` lines name the proxies; its own line its real ports), so
+ * `isolate(i)` can drop every byte between member i and the others while the connections stay open, and
+ * the clients' links stay up. One gap, ZooKeeper's: an election connection is kept only from the larger id
+ * to the smaller, and a smaller id's connection is answered by a connection back to the address it
+ * advertised (its real port), not through a proxy. The leader-follower links, which carry the syncs, the
+ * proposals and the session touches, always go through the proxies.
  */
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { fourLetterWord, parseSrvr } from '../../src/backends/zookeeper/four-letter.js'
+import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 import { tempDir } from '../support/temp.js'
 import { waitUntil } from '../support/wait.js'
 import { onFreshPorts, type PickPorts } from './ports.js'
@@ -52,6 +61,12 @@ export interface ZooKeeperMember {
 
 /** A standalone server or an ensemble. */
 export interface ZooKeeperEnsemble {
+  /**
+   * Cuts member `index` (0-based) off from the other members (partitionable ensembles): every byte
+   * between them is dropped, the connections stay open. Resolves to a function that heals the cut (the
+   * members' connections are then reset, so they start again from a clean stream).
+   */
+  isolate(index: number): () => Promise<void>
   readonly members: ZooKeeperMember[]
   /** `zookeeper://127.0.0.1:p1,127.0.0.1:p2,…` plus `rest` (a path, a query). */
   url(rest?: string): string
@@ -67,10 +82,21 @@ export interface ZooKeeperEnsemble {
 export interface ZooKeeperOptions {
   /** Where fresh ports come from. @default freePorts (the OS's) */
   readonly pickPorts?: PickPorts
+  /** `tickTime` in ms. @default TICK_MS */
+  readonly tickMs?: number
+  /** `syncLimit` in ticks: how long a follower cut off from its leader serves on. @default 10 */
+  readonly syncLimit?: number
+  /** `maxSessionTimeout` in ms. @default MAX_SESSION_MS */
+  readonly maxSessionMs?: number
+  /** The members reach each other through proxies that `isolate` can blackhole. @default false */
+  readonly partitionable?: boolean
 }
 
+/** The server settings a member's zoo.cfg takes from `ZooKeeperOptions`. */
+type Settings = Required<Pick<ZooKeeperOptions, 'tickMs' | 'syncLimit' | 'maxSessionMs'>>
+
 /** The member's mode, or undefined when it does not answer or does not serve. */
-async function modeOf(port: number): Promise<string | undefined> {
+export async function modeOf(port: number): Promise<string | undefined> {
   try {
     return parseSrvr(await fourLetterWord('127.0.0.1', port, 'srvr', AbortSignal.timeout(1000))).mode
   } catch {
@@ -94,6 +120,7 @@ class RunningMember extends FolderServer implements ZooKeeperMember {
   constructor(
     me: MemberPorts,
     readonly peers: readonly MemberPorts[],
+    settings: Settings,
   ) {
     super(tempDir(`zookeeper-${me.id}`))
     this.id = me.id
@@ -102,16 +129,16 @@ class RunningMember extends FolderServer implements ZooKeeperMember {
     mkdirSync(`${this.dir}/data`)
     writeFileSync(`${this.dir}/data/myid`, `${me.id}\n`)
     const lines = [
-      `tickTime=${TICK_MS}`,
+      `tickTime=${settings.tickMs}`,
       'initLimit=20',
-      'syncLimit=10',
+      `syncLimit=${settings.syncLimit}`,
       `dataDir=${this.dir}/data`,
       `clientPort=${me.client}`,
       'clientPortAddress=127.0.0.1',
       // Its admin web server listens on 8080 by default: members would clash (and we do not use it).
       'admin.enableServer=false',
-      '4lw.commands.whitelist=srvr,ruok,mntr',
-      `maxSessionTimeout=${MAX_SESSION_MS}`,
+      '4lw.commands.whitelist=srvr,ruok,mntr,cons',
+      `maxSessionTimeout=${settings.maxSessionMs}`,
       // No snapshot purging, no fsync wait warnings worth having in a test's log.
       'forceSync=no',
       ...(peers.length > 1 ? peers.map((p) => `server.${p.id}=127.0.0.1:${p.quorum}:${p.election}`) : []),
@@ -171,21 +198,53 @@ function requireZooKeeper(): void {
   }
 }
 
+/** The proxies member `from` reaches member `to` through (partitionable ensembles). */
+interface PeerLink {
+  readonly from: number
+  readonly to: number
+  readonly proxies: readonly TcpProxy[]
+}
+
 /** One attempt: `size` members on `ports` (client, quorum, election per member), serving within 60 s. */
-async function startMembers(size: number, ports: number[]): Promise<RunningMember[]> {
+async function startMembers(
+  size: number,
+  ports: number[],
+  settings: Settings,
+  partitionable: boolean,
+): Promise<{ members: RunningMember[]; links: PeerLink[] }> {
   const all: MemberPorts[] = Array.from({ length: size }, (_, i) => ({
     id: i + 1,
     client: ports[3 * i]!,
     quorum: ports[3 * i + 1]!,
     election: ports[3 * i + 2]!,
   }))
-  const members = all.map((me) => new RunningMember(me, all))
+  const links: PeerLink[] = []
+  if (partitionable) {
+    for (const from of all) {
+      for (const to of all) {
+        if (from === to) continue
+        links.push({
+          from: from.id,
+          to: to.id,
+          proxies: [await startProxy(to.quorum), await startProxy(to.election)],
+        })
+      }
+    }
+  }
+  // Each member's view of its peers: through its own proxies when partitionable.
+  const viewOf = (me: MemberPorts) =>
+    all.map((peer) => {
+      const link = links.find((l) => l.from === me.id && l.to === peer.id)
+      return link ? { ...peer, quorum: link.proxies[0]!.port, election: link.proxies[1]!.port } : peer
+    })
+  const members = all.map((me) => new RunningMember(me, viewOf(me), settings))
   try {
     // One member that cannot bind its client port exits at once: the whole attempt fails then.
     await Promise.all(members.map((m) => m.untilServing(60_000)))
-    return members
+    return { members, links }
   } catch (error) {
     await Promise.all(members.map((m) => m.destroy()))
+    await Promise.all(links.flatMap((l) => l.proxies.map((p) => p.close())))
     throw error
   }
 }
@@ -193,10 +252,15 @@ async function startMembers(size: number, ports: number[]): Promise<RunningMembe
 /** Starts a standalone ZooKeeper (`size` 1) or an ensemble of `size` members. */
 export async function startZooKeeper(size = 1, options: ZooKeeperOptions = {}): Promise<ZooKeeperEnsemble> {
   requireZooKeeper()
-  const members = await onFreshPorts(
+  const settings: Settings = {
+    tickMs: options.tickMs ?? TICK_MS,
+    syncLimit: options.syncLimit ?? 10,
+    maxSessionMs: options.maxSessionMs ?? MAX_SESSION_MS,
+  }
+  const { members, links } = await onFreshPorts(
     size === 1 ? 'zookeeper' : `a ${size}-member zookeeper ensemble`,
     3 * size,
-    (ports) => startMembers(size, ports),
+    (ports) => startMembers(size, ports, settings, (options.partitionable ?? false) && size > 1),
     options.pickPorts,
   )
   const connectString = members.map((m) => m.endpoint).join(',')
@@ -216,6 +280,20 @@ export async function startZooKeeper(size = 1, options: ZooKeeperOptions = {}): 
     connectString,
     url: (rest = '') => `zookeeper://${connectString}${rest}`,
     serving,
+    isolate(index) {
+      const id = members[index]?.id
+      const cut = links.filter((l) => l.from === id || l.to === id).flatMap((l) => l.proxies)
+      if (cut.length === 0)
+        throw new Error(`member ${index} cannot be isolated: start the ensemble partitionable`)
+      for (const proxy of cut) proxy.mode = 'blackhole'
+      return async () => {
+        for (const proxy of cut) {
+          proxy.mode = 'pass'
+          // Bytes were dropped mid-stream: the members connect again on clean streams.
+          proxy.cut()
+        }
+      }
+    },
     async leader() {
       let found: ZooKeeperMember | undefined
       const elected = async () => {
@@ -233,6 +311,7 @@ export async function startZooKeeper(size = 1, options: ZooKeeperOptions = {}): 
     },
     destroy: async () => {
       await Promise.all(members.map((m) => m.destroy()))
+      await Promise.all(links.flatMap((l) => l.proxies.map((p) => p.close())))
     },
   }
 }

@@ -14,6 +14,7 @@ export type ZkClient = Pick<
   | 'exists'
   | 'remove'
   | 'mkdirp'
+  | 'transaction'
   | 'getState'
   | 'getSessionId'
   | 'getSessionPassword'
@@ -54,32 +55,64 @@ export type Watcher = (event: { readonly type: number }) => void
 
 type Callback<T> = (error: unknown, value: T) => void
 
-/** One request: resolves with its reply, rejects with its error, except `missing` codes, which give `fallback`. */
+/** A ZooKeeper "session expired" error (the code the server would have answered with). */
+const expiredError = () =>
+  Object.assign(new Error('the ZooKeeper session expired'), { code: CODE.SESSION_EXPIRED })
+
+/** Per client: rejects once its session has expired. */
+const expiries = new WeakMap<ZkClient, Promise<never>>()
+
+/**
+ * Rejects once `client`'s session has expired. node-zookeeper-client never answers a request queued while
+ * it was disconnected if the reconnection finds the session expired (it drops its queue of unsent
+ * requests): without this, such a request (a waiter's check, after a network cut) would be waited on
+ * until the caller's deadline.
+ */
+function expiryOf(client: ZkClient): Promise<never> {
+  let expiry = expiries.get(client)
+  if (!expiry) {
+    expiry = new Promise<never>((_, reject) => {
+      if (client.getState().name === 'EXPIRED') reject(expiredError())
+      else client.once('expired', () => reject(expiredError()))
+    })
+    expiry.catch(() => {})
+    expiries.set(client, expiry)
+  }
+  return expiry
+}
+
+/**
+ * One request on `client`: resolves with its reply, rejects with its error (or once the session has
+ * expired), except `missing` codes, which give `fallback`.
+ */
 function request<T, F = never>(
+  client: ZkClient,
   send: (done: Callback<T>) => void,
   missing?: number,
   fallback?: F,
 ): Promise<T | F> {
-  return new Promise((resolve, reject) => {
+  const answered = new Promise<T | F>((resolve, reject) => {
     send((error, value) => {
       if (!error) resolve(value)
       else if (missing !== undefined && codeOf(error) === missing) resolve(fallback as F)
       else reject(error)
     })
   })
+  return Promise.race([answered, expiryOf(client)])
 }
 
 /** Creates `path` with `data` in `mode`; resolves with the path created (a sequential node's, with its number). */
 export const create = (client: ZkClient, path: string, data: Buffer, mode: number): Promise<string> =>
-  request((done) => client.create(path, data, mode, done))
+  request(client, (done) => client.create(path, data, mode, done))
 
 /** The children's names of `path`, or undefined when `path` does not exist. */
 export const children = (client: ZkClient, path: string): Promise<string[] | undefined> =>
-  request<string[], undefined>((done) => client.getChildren(path, done), CODE.NO_NODE, undefined)
+  request<string[], undefined>(client, (done) => client.getChildren(path, done), CODE.NO_NODE, undefined)
 
 /** The Stat of `path`, or undefined when it does not exist; `watch` is told of its next change (or creation). */
 export const stat = (client: ZkClient, path: string, watch?: Watcher): Promise<Stat | undefined> =>
   request<Stat | null, undefined>(
+    client,
     (done) => (watch ? client.exists(path, watch, done) : client.exists(path, done)),
     CODE.NO_NODE,
     undefined,
@@ -91,27 +124,38 @@ export const read = (
   path: string,
   watch?: Watcher,
 ): Promise<{ data: Buffer; stat: Stat } | undefined> =>
-  new Promise((resolve, reject) => {
-    const done = (error: unknown, data: Buffer, s: Stat) => {
-      if (!error) resolve({ data: data ?? Buffer.alloc(0), stat: s })
-      else if (codeOf(error) === CODE.NO_NODE) resolve(undefined)
-      else reject(error)
-    }
-    if (watch) client.getData(path, watch, done)
-    else client.getData(path, done)
-  })
+  request<{ data: Buffer; stat: Stat }, undefined>(
+    client,
+    (done) => {
+      const got = (error: unknown, data: Buffer, s: Stat) =>
+        done(error, { data: data ?? Buffer.alloc(0), stat: s })
+      if (watch) client.getData(path, watch, got)
+      else client.getData(path, got)
+    },
+    CODE.NO_NODE,
+    undefined,
+  )
 
 /** Deletes `path` (any version); false when it was gone already. */
 export const remove = (client: ZkClient, path: string): Promise<boolean> =>
   request<boolean, boolean>(
+    client,
     (done) => client.remove(path, -1, (error) => done(error, true)),
     CODE.NO_NODE,
     false,
   )
 
+/**
+ * A write that changes nothing: a multi of one `check` of `/` (any version). The leader orders it and a
+ * quorum commits it, so its answer proves the leader took part (evidence.ts); a read would not (a follower
+ * answers those alone).
+ */
+export const touchLeader = (client: ZkClient): Promise<unknown> =>
+  request(client, (done) => client.transaction().check('/').commit(done))
+
 /** Creates `path` and its missing parents as persistent nodes (no data). */
 export const mkdirp = (client: ZkClient, path: string): Promise<string> =>
-  request((done) => client.mkdirp(path, PERSISTENT, done))
+  request(client, (done) => client.mkdirp(path, PERSISTENT, done))
 
 /** The private parts of node-zookeeper-client 1.1.3's ConnectionManager that `closeClient` touches. */
 interface Manager {

@@ -17,9 +17,10 @@
  *   nodes with this client's 3.4 protocol), and created again if they vanish before our create.
  * - Expiry: the session is the lease. From a URL, each lease length is a session of its own, asking the
  *   lock's ttl in whole seconds (or `sessionTimeout`) as its timeout; the server clamps it (2 to 20 ticks unless
- *   configured), and a grant's validity never exceeds what it negotiated, counted from the last answered
- *   request (a keep-alive, or an acquire's create): the server expires a session no earlier than its last
- *   receipt plus the timeout. With your own
+ *   configured), and a grant's validity never exceeds what it negotiated, counted from what the leader can
+ *   have seen (evidence.ts: a follower answers reads alone, even cut off from the leader; only writes the
+ *   leader orders count, each proving an earlier one's send time). A ttl above the server's maximum is
+ *   capped by it: keep-alives are paced by the timeout negotiated. With your own
  *   client, its one session carries every lock whatever the ttl (every grant's validity is that session's
  *   timeout). A dead holder's child goes when its session expires. A holder watches its own child (`exists`
  *   watch), and its deletion or the session's expiry aborts the grant's `lost` signal at once.
@@ -40,8 +41,8 @@
  *
  * Files: queue.ts (the queue-lock driver: children, creates, watches), sessions.ts (the session driver:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
- * promises), layout.ts (paths and names, shared with the tests), diagnose.ts (what `inspect` and `doctor`
- * say), four-letter.ts (`srvr`).
+ * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
+ * and names, shared with the tests), diagnose.ts (what `inspect` and `doctor` say), four-letter.ts (`srvr`).
  */
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'

@@ -8,6 +8,7 @@
  * be behind). A waiter watches the entry before ours on that same connection.
  */
 import { posix } from 'node:path'
+import { now } from '../../core/clock.js'
 import type {
   Cancel,
   HeldEvents,
@@ -44,7 +45,7 @@ export interface ZkEntry {
 interface Known {
   readonly session: ZkSession
   /** The node ZooKeeper created (with its sequence number), once a reply or a listing told us. */
-  node?: string
+  node?: string | undefined
   /** A create was sent on this session: a retry lists the queue first, in case it landed. */
   sent?: boolean
   /** The watch that enqueue's `exists` (the one that read our czxid) left on our node; see `watchHeld`. */
@@ -114,7 +115,7 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     }
     known.sent = true
     if (known.node === undefined) {
-      const made = await this.#create(client, queue, name, value)
+      const made = await this.#create(lease, queue, name, value)
       known.node = made.node
       names = made.names
     } else names = (await children(client, queue)) ?? []
@@ -123,8 +124,15 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     // no second one (the client would fire both).
     const held = known.held
     const s = await stat(client, node, held ? undefined : this.#holdWatch(known))
-    // Gone already (its session expired meanwhile): not in line.
-    if (!s || !names.includes(posix.basename(node))) return { position: undefined, first: false }
+    if (!s || !names.includes(posix.basename(node))) {
+      // Gone, its session alive: deleted by someone (an operator's `deleteall`). Forgotten, so that the
+      // next attempt creates a new node (with a new sequence) instead of finding this one for ever.
+      if (!lease.ended) {
+        known.node = undefined
+        known.held = undefined
+      }
+      return { position: undefined, first: false }
+    }
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
@@ -166,13 +174,18 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
    * ZooKeeper 3.4's protocol: no container nodes), then the create is sent again once; if the node vanished
    * again in between, the error is retryable and the core's next attempt starts over.
    */
-  async #create(client: ZkClient, queue: string, name: string, value: string) {
-    const send = () => {
+  async #create(lease: ZkSession, queue: string, name: string, value: string) {
+    const { client } = lease
+    const send = async () => {
+      const sentAt = now()
       const made = create(client, name, Buffer.from(value, 'utf8'), EPHEMERAL_SEQUENTIAL)
       const listed = children(client, queue)
       // The listing fails with the create when the lock node is missing: only the create's error counts.
       listed.catch(() => {})
-      return Promise.all([made, listed])
+      const answered = await Promise.all([made, listed])
+      // A write the leader ordered: evidence of the session's life at the leader (evidence.ts).
+      lease.evidence.answered(sentAt, client.getSessionTimeout())
+      return answered
     }
     try {
       const [node, names] = await send()

@@ -8,21 +8,29 @@
  * - With your client, there is one lease: your client's session, whatever the ttl; it is never closed by
  *   us, and its expiry loses every lock on it.
  *
- * Keep-alives: the client pings on its own without telling anyone, so the engine sends a request every
- * third of the session timeout (`keepAliveEveryMs`) and counts its reply: its send time plus the negotiated
- * timeout is a lower bound of the session's life, since the server expires a session no earlier than its
- * last receipt (on the leader, which hears of a follower's receipts later still) plus the timeout.
- * Disconnected, no request is answered and the validity runs out by itself; the server saying "expired"
- * (on reconnection) reports the lease lost at once. Any other request answered counts the same way
- * (`requestsKeepAlive`: the server touches the session on every request it receives), so an acquire's
- * create is its own keep-alive and needs no `exists('/')` beside it.
+ * Keep-alives: the client pings on its own without telling anyone, and a follower answers its pings and
+ * reads alone (even one cut off from the leader, for up to `syncLimit` ticks). So the engine sends a write
+ * the leader must order (`touchLeader`) every sixth of the negotiated timeout (`keepAliveEveryMs`), and
+ * the answers count as evidence.ts says: each proves the session alive at the leader until the send time
+ * of an earlier write, answered a third of the timeout before, plus the timeout. An acquire's create is
+ * such a write too (`requestsKeepAlive`). Disconnected, nothing is answered and the validity runs out by
+ * itself; the server saying "expired" (on reconnection) reports the lease lost at once.
+ *
+ * A session we open is created by the leader, which touches it then: a lease from its connect. With your
+ * client, whose session may be old, the lease waits for its first evidence: two writes a third of the
+ * timeout apart (the one timer of this folder, `firstEvidence`; a lock granted before would have no
+ * validity and be given back).
  */
+import { now } from '../../core/clock.js'
 import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
-import { CODE, closeClient, codeOf, stat, type ZkClient } from './client.js'
+import { CODE, closeClient, codeOf, touchLeader, type ZkClient } from './client.js'
+import { LeaderEvidence } from './evidence.js'
 
 /** One ZooKeeper session: the client whose connection carries it, and its id in hex once connected. */
 export interface ZkSession {
   readonly client: ZkClient
+  /** What the answers to our writes prove of its life at the leader; the queue's creates add theirs. */
+  readonly evidence: LeaderEvidence
   /** The session id, 16 hex digits (as ZooKeeper's logs write it). */
   readonly id: string
   /** Expired or closed: nothing of ours is on it any more. */
@@ -32,55 +40,85 @@ export interface ZkSession {
 /** Opens a client asking for a session timeout of `timeoutMs`, connecting. */
 export type Connect = (timeoutMs: number) => ZkClient
 
-/** Whether `client` is connected now (SYNC_CONNECTED, or read-only). */
-const connected = (client: ZkClient) => {
-  const name = client.getState().name
-  return name === 'SYNC_CONNECTED' || name === 'CONNECTED_READ_ONLY'
-}
-
-/** A request that every server answers from its memory: `exists('/')`; the session timeout when answered. */
-async function ping(session: ZkSession): Promise<number> {
+/**
+ * A write the leader orders (`touchLeader`), sent now: until when the leader is known to keep the session
+ * (evidence.ts), or undefined when the server says it expired.
+ */
+async function touch(client: ZkClient, evidence: LeaderEvidence): Promise<number | undefined> {
+  const sentAt = now()
   try {
-    await stat(session.client, '/')
-    return session.client.getSessionTimeout()
+    await touchLeader(client)
   } catch (error) {
-    if (codeOf(error) === CODE.SESSION_EXPIRED) return 0
+    if (codeOf(error) === CODE.SESSION_EXPIRED) return undefined
     throw error
   }
+  return evidence.answered(sentAt, client.getSessionTimeout())
 }
 
+/** How long a lease is proven from `sentAt`, at least 1 ms: "alive, nothing more proven" (0 would say lost). */
+const provenFrom = (sentAt: number, until: number) => Math.max(1, until - sentAt)
+
 /**
- * A session on `client`: its id once connected, and its expiry reported to `events`. `owned` clients are
- * closed by `revoke` (the server then deletes the session's ephemeral nodes at once).
+ * A session on `client`: its id once connected (ours: the leader created it then; yours: once evidence
+ * proves it alive at the leader), and its expiry reported to `events`. `owned` clients are closed by
+ * `revoke` (the server then deletes the session's ephemeral nodes at once).
  */
 function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease<ZkSession> {
+  // Before our connect request can be sent (the client sends it once its socket connects, a later turn).
+  const startedAt = now()
+  const evidence = new LeaderEvidence()
   let session: ZkSession | undefined
+  let revoked = false
   const onExpired = () => {
     if (session) session.ended = true
     // The client stops by itself after an expiry (it never reconnects to an expired session).
     events.lost(new Error('its ZooKeeper session expired (the server deleted its ephemeral nodes)'))
   }
   const onAuthFailed = () => events.lost(new Error('its ZooKeeper session failed to authenticate'))
+  const onDisconnected = () => evidence.disconnected()
+  // A reconnection is the leader's own touch: counted at once, so that the locks of a connection that was
+  // reset (after a stall) keep their validity instead of waiting for the next keep-alive's evidence.
+  const onConnected = () => {
+    const at = evidence.reconnected()
+    if (at !== undefined) events.acknowledged(at, client.getSessionTimeout())
+  }
   client.on('expired', onExpired)
   client.on('authenticationFailed', onAuthFailed)
-  const id = new Promise<ZkSession>((resolve) => {
+  client.on('disconnected', onDisconnected)
+  client.on('connected', onConnected)
+  const id = new Promise<ZkSession>((resolve, reject) => {
     const made = () => {
-      session = { client, id: client.getSessionId().toString('hex'), ended: false }
+      session = { client, evidence, id: client.getSessionId().toString('hex'), ended: false }
       resolve(session)
     }
-    if (connected(client)) made()
-    else client.once('connected', made)
+    if (owned) {
+      client.once('connected', () => {
+        evidence.touchedAt(startedAt)
+        made()
+      })
+    } else firstEvidence(client, evidence, () => revoked).then(made, reject)
   })
+  id.catch(() => {})
   return {
     id,
+    // Ours: the leader created the session after `startedAt`, so it keeps it that long from the grant.
+    // Yours: `id` resolved on evidence of a touch after the grant began: the same holds.
     grantedMs: () => client.getSessionTimeout(),
-    keepAliveOnce: async () => (session ? await ping(session) : 0),
-    // Any request the server answers touched the session (as the ping does): the create of an acquire
-    // keeps it alive from its send time, for the negotiated timeout.
-    requestsKeepAlive: () => client.getSessionTimeout(),
+    keepAliveOnce: async () => {
+      if (!session) return 0
+      const sentAt = now()
+      const until = await touch(client, evidence)
+      return until === undefined ? 0 : provenFrom(sentAt, until)
+    },
+    // An acquire's create is a write the leader orders: its answer is evidence as a keep-alive's is (the
+    // queue adds it, queue.ts `#create`: an attempt that finds its node already there sends no write).
+    requestsKeepAlive: (sentAt) => provenFrom(sentAt, evidence.until(client.getSessionTimeout())),
     revoke: async () => {
+      revoked = true
       client.removeListener('expired', onExpired)
       client.removeListener('authenticationFailed', onAuthFailed)
+      client.removeListener('disconnected', onDisconnected)
+      client.removeListener('connected', onConnected)
       if (!owned) return
       if (session) session.ended = true
       // Closing the session deletes its ephemeral nodes on the server (a close that never reaches it
@@ -89,6 +127,34 @@ function sessionOn(client: ZkClient, events: LeaseEvents, owned: boolean): Lease
     },
   }
 }
+
+/**
+ * Your client's first evidence (evidence.ts): a write, then another a third of the timeout after its
+ * answer, whose answer proves the first one's send time. A write that fails (not connected yet, or the
+ * connection lost) is sent again after the same pause; rejects when the session has expired or the lease
+ * was revoked meanwhile.
+ */
+async function firstEvidence(
+  client: ZkClient,
+  evidence: LeaderEvidence,
+  revoked: () => boolean,
+): Promise<void> {
+  const beganAt = now()
+  while (evidence.touched < beganAt) {
+    if (revoked()) throw new Error('the lease was revoked before its session was proven alive')
+    const until = await touch(client, evidence).catch(() => Number.NEGATIVE_INFINITY)
+    if (until === undefined) throw new Error('its ZooKeeper session expired')
+    if (evidence.touched >= beganAt) return
+    await new Promise((resolve) => setTimeout(resolve, Math.ceil(client.getSessionTimeout() / 3) + 1))
+  }
+}
+
+/**
+ * A sixth of the timeout: the evidence of a write counts from one answered a third of the timeout before
+ * (evidence.ts), so the lease is proven about two thirds of the timeout ahead after each answer and never
+ * less than half of it while the next one is under way.
+ */
+const keepAliveEvery = (grantedMs: number) => Math.max(50, Math.floor(grantedMs / 6))
 
 /** From a URL: one session (connection) per lease length. */
 export class OwnSessions implements LeaseDriver<ZkSession> {
@@ -109,8 +175,9 @@ export class OwnSessions implements LeaseDriver<ZkSession> {
     return this.#fixedMs ?? Math.max(1, Math.ceil(ttlMs / 1000)) * 1000
   }
 
-  keepAliveEveryMs(leaseMs: number): number {
-    return Math.max(50, Math.floor(leaseMs / 3))
+  /** `grantedMs`: the timeout the server negotiated (it may be far below the ttl asked: `maxSessionTimeout`). */
+  keepAliveEveryMs(grantedMs: number): number {
+    return keepAliveEvery(grantedMs)
   }
 
   grant(leaseMs: number, events: LeaseEvents): Lease<ZkSession> {
@@ -133,8 +200,8 @@ export class SharedSession implements LeaseDriver<ZkSession> {
     return SHARED_LEASE_MS
   }
 
-  keepAliveEveryMs(): number {
-    return Math.max(50, Math.floor(this.#client.getSessionTimeout() / 3))
+  keepAliveEveryMs(grantedMs: number): number {
+    return keepAliveEvery(grantedMs)
   }
 
   grant(_leaseMs: number, events: LeaseEvents): Lease<ZkSession> {
