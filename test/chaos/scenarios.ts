@@ -494,6 +494,7 @@ export const CI_SCENARIOS = [
   'S15',
   'S16',
   'S17',
+  'S18',
   'S19',
   'S20',
   'S21',

@@ -192,11 +192,11 @@ function zookeeperKit(size: number): Kit {
 
 export const zookeeperKit1: Kit = {
   ...zookeeperKit(1),
-  chaos: [{ name: 'zookeeper', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'zookeeper', features: ['crash', 'durable', 'expire', 'delete-state'] }],
   bench: [{ name: 'fencelock zookeeper', store: 'zookeeper' }],
 }
 
 export const zookeeperKit3: Kit = {
   ...zookeeperKit(3),
-  chaos: [{ name: 'zookeeper-3', features: ['leader', 'durable', 'expire'] }],
+  chaos: [{ name: 'zookeeper-3', features: ['leader', 'durable', 'expire', 'members', 'delete-state'] }],
 }
