@@ -3,6 +3,13 @@
  * server's clock (`clock_timestamp()`: `now()` is frozen at the start of a transaction, and a caller's
  * transaction-pooling proxy may run our statement inside a longer one). Leases are sent and returned as
  * milliseconds (float8), fences as text (bigint, whatever the client's type settings), never timestamps.
+ *
+ * Session settings: each statement goes out in ONE simple-protocol message behind `PIN`, which sets what
+ * it needs for its own implicit transaction only (nothing of the session changes, and a client paused
+ * mid-message holds no row lock: the server runs nothing before the whole message is in). Values are
+ * literals that read the same under every setting (literals.ts); functions are pg_catalog's, the table
+ * and sequence fully qualified, so no search_path matters; only durations and epoch instants cross the
+ * wire, so TimeZone, DateStyle and IntervalStyle do not matter either.
  */
 
 import { raceSignal } from '../../core/abort.js'
@@ -16,63 +23,88 @@ import type {
 } from '../../engines/sql-lease-driver.js'
 import { pgDoctor } from './doctor.js'
 import { unavailable } from './faults.js'
-import { channelOf, ddl, type PgTable, qualified } from './layout.js'
+import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
+import { bigintLiteral, floatLiteral, regclassLiteral, textLiteral } from './literals.js'
 import type { PgSql } from './sql.js'
 
 /** Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room. Leases: 2^43 ms. */
 export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43 }
 
-/** The lease left on the server's clock, in ms (a released row's 1970 `expires_at` makes it very negative). */
-const REMAINING = `(extract(epoch from (expires_at - clock_timestamp())) * 1000)::float8`
+/**
+ * The first statement of every message. READ COMMITTED: a statement that meets a row a concurrent one
+ * changed waits for it and re-checks the committed row (the acquire then finds it held, or free); under
+ * REPEATABLE READ or SERIALIZABLE (a `default_transaction_isolation` of the role, database or server) the
+ * same statement fails with SQLSTATE 40001 instead, and SERIALIZABLE's predicate locks fail acquires of
+ * other keys on the same index page. READ WRITE: `default_transaction_read_only` would refuse every write.
+ */
+export const PIN = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE'
 
-/** The statements of one table, built once: only identifiers are spliced in (quoted), never values. */
+/**
+ * The lease left on the server's clock, in ms (a released row's 1970 `expires_at` makes it very negative).
+ * Durations come back as numeric (text on the wire, exact): a float8 is printed with as few digits as
+ * `extra_float_digits` asks, one at -15.
+ */
+const REMAINING = `(extract(epoch from (expires_at - pg_catalog.clock_timestamp())) * 1000)::pg_catalog.numeric`
+
+/** The statements of one table: identifiers are quoted, values are literals.ts's. */
 function statements(t: PgTable) {
   const table = qualified(t)
+  const next = `pg_catalog.nextval(${regclassLiteral(qualified(fenceSequence(t)))})`
+  const now = 'pg_catalog.clock_timestamp()'
+  const text = (value: string | undefined) => (value === undefined ? 'NULL::text' : textLiteral(value))
   return {
     /**
-     * Acquire ($1 key, $2 owner, $3 ttl ms, $4 holder). The INSERT takes the row when there is none
-     * (fence 1), when it is free on the server's clock or released (fence + 1: a new grant), or when it
-     * is held by this same owner (an earlier attempt whose reply was lost: the lease restarts, the fence
-     * stays). ON CONFLICT locks the row, so two acquires of a free row are serialised: the second one
-     * re-evaluates its WHERE on the first one's row and finds it held. Granted, the lease is the ttl the
-     * statement added to `clock_timestamp()` (exactly; it started after our send). Refused, the second
-     * branch reports the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
+     * Acquire. The INSERT takes the row when there is none, when it is free on the server's clock or
+     * released (a new grant), or when it is held by this same owner (an earlier attempt whose reply was
+     * lost: the lease restarts, the fence stays). A new grant's fence is the next value of the table's
+     * sequence, and never less than the row's fence + 1: the sequence outlives the row (a DELETE, a
+     * TRUNCATE, the table dropped), the row outlives a sequence set back. ON CONFLICT locks the row, so two
+     * acquires of a free row are serialised: the second one re-evaluates its WHERE on the first one's row
+     * and finds it held. Granted, the lease is the ttl the statement added to `clock_timestamp()` (exactly;
+     * it started after our send). Refused, the second branch reports the holder's row as of the
+     * statement's snapshot (for pacing only; possibly a moment old).
      */
-    acquire: `WITH granted AS (
+    acquire: (req: SqlAcquireRequest) => {
+      const key = textLiteral(req.key)
+      const ttl = floatLiteral(req.ttlMs)
+      return `WITH granted AS (
   INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
-  VALUES ($1::text, $2::text, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', false, $4::text)
+  VALUES (${key}, ${textLiteral(req.owner)}, ${next}, ${now} + ${ttl} * interval '1 millisecond', false, ${text(req.holder)})
   ON CONFLICT (name) DO UPDATE SET
-    fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > clock_timestamp()
-                 THEN l.fence ELSE l.fence + 1 END,
+    fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > ${now}
+                 THEN l.fence ELSE GREATEST(l.fence + 1, ${next}) END,
     owner = excluded.owner,
-    expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+    expires_at = ${now} + ${ttl} * interval '1 millisecond',
     released = false,
     holder = excluded.holder
-  WHERE l.released OR l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
+  WHERE l.released OR l.expires_at <= ${now} OR l.owner = excluded.owner
   RETURNING l.fence, l.expires_at
 )
-SELECT true AS granted, fence::text AS fence, $3::float8 AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
+SELECT true AS granted, fence::text AS fence, ${ttl}::pg_catalog.numeric AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
 UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
-  WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM granted)`,
-    /** Extend ($1 key, $2 owner, $3 fence, $4 ttl ms): our lease restarted from the server's now; no row when not ours. */
-    extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $4::float8 * interval '1 millisecond'
-  WHERE name = $1::text AND owner = $2::text AND fence = $3::bigint AND NOT released
+  WHERE name = ${key} AND NOT EXISTS (SELECT 1 FROM granted)`
+    },
+    /** Extend: our lease restarted from the server's now; no row when not ours. */
+    extend: (key: string, owner: string, fence: bigint, ttlMs: number) =>
+      `UPDATE ${table} SET expires_at = ${now} + ${floatLiteral(ttlMs)} * interval '1 millisecond'
+  WHERE name = ${textLiteral(key)} AND owner = ${textLiteral(owner)} AND fence = ${bigintLiteral(fence)} AND NOT released
   RETURNING ${REMAINING} AS ms`,
     /**
-     * Release ($1 key, $2 owner, $3 fence or NULL for any, $4 channel): marks the row released (fence
-     * kept) and notifies the key in the SAME statement: the notification is sent at commit, and only if
-     * the release committed, so a waiter never hears of a release that did not happen, nor misses one
-     * that did (a trigger would do the same at the cost of one more object in the user's schema and a
-     * call on every grant and renewal). One row per row released.
+     * Release (any fence when `fence` is undefined): marks the row released (fence kept) and notifies the
+     * key on `channel` in the SAME statement: the notification is sent at commit, and only if the release
+     * committed, so a waiter never hears of a release that did not happen, nor misses one that did (a
+     * trigger would do the same at the cost of one more object in the user's schema and a call on every
+     * grant and renewal). One row per row released.
      */
-    release: `WITH released AS (
+    release: (key: string, owner: string, fence: bigint | undefined, channel: string) => `WITH released AS (
   UPDATE ${table} SET released = true, expires_at = 'epoch'
-  WHERE name = $1::text AND owner = $2::text AND ($3::bigint IS NULL OR fence = $3::bigint) AND NOT released
+  WHERE name = ${textLiteral(key)} AND owner = ${textLiteral(owner)}${fence === undefined ? '' : ` AND fence = ${bigintLiteral(fence)}`} AND NOT released
   RETURNING name
 )
-SELECT pg_notify($4::text, name) FROM released`,
-    read: `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = $1::text`,
+SELECT pg_catalog.pg_notify(${textLiteral(channel)}, name) FROM released`,
+    read: (key: string) =>
+      `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = ${textLiteral(key)}`,
   }
 }
 
@@ -87,7 +119,8 @@ interface Options {
 type Row = {
   granted?: boolean
   fence: string
-  ms: number
+  /** numeric, as text */
+  ms: string
   owner: string
   released: boolean
   holder: string | null
@@ -99,11 +132,10 @@ export class PostgresDialect implements SqlDialect {
   readonly table: string
   readonly #sql: PgSql
   readonly #t: PgTable
+  readonly #sequence: string
   readonly #owned: boolean
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
-  /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
-  readonly #prepare: boolean
 
   constructor(options: Options) {
     this.#sql = options.sql
@@ -111,9 +143,9 @@ export class PostgresDialect implements SqlDialect {
     this.#owned = options.owned
     this.id = options.id
     this.table = qualified(options.table)
+    this.#sequence = qualified(fenceSequence(options.table))
     this.#channel = channelOf(options.table)
     this.#q = statements(options.table)
-    this.#prepare = options.sql.options?.prepare !== false
   }
 
   async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
@@ -121,15 +153,9 @@ export class PostgresDialect implements SqlDialect {
     // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
     // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
     // must undo (the core stops waiting for the attempt at once anyway).
-    const rows = await this.#run<Row>(
-      'acquire',
-      req.key,
-      this.#q.acquire,
-      [req.key, req.owner, req.ttlMs, req.holder ?? null],
-      undefined,
-    )
+    const rows = await this.#run<Row>('acquire', req.key, this.#q.acquire(req), undefined)
     const row = rows[0]
-    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: row.ms }
+    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
     return { granted: false, current: row === undefined ? undefined : toRow(row) }
   }
 
@@ -137,8 +163,7 @@ export class PostgresDialect implements SqlDialect {
     const rows = await this.#run<{ ms: number }>(
       'renew',
       key,
-      this.#q.extend,
-      [key, owner, fence.toString(), ttlMs],
+      this.#q.extend(key, owner, fence, ttlMs),
       signal,
     )
     return rows[0]?.ms
@@ -150,50 +175,51 @@ export class PostgresDialect implements SqlDialect {
     fence: bigint | undefined,
     signal: AbortSignal,
   ): Promise<boolean> {
-    const rows = await this.#run(
-      'release',
-      key,
-      this.#q.release,
-      [key, owner, fence === undefined ? null : fence.toString(), this.#channel],
-      signal,
-    )
+    const rows = await this.#run('release', key, this.#q.release(key, owner, fence, this.#channel), signal)
     return rows.length > 0
   }
 
   async read(key: string, signal: AbortSignal): Promise<SqlRow | undefined> {
     checkKey(key)
-    const rows = await this.#run<Row>('read', key, this.#q.read, [key], signal)
+    const rows = await this.#run<Row>('read', key, this.#q.read(key), signal)
     return rows[0] === undefined ? undefined : toRow(rows[0])
   }
 
+  /** Whether the table and its fence sequence both exist (a table of an earlier version has no sequence). */
   async tableExists(signal: AbortSignal): Promise<boolean> {
-    const rows = await this.#run<{ found: boolean }>(
-      'check the lock table of',
-      undefined,
-      'SELECT to_regclass($1::text) IS NOT NULL AS found',
-      [this.table],
-      signal,
-    )
-    return rows[0]?.found === true
+    const found = await this.#exists(signal)
+    return found.table && found.sequence
   }
 
+  /**
+   * Creates what is missing: the table (IF NOT EXISTS), then the fence sequence with its first value (see
+   * `sequenceDdl`). Two clients creating them at once: CREATE can still fail on the catalog's unique
+   * index (23505), on the table's row type created a moment before by the other (42710, "type … already
+   * exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report it exists (42P07).
+   * Whichever, it is there now if the other creation committed (and the sequence was never set back: its
+   * value is set only in the transaction that made it).
+   */
   async createTable(signal: AbortSignal): Promise<void> {
-    try {
-      await raceSignal(this.#sql.unsafe(ddl(this.#t)), signal)
-    } catch (error) {
-      // Two clients creating it at once: CREATE TABLE IF NOT EXISTS can still fail on the catalog's
-      // unique index (23505), on the table's row type created a moment before by the other (42710,
-      // "type … already exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report
-      // it exists (42P07). Whichever, the table is there now if the other creation committed.
-      const code = (error as { code?: unknown }).code
-      if ((code === '23505' || code === '42710' || code === '42P07') && (await this.tableExists(signal)))
-        return
-      throw unavailable(error, `create the lock table ${this.table} on`, undefined, this.id)
+    for (const [what, text] of [
+      ['table', tableDdl(this.#t)],
+      ['sequence', sequenceDdl(this.#t)],
+    ] as const) {
+      if ((await this.#exists(signal))[what]) continue
+      try {
+        await raceSignal(this.#sql.unsafe(text), signal)
+      } catch (error) {
+        const code = (error as { code?: unknown }).code
+        const raced = code === '23505' || code === '42710' || code === '42P07'
+        if (raced && (await this.#exists(signal))[what]) continue
+        const name =
+          what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
+        throw unavailable(error, `create ${name} on`, undefined, this.id)
+      }
     }
   }
 
   ddl(): string {
-    return `${ddl(this.#t)};`
+    return ddl(this.#t)
   }
 
   /**
@@ -212,7 +238,10 @@ export class PostgresDialect implements SqlDialect {
     )
     const listener: SqlListener = { close: () => meta.unlisten() }
     try {
-      await raceSignal(this.#sql.unsafe('SELECT pg_notify($1::text, $2::text)', [this.#channel, '']), signal)
+      await raceSignal(
+        this.#sql.unsafe('SELECT pg_catalog.pg_notify($1::text, $2::text)', [this.#channel, '']),
+        signal,
+      )
       await raceSignal(proof, signal)
     } catch (error) {
       await listener.close().catch(() => {})
@@ -222,24 +251,43 @@ export class PostgresDialect implements SqlDialect {
   }
 
   doctor(signal: AbortSignal) {
-    return pgDoctor(this.#sql, this.id, signal)
+    return pgDoctor(this.#sql, { id: this.id, table: this.#t }, signal)
   }
 
   async close(): Promise<void> {
     if (this.#owned) await this.#sql.end({ timeout: 1 })
   }
 
-  /** One statement, raced against `signal` when given (the server may still run it: the engine settles that). */
+  async #exists(signal: AbortSignal): Promise<{ table: boolean; sequence: boolean }> {
+    try {
+      const rows = (await raceSignal(
+        this.#sql.unsafe(
+          'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table, pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence',
+          [this.table, this.#sequence],
+        ),
+        signal,
+      )) as unknown as { table: boolean; sequence: boolean }[]
+      return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
+    } catch (error) {
+      if (signal.aborted && error === signal.reason) throw error
+      throw unavailable(error, 'check the lock table of', undefined, this.id)
+    }
+  }
+
+  /**
+   * One statement behind `PIN`, in one message, raced against `signal` when given (the server may still
+   * run it: the engine settles that). The answer is the statement's rows (the message's last result).
+   */
   async #run<R>(
     what: string,
     key: string | undefined,
     text: string,
-    params: unknown[],
     signal: AbortSignal | undefined,
   ): Promise<R[]> {
     try {
-      const query = this.#sql.unsafe(text, params as never[], { prepare: this.#prepare })
-      return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+      const query = this.#sql.unsafe(`${PIN};\n${text}`).simple()
+      const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
+      return results.at(-1) ?? []
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)
@@ -251,7 +299,7 @@ function toRow(row: Row): SqlRow {
   return {
     owner: row.owner,
     fence: BigInt(row.fence),
-    remainingMs: row.ms,
+    remainingMs: Number(row.ms),
     released: row.released,
     holder: row.holder ?? undefined,
   }
