@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import postgres from 'postgres'
-import { guardedUpdate } from '../../src/backends/postgres/index.js'
+import { fromUrl, guardedUpdate } from '../../src/backends/postgres/index.js'
 import {
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
@@ -127,6 +127,40 @@ describe(
         await again.release()
       } finally {
         await Promise.all(clients.map((c) => c.close()))
+      }
+    })
+
+    it('with createTable=false an old table is not changed: the error and doctor name the sequence', async () => {
+      const old = { schema: DEFAULT_SCHEMA, table: 'old_locks' }
+      await adminQuery(server, tableDdl(old))
+      const url = server.url('?table=old_locks&createTable=false')
+      const locks = createLockClient(url)
+      try {
+        await assert.rejects(locks.acquire('k', { timeout: '5s' }), (error: Error) => {
+          assert.match(error.message, /old_locks_fence.*does not exist.*fencelock doctor/s)
+          return true
+        })
+        const backend = await fromUrl(new URL(url))
+        try {
+          const findings = await backend.doctor!(AbortSignal.timeout(10_000))
+          assert.ok(
+            findings.some(
+              (f) =>
+                f.level === 'error' &&
+                /old_locks_fence.*createTable is off.*CREATE SEQUENCE/s.test(f.message),
+            ),
+            JSON.stringify(findings),
+          )
+        } finally {
+          await backend.close()
+        }
+        const sequences = await adminQuery(
+          server,
+          "SELECT 1 FROM pg_sequences WHERE sequencename = 'old_locks_fence'",
+        )
+        assert.equal(sequences.length, 0, 'nothing was created')
+      } finally {
+        await locks.close()
       }
     })
 

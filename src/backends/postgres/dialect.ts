@@ -114,6 +114,11 @@ interface Options {
   readonly id: string
   /** Whether `sql` is ours (made from a URL): `close` ends it. */
   readonly owned: boolean
+  /**
+   * Whether the engine may create what is missing. Off, a table without its fence sequence (made by an
+   * earlier version) counts as there: the statements then fail naming the sequence, and doctor gives its DDL.
+   */
+  readonly createTable: boolean
 }
 
 type Row = {
@@ -134,6 +139,7 @@ export class PostgresDialect implements SqlDialect {
   readonly #t: PgTable
   readonly #sequence: string
   readonly #owned: boolean
+  readonly #createTable: boolean
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
 
@@ -141,6 +147,7 @@ export class PostgresDialect implements SqlDialect {
     this.#sql = options.sql
     this.#t = options.table
     this.#owned = options.owned
+    this.#createTable = options.createTable
     this.id = options.id
     this.table = qualified(options.table)
     this.#sequence = qualified(fenceSequence(options.table))
@@ -185,10 +192,13 @@ export class PostgresDialect implements SqlDialect {
     return rows[0] === undefined ? undefined : toRow(rows[0])
   }
 
-  /** Whether the table and its fence sequence both exist (a table of an earlier version has no sequence). */
+  /**
+   * Whether the table and its fence sequence both exist (a table of an earlier version has no sequence:
+   * the engine then creates it, unless createTable is off).
+   */
   async tableExists(signal: AbortSignal): Promise<boolean> {
     const found = await this.#exists(signal)
-    return found.table && found.sequence
+    return found.table && (found.sequence || !this.#createTable)
   }
 
   /**
@@ -251,7 +261,7 @@ export class PostgresDialect implements SqlDialect {
   }
 
   doctor(signal: AbortSignal) {
-    return pgDoctor(this.#sql, { id: this.id, table: this.#t }, signal)
+    return pgDoctor(this.#sql, { id: this.id, table: this.#t, createTable: this.#createTable }, signal)
   }
 
   async close(): Promise<void> {

@@ -9,8 +9,14 @@
 import { raceSignal } from '../../core/abort.js'
 import type { DoctorFinding } from '../../core/backend.js'
 import { unavailable } from './faults.js'
-import { fenceSequence, type PgTable, qualified } from './layout.js'
+import { fenceSequence, type PgTable, qualified, sequenceDdl } from './layout.js'
 import type { PgSql } from './sql.js'
+
+interface Store {
+  readonly id: string
+  readonly table: PgTable
+  readonly createTable: boolean
+}
 
 interface Settings {
   version: string
@@ -44,11 +50,7 @@ const SHOWN = [
   'lock_timeout',
 ]
 
-export async function pgDoctor(
-  sql: PgSql,
-  store: { readonly id: string; readonly table: PgTable },
-  signal: AbortSignal,
-): Promise<DoctorFinding[]> {
+export async function pgDoctor(sql: PgSql, store: Store, signal: AbortSignal): Promise<DoctorFinding[]> {
   let s: Settings
   try {
     const rows = (await raceSignal(
@@ -142,11 +144,7 @@ function replication(s: Settings): DoctorFinding[] {
  * The fence sequence: present, uncached, and ahead of every fence in the table. Behind them (set back,
  * or restored from an older backup), a deleted row's next grant could repeat a fence.
  */
-async function fences(
-  sql: PgSql,
-  store: { readonly id: string; readonly table: PgTable },
-  signal: AbortSignal,
-): Promise<DoctorFinding[]> {
+async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<DoctorFinding[]> {
   const seq = fenceSequence(store.table)
   const name = qualified(seq)
   let f: Fences
@@ -184,10 +182,17 @@ async function fences(
     },
   ]
   if (!f.has_sequence) {
-    findings.push({
-      level: 'warn',
-      message: `the fence sequence ${name} does not exist (a table of an earlier version, or it was dropped): the first lock with createTable on makes it; until then no lock can be taken`,
-    })
+    findings.push(
+      store.createTable
+        ? {
+            level: 'info',
+            message: `the fence sequence ${name} does not exist yet (a table of an earlier version, or it was dropped): the first lock makes it`,
+          }
+        : {
+            level: 'error',
+            message: `the fence sequence ${name} does not exist (a table of an earlier version, or it was dropped) and createTable is off: no lock can be taken until it is made (e.g. in a migration) with:\n${sequenceDdl(store.table)};`,
+          },
+    )
   } else if (f.cache_size !== '1') {
     findings.push({
       level: 'error',

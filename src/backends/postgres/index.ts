@@ -70,8 +70,9 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
     | undefined
   const id =
     options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
-  const dialect = new PostgresDialect({ sql, table, id, owned: false })
-  return sqlLeaseBackend(dialect, { createTable: options.createTable ?? true })
+  const createTable = options.createTable ?? true
+  const dialect = new PostgresDialect({ sql, table, id, owned: false, createTable })
+  return sqlLeaseBackend(dialect, { createTable })
 }
 
 /** The URL parameters of `postgres://` (tested against the README like every backend's). */
@@ -118,6 +119,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     connect_timeout: 10,
   })
   const id = redact(url)
-  const dialect = new PostgresDialect({ sql, table, id, owned: true })
+  const dialect = new PostgresDialect({ sql, table, id, owned: true, createTable: params.createTable })
   return sqlLeaseBackend(dialect, { createTable: params.createTable, id })
 }
