@@ -71,12 +71,18 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
     await held.release().catch(() => {})
   })
 
-  it('the table dropped and made again by the next client: the next fence is larger', async () => {
-    const first = await grant(client(), 'dropped')
+  it('the table dropped: a new client and the running one make it again, the next fences are larger', async () => {
+    const running = client()
+    const first = await grant(running, 'dropped')
     await admin(`DROP TABLE ${TABLE}`)
     // A client that starts now makes the table again (createTable), beside the sequence that outlived it.
     const second = await grant(client(), 'dropped')
     assert.ok(second > first, `fence ${second} after DROP TABLE, ${first} before`)
+    await admin(`DROP TABLE ${TABLE}`)
+    // The running client meets the missing table once (an error naming it), then checks and makes it again.
+    await assert.rejects(running.acquire('dropped', { timeout: '5s' }), /fencelock_locks.*does not exist/)
+    const third = await grant(running, 'dropped')
+    assert.ok(third > second, `fence ${third} after the second DROP TABLE, ${second} before`)
   })
 
   it('the sequence and the table dropped: the new sequence starts past the old fences (server clock)', async () => {
