@@ -25,7 +25,7 @@
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
- *   table is dropped fails (naming it) until it is made again, e.g. by a new client.
+ *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
  * Files: dialect.ts (the statements), literals.ts (values in them), layout.ts (table, sequence, DDL,
  * channel), faults.ts (errors in words, which ones waiting can help), doctor.ts (version, settings,
