@@ -20,6 +20,7 @@ import type { KitStore } from '../kits/kit.js'
 import { adminQuery, postgresKit } from '../kits/postgres.js'
 import type { PostgresServer } from '../servers/postgres.js'
 import { startPostgres } from '../servers/postgres.js'
+import { waitUntil } from '../support/wait.js'
 
 const TABLE = qualified({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE })
 const SEQUENCE = qualified(fenceSequence({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE }))
@@ -83,6 +84,39 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
     await assert.rejects(running.acquire('dropped', { timeout: '5s' }), /fencelock_locks.*does not exist/)
     const third = await grant(running, 'dropped')
     assert.ok(third > second, `fence ${third} after the second DROP TABLE, ${second} before`)
+  })
+
+  it('a grant waiting for the row while another grant commits and an operator deletes the row: larger', async () => {
+    const locks = client()
+    await grant(locks, 'race')
+    const sql = postgres(store.url(), { max: 1, onnotice: () => {} })
+    try {
+      // A transaction that stands for a concurrent grant: it holds the row, draws a fence, and then the
+      // row is deleted (here in the same transaction) while our acquire waits for the row.
+      const tx = await sql.reserve()
+      try {
+        await tx.unsafe('BEGIN')
+        await tx.unsafe(`SELECT 1 FROM ${TABLE} WHERE name = 'race' FOR UPDATE`)
+        const waiting = locks.acquire('race', { timeout: '30s' })
+        waiting.catch(() => {})
+        await waitUntil(
+          async () => (await admin('SELECT 1 FROM pg_locks WHERE NOT granted')).length > 0,
+          'the acquire waiting for the row',
+          { withinMs: 20_000 },
+        )
+        const drawn = await tx.unsafe(`SELECT nextval('${SEQUENCE}')::text AS fence`)
+        await tx.unsafe(`DELETE FROM ${TABLE} WHERE name = 'race'`)
+        await tx.unsafe('COMMIT')
+        const lock = await waiting
+        const other = BigInt(drawn[0]!.fence as string)
+        assert.ok(lock.fence > other, `fence ${lock.fence} after a grant with fence ${other} and a DELETE`)
+        await lock.release()
+      } finally {
+        tx.release()
+      }
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
   })
 
   it('the sequence and the table dropped: the new sequence starts past the old fences (server clock)', async () => {

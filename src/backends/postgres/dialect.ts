@@ -54,22 +54,28 @@ function statements(t: PgTable) {
   const text = (value: string | undefined) => (value === undefined ? 'NULL::text' : textLiteral(value))
   return {
     /**
-     * Acquire. The INSERT takes the row when there is none, when it is free on the server's clock or
-     * released (a new grant), or when it is held by this same owner (an earlier attempt whose reply was
-     * lost: the lease restarts, the fence stays). A new grant's fence is the next value of the table's
-     * sequence, and never less than the row's fence + 1: the sequence outlives the row (a DELETE, a
-     * TRUNCATE, the table dropped), the row outlives a sequence set back. ON CONFLICT locks the row, so two
-     * acquires of a free row are serialised: the second one re-evaluates its WHERE on the first one's row
-     * and finds it held. Granted, the lease is the ttl the statement added to `clock_timestamp()` (exactly;
-     * it started after our send). Refused, the second branch reports the holder's row as of the
-     * statement's snapshot (for pacing only; possibly a moment old).
+     * Acquire: two statements. The INSERT takes the row when there is none, when it is free on the
+     * server's clock or released (a new grant), or when it is held by this same owner (an earlier attempt
+     * whose reply was lost: the lease restarts, the fence stays). A new grant's fence is the next value of
+     * the table's sequence, and never less than the row's fence + 1: the sequence outlives the row (a
+     * DELETE, a TRUNCATE, the table dropped), the row outlives a sequence set back. ON CONFLICT locks the
+     * row, so two acquires of a free row are serialised: the second one re-evaluates its WHERE on the
+     * first one's row and finds it held. Granted, the lease is the ttl the statement added to
+     * `clock_timestamp()` (exactly; it started after our send). Refused, the second branch reports the
+     * holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
+     *
+     * A new row is inserted with fence 0 and given its fence by the second statement, in the same
+     * transaction (nobody sees the 0): VALUES are computed before ON CONFLICT looks for the row, and
+     * looks again after waiting for a concurrent grant, so a value drawn there could predate that grant,
+     * whose row a DELETE removed meanwhile. Drawn after the insert, the fence follows every earlier grant.
      */
     acquire: (req: SqlAcquireRequest) => {
       const key = textLiteral(req.key)
+      const owner = textLiteral(req.owner)
       const ttl = floatLiteral(req.ttlMs)
       return `WITH granted AS (
   INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
-  VALUES (${key}, ${textLiteral(req.owner)}, ${next}, ${now} + ${ttl} * interval '1 millisecond', false, ${text(req.holder)})
+  VALUES (${key}, ${owner}, 0, ${now} + ${ttl} * interval '1 millisecond', false, ${text(req.holder)})
   ON CONFLICT (name) DO UPDATE SET
     fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > ${now}
                  THEN l.fence ELSE GREATEST(l.fence + 1, ${next}) END,
@@ -83,7 +89,9 @@ function statements(t: PgTable) {
 SELECT true AS granted, fence::text AS fence, ${ttl}::pg_catalog.numeric AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
 UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
-  WHERE name = ${key} AND NOT EXISTS (SELECT 1 FROM granted)`
+  WHERE name = ${key} AND NOT EXISTS (SELECT 1 FROM granted);
+UPDATE ${table} SET fence = ${next} WHERE name = ${key} AND owner = ${owner} AND fence = 0
+  RETURNING fence::text AS fence`
     },
     /** Extend: our lease restarted from the server's now; no row when not ours. */
     extend: (key: string, owner: string, fence: bigint, ttlMs: number) =>
@@ -160,20 +168,31 @@ export class PostgresDialect implements SqlDialect {
     // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
     // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
     // must undo (the core stops waiting for the attempt at once anyway).
-    const rows = await this.#run<Row>('acquire', req.key, this.#q.acquire(req), undefined)
+    const [rows = [], inserted = []] = await this.#run<Row>(
+      'acquire',
+      req.key,
+      this.#q.acquire(req),
+      undefined,
+    )
     const row = rows[0]
-    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
+    if (row?.granted) {
+      // A new row: its fence is the second statement's.
+      const fence = row.fence === '0' ? inserted[0]?.fence : row.fence
+      if (fence === undefined)
+        throw unavailable(new Error('a row was inserted without its fence'), 'acquire', req.key, this.id)
+      return { granted: true, fence: BigInt(fence), leaseMs: Number(row.ms) }
+    }
     return { granted: false, current: row === undefined ? undefined : toRow(row) }
   }
 
   async extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal) {
-    const rows = await this.#run<{ ms: number }>(
+    const [rows = []] = await this.#run<{ ms: string }>(
       'renew',
       key,
       this.#q.extend(key, owner, fence, ttlMs),
       signal,
     )
-    return rows[0]?.ms
+    return rows[0] === undefined ? undefined : Number(rows[0].ms)
   }
 
   async release(
@@ -182,13 +201,18 @@ export class PostgresDialect implements SqlDialect {
     fence: bigint | undefined,
     signal: AbortSignal,
   ): Promise<boolean> {
-    const rows = await this.#run('release', key, this.#q.release(key, owner, fence, this.#channel), signal)
+    const [rows = []] = await this.#run(
+      'release',
+      key,
+      this.#q.release(key, owner, fence, this.#channel),
+      signal,
+    )
     return rows.length > 0
   }
 
   async read(key: string, signal: AbortSignal): Promise<SqlRow | undefined> {
     checkKey(key)
-    const rows = await this.#run<Row>('read', key, this.#q.read(key), signal)
+    const [rows = []] = await this.#run<Row>('read', key, this.#q.read(key), signal)
     return rows[0] === undefined ? undefined : toRow(rows[0])
   }
 
@@ -285,19 +309,19 @@ export class PostgresDialect implements SqlDialect {
   }
 
   /**
-   * One statement behind `PIN`, in one message, raced against `signal` when given (the server may still
-   * run it: the engine settles that). The answer is the statement's rows (the message's last result).
+   * Statements behind `PIN`, in one message (one transaction), raced against `signal` when given (the
+   * server may still run them: the engine settles that). The answer is each statement's rows, in order.
    */
   async #run<R>(
     what: string,
     key: string | undefined,
     text: string,
     signal: AbortSignal | undefined,
-  ): Promise<R[]> {
+  ): Promise<R[][]> {
     try {
       const query = this.#sql.unsafe(`${PIN};\n${text}`).simple()
       const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
-      return results.at(-1) ?? []
+      return results.slice(1)
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)
