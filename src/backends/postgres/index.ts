@@ -27,10 +27,10 @@
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
  *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
- * Files: dialect.ts (the statements), literals.ts (values in them), layout.ts (table, sequence, DDL,
- * channel), faults.ts (errors in words, which ones waiting can help), doctor.ts (version, settings,
- * replication, sequence), sql.ts (the client methods used), guard.ts (the fence guard for the protected
- * resource).
+ * Files: dialect.ts (the engine's dialect), statements.ts (the SQL), literals.ts (values in it),
+ * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
+ * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used), guard.ts (the
+ * fence guard for the protected resource).
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
