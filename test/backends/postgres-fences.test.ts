@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test'
 import postgres from 'postgres'
 import { fromUrl, guardedUpdate } from '../../src/backends/postgres/index.js'
 import {
+  advisoryClass,
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
   fenceSequence,
@@ -22,8 +23,9 @@ import type { PostgresServer } from '../servers/postgres.js'
 import { startPostgres } from '../servers/postgres.js'
 import { waitUntil } from '../support/wait.js'
 
-const TABLE = qualified({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE })
-const SEQUENCE = qualified(fenceSequence({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE }))
+const LAYOUT = { schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE }
+const TABLE = qualified(LAYOUT)
+const SEQUENCE = qualified(fenceSequence(LAYOUT))
 
 describe('postgres: fences outlive the rows (the kit deletes state)', { timeout: 180_000 }, () => {
   let store: KitStore
@@ -91,11 +93,13 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
     await grant(locks, 'race')
     const sql = postgres(store.url(), { max: 1, onnotice: () => {} })
     try {
-      // A transaction that stands for a concurrent grant: it holds the row, draws a fence, and then the
-      // row is deleted (here in the same transaction) while our acquire waits for the row.
+      // A transaction that stands for a concurrent grant (its locks as an acquire takes them: the key's
+      // advisory lock, then the row): it draws a fence, and then the row is deleted (here in the same
+      // transaction) while our acquire waits.
       const tx = await sql.reserve()
       try {
         await tx.unsafe('BEGIN')
+        await tx.unsafe(`SELECT pg_advisory_xact_lock(${advisoryClass(LAYOUT)}, hashtext('race'))`)
         await tx.unsafe(`SELECT 1 FROM ${TABLE} WHERE name = 'race' FOR UPDATE`)
         const waiting = locks.acquire('race', { timeout: '30s' })
         waiting.catch(() => {})

@@ -58,6 +58,39 @@ for (const isolation of ['serializable', 'repeatable read']) {
   })
 }
 
+describe('postgres: a session changed by a SET after the defaults were read', { timeout: 180_000 }, () => {
+  let server: PostgresServer
+  before(async () => {
+    server = await startPostgres()
+  })
+  after(() => server.destroy())
+
+  it('meets 40001 once, sends the statement again pinned, and pins from then on', async () => {
+    // One connection per instance, so that the SET reaches the connection every statement uses.
+    const instances = Array.from({ length: 6 }, () => postgres(server.url(), { max: 1, onnotice: () => {} }))
+    const clients = instances.map((sql) => createLockClient(postgresBackend({ sql }), { ttl: '10s' }))
+    try {
+      // First use: the defaults are read (READ COMMITTED: prepared statements, no pin).
+      await Promise.all(clients.map(async (c, i) => (await c.tryAcquire(`first:${i}`))?.release()))
+      await Promise.all(
+        instances.map((sql) => sql.unsafe("SET default_transaction_isolation = 'repeatable read'")),
+      )
+      let granted = 0
+      for (let round = 0; round < 25; round++) {
+        const got = await Promise.all(clients.map((c) => c.tryAcquire('changed')))
+        const winners = got.filter((lock): lock is Lock => lock !== null)
+        assert.ok(winners.length <= 1, `round ${round}: ${winners.length} holders at once`)
+        granted += winners.length
+        await Promise.all(winners.map((lock) => lock.release()))
+      }
+      assert.ok(granted > 0, 'some round granted the lock')
+    } finally {
+      await Promise.all(clients.map((c) => c.close()))
+      await Promise.all(instances.map((sql) => sql.end({ timeout: 1 })))
+    }
+  })
+})
+
 describe('postgres: doctor reports the session settings', { timeout: 120_000 }, () => {
   let server: PostgresServer
   before(async () => {

@@ -1,16 +1,18 @@
 /**
- * The PostgreSQL dialect of the sql-lease engine: each primitive ONE message (one transaction) on the lock
- * table, on the server's clock (`clock_timestamp()`: `now()` is frozen at the start of a transaction, and a
- * caller's transaction-pooling proxy may run our statement inside a longer one); the SQL is statements.ts's.
- * Leases are sent as milliseconds and returned as numeric milliseconds, fences as text (bigint, whatever
- * the client's type settings), never timestamps.
+ * The PostgreSQL dialect of the sql-lease engine: each primitive ONE statement on the lock table (the SQL
+ * is statements.ts's), on the server's clock (`clock_timestamp()`: `now()` is frozen at the start of a
+ * transaction, and a caller's transaction-pooling proxy may run our statement inside a longer one). Leases
+ * are sent as milliseconds and returned as numeric milliseconds, fences as text (bigint, whatever the
+ * client's type settings), never timestamps.
  *
- * Session settings: each message starts with `PIN`, which sets what the statements need for their own
- * implicit transaction only (nothing of the session changes, and a client paused mid-message holds no
- * row lock: the server runs nothing before the whole message is in). Values are literals that read the
- * same under every setting (literals.ts); functions are pg_catalog's, the table and sequence fully
- * qualified, so no search_path matters; only durations and epoch instants cross the wire, so TimeZone,
- * DateStyle and IntervalStyle do not matter either.
+ * Session settings: the statements need READ COMMITTED and a read-write transaction. The session
+ * defaults are read with the table check (once per client): while they are those, each statement is a
+ * prepared one; otherwise it goes out in ONE simple-protocol message behind `PIN`, which sets them for
+ * its own implicit transaction only (nothing of the session changes, and a client paused mid-message holds
+ * no row lock: the server runs nothing before the whole message is in), with literal values. A statement
+ * that meets a session the defaults did not tell of (someone's SET on a pooled connection) fails without
+ * applying anything (40001, 25006): it is sent again pinned, and the client pins from then on. Nothing
+ * else of the session matters (statements.ts).
  */
 
 import { raceSignal } from '../../core/abort.js'
@@ -26,7 +28,7 @@ import { pgDoctor } from './doctor.js'
 import { unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
 import type { PgSql } from './sql.js'
-import { PIN, statements } from './statements.js'
+import { literals, PIN, parameters, statements, type Values } from './statements.js'
 
 /** Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room. Leases: 2^43 ms. */
 export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43 }
@@ -65,6 +67,12 @@ export class PostgresDialect implements SqlDialect {
   readonly #createTable: boolean
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
+  /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
+  readonly #prepare: boolean
+  /** Whether the session defaults seen last need `PIN` (until seen: yes). */
+  #pinned = true
+  /** A statement met a session the defaults did not tell of: `PIN` for good. */
+  #pinnedForGood = false
 
   constructor(options: Options) {
     this.#sql = options.sql
@@ -76,6 +84,7 @@ export class PostgresDialect implements SqlDialect {
     this.#sequence = qualified(fenceSequence(options.table))
     this.#channel = channelOf(options.table)
     this.#q = statements(options.table)
+    this.#prepare = options.sql.options?.prepare !== false
   }
 
   async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
@@ -83,28 +92,17 @@ export class PostgresDialect implements SqlDialect {
     // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
     // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
     // must undo (the core stops waiting for the attempt at once anyway).
-    const [rows = [], inserted = []] = await this.#run<Row>(
-      'acquire',
-      req.key,
-      this.#q.acquire(req),
-      undefined,
-    )
+    const rows = await this.#run<Row>('acquire', req.key, (v) => this.#q.acquire(v, req), undefined)
     const row = rows[0]
-    if (row?.granted) {
-      // A new row: its fence is the second statement's.
-      const fence = row.fence === '0' ? inserted[0]?.fence : row.fence
-      if (fence === undefined)
-        throw unavailable(new Error('a row was inserted without its fence'), 'acquire', req.key, this.id)
-      return { granted: true, fence: BigInt(fence), leaseMs: Number(row.ms) }
-    }
+    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
     return { granted: false, current: row === undefined ? undefined : toRow(row) }
   }
 
   async extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal) {
-    const [rows = []] = await this.#run<{ ms: string }>(
+    const rows = await this.#run<{ ms: string }>(
       'renew',
       key,
-      this.#q.extend(key, owner, fence, ttlMs),
+      (v) => this.#q.extend(v, key, owner, fence, ttlMs),
       signal,
     )
     return rows[0] === undefined ? undefined : Number(rows[0].ms)
@@ -116,10 +114,10 @@ export class PostgresDialect implements SqlDialect {
     fence: bigint | undefined,
     signal: AbortSignal,
   ): Promise<boolean> {
-    const [rows = []] = await this.#run(
+    const rows = await this.#run(
       'release',
       key,
-      this.#q.release(key, owner, fence, this.#channel),
+      (v) => this.#q.release(v, key, owner, fence, this.#channel),
       signal,
     )
     return rows.length > 0
@@ -127,7 +125,7 @@ export class PostgresDialect implements SqlDialect {
 
   async read(key: string, signal: AbortSignal): Promise<SqlRow | undefined> {
     checkKey(key)
-    const [rows = []] = await this.#run<Row>('read', key, this.#q.read(key), signal)
+    const rows = await this.#run<Row>('read', key, (v) => this.#q.read(v, key), signal)
     return rows[0] === undefined ? undefined : toRow(rows[0])
   }
 
@@ -207,15 +205,20 @@ export class PostgresDialect implements SqlDialect {
     if (this.#owned) await this.#sql.end({ timeout: 1 })
   }
 
+  /** Whether the table and the sequence exist; and the session defaults, which decide `#pinned`. */
   async #exists(signal: AbortSignal): Promise<{ table: boolean; sequence: boolean }> {
     try {
       const rows = (await raceSignal(
         this.#sql.unsafe(
-          'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table, pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence',
+          `SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table,
+            pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence,
+            pg_catalog.current_setting('default_transaction_isolation') = 'read committed'
+              AND pg_catalog.current_setting('default_transaction_read_only') = 'off' AS plain`,
           [this.table, this.#sequence],
         ),
         signal,
-      )) as unknown as { table: boolean; sequence: boolean }[]
+      )) as unknown as { table: boolean; sequence: boolean; plain: boolean }[]
+      this.#pinned = rows[0]?.plain !== true
       return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
     } catch (error) {
       if (signal.aborted && error === signal.reason) throw error
@@ -224,19 +227,33 @@ export class PostgresDialect implements SqlDialect {
   }
 
   /**
-   * Statements behind `PIN`, in one message (one transaction), raced against `signal` when given (the
-   * server may still run them: the engine settles that). The answer is each statement's rows, in order.
+   * One statement, raced against `signal` when given (the server may still run it: the engine settles
+   * that): prepared, with parameters, while the session's defaults are READ COMMITTED and read-write;
+   * else, or once one of them turned out otherwise (a session changed by a SET: the server refused the
+   * statement as a serialization failure or a write in a read-only transaction, applying nothing), in one
+   * message behind `PIN` with literal values, from then on.
    */
   async #run<R>(
     what: string,
     key: string | undefined,
-    text: string,
+    build: (values: Values) => string,
     signal: AbortSignal | undefined,
-  ): Promise<R[][]> {
+  ): Promise<R[]> {
     try {
-      const query = this.#sql.unsafe(`${PIN};\n${text}`).simple()
+      if (!this.#pinned && !this.#pinnedForGood) {
+        const values = parameters()
+        const query = this.#sql.unsafe(build(values), values.params as never[], { prepare: this.#prepare })
+        try {
+          return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+        } catch (error) {
+          const code = (error as { code?: unknown }).code
+          if (code !== '40001' && code !== '25006') throw error
+          this.#pinnedForGood = true
+        }
+      }
+      const query = this.#sql.unsafe(`${PIN};\n${build(literals)}`).simple()
       const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
-      return results.slice(1)
+      return results[1] ?? []
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)

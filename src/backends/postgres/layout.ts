@@ -54,6 +54,15 @@ export function fenceSequence(t: PgTable): PgTable {
 }
 
 /**
+ * The class (first int4) of the advisory locks the acquire takes per key (the second is the key's
+ * `hashtext`): a number of the table's own, so that it meets no application's advisory locks in practice
+ * (a collision would only make an acquire wait its turn).
+ */
+export function advisoryClass(t: PgTable): number {
+  return createHash('sha256').update(`fencelock:${t.schema}.${t.table}`).digest().readInt32BE(0)
+}
+
+/**
  * The table: one row per lock name ever used. `name` is the lock's key as is (text: keys are compared
  * byte for byte under the database's deterministic collation, so case-only-different keys stay distinct);
  * `expires_at` is on the server's clock; a released row has `released` and an `expires_at` in 1970, so it
