@@ -133,7 +133,15 @@ export class SqlLease {
     const before = this.#mayHold.has(req.owner)
     this.#mayHold.set(req.owner, true)
     const mark = this.waiting.mark(req.key)
-    const out = await this.#dialect.acquire(req, signal)
+    let out: Awaited<ReturnType<SqlDialect['acquire']>>
+    try {
+      out = await this.#dialect.acquire(req, signal)
+    } catch (error) {
+      // The table may be gone (an operator dropped it): the next attempt checks it again, and makes it.
+      this.#tableChecked = false
+      this.#ready = undefined
+      throw error
+    }
     if (out.granted) {
       this.#waitingOwners.delete(req.owner)
       this.waiting.forget(req.key)

@@ -10,9 +10,11 @@ import { guardedUpdate, postgresBackend } from '../../src/backends/postgres/inde
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { adminQuery } from '../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../servers/postgres.js'
+import { ServerProcess } from '../servers/process.js'
 import { awaitLater } from '../support/later.js'
 import { startHold } from '../support/processes.js'
 import { startProxy } from '../support/proxy.js'
+import { tempDir } from '../support/temp.js'
 import { abortedWithin, waitUntil } from '../support/wait.js'
 
 describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_000 }, () => {
@@ -141,18 +143,55 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
     assert.equal(exists[0]!.ok, true)
   })
 
-  it('doctor reports the version, the replication settings, the table and notifications', async () => {
+  it('doctor reports the version, the replication settings, the table and sequence, notifications', async () => {
     const sql = postgres(server.url(), { max: 2, onnotice: () => {} })
     const backend = postgresBackend({ sql, table: 'doctor_locks' })
     try {
       const before = await backend.doctor!(AbortSignal.timeout(10_000))
       assert.ok(before.some((f) => f.level === 'ok' && /PostgreSQL 15/.test(f.message)))
-      assert.ok(before.some((f) => f.level === 'warn' && /asynchronous.*failover/.test(f.message)))
-      assert.ok(before.some((f) => /does not exist yet.*\n.*CREATE TABLE/s.test(f.message)))
+      // No standby streams from the test server: no failover warning.
+      assert.ok(before.some((f) => f.level === 'ok' && /no standby streams/.test(f.message)))
+      assert.ok(!before.some((f) => f.level === 'warn' && /failover/.test(f.message)))
+      assert.ok(
+        before.some((f) => /does not exist yet.*\n.*CREATE TABLE.*\n.*CREATE SEQUENCE/s.test(f.message)),
+      )
       const locks = createLockClient(backend)
       await (await locks.tryAcquire('d'))!.release()
       const findings = await backend.doctor!(AbortSignal.timeout(10_000))
       assert.ok(findings.some((f) => f.level === 'ok' && /notifications work/.test(f.message)))
+      assert.ok(findings.some((f) => f.level === 'ok' && /keeps 1 lock name/.test(f.message)))
+      assert.ok(findings.some((f) => f.level === 'ok' && /fences come from the sequence/.test(f.message)))
+      // A sequence set back behind the table's fences is a hazard doctor names.
+      await sql.unsafe(`SELECT setval('"public"."doctor_locks_fence"', 1)`)
+      const behind = await backend.doctor!(AbortSignal.timeout(10_000))
+      assert.ok(
+        behind.some((f) => f.level === 'warn' && /is behind the table's largest fence/.test(f.message)),
+      )
+      // A WAL receiver streams from the server (as a standby would): now the failover warning.
+      const folder = tempDir('pg-receivewal')
+      const receiver = new ServerProcess(
+        'pg_receivewal',
+        '/usr/lib/postgresql/15/bin/pg_receivewal',
+        ['-D', folder.path, '-h', '127.0.0.1', '-p', String(server.port), '-U', 'postgres', '--no-sync'],
+        folder.path,
+      )
+      try {
+        await waitUntil(
+          async () => (await adminQuery(server, 'SELECT 1 FROM pg_stat_replication')).length > 0,
+          'pg_receivewal in pg_stat_replication',
+          { withinMs: 20_000 },
+        )
+        const streamed = await backend.doctor!(AbortSignal.timeout(10_000))
+        assert.ok(
+          streamed.some(
+            (f) => f.level === 'warn' && /1 standby\(s\) stream.*asynchronously.*failover/.test(f.message),
+          ),
+          JSON.stringify(streamed),
+        )
+      } finally {
+        await receiver.stop()
+        folder.cleanup()
+      }
       await locks.close()
     } finally {
       await sql.end({ timeout: 1 })

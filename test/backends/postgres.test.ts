@@ -1,4 +1,5 @@
 import { defineConformanceSuite } from '../conformance/suite.js'
-import { postgresKit } from '../kits/postgres.js'
+import { postgresKit, postgresRepeatableReadKit, postgresSerializableKit } from '../kits/postgres.js'
 
-defineConformanceSuite(postgresKit)
+for (const kit of [postgresKit, postgresSerializableKit, postgresRepeatableReadKit])
+  defineConformanceSuite(kit)

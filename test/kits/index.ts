@@ -6,7 +6,7 @@ import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
 import { mysqlKit } from './mysql.js'
-import { postgresKit } from './postgres.js'
+import { postgresKit, postgresRepeatableReadKit, postgresSerializableKit } from './postgres.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
 import { s3Kit } from './s3.js'
@@ -30,6 +30,8 @@ export const KITS: readonly Kit[] = [
   dynamodbKit,
   mysqlKit,
   postgresKit,
+  postgresSerializableKit,
+  postgresRepeatableReadKit,
   zookeeperKit1,
   zookeeperKit3,
 ]

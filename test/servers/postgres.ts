@@ -34,6 +34,8 @@ export interface PostgresServer {
 
 export interface PostgresOptions {
   readonly pickPorts?: PickPorts
+  /** Server settings (`-c name=value`), e.g. a non-default `default_transaction_isolation`. */
+  readonly settings?: Readonly<Record<string, string>>
 }
 
 /** The `postgres` user's ids: the server refuses to run as root. */
@@ -79,7 +81,13 @@ async function answers(port: number, data: string): Promise<boolean> {
   }
 }
 
-async function launch(port: number, data: string, dir: string, as: { uid: number; gid: number }) {
+async function launch(
+  port: number,
+  data: string,
+  dir: string,
+  as: { uid: number; gid: number },
+  settings: Readonly<Record<string, string>>,
+) {
   const proc = new ServerProcess(
     `postgres on port ${port}`,
     join(BIN, 'postgres'),
@@ -87,6 +95,7 @@ async function launch(port: number, data: string, dir: string, as: { uid: number
       ...['-D', data, '-p', String(port), '-k', dir],
       ...['-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'full_page_writes=off'],
       ...['-c', 'max_connections=200', '-c', 'log_min_messages=warning'],
+      ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
     ],
     dir,
     { as, stopSignal: 'SIGINT' },
@@ -106,6 +115,7 @@ class RunningPostgres extends FolderServer implements PostgresServer {
     folder: TempDir,
     readonly data: string,
     readonly as: { uid: number; gid: number },
+    readonly settings: Readonly<Record<string, string>>,
     proc: ServerProcess,
   ) {
     super(folder)
@@ -119,7 +129,7 @@ class RunningPostgres extends FolderServer implements PostgresServer {
   async restart(): Promise<void> {
     await this.proc.stop()
     this.proc = await againOnPort(`postgres on port ${this.port}`, () =>
-      launch(this.port, this.data, this.dir, this.as),
+      launch(this.port, this.data, this.dir, this.as, this.settings),
     )
   }
 }
@@ -144,8 +154,9 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
           ],
           { ...as, cwd: folder.path },
         )
-        const proc = await launch(port!, data, folder.path, as)
-        return new RunningPostgres(port!, folder, data, as, proc)
+        const settings = options.settings ?? {}
+        const proc = await launch(port!, data, folder.path, as, settings)
+        return new RunningPostgres(port!, folder, data, as, settings, proc)
       } catch (error) {
         folder.cleanup()
         throw error

@@ -1,8 +1,18 @@
 /**
- * The PostgreSQL dialect of the sql-lease engine: each primitive ONE statement on the lock table, on the
- * server's clock (`clock_timestamp()`: `now()` is frozen at the start of a transaction, and a caller's
- * transaction-pooling proxy may run our statement inside a longer one). Leases are sent and returned as
- * milliseconds (float8), fences as text (bigint, whatever the client's type settings), never timestamps.
+ * The PostgreSQL dialect of the sql-lease engine: each primitive ONE statement on the lock table (the SQL
+ * is statements.ts's), on the server's clock (`clock_timestamp()`: `now()` is frozen at the start of a
+ * transaction, and a caller's transaction-pooling proxy may run our statement inside a longer one). Leases
+ * are sent as milliseconds and returned as numeric milliseconds, fences as text (bigint, whatever the
+ * client's type settings), never timestamps.
+ *
+ * Session settings: the statements need READ COMMITTED and a read-write transaction. The session
+ * defaults are read with the table check (once per client): while they are those, each statement is a
+ * prepared one; otherwise it goes out in ONE simple-protocol message behind `PIN`, which sets them for
+ * its own implicit transaction only (nothing of the session changes, and a client paused mid-message holds
+ * no row lock: the server runs nothing before the whole message is in), with literal values. A statement
+ * that meets a session the defaults did not tell of (someone's SET on a pooled connection) fails without
+ * applying anything (40001, 25006): it is sent again pinned, and the client pins from then on. Nothing
+ * else of the session matters (statements.ts).
  */
 
 import { raceSignal } from '../../core/abort.js'
@@ -16,65 +26,12 @@ import type {
 } from '../../engines/sql-lease-driver.js'
 import { pgDoctor } from './doctor.js'
 import { unavailable } from './faults.js'
-import { channelOf, ddl, type PgTable, qualified } from './layout.js'
+import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
 import type { PgSql } from './sql.js'
+import { literals, PIN, parameters, statements, type Values } from './statements.js'
 
 /** Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room. Leases: 2^43 ms. */
 export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43 }
-
-/** The lease left on the server's clock, in ms (a released row's 1970 `expires_at` makes it very negative). */
-const REMAINING = `(extract(epoch from (expires_at - clock_timestamp())) * 1000)::float8`
-
-/** The statements of one table, built once: only identifiers are spliced in (quoted), never values. */
-function statements(t: PgTable) {
-  const table = qualified(t)
-  return {
-    /**
-     * Acquire ($1 key, $2 owner, $3 ttl ms, $4 holder). The INSERT takes the row when there is none
-     * (fence 1), when it is free on the server's clock or released (fence + 1: a new grant), or when it
-     * is held by this same owner (an earlier attempt whose reply was lost: the lease restarts, the fence
-     * stays). ON CONFLICT locks the row, so two acquires of a free row are serialised: the second one
-     * re-evaluates its WHERE on the first one's row and finds it held. Granted, the lease is the ttl the
-     * statement added to `clock_timestamp()` (exactly; it started after our send). Refused, the second
-     * branch reports the holder's row as of the statement's snapshot (for pacing only; possibly a moment old).
-     */
-    acquire: `WITH granted AS (
-  INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
-  VALUES ($1::text, $2::text, 1, clock_timestamp() + $3::float8 * interval '1 millisecond', false, $4::text)
-  ON CONFLICT (name) DO UPDATE SET
-    fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > clock_timestamp()
-                 THEN l.fence ELSE l.fence + 1 END,
-    owner = excluded.owner,
-    expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
-    released = false,
-    holder = excluded.holder
-  WHERE l.released OR l.expires_at <= clock_timestamp() OR l.owner = excluded.owner
-  RETURNING l.fence, l.expires_at
-)
-SELECT true AS granted, fence::text AS fence, $3::float8 AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
-UNION ALL
-SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
-  WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM granted)`,
-    /** Extend ($1 key, $2 owner, $3 fence, $4 ttl ms): our lease restarted from the server's now; no row when not ours. */
-    extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $4::float8 * interval '1 millisecond'
-  WHERE name = $1::text AND owner = $2::text AND fence = $3::bigint AND NOT released
-  RETURNING ${REMAINING} AS ms`,
-    /**
-     * Release ($1 key, $2 owner, $3 fence or NULL for any, $4 channel): marks the row released (fence
-     * kept) and notifies the key in the SAME statement: the notification is sent at commit, and only if
-     * the release committed, so a waiter never hears of a release that did not happen, nor misses one
-     * that did (a trigger would do the same at the cost of one more object in the user's schema and a
-     * call on every grant and renewal). One row per row released.
-     */
-    release: `WITH released AS (
-  UPDATE ${table} SET released = true, expires_at = 'epoch'
-  WHERE name = $1::text AND owner = $2::text AND ($3::bigint IS NULL OR fence = $3::bigint) AND NOT released
-  RETURNING name
-)
-SELECT pg_notify($4::text, name) FROM released`,
-    read: `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = $1::text`,
-  }
-}
 
 interface Options {
   readonly sql: PgSql
@@ -82,12 +39,18 @@ interface Options {
   readonly id: string
   /** Whether `sql` is ours (made from a URL): `close` ends it. */
   readonly owned: boolean
+  /**
+   * Whether the engine may create what is missing. Off, a table without its fence sequence (made by an
+   * earlier version) counts as there: the statements then fail naming the sequence, and doctor gives its DDL.
+   */
+  readonly createTable: boolean
 }
 
 type Row = {
   granted?: boolean
   fence: string
-  ms: number
+  /** numeric, as text */
+  ms: string
   owner: string
   released: boolean
   holder: string | null
@@ -99,18 +62,26 @@ export class PostgresDialect implements SqlDialect {
   readonly table: string
   readonly #sql: PgSql
   readonly #t: PgTable
+  readonly #sequence: string
   readonly #owned: boolean
+  readonly #createTable: boolean
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
   /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
   readonly #prepare: boolean
+  /** Whether the session defaults seen last need `PIN` (until seen: yes). */
+  #pinned = true
+  /** A statement met a session the defaults did not tell of: `PIN` for good. */
+  #pinnedForGood = false
 
   constructor(options: Options) {
     this.#sql = options.sql
     this.#t = options.table
     this.#owned = options.owned
+    this.#createTable = options.createTable
     this.id = options.id
     this.table = qualified(options.table)
+    this.#sequence = qualified(fenceSequence(options.table))
     this.#channel = channelOf(options.table)
     this.#q = statements(options.table)
     this.#prepare = options.sql.options?.prepare !== false
@@ -121,27 +92,20 @@ export class PostgresDialect implements SqlDialect {
     // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
     // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
     // must undo (the core stops waiting for the attempt at once anyway).
-    const rows = await this.#run<Row>(
-      'acquire',
-      req.key,
-      this.#q.acquire,
-      [req.key, req.owner, req.ttlMs, req.holder ?? null],
-      undefined,
-    )
+    const rows = await this.#run<Row>('acquire', req.key, (v) => this.#q.acquire(v, req), undefined)
     const row = rows[0]
-    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: row.ms }
+    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
     return { granted: false, current: row === undefined ? undefined : toRow(row) }
   }
 
   async extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal) {
-    const rows = await this.#run<{ ms: number }>(
+    const rows = await this.#run<{ ms: string }>(
       'renew',
       key,
-      this.#q.extend,
-      [key, owner, fence.toString(), ttlMs],
+      (v) => this.#q.extend(v, key, owner, fence, ttlMs),
       signal,
     )
-    return rows[0]?.ms
+    return rows[0] === undefined ? undefined : Number(rows[0].ms)
   }
 
   async release(
@@ -153,8 +117,7 @@ export class PostgresDialect implements SqlDialect {
     const rows = await this.#run(
       'release',
       key,
-      this.#q.release,
-      [key, owner, fence === undefined ? null : fence.toString(), this.#channel],
+      (v) => this.#q.release(v, key, owner, fence, this.#channel),
       signal,
     )
     return rows.length > 0
@@ -162,38 +125,48 @@ export class PostgresDialect implements SqlDialect {
 
   async read(key: string, signal: AbortSignal): Promise<SqlRow | undefined> {
     checkKey(key)
-    const rows = await this.#run<Row>('read', key, this.#q.read, [key], signal)
+    const rows = await this.#run<Row>('read', key, (v) => this.#q.read(v, key), signal)
     return rows[0] === undefined ? undefined : toRow(rows[0])
   }
 
+  /**
+   * Whether the table and its fence sequence both exist (a table of an earlier version has no sequence:
+   * the engine then creates it, unless createTable is off).
+   */
   async tableExists(signal: AbortSignal): Promise<boolean> {
-    const rows = await this.#run<{ found: boolean }>(
-      'check the lock table of',
-      undefined,
-      'SELECT to_regclass($1::text) IS NOT NULL AS found',
-      [this.table],
-      signal,
-    )
-    return rows[0]?.found === true
+    const found = await this.#exists(signal)
+    return found.table && (found.sequence || !this.#createTable)
   }
 
+  /**
+   * Creates what is missing: the table (IF NOT EXISTS), then the fence sequence with its first value (see
+   * `sequenceDdl`). Two clients creating them at once: CREATE can still fail on the catalog's unique
+   * index (23505), on the table's row type created a moment before by the other (42710, "type … already
+   * exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report it exists (42P07).
+   * Whichever, it is there now if the other creation committed (and the sequence was never set back: its
+   * value is set only in the transaction that made it).
+   */
   async createTable(signal: AbortSignal): Promise<void> {
-    try {
-      await raceSignal(this.#sql.unsafe(ddl(this.#t)), signal)
-    } catch (error) {
-      // Two clients creating it at once: CREATE TABLE IF NOT EXISTS can still fail on the catalog's
-      // unique index (23505), on the table's row type created a moment before by the other (42710,
-      // "type … already exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report
-      // it exists (42P07). Whichever, the table is there now if the other creation committed.
-      const code = (error as { code?: unknown }).code
-      if ((code === '23505' || code === '42710' || code === '42P07') && (await this.tableExists(signal)))
-        return
-      throw unavailable(error, `create the lock table ${this.table} on`, undefined, this.id)
+    for (const [what, text] of [
+      ['table', tableDdl(this.#t)],
+      ['sequence', sequenceDdl(this.#t)],
+    ] as const) {
+      if ((await this.#exists(signal))[what]) continue
+      try {
+        await raceSignal(this.#sql.unsafe(text), signal)
+      } catch (error) {
+        const code = (error as { code?: unknown }).code
+        const raced = code === '23505' || code === '42710' || code === '42P07'
+        if (raced && (await this.#exists(signal))[what]) continue
+        const name =
+          what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
+        throw unavailable(error, `create ${name} on`, undefined, this.id)
+      }
     }
   }
 
   ddl(): string {
-    return `${ddl(this.#t)};`
+    return ddl(this.#t)
   }
 
   /**
@@ -212,7 +185,10 @@ export class PostgresDialect implements SqlDialect {
     )
     const listener: SqlListener = { close: () => meta.unlisten() }
     try {
-      await raceSignal(this.#sql.unsafe('SELECT pg_notify($1::text, $2::text)', [this.#channel, '']), signal)
+      await raceSignal(
+        this.#sql.unsafe('SELECT pg_catalog.pg_notify($1::text, $2::text)', [this.#channel, '']),
+        signal,
+      )
       await raceSignal(proof, signal)
     } catch (error) {
       await listener.close().catch(() => {})
@@ -222,24 +198,62 @@ export class PostgresDialect implements SqlDialect {
   }
 
   doctor(signal: AbortSignal) {
-    return pgDoctor(this.#sql, this.id, signal)
+    return pgDoctor(this.#sql, { id: this.id, table: this.#t, createTable: this.#createTable }, signal)
   }
 
   async close(): Promise<void> {
     if (this.#owned) await this.#sql.end({ timeout: 1 })
   }
 
-  /** One statement, raced against `signal` when given (the server may still run it: the engine settles that). */
+  /** Whether the table and the sequence exist; and the session defaults, which decide `#pinned`. */
+  async #exists(signal: AbortSignal): Promise<{ table: boolean; sequence: boolean }> {
+    try {
+      const rows = (await raceSignal(
+        this.#sql.unsafe(
+          `SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table,
+            pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence,
+            pg_catalog.current_setting('default_transaction_isolation') = 'read committed'
+              AND pg_catalog.current_setting('default_transaction_read_only') = 'off' AS plain`,
+          [this.table, this.#sequence],
+        ),
+        signal,
+      )) as unknown as { table: boolean; sequence: boolean; plain: boolean }[]
+      this.#pinned = rows[0]?.plain !== true
+      return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
+    } catch (error) {
+      if (signal.aborted && error === signal.reason) throw error
+      throw unavailable(error, 'check the lock table of', undefined, this.id)
+    }
+  }
+
+  /**
+   * One statement, raced against `signal` when given (the server may still run it: the engine settles
+   * that): prepared, with parameters, while the session's defaults are READ COMMITTED and read-write;
+   * else, or once one of them turned out otherwise (a session changed by a SET: the server refused the
+   * statement as a serialization failure or a write in a read-only transaction, applying nothing), in one
+   * message behind `PIN` with literal values, from then on.
+   */
   async #run<R>(
     what: string,
     key: string | undefined,
-    text: string,
-    params: unknown[],
+    build: (values: Values) => string,
     signal: AbortSignal | undefined,
   ): Promise<R[]> {
     try {
-      const query = this.#sql.unsafe(text, params as never[], { prepare: this.#prepare })
-      return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+      if (!this.#pinned && !this.#pinnedForGood) {
+        const values = parameters()
+        const query = this.#sql.unsafe(build(values), values.params as never[], { prepare: this.#prepare })
+        try {
+          return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+        } catch (error) {
+          const code = (error as { code?: unknown }).code
+          if (code !== '40001' && code !== '25006') throw error
+          this.#pinnedForGood = true
+        }
+      }
+      const query = this.#sql.unsafe(`${PIN};\n${build(literals)}`).simple()
+      const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
+      return results[1] ?? []
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
       throw unavailable(error, what, key, this.id)
@@ -251,7 +265,7 @@ function toRow(row: Row): SqlRow {
   return {
     owner: row.owner,
     fence: BigInt(row.fence),
-    remainingMs: row.ms,
+    remainingMs: Number(row.ms),
     released: row.released,
     holder: row.holder ?? undefined,
   }

@@ -43,7 +43,12 @@ export function unavailable(
     describeNetworkError(error) ??
     `${causeText(error)}${typeof sqlstate === 'string' && /^[0-9A-Z]{5}$/.test(sqlstate) ? ` (SQLSTATE ${sqlstate})` : ''}`
   const subject = key === undefined ? '' : ` lock ${quoteKey(key)}`
-  return new BackendUnavailableError(`Could not ${what}${subject} on ${backend}: ${reason}`, {
+  // A relation missing after the first use: the table or its fence sequence dropped, or made by hand without the sequence.
+  const hint =
+    sqlstate === '42P01'
+      ? '. The lock table or its fence sequence is missing: `fencelock doctor` gives the DDL that makes them'
+      : ''
+  return new BackendUnavailableError(`Could not ${what}${subject} on ${backend}: ${reason}${hint}`, {
     key,
     backend,
     cause: error,

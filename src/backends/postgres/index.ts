@@ -4,13 +4,19 @@
  *
  * - Layout: a table (default `public.fencelock_locks`, created on first use unless `createTable` is off)
  *   with one row per lock name ever used: `name` (the key as is, text primary key), `owner`, `fence`
- *   (bigint), `expires_at` (timestamptz, server clock), `released`, `holder` (layout.ts has the DDL).
+ *   (bigint), `expires_at` (timestamptz, server clock), `released`, `holder`; and beside it the fence
+ *   sequence `<table>_fence` (layout.ts has the DDL of both).
  * - Expiry: the server's `clock_timestamp()` decides, inside the statement that takes a row over
  *   (`now()` is frozen for a whole transaction). Client clocks never matter; the holder counts its
  *   validity on its own monotonic clock from before the statement was sent.
- * - Fence: the `fence` column, advanced by the granting statement (a new row starts at 1); renewals and
- *   releases keep it and rows are never deleted, so it survives releases, expiries and server restarts
- *   (it lives as long as the table, and is as durable as the server's commits).
+ * - Fence: a new grant's fence is the larger of the row's fence + 1 and the sequence's next value;
+ *   renewals and releases keep it. The sequence is not the table's (a DELETE, a TRUNCATE or the table
+ *   dropped leave it), never goes back (nextval is not rolled back) and is made past every fence its table
+ *   holds and past the server's clock in microseconds, so one made again after it was dropped starts past
+ *   its predecessor's fences too. As durable as the server's commits.
+ * - Session settings: each statement pins READ COMMITTED, READ WRITE for its own transaction, in the same
+ *   message (dialect.ts); nothing else of the session (time zone, date and interval styles, search_path,
+ *   float digits, string escapes) changes what it does.
  * - Waiting: the release statement notifies the key (`pg_notify` in the same statement, sent at commit)
  *   on the table's channel; each client LISTENs on one dedicated connection (postgres.js's own, which
  *   re-subscribes after a reconnect; waiters re-check then). A crashed holder's lease ends unnotified:
@@ -18,11 +24,13 @@
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
- *   replication settings it sees). A server clock stepped forward ends leases early.
+ *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
+ *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
- * Files: dialect.ts (the statements), layout.ts (table, DDL, channel), faults.ts (errors in words, which
- * ones waiting can help), doctor.ts (version, replication), sql.ts (the client methods used), guard.ts
- * (the fence guard for the protected resource).
+ * Files: dialect.ts (the engine's dialect), statements.ts (the SQL), literals.ts (values in it),
+ * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
+ * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used), guard.ts (the
+ * fence guard for the protected resource).
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
@@ -33,7 +41,15 @@ import { isPgSql, type PgSql } from './sql.js'
 
 export { POSTGRES_LIMITS, PostgresDialect } from './dialect.js'
 export { type GuardedUpdate, guardedUpdate } from './guard.js'
-export { channelOf, DEFAULT_SCHEMA, DEFAULT_TABLE, ddl, expireStatement, qualified } from './layout.js'
+export {
+  channelOf,
+  DEFAULT_SCHEMA,
+  DEFAULT_TABLE,
+  ddl,
+  expireStatement,
+  fenceSequence,
+  qualified,
+} from './layout.js'
 
 export interface PostgresBackendOptions {
   /** Your `postgres` (porsager, 3.4.x) instance: `postgres(url, options)`. fencelock never ends it. */
@@ -70,8 +86,9 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
     | undefined
   const id =
     options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
-  const dialect = new PostgresDialect({ sql, table, id, owned: false })
-  return sqlLeaseBackend(dialect, { createTable: options.createTable ?? true })
+  const createTable = options.createTable ?? true
+  const dialect = new PostgresDialect({ sql, table, id, owned: false, createTable })
+  return sqlLeaseBackend(dialect, { createTable })
 }
 
 /** The URL parameters of `postgres://` (tested against the README like every backend's). */
@@ -118,6 +135,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     connect_timeout: 10,
   })
   const id = redact(url)
-  const dialect = new PostgresDialect({ sql, table, id, owned: true })
+  const dialect = new PostgresDialect({ sql, table, id, owned: true, createTable: params.createTable })
   return sqlLeaseBackend(dialect, { createTable: params.createTable, id })
 }

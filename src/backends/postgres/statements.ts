@@ -1,0 +1,127 @@
+/**
+ * The PostgreSQL statements of the sql-lease engine, for one table, and the isolation pin. A statement's
+ * values enter through `Values`: as parameters of a prepared statement (`parameters()`, the fast path for a
+ * session whose defaults are READ COMMITTED and read-write), or as literals (`literals()`, sent in one
+ * message behind `PIN` otherwise). Identifiers are quoted; functions are pg_catalog's, so no search_path
+ * reaches them. dialect.ts picks the way and sends them.
+ */
+import type { SqlAcquireRequest } from '../../engines/sql-lease-driver.js'
+import { advisoryClass, fenceSequence, type PgTable, qualified } from './layout.js'
+import { bigintLiteral, floatLiteral, regclassLiteral, textLiteral } from './literals.js'
+
+/**
+ * Sent first, in the same message, when the session's defaults are not READ COMMITTED and read-write.
+ * READ COMMITTED: a statement that meets a row a concurrent one changed waits for it and re-checks the
+ * committed row (the acquire then finds it held, or free); under REPEATABLE READ or SERIALIZABLE (a
+ * `default_transaction_isolation` of the role, database or server) the same statement fails with SQLSTATE
+ * 40001 instead, and SERIALIZABLE's predicate locks fail acquires of other keys on the same index page.
+ * READ WRITE: `default_transaction_read_only` would refuse every write.
+ */
+export const PIN = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE'
+
+/** How a statement's values are written into it. */
+export interface Values {
+  text(value: string | undefined): string
+  float(value: number): string
+  bigint(value: bigint): string
+}
+
+/** Values as parameters `$n` of a prepared statement (the text stays the same from call to call). */
+export function parameters(): Values & { readonly params: unknown[] } {
+  const params: unknown[] = []
+  const param = (value: unknown, type: string) => {
+    params.push(value)
+    return `$${params.length}::pg_catalog.${type}`
+  }
+  return {
+    params,
+    text: (value) => param(value ?? null, 'text'),
+    float: (value) => param(value, 'float8'),
+    bigint: (value) => param(value.toString(), 'int8'),
+  }
+}
+
+/** Values as literals that read the same under every session setting (literals.ts). */
+export const literals: Values = {
+  text: (value) => (value === undefined ? 'NULL::pg_catalog.text' : textLiteral(value)),
+  float: floatLiteral,
+  bigint: bigintLiteral,
+}
+
+/**
+ * The lease left on the server's clock, in ms (a released row's 1970 `expires_at` makes it very negative).
+ * Durations come back as numeric (text on the wire, exact): a float8 is printed with as few digits as
+ * `extra_float_digits` asks, one at -15.
+ */
+const REMAINING = `(extract(epoch from (expires_at - pg_catalog.clock_timestamp())) * 1000)::pg_catalog.numeric`
+
+/** The statements of one table. */
+export function statements(t: PgTable) {
+  const table = qualified(t)
+  const next = `pg_catalog.nextval(${regclassLiteral(qualified(fenceSequence(t)))})`
+  const now = 'pg_catalog.clock_timestamp()'
+  const lockClass = advisoryClass(t)
+  return {
+    /**
+     * Acquire. The INSERT takes the row when there is none, when it is free on the server's clock or
+     * released (a new grant), or when it is held by this same owner (an earlier attempt whose reply was
+     * lost: the lease restarts, the fence stays). A new grant's fence is the next value of the table's
+     * sequence, and never less than the row's fence + 1: the sequence outlives the row (a DELETE, a
+     * TRUNCATE, the table dropped), the row outlives a sequence set back. ON CONFLICT locks the row, so two
+     * acquires of a free row are serialised: the second one re-evaluates its WHERE on the first one's row
+     * and finds it held. Granted, the lease is the ttl the statement added to `clock_timestamp()` (exactly;
+     * it started after our send). Refused, the second branch reports the holder's row as of the
+     * statement's snapshot (for pacing only; possibly a moment old).
+     *
+     * A new row's fence is drawn in VALUES, which are computed before ON CONFLICT looks for the row (and
+     * looks again after waiting for a concurrent grant, whose row a DELETE may remove meanwhile): the
+     * key's advisory lock, taken first and held to the commit, makes every acquire of the key draw after
+     * the previous one committed, so a fence drawn there still follows every earlier grant.
+     */
+    acquire: (v: Values, req: SqlAcquireRequest) => {
+      const ttl = v.float(req.ttlMs)
+      const owner = v.text(req.owner)
+      const drawn = `(SELECT CASE WHEN serialised.locked IS NOT NULL THEN ${next} END FROM (SELECT pg_catalog.pg_advisory_xact_lock(${lockClass}, pg_catalog.hashtext(${v.text(req.key)}))::text AS locked) AS serialised)`
+      return `WITH granted AS (
+  INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
+  VALUES (${v.text(req.key)}, ${owner}, ${drawn}, ${now} + ${ttl} * interval '1 millisecond', false, ${v.text(req.holder)})
+  ON CONFLICT (name) DO UPDATE SET
+    fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > ${now}
+                 THEN l.fence ELSE GREATEST(l.fence + 1, ${next}) END,
+    owner = excluded.owner,
+    expires_at = ${now} + ${ttl} * interval '1 millisecond',
+    released = false,
+    holder = excluded.holder
+  WHERE l.released OR l.expires_at <= ${now} OR l.owner = excluded.owner
+  RETURNING l.fence, l.expires_at
+)
+SELECT true AS granted, fence::text AS fence, ${ttl}::pg_catalog.numeric AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
+UNION ALL
+SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
+  WHERE name = ${v.text(req.key)} AND NOT EXISTS (SELECT 1 FROM granted)`
+    },
+    /** Extend: our lease restarted from the server's now; no row when not ours. */
+    extend: (v: Values, key: string, owner: string, fence: bigint, ttlMs: number) =>
+      `UPDATE ${table} SET expires_at = ${now} + ${v.float(ttlMs)} * interval '1 millisecond'
+  WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
+  RETURNING ${REMAINING} AS ms`,
+    /**
+     * Release (any fence when `fence` is undefined): marks the row released (fence kept) and notifies the
+     * key on `channel` in the SAME statement: the notification is sent at commit, and only if the release
+     * committed, so a waiter never hears of a release that did not happen, nor misses one that did (a
+     * trigger would do the same at the cost of one more object in the user's schema and a call on every
+     * grant and renewal). One row per row released.
+     */
+    release: (v: Values, key: string, owner: string, fence: bigint | undefined, channel: string) => {
+      const which = `name = ${v.text(key)} AND owner = ${v.text(owner)}`
+      return `WITH released AS (
+  UPDATE ${table} SET released = true, expires_at = 'epoch'
+  WHERE ${which}${fence === undefined ? '' : ` AND fence = ${v.bigint(fence)}`} AND NOT released
+  RETURNING name
+)
+SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM released`
+    },
+    read: (v: Values, key: string) =>
+      `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = ${v.text(key)}`,
+  }
+}
