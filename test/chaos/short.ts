@@ -40,7 +40,7 @@ const STORES: Record<string, string[]> = {
   // The second fault review's classes: lock state deleted by an operator (fences must keep rising, nobody
   // may wait on a free lock), a holder whose renewals and release go unanswered, clients each cut off
   // from a different Redlock node.
-  S17: ['redis', 'file', 'etcd', 's3'],
+  S17: ['redis', 'file', 'etcd', 's3', 'postgres'],
   S18: ['etcd-3', 'zookeeper-3'],
   S20: ['file'],
   S19: ['redis', 'etcd'],

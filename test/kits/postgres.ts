@@ -122,7 +122,7 @@ export const postgresKit: Kit = {
   id: 'postgres',
   title: 'postgres',
   start: () => startStore(),
-  chaos: [{ name: 'postgres', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'postgres', features: ['crash', 'durable', 'expire', 'delete-state'] }],
   bench: [{ name: 'fencelock postgres', store: 'postgres' }],
 }
 
@@ -132,7 +132,7 @@ export const postgresSerializableKit: Kit = {
   id: 'postgres-serializable',
   title: 'postgres (serializable, odd session settings)',
   start: () => startStore({ settings: ODD_SETTINGS }, decoy),
-  chaos: [{ name: 'postgres-serializable', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'postgres-serializable', features: ['crash', 'durable', 'expire', 'delete-state'] }],
 }
 
 /** `default_transaction_isolation = 'repeatable read'` (a contended statement fails with 40001 unless pinned). */
