@@ -134,16 +134,16 @@ export class MySqlDialect implements SqlDialect {
     const result = await this.#run<ResultSetHeader>(
       key,
       holding ? this.#sql.acquireHolding : this.#sql.acquire,
-      [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, owner, holder, ttlMs],
+      [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, holder, owner, owner, ttlMs],
       'lease',
       signal,
     )
-    // 1: inserted (fence 1); 2: taken over or ours renewed (the fence in the OK packet); 0: held.
+    // 1: inserted, 2: taken over or ours renewed (the fence in the OK packet); 0: held.
     if (result.affectedRows === 0) {
       return { granted: false, remainingMs: Number(result.insertId) }
     }
     this.#hold(key, owner)
-    const fence = result.affectedRows === 1 ? 1n : await this.#fence(req, result.insertId)
+    const fence = await this.#fence(req, result.insertId)
     return { granted: true, fence, leaseMs: ttlMs }
   }
 
@@ -257,10 +257,12 @@ export class MySqlDialect implements SqlDialect {
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {
-    const rows = await this.#run<RowDataPacket[]>(undefined, tableExistsSql, [
-      this.#options.database ?? null,
-      this.#options.tableName,
-    ])
+    const rows = await this.#run<RowDataPacket[]>(
+      undefined,
+      tableExistsSql,
+      [this.#options.database ?? null, this.#options.tableName],
+      'prepared',
+    )
     return Number(rows[0]?.n) > 0
   }
 

@@ -15,6 +15,7 @@
  */
 import type { Pool, PoolConnection } from 'mysql2/promise'
 import { BoundedMap } from '../../core/bounded-map.js'
+import { SESSION_SETTINGS } from './statements.js'
 
 /** Keys whose last doorbell wait found no bell (bounded: forgetting one costs one short grace). */
 const DEGRADED_KEPT = 10_000
@@ -45,7 +46,7 @@ export class LeaseConnection {
   async execute(sql: string, params: (string | number | null)[], signal?: AbortSignal): Promise<unknown> {
     if (this.#closed) throw new Error('the lock client is closed')
     if (this.#abandoned > 0 && this.#connection) this.#retire(this.#connection)
-    this.#connection ??= this.#pool.getConnection()
+    this.#connection ??= this.#open()
     const connection = this.#connection
     let gaveUp = false
     const onAbort = () => {
@@ -63,6 +64,18 @@ export class LeaseConnection {
     } finally {
       signal?.removeEventListener('abort', onAbort)
       if (gaveUp && this.#connection === connection) this.#abandoned--
+    }
+  }
+
+  /** A connection of the pool in fencelock's own session settings (destroyed, never given back). */
+  async #open(): Promise<PoolConnection> {
+    const connection = await this.#pool.getConnection()
+    try {
+      await connection.query(SESSION_SETTINGS)
+      return connection
+    } catch (error) {
+      connection.destroy()
+      throw error
     }
   }
 
@@ -150,7 +163,8 @@ export class DoorbellWaits {
           return
         }
         const long = this.#degraded.has(key) ? 1 : 0
-        const [rows] = await connection.query(this.#sql, [bell, bell, bell, bell, long, key])
+        // Prepared: the parameters never pass through mysql2's escaping (wrong under NO_BACKSLASH_ESCAPES).
+        const [rows] = await connection.execute(this.#sql, [bell, bell, bell, bell, long, key])
         connection.release()
         // -1: no bell after the grace (a holder that just got the lease, or one without its bell): once is
         // a short look; twice in a row, the next wait sleeps two seconds on the server.

@@ -37,6 +37,7 @@ import { sqlLeaseBackend } from '../../engines/sql-lease.js'
 import { MySqlDialect } from './dialect.js'
 import { checkFoundRowsOff } from './faults.js'
 import { DEFAULT_TABLE, quoteTable } from './layout.js'
+import { SESSION_SETTINGS } from './statements.js'
 
 export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
 export { checkFoundRowsOff } from './faults.js'
@@ -147,6 +148,11 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     // than an acquire waits for an unreachable store (5 s). A handshake on a working network takes
     // milliseconds; 3 s fails the dead one in time for the next attempt to take a fresh connection.
     connectTimeout: 3000,
+  })
+  // Every connection of our own pool runs in our session settings, whatever the server's defaults are.
+  // (The core pool's event: it hands over the callback connection, whose first statement this is.)
+  pool.pool.on('connection', (connection) => {
+    connection.query(SESSION_SETTINGS, () => {})
   })
   return backendOf(pool, { ...params, id: redact(url), owned: true })
 }

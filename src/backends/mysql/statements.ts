@@ -8,8 +8,32 @@
  * Statement-based replication evaluates `SYSDATE` again on the replica: use row-based binlogs.
  */
 
+/**
+ * The session settings of every connection fencelock owns (its lease connections, and every connection of
+ * a pool it made from a URL), whatever the server's defaults: strict (a value that does not fit fails
+ * instead of being cut), no engine substitution (a lock table on MyISAM would have no row locks), backslash
+ * escapes on (mysql2 escapes with them), and UTC (`UNIX_TIMESTAMP(SYSDATE(6))` is then exact all year).
+ * The statements below hold under any `sql_mode` too (the acquire does not depend on the order in which
+ * its assignments apply; none uses `"`, `||` or a space before a function's parenthesis): pinning is the
+ * second line of defence, and the only one for the user's own pool connections (reads, doorbell waits).
+ */
+export const SESSION_SQL_MODE = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'
+export const SESSION_SETTINGS = `SET SESSION sql_mode = '${SESSION_SQL_MODE}', time_zone = '+00:00'`
+
 /** The server's clock, now, in microseconds since the epoch (evaluated where it appears). */
 const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
+
+/**
+ * The least fence a grant issued at server time `now` (µs since 1970) may carry: the clock itself, plus one
+ * second. A key's fences thus outlive its row: a row deleted (DELETE, TRUNCATE, the table recreated) starts
+ * again from the clock, above every fence the deleted row issued, since each of those was at most the clock
+ * at its grant plus one second, plus one per grant issued faster than one per microsecond (a grant is a
+ * committed statement: tens of microseconds at least). The second covers an insert whose clock was read
+ * before it waited for the deleting transaction (a statement held between its clock reading and its
+ * insert for less than a second). What still restarts them: the server's clock set back by more than the
+ * time between the deleted row's last grant and the new one. BIGINT holds such fences until the year 294247.
+ */
+const FENCE_EPOCH = (now: string): string => `${now} + 1000000`
 
 /** Takes `bell` on this connection unless it holds it already (named locks count: never twice). 2 params. */
 const TAKE_BELL = 'IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, COALESCE(GET_LOCK(?, 0), 0))'
@@ -17,39 +41,48 @@ const TAKE_BELL = 'IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, COALESCE(GET_LOCK(
 const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
 
 /**
- * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, then owner, [bell], owner, holder, ttl ms
- * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … ON DUPLICATE
- * KEY UPDATE:
- * - no row: inserted with fence 1 (affected rows 1);
- * - a row: the first assignment decides ONCE, with one reading of the clock, and writes the decision into
- *   `released` (2 = take it: released or expired; 3 = ours and held: restart its lease; else unchanged).
- *   Assignments apply left to right and later ones see the new value, so every other column follows that
- *   one decision and the clock cannot tip one column one way and the next another. The last assignment
- *   puts `released` back to 0. Taken or renewed: affected rows 2; held by another: nothing changes,
- *   affected rows 0 (with CLIENT_FOUND_ROWS off; on, it would be 1, like an insert: the dialect refuses such
- *   a pool).
+ * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, owner, [bell], holder, owner, owner, ttl ms
+ * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … SELECT … ON
+ * DUPLICATE KEY UPDATE:
+ * - the clock is read ONCE (`n.now`, a one-row derived table the server materializes before the insert), so
+ *   the decision cannot tip one column one way and the next another. It may be read before the statement
+ *   waits for the row's lock: a stale `now` only takes over later and sets a lease that ends earlier on the
+ *   server, never one shorter than the client's validity (counted from before the statement was sent).
+ * - no row: inserted; its fence comes from the server's clock (see `FENCE_EPOCH`), so it is above every fence
+ *   of a row that was deleted (affected rows 1).
+ * - a row: every assignment decides for itself from the row as it stood (take: released or expired; renew:
+ *   ours; else held), with the same `now`. The assignments are ordered so that the decision also holds when
+ *   later ones see the new values of earlier ones (MySQL's default) as when they all see the old row
+ *   (`sql_mode` SIMULTANEOUS_ASSIGNMENT, part of MariaDB's ORACLE mode): `fence`, `holder` and `owner` do
+ *   not change what decides; after `owner` is ours, "take" reads as "ours" for `expires_at`; `released` is
+ *   0 in every case (a row held by another is not released). Taken: fence GREATEST(fence + 1, the epoch),
+ *   renewed: kept; both affected rows 2. Held by another: every column keeps its value, affected rows 0
+ *   (with CLIENT_FOUND_ROWS off; on, it would be 1, like an insert: the dialect refuses such a pool).
  * - `LAST_INSERT_ID(expr)` hands one integer back in the reply's OK packet, in the same statement (MySQL has
- *   no RETURNING): the fence when taken or renewed, the holder's remaining lease in ms when held by another
- *   (paces the next attempt).
+ *   no RETURNING): the fence when inserted, taken or renewed, the holder's remaining lease in ms when held
+ *   by another (paces the next attempt).
  * - The doorbell (doorbell.ts) rides in the same statement, on the client's lease connection: the row's
  *   values are computed before the key is found taken, so they take the bell (when free and not ours
  *   already); a refusal frees it again in its own branch. A grant thus holds its bell from the instant it
  *   commits, at no extra statement; a bell some other connection holds (a paused former holder) is not
  *   waited for: the grant goes on without it, and its waiters fall back to the lease's end.
  */
-export const acquireSql = (table: string, bell: boolean): string => `INSERT INTO ${table}
+export const acquireSql = (table: string, bell: boolean): string => {
+  const take = 'released = 1 OR expires_at <= n.now'
+  return `INSERT INTO ${table}
   (lock_key, owner, fence, expires_at, released, holder)
-  VALUES (?, ?, 1, ${NOW_US} + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?)
+  SELECT ?, ?, LAST_INSERT_ID(${FENCE_EPOCH('n.now')}), n.now + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?
+  FROM (SELECT ${NOW_US} AS now) AS n
   ON DUPLICATE KEY UPDATE
-    released = CASE WHEN released = 1 OR expires_at <= ${NOW_US} THEN 2 WHEN owner = ? THEN 3 ELSE released END,
-    fence = CASE released
-      WHEN 2 THEN LAST_INSERT_ID(fence + 1)
-      WHEN 3 THEN LAST_INSERT_ID(fence)
-      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - ${NOW_US}) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
-    owner = IF(released = 2, ?, owner),
-    holder = IF(released = 2, ?, holder),
-    expires_at = IF(released IN (2, 3), ${NOW_US} + ? * 1000, expires_at),
-    released = IF(released IN (2, 3), 0, released)`
+    fence = CASE
+      WHEN ${take} THEN LAST_INSERT_ID(GREATEST(fence + 1, ${FENCE_EPOCH(NOW_US)}))
+      WHEN owner = ? THEN LAST_INSERT_ID(fence)
+      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - n.now) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
+    holder = IF(${take}, ?, holder),
+    owner = IF(${take}, ?, owner),
+    expires_at = IF(${take} OR owner = ?, n.now + ? * 1000, expires_at),
+    released = 0`
+}
 
 /**
  * Extend. Params: ttl ms, [bell, bell], key, owner, fence. Restarts the lease only while the row is ours
