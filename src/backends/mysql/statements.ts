@@ -4,7 +4,8 @@
  * Time: `SYSDATE(6)`, the moment the statement evaluates it (`NOW()` is frozen at the statement's start
  * and can be set by `SET timestamp`), turned into microseconds since the epoch by `UNIX_TIMESTAMP`, so
  * sessions with different `time_zone` settings agree. A time zone with daylight saving time makes
- * `SYSDATE` ambiguous for one hour a year: run the server (or the sessions) in UTC (`doctor` says so).
+ * `SYSDATE` ambiguous for one hour a year: fencelock's own sessions run in UTC (`SESSION_SETTINGS`); the
+ * reads on a pool of yours follow its sessions' zone (run the server in UTC: `doctor` says so).
  * Statement-based replication evaluates `SYSDATE` again on the replica: use row-based binlogs.
  */
 
@@ -61,7 +62,7 @@ const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
  * - `LAST_INSERT_ID(expr)` hands one integer back in the reply's OK packet, in the same statement (MySQL has
  *   no RETURNING): the fence when inserted, taken or renewed, the holder's remaining lease in ms when held
  *   by another (paces the next attempt).
- * - The doorbell (doorbell.ts) rides in the same statement, on the client's lease connection: the row's
+ * - The doorbell (doorbell.ts) rides in the same statement, on the lease connection it runs on: the row's
  *   values are computed before the key is found taken, so they take the bell (when free and not ours
  *   already); a refusal frees it again in its own branch. A grant thus holds its bell from the instant it
  *   commits, at no extra statement; a bell some other connection holds (a paused former holder) is not
@@ -114,9 +115,16 @@ export const readSql = (table: string): string =>
   FROM ${table} WHERE lock_key = ?`
 
 /**
+ * The longest a doorbell wait blocks (s): a waiter that gave up (or was never woken) holds a pool connection
+ * at most this long, and a TRUNCATE or ALTER of the table waits for the waits' metadata locks no longer.
+ * The waiter's own pace re-asks as often (index.ts, `DOORBELL_POLL_MAX_MS`).
+ */
+export const DOORBELL_WAIT_MAX_S = 5
+
+/**
  * The doorbell wait. Params: bell, bell, bell, bell, long (0 or 1), key. One statement, its timeout taken
- * from the holder's lease on the server (`rem`, seconds), so a paused holder that keeps its doorbell
- * connection cannot keep us past its lease:
+ * from the holder's lease on the server (`rem`, seconds; at most `DOORBELL_WAIT_MAX_S`), so a paused holder
+ * that keeps its doorbell connection cannot keep us past its lease:
  * - the bell is held (the holder's doorbell): block in GET_LOCK until it is freed (a release) or the lease
  *   ends, then free it at once (RELEASE_LOCK in the same statement, so the next waiter wakes too);
  * - the bell is free although the row is held (a holder rings 2 ms after its grant, or has lost its bell
@@ -128,7 +136,7 @@ export const readSql = (table: string): string =>
  */
 export const watchSql = (table: string): string =>
   `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, r.rem)) = 0 AND IS_FREE_LOCK(?) = 0),
-      GET_LOCK(?, CEIL(r.rem)) + COALESCE(RELEASE_LOCK(?), 0),
+      GET_LOCK(?, LEAST(CEIL(r.rem), ${DOORBELL_WAIT_MAX_S})) + COALESCE(RELEASE_LOCK(?), 0),
       IF(? = 1, SLEEP(LEAST(1.98, r.rem)), -1)) AS rang
   FROM (SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem
     FROM ${table} WHERE lock_key = ? AND released = 0) AS r`
