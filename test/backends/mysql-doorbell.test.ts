@@ -2,8 +2,8 @@
  * The MySQL/MariaDB doorbell and the connections a client uses, on a real MariaDB 10.11: a release whose
  * reply was lost leaves the key's bell to the client's next grant; a waiter that gave up holds no pool
  * connection for long, and waits on many keys never take the connection a renewal needs; a row lock on one
- * key's row holds up neither the client's other lease nor its grant of a free key; two databases on one
- * server have bells of their own.
+ * key's row holds up neither the client's other lease nor its grant of a free key; a TRUNCATE of the table
+ * does not wait for blocked waiters; two databases on one server have bells of their own.
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
@@ -162,6 +162,27 @@ describe('mysql (MariaDB 10.11): doorbell and connections', { timeout: 180_000 }
     }
     await b.release()
     await a.release().catch(() => {})
+  })
+
+  it('a TRUNCATE of the table does not wait for blocked doorbell waits', async () => {
+    const holder = client(server.url, '60s')
+    const lock = await holder.acquire('truncated')
+    const waiter = client(server.url, '5s')
+    const waiting = waiter.acquire('truncated', { timeout: '60s' }).then(
+      (next) => next,
+      (error: unknown) => error,
+    )
+    await waitUntil(async () => (await doorbellWaits()) > 0, 'the waiter to block on the doorbell', {
+      withinMs: 15_000,
+    })
+    // A blocked wait holding the table's metadata lock would keep TRUNCATE (and every lock statement
+    // queued behind it) waiting: 2 s is far less than the wait's own bound.
+    await mariaDbQuery(server.port, 'SET STATEMENT lock_wait_timeout = 2 FOR TRUNCATE TABLE fencelock_locks')
+    // The row is gone: the waiter takes the lock (its next attempt, at the latest), with a larger fence.
+    const next = await waiting
+    assert.ok(!(next instanceof Error), String(next))
+    assert.ok((next as typeof lock).fence > lock.fence)
+    await (next as typeof lock).release()
   })
 
   it('two databases on one server have bells of their own', async () => {

@@ -14,10 +14,10 @@ import {
   acquireSql,
   extendSql,
   freeBellSql,
+  leaseLeftSql,
   readSql,
   releaseSql,
   tableExistsSql,
-  watchSql,
 } from './statements.js'
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
@@ -59,7 +59,7 @@ export class MySqlDialect implements SqlDialect {
     release: string
     abandon: string
     read: string
-    watch: string
+    leaseLeft: string
   }
   /** Where acquire, extend and release run: connections of their own (holding the bells), or the pool. */
   readonly #lease: LeaseConnections | undefined
@@ -87,7 +87,7 @@ export class MySqlDialect implements SqlDialect {
       release: releaseSql(t, true, bell),
       abandon: releaseSql(t, false, bell),
       read: readSql(t),
-      watch: watchSql(t),
+      leaseLeft: leaseLeftSql(t),
     }
     if (bell) {
       // Of the pool's connections, a third (1 to 4) for lease statements and half of the rest for doorbell
@@ -95,7 +95,7 @@ export class MySqlDialect implements SqlDialect {
       // waits, and reads always find one).
       const limit = poolConnectionLimit(this.#pool)
       const lanes = Math.max(1, Math.min(4, Math.floor(limit / 3)))
-      const waits = new DoorbellWaits(this.#pool, this.#sql.watch, Math.floor((limit - lanes) / 2))
+      const waits = new DoorbellWaits(this.#pool, this.#sql, Math.floor((limit - lanes) / 2))
       this.#lease = new LeaseConnections(this.#pool, lanes)
       this.#waits = waits
       this.watch = (key, signal) => waits.wait(key, this.#bell(key), signal)

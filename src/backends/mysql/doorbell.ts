@@ -5,8 +5,8 @@
  *   (`LeaseConnections`), and the grant itself takes the lock's bell on the one it ran on (`GET_LOCK(bell, 0)` inside the acquire statement), the
  *   release frees it (inside the release statement). No extra statement, no window between the grant and
  *   the bell.
- * - A waiter blocks in one statement (statements.ts, `watchSql`) until the bell is freed, the holder's
- *   lease ends or 5 s pass, on a connection of its own; the waiters of one key in one process share that
+ * - A waiter reads the lease left, then blocks in one statement (statements.ts, `leaseLeftSql`, `ringSql`)
+ *   until the bell is freed, the holder's lease ends or 5 s pass, on a connection of its own; the waiters of one key in one process share that
  *   one wait. A client runs at most a share of its pool's connections as waits (index.ts), so waits never
  *   take the connections its renewals need; the waiters of keys beyond it poll.
  * - The bell is a hint, never a grant: after it rings the waiter attempts the lease row, which alone
@@ -17,7 +17,7 @@
  */
 import type { Pool, PoolConnection } from 'mysql2/promise'
 import { BoundedMap } from '../../core/bounded-map.js'
-import { freeBellSql, SESSION_SETTINGS } from './statements.js'
+import { freeBellSql, ringSql, SESSION_SETTINGS } from './statements.js'
 
 /** Keys whose last doorbell wait found no bell (bounded: forgetting one costs one short grace). */
 const DEGRADED_KEPT = 10_000
@@ -172,14 +172,14 @@ export class LeaseConnections {
 /** The waiters' side: one blocking doorbell wait per key per client, shared by its waiters. */
 export class DoorbellWaits {
   readonly #pool: Pool
-  readonly #sql: string
+  readonly #sql: { readonly leaseLeft: string }
   /** The most doorbell statements at once (each holds a pool connection while it blocks). */
   readonly #max: number
   readonly #waits = new Map<string, { done: Promise<void>; stop: () => void }>()
   /** Keys whose last wait found the row held and no bell: the next wait sleeps long instead of returning. */
   readonly #degraded = new BoundedMap<string, true>(DEGRADED_KEPT)
 
-  constructor(pool: Pool, sql: string, max: number) {
+  constructor(pool: Pool, sql: { readonly leaseLeft: string }, max: number) {
     this.#pool = pool
     this.#sql = sql
     this.#max = max
@@ -240,9 +240,17 @@ export class DoorbellWaits {
           connection.destroy()
           return
         }
-        const long = this.#degraded.has(key) ? 1 : 0
         // Prepared: the parameters never pass through mysql2's escaping (wrong under NO_BACKSLASH_ESCAPES).
-        const [rows] = await connection.execute(this.#sql, [bell, bell, bell, bell, long, key])
+        const [held] = await connection.execute(this.#sql.leaseLeft, [key])
+        const rem = (held as { rem: string | number }[])[0]?.rem
+        if (rem === undefined) {
+          // Free: nothing to wait for.
+          connection.release()
+          return
+        }
+        const left = Number(rem)
+        const long = this.#degraded.has(key) ? 1 : 0
+        const [rows] = await connection.execute(ringSql, [bell, left, bell, bell, left, bell, long, left])
         connection.release()
         // -1: no bell after the grace (a holder that just got the lease, or one without its bell): once is
         // a short look; twice in a row, the next wait sleeps two seconds on the server.

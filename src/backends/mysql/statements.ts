@@ -122,24 +122,29 @@ export const readSql = (table: string): string =>
 export const DOORBELL_WAIT_MAX_S = 5
 
 /**
- * The doorbell wait. Params: bell, bell, bell, bell, long (0 or 1), key. One statement, its timeout taken
- * from the holder's lease on the server (`rem`, seconds; at most `DOORBELL_WAIT_MAX_S`), so a paused holder
- * that keeps its doorbell connection cannot keep us past its lease:
+ * The doorbell wait, first: the holder's lease left (`rem`, seconds) on the server's clock. Param: key. No
+ * row (or a released one): the lock is free, attempt again. A statement of its own, so that the wait
+ * below, which blocks, holds no metadata lock on the table (a TRUNCATE or ALTER of it would wait for it,
+ * and every lock statement behind that).
+ */
+export const leaseLeftSql = (table: string): string =>
+  `SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem FROM ${table} WHERE lock_key = ? AND released = 0`
+
+/**
+ * The doorbell wait, then. Params: bell, rem, bell, bell, rem, bell, long (0 or 1), rem. Its timeout is the
+ * holder's lease left (at most `DOORBELL_WAIT_MAX_S`), so a paused holder that keeps its doorbell
+ * connection cannot keep us past its lease:
  * - the bell is held (the holder's doorbell): block in GET_LOCK until it is freed (a release) or the lease
  *   ends, then free it at once (RELEASE_LOCK in the same statement, so the next waiter wakes too);
- * - the bell is free although the row is held (a holder rings 2 ms after its grant, or has lost its bell
- *   connection): look again after a 20 ms grace, then block as above; still free, return -1 at once
- *   (the waiter attempts again: the lease may have been short), or, after a -1 (`long`), sleep two
- *   seconds on the server. A missing bell thus costs at most one statement per two seconds, plus the
- *   waiter's attempt.
- * No row (or a released one): returns no row at once: the lock is free, attempt again.
+ * - the bell is free although the row is held (a holder rings 2 ms after its grant, has lost its bell
+ *   connection, or released since `leaseLeftSql`): look again after a 20 ms grace, then block as above;
+ *   still free, return -1 at once (the waiter attempts again: the lease may have been short or released),
+ *   or, after a -1 (`long`), sleep two seconds on the server. A missing bell thus costs at most two
+ *   statements per two seconds, plus the waiter's attempt.
  */
-export const watchSql = (table: string): string =>
-  `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, r.rem)) = 0 AND IS_FREE_LOCK(?) = 0),
-      GET_LOCK(?, LEAST(CEIL(r.rem), ${DOORBELL_WAIT_MAX_S})) + COALESCE(RELEASE_LOCK(?), 0),
-      IF(? = 1, SLEEP(LEAST(1.98, r.rem)), -1)) AS rang
-  FROM (SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem
-    FROM ${table} WHERE lock_key = ? AND released = 0) AS r`
+export const ringSql = `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, ?)) = 0 AND IS_FREE_LOCK(?) = 0),
+    GET_LOCK(?, LEAST(CEIL(?), ${DOORBELL_WAIT_MAX_S})) + COALESCE(RELEASE_LOCK(?), 0),
+    IF(? = 1, SLEEP(LEAST(1.98, ?)), -1)) AS rang`
 
 /** The table exists? Param: the table's name, and its database (or NULL for the connection's). */
 export const tableExistsSql = `SELECT COUNT(*) AS n FROM information_schema.tables
