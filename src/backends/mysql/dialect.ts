@@ -1,6 +1,8 @@
 /**
  * The MySQL/MariaDB dialect of the sql-lease engine: the statements of statements.ts over the user's
- * mysql2 pool (promise API), the doorbell of doorbell.ts, and errors in words.
+ * mysql2 pool (promise API), the doorbell of doorbell.ts, and errors in words. A little over 300 lines:
+ * which owners of this client hold which key (and so its bell) is kept beside the statements that take
+ * and free the bells.
  */
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'

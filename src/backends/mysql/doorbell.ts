@@ -2,18 +2,19 @@
  * Waking waiters without notifications: a doorbell per lock, a named lock of `GET_LOCK`.
  *
  * - The holder rings: each client runs its lease statements on a few connections of its own
- *   (`LeaseConnections`), and the grant itself takes the lock's bell on the one it ran on (`GET_LOCK(bell, 0)` inside the acquire statement), the
- *   release frees it (inside the release statement). No extra statement, no window between the grant and
- *   the bell.
+ *   (`LeaseConnections`), and the grant itself takes the lock's bell on the one it ran on
+ *   (`GET_LOCK(bell, 0)` inside the acquire statement), the release frees it (inside the release
+ *   statement). No extra statement, no window between the grant and the bell.
  * - A waiter reads the lease left, then blocks in one statement (statements.ts, `leaseLeftSql`, `ringSql`)
- *   until the bell is freed, the holder's lease ends or 5 s pass, on a connection of its own; the waiters of one key in one process share that
- *   one wait. A client runs at most a share of its pool's connections as waits (index.ts), so waits never
- *   take the connections its renewals need; the waiters of keys beyond it poll.
+ *   until the bell is freed, the holder's lease ends or 5 s pass, on a connection of its own; the waiters
+ *   of one key in one process share that one wait. A client runs at most a share of its pool's
+ *   connections as waits (dialect.ts), so waits never take the connections its renewals need; the
+ *   waiters of keys beyond it poll.
  * - The bell is a hint, never a grant: after it rings the waiter attempts the lease row, which alone
  *   decides. A holder whose lease connection was lost (or whose process is paused) cannot keep waiters
  *   asleep past its lease: the wait's timeout is the lease the server has left. A bell missing while the
  *   row is held (a reconnected holder until its next renewal takes it again; a holder with the doorbell
- *   off) costs a 20 ms grace once, then one statement per two seconds.
+ *   off) costs a 20 ms grace once, then two statements per two seconds.
  */
 import type { Pool, PoolConnection } from 'mysql2/promise'
 import { BoundedMap } from '../../core/bounded-map.js'
