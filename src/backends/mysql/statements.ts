@@ -45,7 +45,9 @@ const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
  * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, owner, [bell], holder, owner, owner, ttl ms
  * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … SELECT … ON
  * DUPLICATE KEY UPDATE:
- * - the clock is read ONCE (`n.now`, a one-row derived table the server materializes before the insert), so
+ * - the clock is read ONCE (`n.now`, a one-row derived table the server materializes before the insert:
+ *   its LIMIT keeps an optimizer from merging it into the statement, which would read the clock anew at
+ *   every reference), so
  *   the decision cannot tip one column one way and the next another. It may be read before the statement
  *   waits for the row's lock: a stale `now` only takes over later and sets a lease that ends earlier on the
  *   server, never one shorter than the client's validity (counted from before the statement was sent).
@@ -73,7 +75,7 @@ export const acquireSql = (table: string, bell: boolean): string => {
   return `INSERT INTO ${table}
   (lock_key, owner, fence, expires_at, released, holder)
   SELECT ?, ?, LAST_INSERT_ID(${FENCE_EPOCH('n.now')}), n.now + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?
-  FROM (SELECT ${NOW_US} AS now) AS n
+  FROM (SELECT ${NOW_US} AS now LIMIT 1) AS n
   ON DUPLICATE KEY UPDATE
     fence = CASE
       WHEN ${take} THEN LAST_INSERT_ID(GREATEST(fence + 1, ${FENCE_EPOCH(NOW_US)}))
