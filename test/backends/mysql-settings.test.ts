@@ -3,7 +3,8 @@
  * SIMULTANEOUS_ASSIGNMENT (also part of MariaDB's ORACLE mode) every assignment of an UPDATE sees the row as
  * it was, so an acquire whose later assignments read what an earlier one decided granted a released lock
  * with fence 0, and a third client while the second held it. The acquire statement must not depend on the
- * mode, and fencelock pins its own sessions' settings; doctor reports the server's.
+ * mode, and fencelock pins its own sessions' settings (autocommit too); doctor reports the server's, and
+ * a pool of yours with autocommit off.
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
@@ -138,6 +139,29 @@ describe('mysql (MariaDB 10.11): sql_mode', { timeout: 180_000 }, () => {
         await third.release()
         await locks.close()
       }
+    } finally {
+      await pool.end()
+    }
+  })
+
+  it('doctor: a pool of yours whose sessions have autocommit off is an error', async () => {
+    const pool = createPool({
+      host: '127.0.0.1',
+      port: server.port,
+      user: 'root',
+      database: MARIADB_DATABASE,
+      flags: ['-FOUND_ROWS'],
+    })
+    pool.pool.on('connection', (connection) => {
+      connection.query('SET SESSION autocommit = 0', () => {})
+    })
+    try {
+      const backend = mysqlBackend({ pool })
+      const findings = await backend.doctor!(AbortSignal.timeout(10_000)).finally(() => backend.close())
+      assert.ok(
+        findings.some((f) => f.level === 'error' && /autocommit off/.test(f.message)),
+        JSON.stringify(findings),
+      )
     } finally {
       await pool.end()
     }

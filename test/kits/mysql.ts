@@ -18,6 +18,8 @@ export async function mariaDbQuery(port: number, sql: string, params: unknown[] 
     database: MARIADB_DATABASE,
   })
   try {
+    // Committed at once, whatever the server's default (a kit may start it with autocommit off).
+    await connection.query('SET SESSION autocommit = 1')
     const [result] = await connection.query(sql, params)
     return result
   } finally {
@@ -88,26 +90,36 @@ export const mysqlKit: Kit = {
 }
 
 /**
- * The server's default `sql_mode` set to something other than MariaDB's default, for every session that
- * does not set its own: the lock statements must not depend on it.
+ * Server-wide session defaults other than MariaDB's (`sql_mode`, autocommit, isolation), for every session
+ * that does not set its own: the lock statements must not depend on them.
  */
-const sqlModeKit = (id: string, sqlMode: string, chaos: boolean): Kit => ({
+const settingsKit = (id: string, settings: string[], chaos: boolean): Kit => ({
   id,
   backend: 'mysql',
-  title: `mysql (MariaDB 10.11, sql_mode ${sqlMode})`,
+  title: `mysql (MariaDB 10.11, ${settings.join(' ')})`,
   entry: 'mysql',
   networked: true,
   capabilities,
   lacks,
-  start: async () => mysqlStore(await startMariaDb({ args: [`--sql-mode=${sqlMode}`] })),
+  start: async () => mysqlStore(await startMariaDb({ args: settings })),
   ...(chaos ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire'] as const }] } : {}),
 })
 
-/** MariaDB's Oracle mode (its parser, SIMULTANEOUS_ASSIGNMENT, ANSI_QUOTES, PIPES_AS_CONCAT…), strict. */
-export const mysqlOracleKit = sqlModeKit('mysql-oracle', 'ORACLE,STRICT_ALL_TABLES', true)
-/** ANSI (ANSI_QUOTES, PIPES_AS_CONCAT, IGNORE_SPACE…) with SIMULTANEOUS_ASSIGNMENT, not strict. */
-export const mysqlAnsiKit = sqlModeKit(
+/**
+ * MariaDB's Oracle mode (its parser, SIMULTANEOUS_ASSIGNMENT, ANSI_QUOTES, PIPES_AS_CONCAT…), strict, and
+ * every transaction SERIALIZABLE.
+ */
+export const mysqlOracleKit = settingsKit(
+  'mysql-oracle',
+  ['--sql-mode=ORACLE,STRICT_ALL_TABLES', '--transaction-isolation=SERIALIZABLE'],
+  true,
+)
+/**
+ * ANSI (ANSI_QUOTES, PIPES_AS_CONCAT, IGNORE_SPACE…) with SIMULTANEOUS_ASSIGNMENT and no backslash escapes,
+ * not strict, and autocommit off (a session's statements stay in an open transaction until it commits).
+ */
+export const mysqlAnsiKit = settingsKit(
   'mysql-ansi',
-  'ANSI,SIMULTANEOUS_ASSIGNMENT,NO_BACKSLASH_ESCAPES',
+  ['--sql-mode=ANSI,SIMULTANEOUS_ASSIGNMENT,NO_BACKSLASH_ESCAPES', '--autocommit=0'],
   false,
 )

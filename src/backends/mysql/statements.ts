@@ -13,13 +13,14 @@
  * The session settings of every connection fencelock owns (its lease connections, and every connection of
  * a pool it made from a URL), whatever the server's defaults: strict (a value that does not fit fails
  * instead of being cut), no engine substitution (a lock table on MyISAM would have no row locks), backslash
- * escapes on (mysql2 escapes with them), and UTC (`UNIX_TIMESTAMP(SYSDATE(6))` is then exact all year).
+ * escapes on (mysql2 escapes with them), UTC (`UNIX_TIMESTAMP(SYSDATE(6))` is then exact all year), and
+ * autocommit (with it off, a server's default, a grant would stay uncommitted and its row locked).
  * The statements below hold under any `sql_mode` too (the acquire does not depend on the order in which
  * its assignments apply; none uses `"`, `||` or a space before a function's parenthesis): pinning is the
  * second line of defence, and the only one for the user's own pool connections (reads, doorbell waits).
  */
 export const SESSION_SQL_MODE = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'
-export const SESSION_SETTINGS = `SET SESSION sql_mode = '${SESSION_SQL_MODE}', time_zone = '+00:00'`
+export const SESSION_SETTINGS = `SET SESSION sql_mode = '${SESSION_SQL_MODE}', time_zone = '+00:00', autocommit = 1`
 
 /** The server's clock, now, in microseconds since the epoch (evaluated where it appears). */
 const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
