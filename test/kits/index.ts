@@ -5,7 +5,7 @@ import { fileKit } from './file.js'
 import { gcsKit } from './gcs.js'
 import type { Kit } from './kit.js'
 import { memoryKit } from './memory.js'
-import { mysqlKit } from './mysql.js'
+import { mysqlAnsiKit, mysqlKit, mysqlOracleKit } from './mysql.js'
 import { postgresKit, postgresRepeatableReadKit, postgresSerializableKit } from './postgres.js'
 import { redisAofKit, redisClusterKit, redisFairKit, redisKit } from './redis.js'
 import { redlock3Kit, redlock5Kit } from './redlock.js'
@@ -29,6 +29,8 @@ export const KITS: readonly Kit[] = [
   gcsKit,
   dynamodbKit,
   mysqlKit,
+  mysqlOracleKit,
+  mysqlAnsiKit,
   postgresKit,
   postgresSerializableKit,
   postgresRepeatableReadKit,

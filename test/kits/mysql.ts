@@ -1,6 +1,7 @@
 /**
- * The MySQL/MariaDB backend's kit, on a real MariaDB 10.11. A lease is broken by ending its row's lease on
- * the server (`expires_at` in the past, the row and its fence kept), as a premature expiry would. InnoDB
+ * The MySQL/MariaDB backend's kits, on a real MariaDB 10.11: its defaults, and two other server-wide
+ * `sql_mode`s. A lease is broken by ending its row's lease on the server (`expires_at` in the past, the row
+ * and its fence kept), as a premature expiry would; lock state is deleted by DELETE or TRUNCATE. InnoDB
  * commits every grant, so fences survive a crash of the server.
  */
 import { createConnection } from 'mysql2/promise'
@@ -17,6 +18,8 @@ export async function mariaDbQuery(port: number, sql: string, params: unknown[] 
     database: MARIADB_DATABASE,
   })
   try {
+    // Committed at once, whatever the server's default (a kit may start it with autocommit off).
+    await connection.query('SET SESSION autocommit = 1')
     const [result] = await connection.query(sql, params)
     return result
   } finally {
@@ -33,6 +36,16 @@ export async function expireRow(port: number, key: string, table = DEFAULT_TABLE
   )
 }
 
+/**
+ * Deletes lock state as an operator would: `key`'s row (DELETE), or with no key every row (TRUNCATE, which
+ * drops and recreates the table's data).
+ */
+export async function deleteState(port: number, key?: string, table = DEFAULT_TABLE): Promise<void> {
+  const quoted = quoteTable(table, 'in a test')
+  if (key === undefined) await mariaDbQuery(port, `TRUNCATE TABLE ${quoted}`)
+  else await mariaDbQuery(port, `DELETE FROM ${quoted} WHERE lock_key = ?`, [key])
+}
+
 function mysqlStore(server: MariaDbServer): KitStore {
   const crash = async () => {
     server.signal('SIGKILL')
@@ -43,6 +56,7 @@ function mysqlStore(server: MariaDbServer): KitStore {
     ports: [server.port],
     urlVia: ([port], query = '') => `mysql://root@127.0.0.1:${port}/${MARIADB_DATABASE}${query}`,
     breakLease: (key) => expireRow(server.port, key),
+    deleteState: (key) => deleteState(server.port, key),
     crash,
     restart: crash,
     pause: () => {
@@ -55,14 +69,17 @@ function mysqlStore(server: MariaDbServer): KitStore {
   }
 }
 
+const capabilities = ttlStore({ durableFences: true })
+const lacks = { fifo: RACE, session: 'leases end by SYSDATE(6) on the server, no session' }
+
 export const mysqlKit: Kit = {
   id: 'mysql',
   backend: 'mysql',
   title: 'mysql (MariaDB 10.11)',
   entry: 'mysql',
   networked: true,
-  capabilities: ttlStore({ durableFences: true }),
-  lacks: { fifo: RACE, session: 'leases end by SYSDATE(6) on the server, no session' },
+  capabilities,
+  lacks,
   start: async () => mysqlStore(await startMariaDb()),
   chaos: [{ name: 'mysql', features: ['crash', 'durable', 'expire'] }],
   bench: [
@@ -71,3 +88,38 @@ export const mysqlKit: Kit = {
     { name: 'fencelock mysql (poll)', store: 'mysql', query: '?doorbell=false' },
   ],
 }
+
+/**
+ * Server-wide session defaults other than MariaDB's (`sql_mode`, autocommit, isolation), for every session
+ * that does not set its own: the lock statements must not depend on them.
+ */
+const settingsKit = (id: string, settings: string[], chaos: boolean): Kit => ({
+  id,
+  backend: 'mysql',
+  title: `mysql (MariaDB 10.11, ${settings.join(' ')})`,
+  entry: 'mysql',
+  networked: true,
+  capabilities,
+  lacks,
+  start: async () => mysqlStore(await startMariaDb({ args: settings })),
+  ...(chaos ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire'] as const }] } : {}),
+})
+
+/**
+ * MariaDB's Oracle mode (its parser, SIMULTANEOUS_ASSIGNMENT, ANSI_QUOTES, PIPES_AS_CONCAT…), strict, and
+ * every transaction SERIALIZABLE.
+ */
+export const mysqlOracleKit = settingsKit(
+  'mysql-oracle',
+  ['--sql-mode=ORACLE,STRICT_ALL_TABLES', '--transaction-isolation=SERIALIZABLE'],
+  true,
+)
+/**
+ * ANSI (ANSI_QUOTES, PIPES_AS_CONCAT, IGNORE_SPACE…) with SIMULTANEOUS_ASSIGNMENT and no backslash escapes,
+ * not strict, and autocommit off (a session's statements stay in an open transaction until it commits).
+ */
+export const mysqlAnsiKit = settingsKit(
+  'mysql-ansi',
+  ['--sql-mode=ANSI,SIMULTANEOUS_ASSIGNMENT,NO_BACKSLASH_ESCAPES', '--autocommit=0'],
+  false,
+)

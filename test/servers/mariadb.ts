@@ -6,6 +6,7 @@
  * which ServerProcess keeps), and it is stopped by PID with SIGTERM. A restart keeps the data folder.
  */
 import { execFile } from 'node:child_process'
+import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { createConnection } from 'mysql2/promise'
@@ -63,10 +64,15 @@ async function answers(port: number, dataDir: string): Promise<boolean> {
 /** The data folder's files (system tables), made once per server by mariadb-install-db (~0.6 s). */
 async function installDb(dir: string): Promise<void> {
   const install = requireBinary('mariadb-install-db', INSTALL)
+  mkdirSync(join(dir, 'tmp'), { recursive: true })
   try {
     await promisify(execFile)(install, [
       '--no-defaults',
       `--datadir=${join(dir, 'data')}`,
+      // Its own temp folder (passed on to the bootstrap server): in the shared /tmp, another process's
+      // clean-up removed a temp table of a concurrent bootstrap, which then failed ("Error on delete of
+      // '/tmp/#sql-temptable-…'").
+      `--tmpdir=${join(dir, 'tmp')}`,
       '--user=root',
       '--auth-root-authentication-method=normal',
       '--skip-test-db',
@@ -87,6 +93,7 @@ async function launch(binary: string, port: number, dir: string, extra: string[]
     `--socket=${join(dir, 'mysqld.sock')}`,
     `--pid-file=${join(dir, 'mysqld.pid')}`,
     `--port=${port}`,
+    `--tmpdir=${join(dir, 'tmp')}`,
     '--bind-address=127.0.0.1',
     '--user=root',
     '--skip-name-resolve',

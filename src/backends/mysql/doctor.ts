@@ -1,19 +1,39 @@
 /**
- * `fencelock doctor` for MySQL/MariaDB: the server's version, its clock's time zone, and the replication
- * settings that decide whether a failover or a replica can see a lease differently (the engine adds the
+ * `fencelock doctor` for MySQL/MariaDB: the server's version, its `sql_mode`, its clock's time zone, and the
+ * replication settings that decide whether a failover or a replica can see a lease differently (the engine adds the
  * table and its DDL).
  */
 import type { DoctorFinding } from '../../core/backend.js'
+import { SESSION_SQL_MODE } from './statements.js'
 
 type Query = (sql: string) => Promise<Record<string, unknown>[]>
 
 export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
   const findings: DoctorFinding[] = []
   const [server] = await query(
-    'SELECT VERSION() AS version, @@time_zone AS tz, @@system_time_zone AS systz, @@log_bin AS logbin, @@binlog_format AS format',
+    'SELECT VERSION() AS version, @@time_zone AS tz, @@system_time_zone AS systz, @@log_bin AS logbin, ' +
+      '@@binlog_format AS format, @@GLOBAL.sql_mode AS server_mode, @@SESSION.sql_mode AS session_mode, ' +
+      '@@SESSION.autocommit AS autocommit',
   )
   const version = String(server?.version ?? '?')
   findings.push({ level: 'ok', message: `server ${version}` })
+  const mode = (name: string) => JSON.stringify(String(server?.[name] ?? ''))
+  findings.push({
+    level: 'ok',
+    message:
+      `sql_mode: the server's default is ${mode('server_mode')}, this pool's session has ${mode('session_mode')}; ` +
+      "the lock statements hold under any mode, and fencelock's own connections run with " +
+      `"${SESSION_SQL_MODE}" in UTC`,
+  })
+  if (Number(server?.autocommit) === 0) {
+    findings.push({
+      level: 'error',
+      message:
+        "this pool's sessions run with autocommit off: fencelock's reads on it (inspect, doorbell waits) open " +
+        'transactions that keep seeing an old snapshot and stay open on your connections, and with ' +
+        "doorbell=false its grants would never commit; make the pool's connections autocommit (SET autocommit = 1)",
+    })
+  }
   const tz = String(server?.tz ?? '')
   const zone = tz === 'SYSTEM' ? String(server?.systz ?? '') : tz
   if (/^(UTC|GMT|Etc\/UTC|[+-]\d\d:\d\d)$/.test(zone)) {

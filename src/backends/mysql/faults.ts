@@ -1,6 +1,6 @@
 /**
- * How the mysql2 pool fails, in words, and whether waiting could help; and the pool setting the acquire
- * statement cannot work without (CLIENT_FOUND_ROWS off).
+ * How the mysql2 pool fails, in words, and whether waiting could help; the pool setting the acquire
+ * statement cannot work without (CLIENT_FOUND_ROWS off), and what else fencelock reads of the pool's config.
  */
 import type { Pool } from 'mysql2/promise'
 import { causeText, describeNetworkError } from '../../core/errors.js'
@@ -31,13 +31,33 @@ const SETTING = new Set([
   'ER_NOT_SUPPORTED_AUTH_MODE',
 ])
 
+/** What fencelock reads of a mysql2 pool's configuration (the promise pool wraps the callback one). */
+interface PoolConfig {
+  readonly connectionLimit?: number
+  readonly connectionConfig?: { readonly clientFlags?: number; readonly database?: string }
+}
+
+function configOf(pool: Pool): PoolConfig | undefined {
+  return (pool as unknown as { pool?: { config?: PoolConfig } }).pool?.config
+}
+
+/** The database a pool's connections start in (`undefined` when its config names none). */
+export function poolDatabase(pool: Pool): string | undefined {
+  return configOf(pool)?.connectionConfig?.database || undefined
+}
+
+/** How many connections a pool opens at most (mysql2's default: 10). */
+export function poolConnectionLimit(pool: Pool): number {
+  const limit = configOf(pool)?.connectionLimit
+  return typeof limit === 'number' && limit > 0 ? limit : 10
+}
+
 /**
  * Refuses a pool whose connections report matched rows as affected (CLIENT_FOUND_ROWS, mysql2's default):
  * then "held by someone else" and "inserted" both report one row, and the acquire cannot tell them apart.
  */
 export function checkFoundRowsOff(pool: Pool): void {
-  const flags = (pool as unknown as { pool?: { config?: { connectionConfig?: { clientFlags?: number } } } })
-    .pool?.config?.connectionConfig?.clientFlags
+  const flags = configOf(pool)?.connectionConfig?.clientFlags
   if (typeof flags !== 'number') {
     throw new TypeError('Expected `pool` to be a pool of mysql2/promise (`mysql.createPool(...)`)')
   }

@@ -5,26 +5,29 @@
  * - Layout: a table (default `fencelock_locks` in the connection's database, created on first use unless
  *   `createTable` is off) with one row per lock name ever used: `lock_key` (the key's bytes, VARBINARY
  *   primary key), `owner`, `fence` (BIGINT), `expires_at` (microseconds since the epoch on the server's
- *   clock), `released`, `holder` (layout.ts has the DDL). Acquire is one INSERT … ON DUPLICATE KEY UPDATE
- *   that decides once and applies that decision to every column (statements.ts).
- * - Expiry: the server's `SYSDATE(6)` decides, inside the statement that takes a row over (`NOW()` is
- *   frozen at the statement's start). Client clocks never matter; the holder counts its validity on its
- *   own monotonic clock from before the statement was sent.
+ *   clock), `released`, `holder` (layout.ts has the DDL). Acquire is one INSERT … SELECT … ON DUPLICATE
+ *   KEY UPDATE with one reading of the clock, whose every assignment reaches the same decision whatever
+ *   the session's `sql_mode` (statements.ts); fencelock's own connections pin their settings anyway.
+ * - Expiry: the server's clock (`SYSDATE(6)`, read once per statement) decides, inside the statement that
+ *   takes a row over. Client clocks never matter; the holder counts its validity on its own monotonic
+ *   clock from before the statement was sent.
  * - Fence: the `fence` column, advanced by the granting statement and handed back in the same reply
- *   (`LAST_INSERT_ID(fence)`, the OK packet's insert id); renewals and releases keep it and rows are never
- *   deleted, so it survives releases, expiries and server restarts (as durable as InnoDB's commits).
+ *   (`LAST_INSERT_ID(fence)`, the OK packet's insert id); renewals and releases keep it. A row made anew
+ *   (first use, or after a DELETE, TRUNCATE or a recreated table) starts from the server's clock in
+ *   microseconds, and a take is at least that clock, so fences never go back while the server's clock does
+ *   not (statements.ts, `FENCE_EPOCH`); durable as InnoDB's commits.
  * - Waiting: MySQL has no notifications; a doorbell stands in (doorbell.ts): a named lock per lock
- *   (`GET_LOCK`), taken by the granting statement itself and freed by the release statement, on the one
- *   connection each client runs its lease statements on; a waiter blocks in one statement until that named
- *   lock is freed or the holder's lease ends (the server computes the timeout from the row). The bell only
- *   wakes: the lease row alone grants. A waiting key costs one blocking statement per holder's lease and
- *   one attempt per `DOORBELL_POLL_MAX_MS` (5 s) or per lease left, whichever is sooner.
+ *   (`GET_LOCK`, named after the database, table and key), taken by the granting statement itself and
+ *   freed by the release statement, on the connection (one of a few per client) it ran on; a waiter blocks
+ *   in one statement until that named lock is freed, the holder's lease ends (the server computes the
+ *   timeout from the row) or 5 s pass. The bell only wakes: the lease row alone grants. A waiting key costs
+ *   one blocking statement and one attempt per `DOORBELL_POLL_MAX_MS` (5 s) or per lease left.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
- *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). The doorbell keeps one pool connection
- *   for the lease statements and takes one per waited key while it blocks. `SYSDATE()` is unsafe for statement-based
- *   replication (use `binlog_format=ROW`), and a time zone with daylight saving time makes it repeat an
- *   hour (run in UTC); a failover to an asynchronous replica can lose the latest grants and fences.
- *   `doctor` reports all of these.
+ *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). With the doorbell, a client keeps up to a
+ *   third of the pool's connections (1 to 4) for its lease statements and blocks at most half of the rest
+ *   in doorbell waits (waiters of further keys poll). `SYSDATE()` is unsafe for statement-based
+ *   replication (use `binlog_format=ROW`); a failover to an asynchronous replica can lose the latest grants
+ *   and fences. `doctor` reports these, the server's `sql_mode` and its time zone.
  *
  * Files: statements.ts (the SQL, each with its inputs and outputs), dialect.ts (the dialect: statements
  * over the pool, errors in words), doorbell.ts (the GET_LOCK doorbell), layout.ts (table, DDL, doorbell
@@ -35,8 +38,9 @@ import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { sqlLeaseBackend } from '../../engines/sql-lease.js'
 import { MySqlDialect } from './dialect.js'
-import { checkFoundRowsOff } from './faults.js'
+import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, quoteTable } from './layout.js'
+import { SESSION_SETTINGS } from './statements.js'
 
 export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
 export { checkFoundRowsOff } from './faults.js'
@@ -45,8 +49,9 @@ export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
 export interface MySqlBackendOptions {
   /**
    * Your mysql2 pool (`mysql2/promise`'s `createPool`), made with `flags: ['-FOUND_ROWS']`. fencelock
-   * never ends it; it keeps one of its connections for its lease statements, and takes one per key it
-   * waits for while that wait blocks.
+   * never ends it; it keeps up to a third of its connections (1 to 4) for its lease statements, in its
+   * own session settings (destroyed on close, never given back), and blocks at most half of the rest in
+   * doorbell waits, up to 5 s each.
    */
   readonly pool: Pool
   /** The lock table, optionally `database.table`. @default 'fencelock_locks' */
@@ -76,7 +81,14 @@ function backendOf(
   const { table: tableName, doorbell } = settings
   const table = quoteTable(tableName, 'as `table`')
   const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
-  const dialect = new MySqlDialect({ ...settings, pool, table, tableName: name!, database })
+  const dialect = new MySqlDialect({
+    ...settings,
+    pool,
+    table,
+    tableName: name!,
+    database,
+    bellDatabase: database ?? poolDatabase(pool) ?? '',
+  })
   return sqlLeaseBackend(dialect, {
     createTable: settings.createTable,
     ...(doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
@@ -147,6 +159,11 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     // than an acquire waits for an unreachable store (5 s). A handshake on a working network takes
     // milliseconds; 3 s fails the dead one in time for the next attempt to take a fresh connection.
     connectTimeout: 3000,
+  })
+  // Every connection of our own pool runs in our session settings, whatever the server's defaults are.
+  // (The core pool's event: it hands over the callback connection, whose first statement this is.)
+  pool.pool.on('connection', (connection) => {
+    connection.query(SESSION_SETTINGS, () => {})
   })
   return backendOf(pool, { ...params, id: redact(url), owned: true })
 }

@@ -47,8 +47,9 @@ export function tableDdl(table: string): string {
 
 /**
  * The doorbell of a lock: the name of the `GET_LOCK` its holder keeps while it holds the lease, that
- * waiters block on. Names are at most 64 characters and server-wide, so: a hash of the table and key.
+ * waiters block on. Names are at most 64 characters and server-wide, so: a hash of the database (the one
+ * the table lives in: two databases on one server have distinct bells), the table and the key.
  */
-export function doorbellName(table: string, key: string): string {
-  return `fencelock:${createHash('sha1').update(`${table}\0${key}`).digest('hex')}`
+export function doorbellName(database: string, table: string, key: string): string {
+  return `fencelock:${createHash('sha1').update(`${database}\0${table}\0${key}`).digest('hex')}`
 }

@@ -4,12 +4,38 @@
  * Time: `SYSDATE(6)`, the moment the statement evaluates it (`NOW()` is frozen at the statement's start
  * and can be set by `SET timestamp`), turned into microseconds since the epoch by `UNIX_TIMESTAMP`, so
  * sessions with different `time_zone` settings agree. A time zone with daylight saving time makes
- * `SYSDATE` ambiguous for one hour a year: run the server (or the sessions) in UTC (`doctor` says so).
+ * `SYSDATE` ambiguous for one hour a year: fencelock's own sessions run in UTC (`SESSION_SETTINGS`); the
+ * reads on a pool of yours follow its sessions' zone (run the server in UTC: `doctor` says so).
  * Statement-based replication evaluates `SYSDATE` again on the replica: use row-based binlogs.
  */
 
+/**
+ * The session settings of every connection fencelock owns (its lease connections, and every connection of
+ * a pool it made from a URL), whatever the server's defaults: strict (a value that does not fit fails
+ * instead of being cut), no engine substitution (a lock table on MyISAM would have no row locks), backslash
+ * escapes on (mysql2 escapes with them), UTC (`UNIX_TIMESTAMP(SYSDATE(6))` is then exact all year), and
+ * autocommit (with it off, a server's default, a grant would stay uncommitted and its row locked).
+ * The statements below hold under any `sql_mode` too (the acquire does not depend on the order in which
+ * its assignments apply; none uses `"`, `||` or a space before a function's parenthesis): pinning is the
+ * second line of defence, and the only one for the user's own pool connections (reads, doorbell waits).
+ */
+export const SESSION_SQL_MODE = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'
+export const SESSION_SETTINGS = `SET SESSION sql_mode = '${SESSION_SQL_MODE}', time_zone = '+00:00', autocommit = 1`
+
 /** The server's clock, now, in microseconds since the epoch (evaluated where it appears). */
 const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
+
+/**
+ * The least fence a grant issued at server time `now` (µs since 1970) may carry: the clock itself, plus one
+ * second. A key's fences thus outlive its row: a row deleted (DELETE, TRUNCATE, the table recreated) starts
+ * again from the clock, above every fence the deleted row issued, since each of those was at most the clock
+ * at its grant plus one second, plus one per grant issued faster than one per microsecond (a grant is a
+ * committed statement: tens of microseconds at least). The second covers an insert whose clock was read
+ * before it waited for the deleting transaction (a statement held between its clock reading and its
+ * insert for less than a second). What still restarts them: the server's clock set back by more than the
+ * time between the deleted row's last grant and the new one. BIGINT holds such fences until the year 294247.
+ */
+const FENCE_EPOCH = (now: string): string => `${now} + 1000000`
 
 /** Takes `bell` on this connection unless it holds it already (named locks count: never twice). 2 params. */
 const TAKE_BELL = 'IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, COALESCE(GET_LOCK(?, 0), 0))'
@@ -17,39 +43,50 @@ const TAKE_BELL = 'IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, COALESCE(GET_LOCK(
 const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
 
 /**
- * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, then owner, [bell], owner, holder, ttl ms
- * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … ON DUPLICATE
- * KEY UPDATE:
- * - no row: inserted with fence 1 (affected rows 1);
- * - a row: the first assignment decides ONCE, with one reading of the clock, and writes the decision into
- *   `released` (2 = take it: released or expired; 3 = ours and held: restart its lease; else unchanged).
- *   Assignments apply left to right and later ones see the new value, so every other column follows that
- *   one decision and the clock cannot tip one column one way and the next another. The last assignment
- *   puts `released` back to 0. Taken or renewed: affected rows 2; held by another: nothing changes,
- *   affected rows 0 (with CLIENT_FOUND_ROWS off; on, it would be 1, like an insert: the dialect refuses such
- *   a pool).
+ * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, owner, [bell], holder, owner, owner, ttl ms
+ * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … SELECT … ON
+ * DUPLICATE KEY UPDATE:
+ * - the clock is read ONCE (`n.now`, a one-row derived table the server materializes before the insert:
+ *   its LIMIT keeps an optimizer from merging it into the statement, which would read the clock anew at
+ *   every reference), so
+ *   the decision cannot tip one column one way and the next another. It may be read before the statement
+ *   waits for the row's lock: a stale `now` only takes over later and sets a lease that ends earlier on the
+ *   server, never one shorter than the client's validity (counted from before the statement was sent).
+ * - no row: inserted; its fence comes from the server's clock (see `FENCE_EPOCH`), so it is above every fence
+ *   of a row that was deleted (affected rows 1).
+ * - a row: every assignment decides for itself from the row as it stood (take: released or expired; renew:
+ *   ours; else held), with the same `now`. The assignments are ordered so that the decision also holds when
+ *   later ones see the new values of earlier ones (MySQL's default) as when they all see the old row
+ *   (`sql_mode` SIMULTANEOUS_ASSIGNMENT, part of MariaDB's ORACLE mode): `fence`, `holder` and `owner` do
+ *   not change what decides; after `owner` is ours, "take" reads as "ours" for `expires_at`; `released` is
+ *   0 in every case (a row held by another is not released). Taken: fence GREATEST(fence + 1, the epoch),
+ *   renewed: kept; both affected rows 2. Held by another: every column keeps its value, affected rows 0
+ *   (with CLIENT_FOUND_ROWS off; on, it would be 1, like an insert: the dialect refuses such a pool).
  * - `LAST_INSERT_ID(expr)` hands one integer back in the reply's OK packet, in the same statement (MySQL has
- *   no RETURNING): the fence when taken or renewed, the holder's remaining lease in ms when held by another
- *   (paces the next attempt).
- * - The doorbell (doorbell.ts) rides in the same statement, on the client's lease connection: the row's
+ *   no RETURNING): the fence when inserted, taken or renewed, the holder's remaining lease in ms when held
+ *   by another (paces the next attempt).
+ * - The doorbell (doorbell.ts) rides in the same statement, on the lease connection it runs on: the row's
  *   values are computed before the key is found taken, so they take the bell (when free and not ours
  *   already); a refusal frees it again in its own branch. A grant thus holds its bell from the instant it
  *   commits, at no extra statement; a bell some other connection holds (a paused former holder) is not
  *   waited for: the grant goes on without it, and its waiters fall back to the lease's end.
  */
-export const acquireSql = (table: string, bell: boolean): string => `INSERT INTO ${table}
+export const acquireSql = (table: string, bell: boolean): string => {
+  const take = 'released = 1 OR expires_at <= n.now'
+  return `INSERT INTO ${table}
   (lock_key, owner, fence, expires_at, released, holder)
-  VALUES (?, ?, 1, ${NOW_US} + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?)
+  SELECT ?, ?, LAST_INSERT_ID(${FENCE_EPOCH('n.now')}), n.now + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?
+  FROM (SELECT ${NOW_US} AS now LIMIT 1) AS n
   ON DUPLICATE KEY UPDATE
-    released = CASE WHEN released = 1 OR expires_at <= ${NOW_US} THEN 2 WHEN owner = ? THEN 3 ELSE released END,
-    fence = CASE released
-      WHEN 2 THEN LAST_INSERT_ID(fence + 1)
-      WHEN 3 THEN LAST_INSERT_ID(fence)
-      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - ${NOW_US}) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
-    owner = IF(released = 2, ?, owner),
-    holder = IF(released = 2, ?, holder),
-    expires_at = IF(released IN (2, 3), ${NOW_US} + ? * 1000, expires_at),
-    released = IF(released IN (2, 3), 0, released)`
+    fence = CASE
+      WHEN ${take} THEN LAST_INSERT_ID(GREATEST(fence + 1, ${FENCE_EPOCH(NOW_US)}))
+      WHEN owner = ? THEN LAST_INSERT_ID(fence)
+      ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - n.now) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
+    holder = IF(${take}, ?, holder),
+    owner = IF(${take}, ?, owner),
+    expires_at = IF(${take} OR owner = ?, n.now + ? * 1000, expires_at),
+    released = 0`
+}
 
 /**
  * Extend. Params: ttl ms, [bell, bell], key, owner, fence. Restarts the lease only while the row is ours
@@ -81,24 +118,36 @@ export const readSql = (table: string): string =>
   FROM ${table} WHERE lock_key = ?`
 
 /**
- * The doorbell wait. Params: bell, bell, bell, bell, long (0 or 1), key. One statement, its timeout taken
- * from the holder's lease on the server (`rem`, seconds), so a paused holder that keeps its doorbell
+ * The longest a doorbell wait blocks (s): a waiter that gave up (or was never woken) holds a pool connection
+ * at most this long, and a TRUNCATE or ALTER of the table waits for the waits' metadata locks no longer.
+ * The waiter's own pace re-asks as often (index.ts, `DOORBELL_POLL_MAX_MS`).
+ */
+export const DOORBELL_WAIT_MAX_S = 5
+
+/**
+ * The doorbell wait, first: the holder's lease left (`rem`, seconds) on the server's clock. Param: key. No
+ * row (or a released one): the lock is free, attempt again. A statement of its own, so that the wait
+ * below, which blocks, holds no metadata lock on the table (a TRUNCATE or ALTER of it would wait for it,
+ * and every lock statement behind that).
+ */
+export const leaseLeftSql = (table: string): string =>
+  `SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem FROM ${table} WHERE lock_key = ? AND released = 0`
+
+/**
+ * The doorbell wait, then. Params: bell, rem, bell, bell, rem, bell, long (0 or 1), rem. Its timeout is the
+ * holder's lease left (at most `DOORBELL_WAIT_MAX_S`), so a paused holder that keeps its doorbell
  * connection cannot keep us past its lease:
  * - the bell is held (the holder's doorbell): block in GET_LOCK until it is freed (a release) or the lease
  *   ends, then free it at once (RELEASE_LOCK in the same statement, so the next waiter wakes too);
- * - the bell is free although the row is held (a holder rings 2 ms after its grant, or has lost its bell
- *   connection): look again after a 20 ms grace, then block as above; still free, return -1 at once
- *   (the waiter attempts again: the lease may have been short), or, after a -1 (`long`), sleep two
- *   seconds on the server. A missing bell thus costs at most one statement per two seconds, plus the
- *   waiter's attempt.
- * No row (or a released one): returns no row at once: the lock is free, attempt again.
+ * - the bell is free although the row is held (a holder rings 2 ms after its grant, has lost its bell
+ *   connection, or released since `leaseLeftSql`): look again after a 20 ms grace, then block as above;
+ *   still free, return -1 at once (the waiter attempts again: the lease may have been short or released),
+ *   or, after a -1 (`long`), sleep two seconds on the server. A missing bell thus costs at most two
+ *   statements per two seconds, plus the waiter's attempt.
  */
-export const watchSql = (table: string): string =>
-  `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, r.rem)) = 0 AND IS_FREE_LOCK(?) = 0),
-      GET_LOCK(?, CEIL(r.rem)) + COALESCE(RELEASE_LOCK(?), 0),
-      IF(? = 1, SLEEP(LEAST(1.98, r.rem)), -1)) AS rang
-  FROM (SELECT GREATEST(0, expires_at - ${NOW_US}) / 1000000 AS rem
-    FROM ${table} WHERE lock_key = ? AND released = 0) AS r`
+export const ringSql = `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, ?)) = 0 AND IS_FREE_LOCK(?) = 0),
+    GET_LOCK(?, LEAST(CEIL(?), ${DOORBELL_WAIT_MAX_S})) + COALESCE(RELEASE_LOCK(?), 0),
+    IF(? = 1, SLEEP(LEAST(1.98, ?)), -1)) AS rang`
 
 /** The table exists? Param: the table's name, and its database (or NULL for the connection's). */
 export const tableExistsSql = `SELECT COUNT(*) AS n FROM information_schema.tables
