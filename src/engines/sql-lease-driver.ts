@@ -10,7 +10,8 @@
  * - Free = the lease has ended on the server's clock, or the row was released. A release makes the row
  *   free at once whatever the server's clock does next (e.g. `expires_at` set far in the past, never to
  *   "now", which a clock stepped back would turn into a held row again).
- * - Rows are never deleted: a released or expired row keeps its fence, so the next grant advances it.
+ * - Releases never delete rows: a released or expired row keeps its fence, so the next grant advances it;
+ *   a row an operator deleted is made again with a fence from the dialect's source that outlives rows.
  *
  * Every primitive is ONE statement, evaluated on the server's clock at the moment it runs
  * (`clock_timestamp()` on PostgreSQL, `SYSDATE(6)` on MySQL/MariaDB: never `now()`/`NOW()`, which are frozen
@@ -41,7 +42,7 @@ export interface SqlAcquireRequest {
 
 /**
  * The outcome of the acquire statement:
- * - no row: inserted with fence 1;
+ * - no row: inserted, with a fence above every earlier one of the key (the dialect's fence source);
  * - a free row (expired or released): taken over, fence + 1;
  * - a row held (unexpired, unreleased) by this same owner (an earlier attempt of this acquire whose reply
  *   was lost): its lease restarted from now, fence kept;

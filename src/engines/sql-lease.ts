@@ -1,10 +1,11 @@
 /**
  * The sql-lease engine: a lock as ONE lease row per key in a SQL table, each primitive ONE statement
  * evaluated on the database server's clock (PostgreSQL `clock_timestamp()`, MySQL/MariaDB `SYSDATE(6)`).
- * The row model of ShedLock and madelson's DistributedLock lease tables, with a fence added and the row
- * never deleted.
+ * The row model of ShedLock and madelson's DistributedLock lease tables, with a fence added that outlives
+ * the row.
  *
- * - Grant (one statement): no row → insert (fence 1); a free row (its lease ended on the server's clock,
+ * - Grant (one statement): no row → insert (a fence above every fence the key's deleted rows had: the
+ *   dialect's fence source); a free row (its lease ended on the server's clock,
  *   or released) → taken, fence + 1; a row held by this same owner (an earlier attempt of this acquire
  *   whose reply was lost) → its lease restarted, fence kept; held by another → nothing written, and the
  *   statement says how long the holder's lease has left, which paces our next look (sql-wait.ts).
@@ -13,9 +14,10 @@
  *   validity from before the statement was sent, on its own monotonic clock, plus the lease the server
  *   reports having set (a duration; never the server's timestamps): the server started that lease after
  *   our send, so it ends after our validity does (the core subtracts the drift allowance too).
- * - Fence: a bigint column advanced by the granting statement, kept by renewals and releases; rows are
- *   never deleted, so it never goes back while the table lives (a durable database keeps it across
- *   restarts).
+ * - Fence: a bigint column advanced by the granting statement, kept by renewals and releases, and lifted
+ *   to a source that outlives the row (PostgreSQL: a sequence seeded past the server's clock; MySQL and
+ *   MariaDB: the server's clock in µs), so it never goes back when an operator deletes rows, truncates
+ *   or remakes the table (a durable database keeps it across restarts). Releases never delete rows.
  * - Renewal and release: one statement each, conditioned on our owner and fence. An uncertain outcome
  *   (the connection dropped after sending) is settled by re-reading the row: not ours any more means lost
  *   (extend) or nothing to release; ours means the statement is repeated (both are idempotent) or the

@@ -81,7 +81,7 @@ export const mysqlKit: Kit = {
   capabilities,
   lacks,
   start: async () => mysqlStore(await startMariaDb()),
-  chaos: [{ name: 'mysql', features: ['crash', 'durable', 'expire'] }],
+  chaos: [{ name: 'mysql', features: ['crash', 'durable', 'expire', 'delete-state'] }],
   bench: [
     { name: 'fencelock mysql', store: 'mysql' },
     // The same backend without its doorbell: waiters poll (what the doorbell is measured against).
@@ -102,7 +102,7 @@ const settingsKit = (id: string, settings: string[], chaos: boolean): Kit => ({
   capabilities,
   lacks,
   start: async () => mysqlStore(await startMariaDb({ args: settings })),
-  ...(chaos ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire'] as const }] } : {}),
+  ...(chaos ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire', 'delete-state'] as const }] } : {}),
 })
 
 /**
