@@ -102,7 +102,9 @@ const settingsKit = (id: string, settings: string[], chaos: boolean): Kit => ({
   capabilities,
   lacks,
   start: async () => mysqlStore(await startMariaDb({ args: settings })),
-  ...(chaos ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire', 'delete-state'] as const }] } : {}),
+  ...(chaos
+    ? { chaos: [{ name: id, features: ['crash', 'durable', 'expire', 'delete-state'] as const }] }
+    : {}),
 })
 
 /**
