@@ -1,5 +1,6 @@
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
+import { suggest } from '../core/options.js'
 import { hideUserinfo } from '../core/url.js'
 import { backendSchemes, parseBackendUrl } from '../schemes.js'
 import { defaultFolder } from './lock-folder.js'
@@ -63,8 +64,17 @@ export function parse(
     const { values, positionals } = parseArgs({ args, options, allowPositionals: true, strict: true })
     return { values: values as ParsedOptions, positionals }
   } catch (error) {
-    throw new UsageError((error as Error).message)
+    throw new UsageError(explainParseError(error as NodeJS.ErrnoException, options))
   }
+}
+
+/** Node's parseArgs text for a misspelled option, said as the library says it: with a "did you mean". */
+function explainParseError(error: NodeJS.ErrnoException, options: Record<string, unknown>): string {
+  const unknown = /Unknown option '(-{1,2})([^']+)'/.exec(error.message)
+  if (error.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION' || !unknown) return error.message
+  const [, dashes, name] = unknown as unknown as [string, string, string]
+  const guess = dashes === '--' ? suggest(name, Object.keys(options)) : undefined
+  return `unknown option ${dashes}${name}${guess ? `; did you mean --${guess}?` : ''} (--help lists the options)`
 }
 
 export function resolveUrl(values: ParsedOptions, env: NodeJS.ProcessEnv = process.env): string {

@@ -40,6 +40,11 @@ export async function holdCommand(argv: string[]): Promise<number> {
       lines.on('line', (line) => {
         const word = line.trim()
         if (word === 'release' || word === 'abandon') resolve(word)
+        // Said on stderr, so the JSON lines on stdout stay a clean protocol; the lock is kept.
+        else if (word !== '')
+          process.stderr.write(
+            `fencelock: unknown input ${JSON.stringify(word)}; expected release or abandon\n`,
+          )
       })
       lines.on('close', () => resolve('release'))
     })

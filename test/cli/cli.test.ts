@@ -11,6 +11,7 @@ import { createLockClient } from '../../src/index.js'
 import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
 import { CLI, startHold, waitUntilDead } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
+import { waitUntil } from '../support/wait.js'
 
 const dir = tempDir('cli')
 after(() => dir.cleanup())
@@ -263,7 +264,8 @@ describe('usage errors', () => {
   const cases: Array<[string, string[], RegExp, NodeJS.ProcessEnv?]> = [
     ['no command', ['run', 'k'], /put the command after "--"/],
     ['no key', ['run'], /missing <key>/],
-    ['unknown option', ['run', 'k', '--bogus', '--', 'true'], /bogus/],
+    ['unknown option', ['run', 'k', '--bogus', '--', 'true'], /unknown option --bogus/],
+    ['misspelled option', ['run', 'k', '--tiemout', '1s', '--', 'true'], /did you mean --timeout\?/],
     ['unknown command', ['frobnicate'], /unknown command "frobnicate"/],
     ['bad duration', ['run', 'k', '--ttl', 'soon', '--', 'true'], /`--ttl`.*"soon"/],
     [
@@ -317,6 +319,30 @@ describe('usage errors', () => {
     )
     for (const example of listed) assert.doesNotThrow(() => parseBackendUrl(example), example)
     assert.ok(r.stdout.includes(sharedFolder() ?? perUserFolder()), r.stdout)
+  })
+})
+
+describe('fencelock hold', () => {
+  it('says so on stderr for an input line it does not know, and keeps the lock', async () => {
+    const k = key('hold-input')
+    const child = spawn(process.execPath, [CLI, 'hold', k, '--url', url], { stdio: 'pipe' })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (c) => {
+      stdout += c
+    })
+    child.stderr.on('data', (c) => {
+      stderr += c
+    })
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve))
+    await waitUntil(() => stdout.includes('"acquired"'), 'the acquired line')
+    child.stdin.write('relase\n')
+    await waitUntil(() => stderr.includes('unknown input'), 'the warning')
+    assert.match(stderr, /unknown input "relase"; expected release or abandon/)
+    assert.equal(stdout.includes('"released"'), false, 'a typo must not release')
+    child.stdin.write('release\n')
+    assert.equal(await exited, 0)
+    assert.match(stdout, /"released"/)
   })
 })
 
