@@ -278,7 +278,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     const a = (await attempt(request('a')))!
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     // The waiter keeps the session alive: revoking it once unused would never delete a's entry.
     store.failDeletes = 2
     const aName = nameOf('a')
@@ -295,7 +295,7 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.ok(await attempt(a))
     const b = request('b')
     await attempt(b)
-    const wait = engine.wait(b, open())
+    const wait = awaitLater(engine.wait(b, open()))
     store.failDeletes = 1
     await assert.rejects(engine.abandon(a, open()), /leader changed/)
     assert.ok(
