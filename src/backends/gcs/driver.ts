@@ -18,8 +18,20 @@ import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
 
-/** As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. */
-export const GCS_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
+/** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
+const MIN_WRITE_INTERVAL_MS = 1000
+
+/**
+ * As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. At
+ * least three write intervals: renewals come every ttl/3, so a shorter lease has its renewals paced past
+ * its end and is lost (an 800 ms or 1.2 s ttl: every time); at three, a renewal refused with 429 still has
+ * two thirds of the lease to be sent again.
+ */
+export const GCS_LIMITS: BackendLimits = {
+  maxKeyBytes: 65_536,
+  maxTtlMs: 2 ** 31 - 1,
+  minTtlMs: 3 * MIN_WRITE_INTERVAL_MS,
+}
 
 /** Where the driver keeps its objects, and whether it owns the client. */
 export interface GcsPlace {
@@ -106,8 +118,7 @@ function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS
-  /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
-  readonly minWriteIntervalMs = 1000
+  readonly minWriteIntervalMs = MIN_WRITE_INTERVAL_MS
   readonly #place: GcsPlace
 
   constructor(place: GcsPlace) {
