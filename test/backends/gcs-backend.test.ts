@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, it } from 'node:test'
 import { Storage } from '@google-cloud/storage'
 import { fromUrl, gcsBackend, lockObjectName, PARAMS } from '../../src/backends/gcs/index.js'
 import { decodeRecord } from '../../src/engines/cas-record.js'
-import { createLockClient } from '../../src/index.js'
+import { BackendUnavailableError, createLockClient } from '../../src/index.js'
 import { parseBackendUrl } from '../../src/schemes.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
 import { awaitLater } from '../support/later.js'
@@ -54,6 +54,28 @@ describe('gcs backend', { timeout: 120_000 }, () => {
     )
     await assert.rejects(fromUrl(new URL('gs:///prefix')), /Expected a bucket/)
     assert.deepEqual(Object.keys(PARAMS).sort(), ['endpoint', 'project'])
+  })
+
+  it('a bucket that does not exist fails inspect and acquire at once, naming the bucket', async () => {
+    const client = createLockClient(`gs://no-such-bucket/app?endpoint=${server.endpoint}&project=p`, {
+      ttl: '10s',
+    })
+    try {
+      const missing = (error: unknown) => {
+        assert.ok(error instanceof BackendUnavailableError, String(error))
+        assert.match(
+          error.message,
+          /bucket "no-such-bucket" does not exist: create it \(gcloud storage buckets create gs:\/\/no-such-bucket\)/,
+        )
+        assert.equal(error.retryable, false)
+        return true
+      }
+      await assert.rejects(client.inspect('job'), missing)
+      await assert.rejects(client.tryAcquire('job'), missing)
+      await assert.rejects(client.acquire('job', { timeout: '30s' }), missing)
+    } finally {
+      await client.close()
+    }
   })
 
   it('refuses a ttl its write rate cannot renew (under 3 s), before any request', async () => {

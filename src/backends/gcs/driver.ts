@@ -49,12 +49,22 @@ const statusOf = (error: unknown): number | undefined => {
 }
 
 /**
+ * A 404 about the bucket, not the object: a setting to fix, never "no record". GCS tells them apart only
+ * in words ("The specified bucket does not exist." against "No such object: …"), both reason `notFound`.
+ */
+const noBucket = (error: unknown) =>
+  statusOf(error) === 404 && /bucket does not exist/i.test(String((error as Error)?.message))
+
+/** A 404 about the object: no record. */
+const noObject = (error: unknown) => statusOf(error) === 404 && !noBucket(error)
+
+/**
  * A refused condition: 412 conditionNotMet; 409 (contention, the engine re-reads); on a replace also 404
  * (the object is gone, so the generation we hold is stale).
  */
 const refused = (error: unknown, replace: boolean) => {
   const status = statusOf(error)
-  return status === 412 || status === 409 || (replace && status === 404)
+  return status === 412 || status === 409 || (replace && noObject(error))
 }
 
 /** A response header from the SDK's response object (a plain object of lower-case names, or a Headers). */
@@ -130,7 +140,7 @@ export class GcsCasDriver implements CasDriver {
     try {
       return await raceSignal(download(this.#file(key), signal, clock), signal)
     } catch (error) {
-      if (statusOf(error) === 404 && !signal.aborted) return undefined
+      if (noObject(error) && !signal.aborted) return undefined
       throw this.#failure('media GET', key, error, signal)
     }
   }
@@ -247,6 +257,14 @@ export class GcsCasDriver implements CasDriver {
 
   #failure(what: string, key: string, error: unknown, signal: AbortSignal): unknown {
     if (signal.aborted) return signal.reason
+    if (noBucket(error)) {
+      const { bucket } = this.#place
+      const missing = new Error(
+        `bucket "${bucket}" does not exist: create it (gcloud storage buckets create gs://${bucket}) or fix the URL`,
+        { cause: error },
+      )
+      return storeUnavailable(`GCS ${what}`, key, this.id, { status: 404, cause: missing }, true)
+    }
     // No credentials found: it fails again until someone provides them.
     const setting = /default credentials|invalid_grant|unauthorized_client/i.test(String(error))
     return storeUnavailable(`GCS ${what}`, key, this.id, { status: statusOf(error), cause: error }, setting)
