@@ -191,7 +191,7 @@ export async function runScenario(
       id,
       url: store.urlVia(proxies.map((p) => p.port)),
       key,
-      ttlMs: ttlMs,
+      ttlMs,
       timeoutMs: ttlMs * 5,
       holdMs: scenario.holdMs,
       ...(scenario.abortAcquiresWithinMs === undefined
@@ -255,7 +255,7 @@ export async function runScenario(
   const live = () => workers.filter((w) => !w.exited)
   const ctx: NemesisContext = {
     rng,
-    ttlMs: ttlMs,
+    ttlMs,
     store,
     key,
     signal: stop.signal,
@@ -312,7 +312,7 @@ export async function runScenario(
 
   const report = checkHistory(events, {
     fenced: scenario.mode === 'fenced',
-    ttlMs: ttlMs,
+    ttlMs,
     recoveryMs: store.recoveryMs + (scenario.extraRecoveryMs ?? 0),
     // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
     ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: ttlMs / 2 }),
