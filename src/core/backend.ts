@@ -111,12 +111,18 @@ export type ExtendResult =
   | { readonly renewed: true; readonly cookie?: unknown; readonly ttlMs?: number | undefined }
   | { readonly renewed: false }
 
-/** What a store can represent; the core refuses larger keys and ttls with a `TypeError` before any I/O. */
+/** What a store can represent; the core refuses other keys and ttls with a `TypeError` before any I/O. */
 export interface BackendLimits {
   /** The longest key, in UTF-8 bytes. */
   readonly maxKeyBytes: number
   /** The longest lease the store can keep, in ms. */
   readonly maxTtlMs: number
+  /**
+   * The shortest lease the store can keep renewed, in ms, where the core's own minimum (`MIN_TTL_MS`) is
+   * not enough: a lock is renewed every ttl/3, so a store that takes writes to one lock only so often
+   * (GCS: about one a second) loses every lease shorter than three of its write intervals.
+   */
+  readonly minTtlMs?: number | undefined
 }
 
 /** One finding of `doctor`. */

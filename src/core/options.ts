@@ -118,7 +118,7 @@ export function assertKnownKeys(what: string, value: object | undefined, known: 
 
 /**
  * Checks a key and a ttl against what the backend's store can represent, before any I/O.
- * @throws {TypeError} naming the backend and its maximum
+ * @throws {TypeError} naming the backend and the limit it crossed
  */
 export function checkLimits(backend: LockBackend, key: string, ttlMs: number | undefined): void {
   const limits = backend.limits ?? DEFAULT_LIMITS
@@ -136,6 +136,13 @@ export function checkLimits(backend: LockBackend, key: string, ttlMs: number | u
     throw new TypeError(
       `Expected \`ttl\` to be at most ${limits.maxTtlMs} ms on ${backend.id} (the longest lease its store can keep), ` +
         `got ${ttlMs} ms`,
+    )
+  }
+  // Accepted, a shorter lease would be granted and then lost at its first renewal, every time.
+  if (ttlMs !== undefined && limits.minTtlMs !== undefined && ttlMs < limits.minTtlMs) {
+    throw new TypeError(
+      `Expected \`ttl\` to be at least ${limits.minTtlMs} ms on ${backend.id} (the shortest lease its store can ` +
+        `keep renewed: a lock is renewed every ttl/3, and the store takes writes to one lock only so often), got ${ttlMs} ms`,
     )
   }
 }

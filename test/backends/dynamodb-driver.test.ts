@@ -8,7 +8,12 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import * as sdk from '@aws-sdk/client-dynamodb'
-import { CreateTableCommand, DescribeTableCommand, type DynamoDBClient } from '@aws-sdk/client-dynamodb'
+import {
+  CreateTableCommand,
+  DeleteTableCommand,
+  DescribeTableCommand,
+  type DynamoDBClient,
+} from '@aws-sdk/client-dynamodb'
 import { DynamoDbDriver } from '../../src/backends/dynamodb/index.js'
 import { type DynamoDbServer, localClient, startDynamoDb, startLaxProxy } from '../servers/dynamodb.js'
 import { freePort } from '../servers/ports.js'
@@ -123,6 +128,80 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
     assert.equal(findings.length, 1)
     assert.equal(findings[0]!.level, 'error')
     assert.match(findings[0]!.message, /its key is key \(HASH\); fencelock needs .* "pk"/)
+  })
+
+  it('makes the table again when it is deleted while the driver runs (createTable on)', async () => {
+    const table = freshTable()
+    const driver = driverOf(table)
+    assert.ok((await driver.create('k', 'one', signal)).ok)
+    await client.send(new DeleteTableCommand({ TableName: table }))
+    assert.equal(await driver.read('k', signal), undefined)
+    assert.ok((await driver.create('k', 'two', signal)).ok)
+    await client.send(new DeleteTableCommand({ TableName: table }))
+    assert.ok((await driver.create('k', 'three', signal)).ok, 'made again, also a second time')
+  })
+
+  it('a table deleted while the driver runs with createTable off: names table, region and the fixes', async () => {
+    const table = freshTable()
+    await driverOf(table).read('warm-up', signal) // made by another driver, as an operator would
+    const driver = driverOf(table, { createTable: false })
+    assert.ok((await driver.create('k', 'one', signal)).ok)
+    await client.send(new DeleteTableCommand({ TableName: table }))
+    const error = await unavailable(driver.read('k', signal))
+    assert.equal(error.retryable, false)
+    assert.match(
+      error.message,
+      new RegExp(`table "${table}" does not exist in region \\S+ at ${server.endpoint}`),
+    )
+    assert.ok(error.message.includes(`aws dynamodb create-table --table-name ${table} `), error.message)
+    assert.ok(
+      error.message.includes(`dynamodb://${table}?`) && error.message.includes('createTable=true'),
+      error.message,
+    )
+    assert.match(error.message, /let fencelock create it: createTable=true in the URL/)
+  })
+
+  it('a numeric or composite key fails every call with the "run fencelock doctor" hint', async () => {
+    const numeric = freshTable()
+    await client.send(
+      new CreateTableCommand({
+        TableName: numeric,
+        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'N' }],
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+        BillingMode: 'PAY_PER_REQUEST',
+      }),
+    )
+    const composite = freshTable()
+    await client.send(
+      new CreateTableCommand({
+        TableName: composite,
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'sk', AttributeType: 'S' },
+        ],
+        KeySchema: [
+          { AttributeName: 'pk', KeyType: 'HASH' },
+          { AttributeName: 'sk', KeyType: 'RANGE' },
+        ],
+        BillingMode: 'PAY_PER_REQUEST',
+      }),
+    )
+    for (const table of [numeric, composite]) {
+      const driver = driverOf(table)
+      for (const call of [
+        () => driver.read('k', signal),
+        () => driver.create('k', 'x', signal),
+        () => driver.replace('k', 'x', 'v', signal),
+      ]) {
+        const error = await unavailable(call())
+        assert.equal(error.retryable, false, error.message)
+        assert.match(
+          error.message,
+          /ValidationException .*: run fencelock doctor/,
+          `${table}: ${error.message}`,
+        )
+      }
+    }
   })
 
   it('fails retryably, in words, when nothing answers', async () => {

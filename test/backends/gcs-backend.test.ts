@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, it } from 'node:test'
 import { Storage } from '@google-cloud/storage'
 import { fromUrl, gcsBackend, lockObjectName, PARAMS } from '../../src/backends/gcs/index.js'
 import { decodeRecord } from '../../src/engines/cas-record.js'
-import { createLockClient } from '../../src/index.js'
+import { BackendUnavailableError, createLockClient } from '../../src/index.js'
 import { parseBackendUrl } from '../../src/schemes.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
 import { awaitLater } from '../support/later.js'
@@ -56,6 +56,49 @@ describe('gcs backend', { timeout: 120_000 }, () => {
     assert.deepEqual(Object.keys(PARAMS).sort(), ['endpoint', 'project'])
   })
 
+  it('a bucket that does not exist fails inspect and acquire at once, naming the bucket', async () => {
+    const client = createLockClient(`gs://no-such-bucket/app?endpoint=${server.endpoint}&project=p`, {
+      ttl: '10s',
+    })
+    try {
+      const missing = (error: unknown) => {
+        assert.ok(error instanceof BackendUnavailableError, String(error))
+        assert.match(
+          error.message,
+          /bucket "no-such-bucket" does not exist: create it \(gcloud storage buckets create gs:\/\/no-such-bucket\)/,
+        )
+        assert.equal(error.retryable, false)
+        return true
+      }
+      await assert.rejects(client.inspect('job'), missing)
+      await assert.rejects(client.tryAcquire('job'), missing)
+      await assert.rejects(client.acquire('job', { timeout: '30s' }), missing)
+    } finally {
+      await client.close()
+    }
+  })
+
+  it('refuses a ttl its write rate cannot renew (under 3 s), before any request', async () => {
+    const client = createLockClient(urlOf('short'), { ttl: '10s' })
+    try {
+      server.clearLog()
+      const atLeast = (got: number) => (error: unknown) => {
+        assert.ok(error instanceof TypeError, String(error))
+        assert.match(error.message, /`ttl` to be at least 3000 ms on gs:\/\/locks\/short\?endpoint=/)
+        assert.match(error.message, new RegExp(`got ${got} ms`))
+        return true
+      }
+      await assert.rejects(client.acquire('job', { ttl: '800ms' }), atLeast(800))
+      await assert.rejects(client.tryAcquire('job', { ttl: '1.2s' }), atLeast(1200))
+      assert.deepEqual(server.requests, [], 'no request reached the store')
+      const lock = await client.acquire('job', { ttl: '3s' })
+      await assert.rejects(lock.extend('2s'), atLeast(2000))
+      await lock.release()
+    } finally {
+      await client.close()
+    }
+  })
+
   // The server counts its rate from each write's commit, which may come late in a slow request (the
   // client's first request pays for its start-up): the engine spaces a key's writes from when the
   // previous one was ANSWERED. Spaced from its send, the first renewal came too soon after a slow create.
@@ -67,17 +110,19 @@ describe('gcs backend', { timeout: 120_000 }, () => {
       projectId: 'p',
       retryOptions: { autoRetry: false },
     })
-    // The core renews every ttl/3 = 800 ms, sooner than the store's rate: the engine waits for it.
+    // The shortest ttl GCS takes: the core renews every ttl/3 = 1 s, as often as the store allows.
     const client = createLockClient(gcsBackend({ client: storage, bucket: BUCKET, prefix: 'rate' }), {
-      ttl: '2400ms',
+      ttl: '3s',
     })
     try {
       server.clearLog()
-      // The create reaches its commit 400 ms after it was sent (and is answered right then).
+      // The create reaches its commit 1.3 s after it was sent (and is answered right then): the validity,
+      // counted from the send, leaves the first renewal due about 830 ms after the answer, sooner than the
+      // store's rate: the engine waits for it.
       const release = server.hold({ method: 'POST' })
       const acquired = awaitLater(client.acquire('renewed'))
       await waitUntil(() => server.inFlight === 1, 'the create held at the server')
-      await sleep(400)
+      await sleep(1300)
       release()
       const lock = await acquired
       await sleep(6000)

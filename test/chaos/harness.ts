@@ -144,6 +144,8 @@ export async function runScenario(
   target: Target,
   options: RunOptions,
 ): Promise<RunResult> {
+  // A store may refuse the scenario's ttl as too short to renew (GCS): its workers use its shortest.
+  const ttlMs = Math.max(scenario.ttlMs, target.minTtlMs)
   const dir = join(options.outDir, `${scenario.id}-${target.name}-${options.seed}`)
   mkdirSync(dir, { recursive: true })
   const events: HistoryEvent[] = []
@@ -189,8 +191,8 @@ export async function runScenario(
       id,
       url: store.urlVia(proxies.map((p) => p.port)),
       key,
-      ttlMs: scenario.ttlMs,
-      timeoutMs: scenario.ttlMs * 5,
+      ttlMs,
+      timeoutMs: ttlMs * 5,
       holdMs: scenario.holdMs,
       ...(scenario.abortAcquiresWithinMs === undefined
         ? {}
@@ -253,7 +255,7 @@ export async function runScenario(
   const live = () => workers.filter((w) => !w.exited)
   const ctx: NemesisContext = {
     rng,
-    ttlMs: scenario.ttlMs,
+    ttlMs,
     store,
     key,
     signal: stop.signal,
@@ -296,7 +298,7 @@ export async function runScenario(
     const failed = await nemesis
     if (failed instanceof Error) writeFileSync(join(dir, 'nemesis-error.txt'), `${failed.stack}`)
   } finally {
-    await stopWorkers(workers, scenario.ttlMs, (id) => {
+    await stopWorkers(workers, ttlMs, (id) => {
       // Killed at the end (it did not stop in time): a fault like any other, so A5 asks nothing of it.
       record('nemesis', { ev: 'fault-start', type: 'kill-at-end', target: id })
       record('nemesis', { ev: 'fault-end', type: 'kill-at-end', target: id })
@@ -310,11 +312,11 @@ export async function runScenario(
 
   const report = checkHistory(events, {
     fenced: scenario.mode === 'fenced',
-    ttlMs: scenario.ttlMs,
+    ttlMs,
     recoveryMs: store.recoveryMs + (scenario.extraRecoveryMs ?? 0),
     // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
-    ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: scenario.ttlMs / 2 }),
-    ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: scenario.ttlMs * scenario.idleBoundTtls }),
+    ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: ttlMs / 2 }),
+    ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: ttlMs * scenario.idleBoundTtls }),
   })
   const violations = violationsOf(report) as Record<Rule, number>
   const expected = scenario.expected?.(target) ?? {}

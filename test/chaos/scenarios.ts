@@ -65,12 +65,13 @@ const FILE_CLOCK = {
  * assumes every client's clock RATE is within that margin. A 2x or 0.5x clock is far outside it. On S3
  * and DynamoDB it still shows nothing here: renewals every ttl/3 change the version well inside even a
  * halved observation. GCS takes one write per second per object, so its renewals (and a release right after
- * a grant) are a second apart, and the scenarios' 1 s ttl is below the GCS kit's minimum (3 s): there a
- * fast waiter's observation, (lease + margin) / 2 real ms, ends between two writes of a live holder, and a
- * slow holder's paced writes (a second of ITS clock: two real) come after the others' takeover.
+ * a grant) are a second apart, at its shortest ttl (3 s, which its workers use here) a third of the lease:
+ * a fast waiter's observation, (lease + margin) / 2 real ms, leaves only about half a second for a live
+ * holder's delayed or paced write, and a slow holder's paced writes (a second of ITS clock: two real) come
+ * after the others' takeover.
  */
 const GCS_CLOCK = {
-  fast: 'gcs: a 2x waiter takes over after (lease + margin) / 2 real ms, less than the 1 s between a live holder’s writes (ttl 1 s is below the kit’s 3 s minimum)',
+  fast: 'gcs: a 2x waiter takes over after (lease + margin) / 2 real ms, about half a second after a live holder’s next write is due (its writes are a second apart)',
   slow: 'gcs: a 0.5x holder paces its writes a second of its own clock (2 s real) apart, past the others’ observation of its lease',
 } as const
 

@@ -39,6 +39,8 @@ export interface Target {
   readonly networked: boolean
   /** Says which scenarios' server faults apply. */
   readonly features: ReadonlySet<ChaosFeature>
+  /** The shortest ttl the backend accepts (0: the scenario's own always goes). */
+  readonly minTtlMs: number
   start(dir: string): Promise<Store>
 }
 
@@ -48,6 +50,7 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
     name: variant.name,
     networked: kit.networked,
     features: new Set(variant.features),
+    minTtlMs: variant.minTtlMs ?? 0,
     async start(dir) {
       const store = await kit.start({ dir })
       const { crash, killLeader, urlVia, storeFaults, deleteState, isolateMember, reboot } = store

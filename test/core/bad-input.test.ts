@@ -90,6 +90,25 @@ describe('bad input', () => {
     await client.close()
   })
 
+  it("refuses ttls below the backend's minimum on acquire and extend, naming it and why", async () => {
+    const backend = scripted()
+    const limited = { ...backend, limits: { maxKeyBytes: 100, maxTtlMs: 60_000, minTtlMs: 3000 } }
+    const client = createLockClient(limited)
+    const why =
+      /`ttl` to be at least 3000 ms on scripted\S* \(the shortest lease its store can keep renewed: .*ttl\/3.*\), got 800 ms/
+    await assert.rejects(client.acquire(uniqueKey(), { ttl: '800ms' }), typeError(why))
+    await assert.rejects(client.tryAcquire(uniqueKey(), { ttl: 800 }), typeError(why))
+    const shortDefault = createLockClient(limited, { ttl: '1.2s' })
+    await assert.rejects(shortDefault.acquire(uniqueKey()), typeError(/got 1200 ms/))
+    await shortDefault.close()
+    const lock = await client.acquire(uniqueKey(), { ttl: '3s' })
+    await assert.rejects(lock.extend('2999ms'), typeError(/at least 3000 ms on scripted/))
+    await lock.release()
+    assert.equal(backend.of('tryAcquire').length, 1, 'only the valid acquire reached the store')
+    assert.equal(backend.of('extend').length, 0, 'the short extend never reached the store')
+    await client.close()
+  })
+
   it('a huge key never makes a huge message', async () => {
     const client = createLockClient(freshMemory())
     const key = 'x'.repeat(1_000_000)

@@ -56,9 +56,13 @@ export interface FakeStoreParts {
   readonly deleteState: (key?: string) => Promise<void>
 }
 
-/** The chaos targets of a fake-served cas store: every server fault it can do. */
-export const fakeChaos = (name: string): readonly ChaosVariant[] => [
-  { name, features: ['crash', 'durable', 'expire', 'store-faults', 'delete-state'] },
+/** The chaos targets of a fake-served cas store: every server fault it can do (`minTtlMs`: the backend's). */
+export const fakeChaos = (name: string, minTtlMs?: number): readonly ChaosVariant[] => [
+  {
+    name,
+    features: ['crash', 'durable', 'expire', 'store-faults', 'delete-state'],
+    ...(minTtlMs === undefined ? {} : { minTtlMs }),
+  },
 ]
 
 /** The test server's own switches as chaos store faults. */

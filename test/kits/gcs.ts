@@ -6,7 +6,7 @@
  * second per object (the driver's `minWriteIntervalMs`).
  */
 import { Storage } from '@google-cloud/storage'
-import { GcsCasDriver } from '../../src/backends/gcs/index.js'
+import { GCS_LIMITS, GcsCasDriver } from '../../src/backends/gcs/index.js'
 import { DEFAULT_PREFIX, lockObjectName } from '../../src/backends/gcs/layout.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
 import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
@@ -60,6 +60,6 @@ export const gcsKit: Kit = {
     server.createBucket(BUCKET)
     return gcsStore(server)
   },
-  chaos: fakeChaos('gcs'),
+  chaos: fakeChaos('gcs', GCS_LIMITS.minTtlMs),
   bench: [{ name: 'fencelock gcs', store: 'gcs', note: 'the in-process test server' }],
 }

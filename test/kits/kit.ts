@@ -65,6 +65,8 @@ export interface ChaosVariant {
   readonly features: readonly ChaosFeature[]
   /** The URL's query for the workers, instead of the kit's own (e.g. Redlock's default restartDelay). */
   readonly query?: string
+  /** The backend refuses shorter ttls (`BackendLimits.minTtlMs`): scenarios with a shorter one use this. */
+  readonly minTtlMs?: number
 }
 
 /** A fencelock adapter of the bench served by a kit. */

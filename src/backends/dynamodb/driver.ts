@@ -42,6 +42,15 @@ export interface DynamoDbDriverOptions {
 
 type Item = Record<string, AttributeValue>
 
+/**
+ * DynamoDB's words for a request whose key is not the table's: another key name (`The provided key
+ * element does not match the schema`), a number key (`Type mismatch for key`), a sort key too (`Missing
+ * the key sk in the item` on a put; on a get, AWS: `does not match the schema`, DynamoDB Local: `The
+ * number of conditions on the keys is invalid`).
+ */
+const KEY_SCHEMA_MISMATCH =
+  /required keys|key element does not match the schema|type mismatch for key|missing the key|number of conditions on the keys/i
+
 /** The record and version of an item; undefined when there is no item. */
 function versioned(item: Item | undefined): CasVersioned | undefined {
   if (!item) return undefined
@@ -213,10 +222,14 @@ export class DynamoDbDriver implements CasDriver {
     return this.#sdk
   }
 
+  /**
+   * Kept only while it runs: a table deleted later (by an operator, while locks are in use) is made
+   * again by the next call that finds it missing. Its records' fences are not lost: each grant lifts the
+   * fence to an epoch of the server's clock (cas-fence.ts).
+   */
   #ensureTable(sdk: DynamoDbSdk): Promise<void> {
-    this.#creating ??= createTable(this.#client, sdk, this.#table).catch((error: unknown) => {
+    this.#creating ??= createTable(this.#client, sdk, this.#table).finally(() => {
       this.#creating = undefined
-      throw error
     })
     return this.#creating
   }
@@ -232,11 +245,15 @@ export class DynamoDbDriver implements CasDriver {
     if (isTableMissing(error)) {
       const region = await this.#region()
       const place = { region, endpoint: this.#endpoint }
-      hint =
-        `; table "${this.#table}" does not exist in region ${region ?? '(unknown)'}${this.#endpoint ? ` at ${this.#endpoint}` : ''}` +
-        ' (a wrong region, account or table name looks the same). fencelock creates a table only when asked:' +
-        ` ${createTableCommand(this.#table, place)}, or: fencelock doctor '${doctorUrl(this.#table, place)}'`
-    } else if (/required keys|key element does not match the schema/i.test(text)) {
+      const where = `; table "${this.#table}" does not exist in region ${region ?? '(unknown)'}${this.#endpoint ? ` at ${this.#endpoint}` : ''}`
+      hint = this.#createTable
+        ? // Made by this driver a moment ago (createTable on), and gone again already.
+          `${where} although fencelock just created it (createTable on): something deletes it; check ` +
+          `who, or create it yourself: ${createTableCommand(this.#table, place)}`
+        : `${where} (a wrong region, account or table name looks the same). fencelock creates a table only ` +
+          `when asked: ${createTableCommand(this.#table, place)}, or: fencelock doctor '${doctorUrl(this.#table, place)}', ` +
+          'or let fencelock create it: createTable=true in the URL (`createTable: true` of dynamodbBackend)'
+    } else if (KEY_SCHEMA_MISMATCH.test(text)) {
       hint = `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
     }
     return new BackendUnavailableError(

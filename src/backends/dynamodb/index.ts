@@ -4,8 +4,8 @@
  * with a fence added and the item never deleted by fencelock.
  *
  * - Layout: a table whose only key is the string partition key `pk`, created by you (the AWS CLI command
- *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use or by `fencelock
- *   doctor`): a client given a wrong region, account or table name must fail, never make an empty table
+ *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use, again if it is deleted
+ *   later, or by `fencelock doctor`): a client given a wrong region, account or table name must fail, never make an empty table
  *   of its own and grant locks others hold (a missing table fails at once, naming the region). The item of lock `k`: `pk` = `k` as is, `record` = the
  *   engine's record text (owner, fence, lease length, held/released, holder, nonce), `version` = a fresh
  *   random id per write (layout.ts). Reads are strongly consistent GetItems; a grant, renewal or release

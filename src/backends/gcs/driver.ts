@@ -18,8 +18,20 @@ import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-
 import { storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
 
-/** As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. */
-export const GCS_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
+/** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
+const MIN_WRITE_INTERVAL_MS = 1000
+
+/**
+ * As S3's: names are at most 256 bytes whatever the key (layout.ts); leases within a timer's range. At
+ * least three write intervals: renewals come every ttl/3, so a shorter lease has its renewals paced past
+ * its end and is lost (an 800 ms or 1.2 s ttl: every time); at three, a renewal refused with 429 still has
+ * two thirds of the lease to be sent again.
+ */
+export const GCS_LIMITS: BackendLimits = {
+  maxKeyBytes: 65_536,
+  maxTtlMs: 2 ** 31 - 1,
+  minTtlMs: 3 * MIN_WRITE_INTERVAL_MS,
+}
 
 /** Where the driver keeps its objects, and whether it owns the client. */
 export interface GcsPlace {
@@ -37,12 +49,22 @@ const statusOf = (error: unknown): number | undefined => {
 }
 
 /**
+ * A 404 about the bucket, not the object: a setting to fix, never "no record". GCS tells them apart only
+ * in words ("The specified bucket does not exist." against "No such object: …"), both reason `notFound`.
+ */
+const noBucket = (error: unknown) =>
+  statusOf(error) === 404 && /bucket does not exist/i.test(String((error as Error)?.message))
+
+/** A 404 about the object: no record. */
+const noObject = (error: unknown) => statusOf(error) === 404 && !noBucket(error)
+
+/**
  * A refused condition: 412 conditionNotMet; 409 (contention, the engine re-reads); on a replace also 404
  * (the object is gone, so the generation we hold is stale).
  */
 const refused = (error: unknown, replace: boolean) => {
   const status = statusOf(error)
-  return status === 412 || status === 409 || (replace && status === 404)
+  return status === 412 || status === 409 || (replace && noObject(error))
 }
 
 /** A response header from the SDK's response object (a plain object of lower-case names, or a Headers). */
@@ -106,8 +128,7 @@ function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS
-  /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
-  readonly minWriteIntervalMs = 1000
+  readonly minWriteIntervalMs = MIN_WRITE_INTERVAL_MS
   readonly #place: GcsPlace
 
   constructor(place: GcsPlace) {
@@ -119,7 +140,7 @@ export class GcsCasDriver implements CasDriver {
     try {
       return await raceSignal(download(this.#file(key), signal, clock), signal)
     } catch (error) {
-      if (statusOf(error) === 404 && !signal.aborted) return undefined
+      if (noObject(error) && !signal.aborted) return undefined
       throw this.#failure('media GET', key, error, signal)
     }
   }
@@ -236,6 +257,14 @@ export class GcsCasDriver implements CasDriver {
 
   #failure(what: string, key: string, error: unknown, signal: AbortSignal): unknown {
     if (signal.aborted) return signal.reason
+    if (noBucket(error)) {
+      const { bucket } = this.#place
+      const missing = new Error(
+        `bucket "${bucket}" does not exist: create it (gcloud storage buckets create gs://${bucket}) or fix the URL`,
+        { cause: error },
+      )
+      return storeUnavailable(`GCS ${what}`, key, this.id, { status: 404, cause: missing }, true)
+    }
     // No credentials found: it fails again until someone provides them.
     const setting = /default credentials|invalid_grant|unauthorized_client/i.test(String(error))
     return storeUnavailable(`GCS ${what}`, key, this.id, { status: statusOf(error), cause: error }, setting)

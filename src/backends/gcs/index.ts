@@ -16,7 +16,8 @@
  *   warns about lifecycle Delete rules that cover the prefix.
  * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
  * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). About one write per second per object
- *   (`minWriteIntervalMs: 1000`): heartbeats and takeovers never write faster, and 429 is backed off.
+ *   (`minWriteIntervalMs: 1000`): heartbeats and takeovers never write faster, and 429 is backed off; so
+ *   ttls are at least 3 s (renewals come every ttl/3), shorter ones are refused with a `TypeError`.
  *   The SDK retries conditional uploads itself (`autoRetry`, `RetryConditional`): safe, the engine re-reads
  *   after any unknown or refused outcome.
  *
