@@ -117,6 +117,8 @@ export interface BackendLimits {
   readonly maxKeyBytes: number
   /** The longest lease the store can keep, in ms. */
   readonly maxTtlMs: number
+  /** Whether a key may hold NUL (U+0000); false where the store's text cannot (PostgreSQL). @default true */
+  readonly nulInKeys?: boolean | undefined
 }
 
 /** One finding of `doctor`. */
