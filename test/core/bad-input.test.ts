@@ -50,6 +50,18 @@ describe('bad input', () => {
     }
   })
 
+  it('refuses etcd:// without a host at the first call, not as an outage after dial timeouts', async () => {
+    for (const url of ['etcd://', 'etcd:///app']) {
+      const client = createLockClient(url)
+      await assert.rejects(
+        client.acquire(uniqueKey(), { timeout: '30s' }),
+        typeError(/at least one host/),
+        url,
+      )
+      await client.close()
+    }
+  })
+
   it('refuses memory://name (a host, not a store name) and says what to write', () => {
     assert.throws(() => createLockClient('memory://a'), typeError(/memory:a/))
   })
