@@ -123,6 +123,8 @@ export interface BackendLimits {
    * (GCS: about one a second) loses every lease shorter than three of its write intervals.
    */
   readonly minTtlMs?: number | undefined
+  /** Whether a key may hold NUL (U+0000); false where the store's text cannot (PostgreSQL). @default true */
+  readonly nulInKeys?: boolean | undefined
 }
 
 /** One finding of `doctor`. */

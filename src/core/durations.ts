@@ -1,8 +1,15 @@
-/** A duration: milliseconds as a number, or a string such as `'250ms'`, `'15s'`, `'2m'`, `'1h'`. */
-export type Duration = number | `${number}${'ms' | 's' | 'm' | 'h'}` | (string & {})
+/**
+ * A duration: milliseconds as a number, or a string such as `'250ms'`, `'15s'`, `'2m'`, `'1h'`, `'1d'`:
+ * a decimal number and its unit written together (Go's `time.ParseDuration` form, plus days).
+ */
+export type Duration = number | `${number}${'ms' | 's' | 'm' | 'h' | 'd'}` | (string & {})
 
-const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 } as const
-const PATTERN = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$/
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
+/**
+ * One form only: no space between number and unit. Allowing `'10 s'` invites `'5 days'` and `'1 hour'`,
+ * which we would then have to refuse; whitespace around the whole value (a quoted CLI or env value) is fine.
+ */
+const PATTERN = /^\s*(\d+(?:\.\d+)?)(ms|s|m|h|d)\s*$/
 
 /** Describes a received value for an error message: `-1` (number), `"abc"` (string). */
 export function describeValue(value: unknown): string {
@@ -37,7 +44,7 @@ export function parseDuration(
     (min === 0 ? ms >= 0 : ms >= min)
   if (!ok) {
     const range = min === 0 ? '>= 0' : `>= ${min} ms`
-    const forms = `milliseconds or a string like '250ms', '15s', '2m'${allowInfinity ? ', or Infinity' : ''}`
+    const forms = `milliseconds or a number and unit (ms, s, m, h, d) without a space, like '250ms', '15s', '2m'${allowInfinity ? ', or Infinity' : ''}`
     throw new TypeError(
       `Expected \`${name}\` to be a duration ${range} (${forms}), got ${describeValue(value)}`,
     )

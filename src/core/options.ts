@@ -132,6 +132,12 @@ export function checkLimits(backend: LockBackend, key: string, ttlMs: number | u
       )
     }
   }
+  if (limits.nulInKeys === false && key.includes('\0')) {
+    throw new TypeError(
+      `Expected \`key\` without NUL (U+0000) on ${backend.id}, which cannot store it, got one at index ` +
+        `${key.indexOf('\0')} (starting ${JSON.stringify(key.slice(0, 40))}). Leave it out, or encode the key`,
+    )
+  }
   if (ttlMs !== undefined && ttlMs > limits.maxTtlMs) {
     throw new TypeError(
       `Expected \`ttl\` to be at most ${limits.maxTtlMs} ms on ${backend.id} (the longest lease its store can keep), ` +
@@ -260,9 +266,26 @@ export function defaultHolder(): string {
   return cachedHolder
 }
 
+/** A UTF-16 surrogate not paired with its other half (with the `u` flag a valid pair is one code point). */
+const LONE_SURROGATE = /\p{Cs}/u
+
+/**
+ * Refuses what is not a key: anything but a non-empty string, and ill-formed UTF-16. Every store writes a
+ * key as UTF-8, where each lone surrogate becomes U+FFFD: keys differing only there would share one lock.
+ * @throws {TypeError} naming the position of the first lone surrogate
+ */
 export function validateKey(key: unknown): asserts key is string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new TypeError(`Expected \`key\` to be a non-empty string, got ${describeValue(key)}`)
+  }
+  const lone = LONE_SURROGATE.exec(key)
+  if (lone) {
+    const unit = key.charCodeAt(lone.index).toString(16).toUpperCase()
+    throw new TypeError(
+      `Expected \`key\` to be well-formed UTF-16, got a lone surrogate \\u${unit} at index ${lone.index} ` +
+        `(starting ${JSON.stringify(key.slice(0, 40))}): keys differing only there would share one lock. ` +
+        'Use key.toWellFormed() or encode the bytes (hex, base64) yourself',
+    )
   }
 }
 

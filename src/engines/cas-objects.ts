@@ -30,10 +30,23 @@ export const MAX_PREFIX_BYTES = 1024 - MAX_PLAIN_NAME_BYTES
 
 /**
  * The object prefix given by a URL's path or an option: '' and '/' mean `fallback`; a prefix not ending in
- * '/' gets one, so `s3://b/app` keeps its locks under `app/`.
- * @throws {TypeError} when the prefix is too long to leave room for object names
+ * '/' gets one, so `s3://b/app` keeps its locks under `app/`. A '.' or '..' segment is refused, as in keys
+ * (PLAIN_NAME): a URL's path never has one (the URL parser resolves them), and HTTP layers and
+ * S3-compatible stores may resolve or refuse one in an object name, so the prefix would not mean what it says.
+ * @throws {TypeError} when the prefix has a dot segment or is too long to leave room for object names
  */
 export function objectPrefix(prefix: string | undefined, fallback: string): string {
+  if (prefix !== undefined && typeof prefix !== 'string') {
+    throw new TypeError(
+      `Expected \`prefix\` to be a string such as ${JSON.stringify(fallback)}, got ${typeof prefix}`,
+    )
+  }
+  if (prefix?.split('/').some((s) => s === '.' || s === '..')) {
+    throw new TypeError(
+      `Expected an object prefix without "." or ".." segments, got ${JSON.stringify(prefix.slice(0, 100))}: ` +
+        'write the folder it should mean, e.g. "app/locks/"',
+    )
+  }
   const text = (prefix ?? '').replace(/^\/+/, '')
   const out = text === '' ? fallback : text.endsWith('/') ? text : `${text}/`
   if (Buffer.byteLength(out) > MAX_PREFIX_BYTES) {

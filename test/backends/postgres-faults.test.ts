@@ -33,6 +33,18 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
     await server.destroy()
   })
 
+  it('refuses a key with NUL at the call (text cannot hold it), not as an outage', async () => {
+    const locks = client()
+    const calls = [() => locks.acquire('nul\0key', { timeout: '10s' }), () => locks.inspect('nul\0key')]
+    for (const call of calls) {
+      await assert.rejects(call(), (error: unknown) => {
+        assert.ok(error instanceof TypeError, `expected a TypeError, got ${error}`)
+        assert.match(error.message, /without NUL .* on postgres:\/\/.*at index 3/)
+        return true
+      })
+    }
+  })
+
   it('keeps fences across a server restart, and the same client works again after it', async () => {
     const locks = client()
     const first = await locks.acquire('restart')

@@ -41,6 +41,38 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
     await assert.rejects(createLockClient(`${base}?restartDelay=soon`).tryAcquire('k'), /restartDelay/)
   })
 
+  it('warns once per process that a set of 2 nodes has no fault tolerance; 1 and 3 nodes pass quietly', async () => {
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    const made: Redis[] = []
+    const backendOf = (n: number) => {
+      const clients = nodes.servers
+        .slice(0, n)
+        .map(
+          (s) => new Redis(s.port, '127.0.0.1', { autoResendUnfulfilledCommands: false, lazyConnect: true }),
+        )
+      made.push(...clients)
+      return redlockBackend({ clients })
+    }
+    try {
+      const built = [backendOf(1), backendOf(3), backendOf(2), backendOf(2)]
+      // emitWarning delivers on the next tick.
+      await new Promise((resolve) => setImmediate(resolve))
+      await Promise.all(built.map((b) => b.close()))
+    } finally {
+      process.off('warning', onWarning)
+      for (const c of made) c.disconnect()
+    }
+    const ours = warnings.filter((w) => (w as { code?: string }).code === 'FENCELOCK_REDLOCK_TWO_NODES')
+    assert.equal(ours.length, 1, `warnings: ${warnings.map((w) => w.message).join(' | ')}`)
+    assert.equal(ours[0]!.name, 'FencelockWarning')
+    assert.match(
+      ours[0]!.message,
+      /2 nodes has no fault tolerance.*either node down stops every lock.*Use 3 or 5/,
+    )
+  })
+
   it('works over your own ioredis clients, which it does not close, and insists they never resend commands', async () => {
     const make = (resend: boolean) =>
       nodes.servers.map((s) => new Redis(s.port, '127.0.0.1', { autoResendUnfulfilledCommands: resend }))

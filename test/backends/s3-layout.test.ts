@@ -4,7 +4,9 @@
  */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
+import { gcsBackend } from '../../src/backends/gcs/index.js'
 import { lockObjectName } from '../../src/backends/gcs/layout.js'
+import { s3Backend } from '../../src/backends/s3/index.js'
 import { DEFAULT_PREFIX, lockObjectKey } from '../../src/backends/s3/layout.js'
 import { MAX_PREFIX_BYTES, objectNameOf, objectPrefix } from '../../src/engines/cas-objects.js'
 
@@ -48,4 +50,23 @@ it('makes a prefix from a URL path or an option', () => {
   assert.equal(objectPrefix('/app/locks/', 'fencelock/'), 'app/locks/')
   assert.equal(objectPrefix('app', 'fencelock/'), 'app/')
   assert.throws(() => objectPrefix('p'.repeat(MAX_PREFIX_BYTES + 1), 'fencelock/'), /at most/)
+})
+
+it('refuses a prefix with a "." or ".." segment, as in keys, on S3 and GCS', () => {
+  const refused = (error: unknown) => {
+    assert.ok(error instanceof TypeError, `expected a TypeError, got ${error}`)
+    assert.match(error.message, /without "\." or "\.\." segments/)
+    return true
+  }
+  // Stand-ins: building a backend sends nothing.
+  const s3 = { send: () => assert.fail('no request') } as never
+  const gcs = { bucket: () => assert.fail('no request') } as never
+  for (const prefix of ['../x', 'app/../x/', './app', 'app/.', 'a/./b/', '..']) {
+    assert.throws(() => objectPrefix(prefix, 'fencelock/'), refused, prefix)
+    assert.throws(() => s3Backend({ client: s3, bucket: 'b', prefix }), refused, prefix)
+    assert.throws(() => gcsBackend({ client: gcs, bucket: 'b', prefix }), refused, prefix)
+  }
+  // Dots inside a segment are plain, as in keys.
+  for (const prefix of ['app.v2/', '...x/', 'a/.hidden/', 'x..y'])
+    assert.doesNotThrow(() => objectPrefix(prefix, 'fencelock/'), prefix)
 })

@@ -50,6 +50,18 @@ describe('bad input', () => {
     }
   })
 
+  it('refuses etcd:// without a host at the first call, not as an outage after dial timeouts', async () => {
+    for (const url of ['etcd://', 'etcd:///app']) {
+      const client = createLockClient(url)
+      await assert.rejects(
+        client.acquire(uniqueKey(), { timeout: '30s' }),
+        typeError(/at least one host/),
+        url,
+      )
+      await client.close()
+    }
+  })
+
   it('refuses memory://name (a host, not a store name) and says what to write', () => {
     assert.throws(() => createLockClient('memory://a'), typeError(/memory:a/))
   })
@@ -107,6 +119,47 @@ describe('bad input', () => {
     assert.equal(backend.of('tryAcquire').length, 1, 'only the valid acquire reached the store')
     assert.equal(backend.of('extend').length, 0, 'the short extend never reached the store')
     await client.close()
+  })
+
+  it('refuses ill-formed UTF-16 keys (lone surrogates), naming the position, before any I/O', async () => {
+    const backend = scripted()
+    const client = createLockClient(backend)
+    // Written as UTF-8 both would be "a\uFFFD": one lock for two keys.
+    for (const [key, at] of [
+      ['a\uD800', 1],
+      ['a\uDC00', 1],
+      ['\uDBFFx', 0],
+      ['ok-\uD83D\uDE00-\uDE00', 6],
+    ] as const) {
+      await assert.rejects(
+        client.acquire(key),
+        typeError(new RegExp(`well-formed UTF-16.*lone surrogate .* at index ${at}`)),
+      )
+      await assert.rejects(client.tryAcquire(key), typeError(/well-formed UTF-16/))
+      await assert.rejects(client.inspect(key), typeError(/well-formed UTF-16/))
+    }
+    // A surrogate pair is a character like any other.
+    const lock = await client.acquire(`emoji-\uD83D\uDE00-${uniqueKey()}`)
+    await lock.release()
+    assert.equal(backend.of('tryAcquire').length, 1, 'only the well-formed key reached the store')
+    await client.close()
+  })
+
+  it('refuses a key with NUL where the backend cannot store it, naming the backend', async () => {
+    const backend = scripted()
+    const client = createLockClient({
+      ...backend,
+      limits: { maxKeyBytes: 100, maxTtlMs: 60_000, nulInKeys: false },
+    })
+    await assert.rejects(client.acquire('a\0b'), typeError(/without NUL .* on scripted.*at index 1/))
+    await assert.rejects(client.inspect('a\0b'), typeError(/without NUL/))
+    assert.equal(backend.of('tryAcquire').length, 0)
+    await client.close()
+    // Where the store can (the default), NUL is a character like any other.
+    const memory = createLockClient(freshMemory())
+    const lock = await memory.acquire(`a\0b-${uniqueKey()}`)
+    await lock.release()
+    await memory.close()
   })
 
   it('a huge key never makes a huge message', async () => {

@@ -11,6 +11,8 @@ describe('parseDuration', () => {
     ['15s', 15_000],
     ['2m', 120_000],
     ['1h', 3_600_000],
+    ['1d', 86_400_000],
+    ['0.5d', 43_200_000],
     ['1.5s', 1500],
     [' 15s ', 15_000],
   ]
@@ -27,6 +29,8 @@ describe('parseDuration', () => {
     ['an empty string', '', '"" (string)'],
     ['an unknown unit', '5 days', '"5 days" (string)'],
     ['a bad suffix', '10x', '"10x" (string)'],
+    ['a space between number and unit', '10 s', '"10 s" (string)'],
+    ['a space before ms', '250 ms', '"250 ms" (string)'],
     ['a bare number in a string (ms? s?)', '250', '"250" (string)'],
     ['a negative string', '-5s', '"-5s" (string)'],
     ['null', null, 'null'],

@@ -194,6 +194,12 @@ export const PARAMS = {} as const satisfies ParamSchema
 
 /** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `fencelock/`. */
 export async function fromUrl(url: URL): Promise<LockBackend> {
+  // etcd3 would take "http://:2379" and fail each request after its dial timeout: say it now.
+  if (hostsOf(url).some((h) => h === '')) {
+    throw new TypeError(
+      `Expected at least one host in ${redact(url)}, as in etcd://127.0.0.1:2379 or etcd://h1:2379,h2:2379/app/`,
+    )
+  }
   const etcd3 = await loadDriver('etcd3', 'etcd', url, () => import('etcd3'))
   readParams(url, PARAMS)
   const path = decodeURIComponent(url.pathname.replace(/^\//, ''))

@@ -30,8 +30,11 @@ import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, ta
 import type { PgSql } from './sql.js'
 import { literals, PIN, parameters, statements, type Values } from './statements.js'
 
-/** Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room. Leases: 2^43 ms. */
-export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43 }
+/**
+ * Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room, and text cannot hold
+ * NUL (the server refuses it as an invalid byte sequence). Leases: 2^43 ms.
+ */
+export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43, nulInKeys: false }
 
 interface Options {
   readonly sql: PgSql

@@ -147,6 +147,24 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
 }
 
 /** The backend: the quorum engine and release waiting over one RedlockNode per client. */
+/** Whether this process was told that a two-node set has no fault tolerance (once is enough). */
+let warnedTwoNodes = false
+
+/**
+ * Two nodes are safe but worse than one: a majority of two is both, so either node down stops every lock.
+ * Not refused (it is correct, and a set may be on its way to three); said once per process, as Node says
+ * deprecations, where `fencelock doctor` would say it only to whoever runs it.
+ */
+function warnTwoNodes(): void {
+  if (warnedTwoNodes) return
+  warnedTwoNodes = true
+  process.emitWarning(
+    'A Redlock set of 2 nodes has no fault tolerance: a majority of 2 is both, so either node down stops ' +
+      'every lock (one Redis alone fails less often). Use 3 or 5 nodes',
+    { type: 'FencelockWarning', code: 'FENCELOCK_REDLOCK_TWO_NODES' },
+  )
+}
+
 class RedlockBackend implements LockBackend {
   readonly id: string
   readonly capabilities = { expiry: 'server-ttl', notify: true, fifo: false } as const
@@ -164,6 +182,7 @@ class RedlockBackend implements LockBackend {
     }
     this.#owned = owned
     this.#restartDelayMs = options.restartDelayMs
+    if (clients.length === 2) warnTwoNodes()
     const q = Math.floor(clients.length / 2) + 1
     // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
     const clientId = randomBytes(8).toString('hex')

@@ -52,7 +52,7 @@ import { QueueLock } from '../../engines/queue-lock.js'
 import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
 import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
 import { describeHolder, sessionFinding, srvrFinding } from './diagnose.js'
-import { DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
+import { checkPrefix, DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
 import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
 
@@ -215,11 +215,15 @@ function describeFailure(error: unknown): string {
   }
 }
 
-/** `/a/b/` and `a/b` are `/a/b`; `/` stays. */
+/** `/a/b/` and `a/b` are `/a/b`; `/` stays; a path ZooKeeper would refuse is refused here. */
 function normalizePrefix(prefix: string): string {
+  if (typeof prefix !== 'string') {
+    throw new TypeError(`Expected \`prefix\` to be a string such as ${DEFAULT_PREFIX}, got ${typeof prefix}`)
+  }
   const trimmed = prefix.replace(/\/+$/, '')
-  if (trimmed === '') return '/'
-  return trimmed.startsWith('/') ? trimmed : `/${trimmed}`
+  const out = trimmed === '' ? '/' : trimmed.startsWith('/') ? trimmed : `/${trimmed}`
+  checkPrefix(out)
+  return out
 }
 
 /** The URL's parameters (tested against the README like the others). */

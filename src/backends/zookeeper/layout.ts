@@ -31,6 +31,34 @@ function refused(ch: string): boolean {
   )
 }
 
+/** ZooKeeper's own subtree (quotas, configuration): the server refuses or misreads nodes under it. */
+const RESERVED = '/zookeeper'
+
+/**
+ * Checks a prefix (absolute, without a trailing '/') against what ZooKeeper accepts as a path, so that a
+ * bad one is a TypeError at the call, not a server refusal retried as an outage.
+ * @throws {TypeError} naming the prefix and what is wrong with it
+ */
+export function checkPrefix(prefix: string): void {
+  const segments = prefix === '/' ? [] : prefix.slice(1).split('/')
+  const bad = [...prefix].find(refused)
+  const problem = segments.includes('')
+    ? 'an empty segment ("//")'
+    : segments.some((s) => s === '.' || s === '..')
+      ? 'a "." or ".." segment'
+      : bad !== undefined
+        ? `the character U+${bad.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}, which ZooKeeper refuses in a path`
+        : prefix === RESERVED || prefix.startsWith(`${RESERVED}/`)
+          ? `a place under ${RESERVED}, which ZooKeeper reserves for itself`
+          : undefined
+  if (problem !== undefined) {
+    throw new TypeError(
+      `Expected the ZooKeeper prefix to be a path like ${DEFAULT_PREFIX} or /app/locks, got ${JSON.stringify(prefix)}: ` +
+        `it has ${problem}`,
+    )
+  }
+}
+
 /**
  * A lock name as one path segment: `%`, `/` and every character ZooKeeper refuses written as `%XX` (the
  * UTF-8 bytes; a lone surrogate as `%uXXXX`), so no key can reach outside its own node (`a` never sees
