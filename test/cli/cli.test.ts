@@ -366,6 +366,17 @@ describe('fencelock inspect and doctor', () => {
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /exclusive create with link\(\) works/)
   })
+
+  it('doctor --strict fails on a warning (exit 78), plain doctor does not', async () => {
+    // A lock root under the temp folder draws a warning (a tmp cleaner may remove its epochs).
+    const plain = await fencelock(['doctor', url])
+    assert.equal(plain.code, 0, plain.stderr)
+    assert.match(plain.stdout, /^warn /m)
+    const strict = await fencelock(['doctor', '--strict', url])
+    assert.equal(strict.code, 78, strict.stdout + strict.stderr)
+    const help = await fencelock(['doctor', '--help'])
+    assert.match(help.stdout, /--strict[\s\S]*78/)
+  })
 })
 
 /** Resolves once the command under `fencelock run` has printed "started". */
