@@ -24,7 +24,8 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   if (parsed === undefined) return EXIT.ok
   const { values, positionals } = parsed
   if (positionals.length > 1) throw new UsageError('usage: fencelock doctor [<url>] [--strict]')
-  const url = positionals[0] ?? resolveUrl(values)
+  // No URL: the default folder, not made (doctor changes nothing; the file backend reports it missing).
+  const url = positionals[0] ?? resolveUrl(values, process.env, false)
   return withOpened({ ...values, url }, undefined, async (opened) => {
     process.stdout.write(`backend: ${opened.backend.id}\n`)
     const findings: DoctorFinding[] = []
