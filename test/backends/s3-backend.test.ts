@@ -103,6 +103,10 @@ describe('s3 backend', { timeout: 120_000 }, () => {
     const good = await runCli(['doctor', urlOf('doctor')])
     assert.equal(good.code, 0, good.stdout + good.stderr)
     assert.match(good.stdout, /^ok +.*enforces If-None-Match: \* and If-Match/m)
+    assert.match(
+      good.stdout,
+      /a probe object of doctor's own, .*\.fencelock-doctor\/.*doctor deletes it after/,
+    )
     server.lax(true)
     const lax = await runCli(['doctor', urlOf('doctor')])
     assert.equal(lax.code, 69, lax.stdout + lax.stderr)
