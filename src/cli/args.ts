@@ -9,9 +9,12 @@ export class UsageError extends Error {
   override name = 'UsageError'
 }
 
-/** The default backend: this host's shared folder of file locks, else the per-user one (see lock-folder.ts). */
-export function defaultUrl(env: NodeJS.ProcessEnv = process.env): string {
-  return pathToFileURL(defaultFolder(env)).href
+/**
+ * The default backend: this host's shared folder of file locks, else the per-user one (see lock-folder.ts);
+ * with `create` false, the folder is not made (doctor).
+ */
+export function defaultUrl(env: NodeJS.ProcessEnv = process.env, create = true): string {
+  return pathToFileURL(defaultFolder(env, undefined, undefined, create)).href
 }
 
 /** The backends the CLI offers: every scheme of this build but memory:, whose locks live in one process. */
@@ -77,6 +80,10 @@ function explainParseError(error: NodeJS.ErrnoException, options: Record<string,
   return `unknown option ${dashes}${name}${guess ? `; did you mean --${guess}?` : ''} (--help lists the options)`
 }
 
-export function resolveUrl(values: ParsedOptions, env: NodeJS.ProcessEnv = process.env): string {
-  return (values.url as string | undefined) || env.FENCELOCK_URL || defaultUrl(env)
+export function resolveUrl(
+  values: ParsedOptions,
+  env: NodeJS.ProcessEnv = process.env,
+  create = true,
+): string {
+  return (values.url as string | undefined) || env.FENCELOCK_URL || defaultUrl(env, create)
 }

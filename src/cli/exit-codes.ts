@@ -20,6 +20,8 @@ export const EXIT = {
   notAcquired: 75,
   /** The lock was lost while the command ran; the command was sent SIGTERM (then SIGKILL). */
   lost: 76,
+  /** `doctor --strict`: a finding is a warning (EX_CONFIG: a setting to look at), none is an error. */
+  warnings: 78,
   /** The command could not be executed. */
   cannotExecute: 126,
   /** The command was not found. */

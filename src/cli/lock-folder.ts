@@ -18,10 +18,10 @@
  * user from collecting others' old generations, a user who deletes their own newest record rolls the key
  * back to an older one, whose successor repeats a fence: nobody may delete files in this folder by hand.
  */
-import { accessSync, constants, existsSync } from 'node:fs'
+import { accessSync, constants, existsSync, lstatSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
-import { shareFolder } from '../backends/file/folders.js'
+import { SHARED_MODE, shareFolder } from '../backends/file/folders.js'
 
 /** This host's shared lock folder; none on Windows, which has no sticky bit. */
 export function sharedFolder(platform: NodeJS.Platform = process.platform): string | undefined {
@@ -36,12 +36,15 @@ export function perUserFolder(env: NodeJS.ProcessEnv = process.env): string {
 
 /**
  * The default lock folder: the shared one, created if missing, when it can be used; else the per-user
- * one, and `note` says why.
+ * one, and `note` says why. With `create` false (`doctor`, which changes nothing), the folder the same
+ * call would choose, left as it is: a missing shared folder is chosen (doctor reports it missing), and
+ * one of ours of another mode too (the first real use makes it 1777).
  */
 export function defaultFolder(
   env: NodeJS.ProcessEnv = process.env,
   shared: string | undefined = sharedFolder(),
   note: (line: string) => void = (line) => process.stderr.write(`fencelock: ${line}\n`),
+  create = true,
 ): string {
   const own = perUserFolder(env)
   if (shared === undefined) return own
@@ -56,6 +59,7 @@ export function defaultFolder(
           : `the umask ${shown} would hide this user's lock records from other users`,
       )
     }
+    if (!create) return checkShared(shared)
     shareFolder(shared)
     accessSync(shared, constants.W_OK | constants.X_OK)
     return shared
@@ -66,4 +70,22 @@ export function defaultFolder(
     )
     return own
   }
+}
+
+/**
+ * `shareFolder`'s checks without its changes: `folder` when it is missing, shared (and we may write it),
+ * or ours to make shared.
+ * @throws what `shareFolder` or the access check would throw
+ */
+function checkShared(folder: string): string {
+  const info = lstatSync(folder, { throwIfNoEntry: false })
+  if (info === undefined) return folder
+  if (!info.isDirectory()) throw new Error(`${folder} is not a folder`)
+  if ((info.mode & SHARED_MODE) !== SHARED_MODE && info.uid !== process.getuid?.()) {
+    throw new Error(
+      `${folder} has mode ${(info.mode & 0o7777).toString(8)}, not 1777, and belongs to user ${info.uid}`,
+    )
+  }
+  accessSync(folder, constants.W_OK | constants.X_OK)
+  return folder
 }

@@ -24,7 +24,7 @@ Commands:
   run <key> -- <cmd...>   run a command while holding the lock (FENCELOCK_KEY, FENCELOCK_FENCE in its env)
   hold <key>              hold the lock until stdin says release (or abandon)
   inspect <key>           print who holds the lock now (diagnostic)
-  doctor [<url>]          check a backend's settings and semantics
+  doctor [<url>]          check a backend's settings and semantics (--strict: warnings fail)
 
 Backends (--url URL, or $FENCELOCK_URL):
 ${backends.join('\n')}
@@ -36,7 +36,8 @@ ${
 user exclude each other (if it cannot be used: the per-user ${perUserFolder()}, with a note).`
 }
 
-Exit codes: 64 usage, 69 backend unavailable, 75 not acquired, 76 lock lost; run passes on its command's.
+Exit codes: 64 usage, 69 backend unavailable, 75 not acquired, 76 lock lost, 78 doctor --strict found a
+warning; run passes on its command's.
 Run "fencelock <command> --help" for a command's options.`
 }
 

@@ -80,7 +80,9 @@ export async function probeConditionalWrites(
   if (findings.length === 0) {
     findings.push({
       level: 'ok',
-      message: `${at} enforces ${probe.createCondition} and ${probe.replaceCondition} (probe object refused a second create and a stale replace)`,
+      message:
+        `${at} enforces ${probe.createCondition} and ${probe.replaceCondition}: a probe object of doctor's own, ` +
+        `${probe.key}, refused a second create and a stale replace (only a write shows it; doctor deletes it after)`,
     })
   }
   findings.push(clockFinding(at, clock))

@@ -200,11 +200,9 @@ export class SqlLease {
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    if (this.#createTable) {
-      const ready = this.#tableReady(signal)
-      if (ready) await ready
-    } else if (!this.#tableChecked) {
-      // Not ours to create: without the table nobody holds anything (doctor names the table and its DDL).
+    if (!this.#tableChecked) {
+      // Never made here, even with createTable: a look (inspect, doctor) changes nothing, and without the
+      // table nobody holds anything (doctor names the table and its DDL).
       if (!(await this.#dialect.tableExists(signal))) return null
       this.#tableChecked = true
     }

@@ -137,7 +137,8 @@ export function casDriverCases(subject: CasDriverSubject): void {
   it('doctor: ok on a server that enforces both conditions, and leaves no probe object', async () => {
     const server = subject.server()
     server.clearLog()
-    const findings = (await subject.driver().doctor?.(signal)) ?? []
+    // The checks (a count of lock names, where a store gives one, is an info finding of its own).
+    const findings = ((await subject.driver().doctor?.(signal)) ?? []).filter((f) => f.level !== 'info')
     assert.deepEqual(
       findings.map((f) => f.level),
       ['ok', 'ok', 'ok'],
@@ -156,7 +157,8 @@ export function casDriverCases(subject: CasDriverSubject): void {
 
   it('doctor: an error finding for each condition a lax server ignores, naming the store', async () => {
     subject.server().lax(true)
-    const findings = (await subject.driver().doctor?.(signal)) ?? []
+    // The checks (a count of lock names, where a store gives one, is an info finding of its own).
+    const findings = ((await subject.driver().doctor?.(signal)) ?? []).filter((f) => f.level !== 'info')
     assert.deepEqual(
       findings.map((f) => f.level),
       ['error', 'error', 'ok', 'ok'],
@@ -174,7 +176,8 @@ export function casDriverCases(subject: CasDriverSubject): void {
   it('doctor: a warning when the server shows no clock (no Date header): fences would restart after a deletion', async () => {
     subject.server().withoutDate(true)
     try {
-      const findings = (await subject.driver().doctor?.(signal)) ?? []
+      // The checks (a count of lock names, where a store gives one, is an info finding of its own).
+      const findings = ((await subject.driver().doctor?.(signal)) ?? []).filter((f) => f.level !== 'info')
       assert.deepEqual(
         findings.map((f) => f.level),
         ['ok', 'warn', 'ok'],

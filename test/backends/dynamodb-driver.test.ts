@@ -252,6 +252,7 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
       ['ok', 'ok', 'ok'],
     )
     assert.match(again[0]!.message, /key "pk" \(string\), PAY_PER_REQUEST, ACTIVE/)
+    assert.match(again[0]!.message, /lock names kept: about \d+ \(its ItemCount/)
     const { Count } = await client.send(new sdk.ScanCommand({ TableName: table, Select: 'COUNT' }))
     assert.equal(Count, 0)
   })

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { readdirSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
@@ -202,14 +202,26 @@ describe('file backend: configuration errors', () => {
 })
 
 describe('file backend: doctor', () => {
-  it('releases its probe key: a doctor run leaves no lock behind', async () => {
-    const backend = fileBackend({ dir: newRoot() })
+  it('leaves the root as it found it: its link() probe removes its own files, and no key is taken', async () => {
+    const root = newRoot()
+    mkdirSync(root)
+    const backend = fileBackend({ dir: root })
     const findings = await backend.doctor!(AbortSignal.timeout(5000))
     assert.ok(
       findings.some((f) => f.level === 'ok' && /link\(\) works/.test(f.message)),
       JSON.stringify(findings),
     )
-    const probe = await backend.inspect('.fencelock-doctor', AbortSignal.timeout(5000))
-    assert.equal(probe?.held, false, `the probe is still held after doctor (owner ${probe?.owner})`)
+    assert.deepEqual(readdirSync(root), [])
+  })
+
+  it('reports a missing root, and does not create it', async () => {
+    const root = newRoot()
+    const findings = await fileBackend({ dir: root }).doctor!(AbortSignal.timeout(5000))
+    assert.deepEqual(
+      findings.map((f) => f.level),
+      ['warn'],
+    )
+    assert.match(findings[0]!.message, /does not exist.*mkdir -p/)
+    assert.equal(existsSync(root), false)
   })
 })

@@ -99,10 +99,25 @@ describe('s3 backend', { timeout: 120_000 }, () => {
     }
   })
 
+  it('fencelock doctor counts the lock objects under the prefix, not its own probe', async () => {
+    for (const k of ['a', 'b']) {
+      const ran = await runCli(['run', k, '--url', urlOf('doctor-count'), '--', 'true'])
+      assert.equal(ran.code, 0, ran.stderr)
+    }
+    const r = await runCli(['doctor', urlOf('doctor-count')])
+    assert.equal(r.code, 0, r.stdout + r.stderr)
+    assert.match(r.stdout, /^info +lock names kept: 2 \(objects under "doctor-count\/"\)/m)
+  })
+
   it('fencelock doctor: ok on the test server, an error naming the store when it ignores conditions', async () => {
     const good = await runCli(['doctor', urlOf('doctor')])
     assert.equal(good.code, 0, good.stdout + good.stderr)
     assert.match(good.stdout, /^ok +.*enforces If-None-Match: \* and If-Match/m)
+    assert.match(
+      good.stdout,
+      /a probe object of doctor's own, .*\.fencelock-doctor\/.*doctor deletes it after/,
+    )
+    assert.match(good.stdout, /^info +lock names kept: \d+ \(objects under "doctor\/"\)/m)
     server.lax(true)
     const lax = await runCli(['doctor', urlOf('doctor')])
     assert.equal(lax.code, 69, lax.stdout + lax.stderr)

@@ -132,6 +132,27 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     }
   })
 
+  it('doctor counts the lock names under the prefix, and creates nothing', async () => {
+    const url = `${zk.url()}/doctor-count`
+    const backend = await fromUrl(new URL(url))
+    const locks = createLockClient(url, { ttl: '10s' })
+    open.push(locks)
+    try {
+      const before = (await backend.doctor!(AbortSignal.timeout(20_000))).map((f) => f.message).join('\n')
+      assert.match(before, /lock names kept: 0 \(nodes under \/doctor-count, which does not exist yet\)/)
+      assert.match(
+        (await backend.doctor!(AbortSignal.timeout(20_000))).map((f) => f.message).join('\n'),
+        /does not exist yet/,
+        'doctor did not create the prefix',
+      )
+      for (const k of ['a', 'b']) await (await locks.acquire(k)).release()
+      const after = (await backend.doctor!(AbortSignal.timeout(20_000))).map((f) => f.message).join('\n')
+      assert.match(after, /lock names kept: 2 \(nodes under \/doctor-count\)/)
+    } finally {
+      await backend.close()
+    }
+  })
+
   it('a waiter served after waiting several session timeouts keeps its place: its fence is its queued node', async () => {
     const [a, b] = [createLockClient(zk.url(), { ttl: '1s' }), createLockClient(zk.url(), { ttl: '1s' })]
     open.push(a, b)

@@ -31,6 +31,20 @@ describe('fencelock doctor redis://', () => {
     assert.doesNotMatch(r.stdout, /^warn/m)
   })
 
+  it('counts the lock names under the prefix (their fence counters), and --strict fails on warnings', async () => {
+    const url = `${durable.url}?prefix=doctor-count*:`
+    const none = await runCli(['doctor', url])
+    assert.match(none.stdout, /lock names kept: 0 /)
+    for (const k of ['a', 'b{c}', 'd']) {
+      const ran = await runCli(['run', k, '--url', url, '--', 'true'])
+      assert.equal(ran.code, 0, ran.stderr)
+    }
+    const three = await runCli(['doctor', url])
+    assert.match(three.stdout, /lock names kept: 3 \(fence counters under "doctor-count\*:"\)/)
+    const plainStrict = await runCli(['doctor', '--strict', plain.url])
+    assert.equal(plainStrict.code, 78, plainStrict.stdout)
+  })
+
   it('says unavailable (69) when nothing listens', async () => {
     const r = await runCli(['inspect', 'k', '--url', 'redis://127.0.0.1:1'])
     assert.equal(r.code, 69)

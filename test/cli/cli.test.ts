@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
@@ -365,6 +365,42 @@ describe('fencelock inspect and doctor', () => {
     const r = await fencelock(['doctor', url])
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /exclusive create with link\(\) works/)
+  })
+
+  it('doctor reports a missing lock folder with the command that makes it, and creates nothing', async () => {
+    const missing = join(dir.path, 'never-made', 'locks')
+    const r = await fencelock(['doctor', pathToFileURL(missing).href])
+    assert.equal(r.code, 0, r.stderr)
+    assert.match(r.stdout, /^warn .*does not exist.*mkdir -p/m)
+    assert.equal(existsSync(join(dir.path, 'never-made')), false)
+  })
+
+  it('doctor leaves an existing lock folder as it found it, and counts its keys', async () => {
+    const root = join(dir.path, 'doctored')
+    mkdirSync(root)
+    const rootUrl = pathToFileURL(root).href
+    const first = await fencelock(['doctor', rootUrl])
+    assert.equal(first.code, 0, first.stderr)
+    assert.match(first.stdout, /exclusive create with link\(\) works.*probe: doctor wrote and removed/)
+    assert.match(first.stdout, /lock names kept: 0 /)
+    assert.deepEqual(readdirSync(root), [])
+    const ran = await fencelock(['run', 'counted', '--', 'true'], { FENCELOCK_URL: rootUrl })
+    assert.equal(ran.code, 0, ran.stderr)
+    const before = readdirSync(root).sort()
+    const second = await fencelock(['doctor', rootUrl])
+    assert.match(second.stdout, /lock names kept: 1 /)
+    assert.deepEqual(readdirSync(root).sort(), before)
+  })
+
+  it('doctor --strict fails on a warning (exit 78), plain doctor does not', async () => {
+    // A lock root under the temp folder draws a warning (a tmp cleaner may remove its epochs).
+    const plain = await fencelock(['doctor', url])
+    assert.equal(plain.code, 0, plain.stderr)
+    assert.match(plain.stdout, /^warn /m)
+    const strict = await fencelock(['doctor', '--strict', url])
+    assert.equal(strict.code, 78, strict.stdout + strict.stderr)
+    const help = await fencelock(['doctor', '--help'])
+    assert.match(help.stdout, /--strict[\s\S]*78/)
   })
 })
 

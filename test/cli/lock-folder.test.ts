@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { chmodSync, chownSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
@@ -38,6 +47,23 @@ describe('the default lock folder', () => {
       'and again once it exists',
     )
     assert.deepEqual(readdirSync(join(shared, '..')), ['fencelock'], 'nothing left beside it')
+  })
+
+  it('is chosen but not created, nor its mode changed, for doctor (create: false)', () => {
+    const { shared, env } = fresh()
+    const notes: string[] = []
+    assert.equal(
+      defaultFolder(env, shared, (line) => notes.push(line), false),
+      shared,
+    )
+    assert.equal(existsSync(shared), false)
+    mkdirSync(shared, { mode: 0o755 })
+    assert.equal(
+      defaultFolder(env, shared, (line) => notes.push(line), false),
+      shared,
+    )
+    assert.equal(modeOf(shared), 0o755)
+    assert.deepEqual(notes, [])
   })
 
   it('gets mode 1777 back when it is ours', () => {

@@ -45,7 +45,9 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
     const billing = Table?.BillingModeSummary?.BillingMode ?? 'PROVISIONED'
     findings.push({
       level: 'ok',
-      message: `Table "${table}": key "pk" (string), ${billing}, ${Table?.TableStatus}`,
+      message:
+        `Table "${table}": key "pk" (string), ${billing}, ${Table?.TableStatus}; lock names kept: about ` +
+        `${Table?.ItemCount ?? '?'} (its ItemCount, which DynamoDB refreshes about every six hours)`,
     })
     return true
   } catch (error) {

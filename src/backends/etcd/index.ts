@@ -52,7 +52,7 @@ import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../..
 import { QueueLock } from '../../engines/queue-lock.js'
 import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
-import { DEFAULT_PREFIX, lockPrefix } from './layout.js'
+import { DEFAULT_PREFIX, lockPrefix, prefixEnd } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'
 import { EtcdQueue, firstOf } from './queue.js'
 
@@ -163,10 +163,20 @@ class EtcdBackend implements LockBackend {
 
   readonly doctor = async (signal: AbortSignal): Promise<DoctorFinding[]> => {
     const status = await raceSignal(this.#client.maintenance.status(), signal)
+    // Keys live only while held or waited for (each is bound to its session's lease): a count, no listing.
+    const under = Buffer.from(this.#prefix)
+    const { count } = await raceSignal(
+      this.#client.kv.range({ key: under, range_end: prefixEnd(this.#prefix), count_only: true }),
+      signal,
+    )
     return [
       {
         level: 'info',
         message: `etcd ${status.version}, leader ${status.leader}, raft term ${status.raftTerm}`,
+      },
+      {
+        level: 'info',
+        message: `keys under "${this.#prefix}": ${count} (one per holder and waiter; a released or expired lock keeps none)`,
       },
     ]
   }

@@ -1,11 +1,14 @@
 /**
  * What the file backend tells people: `inspect` (one key, read only: it never creates a folder) and
- * `doctor` (the lock root: boot id, whether link() works, where the fences' epochs live, fsync).
+ * `doctor` (the lock root: boot id, whether link() works, where the fences' epochs live, fsync, how many
+ * keys it keeps). Doctor creates nothing: a missing root is reported with the command that makes it, and
+ * its one write, the link() probe, is two files of its own in the root, removed at once.
  */
 import { randomBytes } from 'node:crypto'
+import { linkSync, opendirSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
-import type { DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
+import type { DoctorFinding, LockInfo } from '../../core/backend.js'
 import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER, epochRefusal } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
@@ -46,9 +49,23 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
   }
 }
 
-/** Checks the lock root with `backend` (this root's backend, as the caller sees it: possibly wrapped). */
-export async function fileDoctor(root: Root, backend: LockBackend): Promise<DoctorFinding[]> {
+/** Checks the lock root, changing nothing in it but the link() probe's own files. */
+export async function fileDoctor(root: Root): Promise<DoctorFinding[]> {
   const { dir, boot, durability } = root
+  const found = statSync(dir, { throwIfNoEntry: false })
+  if (found === undefined) {
+    return [
+      {
+        level: 'warn',
+        message:
+          `the lock folder ${dir} does not exist, so no lock is held in it (doctor creates nothing; the ` +
+          `first acquire creates it). To create it now: mkdir -p '${dir}' (for a folder every user of ` +
+          `this host shares, as fencelock run's default: install -d -m 1777 '${dir}'); then run doctor again ` +
+          'to check it',
+      },
+    ]
+  }
+  if (!found.isDirectory()) return [{ level: 'error', message: `the lock folder ${dir} is not a folder` }]
   const findings: DoctorFinding[] = [{ level: 'info', message: `lock folder: ${dir}` }]
   findings.push(
     boot.startsWith('uptime:')
@@ -58,7 +75,8 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
         }
       : { level: 'ok', message: `boot id ${boot}` },
   )
-  findings.push(...(await probeLink(backend)))
+  findings.push(probeLink(dir))
+  findings.push(countKeys(dir))
   const epochs = join(dir, EPOCH_FOLDER)
   const temporary = ['/tmp', '/var/tmp', '/dev/shm', tmpdir()].some(
     (t) => dir === t || dir.startsWith(t.endsWith(sep) ? t : `${t}${sep}`),
@@ -85,22 +103,55 @@ export async function fileDoctor(root: Root, backend: LockBackend): Promise<Doct
   return findings
 }
 
-/** The key doctor takes and releases to see that exclusive create works. */
-const PROBE_KEY = '.fencelock-doctor'
+/**
+ * Whether link() refuses an existing name in `dir`, the compare-and-swap every transition rests on (some
+ * network and FUSE file systems have no hard links, or answer differently). Only a write shows it: two
+ * files of doctor's own (random names that no key folder has), removed before it answers.
+ */
+function probeLink(dir: string): DoctorFinding {
+  const file = join(dir, `.doctor-${randomBytes(8).toString('hex')}`)
+  const probe = `(probe: doctor wrote and removed ${file} and a link to it)`
+  const made: string[] = []
+  try {
+    writeFileSync(file, '', { flag: 'wx' })
+    made.push(file)
+    linkSync(file, `${file}.link`)
+    made.push(`${file}.link`)
+    try {
+      linkSync(file, `${file}.link`)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') {
+        return { level: 'ok', message: `exclusive create with link() works in this folder ${probe}` }
+      }
+      throw error
+    }
+    return { level: 'error', message: `link() replaced an existing name in this folder ${probe}` }
+  } catch (error) {
+    return { level: 'error', message: `cannot check link() in this folder: ${(error as Error).message}` }
+  } finally {
+    for (const path of made) {
+      try {
+        unlinkSync(path)
+      } catch {}
+    }
+  }
+}
 
-/** Takes and releases a probe key: exclusive create with link() works in this folder, or what failed. */
-async function probeLink(backend: LockBackend): Promise<DoctorFinding[]> {
-  // Released under the owner that took it: the release is owner-checked, and any other owner leaves the
-  // probe held for its ttl.
-  const owner = randomBytes(16).toString('hex')
-  const probe = await backend
-    .tryAcquire({ key: PROBE_KEY, owner, ttlMs: 1000 }, AbortSignal.timeout(5000))
-    .catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))
-  if (probe instanceof Error) return [{ level: 'error', message: probe.message }]
-  if (!probe.granted) return []
-  await backend.release(
-    { key: PROBE_KEY, owner, fence: probe.fence, cookie: probe.cookie },
-    AbortSignal.timeout(5000),
-  )
-  return [{ level: 'ok', message: 'exclusive create with link() works in this folder' }]
+/** How many key folders doctor counts at most: a listing of the root, bounded. */
+const COUNT_LIMIT = 100_000
+
+/** How many keys the root keeps a folder for (a key's folder stays after its release: it holds the fence). */
+function countKeys(dir: string): DoctorFinding {
+  const listing = opendirSync(dir)
+  let keys = 0
+  try {
+    // Key folders are the only entries with a `~` in their name (`.epoch`, `.boot`, temp names have none).
+    for (let entry = listing.readSync(); entry !== null && keys < COUNT_LIMIT; entry = listing.readSync()) {
+      if (entry.name.includes('~') && entry.isDirectory()) keys++
+    }
+  } finally {
+    listing.closeSync()
+  }
+  const count = keys < COUNT_LIMIT ? `${keys}` : `at least ${COUNT_LIMIT}`
+  return { level: 'info', message: `lock names kept: ${count} (key folders in ${dir})` }
 }

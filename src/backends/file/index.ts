@@ -245,10 +245,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     waitForChange: ({ key, owner }, signal) =>
       folderChanged(folderOf(root, key), signal, () => root.seenBy.get(owner)),
     breakLock: (key) => guarded(root, key, 'break the lock', () => breakLock(root, key)),
-    // `this`: the backend as the caller holds it (the CLI wraps tryAcquire for shared roots).
-    doctor() {
-      return fileDoctor(root, this)
-    },
+    doctor: () => fileDoctor(root),
     async close() {},
   }
 }

@@ -8,7 +8,7 @@ import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../engines/sql-lease-driver.js'
-import { mysqlDoctor } from './doctor.js'
+import { countFinding, mysqlDoctor } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
@@ -304,8 +304,12 @@ export class MySqlDialect implements SqlDialect {
     return tableDdl(this.table)
   }
 
-  doctor(_signal: AbortSignal): Promise<DoctorFinding[]> {
-    return mysqlDoctor((sql) => this.#run<RowDataPacket[]>(undefined, sql, []))
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    const query = (sql: string) => this.#run<RowDataPacket[]>(undefined, sql, [])
+    const findings = await mysqlDoctor(query)
+    // No table: the engine says so, with its DDL.
+    if (await this.tableExists(signal)) findings.push(await countFinding(query, this.table))
+    return findings
   }
 
   /** Idempotent: the client and its caller may both close (ending a pool twice throws). */

@@ -1,7 +1,7 @@
 /**
  * `fencelock doctor` for MySQL/MariaDB: the server's version, its `sql_mode`, its clock's time zone, and the
- * replication settings that decide whether a failover or a replica can see a lease differently (the engine adds the
- * table and its DDL).
+ * replication settings that decide whether a failover or a replica can see a lease differently, and how many
+ * lock names the table keeps (the engine adds the table's presence and its DDL).
  */
 import type { DoctorFinding } from '../../core/backend.js'
 import { SESSION_SQL_MODE } from './statements.js'
@@ -68,4 +68,10 @@ export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
       'primary had every grant (semi-synchronous replication, or Galera/group replication)',
   })
   return findings
+}
+
+/** How many lock names `table` (quoted) keeps: a row per name, released or not (it carries the fence). */
+export async function countFinding(query: Query, table: string): Promise<DoctorFinding> {
+  const [row] = await query(`SELECT COUNT(*) AS n FROM ${table}`)
+  return { level: 'info', message: `the table keeps ${String(row?.n ?? '?')} lock name(s)` }
 }

@@ -221,7 +221,7 @@ export class RedisLockBackend implements RedisBackend {
   }
 
   doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    return doctor(this.#store.client, this.id, this.#replicas.min, signal)
+    return doctor(this.#store.client, this.id, this.#replicas.min, signal, this.#store.prefix)
   }
 
   async close(): Promise<void> {

@@ -1,6 +1,7 @@
 /**
  * `fencelock doctor` for Redis: the server's version and role, and the settings a lock relies on
- * (persistence, eviction, replication), each said with what goes wrong and what to set.
+ * (persistence, eviction, replication), each said with what goes wrong and what to set; and how many
+ * lock names keep a fence counter under the prefix (a bounded SCAN: the one loop here, over its cursor).
  */
 import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
@@ -14,6 +15,7 @@ export async function doctor(
   id: string,
   minReplicas: number,
   signal: AbortSignal,
+  prefix?: string,
 ): Promise<DoctorFinding[]> {
   const node = (isCluster(client) ? client.nodes('master')[0] : client) as Redis | undefined
   if (!node) return [{ level: 'error', message: `no reachable master in ${id}` }]
@@ -39,7 +41,39 @@ export async function doctor(
         info.cluster_enabled === '1' ? 'cluster mode: keys are hash-tagged per lock' : 'cluster mode: off',
     },
     ...replicationFindings(Number(info.connected_slaves ?? 0), minReplicas),
+    ...(prefix === undefined ? [] : [await countFinding(node, prefix, isCluster(client), signal)]),
   ]
+}
+
+/** How many keys a SCAN for fence counters examines at most (100 round trips of 1000). */
+const SCAN_LIMIT = 100_000
+
+/**
+ * How many lock names keep a fence counter under `prefix` (`<prefix>{<key>}:fence`, kept an hour after
+ * its last grant): a SCAN, stopped after SCAN_LIMIT keys examined ("at least N" then).
+ */
+async function countFinding(
+  node: Redis,
+  prefix: string,
+  cluster: boolean,
+  signal: AbortSignal,
+): Promise<DoctorFinding> {
+  if (cluster) return { level: 'info', message: 'lock names kept: not counted on a cluster' }
+  const pattern = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}{*}:fence`
+  let cursor = '0'
+  let examined = 0
+  let names = 0
+  do {
+    const [next, keys] = (await raceSignal(node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000), signal)) as [
+      string,
+      string[],
+    ]
+    cursor = next
+    names += keys.length
+    examined += 1000
+  } while (cursor !== '0' && examined < SCAN_LIMIT)
+  const count = cursor === '0' ? `${names}` : `at least ${names} (SCAN stopped after ${SCAN_LIMIT} keys)`
+  return { level: 'info', message: `lock names kept: ${count} (fence counters under "${prefix}")` }
 }
 
 /** The fields of an INFO reply. */

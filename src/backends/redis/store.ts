@@ -46,6 +46,11 @@ export class RedisStore {
    */
   #lastConnectionError: unknown
 
+  /** The prefix of every key of this store (doctor counts the locks under it). */
+  get prefix(): string {
+    return this.#prefix
+  }
+
   constructor(client: RedisClient, options: RedisStoreOptions) {
     this.client = client
     this.id = options.id

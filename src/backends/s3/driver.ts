@@ -10,6 +10,7 @@
  */
 import type { LifecycleRule, S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
+import { causeText } from '../../core/errors.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
 import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
@@ -19,7 +20,11 @@ import { lockObjectKey } from './layout.js'
 /** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
 export type S3Module = Pick<
   typeof import('@aws-sdk/client-s3'),
-  'GetObjectCommand' | 'PutObjectCommand' | 'DeleteObjectCommand' | 'GetBucketLifecycleConfigurationCommand'
+  | 'GetObjectCommand'
+  | 'PutObjectCommand'
+  | 'DeleteObjectCommand'
+  | 'GetBucketLifecycleConfigurationCommand'
+  | 'ListObjectsV2Command'
 >
 
 /**
@@ -27,6 +32,9 @@ export type S3Module = Pick<
  * so the core's usual key bound applies. Leases are observed on monotonic clocks and timers, so they stay
  * within a timer's range.
  */
+/** How many pages of a listing (1000 objects each) doctor's count reads at most. */
+const COUNT_PAGES = 10
+
 export const S3_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
 
 /** Where the driver keeps its objects, and whether it owns the client. */
@@ -129,10 +137,42 @@ export class S3CasDriver implements CasDriver {
         { key, server, createCondition: 'If-None-Match: *', replaceCondition: 'If-Match: <ETag>' },
         signal,
       )
-      return [...findings, await this.#lifecycleFinding(signal)]
+      return [...findings, await this.#countFinding(signal), await this.#lifecycleFinding(signal)]
     } finally {
       await this.#remove(key, signal).catch(() => {})
     }
+  }
+
+  /**
+   * How many lock objects the prefix holds (one per name, kept after use: it carries the fence), from a
+   * listing of at most COUNT_PAGES pages; doctor's own probe objects are not counted.
+   */
+  async #countFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { ListObjectsV2Command } = await this.#place.sdk()
+    const { bucket, prefix } = this.#place
+    // Doctor's probe objects share one folder-like prefix: what precedes a probe key's last '/'.
+    const sample = lockObjectKey(probeKey(), prefix)
+    const probes = sample.slice(0, sample.lastIndexOf('/') + 1)
+    let names = 0
+    let pages = 0
+    let token: string | undefined
+    try {
+      // Page by page, bounded: the one loop of this file.
+      do {
+        const out = await this.#place.client.send(
+          new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
+          { abortSignal: signal },
+        )
+        names += (out.Contents ?? []).filter((o) => !o.Key?.startsWith(probes)).length
+        token = out.IsTruncated ? out.NextContinuationToken : undefined
+        pages++
+      } while (token !== undefined && pages < COUNT_PAGES)
+    } catch (error) {
+      return { level: 'info', message: `lock names kept: not counted (listing refused: ${causeText(error)})` }
+    }
+    const count =
+      token === undefined ? `${names}` : `at least ${names} (listing stopped after ${pages} pages)`
+    return { level: 'info', message: `lock names kept: ${count} (objects under "${prefix}")` }
   }
 
   /**

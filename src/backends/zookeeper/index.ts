@@ -50,7 +50,7 @@ import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { QueueLock } from '../../engines/queue-lock.js'
 import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
-import { CODE, children, closeClient, codeOf, read, type ZkClient, zxidOf } from './client.js'
+import { CODE, children, closeClient, codeOf, read, stat, type ZkClient, zxidOf } from './client.js'
 import { describeHolder, sessionFinding, srvrFinding } from './diagnose.js'
 import { checkPrefix, DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
@@ -174,6 +174,12 @@ class ZooKeeperBackend implements LockBackend {
     await raceSignal(children(client, '/'), signal)
     const asked = this.#setup.shared ? undefined : (this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
     findings.push(sessionFinding(asked, client.getSessionTimeout()))
+    // One node per lock name under the prefix, kept after use (no container nodes): its child count.
+    const prefix = await raceSignal(stat(client, this.#prefix), signal)
+    findings.push({
+      level: 'info',
+      message: `lock names kept: ${prefix?.numChildren ?? 0} (nodes under ${this.#prefix}${prefix ? '' : ', which does not exist yet'})`,
+    })
     return findings
   }
 
