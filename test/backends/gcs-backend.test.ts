@@ -116,13 +116,13 @@ describe('gcs backend', { timeout: 120_000 }, () => {
     })
     try {
       server.clearLog()
-      // The create reaches its commit 1.3 s after it was sent (and is answered right then): the validity,
-      // counted from the send, leaves the first renewal due about 830 ms after the answer, sooner than the
-      // store's rate: the engine waits for it.
+      // The create reaches its commit 0.8 s after it was sent (and is answered right then): the first
+      // renewal is due ttl/3 = 1 s after the send, 0.2 s after the commit, sooner than the store's rate:
+      // the engine waits until a second after the answer, with over a second of validity to spare.
       const release = server.hold({ method: 'POST' })
       const acquired = awaitLater(client.acquire('renewed'))
       await waitUntil(() => server.inFlight === 1, 'the create held at the server')
-      await sleep(1300)
+      await sleep(800)
       release()
       const lock = await acquired
       await sleep(6000)
