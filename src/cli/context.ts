@@ -89,15 +89,21 @@ export function printJson(value: object): void {
   process.stdout.write(`${JSON.stringify(value, jsonSafe)}\n`)
 }
 
+/** Seconds with one decimal: "4.5 s". */
+const seconds = (ms: number) => `${(Math.max(0, ms) / 1000).toFixed(1)} s`
+
 /**
- * While an acquire waits: on a TTY, one status line on stderr kept up to date (key, holder, fence,
- * elapsed); with --verbose elsewhere, one plain line when waiting starts. Silent otherwise.
+ * While an acquire waits: on a TTY, one status line on stderr kept up to date ("waiting for <key>, held by
+ * <holder>, fence 17; waited 4.5 s; lease ends in 25.5 s"); with --verbose elsewhere, one plain line when
+ * waiting starts. Silent otherwise. Every number says what it counts.
  */
 export function showWaiting(client: LockClient, key: string, verbose: boolean): () => void {
   const tty = process.stderr.isTTY === true
   if (!tty && !verbose) return () => {}
   const started = performance.now()
   let holder = ''
+  /** When the holder's lease ends unless renewed (performance.now()), as the latest inspect said. */
+  let leaseEnds: number | undefined
   let unreachable: string | undefined
   let stopped = false
   const describe = async () => {
@@ -105,19 +111,24 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
       const info = await client.inspect(key, { signal: AbortSignal.timeout(2000) })
       unreachable = undefined
       holder = info.held ? `, ${describeHolder(info)}` : ''
+      leaseEnds =
+        info.held && info.expiresInMs !== undefined ? performance.now() + info.expiresInMs : undefined
     } catch (error) {
       // Never let an outage look like contention: say the store cannot be reached, and why.
       unreachable = reasonOf(error)
     }
   }
-  const line = () =>
-    unreachable === undefined
-      ? `waiting for ${key}${holder}`
-      : `store unreachable (${unreachable}), retrying ${key}`
+  // The reason may carry its own parentheses ("connection refused at … (is the server running?)"): it
+  // goes after a colon, not inside more of them.
+  const line = (waited: string) => {
+    if (unreachable !== undefined) return `store unreachable: ${unreachable}; retrying ${key}${waited}`
+    const lease = leaseEnds === undefined ? '' : `; lease ends in ${seconds(leaseEnds - performance.now())}`
+    return `waiting for ${key}${holder}${waited}${lease}`
+  }
   if (!tty) {
     const timer = setTimeout(() => {
       void describe().then(() => {
-        if (!stopped) process.stderr.write(`fencelock: ${line()}\n`)
+        if (!stopped) process.stderr.write(`fencelock: ${line('')}\n`)
       })
     }, 200)
     timer.unref()
@@ -129,8 +140,7 @@ export function showWaiting(client: LockClient, key: string, verbose: boolean): 
   let ticks = 0
   const draw = () => {
     if (ticks++ % 4 === 0) void describe()
-    const seconds = ((performance.now() - started) / 1000).toFixed(1)
-    process.stderr.write(`\r\x1b[K${line()}, ${seconds} s`)
+    process.stderr.write(`\r\x1b[K${line(`; waited ${seconds(performance.now() - started)}`)}`)
   }
   const timer = setInterval(draw, 250)
   timer.unref()

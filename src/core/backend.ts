@@ -94,9 +94,16 @@ export interface LockInfo {
   readonly owner?: string | undefined
   /** The holder's description (`AcquireRequest.holder`), when the store keeps one. */
   readonly holder?: string | undefined
-  /** The fence of the current (or, when free, the latest) grant. */
+  /**
+   * The fence of the current grant; when free, of the latest one (etcd and ZooKeeper, whose fences are
+   * store-wide revisions, give the revision of the latest change instead: at least that fence, and below
+   * the next grant's). Absent when the store keeps nothing of the key.
+   */
   readonly fence?: bigint | undefined
-  /** Remaining lease as the store sees it. */
+  /**
+   * Remaining lease as the store sees it, in whole ms (the client rounds down). On a session store
+   * (ZooKeeper), how long the lock would outlive its holder if it stopped now: the session timeout.
+   */
   readonly expiresInMs?: number | undefined
   /** Anything unusual, said plainly (for example an unreadable record treated as held). */
   readonly note?: string | undefined

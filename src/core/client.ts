@@ -89,6 +89,16 @@ export function clientOver(
   return new Client(Promise.resolve(backend), resolved, backend.id)
 }
 
+/**
+ * One shape on every backend: `{ held: false }` for nothing known, and `expiresInMs` in whole ms, never
+ * negative (stores measure it on clocks of their own, some with fractions).
+ */
+function normalized(info: LockInfo | null): LockInfo {
+  if (!info) return { held: false }
+  if (info.expiresInMs === undefined) return info
+  return { ...info, expiresInMs: Math.max(0, Math.floor(info.expiresInMs)) }
+}
+
 class Client implements LockClient {
   readonly #backend: Promise<LockBackend>
   readonly #options: ResolvedClientOptions
@@ -179,7 +189,7 @@ class Client implements LockClient {
     const backend = await this.#open(key)
     const link = linkedAbort(options?.signal, this.#closing.signal)
     try {
-      return (await backend.inspect(key, link.signal)) ?? { held: false }
+      return normalized(await backend.inspect(key, link.signal))
     } catch (error) {
       throw unavailableError(backend, key, error, 'inspect')
     } finally {

@@ -11,7 +11,10 @@ export const channels = {
   acquireOk: diagnosticsChannel.channel('fencelock:acquire:ok'),
   /** `{ key, backend, attempts, waitedMs, error }` when an acquire gives up. */
   acquireFail: diagnosticsChannel.channel('fencelock:acquire:fail'),
-  /** `{ key, backend, owner, fence, outcome: 'renewed' | 'lost' | 'unknown', error? }` after each extend. */
+  /**
+   * `{ key, backend, owner, fence, outcome: 'renewed' | 'lost' | 'unknown', grantedMs?, error? }` after each
+   * extend; `grantedMs` (renewed): the lease the store keeps from the extend's start, at most the ttl asked.
+   */
   extend: diagnosticsChannel.channel('fencelock:extend'),
   /** `{ key, backend, owner, fence, error }` when a held lock is lost. */
   lost: diagnosticsChannel.channel('fencelock:lost'),

@@ -34,14 +34,19 @@ export interface Lock extends AsyncDisposable {
    */
   readonly signal: AbortSignal
   /**
-   * Extends the lease to `ttl` from now (the lock's ttl by default).
+   * Extends the lease to `ttl` from now (the lock's ttl by default). Resolves with the lease granted, in
+   * whole ms from the extend's start: `ttl`, or less where the store keeps less than asked (a ZooKeeper
+   * lock's session timeout caps it; the store never keeps more). `validUntil` and `remainingMs` count that,
+   * never `ttl`: compare before relying on a longer ttl than the store was seen to keep.
+   * @example
+   * if ((await lock.extend('20s')) < 20_000) console.warn('the store kept less: renew sooner, or stop')
    * @throws {LockReleasedError} after `release()`
    * @throws {LockLostError} when the lease is no longer ours
    * @throws {BackendUnavailableError} when the outcome is unknown: the store may keep the old lease or the
    * new one, so `validUntil` becomes the earlier of the two ends (a shorter `ttl` that may have landed
    * shortens it), and the lease stays ours until then; renewals retry with `ttl`
    */
-  extend(ttl?: number | string): Promise<void>
+  extend(ttl?: number | string): Promise<number>
   /**
    * Releases the lock; idempotent. Resolves even when the lease had already been lost.
    * @throws {BackendUnavailableError} when the store could not be reached; the lease then ends by its ttl
@@ -57,6 +62,11 @@ export interface LockContext {
 }
 
 type State = 'held' | 'lost' | 'released'
+
+/** A confirmed extend: the lease the store keeps from its start (at most the ttl asked). */
+interface Renewed {
+  readonly grantedMs: number
+}
 
 export class LockHandle implements Lock {
   readonly key: string
@@ -89,7 +99,8 @@ export class LockHandle implements Lock {
     held: (lock) => lock.#state === 'held',
     validUntil: (lock) => lock.#validUntil,
     ttlMs: (lock) => lock.#ttlMs,
-    renew: (lock) => lock.#extendOnce(lock.#ttlMs),
+    renew: (lock) =>
+      lock.#extendOnce(lock.#ttlMs).then((o) => (typeof o === 'object' && 'grantedMs' in o ? 'renewed' : o)),
     expire: (lock) => lock.#expireLocally(),
   }
 
@@ -182,7 +193,7 @@ export class LockHandle implements Lock {
   }
 
   /** One extend against the store, serialised on the queue. Returns the outcome; never rejects. */
-  #extendOnce(ttlMs: number): Promise<'renewed' | 'lost' | 'released' | { error: unknown }> {
+  #extendOnce(ttlMs: number): Promise<Renewed | 'lost' | 'released' | { error: unknown }> {
     const run = async () => {
       if (this.#state === 'released') return 'released' as const
       if (this.#state === 'lost') return 'lost' as const
@@ -231,8 +242,9 @@ export class LockHandle implements Lock {
         // Assigned, not maxed: a shorter extend shortens the lease on the store too. Extends run one at
         // a time, so this is the store's latest word.
         this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
-        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed' }))
-        return 'renewed' as const
+        const grantedMs = Math.floor(kept)
+        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed', grantedMs }))
+        return { grantedMs }
       } catch (error) {
         // Given up because the lock was declared lost meanwhile: that is the outcome.
         if (this.#state !== 'held') return this.#state
@@ -251,7 +263,7 @@ export class LockHandle implements Lock {
     return result
   }
 
-  async extend(ttl?: number | string): Promise<void> {
+  async extend(ttl?: number | string): Promise<number> {
     const ttlMs = ttl === undefined ? this.#ttlMs : parseTtl(ttl)
     checkLimits(this.#ctx.backend, this.key, ttlMs)
     if (this.#state === 'released') {
@@ -261,7 +273,10 @@ export class LockHandle implements Lock {
       )
     }
     const outcome = await this.#extendOnce(ttlMs)
-    if (outcome === 'renewed') return this.#renewer.arm()
+    if (typeof outcome === 'object' && 'grantedMs' in outcome) {
+      this.#renewer.arm()
+      return outcome.grantedMs
+    }
     if (outcome === 'released') {
       throw new LockReleasedError(
         `Cannot extend lock ${quoteKey(this.key)}: it was released`,

@@ -13,6 +13,15 @@ export const NODE_BITS = 8n
 export const acquireOwner = (owner: string): string => owner.replace(/^([0-9a-f]{32})\.[0-9a-z]+$/, '$1')
 
 /**
+ * A hold on fewer than all nodes. On a bare majority an extend counts only if every holding node renews
+ * it: one more node failing ends the lock at its validity, and the holder should know why.
+ */
+function partialNote(held: number, n: number, q: number): string {
+  const note = `held on ${held} of ${n} nodes`
+  return held > q ? note : `${note}: a bare majority, so each extend needs every one of them to renew`
+}
+
+/**
  * The lock as the nodes' answers show it. `infos[i]` is node i's answer (undefined: it had none);
  * `tokenOf` gives the token of a hold this client has, by the acquire's owner id.
  */
@@ -53,7 +62,7 @@ export function inspectVotes(
       ...(holder === undefined ? {} : { holder }),
       ...(fence === undefined ? {} : { fence }),
       expiresInMs: remaining[q - 1]!,
-      ...(held.length < n ? { note: `held on ${held.length} of ${n} nodes` } : {}),
+      ...(held.length < n ? { note: partialNote(held.length, n, q) } : {}),
     }
   }
   const fence = fenceOf(infos.flatMap((info, i) => (info ? [i] : [])))

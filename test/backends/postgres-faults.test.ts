@@ -45,6 +45,18 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
     }
   })
 
+  it('says what it could not do in plain words when nothing listens on the port', async () => {
+    const url = 'postgres://fencelock@127.0.0.1:1/db'
+    await assert.rejects(client(url).tryAcquire('k'), (error: Error) => {
+      assert.match(
+        error.message,
+        /^Could not check the lock table on postgres:\/\/fencelock@127\.0\.0\.1:1\/db: /,
+      )
+      assert.doesNotMatch(error.message, /\b(of|on) on\b/)
+      return true
+    })
+  })
+
   it('keeps fences across a server restart, and the same client works again after it', async () => {
     const locks = client()
     const first = await locks.acquire('restart')

@@ -62,7 +62,7 @@ describe('fencelock doctor redis://', () => {
 })
 
 describe('fencelock run against an unreachable store', () => {
-  it('says "store unreachable (connection refused), retrying", never "waiting for" a holder, and exits 69', async () => {
+  it('says "store unreachable: connection refused …; retrying", never "waiting for" a holder, and exits 69', async () => {
     const r = await runCli([
       'run',
       'k',
@@ -75,7 +75,9 @@ describe('fencelock run against an unreachable store', () => {
       'true',
     ])
     assert.equal(r.code, 69, r.stderr)
-    assert.match(r.stderr, /store unreachable \(.*connection refused.*\), retrying k/)
+    assert.match(r.stderr, /store unreachable: [^\n]*connection refused[^\n]*; retrying k\n/)
+    // The reason's own parentheses are not wrapped in more.
+    assert.doesNotMatch(r.stderr, /unreachable \(/)
     assert.doesNotMatch(r.stderr, /waiting for k/)
   })
 })

@@ -88,7 +88,7 @@ describe('fencelock run', () => {
     assert.equal(await holder.exited, 0)
   })
 
-  it('keeps one status line on a terminal while waiting (key, holder, fence, elapsed)', async () => {
+  it('keeps one status line on a terminal while waiting (key, holder, fence, time waited, lease left)', async () => {
     const k = key('tty')
     const holder = startHold(url, k)
     const acquired = await holder.next('acquired')
@@ -108,7 +108,8 @@ describe('fencelock run', () => {
     assert.match(
       r,
       new RegExp(
-        `waiting for ${k}, held by ${host} \\(pid ${acquired.pid}\\), fence ${acquired.fence}, \\d+\\.\\d s`,
+        `waiting for ${k}, held by ${host} \\(pid ${acquired.pid}\\), fence ${acquired.fence}; ` +
+          'waited \\d+\\.\\d s; lease ends in \\d+\\.\\d s',
       ),
     )
     holder.send('release')

@@ -11,6 +11,7 @@ import { exclusivityCases } from './cases/exclusivity.js'
 import { fenceCases } from './cases/fences.js'
 import { fifoCases } from './cases/fifo.js'
 import { holderCases } from './cases/holder.js'
+import { inspectCases } from './cases/inspect.js'
 import { keyCases } from './cases/keys.js'
 import { lossCases } from './cases/loss.js'
 import { lostReplyCases } from './cases/lost-replies.js'
@@ -20,7 +21,7 @@ import type { CaseContext, ConformanceCase } from './harness.js'
 
 /**
  * The contract every backend must honour: exclusivity, timeouts, abort, release idempotence, loss, lost
- * replies on extend and release, abandonment, holder descriptions, cross-process use, validity bounds,
+ * replies on extend and release, abandonment, holder descriptions, the shape of inspect, cross-process use, validity bounds,
  * fences, key names, wake-up, and where the backend has them, FIFO order, session loss and durable fences.
  * The durable case restarts the store, so it comes last.
  */
@@ -34,6 +35,7 @@ export const CASES: readonly ConformanceCase[] = [
   ...keyCases,
   ...abandonCases,
   ...holderCases,
+  ...inspectCases,
   ...crossProcessCases,
   ...fifoCases,
   ...sessionCases,

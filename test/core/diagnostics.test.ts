@@ -73,7 +73,7 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.equal(ok?.attempts, 1)
     assert.equal(typeof ok?.waitedMs, 'number')
     assert.deepEqual(seen['fencelock:extend'], [
-      { key, backend: backend.id, owner: lock.owner, fence: lock.fence, outcome: 'renewed' },
+      { key, backend: backend.id, owner: lock.owner, fence: lock.fence, outcome: 'renewed', grantedMs: 5000 },
     ])
     assert.deepEqual(seen['fencelock:release'], [
       { key, backend: backend.id, owner: lock.owner, fence: lock.fence, released: true },

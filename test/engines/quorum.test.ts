@@ -516,7 +516,7 @@ describe('quorum engine: inspect', () => {
       owner: OWNER,
       fence: (9n << NODE_BITS) | 1n,
       expiresInMs: 300,
-      note: 'held on 3 of 5 nodes',
+      note: 'held on 3 of 5 nodes: a bare majority, so each extend needs every one of them to renew',
     })
     assert.equal(inspectVotes(infos, 3, (o) => (o === OWNER ? 77n : undefined))?.fence, 77n)
   })

@@ -137,7 +137,9 @@ class EtcdBackend implements LockBackend {
     try {
       const reply = await raceSignal(this.#client.kv.range(firstOf(p).request_range), signal)
       const holder = reply.kvs[0]
-      if (!holder) return null
+      // Free: the store's revision, above the create revision (fence) of every grant so far and below the
+      // next one's. The released keys are gone: no exact last fence is left to read.
+      if (!holder) return { held: false, fence: BigInt(reply.header.revision) }
       let expiresInMs: number | undefined
       if (holder.lease !== '0') {
         const ttl = await raceSignal(this.#client.leaseClient.leaseTimeToLive({ ID: holder.lease }), signal)

@@ -163,7 +163,7 @@ export class PostgresDialect implements SqlDialect {
         if (raced && (await this.#exists(signal))[what]) continue
         const name =
           what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
-        throw unavailable(error, `create ${name} on`, undefined, this.id)
+        throw unavailable(error, `create ${name}`, undefined, this.id)
       }
     }
   }
@@ -225,7 +225,7 @@ export class PostgresDialect implements SqlDialect {
       return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
     } catch (error) {
       if (signal.aborted && error === signal.reason) throw error
-      throw unavailable(error, 'check the lock table of', undefined, this.id)
+      throw unavailable(error, 'check the lock table', undefined, this.id)
     }
   }
 

@@ -171,7 +171,7 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
     return [
       {
         level: 'error',
-        message: unavailable(error, 'read the fence sequence of', undefined, store.id).message,
+        message: unavailable(error, 'read the fence sequence', undefined, store.id).message,
       },
     ]
   }

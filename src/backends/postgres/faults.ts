@@ -30,7 +30,10 @@ export function retryable(error: unknown): boolean {
   return !PERMANENT.some((p) => p.test(code))
 }
 
-/** A statement's failure as the error the core expects, for `what` ("acquire") on `key`. */
+/**
+ * A statement's failure as the error the core expects: "Could not <what>[ lock <key>] on <backend>: <why>".
+ * `what` is the action alone ("acquire", "check the lock table"): this adds " on <backend>" itself.
+ */
 export function unavailable(
   error: unknown,
   what: string,

@@ -6,9 +6,13 @@ import type { DoctorFinding, LockInfo } from '../../core/backend.js'
 import { causeText } from '../../core/errors.js'
 import { fourLetterWord, parseSrvr } from './four-letter.js'
 
-/** Our data is "<owner> <holder>"; Curator's is its host's IP address (then the child's name says who). */
+/**
+ * Our data is "<owner> <holder>", then a line "session timeout <ms> ms" (layout.ts `entryData`); Curator's is its
+ * host's IP address (then the child's name says who).
+ */
 export function describeHolder(child: string, data: Buffer, fence: bigint): LockInfo {
-  const value = data.toString('utf8')
+  const [value = '', timeoutLine = ''] = data.toString('utf8').split('\n', 2)
+  const timeout = /^session timeout (\d+) ms$/.exec(timeoutLine)?.[1]
   const space = value.indexOf(' ')
   const owner = space < 0 ? value : value.slice(0, space)
   if (!/^[0-9a-f]{32}$/.test(owner)) {
@@ -24,6 +28,8 @@ export function describeHolder(child: string, data: Buffer, fence: bigint): Lock
     owner,
     ...(space < 0 || space === value.length - 1 ? {} : { holder: value.slice(space + 1) }),
     fence,
+    // The session's timeout: how long the lock would outlive its holder if it stopped now.
+    ...(timeout === undefined ? {} : { expiresInMs: Number(timeout) }),
   }
 }
 

@@ -7,8 +7,9 @@
  * - Layout (layout.ts): a lock named `k` is the node `<prefix>/<k escaped>` (`/`, `%` and the characters
  *   ZooKeeper refuses written `%XX`; default prefix `/fencelock`); each acquire adds one child, created
  *   EPHEMERAL_SEQUENTIAL in Curator's protected mode: `_c_<owner id as a UUID>-lock-<10-digit sequence>`,
- *   its data `<owner id> <holder description>` (Curator writes its host's IP address; neither side reads
- *   the other's data). The child first by the sequence after `lock-` holds the lock; the others wait in
+ *   its data `<owner id> <holder description>`, then a line `session timeout <ms> ms` (the timeout its
+ *   session negotiated, for `inspect` from any client: the protocol does not tell another session's)
+ *   (Curator writes its host's IP address; neither side reads the other's data). The child first by the sequence after `lock-` holds the lock; the others wait in
  *   that order (FIFO). Acquire is a create pipelined with a listing of the children (one round trip), then
  *   an `exists` of our child for its czxid, which also sets the watch a holder keeps on its child: 3
  *   requests in 2 round trips, no keep-alive beside them (the create's answer counts as one); release is 1.
@@ -145,7 +146,11 @@ class ZooKeeperBackend implements LockBackend {
   declare readonly release: QueuePrimitives['release']
   declare readonly abandon: QueuePrimitives['abandon']
 
-  /** The first child in line: its data names the owner (ours) and its czxid is the fence. */
+  /**
+   * The first child in line: its data names the owner and its session timeout, its czxid is the fence.
+   * Free: the lock node's pzxid (the zxid of the latest change of its children, the last release's
+   * included), above every fence granted on it and below the next.
+   */
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
     const path = lockPath(key, this.#prefix)
     try {
@@ -153,14 +158,10 @@ class ZooKeeperBackend implements LockBackend {
       // The holder may go between the listing and the read: the next in line is read then.
       for (const child of inLine((await raceSignal(children(client, path), signal)) ?? [])) {
         const found = await raceSignal(read(client, `${path}/${child}`), signal)
-        if (!found) continue
-        const info = describeHolder(child, found.data, zxidOf(found.stat.czxid))
-        // Our own holder's session timeout: how long the lock would outlive it if it stopped now. Another
-        // client's session timeout is not readable over the protocol.
-        const expiresInMs = this.#driver.timeoutOf(`${path}/${child}`)
-        return expiresInMs === undefined ? info : { ...info, expiresInMs }
+        if (found) return describeHolder(child, found.data, zxidOf(found.stat.czxid))
       }
-      return null
+      const node = await raceSignal(stat(client, path), signal)
+      return node ? { held: false, fence: zxidOf(node.pzxid) } : null
     } catch (error) {
       throw this.#unavailable(key, 'inspect', error)
     }

@@ -118,3 +118,10 @@ export function inLine(names: readonly string[]): string[] {
     return x < y ? -1 : x > y ? 1 : 0
   })
 }
+
+/**
+ * The data of our child: the entry's value ("<owner> <holder>": a holder has no control characters, so
+ * no newline) and the timeout its session negotiated, which no other client can read over the protocol.
+ */
+export const entryData = (value: string, sessionTimeoutMs: number): Buffer =>
+  Buffer.from(`${value}\nsession timeout ${sessionTimeoutMs} ms`, 'utf8')

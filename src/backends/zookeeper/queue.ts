@@ -32,7 +32,7 @@ import {
   type ZkClient,
   zxidOf,
 } from './client.js'
-import { inLine, lockPath, protectedName } from './layout.js'
+import { entryData, inLine, lockPath, protectedName } from './layout.js'
 import type { ZkSession } from './sessions.js'
 
 /** Another's entry, as a listing on `client` found it. */
@@ -178,7 +178,8 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     const { client } = lease
     const send = async () => {
       const sentAt = now()
-      const made = create(client, name, Buffer.from(value, 'utf8'), EPHEMERAL_SEQUENTIAL)
+      // Connected (the session's id is known): the timeout is the one the server negotiated.
+      const made = create(client, name, entryData(value, client.getSessionTimeout()), EPHEMERAL_SEQUENTIAL)
       const listed = children(client, queue)
       // The listing fails with the create when the lock node is missing: only the create's error counts.
       listed.catch(() => {})
@@ -350,14 +351,6 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
         await Promise.all(found.map((child) => remove(client, `${queue}/${child}`)))
       }),
     )
-  }
-
-  /** The session timeout of our own session that created `node`, if it is ours (for `inspect`). */
-  timeoutOf(node: string): number | undefined {
-    for (const known of this.#known.values()) {
-      if (known.node === node && !known.session.ended) return known.session.client.getSessionTimeout()
-    }
-    return undefined
   }
 
   goneReason(at?: bigint): string {

@@ -60,4 +60,26 @@ export const lossCases: ConformanceCase[] = [
       await lock.release()
     },
   },
+
+  {
+    name: 'extend resolves with the lease granted: the ttl asked, or less where the store caps it',
+    async run(ctx) {
+      const key = ctx.key('extend-granted')
+      const lease = Math.max(2000, ctx.ttl(2))
+      const lock = await ctx.client({ ttl: lease, renew: false }).acquire(key)
+      const asked = 2.5 * lease
+      const granted = await lock.extend(asked)
+      assert.equal(typeof granted, 'number', 'extend resolves with the lease granted')
+      assert.ok(
+        Number.isInteger(granted) && granted > 0 && granted <= asked,
+        `granted ${granted} of ${asked}`,
+      )
+      // What the holder counts is what was granted, never the ttl asked.
+      assert.ok(lock.remainingMs <= granted, `remainingMs ${lock.remainingMs} > granted ${granted}`)
+      if (ctx.kit.capabilities.longerExtend)
+        assert.ok(granted >= 0.9 * asked, `granted ${granted} of ${asked}`)
+      else assert.ok(granted < asked, `a store that caps the lease granted ${granted} of ${asked}`)
+      await lock.release()
+    },
+  },
 ]
