@@ -2,11 +2,13 @@
 import { readFileSync } from 'node:fs'
 import { setDriverSearchPaths } from '../core/drivers.js'
 import { cliSchemes, UsageError } from './args.js'
+import { BREAK_HELP, breakCommand } from './break.js'
 import { DOCTOR_HELP, doctorCommand } from './doctor.js'
 import { driverSearchPaths } from './driver-paths.js'
 import { EXIT, exitCodeFor } from './exit-codes.js'
 import { HOLD_HELP, holdCommand } from './hold.js'
 import { INSPECT_HELP, inspectCommand } from './inspect.js'
+import { LIST_HELP, listCommand } from './list.js'
 import { perUserFolder, sharedFolder } from './lock-folder.js'
 import { RUN_HELP, runCommand } from './run.js'
 
@@ -24,6 +26,8 @@ Commands:
   run <key> -- <cmd...>   run a command while holding the lock (FENCELOCK_KEY, FENCELOCK_FENCE in its env)
   hold <key>              hold the lock until stdin says release (or abandon)
   inspect <key>           print who holds the lock now (diagnostic)
+  list [<prefix>]         print the locks held now, with holder, fence and lease left
+  break <key>             free a stuck lock, keeping its fence (asks first; --yes in scripts)
   doctor [<url>]          check a backend's settings and semantics (--strict: warnings fail)
 
 Backends (--url URL, or $FENCELOCK_URL):
@@ -45,6 +49,8 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help:
   run: { run: runCommand, help: RUN_HELP },
   hold: { run: holdCommand, help: HOLD_HELP },
   inspect: { run: inspectCommand, help: INSPECT_HELP },
+  list: { run: listCommand, help: LIST_HELP },
+  break: { run: breakCommand, help: BREAK_HELP },
   doctor: { run: doctorCommand, help: DOCTOR_HELP },
 }
 

@@ -134,6 +134,31 @@ export interface BackendLimits {
   readonly nulInKeys?: boolean | undefined
 }
 
+/** One held lock, as `list` finds it: `inspect`'s view of its key, with the key. */
+export interface ListedLock extends LockInfo {
+  readonly key: string
+}
+
+/** What `breakLock` is told. */
+export interface BreakOptions {
+  /**
+   * Break only the grant with this fence: when another grant holds the key by then (the stuck holder's
+   * lease ended and someone else took it), leave it alone. Without it, whoever holds the key.
+   */
+  readonly fence?: bigint | undefined
+  readonly signal?: AbortSignal | undefined
+}
+
+/** What `breakLock` did. */
+export interface BreakResult {
+  /** True when this call ended a lease; false when the key was free, or held by a grant of another fence. */
+  readonly broken: boolean
+  /** The lease it ended, or the one it left alone; absent when the key was free. */
+  readonly lease?:
+    | { readonly owner: string; readonly fence: bigint; readonly holder?: string | undefined }
+    | undefined
+}
+
 /** One finding of `doctor`. */
 export interface DoctorFinding {
   readonly level: 'ok' | 'info' | 'warn' | 'error'
@@ -179,6 +204,20 @@ export interface LockBackend {
    * never blind, whether or not any attempt reported a grant. Required: no backend may forget it.
    */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
+  /**
+   * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
+   * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.
+   * Each is `inspect`'s view of its key (its owner, holder, fence, remaining lease), read without
+   * changing anything.
+   */
+  list?(prefix: string, signal: AbortSignal): AsyncIterable<ListedLock>
+  /**
+   * Frees `key` whoever holds it: an operator's way out of a stuck lock. Atomic on the store (it ends the
+   * lease it read, never one granted since), and it keeps the fence: the next grant's is greater, as after
+   * a release. The holder is not told at once; its next renewal finds the lease gone (`lock.signal`
+   * aborts). Waiters wake as after a release.
+   */
+  breakLock?(key: string, options?: BreakOptions): Promise<BreakResult>
   /** Checks the store's settings and semantics we rely on, for `fencelock doctor`. */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
   /** Closes only what the backend itself opened. */

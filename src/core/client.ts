@@ -1,5 +1,6 @@
 /**
- * The lock client: the public façade over one backend (acquire, tryAcquire, withLock, inspect, close). It
+ * The lock client: the public façade over one backend (acquire, tryAcquire, withLock, inspect, list,
+ * break, close). It
  * validates, tracks held locks and pending acquires for `close`, and hands each acquire to the acquire
  * loop (acquire-loop.ts).
  */
@@ -8,9 +9,9 @@ import { setMaxListeners } from 'node:events'
 import { linkedAbort } from './abort.js'
 import { acquireLoop } from './acquire-loop.js'
 import { unavailableError } from './attempt.js'
-import type { LockBackend, LockInfo } from './backend.js'
+import type { BreakResult, ListedLock, LockBackend, LockInfo } from './backend.js'
 import { sleep } from './clock.js'
-import { ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
+import { CapabilityError, ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
 import type { Lock, LockHandle } from './lock.js'
 import {
   type AcquireOptions,
@@ -21,6 +22,7 @@ import {
   resolveAcquireOptions,
   resolveClientOptions,
   validateKey,
+  validateListPrefix,
 } from './options.js'
 
 /** A lock client over one backend. Create it with `createLockClient` (src/client.ts). */
@@ -38,6 +40,24 @@ export interface LockClient extends AsyncDisposable {
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
   /** Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it. */
   inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo>
+  /**
+   * The locks held now whose keys start with `prefix` ('' or nothing: every one), as `inspect` sees each,
+   * a page of the store at a time, in no set order. Diagnostic only, like `inspect`.
+   * @throws {CapabilityError} on a backend that cannot enumerate its locks
+   */
+  list(prefix?: string, options?: { readonly signal?: AbortSignal | undefined }): AsyncIterable<ListedLock>
+  /**
+   * Frees `key` whoever holds it, for an operator whose holder is stuck (a hung process that still renews,
+   * or one that died on a store that keeps its lease for the ttl). The fence is kept: the next grant's is
+   * greater. The holder finds out at its next renewal (its `lock.signal` aborts); until then it may still
+   * act, so a resource that checks fences is what makes breaking safe. With `fence`, only that grant is
+   * broken (a lock re-taken since is left alone).
+   * @throws {CapabilityError} on a backend that cannot break locks
+   */
+  break(
+    key: string,
+    options?: { readonly fence?: bigint | undefined; readonly signal?: AbortSignal | undefined },
+  ): Promise<BreakResult>
   /**
    * Stops renewers, releases held locks (best effort; their holders see lock.signal abort), rejects pending
    * acquires, and closes the backend, which closes only what it opened itself (never your driver client).
@@ -192,6 +212,58 @@ class Client implements LockClient {
       return normalized(await backend.inspect(key, link.signal))
     } catch (error) {
       throw unavailableError(backend, key, error, 'inspect')
+    } finally {
+      link.dispose()
+    }
+  }
+
+  async *list(
+    prefix = '',
+    options?: { readonly signal?: AbortSignal | undefined },
+  ): AsyncGenerator<ListedLock, void, undefined> {
+    validateListPrefix(prefix)
+    // A prefix is checked as a key would be (its length, its NULs): no key could start with a bad one.
+    const backend = await this.#open(prefix === '' ? 'x' : prefix)
+    if (!backend.list) {
+      throw new CapabilityError(
+        `Cannot list the locks of ${backend.id}: this backend cannot enumerate its store. Use inspect(key) for a known key`,
+        { backend: backend.id },
+      )
+    }
+    const link = linkedAbort(options?.signal, this.#closing.signal)
+    try {
+      for await (const found of backend.list(prefix, link.signal)) yield normalized(found) as ListedLock
+    } catch (error) {
+      throw unavailableError(backend, prefix, error, 'list the locks under')
+    } finally {
+      link.dispose()
+    }
+  }
+
+  async break(
+    key: string,
+    options?: { readonly fence?: bigint | undefined; readonly signal?: AbortSignal | undefined },
+  ): Promise<BreakResult> {
+    validateKey(key)
+    const fence = options?.fence
+    if (fence !== undefined && (typeof fence !== 'bigint' || fence < 1n)) {
+      throw new TypeError(`Expected \`fence\` to be a positive bigint (a lock's fence), got ${String(fence)}`)
+    }
+    const backend = await this.#open(key)
+    if (!backend.breakLock) {
+      throw new CapabilityError(
+        `Cannot break lock ${quoteKey(key)}: ${backend.id} has no way to break locks`,
+        {
+          key,
+          backend: backend.id,
+        },
+      )
+    }
+    const link = linkedAbort(options?.signal, this.#closing.signal)
+    try {
+      return await backend.breakLock(key, { fence, signal: link.signal })
+    } catch (error) {
+      throw unavailableError(backend, key, error, 'break')
     } finally {
       link.dispose()
     }

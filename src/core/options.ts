@@ -289,6 +289,16 @@ export function validateKey(key: unknown): asserts key is string {
   }
 }
 
+/** A `list` prefix: any string a key may start with, '' for every key. */
+export function validateListPrefix(prefix: unknown): asserts prefix is string {
+  if (typeof prefix !== 'string') {
+    throw new TypeError(
+      `Expected the list prefix to be a string ('' for every key), got ${describeValue(prefix)}`,
+    )
+  }
+  if (prefix !== '') validateKey(prefix)
+}
+
 /** Validity from the monotonic instant taken before the request: Redlock's MIN_VALIDITY. */
 export function validUntil(attemptStart: number, ttlMs: number, driftFactor: number): number {
   return attemptStart + ttlMs - (ttlMs * driftFactor + 2)

@@ -21,7 +21,9 @@ export const memoryKit: Kit = {
     return {
       url: () => `memory:${name}`,
       ports: [],
-      breakLease: async (key) => memoryBackend({ name }).breakLock(key),
+      breakLease: async (key) => {
+        await memoryBackend({ name }).breakLock(key)
+      },
       logs: () => ({}),
       recoveryMs: 0,
       close: async () => {},

@@ -1,18 +1,20 @@
 /**
- * What the file backend tells people: `inspect` (one key, read only: it never creates a folder) and
+ * What the file backend tells people: `inspect` (one key, read only: it never creates a folder), `list`
+ * (every key folder's current record, read only) and
  * `doctor` (the lock root: boot id, whether link() works, where the fences' epochs live, fsync, how many
  * keys it keeps). Doctor creates nothing: a missing root is reported with the command that makes it, and
  * its one write, the link() probe, is two files of its own in the root, removed at once.
  */
 import { randomBytes } from 'node:crypto'
 import { linkSync, opendirSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
+import { opendir } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
-import type { DoctorFinding, LockInfo } from '../../core/backend.js'
+import type { DoctorFinding, ListedLock, LockInfo } from '../../core/backend.js'
 import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER, epochRefusal } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
-import { isLive } from './records.js'
+import { isLive, type RecordV1 } from './records.js'
 import { folderOf, type Root } from './root.js'
 
 /** Who holds `key`, as its folder says now. */
@@ -40,12 +42,38 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
   }
   const r = current.record
   if (!isLive(r, root.boot)) return { held: false, fence: BigInt(r.fence) }
+  return heldView(r)
+}
+
+/** `inspect`'s view of a live record. */
+function heldView(r: RecordV1): LockInfo {
   return {
     held: true,
     owner: r.owner ?? '',
     ...(r.holder === undefined ? {} : { holder: r.holder }),
     fence: BigInt(r.fence),
     expiresInMs: r.deadline - monotonicMs(),
+  }
+}
+
+/**
+ * The live leases of keys starting with `prefix`: one read of each key folder's current record (the
+ * record holds its key; the folder's name is a hash). An unreadable record names no key, so it is left
+ * out; `inspect` of its key says how it counts.
+ */
+export async function* listHeld(root: Root, prefix: string): AsyncGenerator<ListedLock> {
+  const listing = await opendir(root.dir).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return undefined // No root yet: no locks.
+    throw error
+  })
+  if (!listing) return
+  // Key folders are the only entries with a `~` in their name (`.epoch`, `.boot`, temp names have none).
+  for await (const entry of listing) {
+    if (!entry.name.includes('~') || !entry.isDirectory()) continue
+    const current = await readCurrent(join(root.dir, entry.name))
+    if (current.record === 'none' || current.record === 'unreadable') continue
+    const r = current.record
+    if (r.key.startsWith(prefix) && isLive(r, root.boot)) yield { key: r.key, ...heldView(r) }
   }
 }
 

@@ -117,6 +117,8 @@ import type {
   AcquireRequest,
   AttemptResult,
   BackendLimits,
+  BreakOptions,
+  BreakResult,
   ExtendResult,
   HeldLease,
   LockBackend,
@@ -124,7 +126,7 @@ import type {
 import { BoundedMap } from '../../core/bounded-map.js'
 import { retryRounds } from '../../core/retry.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
-import { fileDoctor, inspectKey } from './diagnostics.js'
+import { fileDoctor, inspectKey, listHeld } from './diagnostics.js'
 import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
 import { createFolder, isSharedRoot } from './folders.js'
@@ -171,10 +173,9 @@ export interface FileBackendOptions {
   readonly unreadableHoldMs?: number | undefined
 }
 
-/** The file backend, plus `breakLock` to end a lease behind its holder's back (for operators and tests). */
+/** The file backend: it breaks a lease by writing a free record; its holder finds out on its next renewal. */
 export interface FileBackend extends LockBackend {
-  /** Ends the current lease of `key` by writing a free record; its holder finds out on its next renewal. */
-  breakLock(key: string): Promise<void>
+  breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
 }
 
 /**
@@ -244,7 +245,9 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
     waitForChange: ({ key, owner }, signal) =>
       folderChanged(folderOf(root, key), signal, () => root.seenBy.get(owner)),
-    breakLock: (key) => guarded(root, key, 'break the lock', () => breakLock(root, key)),
+    list: (prefix) => listHeld(root, prefix),
+    breakLock: (key, options) =>
+      guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
     doctor: () => fileDoctor(root),
     async close() {},
   }
@@ -488,20 +491,30 @@ function pendingIn(folder: string): Pending | undefined {
 }
 
 /** Writes a free record over whatever `key` holds, in bounded rounds (the core's `retryRounds`). */
-async function breakLock(root: Root, key: string): Promise<void> {
-  await retryRounds(
+async function breakLock(root: Root, key: string, onlyFence: bigint | undefined): Promise<BreakResult> {
+  return retryRounds(
     BREAK_ROUNDS,
-    () => breakOnce(root, key),
+    () => breakOnce(root, key, onlyFence),
     () => new Error(`the lock kept changing under ${BREAK_ROUNDS} attempts to break it`),
   )
 }
 
-/** One round of `breakLock`: done (true), or undefined when another writer's transition got in first. */
-async function breakOnce(root: Root, key: string): Promise<true | undefined> {
+/**
+ * One round of `breakLock`: what it did, or undefined when another writer's transition got in first. An
+ * unreadable record counts as held (as attempts count it) and is broken unless a fence was asked for.
+ */
+async function breakOnce(
+  root: Root,
+  key: string,
+  onlyFence: bigint | undefined,
+): Promise<BreakResult | undefined> {
   const folder = folderOf(root, key)
   const current = await readCurrent(folder)
-  if (current.record === 'none') return true // No record: nothing to break.
+  if (current.record === 'none') return { broken: false }
   const known = current.record === 'unreadable' ? undefined : current.record
+  if (known && !isLive(known, root.boot)) return { broken: false }
+  const lease = known && { owner: known.owner ?? '', fence: BigInt(known.fence), holder: known.holder }
+  if (onlyFence !== undefined && lease?.fence !== onlyFence) return { broken: false, lease }
   const gen = current.gen + 1n
   const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen, folder)
   const fence = known ? BigInt(known.fence) : 0n
@@ -512,13 +525,13 @@ async function breakOnce(root: Root, key: string): Promise<true | undefined> {
     undefined,
     current.stamp,
   ).catch((error: unknown) => {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true // Folder gone: broken.
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'gone' as const
     throw error
   })
-  if (names === true) return true
+  if (names === 'gone') return { broken: false } // The folder went with its last lease: nothing held.
   if (!names) return undefined
   collect(folder, gen, names)
-  return true
+  return { broken: true, lease }
 }
 
 /** The URL parameters of file:// (the README's table is tested against this). */

@@ -8,11 +8,21 @@
  * Fence: the store's per-key counter, incremented by each grant; it is never deleted (a release keeps
  * it), so fences keep increasing after releases for as long as the process lives.
  * Waiting: waiters of a key are woken in-process when it is released (or abandoned, or broken).
+ * Listing walks the map; breaking deletes the entry and keeps the fence counter.
  * Limits: nothing is shared with other processes, and nothing outlives the process (fences included).
  * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).
  * The folder holds this one file.
  */
-import type { AcquireRequest, AttemptResult, HeldLease, LockBackend, LockInfo } from '../../core/backend.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  BreakOptions,
+  BreakResult,
+  HeldLease,
+  ListedLock,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 
@@ -40,15 +50,26 @@ function storeNamed(name: string): Store {
   return store
 }
 
+/** `inspect`'s view of a live entry. */
+function viewOf(entry: Entry): LockInfo {
+  return {
+    held: true,
+    owner: entry.owner,
+    ...(entry.holder === undefined ? {} : { holder: entry.holder }),
+    fence: entry.fence,
+    expiresInMs: entry.expiresAt - now(),
+  }
+}
+
 export interface MemoryBackendOptions {
   /** Clients whose backends share a name share their locks. @default '' (the process-wide store) */
   readonly name?: string | undefined
 }
 
-/** The memory backend, plus `breakLock` to end a lease behind its holder's back (for tests of loss). */
+/** The memory backend: it lists and breaks locks (tests of loss break leases behind their holders' backs). */
 export interface MemoryBackend extends LockBackend {
-  /** Ends the current lease of `key` as if it had expired; its holder finds out on its next renewal. */
-  breakLock(key: string): void
+  list(prefix: string): AsyncIterable<ListedLock>
+  breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
 }
 
 /**
@@ -110,16 +131,17 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
 
     async inspect(key): Promise<LockInfo | null> {
       const entry = live(key)
-      if (entry)
-        return {
-          held: true,
-          owner: entry.owner,
-          ...(entry.holder === undefined ? {} : { holder: entry.holder }),
-          fence: entry.fence,
-          expiresInMs: entry.expiresAt - now(),
-        }
+      if (entry) return viewOf(entry)
       const fence = store.fences.get(key)
       return fence === undefined ? null : { held: false, fence }
+    },
+
+    async *list(prefix) {
+      // A snapshot of the keys: entries may come and go while the caller looks at each.
+      for (const key of [...store.entries.keys()]) {
+        const entry = key.startsWith(prefix) ? live(key) : undefined
+        if (entry) yield { key, ...viewOf(entry) }
+      }
     },
 
     waitForChange({ key }, signal) {
@@ -147,8 +169,14 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       if (store.entries.get(key)?.owner === owner && store.entries.delete(key)) notify(key)
     },
 
-    breakLock(key) {
-      if (store.entries.delete(key)) notify(key)
+    async breakLock(key, options) {
+      const entry = live(key)
+      if (!entry) return { broken: false }
+      const lease = { owner: entry.owner, fence: entry.fence, holder: entry.holder }
+      if (options?.fence !== undefined && options.fence !== entry.fence) return { broken: false, lease }
+      store.entries.delete(key)
+      notify(key)
+      return { broken: true, lease }
     },
 
     async close() {},
