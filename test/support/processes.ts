@@ -66,13 +66,26 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
             )
           }
           if (Date.now() - started > timeoutMs)
-            return reject(new Error(`no "${event}" within ${timeoutMs} ms: ${stderr}`))
+            return reject(
+              new Error(`no "${event}" within ${timeoutMs} ms (${processState(child.pid)}): ${stderr}`),
+            )
           waiters.push(check)
           setTimeout(check, 200).unref()
         }
         check()
       })
     },
+  }
+}
+
+/** What the kernel says of `pid` (run state and wait channel), for a test's failure message. */
+function processState(pid: number | undefined): string {
+  try {
+    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0]
+    const wchan = readFileSync(`/proc/${pid}/wchan`, 'utf8')
+    return `process ${pid} state ${state}, waiting in ${wchan || '-'}`
+  } catch {
+    return `process ${pid} not found`
   }
 }
 
