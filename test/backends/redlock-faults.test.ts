@@ -666,6 +666,36 @@ describe('redlock: bootstrap of a fresh set (3 nodes)', { timeout: 60_000 }, () 
     }
   })
 
+  it('a client that saw the set in use keeps the delayed restart after every node restarted empty', async () => {
+    const DELAY_MS = 8000
+    nodes = await startRedisNodes(3)
+    const client = clients.make(nodes.url(`?restartDelay=${DELAY_MS}ms&nodeTimeout=100ms`), { ttl: '2s' })
+    await (await client.acquire('k', { timeout: '10s' })).release()
+    // Every node forgets everything at once (all down, then all up: one restarted while the others still
+    // remember would get an in-use marker, and the set would wait for an operator). To a newcomer the set
+    // looks fresh, but this client knows better (a lock it granted could still be held): its nodes vote
+    // only once up for restartDelay, fresh or not.
+    for (const s of nodes.servers) await s.stop()
+    for (const s of nodes.servers) await s.restart()
+    const restartedAt = performance.now()
+    await refusal(client, 'k', '2s', 'granted by nodes restarted empty before restartDelay')
+    if (performance.now() < restartedAt + DELAY_MS - 2000) {
+      for (const s of nodes.servers) {
+        assert.equal(await withAdmins([s.port], ([admin]) => admin!.get(freshMarker())), null)
+      }
+    }
+    // (The core gives up on a store unavailable for max(ttl, 5 s): ask again until the nodes vote.)
+    let lock: Awaited<ReturnType<LockClient['acquire']>> | undefined
+    for (let i = 0; !lock; i++) {
+      lock = await client.acquire('k', { timeout: '5s' }).catch((error: unknown) => {
+        if (!(error instanceof BackendUnavailableError) || i >= 8) throw error
+        return undefined
+      })
+    }
+    await lock.release()
+    assert.ok(performance.now() >= restartedAt + DELAY_MS - 3000, 'granted before restartDelay')
+  })
+
   it('says in a short error which nodes a fresh set waits for', async () => {
     const { servers, client } = await fresh()
     const [, B, C] = servers
