@@ -41,10 +41,13 @@
  */
 import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockInfo } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
-import { type NodeFailure, QuorumError } from '../core/errors.js'
+import { LockError, type NodeFailure, QuorumError } from '../core/errors.js'
 import { inspectVotes, NODE_BITS } from './quorum-inspect.js'
 import { Line, type NodeAttempt, type NodeRequest } from './quorum-line.js'
 import { majorityVerdict, round, tally, type Vote, type Votes } from './quorum-round.js'
+
+/** A node that had not answered when the round was settled (its `failures` entry). */
+const NO_REPLY_YET = 'no reply yet'
 
 export type { NodeAttempt, NodeRequest } from './quorum-line.js'
 
@@ -350,19 +353,37 @@ export class Quorum {
   #failures<T>(votes: Votes<T>): NodeFailure[] {
     return votes.flatMap((v, i) =>
       v === undefined
-        ? [{ node: this.nodes[i]!.id, error: new Error('no reply before the verdict') }]
+        ? [{ node: this.nodes[i]!.id, error: new Error(NO_REPLY_YET) }]
         : v.ok
           ? []
           : [{ node: this.nodes[i]!.id, error: v.error }],
     )
   }
 
+  /**
+   * The error of a round no majority could answer. Short enough to read: nodes failing for the same reason
+   * share one entry (each node's error is in `failures`); the closing hint only when some reason is a bare
+   * network or timeout error (a LockError from a node already says what to do or when it will vote, and a
+   * node that had not answered yet when the others settled the round is no sign of trouble).
+   */
   #unreachable<T>(key: string, what: string, votes: Votes<T>): QuorumError {
     const list = this.#failures(votes)
+    const byReason = new Map<string, string[]>()
+    for (const f of list) {
+      const reason = String((f.error as Error)?.message ?? f.error)
+      const nodes = byReason.get(reason) ?? []
+      nodes.push(f.node.replace(/^[a-z]+:\/\//, ''))
+      byReason.set(reason, nodes)
+    }
+    const reasons = [...byReason].map(([reason, nodes]) => `${nodes.join(', ')}: ${reason}`).join('; ')
+    const hint = list.some(
+      (f) => !(f.error instanceof LockError || (f.error as Error)?.message === NO_REPLY_YET),
+    )
+      ? '. Check that they are up and reachable'
+      : ''
     return new QuorumError(
-      `Could not ${what} lock "${key}": ${list.length} of the ${this.n} Redlock nodes failed and a majority (${this.q}) ` +
-        `is needed — ${list.map((f) => `${f.node}: ${(f.error as Error)?.message ?? f.error}`).join('; ')}. ` +
-        'Check that these Redis servers are up and reachable',
+      `Could not ${what} lock "${key}": ${list.length} of ${this.n} Redlock nodes failed, a majority (${this.q}) ` +
+        `is needed. ${reasons}${hint}`,
       list,
       { key, backend: this.#id },
     )

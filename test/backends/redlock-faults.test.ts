@@ -4,7 +4,7 @@ import { Redis } from 'ioredis'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { ACQUIRE } from '../../src/backends/redis/scripts.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
-import { admissionMarker } from '../../src/backends/redlock/layout.js'
+import { admissionMarker, freshMarker } from '../../src/backends/redlock/layout.js'
 import {
   BackendUnavailableError,
   createLockClient,
@@ -218,7 +218,7 @@ describe('redlock: nodes down, slow and paused (5 nodes)', { timeout: 120_000 },
         key,
         '1s',
         'acquired with 3 of 5 nodes down',
-        /3 of the 5 Redlock nodes failed/,
+        /3 of 5 Redlock nodes failed/,
       )
       const named = error.failures.map((f) => f.node).join(' ')
       for (const s of servers.slice(0, 3)) assert.match(named, new RegExp(`:${s.port}\\b`))
@@ -389,9 +389,8 @@ describe('redlock: delayed restart (3 nodes)', { timeout: 60_000 }, () => {
   const set = nodeSet(3, { proxied: true })
 
   before(async () => {
-    // Servers younger than the ttl would not count yet (that is the rule under test): let them age.
-    await ageUntil(set.startedAt + TTL_MS + 1500)
-    // The fresh set is admitted at its first use, which needs every node (the test cuts one off later).
+    // The fresh set is admitted at its first use: its young servers vote at once, having forgotten nothing.
+    // A restarted one must not (the rule under test).
     const fresh = set.clients.make(set.nodes.url('?restartDelay=0'), { ttl: TTL_MS })
     await (await fresh.acquire('bootstrap')).release()
   })
@@ -536,7 +535,8 @@ describe(
         const onC = refused.failures.find((f) => f.node.endsWith(`:${C.port}`))
         assert.ok(onC, `C is not among the failures: ${refused.message}`)
         assert.match(String((onC.error as Error).message), /not caught up|catching up/)
-        assert.equal((await admissionOf(C.port)).marker, null, 'C must not be admitted without A')
+        const ofC = await admissionOf(C.port)
+        assert.notEqual(ofC.marker, ofC.runId, 'C must not be admitted without A')
         // A answers again: C catches up from A and B, and the next grant is above 50.
         A.signal('SIGCONT')
         const lock = await late.acquire(key, { timeout: '10s' })
@@ -565,29 +565,150 @@ describe('redlock: bootstrap of a fresh set (3 nodes)', { timeout: 60_000 }, () 
     const client = clients.make(nodes.url('?restartDelay=0&nodeTimeout=100ms'), { ttl: '2s' })
     return { servers: nodes.servers as [RedisServer, RedisServer, RedisServer], client }
   }
+  /** The node at `port` is admitted as part of a fresh set: its marker and its fresh marker name it. */
+  const admittedFresh = async (port: number) => {
+    const { runId, marker } = await admissionOf(port)
+    const freshOne = await withAdmins([port], ([admin]) => admin!.get(freshMarker()))
+    return runId !== '' && marker === runId && freshOne === runId
+  }
 
-  it('admits a fresh set at its first use, and only once every node answers', async () => {
-    const { servers, client } = await fresh()
-    const [A, B, C] = servers
-    C.signal('SIGSTOP')
-    // A and B alone cannot tell a fresh set from one whose counters only C remembers: no grant. (Long
-    // enough for a catch-up to give up waiting for C, so the error says why.)
-    const why = 'granted on a fresh set with a node that did not answer'
-    await quorumRefusal(
-      client,
-      'fresh',
-      '3500ms',
-      why,
-      /is not admitted.*fresh set.*every one of them answers/,
-    )
-    for (const s of [A, B]) assert.equal((await admissionOf(s.port)).marker, null)
-    C.signal('SIGCONT')
-    const lock = await client.acquire('fresh', { timeout: '10s' })
+  it('grants at once on a fresh set whose servers are younger than restartDelay', async () => {
+    nodes = await startRedisNodes(3)
+    // restartDelay is not set: it is the ttl, 30 s, and the servers are a few seconds old. A fresh set has
+    // no lock to forget, so its nodes vote at once (the timeout is well below the 30 s).
+    const client = clients.make(nodes.url(), { ttl: '30s' })
+    const lock = await client.acquire('fresh', { timeout: '20s' })
     await lock.release()
-    for (const s of servers) {
-      const { runId, marker } = await admissionOf(s.port)
-      assert.equal(marker, runId, `${s.port} was not admitted by the bootstrap`)
+    for (const s of nodes.servers) assert.ok(await admittedFresh(s.port), `${s.port} not admitted as fresh`)
+  })
+
+  it('grants at once with one node down from the start; that node joins once up for restartDelay', async () => {
+    const DELAY_MS = 6000
+    nodes = await startRedisNodes(3)
+    const [A, B, C] = nodes.servers as [RedisServer, RedisServer, RedisServer]
+    await C.stop()
+    const url = nodes.url(`?restartDelay=${DELAY_MS}ms&nodeTimeout=100ms`)
+    const client = clients.make(url, { ttl: '2s' })
+    const key = 'late-node'
+    let highest = -1n
+    const cycle = async () => {
+      const lock = await client.acquire(key, { timeout: '20s' })
+      assert.ok(lock.fence > highest, `fence ${lock.fence} after ${highest}`)
+      highest = lock.fence
+      await lock.release()
     }
+    // A and B hold no trace of any lock, nor does anything else that answers: the majority {A, B} grants.
+    for (let i = 0; i < 5; i++) await cycle()
+    for (const s of [A, B]) assert.ok(await admittedFresh(s.port), `${s.port} not admitted as fresh`)
+    // C comes up empty. The set is in use: C is a node to catch up (it may have been a voter that lost its
+    // memory), with a trace of that at once, and admitted only once it has been up for restartDelay.
+    await C.restart()
+    const startedC = performance.now()
+    await cycle()
+    // (Slack for C's start before `restart` returned, which a loaded machine can make seconds.)
+    const early = await admissionOf(C.port)
+    if (performance.now() < startedC + DELAY_MS - 3000) {
+      assert.notEqual(early.marker, early.runId, 'C admitted before it had been up for restartDelay')
+    }
+    assert.ok(await admittedWithin(C.port, 30_000), 'C was not caught up')
+    assert.ok(performance.now() >= startedC + DELAY_MS - 3000, 'C caught up before restartDelay')
+    assert.equal(await withAdmins([C.port], ([admin]) => admin!.get(freshMarker())), null)
+    assert.equal(await withAdmins([C.port], ([admin]) => admin!.get(redisLockKeys(key).fence)), '6')
+    // C now votes with the fences it copied: {B, C} mints above every earlier grant.
+    await A.stop()
+    try {
+      await cycle()
+    } finally {
+      await A.restart()
+    }
+  })
+
+  it('never takes a set in use for a fresh one: A remembers, B restarted empty, C was never seen', async () => {
+    nodes = await startRedisNodes(3)
+    const [A, B, C] = nodes.servers as [RedisServer, RedisServer, RedisServer]
+    await C.stop()
+    // The holder's clients never reconnect to B or C (so no trace is written on them by its catch-ups).
+    const options = { autoResendUnfulfilledCommands: false, enableOfflineQueue: false } as const
+    const own = [A, B, C].map((s, i) => {
+      const c = new Redis(s.port, '127.0.0.1', i === 0 ? options : { ...options, retryStrategy: () => null })
+      c.on('error', () => {})
+      return c
+    })
+    const holder = createLockClient(redlockBackend({ clients: own, nodeTimeoutMs: 100 }), {
+      ttl: '20s',
+      renew: false,
+    })
+    try {
+      const lock = await holder.acquire('k', { timeout: '10s' })
+      // B restarts empty (it forgot the lock and its fence), and C comes up for the first time.
+      await B.restart()
+      await C.restart()
+      const newcomer = clients.make(nodes.url('?nodeTimeout=100ms'), { ttl: '20s' })
+      const refused = await refusal(
+        newcomer,
+        'k',
+        '3s',
+        'granted while the first holder still holds the lock',
+      )
+      assert.ok(
+        refused instanceof QuorumError || refused instanceof LockNotAcquiredError,
+        `expected the acquire to fail, got ${refused}`,
+      )
+      assert.ok(lock.validUntil > performance.now(), 'the first lock should still be valid')
+      for (const s of [B, C]) {
+        const { runId, marker } = await admissionOf(s.port)
+        assert.notEqual(marker, runId, `${s.port} was admitted`)
+        assert.equal(await withAdmins([s.port], ([admin]) => admin!.get(freshMarker())), null)
+      }
+    } finally {
+      await holder.close()
+      for (const c of own) c.disconnect()
+    }
+  })
+
+  it('a client that saw the set in use keeps the delayed restart after every node restarted empty', async () => {
+    const DELAY_MS = 8000
+    nodes = await startRedisNodes(3)
+    const client = clients.make(nodes.url(`?restartDelay=${DELAY_MS}ms&nodeTimeout=100ms`), { ttl: '2s' })
+    await (await client.acquire('k', { timeout: '10s' })).release()
+    // Every node forgets everything at once (all down, then all up: one restarted while the others still
+    // remember would get an in-use marker, and the set would wait for an operator). To a newcomer the set
+    // looks fresh, but this client knows better (a lock it granted could still be held): its nodes vote
+    // only once up for restartDelay, fresh or not.
+    for (const s of nodes.servers) await s.stop()
+    for (const s of nodes.servers) await s.restart()
+    const restartedAt = performance.now()
+    const refused = await refusal(client, 'k', '2s', 'granted by nodes restarted empty before restartDelay')
+    // Short, and it says when the nodes will vote.
+    const text = String((refused as Error).message)
+    assert.ok(text.length <= 300, `${text.length} characters: ${text}`)
+    if (refused instanceof QuorumError) assert.match(text, /votes in ~\d+ s \(restartDelay 8 s\)|no reply/)
+    if (performance.now() < restartedAt + DELAY_MS - 2000) {
+      for (const s of nodes.servers) {
+        assert.equal(await withAdmins([s.port], ([admin]) => admin!.get(freshMarker())), null)
+      }
+    }
+    // (The core gives up on a store unavailable for max(ttl, 5 s): ask again until the nodes vote.)
+    let lock: Awaited<ReturnType<LockClient['acquire']>> | undefined
+    for (let i = 0; !lock; i++) {
+      lock = await client.acquire('k', { timeout: '5s' }).catch((error: unknown) => {
+        if (!(error instanceof BackendUnavailableError) || i >= 8) throw error
+        return undefined
+      })
+    }
+    await lock.release()
+    assert.ok(performance.now() >= restartedAt + DELAY_MS - 3000, 'granted before restartDelay')
+  })
+
+  it('says in a short error which nodes a fresh set waits for', async () => {
+    const { servers, client } = await fresh()
+    const [, B, C] = servers
+    await B.stop()
+    await C.stop()
+    const error = await quorumRefusal(client, 'fresh', '3s', 'granted by 1 of 3 nodes')
+    assert.ok(error.message.length <= 260, `${error.message.length} characters: ${error.message}`)
+    for (const s of [B, C]) assert.match(error.message, new RegExp(`127\\.0\\.0\\.1:${s.port}\\b`))
+    assert.match(error.message, /unreachable|no reply/)
   })
 
   it('does not take a set with fence counters but no admitted node for a fresh one', async () => {

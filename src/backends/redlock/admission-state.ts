@@ -28,20 +28,23 @@ export class AdmissionError extends Error {
 
 /** Why a node waits before its catch-up, for messages. */
 export function tooEarly(delayMs: number, leftMs: number): string {
-  return (
-    `it starts copying the fence counters of the other nodes once its server has been up for restartDelay ` +
-    `(${Math.ceil(delayMs / 1000)} s, so in about ${Math.ceil(leftMs / 1000)} s): a grant it voted in before ` +
-    'it restarted may still be under way, and the catch-up must see it'
-  )
+  return `restarted: caught up and voting in ~${Math.ceil(leftMs / 1000)} s (restartDelay ${Math.ceil(delayMs / 1000)} s)`
 }
 
-/** What the STATE script returns: the server process's run_id and the node's admission marker. */
+/**
+ * What the STATE script returns: the server process's run_id, the node's admission marker, and the run_id
+ * a bootstrap admitted as part of a fresh set (if any).
+ */
 export interface NodeState {
   readonly runId: string
   readonly marker: string | null
+  readonly fresh: string | null
 }
 
 export const isAdmitted = (s: NodeState | undefined): boolean => s !== undefined && s.marker === s.runId
+
+/** Admitted by the bootstrap of a fresh set: it votes without the delayed restart (admission.ts). */
+export const isFresh = (s: NodeState | undefined): boolean => isAdmitted(s) && s!.fresh === s!.runId
 
 /** What a catch-up needs of a node (node.ts's RedlockNode). Each call is bounded by STEP_MS per round trip. */
 export interface CatchUpNode {
@@ -51,6 +54,8 @@ export interface CatchUpNode {
   readonly runId: string | undefined
   /** How long that server has been up, at least. */
   readonly upMs: number
+  /** This client has seen the set in use on this node (a marker, or its server restarted). */
+  readonly sawUse: boolean
   /** The run_id and the admission marker, in one atomic step (the STATE script). */
   readState(signal: AbortSignal): Promise<NodeState>
   /** Every fence counter under the prefix. */
@@ -59,10 +64,15 @@ export interface CatchUpNode {
   firstFence(closed: AbortSignal): Promise<string | undefined>
   /** Raises the node's counters to `values` (never lowers one). */
   raiseFences(values: ReadonlyMap<string, bigint>, closed: AbortSignal): Promise<void>
-  /** Writes `runId` as the marker if, and only if, the server still runs as `runId` (the ADMIT script). */
-  admit(runId: string, signal: AbortSignal): Promise<boolean>
-  /** Tells the node that a catch-up admitted `runId`. */
-  admitted(runId: string): void
+  /**
+   * Writes `runId` as the marker if, and only if, the server still runs as `runId` (the ADMIT script); as
+   * the fresh marker too when `fresh` (a bootstrap).
+   */
+  admit(runId: string, fresh: boolean, signal: AbortSignal): Promise<boolean>
+  /** Writes IN_USE as the marker if there is none: a trace that the set is in use (never admits). */
+  markInUse(signal: AbortSignal): Promise<void>
+  /** Tells the node that a catch-up (or, `fresh`, a bootstrap) admitted `runId`. */
+  admitted(runId: string, fresh: boolean): void
 }
 
 /** What steps 0 and 1 of a catch-up found, which the rest works from. */
@@ -80,11 +90,15 @@ export interface Found {
   readonly closed: AbortSignal
 }
 
+/** host:port list, for messages. */
+export const addresses = (nodes: ReadonlyArray<{ readonly address: string }>) =>
+  nodes.map((o) => o.address).join(', ')
+
 /** One step of a catch-up on one node: bounded by STEP_MS, stopped when the backend closes. */
 export const step = <T>(closed: AbortSignal, fn: (s: AbortSignal) => Promise<T>): Promise<T> =>
   within(STEP_MS, closed, fn)
 
-/** Lists the others' states for a message: "127.0.0.1:6380 admitted, 127.0.0.1:6381 not admitted, …". */
+/** Lists the others' states for a message: "127.0.0.1:6380 admitted, 127.0.0.1:6381 unreachable, …". */
 export function summary(
   others: ReadonlyArray<{ readonly address: string }>,
   states: ReadonlyArray<NodeState | Error | undefined>,
@@ -93,15 +107,13 @@ export function summary(
     .map((o, i) => {
       const s = states[i]
       const what =
-        s === undefined
-          ? 'no answer'
-          : s instanceof Error
-            ? `unreachable (${s.message})`
-            : isAdmitted(s)
-              ? 'admitted'
-              : s.marker === null
-                ? 'not admitted (no marker: restarted empty, or new)'
-                : 'not admitted (restarted: its marker names an earlier server process)'
+        s === undefined || s instanceof Error
+          ? 'unreachable'
+          : isAdmitted(s)
+            ? 'admitted'
+            : s.marker === null
+              ? 'empty'
+              : 'not admitted'
       return `${o.address} ${what}`
     })
     .join(', ')

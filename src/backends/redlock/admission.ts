@@ -20,11 +20,26 @@
  *   changed (it restarted during the read); (4) raise X's counters to the per-key maximum (RAISE_FENCE,
  *   pipelined); (5) ADMIT: write R as X's marker, in a script that does so only if X still runs as R.
  *   Each of steps 1-3 starts once the previous one is over on every node.
- * - Bootstrap: a fresh set has no marker anywhere. When every node answers, none has a marker, none holds a
- *   fence counter under the prefix, and a second look still finds no marker (so no node was admitted, and
- *   nothing granted, while the counters were looked for), all are admitted at once. Anything else is not
- *   a fresh set: the node waits (unavailable: liveness lost, never safety).
- *
+ * - Bootstrap: a fresh set has no trace anywhere: no marker, no fence counter. When a majority of the nodes
+ *   answers, none of them has a marker or a fence counter under the prefix, and a second look still finds no
+ *   marker (so no node was admitted, and nothing granted, while the counters were looked for), the nodes
+ *   that answered are admitted at once, each with its run_id in `<prefix>!fresh` too: they vote at once,
+ *   without the delayed restart (node.ts). A node that did not answer (down from the start) joins later like
+ *   a restarted one: caught up from the others once it has been up for restartDelay. Anything else is not a
+ *   fresh set: the node waits (unavailable: liveness lost, never safety).
+ * - Why a traceless majority may be taken for fresh: a grant writes a fence counter on q nodes, and every
+ *   admission writes a marker; neither is ever removed (no FLUSHALL, no eviction, below). So after any use
+ *   of the set, every majority holds a trace, unless its nodes lost their memory (restarted empty) or never
+ *   had any (they were not reachable by anyone since the set's first use). Two things keep the second
+ *   case narrow: a node that is not admitted gets a trace (`IN_USE` as its marker) from the first catch-up
+ *   that finds the set in use, before it waits for anything; and a client that has itself seen the set in use
+ *   (a marker, or a node restart) never takes it for fresh, and bootstraps, if it must, only with every
+ *   node answering and without skipping the delayed restart. What is left is assumed away below: that the
+ *   nodes a new client reaches, a majority, have all lost or never held their traces while the others are
+ *   unreachable to it.
+ *   The case that must not pass for fresh: A, B, C in use; a lock granted on A and B; B restarts empty; a
+ *   new client sees A (a marker), B (empty) and C (empty). A's marker shows the set in use: B and C wait to
+ *   be caught up from admitted nodes, B only once it has been up for restartDelay (and the lock is over).
  * Why fences keep increasing. q = floor(n/2) + 1; NA = the number of nodes not admitted; for a past grant
  * value m of a key K, H(m) = the admitted nodes whose counter for K is at least m. Invariant J:
  *     |H(m)| >= q - NA    for every past grant value m of every key.
@@ -37,17 +52,20 @@
  *   and s + |H(m)| >= (n - q + 1) + (q - NA) > n - NA, so a source held m; it was the same process until
  *   step 3, so it showed at least m in step 2, and X was raised to at least m: both sides move by one.
  *   A grant that ends after that moment ends while X is not admitted (X is in NA), a margin of one that X's
- *   admission without it uses up. Bootstrap happens only when no current server process holds a counter.
+ *   admission without it uses up. Bootstrap happens only when no node that answers holds a trace, and
+ *   then (assumed below) no node holds a counter: J holds with nothing granted yet, whoever is admitted.
  * - A grant by q admitted voters: voters and H(m) lie within the n - NA admitted nodes and q + q - NA >
  *   n - NA, so a voter holds m and M > m. (Voters answer at different moments; a voter below m can only be
  *   a node that was not in H(m) when m was granted, since a node that loses m by a restart catches up, after
  *   the restart, before it votes again; and fewer than q nodes were not in H(m).)
  * Assumed: counters are lost only by restarts (no FLUSHALL, no eviction: `maxmemory-policy noeviction`;
- * an operator must not write the marker by hand unless the node kept every write); and not every node has
- * lost them: when all n have restarted empty before any caught up, the set looks fresh, and its fences
- * start over, like those of a single Redis without persistence; and restartDelay is at least the largest
- * ttl any client uses (the delayed restart assumes it too; by default it is the largest ttl this client has
- * used, or the default ttl before any).
+ * an operator must not write the marker by hand unless the node kept every write); and a new client never
+ * meets a majority of nodes that all lost their memory (or never had any) while the others are unreachable
+ * to it: such a set looks fresh, and its fences start over, like those of a single Redis without
+ * persistence, and its locks are granted at once (the delayed restart is for a node that restarted in a set
+ * that remembers being used); and restartDelay is at least the largest ttl any client uses (the delayed
+ * restart assumes it too; by default it is the largest ttl this client has used, or the default ttl before
+ * any).
  * Availability: grants need q admitted nodes that answer, a catch-up s admitted other nodes that answer.
  * If more than n - q nodes restart (empty, or from their files) before the first of them has caught up,
  * no node can know the counters the lost ones held, and the set stays unavailable until an operator acts.
@@ -61,6 +79,7 @@ import {
   type CatchUpNode,
   type Found,
   isAdmitted,
+  isFresh,
   STEP_MS,
   stateOf,
   step,
@@ -103,19 +122,27 @@ async function catchUpOnce(
   const own = await step(closed, (s) => x.readState(s))
   if (isAdmitted(own)) {
     // Another client caught it up meanwhile.
-    x.admitted(own.runId)
+    x.admitted(own.runId, isFresh(own))
     return
   }
   if (own.runId !== x.runId) {
     // Restarted since its connection was checked: the check that comes with the new connection starts
     // the catch-up of the new process.
-    throw new AdmissionError('catching-up', 'it restarted again during its catch-up', false, 0)
+    throw new AdmissionError('catching-up', 'restarted again during its catch-up', false, 0)
   }
   const found: Found = { x, others, n, q, own, first: await readOthers(others, need, closed), closed }
   const sources = others.filter((_, i) => isAdmitted(stateOf(found.first[i])))
+  const inUse = [own, ...found.first].some((st) => stateOf(st)?.marker != null)
+  // The set is in use and X has no trace of it: leave one now, before any wait, so that X never passes for a
+  // fresh node later (e.g. when the nodes that hold traces are unreachable). Best effort: the catch-up
+  // writes the marker anyway.
+  if (inUse && own.marker === null) await step(closed, (s) => x.markInUse(s)).catch(() => {})
   if (sources.length >= need) return copyFrom(found, sources, delayMs)
-  notFresh(found, sources.length)
-  return bootstrap(found)
+  if (inUse) throw cannotCopy(found, sources.length)
+  return bootstrap(
+    found,
+    all.some((o) => o.sawUse),
+  )
 }
 
 /**
@@ -182,8 +209,8 @@ async function copyFrom(
   if (used.length < need) {
     throw new AdmissionError(
       'catching-up',
-      `it could read the fence counters of only ${used.length} of the ${need} admitted other nodes it needs ` +
-        `(${summary(sources, again)}); it tries again`,
+      `not caught up: read the fence counters of ${used.length} of the ${need} admitted nodes it needs ` +
+        `(${summary(sources, again)}); tries again`,
     )
   }
   // (4) X's counters up to the maximum. Raising never lowers a counter, so a concurrent grant, or
@@ -191,35 +218,19 @@ async function copyFrom(
   await x.raiseFences(highest, closed)
   // (5) Admitted only if X is still the process of step 0: had it restarted since, the counters just
   // written went (partly) to a process that must catch up on its own, and the script refuses.
-  if (!(await step(closed, (s) => x.admit(own.runId, s)))) {
-    throw new AdmissionError('catching-up', 'it restarted during its catch-up; it catches up again')
+  if (!(await step(closed, (s) => x.admit(own.runId, false, s)))) {
+    throw new AdmissionError('catching-up', 'restarted during its catch-up; catches up again')
   }
-  x.admitted(own.runId)
+  x.admitted(own.runId, false)
 }
 
-/** Throws unless this looks like a fresh set (no marker, no admitted node) whose every node answered. */
-function notFresh({ others, n, q, own, first }: Found, admittedOthers: number): void {
+/** Why a node of a set in use cannot catch up now: too few admitted others answer. */
+function cannotCopy({ n, q }: Found, admittedOthers: number): AdmissionError {
   const need = n - q + 1
-  const marked = [own, ...first].some((s) => stateOf(s)?.marker != null)
-  if (admittedOthers > 0 || marked) {
-    // Not a fresh set: some node was admitted in some server process. Waiting for enough of them is all
-    // that is safe.
-    throw new AdmissionError(
-      'catching-up',
-      `it needs ${need} admitted other node${need === 1 ? '' : 's'} to copy its fence counters from, and ` +
-        `${admittedOthers === 0 ? 'none is' : `only ${admittedOthers} ${admittedOthers === 1 ? 'is' : 'are'}`}: ` +
-        `${summary(others, first)}. It catches up by itself once enough of them are admitted and answer. ` +
-        `If more than ${n - q} node${n - q === 1 ? '' : 's'} restarted before the first caught up, that ` +
-        'never happens on its own: no node knows the counters the others forgot (see "Fences across ' +
-        `restarts" under Redlock in fencelock's README for what an operator can do)`,
-    )
-  }
-  const unreachable = others.filter((_, i) => !(first[i] && !(first[i] instanceof Error)))
-  if (unreachable.length > 0) {
-    throw new AdmissionError(
-      'bootstrap',
-      `no node of this Redlock set is admitted yet (a fresh set): all ${n} are admitted together once every ` +
-        `one of them answers and none holds a fence counter; ${summary(others, first)}`,
-    )
-  }
+  return new AdmissionError(
+    'catching-up',
+    `not caught up: needs ${need} admitted other node${need === 1 ? '' : 's'} to copy fence counters from, ` +
+      `has ${admittedOthers} ` +
+      '(see "Fences across restarts" in the README)',
+  )
 }

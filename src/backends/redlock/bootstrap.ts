@@ -1,31 +1,61 @@
 /**
- * The bootstrap of a fresh Redlock set (see admission.ts): no node has a marker, every node answered. All
- * are admitted together, and only if no node holds a fence counter and nobody was admitted meanwhile.
+ * The bootstrap of a fresh Redlock set (see admission.ts for when a set counts as fresh, and why that is
+ * safe): no node that answered has a marker. The nodes that answered are admitted together, and only if
+ * they are a majority, none holds a fence counter, and nobody was admitted meanwhile. They are marked
+ * fresh too, and vote at once: no lock was granted on the set before them. A client that has seen the set
+ * in use bootstraps only with every node answering, and without marking them fresh (every node of a set in
+ * use has lost its memory: their locks are kept out for restartDelay, as after any restart).
  */
-import { AdmissionError, asError, type Found, type NodeState, step, summary } from './admission-state.js'
+import {
+  AdmissionError,
+  addresses,
+  asError,
+  type CatchUpNode,
+  type Found,
+  type NodeState,
+  step,
+  summary,
+} from './admission-state.js'
 
-export async function bootstrap({ x, others, own, first, closed }: Found): Promise<void> {
-  // (B1) was steps 0 and 1: nobody has a marker. (B2) Nobody holds a fence counter either.
-  const runIds = [own, ...first].map((s) => (s as NodeState).runId)
-  const everyone = [x, ...others]
+export async function bootstrap(
+  { x, others, n, q, own, first, closed }: Found,
+  sawUse: boolean,
+): Promise<void> {
+  // (B1) was steps 0 and 1: no node that answered has a marker. They must be a majority (all, after use).
+  const everyone: CatchUpNode[] = [x]
+  const runIds: string[] = [own.runId]
+  others.forEach((o, i) => {
+    const state = first[i]
+    if (state === undefined || state instanceof Error) return
+    everyone.push(o)
+    runIds.push((state as NodeState).runId)
+  })
+  const needed = sawUse ? n : q
+  if (everyone.length < needed) {
+    const silent = others.filter((o) => !everyone.includes(o))
+    throw new AdmissionError(
+      'bootstrap',
+      sawUse
+        ? `every node lost its state: waits for all ${n} to answer (${addresses(silent)} do not)`
+        : `fresh set: votes once ${q} of ${n} answer`,
+    )
+  }
+  // (B2) Nobody holds a fence counter either.
   const found = await Promise.all(everyone.map((o) => o.firstFence(closed).catch(asError)))
   const failed = found.findIndex((f) => f instanceof Error)
   if (failed >= 0) {
     throw new AdmissionError(
       'bootstrap',
-      `no node of this Redlock set is admitted yet (a fresh set), and ${everyone[failed]!.address} could not be ` +
-        `searched for fence counters (${(found[failed] as Error).message}); it tries again`,
+      `fresh set: could not search ${everyone[failed]!.address} for fence counters ` +
+        `(${(found[failed] as Error).message}); tries again`,
     )
   }
   const holder = found.findIndex((f) => typeof f === 'string')
   if (holder >= 0) {
     throw new AdmissionError(
       'bootstrap',
-      `no node of this Redlock set is admitted, yet ${everyone[holder]!.address} holds fence counters ` +
-        `(${found[holder]}): this is not a fresh set, and no node can tell which counters are current, so ` +
-        'none is admitted automatically. If this set was used by a fencelock without admission markers, or ' +
-        'every node restarted from files holding every write, an operator can admit the nodes by hand ' +
-        '(see "Fences across restarts" under Redlock in fencelock\'s README)',
+      `no node admitted, yet ${everyone[holder]!.address} holds fence counters (${found[holder]}): this is ` +
+        'not a fresh set; see "Fences across restarts" in the README',
     )
   }
   // (B3) Still no marker anywhere, same processes: nobody was admitted while (B2) looked, so nothing was
@@ -39,12 +69,13 @@ export async function bootstrap({ x, others, own, first, closed }: Found): Promi
       true,
     )
   }
+  const fresh = !sawUse
   const admitted = await Promise.all(
-    everyone.map((o, i) => step(closed, (s) => o.admit(runIds[i]!, s)).catch(() => false)),
+    everyone.map((o, i) => step(closed, (s) => o.admit(runIds[i]!, fresh, s)).catch(() => false)),
   )
   everyone.forEach((o, i) => {
-    if (admitted[i]) o.admitted(runIds[i]!)
+    if (admitted[i]) o.admitted(runIds[i]!, fresh)
   })
   if (!admitted[0])
-    throw new AdmissionError('catching-up', 'it restarted while the fresh set was admitted', true)
+    throw new AdmissionError('catching-up', 'restarted while the fresh set was admitted', true)
 }

@@ -65,10 +65,15 @@ function sizeFinding(n: number, q: number): DoctorFinding {
 
 /** A node's admission state, as `fencelock doctor` reports it. */
 function admissionFinding(node: RedlockNode): DoctorFinding {
-  const { state, reason } = node.admission
+  const { state, reason, fresh } = node.admission
   switch (state) {
     case 'admitted':
-      return { level: 'ok', message: 'admitted: its fence counters are caught up since its server started' }
+      return {
+        level: 'ok',
+        message: fresh
+          ? 'admitted with a fresh set (no trace of any lock then): votes without waiting for restartDelay'
+          : 'admitted: its fence counters are caught up since its server started',
+      }
     case 'bootstrap':
       return { level: 'warn', message: `waiting for bootstrap, does not vote yet: ${reason}` }
     case 'catching-up':

@@ -8,7 +8,9 @@
  *   one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = that node's
  *   counter. The waiting line (layout.ts, scripts.ts): `<prefix>{<key>}:line` (waiter -> ticket) and
  *   `:alive` (waiter -> liveness deadline), expiring with their last waiter. Plus one admission marker per
- *   node, `<prefix>!admitted` = the run_id of the server process that was admitted (admission.ts).
+ *   node, `<prefix>!admitted` = the run_id of the server process that was admitted (or `in-use`: not
+ *   admitted yet, in a set in use), and `<prefix>!fresh` = that run_id if a fresh set's bootstrap admitted
+ *   it (admission.ts).
  * - Expiry: each node's own clock expires its hold (PX); the lock is free once all but q-1 of the majority's
  *   holds have expired. Validity is counted by the core from before the first request, less the drift.
  * - Fence: the largest counter M of the granting majority, written back to the majority's nodes that were
@@ -17,7 +19,7 @@
  *   votes only once admitted, that is, once its counters have been caught up from the other nodes after it
  *   (re)started (admission.ts for how and why: invariant J; node.ts for where it is checked: once per
  *   connection, off the acquire path). Delayed restart: a node votes only once its server has been up for
- *   restartDelay (node.ts).
+ *   restartDelay, unless a fresh set's bootstrap admitted it (node.ts).
  * - Waiting: in line (src/engines/quorum-line.ts): a node grants a free lock only to the first live waiter
  *   of its line, ordered by a ticket all nodes agree on; a release wakes that waiter alone, on its client's
  *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (quorum-wait.ts).
@@ -30,7 +32,7 @@
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counters from the others, and why fences stay increasing.
- * - bootstrap.ts: the admission of a fresh set, all nodes at once.
+ * - bootstrap.ts: the admission of a fresh set: the majority (or more) that answers, at once.
  * - admission-state.ts: admission's states, errors and shared helpers.
  * - fences.ts: a node's fence counters in bulk (SCAN/MGET, pipelined raises).
  * - scripts.ts: the lock scripts with the waiting line (LINE_*), and the STATE and ADMIT scripts.

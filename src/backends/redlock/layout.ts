@@ -5,8 +5,20 @@
  */
 import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
 
-/** The node's admission marker under `prefix`: the run_id of the server process that was admitted. */
+/**
+ * The node's admission marker under `prefix`: the run_id of the server process that was admitted, or
+ * IN_USE (a trace: the set was in use when a client first reached this process; admitted it is not).
+ */
 export const admissionMarker = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!admitted`
+
+/** A marker that names no process: written on a node that is not admitted yet, once the set is in use. */
+export const IN_USE = 'in-use'
+
+/**
+ * The run_id of the node's server process if a bootstrap admitted it as part of a fresh set: that process
+ * votes without the delayed restart (no lock was granted on the set before it; see admission.ts).
+ */
+export const freshMarker = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!fresh`
 
 /**
  * The waiting line of the lock named `key` on a node: `line` (waiter id -> ticket) and `alive` (waiter id

@@ -5,7 +5,10 @@
  * - Delayed restart (for the locks): a master restarted without persistence has forgotten the locks it
  *   held; counting it toward a quorum at once lets a second client take a lock the first still holds on
  *   the other majority (the Redlock spec's crash-recovery section). So a node votes only once it has been
- *   up for `restartDelay` (the spec's *delayed restart*, enforced here on the client side).
+ *   up for `restartDelay` (the spec's *delayed restart*, enforced here on the client side), unless the
+ *   bootstrap of a fresh set admitted its server process (`<prefix>!fresh` names it): the set held no
+ *   trace of any lock then, so there is nothing this process could have forgotten (admission.ts says when
+ *   a set counts as fresh, and why that is safe).
  * - Admission (for the fences): a node votes only while its server process is admitted, that is, its fence
  *   counters were caught up from the other nodes after it (re)started (admission.ts). The state lives on
  *   the node (`<prefix>!admitted` = the admitted run_id), so a client that connects after a restart sees
@@ -27,7 +30,7 @@ import { EXTEND, INSPECT, RAISE_FENCE, type Script } from '../redis/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
 import { type FenceKeys, fenceKeys, firstFence, raiseAll, readFences } from './fences.js'
-import { admissionMarker } from './layout.js'
+import { admissionMarker, freshMarker, IN_USE } from './layout.js'
 import type { LineMode } from './line.js'
 import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, STATE } from './scripts.js'
 
@@ -64,6 +67,10 @@ export class RedlockNode {
   #restarted = false
   /** The verified server process is admitted: its fence counters are caught up, it may vote. */
   #admitted = false
+  /** The verified server process was admitted by the bootstrap of a fresh set: no delayed restart. */
+  #fresh = false
+  /** This client has seen the set in use on this node: a marker, or a restart (see admission.ts). */
+  #sawUse = false
   #catchingUp: Promise<void> | undefined
   /** Why the latest catch-up did not admit the node. */
   #refusal: AdmissionError | undefined
@@ -73,11 +80,18 @@ export class RedlockNode {
   #due: AbortController | undefined
   readonly #closed = new AbortController()
   readonly #marker: string
+  readonly #freshMarker: string
   readonly #fences: FenceKeys
+  /** The connection error since the last ready connection (a node that is down fails a round at once). */
+  #lastError: (Error & { code?: unknown }) | undefined
   readonly #onClose = () => {
     this.#epoch++
   }
+  readonly #onError = (error: Error) => {
+    this.#lastError = error
+  }
   readonly #onReady = () => {
+    this.#lastError = undefined
     // A connection that comes back may lead to a restarted server: check it now, and catch it up if it
     // needs it, rather than at the next acquire (which would then find it unable to vote).
     if (this.#verifiedEpoch >= 0 && this.#verifiedEpoch !== this.#epoch) this.#verify().catch(() => {})
@@ -97,10 +111,12 @@ export class RedlockNode {
     // Runs before any reply of the next connection can be read, so no command slips through unchecked.
     client.on('close', this.#onClose)
     client.on('ready', this.#onReady)
+    client.on('error', this.#onError)
     // The prefix, as the Redis backend applies it: `<prefix>{<key>}`.
     const { lock } = backend.keysOf('k')
     const prefix = lock.slice(0, -'{k}'.length)
     this.#marker = admissionMarker(prefix)
+    this.#freshMarker = freshMarker(prefix)
     this.#fences = fenceKeys(prefix)
   }
 
@@ -119,10 +135,15 @@ export class RedlockNode {
     return now() - this.#startedAt
   }
 
+  /** This client has seen the set in use on this node (a marker, or its server restarted). */
+  get sawUse(): boolean {
+    return this.#sawUse
+  }
+
   /** The admission state of the server process behind the current connection, as far as known. */
-  get admission(): { state: AdmissionState | 'unknown'; reason?: string } {
+  get admission(): { state: AdmissionState | 'unknown'; reason?: string; fresh?: boolean } {
     if (this.#verifiedEpoch !== this.#epoch) return { state: 'unknown' }
-    if (this.#admitted) return { state: 'admitted' }
+    if (this.#admitted) return { state: 'admitted', fresh: this.#fresh && !this.#restarted }
     const why = this.#refusal
     return why ? { state: why.state, reason: why.message } : { state: 'catching-up' }
   }
@@ -143,9 +164,8 @@ export class RedlockNode {
     if (this.votes(restartDelayMs)) return
     const upMs = now() - this.#startedAt
     throw new BackendUnavailableError(
-      `${this.id} ${this.#restarted ? `restarted (its run_id changed)` : 'started'} ${Math.floor(upMs / 1000)} s ago; ` +
-        `it does not count toward a quorum until it has been up for ${Math.ceil(restartDelayMs / 1000)} s ` +
-        '(restartDelay, the largest ttl in use): a node restarted without persistence has forgotten the locks it held',
+      `${this.#restarted ? 'restarted' : 'started'} ${Math.floor(upMs / 1000)} s ago: votes in ` +
+        `~${Math.ceil((restartDelayMs - upMs) / 1000)} s (restartDelay ${Math.ceil(restartDelayMs / 1000)} s)`,
       { backend: this.id },
     )
   }
@@ -155,7 +175,8 @@ export class RedlockNode {
     return (
       this.#verifiedEpoch === this.#epoch &&
       this.#admitted &&
-      (restartDelayMs <= 0 || now() - this.#startedAt >= restartDelayMs)
+      // Fresh, unless this client saw the node restart: it knows the set was in use (admission.ts).
+      ((this.#fresh && !this.#restarted) || restartDelayMs <= 0 || now() - this.#startedAt >= restartDelayMs)
     )
   }
 
@@ -164,9 +185,18 @@ export class RedlockNode {
     return this.#verifiedEpoch === this.#epoch
   }
 
-  /** Resolves once the current connection has been checked (its scripts loaded, its state read). */
+  /**
+   * Resolves once the current connection has been checked (its scripts loaded, its state read). Rejects at
+   * once while the client reconnects after a connection error: the node is down, and waiting for it would
+   * only spend the round's (or a catch-up step's) time.
+   */
   async checked(signal: AbortSignal): Promise<void> {
-    if (this.#verifiedEpoch !== this.#epoch) await raceSignal(this.#verify(), signal)
+    if (this.#verifiedEpoch === this.#epoch) return
+    const down = this.#lastError
+    if (down && this.client.status === 'reconnecting') {
+      throw new Error(`unreachable (${typeof down.code === 'string' ? down.code : down.message})`)
+    }
+    await raceSignal(this.#verify(), signal)
   }
 
   /** Resolves when the catch-up under way, if any, has ended (for `doctor`). */
@@ -188,6 +218,7 @@ export class RedlockNode {
     this.#due?.abort()
     this.client.off('close', this.#onClose)
     this.client.off('ready', this.#onReady)
+    this.client.off('error', this.#onError)
   }
 
   // ---- What a catch-up (admission.ts) does on this node. Each is bounded by STEP_MS per round trip (fences.ts).
@@ -195,16 +226,26 @@ export class RedlockNode {
   /** The run_id and the admission marker, in one atomic step (the STATE script). */
   async readState(signal: AbortSignal): Promise<NodeState> {
     await this.checked(signal)
-    const [runId, marker] = (await raceSignal(this.#run(STATE, [this.#marker], []), signal)) as [
-      string,
-      string | null,
-    ]
-    return { runId, marker }
+    const [runId, marker, fresh] = (await raceSignal(
+      this.#run(STATE, [this.#marker, this.#freshMarker], []),
+      signal,
+    )) as [string, string | null, string | null]
+    if (marker !== null) this.#sawUse = true
+    return { runId, marker, fresh }
   }
 
-  /** Writes `runId` as the marker if, and only if, the server still runs as `runId` (the ADMIT script). */
-  async admit(runId: string, signal: AbortSignal): Promise<boolean> {
-    return (await raceSignal(this.#run(ADMIT, [this.#marker], [runId]), signal)) === 1
+  /**
+   * Writes `runId` as the marker (and as the fresh marker, when `fresh`) if, and only if, the server still
+   * runs as `runId` (the ADMIT script).
+   */
+  async admit(runId: string, fresh: boolean, signal: AbortSignal): Promise<boolean> {
+    const keys = [this.#marker, this.#freshMarker]
+    return (await raceSignal(this.#run(ADMIT, keys, [runId, fresh ? '1' : '0']), signal)) === 1
+  }
+
+  /** Writes IN_USE as the marker if there is none: a trace that the set is in use (it admits nothing). */
+  async markInUse(signal: AbortSignal): Promise<void> {
+    await raceSignal(this.client.set(this.#marker, IN_USE, 'NX'), signal)
   }
 
   /** Every fence counter under the prefix: SCAN MATCH, one MGET per page. */
@@ -222,24 +263,26 @@ export class RedlockNode {
     return raiseAll(this.client, values, closed)
   }
 
-  /** Called by a catch-up that admitted `runId`: this node votes if that is the process it checked. */
-  admitted(runId: string): void {
+  /**
+   * Called by a catch-up (or, `fresh`, a bootstrap) that admitted `runId`: this node votes if that is the
+   * process it checked.
+   */
+  admitted(runId: string, fresh: boolean): void {
+    this.#sawUse = true
     if (runId === this.#runId && this.#verifiedEpoch === this.#epoch) {
       this.#admitted = true
+      this.#fresh = fresh
       this.#refusal = undefined
     }
   }
 
-  /** The error of a round for a node that may not vote yet: which node, why, and what happens next. */
+  /**
+   * The error of a round for a node that may not vote yet, short (the quorum's error lists every node):
+   * why, and when it will vote. The catch-up's refusal says which.
+   */
   #notAdmitted(): BackendUnavailableError {
-    const why = this.#refusal
-    const reason = why
-      ? why.message
-      : 'its catch-up is under way (it reads the counters of the other nodes; that takes a few round trips)'
     return new BackendUnavailableError(
-      `${this.id} does not vote yet: its server process (run_id ${this.#runId?.slice(0, 8)}…) is not admitted, ` +
-        `that is, its fence counters are not caught up since it ${this.#restarted ? 'restarted' : 'started'}; ` +
-        `a node that lost its memory could otherwise mint a fence that was already used. ${capital(reason)}`,
+      this.#refusal?.message ?? 'catching up its fence counters (a few round trips)',
       { backend: this.id },
     )
   }
@@ -262,7 +305,7 @@ export class RedlockNode {
             ? error
             : new AdmissionError(
                 'catching-up',
-                `its catch-up failed (${(error as Error)?.message ?? error}); it tries again`,
+                `catch-up failed (${(error as Error)?.message ?? error}); tries again`,
               )
         // Too early: due once the server has been up for restartDelay (on a timer, even if nobody asks).
         // Any other failure: again when the node is next needed, not sooner than RETRY_MS.
@@ -313,7 +356,9 @@ export class RedlockNode {
         const [, info, state] = await Promise.all([
           Promise.all(REDLOCK_SCRIPTS.map((s) => this.client.script('LOAD', s.source))),
           this.client.info('server').then(parseInfo),
-          this.client.evalsha(STATE.sha, 1, this.#marker) as Promise<[string, string | null]>,
+          this.client.evalsha(STATE.sha, 2, this.#marker, this.#freshMarker) as Promise<
+            [string, string | null, string | null]
+          >,
         ])
         const uptimeS = Number(info.uptime_in_seconds)
         // Uptime is whole seconds, rounded down: the server started at the latest `uptime` seconds ago.
@@ -321,9 +366,12 @@ export class RedlockNode {
         this.#startedAt = now() - (Number.isFinite(uptimeS) ? uptimeS * 1000 : 0)
         if (this.#runId !== undefined && this.#runId !== info.run_id) this.#restarted = true
         this.#runId = info.run_id
-        // Admitted iff the marker names this very process (STATE read both atomically).
+        // Admitted iff the marker names this very process (STATE read both atomically); fresh iff a
+        // bootstrap admitted it.
         this.#admitted = state[0] === info.run_id && state[1] === state[0]
+        this.#fresh = this.#admitted && state[2] === state[0]
         if (this.#admitted) this.#refusal = undefined
+        if (this.#restarted || state[1] !== null) this.#sawUse = true
         this.#verifiedEpoch = epoch
       } finally {
         this.#verifying = undefined
@@ -338,5 +386,3 @@ export class RedlockNode {
     return this.#verifying
   }
 }
-
-const capital = (text: string) => text.charAt(0).toUpperCase() + text.slice(1)

@@ -5,7 +5,8 @@
  * run_id and what the script reads or writes belong to one and the same server process: no restart can
  * fall between them. Their KEYS[1] is the node's admission marker `<prefix>!admitted` (see admission.ts):
  * the run_id of the server process that was admitted, that is, whose fence counters were caught up (or
- * found fresh) before it voted.
+ * found fresh) before it voted; KEYS[2] is `<prefix>!fresh`, that run_id again if it was admitted by the
+ * bootstrap of a fresh set (then it votes without the delayed restart).
  *
  * The lock scripts (LINE_*) are the Redis backend's acquire and release with the node's waiting line
  * (src/engines/quorum-line.ts). KEYS: 1 the lock `<prefix>{<key>}` (the attempt's owner id, PX = its lease),
@@ -26,24 +27,27 @@ const script = (source: string): Script => ({ source, sha: createHash('sha1').up
 const RUN_ID = `string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')`
 
 /**
- * The node's state: {run_id, marker or false}, in one atomic step. The node is admitted iff the two are
- * equal: a server restarted empty has no marker, one restarted from its files has an older run_id in it.
+ * The node's state: {run_id, marker or false, fresh or false}, in one atomic step. The node is admitted iff
+ * the first two are equal: a server restarted empty has no marker, one restarted from its files has an
+ * older run_id in it.
  */
 export const STATE = script(`
-return {${RUN_ID}, redis.call('GET', KEYS[1])}
+return {${RUN_ID}, redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}
 `)
 
 /**
- * Admit. ARGV[1]: the run_id whose counters were caught up. Writes the marker only if the script runs on
- * that very process (returns 1), else returns 0: a marker written on a server that restarted after its
- * catch-up would otherwise admit a process that has forgotten the counters. (A stale run_id in a marker
- * admits nothing, which is what makes a late or repeated write harmless.)
+ * Admit. ARGV[1]: the run_id whose counters were caught up; ARGV[2]: '1' when a bootstrap admits it as part
+ * of a fresh set (KEYS[2] then names it too). Writes only if the script runs on that very process (returns
+ * 1), else returns 0: a marker written on a server that restarted after its catch-up would otherwise admit
+ * a process that has forgotten the counters. (A stale run_id in a marker admits nothing, which is what
+ * makes a late or repeated write harmless.)
  * `replicate_commands` lets Redis < 5 write after INFO, whose output differs between runs.
  */
 export const ADMIT = script(`
 if redis.replicate_commands then redis.replicate_commands() end
 if ${RUN_ID} ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then redis.call('SET', KEYS[2], ARGV[1]) end
 return 1
 `)
 
