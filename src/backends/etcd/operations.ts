@@ -155,7 +155,7 @@ export function breakLock(
       const holder = (await raceSignal(client.kv.range(firstOf(p).request_range), signal)).kvs[0]
       if (!holder) return { broken: false }
       const { owner, fence, holder: description } = heldView(holder, undefined)
-      const lease = { owner, fence, holder: description }
+      const lease = { owner, fence, ...(description === undefined ? {} : { holder: description }) }
       if (options.fence !== undefined && options.fence !== fence) return { broken: false, lease }
       const reply = await raceSignal(
         client.kv.txn({

@@ -104,7 +104,7 @@ export function breakLock(
       const holder = await holderOf(client, path, signal)
       if (!holder) return { broken: false }
       const { owner = '', fence = 0n, holder: description } = holder.info
-      const lease = { owner, fence, holder: description }
+      const lease = { owner, fence, ...(description === undefined ? {} : { holder: description }) }
       if (options.fence !== undefined && options.fence !== fence) return { broken: false, lease }
       // Not deleted: that child went meanwhile (released, its session ended); read who holds it now.
       const deleted = await raceSignal(removeAt(client, holder.path, holder.stat.version), signal)
