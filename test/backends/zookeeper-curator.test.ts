@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { lockPath } from '../../src/backends/zookeeper/layout.js'
-import { createLockClient, type Lock, type LockClient } from '../../src/index.js'
+import { createLockClient, type ListedLock, type Lock, type LockClient } from '../../src/index.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
 import { type CuratorBuild, type CuratorProcess, compileCurator, startCurator } from '../support/curator.js'
 import { awaitLater } from '../support/later.js'
@@ -13,6 +13,7 @@ import { pollUntil } from '../support/wait.js'
  * and is granted after the release (or the holder's session expiry), in the queue's order. The rules both
  * sides follow are Curator's (LockInternals / StandardLockInternalsDriver / ProtectedUtils): lock nodes
  * `<prefix>/<key>/_c_<uuid>-lock-<sequence>`, ordered by the sequence after the last `lock-`, the first holds.
+ * An operator's list and break treat a Curator holder as inspect does (its node's name is the owner).
  * Every assertion is about order ("X was still waiting when Y released", "granted in this order"), never
  * about how long anything took.
  */
@@ -201,5 +202,38 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
     const lock = await waiter.granted
     assert.deepEqual(await queue(watcher, key), [ours])
     await lock.release()
+  })
+
+  it('(f) list shows a Curator holder as inspect does; break frees it for the next in line, fence kept', async () => {
+    const java = await curator()
+    const key = 'curator-broken'
+    const held = await java.acquire(queueOf(key), 30_000)
+    assert.ok(held)
+    const theirs = held.slice(queueOf(key).length + 1)
+    const waiter = fencelockWaits(key)
+    const [, ours] = await queued(java, key, 2)
+    // Read on another member than Curator's: it shows the node once that member has applied it.
+    const listed = await pollUntil(
+      async () => {
+        const found: ListedLock[] = []
+        for await (const lock of locks().list(key)) found.push(lock)
+        return found
+      },
+      (found) => found.length === 1,
+      WITHIN,
+    )
+    const [lock] = listed
+    assert.equal(lock?.key, key)
+    assert.equal(lock?.owner, theirs, "Curator's node names the holder")
+    assert.match(lock?.note ?? '', /Curator/)
+    assert.deepEqual(lock, { key, ...(await locks().inspect(key)) }, 'what inspect says')
+    const broken = await locks().break(key, { fence: lock!.fence! })
+    assert.equal(broken.broken, true)
+    assert.equal(broken.lease?.owner, theirs)
+    // Curator does not watch its own node: it is the fencelock waiter behind it that notices.
+    const granted = await waiter.granted
+    assert.ok(granted.fence > lock!.fence!, 'the next grant has a greater fence')
+    assert.deepEqual(await queue(java, key), [ours])
+    await granted.release()
   })
 })

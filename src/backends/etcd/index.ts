@@ -40,21 +40,33 @@
  * - Limits: keys up to 32 KiB and ttls up to 24.8 days (see ETCD_LIMITS). The client `fromUrl` makes
  *   (`etcdClientOptions`) keeps one request's error from failing the others (faults.ts).
  *
+ * - Operations: `list` ranges over the prefix a page of keys at a time, keeping each lock's first key;
+ *   `break` deletes the holder's key conditioned on its create revision (operations.ts).
+ *
  * Files: queue.ts (the queue-lock driver: transactions and watches on a lock's prefix), leases.ts (the
  * session driver: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
- * tests), faults.ts (etcd3 client options and error words).
+ * tests), operations.ts (inspect, list, break), faults.ts (etcd3 client options and error words).
  */
 import type { Etcd3, IKeyValue, IOptions } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
-import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
+import type {
+  BackendLimits,
+  BreakOptions,
+  BreakResult,
+  DoctorFinding,
+  ListedLock,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { QueueLock } from '../../engines/queue-lock.js'
 import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
-import { DEFAULT_PREFIX, lockPrefix, prefixEnd } from './layout.js'
+import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'
-import { EtcdQueue, firstOf } from './queue.js'
+import { breakLock, inspectLock, listLocks } from './operations.js'
+import { EtcdQueue } from './queue.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
 
@@ -81,7 +93,6 @@ export interface EtcdBackendOptions {
  *   make etcd3 tear down and reopen its keep-alive stream in a loop.
  */
 export const ETCD_LIMITS: BackendLimits = { maxKeyBytes: 32 * 1024, maxTtlMs: 2_147_483 * 1000 }
-const utf8 = (b: Buffer | undefined) => (b ? b.toString('utf8') : '')
 
 /**
  * Creates an etcd backend over your `Etcd3` client.
@@ -133,33 +144,22 @@ class EtcdBackend implements LockBackend {
   declare readonly abandon: QueuePrimitives['abandon']
 
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
-    const p = lockPrefix(key, this.#prefix)
     try {
-      const reply = await raceSignal(this.#client.kv.range(firstOf(p).request_range), signal)
-      const holder = reply.kvs[0]
-      // Free: the store's revision, above the create revision (fence) of every grant so far and below the
-      // next one's. The released keys are gone: no exact last fence is left to read.
-      if (!holder) return { held: false, fence: BigInt(reply.header.revision) }
-      let expiresInMs: number | undefined
-      if (holder.lease !== '0') {
-        const ttl = await raceSignal(this.#client.leaseClient.leaseTimeToLive({ ID: holder.lease }), signal)
-        if (Number(ttl.TTL) >= 0) expiresInMs = Number(ttl.TTL) * 1000
-      }
-      const value = utf8(holder.value)
-      // "<owner> <description>" (our keys), or empty: Go's Mutex writes none, and the key names the holder.
-      const space = value.indexOf(' ')
-      return {
-        held: true,
-        owner: value === '' ? utf8(holder.key) : space < 0 ? value : value.slice(0, space),
-        ...(space < 0 || space === value.length - 1 ? {} : { holder: value.slice(space + 1) }),
-        fence: BigInt(holder.create_revision),
-        ...(expiresInMs === undefined ? {} : { expiresInMs }),
-        ...(value === ''
-          ? { note: `held by a key not written by fencelock (${quoteKey(utf8(holder.key))})` }
-          : {}),
-      }
+      return await inspectLock(this.#client, this.#prefix, key, signal)
     } catch (error) {
       throw this.#unavailable(key, 'inspect', error)
+    }
+  }
+
+  readonly list = (prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> =>
+    listLocks(this.#client, this.#prefix, prefix, signal)
+
+  readonly breakLock = async (key: string, options?: BreakOptions): Promise<BreakResult> => {
+    try {
+      return await breakLock(this.#client, this.#prefix, key, options)
+    } catch (error) {
+      if (options?.signal?.aborted) throw options.signal.reason
+      throw this.#unavailable(key, 'break', error)
     }
   }
 

@@ -9,6 +9,12 @@ export const DEFAULT_PREFIX = 'fencelock/'
 /** A lock name as one path segment: '/' and '%' escaped, so `a` never sees the waiters of `a/b`. */
 export const segment = (key: string): string => key.replace(/%/g, '%25').replace(/\//g, '%2F')
 
+/** The lock name of an escaped segment, or undefined for a segment `segment` does not make. */
+export function unsegment(escaped: string): string | undefined {
+  const key = escaped.replace(/%(25|2F)/g, (found) => (found === '%25' ? '%' : '/'))
+  return segment(key) === escaped ? key : undefined
+}
+
 /**
  * The prefix under which the lock named `key` keeps its queue: one key per acquire,
  * `<lock prefix><lease hex>-<owner>`, the one with the lowest create revision holding the lock.

@@ -29,6 +29,7 @@ export type ZkClient = Pick<
 export const CODE = {
   CONNECTION_LOSS: -4,
   NO_NODE: -101,
+  BAD_VERSION: -103,
   NODE_EXISTS: -110,
   NOT_EMPTY: -111,
   SESSION_EXPIRED: -112,
@@ -144,6 +145,18 @@ export const remove = (client: ZkClient, path: string): Promise<boolean> =>
     CODE.NO_NODE,
     false,
   )
+
+/** Deletes `path` only at data version `version`; false when it was gone, or changed since. */
+export async function removeAt(client: ZkClient, path: string, version: number): Promise<boolean> {
+  try {
+    return await request<boolean>(client, (done) =>
+      client.remove(path, version, (error) => done(error, true)),
+    )
+  } catch (error) {
+    if (codeOf(error) === CODE.NO_NODE || codeOf(error) === CODE.BAD_VERSION) return false
+    throw error
+  }
+}
 
 /**
  * A write that changes nothing: a multi of one `check` of `/` (any version). The leader orders it and a

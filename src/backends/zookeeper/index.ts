@@ -40,20 +40,33 @@
  *   that connection run out of validity instead of failing over. Sequence numbers are per lock node and
  *   32-bit: after 2^31 acquires of one lock without its node being re-created, Curator's order breaks.
  *
+ * - Operations: `list` reads the prefix's children (one reply: ZooKeeper cannot page it), then each lock's
+ *   first child; `break` deletes the holder's child at the version read (operations.ts).
+ *
  * Files: queue.ts (the queue-lock driver: children, creates, watches), sessions.ts (the session driver:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
- * and names, shared with the tests), diagnose.ts (what `inspect` and `doctor` say), four-letter.ts (`srvr`).
+ * and names, shared with the tests), operations.ts (inspect, list, break), diagnose.ts (what `inspect` and
+ * `doctor` say), four-letter.ts (`srvr`).
  */
 import { raceSignal } from '../../core/abort.js'
-import type { BackendLimits, DoctorFinding, LockBackend, LockInfo } from '../../core/backend.js'
+import type {
+  BackendLimits,
+  BreakOptions,
+  BreakResult,
+  DoctorFinding,
+  ListedLock,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { QueueLock } from '../../engines/queue-lock.js'
 import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
-import { CODE, children, closeClient, codeOf, read, stat, type ZkClient, zxidOf } from './client.js'
-import { describeHolder, sessionFinding, srvrFinding } from './diagnose.js'
-import { checkPrefix, DEFAULT_PREFIX, inLine, lockPath } from './layout.js'
+import { CODE, children, closeClient, codeOf, stat, type ZkClient } from './client.js'
+import { sessionFinding, srvrFinding } from './diagnose.js'
+import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
+import { breakLock, inspectLock, listLocks } from './operations.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
 import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
 
@@ -146,24 +159,24 @@ class ZooKeeperBackend implements LockBackend {
   declare readonly release: QueuePrimitives['release']
   declare readonly abandon: QueuePrimitives['abandon']
 
-  /**
-   * The first child in line: its data names the owner and its session timeout, its czxid is the fence.
-   * Free: the lock node's pzxid (the zxid of the latest change of its children, the last release's
-   * included), above every fence granted on it and below the next.
-   */
+  /** The first child in line (operations.ts): its data names the owner and its session timeout. */
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
-    const path = lockPath(key, this.#prefix)
     try {
-      const client = this.#client()
-      // The holder may go between the listing and the read: the next in line is read then.
-      for (const child of inLine((await raceSignal(children(client, path), signal)) ?? [])) {
-        const found = await raceSignal(read(client, `${path}/${child}`), signal)
-        if (found) return describeHolder(child, found.data, zxidOf(found.stat.czxid))
-      }
-      const node = await raceSignal(stat(client, path), signal)
-      return node ? { held: false, fence: zxidOf(node.pzxid) } : null
+      return await inspectLock(this.#client(), this.#prefix, key, signal)
     } catch (error) {
       throw this.#unavailable(key, 'inspect', error)
+    }
+  }
+
+  readonly list = (prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> =>
+    listLocks(this.#client(), this.#prefix, prefix, signal)
+
+  readonly breakLock = async (key: string, options?: BreakOptions): Promise<BreakResult> => {
+    try {
+      return await breakLock(this.#client(), this.#prefix, key, options)
+    } catch (error) {
+      if (options?.signal?.aborted) throw options.signal.reason
+      throw this.#unavailable(key, 'break', error)
     }
   }
 

@@ -82,6 +82,20 @@ export function segment(key: string): string {
   return out
 }
 
+/**
+ * The lock name of a node `segment` made, or undefined for a name it does not make (a foreign node, such
+ * as a Curator lock path with a bare `%`): decoding and escaping again must give the name back.
+ */
+export function unsegment(escaped: string): string | undefined {
+  if (escaped === '%') return ''
+  const key = escaped.replace(/%u[0-9A-F]{4}|(?:%[0-9A-F]{2})+/g, (run) =>
+    run.startsWith('%u')
+      ? String.fromCharCode(Number.parseInt(run.slice(2), 16))
+      : Buffer.from(run.replace(/%/g, ''), 'hex').toString('utf8'),
+  )
+  return segment(key) === escaped ? key : undefined
+}
+
 /** The node of the lock named `key`, whose children are its queue (Curator's lock path). */
 export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix === '/' ? '' : prefix}/${segment(key)}`
