@@ -7,16 +7,24 @@
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
-import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../engines/sql-lease-driver.js'
+import type {
+  SqlAcquired,
+  SqlAcquireRequest,
+  SqlDialect,
+  SqlListedRow,
+  SqlRow,
+} from '../../engines/sql-lease-driver.js'
 import { countFinding, mysqlDoctor } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
 import {
   acquireSql,
+  breakSql,
   extendSql,
   freeBellSql,
   leaseLeftSql,
+  listSql,
   readSql,
   releaseSql,
   tableExistsSql,
@@ -24,6 +32,18 @@ import {
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
+
+/** A row of `readSql` or `listSql`. */
+function toRow(row: RowDataPacket): SqlRow {
+  const released = Number(row.released) === 1
+  return {
+    owner: String(row.owner),
+    fence: BigInt(row.fence as string),
+    remainingMs: released ? -1 : Math.floor(Number(row.remaining_us) / 1000),
+    released,
+    holder: row.holder === null ? undefined : String(row.holder),
+  }
+}
 
 /** "Rows matched: N" of an UPDATE's reply: counts matched rows whatever CLIENT_FOUND_ROWS says. */
 function matched(result: ResultSetHeader): number {
@@ -62,6 +82,7 @@ export class MySqlDialect implements SqlDialect {
     abandon: string
     read: string
     leaseLeft: string
+    breakLease: string
   }
   /** Where acquire, extend and release run: connections of their own (holding the bells), or the pool. */
   readonly #lease: LeaseConnections | undefined
@@ -90,6 +111,7 @@ export class MySqlDialect implements SqlDialect {
       abandon: releaseSql(t, false, bell),
       read: readSql(t),
       leaseLeft: leaseLeftSql(t),
+      breakLease: breakSql(t),
     }
     if (bell) {
       // Of the pool's connections, a third (1 to 4) for lease statements and half of the rest for doorbell
@@ -273,16 +295,42 @@ export class MySqlDialect implements SqlDialect {
 
   async read(key: string, _signal: AbortSignal): Promise<SqlRow | undefined> {
     const rows = await this.#run<RowDataPacket[]>(key, this.#sql.read, [key], 'prepared')
-    const row = rows[0]
-    if (row === undefined) return undefined
-    const released = Number(row.released) === 1
-    return {
-      owner: String(row.owner),
-      fence: BigInt(row.fence as string),
-      remainingMs: released ? -1 : Math.floor(Number(row.remaining_us) / 1000),
-      released,
-      holder: row.holder === null ? undefined : String(row.holder),
-    }
+    return rows[0] === undefined ? undefined : toRow(rows[0])
+  }
+
+  async listHeld(
+    prefix: string,
+    after: string | undefined,
+    limit: number,
+    _signal: AbortSignal,
+  ): Promise<SqlListedRow[]> {
+    const params = [prefix, Buffer.byteLength(prefix), prefix, ...(after === undefined ? [] : [after])]
+    const rows = await this.#run<RowDataPacket[]>(
+      undefined,
+      listSql(this.table, after !== undefined, limit),
+      params,
+      'prepared',
+    )
+    // The key column is binary: its bytes are the key's UTF-8.
+    return rows.map((row) => ({ key: Buffer.from(row.lock_key as Buffer).toString('utf8'), ...toRow(row) }))
+  }
+
+  /**
+   * The break statement, then the bell: freed where this client holds it (the broken lease was one of
+   * ours); a holder elsewhere frees its bell when its next renewal finds the lease gone, and the waiters'
+   * doorbell waits end by then or at their bound (`DOORBELL_WAIT_MAX_S`).
+   */
+  async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean> {
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      this.#sql.breakLease,
+      [key, owner, String(fence)],
+      'lease',
+      signal,
+    )
+    if (matched(result) === 0) return false
+    if (this.#holding.get(key)?.has(owner)) await this.#freeBell(key, owner)
+    return true
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {
