@@ -135,23 +135,11 @@ export function operationTests(target: () => SqlOperationsTarget): void {
         if (!out.granted) refused()
         return out
       }
-      let listening: Promise<void> = Promise.resolve()
-      const listen = dialect.listen?.bind(dialect)
-      if (listen) {
-        // Notifications: break only once the waiter listens (a subscription made later finds it free anyway).
-        let subscribed!: () => void
-        listening = new Promise((resolve) => {
-          subscribed = resolve
-        })
-        dialect.listen = async (...args) => {
-          const made = await listen(...args)
-          subscribed()
-          return made
-        }
-      }
+      // Notifications: the waiter's client subscribes first (doctor does), so that its one refusal is
+      // paced to the lease's end and nothing but the break's notification can wake it sooner.
+      await backend.doctor?.(signal)
       const next = awaitLater(client(backend).acquire(k, { timeout: '90s' }))
       await wasRefused
-      await listening
       const broken = await client(target().url()).break(k)
       assert.equal(broken.broken, true)
       assert.equal(broken.lease?.owner, owner)
