@@ -32,6 +32,11 @@ export interface SqlRow {
   readonly holder?: string | undefined
 }
 
+/** A held row as `listHeld` finds it. */
+export interface SqlListedRow extends SqlRow {
+  readonly key: string
+}
+
 /** One attempt to take a lock. */
 export interface SqlAcquireRequest {
   readonly key: string
@@ -103,6 +108,23 @@ export interface SqlDialect {
   release(key: string, owner: string, fence: bigint | undefined, signal: AbortSignal): Promise<boolean>
   /** The row of `key`, or `undefined` when there is none (inspect; settling an uncertain outcome). */
   read(key: string, signal: AbortSignal): Promise<SqlRow | undefined>
+  /**
+   * One page of `list`: the rows held now on the server's clock (unreleased, unexpired) whose key starts
+   * with `prefix`, and comes after `after` when given, in the keys' byte order (UTF-8, whatever the
+   * column's collation: a prefix is a range of bytes), at most `limit` of them. Read only.
+   */
+  listHeld(
+    prefix: string,
+    after: string | undefined,
+    limit: number,
+    signal: AbortSignal,
+  ): Promise<SqlListedRow[]>
+  /**
+   * An operator's break: marks the row released (free at once, fence kept, never deleted) only while it
+   * is held (unreleased, unexpired) by `owner` with `fence`; true when it was. Wakes waiters as `release`
+   * does (in the same statement where the dialect can).
+   */
+  breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean>
 
   /** Whether the table exists (checked once per client, before the first statement). */
   tableExists(signal: AbortSignal): Promise<boolean>

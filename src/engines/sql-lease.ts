@@ -32,8 +32,15 @@
  * - The table is created on first use (once per client) unless `createTable` is off: then a missing table
  *   is an error naming it and giving the DDL.
  *
+ * - List: the held rows under a prefix, a page of `listPageSize` (100) per statement, by keyset (the
+ *   last key of a page starts the next): read only, never the whole table in one reply.
+ * - Break (an operator's): read the row, then ONE statement that marks it released only while the lease
+ *   read (its owner and fence) still holds it: a lease granted since is never touched, the fence is kept
+ *   (the next grant's is greater, as after a release), and waiters are woken as by a release. The holder's
+ *   next renewal, conditioned on its owner and fence and not released, finds it gone.
+ *
  * Statements, without faults: acquire 1 (+1 once per client: the table check), renewal 1, release 1,
- * abandon 0 or 1, inspect 1; waiting ≤ 1 per second per waiting key per process.
+ * abandon 0 or 1, inspect 1, list 1 per page, break 2; waiting ≤ 1 per second per waiting key per process.
  *
  * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
@@ -42,19 +49,30 @@ import { raceSignal } from '../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
+  BreakOptions,
+  BreakResult,
   DoctorFinding,
   ExtendResult,
   HeldLease,
+  ListedLock,
   LockBackend,
   LockInfo,
 } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
 import { withTimeout } from '../core/clock.js'
 import { BackendUnavailableError } from '../core/errors.js'
+import { retryRounds } from '../core/retry.js'
 import type { SqlDialect, SqlRow } from './sql-lease-driver.js'
 import { SqlWaiting } from './sql-wait.js'
 
-export type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlListener, SqlRow } from './sql-lease-driver.js'
+export type {
+  SqlAcquired,
+  SqlAcquireRequest,
+  SqlDialect,
+  SqlListedRow,
+  SqlListener,
+  SqlRow,
+} from './sql-lease-driver.js'
 
 export interface SqlLeaseOptions {
   /** The backend's id in errors and diagnostics. @default the dialect's id */
@@ -65,6 +83,8 @@ export interface SqlLeaseOptions {
   readonly pollMaxMs?: number | undefined
   /** How long a new subscription may take to prove that notifications arrive. @default 5000 */
   readonly listenTimeoutMs?: number | undefined
+  /** How many held rows one statement of `list` reads. @default 100 */
+  readonly listPageSize?: number | undefined
 }
 
 const POLL_MAX_MS = 1000
@@ -73,6 +93,9 @@ const LISTEN_TIMEOUT_MS = 5000
 const TABLE_CHECK_MS = 30_000
 /** Owners remembered as possibly holding (for abandon); forgetting one costs a statement, never safety. */
 const OWNERS_KEPT = 10_000
+const LIST_PAGE_SIZE = 100
+/** Rounds of `breakLock`: each one lost only to a grant, renewal or release that landed in between. */
+const BREAK_ROUNDS = 10
 
 /** A LockBackend over `dialect`: the sql-lease engine. */
 export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = {}): LockBackend {
@@ -86,6 +109,8 @@ export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = 
     release: (lease, signal) => engine.release(lease, signal),
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
+    list: (prefix, signal) => engine.list(prefix, signal),
+    breakLock: (key, options) => engine.breakLock(key, options),
     doctor: (signal) => engine.doctor(signal),
     close: () => engine.close(),
   }
@@ -96,6 +121,7 @@ export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = 
 export class SqlLease {
   readonly #dialect: SqlDialect
   readonly #createTable: boolean
+  readonly #listPageSize: number
   readonly waiting: SqlWaiting
   /** The table check of this client: made once, before the first statement (again after a failure). */
   #ready: Promise<void> | undefined
@@ -108,7 +134,8 @@ export class SqlLease {
   constructor(dialect: SqlDialect, options: SqlLeaseOptions = {}) {
     this.#dialect = dialect
     this.#createTable = options.createTable ?? true
-    for (const name of ['pollMaxMs', 'listenTimeoutMs'] as const) {
+    this.#listPageSize = options.listPageSize ?? LIST_PAGE_SIZE
+    for (const name of ['pollMaxMs', 'listenTimeoutMs', 'listPageSize'] as const) {
       const value = options[name]
       if (value !== undefined && !(value > 0)) {
         throw new TypeError(`Expected \`${name}\` to be a number > 0, got ${String(value)}`)
@@ -200,22 +227,50 @@ export class SqlLease {
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    if (!this.#tableChecked) {
-      // Never made here, even with createTable: a look (inspect, doctor) changes nothing, and without the
-      // table nobody holds anything (doctor names the table and its DDL).
-      if (!(await this.#dialect.tableExists(signal))) return null
-      this.#tableChecked = true
-    }
+    if (!(await this.#tableThere(signal))) return null
     const row = await this.#dialect.read(key, signal)
     if (row === undefined) return null
     if (row.remainingMs <= 0) return { held: false, fence: row.fence }
-    return {
-      held: true,
-      owner: row.owner,
-      holder: row.holder,
-      fence: row.fence,
-      expiresInMs: row.remainingMs,
-    }
+    return heldView(row)
+  }
+
+  /** `LockBackend.list`: the held rows under `prefix`, a page per statement, each page after the last. */
+  async *list(prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> {
+    if (!(await this.#tableThere(signal))) return
+    let after: string | undefined
+    let page: readonly { readonly key: string }[]
+    do {
+      const rows = await this.#dialect.listHeld(prefix, after, this.#listPageSize, signal)
+      for (const row of rows) yield { key: row.key, ...heldView(row) }
+      page = rows
+      after = rows.at(-1)?.key
+    } while (page.length >= this.#listPageSize)
+  }
+
+  /**
+   * `LockBackend.breakLock`: reads the row, then ends exactly the lease it read (its owner and fence, still
+   * held); a round that lost to a grant, renewal or release in between reads again.
+   */
+  async breakLock(key: string, options: BreakOptions = {}): Promise<BreakResult> {
+    const signal = options.signal ?? new AbortController().signal
+    if (!(await this.#tableThere(signal))) return { broken: false }
+    return retryRounds(
+      BREAK_ROUNDS,
+      async () => {
+        const row = await this.#dialect.read(key, signal)
+        if (row === undefined || row.released || row.remainingMs <= 0) return { broken: false }
+        const lease = { owner: row.owner, fence: row.fence, holder: row.holder }
+        if (options.fence !== undefined && options.fence !== row.fence) return { broken: false, lease }
+        if (await this.#dialect.breakLease(key, row.owner, row.fence, signal)) return { broken: true, lease }
+        return undefined
+      },
+      () =>
+        new BackendUnavailableError(
+          `Could not break lock "${key}" on ${this.#dialect.id}: it changed hands ${BREAK_ROUNDS} times while ` +
+            'being broken. Try again, or look at who takes it (fencelock list)',
+          { key, backend: this.#dialect.id, retryable: true },
+        ),
+    )
   }
 
   /** `LockBackend.doctor`: the dialect's findings, the table, and whether notifications arrive. */
@@ -243,6 +298,17 @@ export class SqlLease {
     } finally {
       await this.#dialect.close()
     }
+  }
+
+  /**
+   * Whether the table is there for a look (inspect, list, break), checked once per client. Never made
+   * here, even with createTable: without the table nobody holds anything (doctor names it and its DDL).
+   */
+  async #tableThere(signal: AbortSignal): Promise<boolean> {
+    if (this.#tableChecked) return true
+    if (!(await this.#dialect.tableExists(signal))) return false
+    this.#tableChecked = true
+    return true
   }
 
   /** The row after a statement whose outcome is unknown; when it cannot be read, that statement's error. */
@@ -288,6 +354,11 @@ export class SqlLease {
     }
     await dialect.createTable(signal)
   }
+}
+
+/** `inspect`'s view of a held row. */
+function heldView(row: SqlRow): LockInfo {
+  return { held: true, owner: row.owner, holder: row.holder, fence: row.fence, expiresInMs: row.remainingMs }
 }
 
 /** Whether `row` is still held by `lease` (its owner and fence, not released). */

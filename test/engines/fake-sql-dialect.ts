@@ -9,13 +9,14 @@ import type {
   SqlAcquired,
   SqlAcquireRequest,
   SqlDialect,
+  SqlListedRow,
   SqlListener,
   SqlRow,
 } from '../../src/engines/sql-lease-driver.js'
 import { BackendUnavailableError } from '../../src/index.js'
 import { sleep } from '../support/time.js'
 
-export type Statement = 'acquire' | 'extend' | 'release' | 'read'
+export type Statement = 'acquire' | 'extend' | 'release' | 'read' | 'list' | 'break'
 export type Fault =
   | 'lose-reply'
   | 'throw-before'
@@ -80,9 +81,20 @@ export class FakeSqlDialect implements SqlDialect {
   /** This client as a dialect without notifications (as MySQL/MariaDB). */
   withoutNotifications(): SqlDialect {
     const { listen: _, ...rest } = Object.fromEntries(
-      (['acquire', 'extend', 'release', 'read', 'tableExists', 'createTable', 'ddl', 'close'] as const).map(
-        (m) => [m, this[m].bind(this)],
-      ),
+      (
+        [
+          'acquire',
+          'extend',
+          'release',
+          'read',
+          'listHeld',
+          'breakLease',
+          'tableExists',
+          'createTable',
+          'ddl',
+          'close',
+        ] as const
+      ).map((m) => [m, this[m].bind(this)]),
     ) as unknown as SqlDialect
     return { ...rest, id: this.id, limits: this.limits, table: this.table }
   }
@@ -147,6 +159,31 @@ export class FakeSqlDialect implements SqlDialect {
     return this.#run('read', key, signal, () => {
       const row = this.server.rows.get(key)
       return row && toRow(row, this.server.now())
+    })
+  }
+
+  async listHeld(prefix: string, after: string | undefined, limit: number, signal: AbortSignal) {
+    return this.#run('list', prefix, signal, () => {
+      const t = this.server.now()
+      const bytes = (key: string) => Buffer.from(key)
+      return [...this.server.rows]
+        .filter(([key, row]) => key.startsWith(prefix) && !row.released && row.expiresAt > t)
+        .filter(([key]) => after === undefined || Buffer.compare(bytes(key), bytes(after)) > 0)
+        .sort(([a], [b]) => Buffer.compare(bytes(a), bytes(b)))
+        .slice(0, limit)
+        .map(([key, row]): SqlListedRow => ({ key, ...toRow(row, t) }))
+    })
+  }
+
+  async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal) {
+    return this.#run('break', key, signal, () => {
+      const row = this.server.rows.get(key)
+      if (!row || row.owner !== owner || row.fence !== fence || row.released) return false
+      if (row.expiresAt <= this.server.now()) return false
+      row.released = true
+      row.expiresAt = 0
+      this.server.notify(key)
+      return true
     })
   }
 

@@ -239,3 +239,50 @@ describe('sql-lease: the table', () => {
     assert.equal(server.tablesCreated, 0)
   })
 })
+
+describe('sql-lease: list and break', () => {
+  it('list reads held rows only, in byte order, a page per statement until a short page', async () => {
+    const server = new FakeSqlServer()
+    const { backend } = processOn(server, { listPageSize: 2 })
+    const owner = (i: number) => String(i).repeat(32).slice(0, 32)
+    const held = ['p/b', 'p/a', 'p/É', 'p/E']
+    for (const [i, key] of held.entries())
+      assert.ok((await backend.tryAcquire({ ...req(owner(i)), key }, signal())).granted)
+    for (const key of ['p/released', 'p/expired', 'q/other']) {
+      const grant = await backend.tryAcquire({ ...req(owner(7)), key }, signal())
+      assert.ok(grant.granted)
+      if (key === 'p/released')
+        await backend.release({ key, owner: owner(7), fence: grant.fence, cookie: undefined }, signal())
+      if (key === 'p/expired') server.expire(key)
+    }
+    const found: string[] = []
+    for await (const lock of backend.list!('p/', signal())) found.push(lock.key)
+    assert.deepEqual(found, ['p/E', 'p/a', 'p/b', 'p/É'])
+    // Two full pages, then an empty one that ends the listing.
+    assert.equal(server.count('list'), 3)
+  })
+
+  it('break on a store without the table: nothing to break, and nothing made', async () => {
+    const server = new FakeSqlServer()
+    const { backend } = processOn(server)
+    assert.deepEqual(await backend.breakLock!('k'), { broken: false })
+    assert.equal(server.tablesCreated, 0)
+  })
+
+  it('break gives up after 10 rounds lost to other writers, naming the key', async () => {
+    const server = new FakeSqlServer()
+    const { backend, dialect } = processOn(server)
+    assert.ok((await backend.tryAcquire(req('a'.repeat(32), 60_000), signal())).granted)
+    let rounds = 0
+    dialect.breakLease = async () => {
+      rounds++
+      return false
+    }
+    await assert.rejects(backend.breakLock!('k'), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError)
+      assert.match(error.message, /"k".*changed hands 10 times/)
+      return true
+    })
+    assert.equal(rounds, 10)
+  })
+})

@@ -7,16 +7,25 @@
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
-import type { SqlAcquired, SqlAcquireRequest, SqlDialect, SqlRow } from '../../engines/sql-lease-driver.js'
+import type {
+  SqlAcquired,
+  SqlAcquireRequest,
+  SqlDialect,
+  SqlListedRow,
+  SqlRow,
+} from '../../engines/sql-lease-driver.js'
 import { countFinding, mysqlDoctor } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
 import {
   acquireSql,
+  bellHolderSql,
+  breakSql,
   extendSql,
   freeBellSql,
   leaseLeftSql,
+  listSql,
   readSql,
   releaseSql,
   tableExistsSql,
@@ -24,6 +33,18 @@ import {
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
+
+/** A row of `readSql` or `listSql`. */
+function toRow(row: RowDataPacket): SqlRow {
+  const released = Number(row.released) === 1
+  return {
+    owner: String(row.owner),
+    fence: BigInt(row.fence as string),
+    remainingMs: released ? -1 : Math.floor(Number(row.remaining_us) / 1000),
+    released,
+    holder: row.holder === null ? undefined : String(row.holder),
+  }
+}
 
 /** "Rows matched: N" of an UPDATE's reply: counts matched rows whatever CLIENT_FOUND_ROWS says. */
 function matched(result: ResultSetHeader): number {
@@ -62,6 +83,7 @@ export class MySqlDialect implements SqlDialect {
     abandon: string
     read: string
     leaseLeft: string
+    breakLease: string
   }
   /** Where acquire, extend and release run: connections of their own (holding the bells), or the pool. */
   readonly #lease: LeaseConnections | undefined
@@ -90,6 +112,7 @@ export class MySqlDialect implements SqlDialect {
       abandon: releaseSql(t, false, bell),
       read: readSql(t),
       leaseLeft: leaseLeftSql(t),
+      breakLease: breakSql(t, bell),
     }
     if (bell) {
       // Of the pool's connections, a third (1 to 4) for lease statements and half of the rest for doorbell
@@ -273,16 +296,55 @@ export class MySqlDialect implements SqlDialect {
 
   async read(key: string, _signal: AbortSignal): Promise<SqlRow | undefined> {
     const rows = await this.#run<RowDataPacket[]>(key, this.#sql.read, [key], 'prepared')
-    const row = rows[0]
-    if (row === undefined) return undefined
-    const released = Number(row.released) === 1
-    return {
-      owner: String(row.owner),
-      fence: BigInt(row.fence as string),
-      remainingMs: released ? -1 : Math.floor(Number(row.remaining_us) / 1000),
-      released,
-      holder: row.holder === null ? undefined : String(row.holder),
-    }
+    return rows[0] === undefined ? undefined : toRow(rows[0])
+  }
+
+  async listHeld(
+    prefix: string,
+    after: string | undefined,
+    limit: number,
+    _signal: AbortSignal,
+  ): Promise<SqlListedRow[]> {
+    const params = [prefix, Buffer.byteLength(prefix), prefix, ...(after === undefined ? [] : [after])]
+    const rows = await this.#run<RowDataPacket[]>(
+      undefined,
+      listSql(this.table, after !== undefined, limit),
+      params,
+      'prepared',
+    )
+    // The key column is binary: its bytes are the key's UTF-8.
+    return rows.map((row) => ({ key: Buffer.from(row.lock_key as Buffer).toString('utf8'), ...toRow(row) }))
+  }
+
+  /**
+   * The break statement, then its doorbell rung: freed here when the broken lease was this client's;
+   * else the connection that held the bell as the lease was broken is ended (`KILL CONNECTION`) if it
+   * still holds it: a bell held across two looks is a lease connection's (a doorbell wait frees it in the
+   * statement that took it), the broken holder's, whose other bells its next renewals take again.
+   * Where KILL is refused (another user's connection, without CONNECTION ADMIN), the waiters wake when
+   * the holder's next renewal finds its lease gone, or at their doorbell wait's bound (5 s).
+   */
+  async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean> {
+    const bell = this.#lease ? [this.#bell(key), this.#bell(key)] : []
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      this.#sql.breakLease,
+      [...bell, key, owner, String(fence)],
+      'lease',
+      signal,
+    )
+    if (matched(result) === 0) return false
+    if (this.#holding.get(key)?.has(owner)) await this.#freeBell(key, owner)
+    else if (this.#lease) await this.#ring(key, Number(result.insertId)).catch(() => {})
+    return true
+  }
+
+  /** Ends connection `holder` if it still holds `key`'s bell (see `breakLease`). */
+  async #ring(key: string, holder: number): Promise<void> {
+    if (!(holder > 0)) return
+    const rows = await this.#run<RowDataPacket[]>(key, bellHolderSql, [this.#bell(key)], 'prepared')
+    if (Number(rows[0]?.id) !== holder) return
+    await this.#run(key, `KILL CONNECTION ${holder}`, [])
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {

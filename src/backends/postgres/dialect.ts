@@ -17,10 +17,12 @@
 
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits } from '../../core/backend.js'
+import { quoteKey } from '../../core/errors.js'
 import type {
   SqlAcquired,
   SqlAcquireRequest,
   SqlDialect,
+  SqlListedRow,
   SqlListener,
   SqlRow,
 } from '../../engines/sql-lease-driver.js'
@@ -130,6 +132,31 @@ export class PostgresDialect implements SqlDialect {
     checkKey(key)
     const rows = await this.#run<Row>('read', key, (v) => this.#q.read(v, key), signal)
     return rows[0] === undefined ? undefined : toRow(rows[0])
+  }
+
+  async listHeld(
+    prefix: string,
+    after: string | undefined,
+    limit: number,
+    signal: AbortSignal,
+  ): Promise<SqlListedRow[]> {
+    const rows = await this.#run<Row & { name: string }>(
+      `list the locks under ${quoteKey(prefix)}`,
+      undefined,
+      (v) => this.#q.list(v, prefix, after, limit),
+      signal,
+    )
+    return rows.map((row) => ({ key: row.name, ...toRow(row) }))
+  }
+
+  async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean> {
+    const rows = await this.#run(
+      'break',
+      key,
+      (v) => this.#q.breakLease(v, key, owner, fence, this.#channel),
+      signal,
+    )
+    return rows.length > 0
   }
 
   /**

@@ -22,6 +22,9 @@
  *   re-subscribes after a reconnect; waiters re-check then). A crashed holder's lease ends unnotified:
  *   waiters re-check at its end. Behind a transaction-pooling proxy (PgBouncer) LISTEN does not deliver:
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
+ * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
+ *   whatever the column's); `break` is the release statement (notification included) conditioned on
+ *   the owner and fence it read: the row is kept, with its fence.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its

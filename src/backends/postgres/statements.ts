@@ -121,7 +121,41 @@ SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
 )
 SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM released`
     },
+    /**
+     * Break: the release statement (row marked released, fence kept, the key notified in the same
+     * statement), conditioned on the lease the engine read: its owner and fence, still held on the
+     * server's clock. A grant, renewal or release since then leaves it matching nothing: no row.
+     */
+    breakLease: (v: Values, key: string, owner: string, fence: bigint, channel: string) =>
+      `WITH broken AS (
+  UPDATE ${table} SET released = true, expires_at = 'epoch'
+  WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
+    AND expires_at > ${now}
+  RETURNING name
+)
+SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM broken`,
+    /**
+     * List: one page of the rows held now whose name starts with `prefix`, after `after`, in byte order.
+     * The comparisons use the "C" collation (UTF-8 byte order, code point order), whatever the column's:
+     * under a linguistic collation a range of names is not a prefix ('a-b' sorts between 'a/a' and
+     * 'a/c'), and keyset paging needs the order the range is cut in. `starts_with` decides the prefix
+     * exactly (no LIKE wildcards to escape); the range beside it lets a "C" index serve the page (the
+     * primary key's index does where the database's collation is C; elsewhere each page reads the table).
+     */
+    list: (v: Values, prefix: string, after: string | undefined, limit: number) =>
+      `SELECT name, owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table}
+  WHERE name COLLATE pg_catalog."C" >= ${v.text(prefix)} AND pg_catalog.starts_with(name COLLATE pg_catalog."C", ${v.text(prefix)})${
+    after === undefined ? '' : `\n    AND name COLLATE pg_catalog."C" > ${v.text(after)}`
+  }
+    AND NOT released AND expires_at > ${now}
+  ORDER BY name COLLATE pg_catalog."C" LIMIT ${integer(limit)}`,
     read: (v: Values, key: string) =>
       `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = ${v.text(key)}`,
   }
+}
+
+/** A count written into a statement (a LIMIT), checked first. */
+function integer(value: number): string {
+  if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Expected an integer >= 1, got ${value}`)
+  return String(value)
 }
