@@ -4,7 +4,7 @@
  */
 import { after, before, describe } from 'node:test'
 import { createPool } from 'mysql2/promise'
-import { DEFAULT_TABLE, doorbellName, MySqlDialect, quoteTable } from '../../src/backends/mysql/index.js'
+import { DEFAULT_TABLE, MySqlDialect, quoteTable } from '../../src/backends/mysql/index.js'
 import { sqlLeaseBackend } from '../../src/engines/sql-lease.js'
 import { expireRow, mariaDbQuery } from '../kits/mysql.js'
 import { MARIADB_DATABASE, type MariaDbServer, startMariaDb } from '../servers/mariadb.js'
@@ -51,12 +51,6 @@ describe('mysql (MariaDB 10.11): list and break', { timeout: 240_000 }, () => {
       return rows[0] === undefined
         ? undefined
         : { released: rows[0].released === 1, fence: BigInt(rows[0].fence) }
-    },
-    bellHolder: async (key) => {
-      const rows = (await mariaDbQuery(server.port, 'SELECT IS_USED_LOCK(?) AS id', [
-        doorbellName(MARIADB_DATABASE, table, key),
-      ])) as { id: number | null }[]
-      return rows[0]?.id ?? null
     },
   }))
 })

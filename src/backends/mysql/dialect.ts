@@ -20,7 +20,6 @@ import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
 import {
   acquireSql,
-  bellHolderSql,
   breakSql,
   extendSql,
   freeBellSql,
@@ -112,7 +111,7 @@ export class MySqlDialect implements SqlDialect {
       abandon: releaseSql(t, false, bell),
       read: readSql(t),
       leaseLeft: leaseLeftSql(t),
-      breakLease: breakSql(t, bell),
+      breakLease: breakSql(t),
     }
     if (bell) {
       // Of the pool's connections, a third (1 to 4) for lease statements and half of the rest for doorbell
@@ -317,34 +316,21 @@ export class MySqlDialect implements SqlDialect {
   }
 
   /**
-   * The break statement, then its doorbell rung: freed here when the broken lease was this client's;
-   * else the connection that held the bell as the lease was broken is ended (`KILL CONNECTION`) if it
-   * still holds it: a bell held across two looks is a lease connection's (a doorbell wait frees it in the
-   * statement that took it), the broken holder's, whose other bells its next renewals take again.
-   * Where KILL is refused (another user's connection, without CONNECTION ADMIN), the waiters wake when
-   * the holder's next renewal finds its lease gone, or at their doorbell wait's bound (5 s).
+   * The break statement; the bell freed when the broken lease was this client's. Another client's bell
+   * stays with its lease connection, which alone can free it (see `breakSql`): ending that connection
+   * would fail whatever else runs on it, and it may be a connection of the application's own pool.
    */
   async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean> {
-    const bell = this.#lease ? [this.#bell(key), this.#bell(key)] : []
     const result = await this.#run<ResultSetHeader>(
       key,
       this.#sql.breakLease,
-      [...bell, key, owner, String(fence)],
+      [key, owner, String(fence)],
       'lease',
       signal,
     )
     if (matched(result) === 0) return false
     if (this.#holding.get(key)?.has(owner)) await this.#freeBell(key, owner)
-    else if (this.#lease) await this.#ring(key, Number(result.insertId)).catch(() => {})
     return true
-  }
-
-  /** Ends connection `holder` if it still holds `key`'s bell (see `breakLease`). */
-  async #ring(key: string, holder: number): Promise<void> {
-    if (!(holder > 0)) return
-    const rows = await this.#run<RowDataPacket[]>(key, bellHolderSql, [this.#bell(key)], 'prepared')
-    if (Number(rows[0]?.id) !== holder) return
-    await this.#run(key, `KILL CONNECTION ${holder}`, [])
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {

@@ -23,8 +23,8 @@
  *   timeout from the row) or 5 s pass. The bell only wakes: the lease row alone grants. A waiting key costs
  *   one blocking statement and one attempt per `DOORBELL_POLL_MAX_MS` (5 s) or per lease left.
  * - List and break: `list` pages through the held rows by their binary key; `break` marks the row
- *   released, conditioned on the owner and fence it read (row and fence kept), and rings the holder's
- *   bell by ending the connection that keeps it (`KILL CONNECTION`; refused, waiters wake within 5 s).
+ *   released, conditioned on the owner and fence it read (row and fence kept); another client's bell
+ *   stays with it, so its waiters wake within their doorbell wait's 5 s.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
  *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). With the doorbell, a client keeps up to a
  *   third of the pool's connections (1 to 4) for its lease statements and blocks at most half of the rest

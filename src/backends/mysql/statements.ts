@@ -109,19 +109,15 @@ export const releaseSql = (table: string, withFence: boolean, bell: boolean): st
   WHERE lock_key = ? AND owner = ? AND released = 0${withFence ? ' AND fence = ?' : ''}`
 
 /**
- * Break. Params: [bell, bell], key, owner, fence. The release, conditioned on the lease the engine read:
- * its owner and fence, still held on the server's clock (a grant, renewal or release since matches
- * nothing). Marked released, the fence kept, never deleted. A bell is freed only by the session holding
- * it (the holder's lease connection): with the doorbell, the statement hands back in its OK packet
- * (`LAST_INSERT_ID`) which connection held the bell as it broke the lease (0: none, or this one), for the
- * dialect to ring it (dialect.ts, `breakLease`).
+ * Break. Params: key, owner, fence. The release, conditioned on the lease the engine read: its owner and
+ * fence, still held on the server's clock (a grant, renewal or release since matches nothing). Marked
+ * released, the fence kept, never deleted. A bell is freed only by the session holding it (the holder's
+ * lease connection), so the break leaves another client's bell alone: its waiters wake at their doorbell
+ * wait's bound (5 s) or when the holder's next renewal finds its lease gone and frees it.
  */
-export const breakSql = (table: string, bell: boolean): string =>
-  `UPDATE ${table} SET released = 1${bell ? ` + 0 * LAST_INSERT_ID(COALESCE(IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 0, IS_USED_LOCK(?)), 0))` : ''}, expires_at = 0
+export const breakSql = (table: string): string =>
+  `UPDATE ${table} SET released = 1, expires_at = 0
   WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0 AND expires_at > ${NOW_US}`
-
-/** Which connection holds a bell now (NULL: none). Param: bell. */
-export const bellHolderSql = 'SELECT IS_USED_LOCK(?) AS id'
 
 /**
  * List: one page of the rows held now whose key starts with the prefix, after a key, in byte order (the
