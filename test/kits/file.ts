@@ -36,7 +36,7 @@ export const fileKit: Kit = {
   title: 'file',
   entry: 'file',
   networked: false,
-  capabilities: ttlStore({ durableFences: true }),
+  capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {
     fifo: RACE,
     session: "leases end by the host's monotonic clock, no session",

@@ -12,7 +12,7 @@ import type { DoctorFinding, LockInfo } from '../../core/backend.js'
 import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER, epochRefusal } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
-import { isLive } from './records.js'
+import { holderGone, isLive } from './records.js'
 import { folderOf, type Root } from './root.js'
 
 /** Who holds `key`, as its folder says now. */
@@ -40,6 +40,14 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
   }
   const r = current.record
   if (!isLive(r, root.boot)) return { held: false, fence: BigInt(r.fence) }
+  if (holderGone(r, root.boot)) {
+    const pids = r.processes?.marks.map((m) => m.pid).join(', ')
+    return {
+      held: false,
+      fence: BigInt(r.fence),
+      note: `its holder's processes (pid ${pids}) have exited: the lease is over, the next acquire takes it`,
+    }
+  }
   return {
     held: true,
     owner: r.owner ?? '',
