@@ -26,8 +26,22 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import type { Socket } from 'node:net'
 
-/** The watchdog: see the header. `$1` is the grace in seconds (a decimal). */
+/** The watchdog: see the header. `$1` is the grace in seconds (a decimal). Backslashes doubled: a template. */
 const WATCHDOG = `trap '' INT TERM HUP
+grace=$1
+# Whether the target still runs. A member that has exited stays a zombie until its parent reaps it (init,
+# for an orphan; some init processes of containers reap late or never): it runs nothing, so where /proc
+# tells, zombies do not count. awk exits 0 for a live member, 1 for none; anything else (a process gone
+# while it read the list) counts as running, and the next look decides.
+running() {
+  kill -0 "$target" 2>/dev/null || return 1
+  [ -r /proc/self/stat ] || return 0
+  awk -v t="$target" '
+    { sub(/.*\\) /, "") }
+    $1 != "Z" && (t ~ /^-/ ? "-" $3 == t : FILENAME == "/proc/" t "/stat") { found = 1; exit }
+    END { exit !found }' /proc/[0-9]*/stat 2>/dev/null
+  [ $? -ne 1 ]
+}
 target=
 while IFS= read -r line; do
   case $line in
@@ -40,13 +54,13 @@ done <&3
 echo 'fencelock: the fencelock process holding the lock died; stopping the command' >&2
 kill -TERM "$target" 2>/dev/null
 # The grace: a sleep that holds none of fencelock's descriptors (a pipe reading its stderr would wait for it).
-sleep "$1" >/dev/null 2>&1 &
-grace=$!
-while kill -0 "$target" 2>/dev/null; do
-  kill -0 "$grace" 2>/dev/null || kill -KILL "$target" 2>/dev/null
+sleep "$grace" >/dev/null 2>&1 &
+timer=$!
+while running; do
+  kill -0 "$timer" 2>/dev/null || kill -KILL "$target" 2>/dev/null
   sleep 0.05
 done
-kill -KILL "$grace" 2>/dev/null
+kill -KILL "$timer" 2>/dev/null
 exit 0`
 
 /** The starter: see the header. `$@` is the command; 126/127 and the message as fencelock gives them. */
