@@ -75,7 +75,7 @@ export const fileKit: Kit = {
       },
     }
   },
-  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot'] }],
+  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot', 'process-lease'] }],
   bench: [
     { name: 'fencelock file', store: 'file', note: 'fsync once per boot' },
     { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },

@@ -63,6 +63,8 @@ export type ChaosFeature =
   | 'members'
   /** The kit's `reboot`: a quick host reboot (the file backend). */
   | 'reboot'
+  /** A lease ends with its holder's processes (the file backend): a killed holder's hold ends at the kill. */
+  | 'process-lease'
 
 /** A chaos target served by a kit: the name `npm run chaos -- --targets` knows it by, and the scenarios worth running there. */
 export interface ChaosVariant {
