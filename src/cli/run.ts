@@ -145,7 +145,11 @@ function runChild(
     const { child } = started
     /** The command's process group (its starter leads it), unless it runs in ours. */
     const group = foreground || !watchdog ? undefined : child.pid
-    if (child.pid !== undefined) {
+    // A watchdog killed while we waited for the lock: the command never starts (the starter waits for a
+    // `go`, and the stop below ends it).
+    const watchdogGone =
+      watchdog !== undefined && (watchdog.child.exitCode !== null || watchdog.child.signalCode !== null)
+    if (child.pid !== undefined && !watchdogGone) {
       // The watchdog knows what to stop before the command may start (see watchdog.ts).
       watchdog?.guard(group === undefined ? { pid: child.pid } : { group })
       started.go()
@@ -173,7 +177,8 @@ function runChild(
       process.stderr.write('fencelock: the watchdog process exited; stopping the command\n')
       stop('SIGTERM')
     }
-    watchdog?.child.once('exit', onWatchdogGone)
+    if (watchdogGone) onWatchdogGone()
+    else watchdog?.child.once('exit', onWatchdogGone)
     // Signals meant for the job go to the job; we release once all of it has ended.
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
     for (const s of signals) process.on(s, stop)

@@ -262,6 +262,39 @@ describe('fencelock run', () => {
     assert.match(r.stderr, /watchdog process exited; stopping the command/)
   })
 
+  it('never starts the command when its watchdog was killed while it waited for the lock', async () => {
+    const k = key('watchdog-killed-waiting')
+    const ranFile = join(dir.path, `ran-${k}`)
+    const holder = startHold(url, k)
+    await holder.next('acquired')
+    const running = fencelock(['run', k, '--verbose', '--', 'sh', '-c', `echo ran > ${ranFile}`])
+    await new Promise<void>((resolve) => {
+      running.child.stderr!.on('data', (c: Buffer) => {
+        if (c.toString().includes('waiting for')) resolve()
+      })
+    })
+    // The watchdog is fencelock's child running the watchdog script (Linux /proc).
+    const cli = running.child.pid!
+    const children = readdirSync(`/proc/${cli}/task`).flatMap((t) =>
+      readFileSync(`/proc/${cli}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean),
+    )
+    const watchdog = children.find((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('read -r line'),
+    )
+    assert.ok(watchdog, 'no watchdog beside fencelock')
+    process.kill(Number(watchdog), 'SIGKILL')
+    // Reaped by fencelock (so it has heard of the exit) before the lock comes free.
+    await waitUntil(() => !existsSync(`/proc/${watchdog}`), 'fencelock to reap its watchdog', {
+      withinMs: 20_000,
+    })
+    holder.send('release')
+    assert.equal(await holder.exited, 0)
+    const r = await running
+    assert.notEqual(r.code, 0)
+    assert.match(r.stderr, /watchdog process exited; stopping the command/)
+    assert.equal(existsSync(ranFile), false, 'the command ran without its watchdog')
+  })
+
   it('Ctrl-C stops the whole group and releases only once a grandchild that ignores it is gone', async () => {
     const k = key('interrupt')
     const pidFile = join(dir.path, `grandchild-${k}`)
