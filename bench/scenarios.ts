@@ -9,6 +9,7 @@ import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapter.js'
 import { HTTP_STORES } from './cloud.js'
 import { mysqlStatementsCounter } from './mysql.js'
+import { PROCESS_SCENARIOS } from './processes.js'
 import { httpRequests } from './requests.js'
 import { percentile } from './stats.js'
 
@@ -21,7 +22,7 @@ export interface Figures {
 }
 
 export interface Scenario {
-  readonly id: 'a' | 'c' | 'b' | 'bp' | 'h' | 'd'
+  readonly id: 'a' | 'c' | 'b' | 'bp' | 'h' | 'd' | 'k' | 'r'
   readonly title: string
   /** The figure the ratio column compares, and whether lower is better. */
   readonly primary: { metric: string; lowerIsBetter: boolean; label: string }
@@ -310,6 +311,7 @@ export const SCENARIOS: Scenario[] = [
     applies: (a) => a.store === 'redis x5',
     run: (adapter, env) => uncontended(adapter, env, `bench-d-${process.pid}`),
   },
+  ...PROCESS_SCENARIOS,
 ]
 
 /** Counts what a blocked waiter sends, from `reset()` on. */

@@ -13,12 +13,23 @@ export interface Opened {
   close(): Promise<void>
 }
 
-/** Opens the backend eagerly, so a bad URL or a missing driver fails before anything else happens. */
-export async function open(values: ParsedOptions, holder?: string): Promise<Opened> {
+/**
+ * Opens the backend eagerly, so a bad URL or a missing driver fails before anything else happens.
+ * `holderPids`: the processes a file lease lives with (`run`: ours and its watchdog's), where the backend
+ * is a lock folder; other backends know nothing of processes.
+ */
+export async function open(
+  values: ParsedOptions,
+  holder?: string,
+  holderPids?: readonly number[],
+): Promise<Opened> {
   const url = parseCliUrl(resolveUrl(values))
   const ttl = values.ttl === undefined ? undefined : parseDuration('--ttl', values.ttl, { min: 10 })
   const described = values.holder === undefined ? holder : parseHolder(values.holder, '--holder')
-  const backend = await loadBackend(url)
+  const backend =
+    holderPids !== undefined && url.protocol === 'file:'
+      ? (await import('../backends/file/index.js')).fromUrl(url, { holderPids })
+      : await loadBackend(url)
   const client = createLockClient(backend, { ttl, holder: described })
   return {
     backend,

@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
-import { fileURLToPath } from 'node:url'
 import { parseDuration } from '../core/durations.js'
-import { COMMON_OPTIONS, UsageError } from './args.js'
+import { COMMON_OPTIONS, type ParsedOptions, UsageError } from './args.js'
 import { holderOf, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
+import { startCommand, startWatchdog, type Watchdog } from './watchdog.js'
 
 export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args...]
 
@@ -59,9 +59,27 @@ export async function runCommand(argv: string[]): Promise<number> {
     )
   }
   const killAfterMs = parseDuration('--kill-after', values['kill-after'] ?? '10s')
+  // Started first: the file backend records its pid with the grant, beside ours (see watchdog.ts).
+  const watchdog = process.platform === 'win32' ? undefined : await startWatchdog(killAfterMs)
+  try {
+    return await runLocked(key, command, values, killAfterMs, watchdog)
+  } finally {
+    watchdog?.done()
+  }
+}
+
+/** `run` once its arguments are read and its watchdog (if any) started. */
+async function runLocked(
+  key: string,
+  command: string[],
+  values: ParsedOptions,
+  killAfterMs: number,
+  watchdog: Watchdog | undefined,
+): Promise<number> {
   const timeout = timeoutOf(values)
   const verbose = values.verbose === true
-  const opened = await open(values, holderOf(command))
+  const holderPids = watchdog ? [process.pid, watchdog.pid] : undefined
+  const opened = await open(values, holderOf(command), holderPids)
   const interrupted = new AbortController()
   const onSignal = (signal: NodeJS.Signals) => interrupted.abort(signal)
   process.once('SIGINT', onSignal)
@@ -84,7 +102,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (verbose) process.stderr.write(`fencelock: acquired ${key} (fence ${lock.fence})\n`)
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
-    const status = await runChild(command, lock, killAfterMs, values.foreground === true)
+    const status = await runChild(command, lock, killAfterMs, values.foreground === true, watchdog)
     await lock.release().catch((error: Error) => {
       process.stderr.write(`fencelock: ${error.message}\n`)
     })
@@ -102,58 +120,48 @@ export async function runCommand(argv: string[]): Promise<number> {
 
 /**
  * Runs the command with the fence in its environment; resolves with its exit status, shell-style.
- * By default under the watchdog (./watchdog.ts), which starts the command as the leader of a process group
- * and exits only once that whole group is gone: the lock is released after the last process the command
- * started, as flock(1)'s lock lives as long as the last holder of its descriptor. A lost lock stops the
- * whole group, and so does the watchdog if this process dies. A signal to us (Ctrl-C, SIGTERM, SIGHUP) goes
- * to the group, and SIGKILL follows after `killAfterMs` for whatever of it is left (a grandchild that
- * ignores it). `foreground` keeps the command in our group (a terminal program needs that) and signals
- * the command alone.
+ * By default the command leads a process group of its own (started through the starter, ./watchdog.ts),
+ * and this resolves only once that whole group is gone: the lock is released after the last process the
+ * command started, as flock(1)'s lock lives as long as the last holder of its descriptor. A lost lock stops
+ * the whole group, and so does the watchdog if this process dies. A signal to us (Ctrl-C, SIGTERM, SIGHUP)
+ * goes to the group, and SIGKILL follows after `killAfterMs` for whatever of it is left (a grandchild that
+ * ignores it). `foreground` keeps the command in our group (a terminal program needs that) and signals the
+ * command alone. Without a watchdog (Windows: no POSIX shell, no process groups) the command is spawned
+ * directly, in the foreground's way.
  */
 function runChild(
   command: string[],
   lock: { key: string; fence: bigint; signal: AbortSignal },
   killAfterMs: number,
   foreground: boolean,
+  watchdog: Watchdog | undefined,
 ): Promise<number> {
   return new Promise((resolve) => {
     const [file, ...args] = command as [string, ...string[]]
     const env = { ...process.env, FENCELOCK_KEY: lock.key, FENCELOCK_FENCE: lock.fence.toString() }
-    const child = foreground
-      ? spawn(file, args, { stdio: 'inherit', env })
-      : spawn(process.execPath, [WATCHDOG, String(killAfterMs), file, ...args], {
-          // fd 3: the watchdog tells us the command's group on it, and watches it for EOF (we died).
-          stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
-          detached: true,
-          env,
-        })
-    // The watchdog's pipe must not keep this process alive once the command has ended (nor before: the
-    // child process itself does that).
-    const pipe = child.stdio[3] as
-      | (NodeJS.ReadableStream & { unref?: () => void; destroy?: () => void })
-      | null
-    pipe?.unref?.()
-    /** The command's process group, once the watchdog has said it; signals before that wait for it. */
-    let group: number | undefined
-    const pending: NodeJS.Signals[] = []
-    let said = ''
-    pipe?.on('data', (chunk: Buffer) => {
-      said += chunk.toString()
-      const match = /pgid (\d+)\n/.exec(said)
-      if (group !== undefined || !match) return
-      group = Number(match[1])
-      for (const signal of pending.splice(0)) send(signal)
-    })
-    pipe?.on('error', () => {})
-    const send = (signal: NodeJS.Signals) => {
-      if (!foreground && group === undefined) {
-        pending.push(signal)
-        return
-      }
+    const started = watchdog
+      ? startCommand(command, env, foreground)
+      : { child: spawn(file, args, { stdio: 'inherit', env }), go: () => {} }
+    const { child } = started
+    /** The command's process group (its starter leads it), unless it runs in ours. */
+    const group = foreground || !watchdog ? undefined : child.pid
+    // A watchdog killed while we waited for the lock: the command never starts (the starter waits for a
+    // `go`, and the stop below ends it).
+    const watchdogGone =
+      watchdog !== undefined && (watchdog.child.exitCode !== null || watchdog.child.signalCode !== null)
+    if (child.pid !== undefined && !watchdogGone) {
+      // The watchdog knows what to stop before the command may start (see watchdog.ts).
+      watchdog?.guard(group === undefined ? { pid: child.pid } : { group })
+      started.go()
+    }
+    const send = (signal: NodeJS.Signals | 0): boolean => {
       try {
-        if (foreground || group === undefined) child.kill(signal)
-        else process.kill(-group, signal)
-      } catch {}
+        if (group === undefined) return child.kill(signal)
+        process.kill(-group, signal)
+        return true
+      } catch {
+        return false
+      }
     }
     let killTimer: NodeJS.Timeout | undefined
     const stop = (signal: NodeJS.Signals) => {
@@ -164,14 +172,23 @@ function runChild(
     // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
     if (lock.signal.aborted) onLost()
     else lock.signal.addEventListener('abort', onLost, { once: true })
+    // Without its watchdog, the command would go on unguarded should we die: stop it, as for a lost lock.
+    const onWatchdogGone = () => {
+      process.stderr.write('fencelock: the watchdog process exited; stopping the command\n')
+      stop('SIGTERM')
+    }
+    if (watchdogGone) onWatchdogGone()
+    else watchdog?.child.once('exit', onWatchdogGone)
     // Signals meant for the job go to the job; we release once all of it has ended.
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
     for (const s of signals) process.on(s, stop)
+    let pollTimer: NodeJS.Timeout | undefined
     const done = (status: number) => {
       clearTimeout(killTimer)
+      clearTimeout(pollTimer)
       lock.signal.removeEventListener('abort', onLost)
+      watchdog?.child.removeListener('exit', onWatchdogGone)
       for (const s of signals) process.removeListener(s, stop)
-      pipe?.destroy?.()
       resolve(status)
     }
     child.once('error', (error: NodeJS.ErrnoException) => {
@@ -179,10 +196,16 @@ function runChild(
       done(error.code === 'ENOENT' ? EXIT.notFound : EXIT.cannotExecute)
     })
     child.once('exit', (code, signal) => {
-      done(code ?? 128 + (signal ? constants.signals[signal] : 0))
+      const status = code ?? 128 + (signal ? constants.signals[signal] : 0)
+      // The command's children may still run in its group: the lock is theirs too until they end.
+      const poll = () => {
+        if (group !== undefined && send(0)) pollTimer = setTimeout(poll, GROUP_POLL_MS)
+        else done(status)
+      }
+      poll()
     })
   })
 }
 
-/** The watchdog script, beside this file once compiled. */
-const WATCHDOG = fileURLToPath(new URL('./watchdog.js', import.meta.url))
+/** How often the command's group is checked for members once the command has exited (one kill(-g, 0)). */
+const GROUP_POLL_MS = 50

@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { type CheckOptions, checkHistory, REBOOT_KILL, type RuleReport, violationsOf } from './checker.js'
+import {
+  type CheckOptions,
+  checkHistory,
+  LEASE_KILL,
+  REBOOT_KILL,
+  type RuleReport,
+  violationsOf,
+} from './checker.js'
 import type { Fault, HistoryEvent, WriteInvoke, WriteResult } from './history.js'
 
 // Hand-made histories, small enough to count by hand: every assertion is an exact number.
@@ -229,7 +236,7 @@ describe('A1: no grant inside another hold validity', () => {
     assert.match(report.a1.examples[0]!, /b \(w2, fence 2, granted t=500\) inside the validity of a \(w1/)
   })
 
-  it("ends a hold's validity when a host reboot kills its client, not when a process is killed", () => {
+  it("ends a hold's validity when a host reboot or a process-bound lease's kill ends its client, not when a process is killed", () => {
     const history = (type: string) =>
       checkHistory(
         [
@@ -240,6 +247,7 @@ describe('A1: no grant inside another hold validity', () => {
         FENCED,
       )
     assert.equal(history(REBOOT_KILL).a1.overlaps, 0)
+    assert.equal(history(LEASE_KILL).a1.overlaps, 0)
     assert.equal(history('kill-holder').a1.overlaps, 1)
   })
 

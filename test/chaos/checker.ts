@@ -344,6 +344,15 @@ interface MaybeHold {
  */
 export const REBOOT_KILL = 'killed-by-reboot'
 
+/**
+ * The fault type of a holder killed on a store whose leases end with their processes (the file backend:
+ * the `process-lease` feature): its lease ends with it, as with a reboot, though the host lives on.
+ */
+export const LEASE_KILL = 'killed-with-its-lease'
+
+/** A kill that ends the killed process's leases at once. */
+const endsLeases = (type: string) => type === REBOOT_KILL || type === LEASE_KILL
+
 function holdsOf(history: History, findings: string[]): Hold[] {
   const holds: Hold[] = []
   for (const [op, events] of history.ops) {
@@ -356,7 +365,7 @@ function holdsOf(history: History, findings: string[]): Hold[] {
     const lostT = events.lost?.t
     // A host reboot (REBOOT_KILL) ends its processes' leases with them: nothing of theirs is valid after.
     const rebootT = history.faults.find(
-      (f) => f.ev === 'fault-start' && f.type === REBOOT_KILL && f.target === ok.client && f.t >= ok.t,
+      (f) => f.ev === 'fault-start' && endsLeases(f.type) && f.target === ok.client && f.t >= ok.t,
     )?.t
     holds.push({
       op,
@@ -783,7 +792,7 @@ function stuckWaiters(history: History, boundMs: number, examples: string[]): nu
     const killed = history.faults.some(
       (f) =>
         f.ev === 'fault-start' &&
-        (f.type === 'kill-holder' || f.type === REBOOT_KILL) &&
+        (f.type === 'kill-holder' || endsLeases(f.type)) &&
         f.target === invoke.client &&
         f.t >= invoke.t,
     )

@@ -13,7 +13,7 @@ import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 // CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here.
 import { monotonicMs, sleep } from '../support/time.js'
 import { pollUntil } from '../support/wait.js'
-import { type ChaosReport, checkHistory, REBOOT_KILL, violationsOf } from './checker.js'
+import { type ChaosReport, checkHistory, LEASE_KILL, REBOOT_KILL, violationsOf } from './checker.js'
 import type { HistoryEvent } from './history.js'
 import { ProtectedResource, type ResourceMode } from './resource.js'
 import { watchStalls } from './stalls.js'
@@ -146,6 +146,7 @@ export async function runScenario(
 ): Promise<RunResult> {
   // A store may refuse the scenario's ttl as too short to renew (GCS): its workers use its shortest.
   const ttlMs = Math.max(scenario.ttlMs, target.minTtlMs)
+  const targetFeatures = target.features
   const dir = join(options.outDir, `${scenario.id}-${target.name}-${options.seed}`)
   mkdirSync(dir, { recursive: true })
   const events: HistoryEvent[] = []
@@ -262,7 +263,9 @@ export async function runScenario(
     workers,
     holder: () => live().find((w) => holding.has(w.id) && !w.paused),
     waiter: () => live().find((w) => !holding.has(w.id) && !w.paused),
-    async fault(type, target, during) {
+    async fault(asked, target, during) {
+      // Where a lease ends with its process, a killed holder's hold ends at the kill (the checker's LEASE_KILL).
+      const type = asked === 'kill-holder' && targetFeatures.has('process-lease') ? LEASE_KILL : asked
       record('nemesis', { ev: 'fault-start', type, target })
       try {
         await during()

@@ -5,12 +5,14 @@ import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { pathToFileURL } from 'node:url'
+import { keyFolderName } from '../../src/backends/file/generations.js'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { perUserFolder, sharedFolder } from '../../src/cli/lock-folder.js'
 import { createLockClient } from '../../src/index.js'
 import { parseBackendUrl, supportedSchemes } from '../../src/schemes.js'
-import { CLI, startHold, waitUntilDead } from '../support/processes.js'
+import { CLI, startHold, stillRuns, waitUntilDead } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
+import { sleep } from '../support/time.js'
 import { waitUntil } from '../support/wait.js'
 
 const dir = tempDir('cli')
@@ -204,6 +206,93 @@ describe('fencelock run', () => {
     const pid = Number(readFileSync(pidFile, 'utf8'))
     await waitUntilDead(pid, 10_000, 'it outlived its lock')
     assert.ok(performance.now() - started < 20_000, 'stopped well within the 30 s lease')
+  })
+
+  it('keeps the lock while the command runs after fencelock is SIGKILLed, and frees it once the group is gone', async () => {
+    const k = key('wrapper-killed-held')
+    const pidFile = join(dir.path, `leader-${k}`)
+    // The command ignores SIGTERM, so the watchdog's SIGKILL comes only after --kill-after (60 s here).
+    const script = `trap "" TERM; echo $$ > ${pidFile}; echo "started $FENCELOCK_FENCE"; while true; do sleep 0.05; done`
+    const running = fencelock(['run', k, '--ttl', '60s', '--kill-after', '60s', '--', 'sh', '-c', script])
+    const fence = await new Promise<bigint>((resolve) => {
+      running.child.stdout!.on('data', (c: Buffer) => {
+        const m = /started (\d+)/.exec(c.toString())
+        if (m) resolve(BigInt(m[1]!))
+      })
+    })
+    const group = Number(readFileSync(pidFile, 'utf8'))
+    // Its exit, not its result: the result waits for every holder of its stdout, the command too.
+    const exited = new Promise((resolve) => running.child.once('exit', resolve))
+    running.child.kill('SIGKILL')
+    await exited
+    const locks = createLockClient(url)
+    try {
+      // The file backend frees a lease whose processes are gone: fencelock's is, its watchdog's is not.
+      for (let i = 0; i < 5; i++) {
+        assert.equal(await locks.tryAcquire(k), null, 'the lock was freed while the command still ran')
+        assert.ok(stillRuns(group), 'the command stopped early')
+        await sleep(100)
+      }
+      process.kill(-group, 'SIGKILL')
+      // The watchdog exits once the group is gone, and with it the lease: well before the 60 s ttl.
+      const lock = await locks.acquire(k, { timeout: '30s' })
+      assert.ok(lock.fence > fence)
+      await lock.release()
+      await running
+    } finally {
+      await locks.close()
+    }
+  })
+
+  it('stops the command when its watchdog is killed, rather than run on unguarded', async () => {
+    const k = key('watchdog-killed')
+    const running = fencelock(['run', k, '--', 'sh', '-c', 'echo started; while true; do sleep 0.05; done'])
+    await untilStarted(running)
+    // The grant names the watchdog beside fencelock (the file backend's record).
+    const folder = join(dir.path, 'locks', keyFolderName(k))
+    const newest = readdirSync(folder)
+      .filter((f) => /^\d+$/.test(f))
+      .sort()
+      .at(-1)!
+    const marks = JSON.parse(readFileSync(join(folder, newest), 'utf8')).processes.marks
+    assert.equal(marks[0].pid, running.child.pid)
+    process.kill(marks[1].pid, 'SIGKILL')
+    const r = await running
+    assert.equal(r.code, 128 + 15)
+    assert.match(r.stderr, /watchdog process exited; stopping the command/)
+  })
+
+  it('never starts the command when its watchdog was killed while it waited for the lock', async () => {
+    const k = key('watchdog-killed-waiting')
+    const ranFile = join(dir.path, `ran-${k}`)
+    const holder = startHold(url, k)
+    await holder.next('acquired')
+    const running = fencelock(['run', k, '--verbose', '--', 'sh', '-c', `echo ran > ${ranFile}`])
+    await new Promise<void>((resolve) => {
+      running.child.stderr!.on('data', (c: Buffer) => {
+        if (c.toString().includes('waiting for')) resolve()
+      })
+    })
+    // The watchdog is fencelock's child running the watchdog script (Linux /proc).
+    const cli = running.child.pid!
+    const children = readdirSync(`/proc/${cli}/task`).flatMap((t) =>
+      readFileSync(`/proc/${cli}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean),
+    )
+    const watchdog = children.find((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('read -r line'),
+    )
+    assert.ok(watchdog, 'no watchdog beside fencelock')
+    process.kill(Number(watchdog), 'SIGKILL')
+    // Reaped by fencelock (so it has heard of the exit) before the lock comes free.
+    await waitUntil(() => !existsSync(`/proc/${watchdog}`), 'fencelock to reap its watchdog', {
+      withinMs: 20_000,
+    })
+    holder.send('release')
+    assert.equal(await holder.exited, 0)
+    const r = await running
+    assert.notEqual(r.code, 0)
+    assert.match(r.stderr, /watchdog process exited; stopping the command/)
+    assert.equal(existsSync(ranFile), false, 'the command ran without its watchdog')
   })
 
   it('Ctrl-C stops the whole group and releases only once a grandchild that ignores it is gone', async () => {

@@ -36,7 +36,7 @@ export const fileKit: Kit = {
   title: 'file',
   entry: 'file',
   networked: false,
-  capabilities: ttlStore({ durableFences: true }),
+  capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {
     fifo: RACE,
     session: "leases end by the host's monotonic clock, no session",
@@ -75,7 +75,7 @@ export const fileKit: Kit = {
       },
     }
   },
-  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot'] }],
+  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot', 'process-lease'] }],
   bench: [
     { name: 'fencelock file', store: 'file', note: 'fsync once per boot' },
     { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },

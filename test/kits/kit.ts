@@ -28,11 +28,16 @@ export interface KitCapabilities {
    * negotiated timeout) caps the validity of every extend at it.
    */
   readonly longerExtend: boolean
+  /**
+   * A holder killed with SIGKILL: 'ttl' (absent), its lease lasts its ttl; 'at once', the store knows the
+   * holder's process is gone (the file backend, on one host) and frees it on the next look.
+   */
+  readonly deadHolder?: 'ttl' | 'at once'
 }
 
 /** The yes/no capabilities: what a case may require. */
 export type Flag = {
-  [K in keyof KitCapabilities]: KitCapabilities[K] extends boolean ? K : never
+  [K in keyof KitCapabilities]-?: KitCapabilities[K] extends boolean ? K : never
 }[keyof KitCapabilities]
 
 export const FLAGS: readonly Flag[] = [
@@ -58,6 +63,8 @@ export type ChaosFeature =
   | 'members'
   /** The kit's `reboot`: a quick host reboot (the file backend). */
   | 'reboot'
+  /** A lease ends with its holder's processes (the file backend): a killed holder's hold ends at the kill. */
+  | 'process-lease'
 
 /** A chaos target served by a kit: the name `npm run chaos -- --targets` knows it by, and the scenarios worth running there. */
 export interface ChaosVariant {

@@ -14,7 +14,7 @@ import type { DoctorFinding, ListedLock, LockInfo } from '../../core/backend.js'
 import { BOOT_FOLDER, currentEpoch, EPOCH_FOLDER, epochRefusal } from './epochs.js'
 import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
-import { isLive, type RecordV1 } from './records.js'
+import { holderGone, isLive, type RecordV1 } from './records.js'
 import { folderOf, type Root } from './root.js'
 
 /** Who holds `key`, as its folder says now. */
@@ -42,6 +42,14 @@ export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
   }
   const r = current.record
   if (!isLive(r, root.boot)) return { held: false, fence: BigInt(r.fence) }
+  if (holderGone(r, root.boot)) {
+    const pids = r.processes?.marks.map((m) => m.pid).join(', ')
+    return {
+      held: false,
+      fence: BigInt(r.fence),
+      note: `its holder's processes (pid ${pids}) have exited: the lease is over, the next acquire takes it`,
+    }
+  }
   return heldView(r)
 }
 
@@ -73,7 +81,9 @@ export async function* listHeld(root: Root, prefix: string): AsyncGenerator<List
     const current = await readCurrent(join(root.dir, entry.name))
     if (current.record === 'none' || current.record === 'unreadable') continue
     const r = current.record
-    if (r.key.startsWith(prefix) && isLive(r, root.boot)) yield { key: r.key, ...heldView(r) }
+    if (r.key.startsWith(prefix) && isLive(r, root.boot) && !holderGone(r, root.boot)) {
+      yield { key: r.key, ...heldView(r) }
+    }
   }
 }
 

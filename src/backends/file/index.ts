@@ -20,7 +20,12 @@
  *
  * Expiry: the record's `deadline` is on the host's monotonic clock (CLOCK_MONOTONIC via process.hrtime,
  * shared by all processes of one boot and immune to wall-clock steps), tagged with the boot id; a record
- * from another boot has expired. An unreadable record (corrupt, or from a newer version) is treated as
+ * from another boot has expired. A grant also records the processes its lease lives with (`holderPids`:
+ * this process by default; `fencelock run` names its watchdog too), each by pid and start time: once all
+ * of them are certainly gone, the lease is over at once, as flock(1)'s lock ends with its holder
+ * (holders.ts says when that is certain; in doubt the deadline decides). A waiter learns of it by looking:
+ * a dead process writes nothing, so no watch event comes, and a refusal over such a record asks the core to
+ * try again within HOLDER_CHECK_MS. An unreadable record (corrupt, or from a newer version) is treated as
  * held until this process has seen it unchanged for `unreadableHoldMs`.
  *
  * Fence: every record carries a `base`, and the fence of generation g is `base + g`.
@@ -101,7 +106,8 @@
  *
  * The other files:
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
- *   records.ts       the record: its shape, reading and making one, `isLive`
+ *   records.ts       the record: its shape, reading and making one, `isLive`, `holderGone`
+ *   holders.ts       the processes a lease lives with: marking them (pid, start time), and whether all are gone
  *   epochs.ts        the root's epoch counter and the base of a new generation
  *   folders.ts       the folders made in the root: shared (1777) in a root several users share
  *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, the
@@ -139,8 +145,17 @@ import {
   readCurrent,
   type Stamp,
 } from './generations.js'
+import { markProcesses } from './holders.js'
 import { bootId, hasKernelBootId, monotonicMs, sameBoot } from './host-clock.js'
-import { baseOf, freeRecord, isLive, newRecord, type RecordV1 } from './records.js'
+import {
+  baseOf,
+  freeRecord,
+  holderCheckable,
+  holderGone,
+  isLive,
+  newRecord,
+  type RecordV1,
+} from './records.js'
 import {
   folderOf,
   grantFlush,
@@ -171,6 +186,15 @@ export interface FileBackendOptions {
    * @default 60000
    */
   readonly unreadableHoldMs?: number | undefined
+  /**
+   * The processes of this host each lease granted here lives with: once every one of them has exited (it
+   * is checked by pid and start time, so a reused pid is told apart), the lease is over at once instead of
+   * at the end of its ttl. `[]` leaves it to the ttl alone (for a lease meant to outlast this process).
+   * Where the processes cannot be told apart for certain (no /proc, another pid namespace sharing the
+   * folder), the ttl alone ends it anyway.
+   * @default [process.pid]
+   */
+  readonly holderPids?: readonly number[] | undefined
 }
 
 /** The file backend: it breaks a lease by writing a free record; its holder finds out on its next renewal. */
@@ -186,6 +210,13 @@ export interface FileBackend extends LockBackend {
  * 4 µs to spare) and JSON gives it back bit for bit.
  */
 export const FILE_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
+
+/**
+ * How soon a waiter refused by a lease whose processes can be checked tries again: a holder's death
+ * writes nothing that a watch could see. Each try is a listing and two small reads (the record, and
+ * /proc/<pid>/stat): a few tens of microseconds.
+ */
+const HOLDER_CHECK_MS = 100
 
 /** How many rounds `breakLock` makes; each round loses only to another writer's transition. */
 const BREAK_ROUNDS = 100
@@ -229,6 +260,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     sleep: hooks?.sleep,
     boot,
     unreadable: new UnreadableRecords(options.unreadableHoldMs ?? 60_000),
+    processes: markProcesses(holderPidsOf(options)),
     written: WRITTEN,
     seenBy: new BoundedMap(SEEN_BY_LIMIT),
     seen: seenEpochs(dir),
@@ -251,6 +283,17 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     doctor: () => fileDoctor(root),
     async close() {},
   }
+}
+
+/** `holderPids`, checked: pids are positive integers. */
+function holderPidsOf(options: FileBackendOptions): readonly number[] {
+  const pids = options.holderPids ?? [process.pid]
+  if (!Array.isArray(pids) || !pids.every((pid) => Number.isSafeInteger(pid) && pid > 0)) {
+    throw new TypeError(
+      `Expected \`holderPids\` to be an array of process ids for the file backend, got ${String(pids)}`,
+    )
+  }
+  return pids
 }
 
 /** What an attempt found: someone's live lease, our own (a lost reply), or a state we may succeed. */
@@ -364,7 +407,8 @@ async function take(
   const fence = base + gen
   const deadline = start + ttlMs
   // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
-  const record = newRecord({ key, state: 'held', owner, fence, base, deadline, holder }, root.boot)
+  const { processes } = root
+  const record = newRecord({ key, state: 'held', owner, fence, base, deadline, holder, processes }, root.boot)
   const stamp = await pending.write(record, grantFlush(root))
   const names = await pending.commit(gen, grantFlush(root), state?.stamp)
   if (!names) return undefined
@@ -390,7 +434,12 @@ function plan(root: Root, folder: string, current: Current, owner: string): Plan
     const ttlMs = r.deadline - monotonicMs()
     return { act: 'answer', result: { granted: true, fence: BigInt(r.fence), ttlMs, cookie } }
   }
-  return { act: 'answer', result: { granted: false, retryInMs: r.deadline - monotonicMs() } }
+  // Its processes all gone: nobody can renew or release it, and nothing it guarded runs. Taken over like an
+  // expired lease, so the fence rules are the same (the successor's fence is the next one).
+  if (holderGone(r, root.boot)) return { act: 'take', base: carriedBase(root, r) }
+  const remaining = r.deadline - monotonicMs()
+  const retryInMs = holderCheckable(r, root.boot) ? Math.min(remaining, HOLDER_CHECK_MS) : remaining
+  return { act: 'answer', result: { granted: false, retryInMs } }
 }
 
 /**
@@ -410,7 +459,16 @@ async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise
   // The holder's description goes on from the record we extend (it was written by our own grant).
   const cookie = await transition(root, lease, (base, current) =>
     newRecord(
-      { key, state: 'held', owner, fence, base, deadline: start + ttlMs, holder: current.holder },
+      {
+        key,
+        state: 'held',
+        owner,
+        fence,
+        base,
+        deadline: start + ttlMs,
+        holder: current.holder,
+        processes: root.processes,
+      },
       root.boot,
     ),
   )
@@ -512,7 +570,7 @@ async function breakOnce(
   const current = await readCurrent(folder)
   if (current.record === 'none') return { broken: false }
   const known = current.record === 'unreadable' ? undefined : current.record
-  if (known && !isLive(known, root.boot)) return { broken: false }
+  if (known && (!isLive(known, root.boot) || holderGone(known, root.boot))) return { broken: false }
   const lease = known && { owner: known.owner ?? '', fence: BigInt(known.fence), holder: known.holder }
   if (onlyFence !== undefined && lease?.fence !== onlyFence) return { broken: false, lease }
   const gen = current.gen + 1n
@@ -543,13 +601,16 @@ export const PARAMS = {
   },
 } as const satisfies ParamSchema
 
-/** `file:///abs/dir[?fsync=false]`. Unknown parameters are refused with a "did you mean" (`readParams`). */
-export function fromUrl(url: URL): FileBackend {
+/**
+ * `file:///abs/dir[?fsync=false]`. Unknown parameters are refused with a "did you mean" (`readParams`).
+ * `options` adds what a URL does not carry (the CLI's `holderPids`).
+ */
+export function fromUrl(url: URL, options: Omit<FileBackendOptions, 'dir' | 'fsync'> = {}): FileBackend {
   if (url.host !== '') {
     throw new TypeError(
       `Expected a local file URL like file:///var/lock/app, got ${url.href} (host "${url.host}")`,
     )
   }
   const { fsync } = readParams(url, PARAMS)
-  return fileBackend({ dir: fileURLToPath(url), fsync })
+  return fileBackend({ ...options, dir: fileURLToPath(url), fsync })
 }

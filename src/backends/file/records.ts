@@ -3,6 +3,7 @@
  * shape, how it is read back, how one is made, and the question the algorithm asks of a record: is its
  * lease live.
  */
+import { allGone, checkable, type HolderProcesses } from './holders.js'
 import { monotonicMs, sameBoot } from './host-clock.js'
 
 export interface RecordV1 {
@@ -22,6 +23,12 @@ export interface RecordV1 {
   readonly deadline: number
   /** The holder's description (`AcquireRequest.holder`), for `inspect`; absent when free. */
   readonly holder?: string
+  /**
+   * The processes the lease lives with (holders.ts): when all are gone, the lease is over at once. Absent
+   * when free, from older versions, and where processes cannot be told apart for certain (the ttl decides).
+   * Read as `unknown` shape: `checkable` checks it before use.
+   */
+  readonly processes?: HolderProcesses
 }
 
 const DECIMAL = /^-?\d{1,60}$/
@@ -59,11 +66,12 @@ export interface RecordFields {
   /** ms on the host's monotonic clock; 0 for a free record. */
   readonly deadline: number
   readonly holder?: string | undefined
+  readonly processes?: HolderProcesses | undefined
 }
 
 /** A record written by this boot (`boot`, from host-clock.ts). */
 export function newRecord(fields: RecordFields, boot: string): RecordV1 {
-  const { key, state, owner, fence, base, deadline, holder } = fields
+  const { key, state, owner, fence, base, deadline, holder, processes } = fields
   return {
     v: 1,
     key,
@@ -74,6 +82,7 @@ export function newRecord(fields: RecordFields, boot: string): RecordV1 {
     boot,
     deadline,
     ...(holder === undefined ? {} : { holder }),
+    ...(processes === undefined ? {} : { processes }),
   }
 }
 
@@ -84,3 +93,14 @@ export const freeRecord = (key: string, fence: bigint, base: bigint, boot: strin
 /** A lease written in this boot and not yet past its deadline on the host's monotonic clock. */
 export const isLive = (record: RecordV1, boot: string): boolean =>
   record.state === 'held' && sameBoot(record.boot, boot) && monotonicMs() < record.deadline
+
+/**
+ * A held record whose processes are all certainly gone (holders.ts): its lease is over, whatever its
+ * deadline says. False in any doubt (nothing recorded, another boot, another pid namespace).
+ */
+export const holderGone = (record: RecordV1, boot: string): boolean =>
+  record.state === 'held' && checkable(record.processes, record.boot, boot) && allGone(record.processes)
+
+/** Whether a held record names processes this host can check (a waiter then looks again soon). */
+export const holderCheckable = (record: RecordV1, boot: string): boolean =>
+  checkable(record.processes, record.boot, boot)

@@ -7,6 +7,7 @@ import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
 import type { EpochSource } from './epochs.js'
 import { type Flush, keyFolderName, type Stamp } from './generations.js'
+import type { HolderProcesses } from './holders.js'
 import type { RecordV1 } from './records.js'
 
 export interface Root extends EpochSource {
@@ -19,6 +20,8 @@ export interface Root extends EpochSource {
   /** Several users share the root (folders.ts), read once when the backend is made. */
   readonly shared: boolean
   readonly unreadable: UnreadableRecords
+  /** The processes every lease granted here lives with (holders.ts); undefined: the ttl alone ends it. */
+  readonly processes: HolderProcesses | undefined
   /** What this process wrote last in each key folder (shared by every backend of the process). */
   readonly written: WrittenStates
   /**
