@@ -38,13 +38,16 @@
  * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
  *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
  *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
- *   seen by each waiter; `inspect` is 1 R;
+ *   seen (one grant write of a key in flight per process: its other waiters wait for its outcome);
+ *   `inspect` is 1 R;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
  *   still land on the record found (cas-hold.ts).
  *
  * Driver: `CasDriver` (cas-lease-driver.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
+
+import { raceSignal } from '../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -115,6 +118,8 @@ export class CasLease {
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
+  readonly #granting = new Map<string, Promise<void>>()
 
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
@@ -219,6 +224,36 @@ export class CasLease {
     signal: AbortSignal,
     decided: ServerClock,
   ): Promise<AttemptResult> {
+    // One grant write of a key in flight per process: the other acquires of the key wait for its outcome
+    // and try again (it landed: the record it left is held, and they are answered from it without a
+    // request; it did not: they read). All at once, every waiter that saw a release (or a takeover
+    // due) would write, and all but one be refused: 100 waiters, 100 writes and their re-reads.
+    const other = this.#granting.get(req.key)
+    if (other !== undefined) {
+      await raceSignal(other, signal)
+      return { granted: false, retryInMs: 0 }
+    }
+    const granting = this.#grant(req, fence, seen, signal, decided)
+    const settled = granting.then(
+      () => {},
+      () => {},
+    )
+    this.#granting.set(req.key, settled)
+    try {
+      return await granting
+    } finally {
+      if (this.#granting.get(req.key) === settled) this.#granting.delete(req.key)
+    }
+  }
+
+  /** `#write`, this process's only grant write of the key in flight. */
+  async #grant(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+    decided: ServerClock,
+  ): Promise<AttemptResult> {
     // The store's write rate (GCS: about one write per second per object). If the record changes
     // meanwhile, the write's condition says so.
     await this.#io.paced(req.key, signal)
@@ -242,7 +277,7 @@ export class CasLease {
       // version (which cannot land late on another record) with a new record's fence of the answer's
       // second, before anyone is granted with the first (cas-fence.ts).
       const fresh = newRecordFence(answered.seconds, req.key, this.id)
-      return await this.#write(req, fresh, { version: out.version }, signal, answered)
+      return await this.#grant(req, fresh, { version: out.version }, signal, answered)
     }
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)

@@ -525,6 +525,28 @@ describe('cas-lease: waiting and the store rates', () => {
     assert.ok(ten <= 2 * one && hundred <= 2 * one, rates)
   })
 
+  it('a release seen by 100 waiters of one process costs one grant write, not 100', async () => {
+    const store = new FakeCasStore()
+    store.delayMs = 5
+    const holder = processOn(store)
+    const held = await holder.client.acquire('k', { ttl: 60_000 })
+    const waiter = processOn(store, { pollMaxMs: 200 })
+    const all = Array.from({ length: 100 }, () =>
+      awaitLater(waiter.client.tryAcquire('k', { timeout: 3000, ttl: 60_000 })),
+    )
+    await sleep(500)
+    const before = store.count('write')
+    await held.release()
+    const got = await Promise.all(all)
+    const winners = got.filter((lock) => lock !== null)
+    assert.equal(winners.length, 1)
+    // The release, then one grant: the other waiters waited for its outcome and saw the key held.
+    assert.equal(store.count('write') - before, 2)
+    await winners[0]!.release()
+    await holder.client.close()
+    await waiter.client.close()
+  })
+
   it('backs off when its reads lag its writes: a refused takeover whose re-read shows the same version', async () => {
     const store = new FakeCasStore()
     const holder = processOn(store)
