@@ -22,7 +22,11 @@
  * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
  * - Waiting: no notifications. Reads of a key held by another are paced per process: 100 ms, doubling
  *   to `pollMaxMs` (1 s), and never later than the moment a takeover becomes possible; attempts in
- *   between are answered from what was seen, without a request. A write of one key from this process is
+ *   between are answered from what was seen, without a request, and attempts that do read share one
+ *   read in flight per key (cas-reads.ts), so the process's waiters of a key cost the reads of one. A
+ *   refused write whose re-read still shows the version it was conditioned on (a store whose reads lag
+ *   its writes) makes writes on that version back off: 100 ms doubling up to a third of the record's
+ *   lease (at least `pollMaxMs`), until a write of ours lands. A write of one key from this process is
  *   never sent sooner than the driver's `minWriteIntervalMs` (GCS: about one per second per object)
  *   after the previous one was answered (the server may apply it until then): a write due sooner (a
  *   release right after the grant) waits for it; 429/503 are the driver's retryable errors, on which
@@ -31,15 +35,19 @@
  * Requests (R = strongly consistent read, W = conditional write), without faults:
  * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
  * - renewal (every ttl/3 by default): 1 W; release: 1 W;
- * - waiting, per minute and per process (its waiters of one key share the reads, after one read each
- *   when they start): 60 R at the default `pollMaxMs` of 1 s (64 in the first minute, while the pace
- *   ramps up from 100 ms), plus 1 W per takeover; `inspect` is 1 R;
+ * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
+ *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
+ *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
+ *   seen (one grant write of a key in flight per process: its other waiters wait for its outcome);
+ *   `inspect` is 1 R;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
  *   still land on the record found (cas-hold.ts).
  *
  * Driver: `CasDriver` (cas-lease-driver.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
+
+import { raceSignal } from '../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -110,6 +118,8 @@ export class CasLease {
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
+  readonly #granting = new Map<string, Promise<void>>()
 
   constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
     this.#driver = driver
@@ -130,22 +140,29 @@ export class CasLease {
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
-    // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
-    // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
+    const start = now()
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
-    if (known && waiting && now() < known.nextReadAt && this.#othersHold(known, req.owner)) {
-      return this.#busy(known)
+    if (waiting) {
+      // A write on what we see was refused while our reads kept showing it (a lagging store): nothing
+      // new to try before its backoff ends, and a read now would most likely show the same.
+      const lagging = this.#seen.laggingUntil(req.key, known?.version, start)
+      if (lagging !== undefined) return { granted: false, retryInMs: lagging - start }
+      // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
+      // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
+      if (known && start < known.nextReadAt && this.#othersHold(known, req.owner)) return this.#busy(known)
     }
     // The server's second of this read decides the fence of a grant made on what it returns (cas-fence.ts).
+    // A waiter takes any read of the key in flight (what it shows is observed at its return, whoever sent
+    // it: cas-observe.ts); a new acquire only one sent after it began, which a release before it shows.
     const clock: ServerClock = {}
-    const current = await this.#io.read(req.key, signal, clock)
+    const notBefore = waiting ? Number.NEGATIVE_INFINITY : start
+    const { current, seen } = await this.#io.observe(req.key, signal, clock, notBefore)
     if (!waiting) this.#waiting.set(req.owner, true)
     const { id } = this
-    if (current === undefined) {
+    if (current === undefined || seen === undefined) {
       return await this.#write(req, newRecordFence(clock.seconds, req.key, id), undefined, signal, clock)
     }
-    const seen = this.#seen.get(req.key)!
     const record = seen.record
     // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
     if (record === undefined) return this.#busy(seen)
@@ -174,9 +191,8 @@ export class CasLease {
 
   /** `LockBackend.inspect`: the record as stored, with what this process has seen of it. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    const current = await this.#io.read(key, signal)
-    if (current === undefined) return null
-    const seen = this.#seen.get(key)!
+    const { seen } = await this.#io.observe(key, signal)
+    if (seen === undefined) return null
     const record = seen.record
     if (record === undefined) {
       return {
@@ -208,6 +224,36 @@ export class CasLease {
     signal: AbortSignal,
     decided: ServerClock,
   ): Promise<AttemptResult> {
+    // One grant write of a key in flight per process: the other acquires of the key wait for its outcome
+    // and try again (it landed: the record it left is held, and they are answered from it without a
+    // request; it did not: they read). All at once, every waiter that saw a release (or a takeover
+    // due) would write, and all but one be refused: 100 waiters, 100 writes and their re-reads.
+    const other = this.#granting.get(req.key)
+    if (other !== undefined) {
+      await raceSignal(other, signal)
+      return { granted: false, retryInMs: 0 }
+    }
+    const granting = this.#grant(req, fence, seen, signal, decided)
+    const settled = granting.then(
+      () => {},
+      () => {},
+    )
+    this.#granting.set(req.key, settled)
+    try {
+      return await granting
+    } finally {
+      if (this.#granting.get(req.key) === settled) this.#granting.delete(req.key)
+    }
+  }
+
+  /** `#write`, this process's only grant write of the key in flight. */
+  async #grant(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+    decided: ServerClock,
+  ): Promise<AttemptResult> {
     // The store's write rate (GCS: about one write per second per object). If the record changes
     // meanwhile, the write's condition says so.
     await this.#io.paced(req.key, signal)
@@ -231,7 +277,7 @@ export class CasLease {
       // version (which cannot land late on another record) with a new record's fence of the answer's
       // second, before anyone is granted with the first (cas-fence.ts).
       const fresh = newRecordFence(answered.seconds, req.key, this.id)
-      return await this.#write(req, fresh, { version: out.version }, signal, answered)
+      return await this.#grant(req, fresh, { version: out.version }, signal, answered)
     }
     if (out.kind === 'written') {
       this.#waiting.delete(req.owner)
@@ -247,6 +293,15 @@ export class CasLease {
     if (out.kind === 'unknown') throw out.error
     // An earlier attempt of ours landed meanwhile: the next attempt writes it again (see `attempt`).
     if (heldBy(out.record, req.owner)) return { granted: false, retryInMs: 0 }
+    if (out.lagging) {
+      // Refused, and the read behind it still shows what we wrote on: the store's reads lag its writes.
+      // The next write on that version waits, a little longer each time, up to the holder's renewal
+      // interval (a third of its lease; at least the longest poll): the record has moved on, and
+      // only reads that caught up can say to what (cas-observe.ts).
+      const capMs = Math.max(this.#seen.pollMaxMs, (out.record?.leaseMs ?? 0) / 3)
+      const t = now()
+      return { granted: false, retryInMs: this.#seen.lagging(req.key, seen?.version, capMs, t) - t }
+    }
     const after = this.#seen.get(req.key)
     return after ? this.#busy(after) : { granted: false, retryInMs: 0 }
   }

@@ -12,6 +12,19 @@
  * sooner than the holder's validity, whatever the round trip took. Counting from the send would be
  * unsafe: a read sent before a renewal and served after it would start the count before the holder did.
  * (amazon-dynamodb-lock-client takes its lookup time after the call returns, for the same reason.)
+ *
+ * Why every waiter of the process may count from the same `since`, also one that came long after it,
+ * and one that joined a read another waiter sent (cas-reads.ts): the chain above links `since` to the
+ * HOLDER's start and to nothing about the waiter. Whoever asked for the read, `since` is a moment of
+ * this process's monotonic clock after the version was written, so every waiter of this process (one
+ * clock) may take over at `since` + lease + margin: the holder of that version cannot count on it past
+ * then, and if it renewed meanwhile, the takeover, conditioned on the version observed, is refused.
+ * When the waiter started, or which read it joined, adds nothing the chain needs: counting only from
+ * one's own first read would be safe too, but only slower. Versions never come back (a fresh nonce,
+ * generation or id per write), so a version seen twice was the record all along in between. On a store
+ * whose reads lag its writes, a read may show a version already replaced: it was still written before
+ * that read was served, so the chain holds, and the takeover it allows is refused by the store, whose
+ * conditions are checked on the record itself (`lagging` below spaces such refusals).
  */
 import { BoundedMap } from '../core/bounded-map.js'
 import type { CasRecord } from './cas-record.js'
@@ -35,8 +48,20 @@ export interface Observation {
   readonly pollMs: number
 }
 
+/**
+ * A refused write whose re-read still showed the version it was conditioned on (undefined: no record):
+ * the store's reads lag its writes. No write of the key is sent on that same version before `until`.
+ */
+interface Lag {
+  readonly version: string | undefined
+  /** The last backoff: it doubles with every such refusal, up to a cap, until a write of ours lands. */
+  readonly backoffMs: number
+  readonly until: number
+}
+
 export class Observations {
   readonly #seen = new BoundedMap<string, Observation>(KEYS_KEPT)
+  readonly #lags = new BoundedMap<string, Lag>(KEYS_KEPT)
   /**
    * When this process last sent a write of each key, or was answered, whichever came later (for the
    * store's write rate, `minWriteIntervalMs`: cas-write.ts says why the answer counts).
@@ -98,6 +123,35 @@ export class Observations {
     const record = seen.record
     if (record?.state !== 'held') return undefined
     return seen.since + record.leaseMs + this.marginOf(record.leaseMs)
+  }
+
+  /**
+   * A write conditioned on `version` was refused, and the read behind the refusal showed that very
+   * version again: this store's reads lag its writes (a store without read-after-write consistency, a
+   * caching proxy). Writing again on what the next read shows would only be refused again, as fast as
+   * the round trips allow (hundreds per second), so writes on that version back off: 100 ms, doubling
+   * with every such refusal up to `capMs`. Returns when a write on it may go again.
+   */
+  lagging(key: string, version: string | undefined, capMs: number, at: number): number {
+    const before = this.#lags.get(key)
+    const backoffMs = before ? Math.min(before.backoffMs * 2, capMs) : Math.min(POLL_FIRST_MS, capMs)
+    const until = at + backoffMs
+    this.#lags.renew(key, { version, backoffMs, until })
+    return until
+  }
+
+  /**
+   * Until when a write of `key` on `version` (undefined: a create) waits for a lagging store; undefined
+   * when it need not. A read showing another version is news, so only the version refused is held back.
+   */
+  laggingUntil(key: string, version: string | undefined, at: number): number | undefined {
+    const lag = this.#lags.get(key)
+    return lag !== undefined && lag.version === version && at < lag.until ? lag.until : undefined
+  }
+
+  /** A write of ours on `key` landed: its reads caught up, the backoff starts again from the first step. */
+  landed(key: string): void {
+    this.#lags.delete(key)
   }
 
   /** Notes that a write of `key` is being sent, or was answered, at `at`; the latest time stays. */

@@ -7,9 +7,10 @@
  */
 
 import { now, sleep } from '../core/clock.js'
-import type { ServerClock } from './cas-fence.js'
+import { noteClock, type ServerClock } from './cas-fence.js'
 import type { CasDriver, CasVersioned, CasWrite } from './cas-lease-driver.js'
-import type { Observations } from './cas-observe.js'
+import type { Observation, Observations } from './cas-observe.js'
+import { SharedReads } from './cas-reads.js'
 import { type CasRecord, decodeRecord, encodeRecord } from './cas-record.js'
 
 export type WriteOutcome =
@@ -20,25 +21,56 @@ export type WriteOutcome =
       readonly kind: 'other'
       readonly current: CasVersioned | undefined
       readonly record: CasRecord | undefined
+      /**
+       * Refused, yet the read behind the refusal still showed what the write was conditioned on: the
+       * store's reads lag its writes (no read-after-write consistency, a caching proxy). The engine
+       * backs off rather than write again on what such reads show (cas-observe.ts).
+       */
+      readonly lagging: boolean
     }
   /** It threw, and the record still matches its condition: it may land yet. `error` is the driver's. */
   | { readonly kind: 'unknown'; readonly error: unknown }
 
+/** What a read returned, and the observation it made of it (undefined: no record). */
+export interface ReadAnswer {
+  readonly current: CasVersioned | undefined
+  readonly seen: Observation | undefined
+}
+
 /** Reads and writes records for the engine, noting every version seen in `seen`. */
 export class CasIo {
+  /** Every read goes through here: one request per key at a time serves every caller that can use it. */
+  readonly #reads: SharedReads<ReadAnswer>
+
   constructor(
     readonly driver: CasDriver,
     readonly seen: Observations,
-  ) {}
+  ) {
+    this.#reads = new SharedReads(async (key, signal, clock) => {
+      const current = await this.driver.read(key, signal, clock)
+      return { current, seen: this.#saw(key, current) }
+    })
+  }
 
   /**
-   * A strongly consistent read; what it returned is observed at its return (see cas-observe.ts). The
-   * server's clock of its answer goes to `clock` (cas-fence.ts).
+   * A strongly consistent read SENT after `notBefore` (default: now), shared with every other
+   * caller it can serve (cas-reads.ts); what it returned is observed once, at its return (see
+   * cas-observe.ts). The server's clock of its answer goes to `clock` (cas-fence.ts).
    */
+  async observe(
+    key: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+    notBefore = now(),
+  ): Promise<ReadAnswer> {
+    const answer = await this.#reads.read(key, signal, notBefore)
+    noteClock(clock, answer.seconds)
+    return answer.value
+  }
+
+  /** `observe`, for its record alone: a read sent from now on. */
   async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
-    const current = await this.driver.read(key, signal, clock)
-    this.#saw(key, current)
-    return current
+    return (await this.observe(key, signal, clock)).current
   }
 
   /**
@@ -58,6 +90,7 @@ export class CasIo {
       const result = await this.#send(key, encodeRecord(record), version, signal, clock)
       if (result.ok) {
         this.seen.saw(key, result.version, record, now())
+        this.seen.landed(key)
         return { kind: 'written', version: result.version }
       }
       // Refused. The store may hand back the record as it is now (DynamoDB's ALL_OLD); else we read it.
@@ -76,6 +109,7 @@ export class CasIo {
     const found = current === undefined ? undefined : decodeRecord(current.body)
     // Our owner and this write's nonce: this write landed (on a retry of the SDK's, or before it threw).
     if (found && found.owner === record.owner && found.nonce === record.nonce) {
+      this.seen.landed(key)
       return { kind: 'written', version: current!.version }
     }
     // Thrown, and the record is still what the write was conditioned on: it may be applied later (a
@@ -83,7 +117,7 @@ export class CasIo {
     // condition (versions never come back: every body is unique) it can never land.
     const stillPossible = version === undefined ? current === undefined : current?.version === version
     if (error !== undefined && stillPossible) return { kind: 'unknown', error }
-    return { kind: 'other', current, record: found }
+    return { kind: 'other', current, record: found, lagging: error === undefined && stillPossible }
   }
 
   /**
@@ -133,8 +167,11 @@ export class CasIo {
     signal.throwIfAborted()
   }
 
-  #saw(key: string, current: CasVersioned | undefined): void {
-    if (current === undefined) this.seen.forget(key)
-    else this.seen.saw(key, current.version, decodeRecord(current.body), now())
+  #saw(key: string, current: CasVersioned | undefined): Observation | undefined {
+    if (current === undefined) {
+      this.seen.forget(key)
+      return undefined
+    }
+    return this.seen.saw(key, current.version, decodeRecord(current.body), now())
   }
 }

@@ -498,6 +498,87 @@ describe('cas-lease: waiting and the store rates', () => {
     await waiter.client.close()
   })
 
+  it('waiters of one key in one process share their reads: 100 waiters read no more than one does', async () => {
+    // Reads per waiting second of `waiters` acquires of one held key in one process.
+    const readsPerSecond = async (waiters: number) => {
+      const store = new FakeCasStore()
+      // A round trip, so that attempts meet reads in flight, as they do on a real store.
+      store.delayMs = 5
+      const holder = processOn(store)
+      const held = await holder.client.acquire('k', { ttl: 60_000 })
+      const waiter = processOn(store, { pollMaxMs: 1000 })
+      const before = store.count('read')
+      const startedAt = performance.now()
+      const all = Array.from({ length: waiters }, () => waiter.client.tryAcquire('k', { timeout: 3000 }))
+      const got = await Promise.all(all)
+      const seconds = (performance.now() - startedAt) / 1000
+      assert.ok(got.every((lock) => lock === null))
+      await held.release()
+      await holder.client.close()
+      await waiter.client.close()
+      return (store.count('read') - before) / seconds
+    }
+    const one = await readsPerSecond(1)
+    const ten = await readsPerSecond(10)
+    const hundred = await readsPerSecond(100)
+    const rates = `reads per second: 1 waiter ${one.toFixed(1)}, 10: ${ten.toFixed(1)}, 100: ${hundred.toFixed(1)}`
+    assert.ok(ten <= 2 * one && hundred <= 2 * one, rates)
+  })
+
+  it('a release seen by 100 waiters of one process costs one grant write, not 100', async () => {
+    const store = new FakeCasStore()
+    store.delayMs = 5
+    const holder = processOn(store)
+    const held = await holder.client.acquire('k', { ttl: 60_000 })
+    const waiter = processOn(store, { pollMaxMs: 200 })
+    const all = Array.from({ length: 100 }, () =>
+      awaitLater(waiter.client.tryAcquire('k', { timeout: 3000, ttl: 60_000 })),
+    )
+    await sleep(500)
+    const before = store.count('write')
+    await held.release()
+    const got = await Promise.all(all)
+    const winners = got.filter((lock) => lock !== null)
+    assert.equal(winners.length, 1)
+    // The release, then one grant: the other waiters waited for its outcome and saw the key held.
+    assert.equal(store.count('write') - before, 2)
+    await winners[0]!.release()
+    await holder.client.close()
+    await waiter.client.close()
+  })
+
+  it('backs off when its reads lag its writes: a refused takeover whose re-read shows the same version', async () => {
+    const store = new FakeCasStore()
+    const holder = processOn(store)
+    const held = await holder.client.acquire('k', { ttl: 1000 })
+    // The waiter's reads go through a cache: it sees the version of its first read while the holder
+    // renews, so after a lease plus the margin it tries to take over, and the store refuses.
+    const view = store.view()
+    let writes = 0
+    const counted = {
+      ...view,
+      replace: (...args: Parameters<typeof view.replace>) => {
+        writes += 1
+        return view.replace(...args)
+      },
+    }
+    const waiter = createLockClient(casLeaseBackend(counted, { marginMs: MARGIN, pollMaxMs: 1000 }))
+    view.cacheReads(true)
+    const startedAt = performance.now()
+    assert.equal(await waiter.tryAcquire('k', { timeout: 4000, ttl: 1000 }), null)
+    const seconds = (performance.now() - startedAt) / 1000 - 1
+    assert.equal(held.signal.aborted, false, 'the holder kept its lock')
+    // Refused writes in the ~3 s after the takeover became possible: 100, 200, 400, 800 ms, then 1 s.
+    assert.ok(writes <= 10, `${writes} refused conditional writes in ${seconds.toFixed(1)} s`)
+    // Once its reads catch up, a release is seen and the lock taken.
+    view.cacheReads(false)
+    await held.release()
+    const lock = await waiter.acquire('k', { timeout: 5000, ttl: 1000 })
+    await lock.release()
+    await holder.client.close()
+    await waiter.close()
+  })
+
   it('never writes one record faster than the store allows (GCS: one write per second)', async () => {
     const store = new FakeCasStore()
     store.minWriteIntervalMs = 200

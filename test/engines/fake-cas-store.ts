@@ -82,11 +82,20 @@ export class FakeCasStore implements CasDriver {
 
   /**
    * A process's own connection to the store: `crash()` makes every later call of it hang until its
-   * signal aborts, as a process that died (or was cut off) sends nothing more.
+   * signal aborts, as a process that died (or was cut off) sends nothing more. `cacheReads(true)` puts a
+   * caching proxy in front of its reads (a store without read-after-write consistency): each key's
+   * reads answer what the first read after that answered, until `cacheReads(false)`; writes go through.
    */
-  view(): CasDriver & { crash(): void } {
+  view(): CasDriver & { crash(): void; cacheReads(on: boolean): void } {
     const store = this
     let crashed = false
+    let cache: Map<string, Promise<CasVersioned | undefined>> | undefined
+    const read = (key: string, signal: AbortSignal, clock?: ServerClock) => {
+      if (cache === undefined) return this.read(key, signal, clock)
+      const cached = cache.get(key) ?? this.read(key, signal, clock)
+      cache.set(key, cached)
+      return cached
+    }
     const dead = (signal: AbortSignal) =>
       new Promise<never>((_, reject) => {
         signal.addEventListener('abort', () => reject(signal.reason), { once: true })
@@ -97,13 +106,16 @@ export class FakeCasStore implements CasDriver {
       get minWriteIntervalMs() {
         return store.minWriteIntervalMs
       },
-      read: (key, signal, clock) => (crashed ? dead(signal) : this.read(key, signal, clock)),
+      read: (key, signal, clock) => (crashed ? dead(signal) : read(key, signal, clock)),
       create: (key, body, signal, clock) => (crashed ? dead(signal) : this.create(key, body, signal, clock)),
       replace: (key, body, version, signal, clock) =>
         crashed ? dead(signal) : this.replace(key, body, version, signal, clock),
       close: async () => {},
       crash: () => {
         crashed = true
+      },
+      cacheReads: (on) => {
+        cache = on ? new Map() : undefined
       },
     }
   }
