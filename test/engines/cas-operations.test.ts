@@ -27,6 +27,15 @@ function heldRecord(store: FakeCasStore, key: string, fence: bigint, owner = DEA
   return store.put(key, encodeRecord({ owner, fence, leaseMs: 60_000, state: 'held', nonce, key }))
 }
 
+/** A gate for a write held at the store, and what opens it. */
+function gated(): { gate: Promise<void>; open: () => void } {
+  let open = () => {}
+  const gate = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  return { gate, open }
+}
+
 async function listed(list: AsyncIterable<ListedLock>): Promise<ListedLock[]> {
   const found: ListedLock[] = []
   for await (const lock of list) found.push(lock)
@@ -128,8 +137,8 @@ describe('cas-lease: break', () => {
     for (const fence of [5n, undefined]) {
       const store = new FakeCasStore()
       heldRecord(store, 'k', 5n)
-      let open!: () => void
-      store.next('write', { gate: new Promise<void>((resolve) => (open = resolve)) })
+      const { gate, open } = gated()
+      store.next('write', { gate })
       const { client } = processOn(store)
       const breaking = awaitLater(client.break('k', { fence }))
       await waitUntil(() => store.count('replace') === 1, 'the break to send its write')
@@ -148,8 +157,8 @@ describe('cas-lease: break', () => {
     const store = new FakeCasStore()
     store.returnCurrent = true
     heldRecord(store, 'k', 5n)
-    let open!: () => void
-    store.next('write', { gate: new Promise<void>((resolve) => (open = resolve)) })
+    const { gate, open } = gated()
+    store.next('write', { gate })
     const { client } = processOn(store)
     const breaking = awaitLater(client.break('k'))
     await waitUntil(() => store.count('replace') === 1, 'the break to send its write')
