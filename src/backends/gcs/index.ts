@@ -21,8 +21,11 @@
  *   The SDK retries conditional uploads itself (`autoRetry`, `RetryConditional`): safe, the engine re-reads
  *   after any unknown or refused outcome.
  *
- * Files: driver.ts (the CasDriver: media GET, conditional uploads, doctor's probe), layout.ts (object
- * names, shared with the tests).
+ * - List and break: objects.list pages of the prefix (and of every hashed `~` name, whose record names
+ *   its key), a media GET per object listed; a break is the engine's (a release's write, no owner check).
+ *
+ * Files: driver.ts (the CasDriver: media GET, conditional uploads, objects.list for list, doctor's
+ * probe), layout.ts (object names, shared with the tests).
  */
 import type { Storage } from '@google-cloud/storage'
 import type { LockBackend } from '../../core/backend.js'

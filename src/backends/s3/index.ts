@@ -19,8 +19,11 @@
  *   safe: the engine re-reads after any unknown or refused outcome. S3 Express One Zone (directory
  *   buckets) works the same way but needs a virtual-hosted client; it is not tested.
  *
- * Files: driver.ts (the CasDriver: GetObject, conditional PutObject, doctor's probe), layout.ts (object
- * names, shared with the tests).
+ * - List and break: ListObjectsV2 pages of the prefix (and of every hashed `~` name, whose record names
+ *   its key), a GetObject per object listed; a break is the engine's (a release's write, no owner check).
+ *
+ * Files: driver.ts (the CasDriver: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
+ * probe), layout.ts (object names, shared with the tests).
  */
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { LockBackend } from '../../core/backend.js'
