@@ -66,7 +66,8 @@ export interface CasDriver {
    * The records of lock keys that may start with `prefix` (a store that can only filter after reading
    * returns more; the engine filters), read-only, a page of the store at a time: never the whole store in
    * one reply. Each with its lock key: from the store's name for the record where it says it, else from
-   * the record itself (`recordKey`, cas-objects.ts); a record no key can be told for is left out.
+   * the record itself (which names its key: `keyOfObject`, cas-objects.ts); one no key can be told for is
+   * left out.
    */
   list?(prefix: string, signal: AbortSignal): AsyncIterable<CasListed>
   /**

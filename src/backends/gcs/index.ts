@@ -3,8 +3,8 @@
  * (src/engines/cas-lease.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
- *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
- *   nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
+ *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
+ *   a per-write nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
  *   replaced with `ifGenerationMatch=<generation>`; fencelock never deletes it.
  * - Expiry: observed, GCS has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   generation for a whole lease plus a margin on its own monotonic clock (unlike Vault, which compares
