@@ -37,7 +37,7 @@ const HELD_NOTE =
   'expiresInMs is the most the lease has left: its length less the time this process has seen the ' +
   'record unchanged; a waiter takes over only after seeing it unchanged for a whole lease plus a margin'
 
-/** `inspect`'s view of a stored record (undefined: not one of ours) this process has seen unchanged for `unchangedMs`. */
+/** `inspect`'s view of a stored record (undefined: not ours) this process has seen unchanged for `unchangedMs`. */
 export function recordView(record: CasRecord | undefined, unchangedMs: number, store: string): LockInfo {
   if (record === undefined) return { held: true, note: `the object of this lock on ${store} ${NOT_OURS}` }
   if (record.state === 'released') return { held: false, fence: record.fence }
