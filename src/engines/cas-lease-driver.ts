@@ -30,6 +30,12 @@ export type CasWrite =
    */
   | { readonly ok: false; readonly current?: CasVersioned | undefined }
 
+/** A record `CasDriver.list` found: the lock key it belongs to, and the record as stored. */
+export interface CasListed {
+  readonly key: string
+  readonly current: CasVersioned
+}
+
 export interface CasDriver {
   /** Names the store in errors and diagnostics (`s3://bucket/prefix`); never contains secrets. */
   readonly id: string
@@ -56,6 +62,14 @@ export interface CasDriver {
     signal: AbortSignal,
     clock?: ServerClock,
   ): Promise<CasWrite>
+  /**
+   * The records of lock keys that may start with `prefix` (a store that can only filter after reading
+   * returns more; the engine filters), read-only, a page of the store at a time: never the whole store in
+   * one reply. Each with its lock key: from the store's name for the record where it says it, else from
+   * the record itself (which names its key: `keyOfObject`, cas-objects.ts); one no key can be told for is
+   * left out.
+   */
+  list?(prefix: string, signal: AbortSignal): AsyncIterable<CasListed>
   /**
    * Proves the store enforces what the engine relies on (two creates: the second must be refused; a replace
    * with a stale version must be refused), on a probe record of its own; an `error` finding names the

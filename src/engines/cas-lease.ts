@@ -20,6 +20,9 @@
  *   before that write was sent (the core does it), which precedes every waiter's observation of it.
  * - Uncertain outcomes (cas-write.ts): re-read, and our owner with this write's nonce means it landed.
  * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
+ * - List and break (cas-operations.ts): the held records of a prefix, a page of the store at a time
+ *   (what a listed lease's `expiresInMs` can mean is said there); a break is a release's write without
+ *   the owner check, so the holder's next renewal fails.
  * - Waiting: no notifications. Reads of a key held by another are paced per process: 100 ms, doubling
  *   to `pollMaxMs` (1 s), and never later than the moment a takeover becomes possible; attempts in
  *   between are answered from what was seen, without a request, and attempts that do read share one
@@ -43,6 +46,8 @@
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
  *   still land on the record found (cas-hold.ts).
+ * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the driver's listing (each
+ *   backend's header says what it reads).
  *
  * Driver: `CasDriver` (cas-lease-driver.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
@@ -61,6 +66,7 @@ import { grantFence, landedLate, newRecordFence, type ServerClock } from './cas-
 import { type CasHold, CasHolds } from './cas-hold.js'
 import type { CasDriver } from './cas-lease-driver.js'
 import { type Observation, Observations } from './cas-observe.js'
+import { CasOperations, recordView } from './cas-operations.js'
 import { type CasRecord, heldBy, newNonce } from './cas-record.js'
 import { CasIo } from './cas-write.js'
 
@@ -100,10 +106,14 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
     release: (lease, signal) => engine.holds.release(lease, signal),
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
+    breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: () => driver.close(),
   }
   const doctor = driver.doctor?.bind(driver)
-  return doctor ? { ...backend, doctor } : backend
+  // Only where the driver can list its store: the client says so for one that cannot.
+  const list: LockBackend['list'] =
+    driver.list && ((prefix, signal) => engine.operations.list(prefix, signal))
+  return { ...backend, ...(doctor ? { doctor } : {}), ...(list ? { list } : {}) }
 }
 
 export class CasLease {
@@ -114,6 +124,8 @@ export class CasLease {
   readonly #io: CasIo
   /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
   readonly holds: CasHolds
+  /** List and break: what an operator does (cas-operations.ts). */
+  readonly operations: CasOperations
   /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
@@ -136,6 +148,7 @@ export class CasLease {
     )
     this.#io = new CasIo(driver, this.#seen)
     this.holds = new CasHolds(this.#io, this.#writers)
+    this.operations = new CasOperations(this.#io)
   }
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
@@ -189,28 +202,11 @@ export class CasLease {
     return this.holds.abandon(req, signal)
   }
 
-  /** `LockBackend.inspect`: the record as stored, with what this process has seen of it. */
+  /** `LockBackend.inspect`: the record as stored, with what this process has seen of it (cas-operations.ts). */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
     const { seen } = await this.#io.observe(key, signal)
     if (seen === undefined) return null
-    const record = seen.record
-    if (record === undefined) {
-      return {
-        held: true,
-        note: `the object of this lock on ${this.#driver.id} is not a fencelock record; it is left alone`,
-      }
-    }
-    if (record.state === 'released') return { held: false, fence: record.fence }
-    return {
-      held: true,
-      owner: record.owner,
-      holder: record.holder,
-      fence: record.fence,
-      expiresInMs: Math.max(0, record.leaseMs - (now() - seen.since)),
-      note:
-        'expiresInMs is an estimate: the lease written less the time this process has seen the record ' +
-        'unchanged; a waiter takes over a margin later',
-    }
+    return recordView(seen.record, now() - seen.since, this.#driver.id)
   }
 
   /**

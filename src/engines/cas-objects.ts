@@ -1,10 +1,13 @@
 /**
  * What the object-store drivers of the `cas-lease` engine (S3, GCS) share, so neither copies the other
- * (backends never import each other): the object name of a lock key, and the rule that turns a failed
- * request into a `BackendUnavailableError`. DynamoDB keys items by the lock key itself and needs neither.
+ * (backends never import each other): the object name of a lock key, the way back from a listed object
+ * to its key (for `list`), and the rule that turns a failed request into a `BackendUnavailableError`.
+ * DynamoDB keys items by the lock key itself and needs none of it.
  */
 import { createHash } from 'node:crypto'
 import { BackendUnavailableError, causeText, describeNetworkError, quoteKey } from '../core/errors.js'
+import type { CasListed, CasVersioned } from './cas-lease-driver.js'
+import { decodeRecord } from './cas-record.js'
 
 /** Object names longer than this (UTF-8 bytes) are hashed: a prefix plus the name stays far below both stores' 1024. */
 const MAX_PLAIN_NAME_BYTES = 256
@@ -23,6 +26,54 @@ const PLAIN_NAME = /^(?!\.{1,2}(?:\/|$))[A-Za-z0-9._-]+(?:\/(?!\.{1,2}(?:\/|$))[
 export function objectNameOf(key: string): string {
   if (PLAIN_NAME.test(key) && Buffer.byteLength(key) <= MAX_PLAIN_NAME_BYTES) return key
   return `~${createHash('sha256').update(key, 'utf8').digest('hex')}`
+}
+
+/** Characters of plain names: a key with any other character is hashed, whatever its length. */
+const PLAIN_CHARS = /^[A-Za-z0-9._/-]*$/
+
+/**
+ * The name prefixes (after the store's prefix) to list for the lock keys starting with `prefix`: plain
+ * keys are named as themselves, so `prefix` itself finds them; hashed names (`~…`) say nothing of their
+ * key, so every one is listed and read, and its record says the key (`keyOfObject`). Both at once for
+ * '' (everything); the hashed ones alone when no plain key can start with `prefix`.
+ */
+export function listedNamePrefixes(prefix: string): readonly string[] {
+  if (prefix === '') return ['']
+  if (prefix.startsWith('~') || !PLAIN_CHARS.test(prefix)) return ['~']
+  return [prefix, '~']
+}
+
+/**
+ * The lock key of the object named `name` (after the store's prefix) holding `body`: the name itself
+ * when it is a plain key's, the key its record carries when the name is that key's hash; undefined for
+ * anything else (another program's object, a hashed record of a fencelock version that did not write its
+ * key: it is listed once a newer version writes it again).
+ */
+export function keyOfObject(name: string, body: string): string | undefined {
+  if (!name.startsWith('~')) return objectNameOf(name) === name ? name : undefined
+  const key = decodeRecord(body)?.key
+  return key !== undefined && objectNameOf(key) === name ? key : undefined
+}
+
+/** Objects of one listed page read at once: a page of 1,000 is read in 1,000 GETs, this many in flight. */
+const READS_AT_ONCE = 8
+
+/**
+ * The records of one listed page (`names` after the store's prefix), read with `read` (undefined: gone
+ * since the listing), each with its key (`keyOfObject`), in the page's order.
+ */
+export async function* readListedPage(
+  names: readonly string[],
+  read: (name: string) => Promise<CasVersioned | undefined>,
+): AsyncGenerator<CasListed> {
+  for (let i = 0; i < names.length; i += READS_AT_ONCE) {
+    const batch = names.slice(i, i + READS_AT_ONCE)
+    const bodies = await Promise.all(batch.map(read))
+    for (const [j, current] of bodies.entries()) {
+      const key = current && keyOfObject(batch[j]!, current.body)
+      if (current && key !== undefined) yield { key, current }
+    }
+  }
 }
 
 /** The longest prefix a backend accepts, so that prefix + the longest name stays under the stores' 1024 bytes. */

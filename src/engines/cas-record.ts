@@ -3,11 +3,13 @@
  * text. It carries no wall-clock time at all: expiry is observed by waiters on their own monotonic clock
  * (cas-lease.ts), so nothing here can be misread by a machine whose clock is wrong.
  *
- * `{"v":1,"owner":…,"fence":"42","leaseMs":30000,"state":"held","holder":…,"nonce":…}`
+ * `{"v":1,"owner":…,"fence":"42","leaseMs":30000,"state":"held","holder":…,"nonce":…,"key":…}`
  * - `fence` is a decimal string: a bigint, which JSON numbers cannot carry past 2^53.
  * - `nonce` is fresh random bytes on every write: S3's ETag is a hash of the body, so two writes of the
  *   same body (a renewal that changes nothing else) would give the same version, an ABA that would let a
  *   waiter's observation, or a stale conditional write, pass over a write it never saw.
+ * - `key` is the lock's key, so that `list` can name a record whose object name is a hash of it
+ *   (cas-objects.ts); records written by versions of fencelock before it lack it (decoded all the same).
  * - `state: 'released'` marks a free lock; fencelock never deletes a record. One deleted behind its back
  *   is made again with a fence above the old ones, from the server's clock (cas-fence.ts).
  */
@@ -25,6 +27,8 @@ export interface CasRecord {
   /** Diagnostic only (`inspect`). */
   readonly holder?: string | undefined
   readonly nonce: string
+  /** The lock's key, as every write names it (cas-write.ts); absent in records of older versions. */
+  readonly key?: string | undefined
 }
 
 /** The record format's version: a record of another version is unreadable, never guessed at. */
@@ -44,6 +48,7 @@ export function encodeRecord(record: CasRecord): string {
     state: record.state,
     ...(record.holder === undefined ? {} : { holder: record.holder }),
     nonce: record.nonce,
+    ...(record.key === undefined ? {} : { key: record.key }),
   })
 }
 
@@ -60,13 +65,14 @@ export function decodeRecord(body: string): CasRecord | undefined {
     return undefined
   }
   if (typeof raw !== 'object' || raw === null || raw.v !== FORMAT) return undefined
-  const { owner, fence, leaseMs, state, holder, nonce } = raw
+  const { owner, fence, leaseMs, state, holder, nonce, key } = raw
   if (typeof owner !== 'string' || typeof nonce !== 'string') return undefined
   if (typeof fence !== 'string' || !/^\d{1,40}$/.test(fence)) return undefined
   if (typeof leaseMs !== 'number' || !Number.isFinite(leaseMs) || leaseMs < 0) return undefined
   if (state !== 'held' && state !== 'released') return undefined
   if (holder !== undefined && typeof holder !== 'string') return undefined
-  return { owner, fence: BigInt(fence), leaseMs, state, holder, nonce }
+  if (key !== undefined && typeof key !== 'string') return undefined
+  return { owner, fence: BigInt(fence), leaseMs, state, holder, nonce, ...(key === undefined ? {} : { key }) }
 }
 
 /** Whether `record` is held by `owner`. */

@@ -87,7 +87,8 @@ export class CasIo {
     let error: unknown
     let current: CasVersioned | undefined
     try {
-      const result = await this.#send(key, encodeRecord(record), version, signal, clock)
+      // Every record names its key: `list` gives it back where the store's name for it is a hash.
+      const result = await this.#send(key, encodeRecord({ ...record, key }), version, signal, clock)
       if (result.ok) {
         this.seen.saw(key, result.version, record, now())
         this.seen.landed(key)

@@ -8,7 +8,14 @@ import { gcsBackend } from '../../src/backends/gcs/index.js'
 import { lockObjectName } from '../../src/backends/gcs/layout.js'
 import { s3Backend } from '../../src/backends/s3/index.js'
 import { DEFAULT_PREFIX, lockObjectKey } from '../../src/backends/s3/layout.js'
-import { MAX_PREFIX_BYTES, objectNameOf, objectPrefix } from '../../src/engines/cas-objects.js'
+import {
+  keyOfObject,
+  listedNamePrefixes,
+  MAX_PREFIX_BYTES,
+  objectNameOf,
+  objectPrefix,
+} from '../../src/engines/cas-objects.js'
+import { encodeRecord } from '../../src/engines/cas-record.js'
 
 it('keeps plain keys, case included, under the prefix', () => {
   assert.equal(lockObjectKey('orders/42'), `${DEFAULT_PREFIX}orders/42`)
@@ -69,4 +76,22 @@ it('refuses a prefix with a "." or ".." segment, as in keys, on S3 and GCS', () 
   // Dots inside a segment are plain, as in keys.
   for (const prefix of ['app.v2/', '...x/', 'a/.hidden/', 'x..y'])
     assert.doesNotThrow(() => objectPrefix(prefix, 'fencelock/'), prefix)
+})
+
+it('lists the names a key prefix can have: plain ones under it, and every hashed one', () => {
+  assert.deepEqual(listedNamePrefixes(''), [''])
+  assert.deepEqual(listedNamePrefixes('orders/'), ['orders/', '~'])
+  // No plain key starts with a space, a non-ASCII letter or '~': only hashed names can match.
+  for (const prefix of ['a b', 'ä', '~x', 'a?']) assert.deepEqual(listedNamePrefixes(prefix), ['~'], prefix)
+})
+
+it("tells a listed object's key by its plain name, or by the key its record carries under a hashed one", () => {
+  const record = (key?: string) =>
+    encodeRecord({ owner: 'o', fence: 1n, leaseMs: 1000, state: 'held', nonce: 'n', key })
+  assert.equal(keyOfObject('orders/42', 'anything'), 'orders/42')
+  assert.equal(keyOfObject(objectNameOf('a b/ä'), record('a b/ä')), 'a b/ä')
+  // A record copied under another hashed name, one of an older version without its key, an odd name.
+  assert.equal(keyOfObject(objectNameOf('x y'), record('a b/ä')), undefined)
+  assert.equal(keyOfObject(objectNameOf('a b/ä'), record()), undefined)
+  assert.equal(keyOfObject('a b', record('a b')), undefined, 'a plain-looking name that is not a key of ours')
 })

@@ -5,10 +5,11 @@
  * applying, as an SDK's own retry reports it), 429/503 errors, a gate that holds the operation, a
  * write held at the store while its caller gives up (applied later, as a request already sent is), and a
  * "lax" mode that ignores every condition (some S3-compatible servers do). Every operation is logged
- * with when it reached the store and when it was applied, on the test's monotonic clock.
+ * with when it reached the store and when it was applied, on the test's monotonic clock. `list` pages
+ * every record in key order, whatever the prefix (as a store that filters only after reading).
  */
 import { noteClock, type ServerClock } from '../../src/engines/cas-fence.js'
-import type { CasDriver, CasVersioned, CasWrite } from '../../src/engines/cas-lease-driver.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../src/engines/cas-lease-driver.js'
 import { BackendUnavailableError } from '../../src/index.js'
 import { sleep } from '../support/time.js'
 
@@ -67,6 +68,9 @@ export class FakeCasStore implements CasDriver {
    */
   clock: (op: Op) => number | undefined = () => undefined
   closed = false
+  /** Records per page of `list`; `pages` counts the pages listed. */
+  pageSize = 3
+  pages = 0
   readonly #faults: Array<{ readonly op: Op | 'write'; readonly fault: Fault; skip: number }> = []
   #versions = 0
 
@@ -107,6 +111,7 @@ export class FakeCasStore implements CasDriver {
         return store.minWriteIntervalMs
       },
       read: (key, signal, clock) => (crashed ? dead(signal) : read(key, signal, clock)),
+      list: (prefix, signal) => this.list(prefix, signal),
       create: (key, body, signal, clock) => (crashed ? dead(signal) : this.create(key, body, signal, clock)),
       replace: (key, body, version, signal, clock) =>
         crashed ? dead(signal) : this.replace(key, body, version, signal, clock),
@@ -143,6 +148,20 @@ export class FakeCasStore implements CasDriver {
     entry.applied = performance.now()
     noteClock(clock, this.clock('read'))
     return this.records.get(key)
+  }
+
+  /** Every record, a page at a time: the engine filters by prefix. */
+  async *list(_prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
+    const keys = [...this.records.keys()].sort()
+    for (let i = 0; i < keys.length; i += this.pageSize) {
+      signal.throwIfAborted()
+      this.pages++
+      await new Promise<void>((resolve) => setImmediate(resolve))
+      for (const key of keys.slice(i, i + this.pageSize)) {
+        const current = this.records.get(key)
+        if (current) yield { key, current }
+      }
+    }
   }
 
   create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {

@@ -1,10 +1,10 @@
 /**
  * What the kits of the cas-lease backends (S3, GCS) share: their capabilities, the reasons for what they
- * lack, breaking a lease through the backend's own driver and record codec, and a pause of an in-process
+ * lack, breaking a lease through the backend's own driver and the engine's break, and a pause of an in-process
  * test server.
  */
+import { casLeaseBackend } from '../../src/engines/cas-lease.js'
 import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
-import { decodeRecord, encodeRecord, newNonce } from '../../src/engines/cas-record.js'
 import type { FakeServer, FaultMatch } from '../servers/http-fake.js'
 import { type ChaosVariant, type Kit, type KitStore, RACE, type StoreFaults } from './kit.js'
 
@@ -26,19 +26,12 @@ export const CAS_LACKS: Kit['lacks'] = {
 }
 
 /**
- * Ends `key`'s lease behind its holder's back, as a premature expiry would: the record is rewritten as
- * released, with its fence, through the driver's conditional replace (the record is never deleted: that
- * would restart the fence). The holder's next renewal then meets a new version and loses the lock.
+ * Ends `key`'s lease behind its holder's back, as a premature expiry would: the engine's own break
+ * (src/engines/cas-operations.ts) rewrites the record as released, with its fence, by a conditional
+ * replace through the backend's driver. The holder's next renewal then meets a new version and loses the lock.
  */
 export async function releaseBehindHolder(driver: CasDriver, key: string): Promise<void> {
-  const signal = AbortSignal.timeout(10_000)
-  const current = await driver.read(key, signal)
-  const record = current && decodeRecord(current.body)
-  if (!current || !record || record.state !== 'held') return
-  const released = encodeRecord({ ...record, state: 'released', nonce: newNonce() })
-  const written = await driver.replace(key, released, current.version, signal)
-  if (!written.ok)
-    throw new Error(`breakLease(${JSON.stringify(key)}): the record changed while it was broken`)
+  await casLeaseBackend(driver).breakLock?.(key, { signal: AbortSignal.timeout(10_000) })
 }
 
 /** A running in-process test server as a kit's store. */

@@ -11,7 +11,7 @@ import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
 import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES, type TablePlace } from './layout.js'
@@ -38,6 +38,8 @@ export interface DynamoDbDriverOptions {
   readonly endpoint?: string | undefined
   /** The SDK module, when the caller has loaded it already (fromUrl); else it is loaded on first use. */
   readonly sdk?: DynamoDbSdk | undefined
+  /** Items a listing's Scan page evaluates (`Limit`). @default DynamoDB's: 1 MB of items */
+  readonly pageSize?: number | undefined
 }
 
 type Item = Record<string, AttributeValue>
@@ -70,6 +72,7 @@ export class DynamoDbDriver implements CasDriver {
   readonly #owned: boolean
   readonly #server: string
   readonly #endpoint: string | undefined
+  readonly #pageSize: number | undefined
   readonly #loadSdk: () => Promise<DynamoDbSdk>
   #sdk: Promise<DynamoDbSdk> | undefined
   /** The table's creation, once started (every call that found it missing waits for the same one). */
@@ -82,6 +85,7 @@ export class DynamoDbDriver implements CasDriver {
     this.#owned = options.owned
     this.#server = options.endpoint ?? 'AWS DynamoDB'
     this.#endpoint = options.endpoint
+    this.#pageSize = options.pageSize
     this.id = options.id
     this.#sdk = options.sdk ? Promise.resolve(options.sdk) : undefined
     this.#loadSdk = loadSdk
@@ -98,6 +102,45 @@ export class DynamoDbDriver implements CasDriver {
       ),
     )
     return versioned(out.Item)
+  }
+
+  /**
+   * The items of keys starting with `prefix`: a strongly consistent Scan of the whole table, page by page
+   * (1 MB each), filtered by `begins_with(pk, prefix)` on the server AFTER reading: the table's only key
+   * is the partition key, so no Query can range over a prefix. Every item counts against the read
+   * capacity, held or not, under the prefix or not. Never creates the table (a listing changes nothing).
+   */
+  async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
+    const sdk = await this.#sdkNow()
+    const filter =
+      prefix === ''
+        ? {}
+        : {
+            FilterExpression: 'begins_with(#k, :p)',
+            ExpressionAttributeNames: { '#k': ATTR.key },
+            ExpressionAttributeValues: { ':p': { S: prefix } },
+          }
+    let start: Item | undefined
+    // Page by page: a loop over the store's own LastEvaluatedKey, no retry, no timer.
+    do {
+      const scan = new sdk.ScanCommand({
+        TableName: this.#table,
+        ConsistentRead: true,
+        ExclusiveStartKey: start,
+        ...(this.#pageSize === undefined ? {} : { Limit: this.#pageSize }),
+        ...filter,
+      })
+      const out = await this.#client.send(scan, { abortSignal: signal }).catch(async (error: unknown) => {
+        if (signal.aborted) throw signal.reason
+        throw await this.#unavailable(prefix, 'list', error, `the locks under ${quoteKey(prefix)}`)
+      })
+      for (const item of out.Items ?? []) {
+        const key = item[ATTR.key]?.S
+        const current = versioned(item)
+        if (key !== undefined && current) yield { key, current }
+      }
+      start = out.LastEvaluatedKey
+    } while (start !== undefined)
   }
 
   create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
@@ -239,7 +282,12 @@ export class DynamoDbDriver implements CasDriver {
    * table in another region or account than this client's) is not retryable, so the acquire fails at
    * once, naming the region the client looked in and the commands that create the table there.
    */
-  async #unavailable(key: string, what: string, error: unknown): Promise<BackendUnavailableError> {
+  async #unavailable(
+    key: string,
+    what: string,
+    error: unknown,
+    subject = `lock ${quoteKey(key)}`,
+  ): Promise<BackendUnavailableError> {
     const { text, retryable } = describeFailure(error)
     let hint = ''
     if (isTableMissing(error)) {
@@ -256,15 +304,12 @@ export class DynamoDbDriver implements CasDriver {
     } else if (KEY_SCHEMA_MISMATCH.test(text)) {
       hint = `; the table's key is not fencelock's (a string partition key "${ATTR.key}"): run fencelock doctor`
     }
-    return new BackendUnavailableError(
-      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}${hint}`,
-      {
-        key,
-        backend: this.id,
-        cause: error,
-        retryable,
-      },
-    )
+    return new BackendUnavailableError(`Could not ${what} ${subject} on ${this.id}: ${text}${hint}`, {
+      key,
+      backend: this.id,
+      cause: error,
+      retryable,
+    })
   }
 
   /** The client's region, when it has one (the SDK resolves it lazily; a missing one is its own error). */

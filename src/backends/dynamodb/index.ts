@@ -7,7 +7,7 @@
  *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use, again if it is deleted
  *   later, or by `fencelock doctor`): a client given a wrong region, account or table name must fail, never make an empty table
  *   of its own and grant locks others hold (a missing table fails at once, naming the region). The item of lock `k`: `pk` = `k` as is, `record` = the
- *   engine's record text (owner, fence, lease length, held/released, holder, nonce), `version` = a fresh
+ *   engine's record text (owner, fence, lease length, held/released, holder, key, nonce), `version` = a fresh
  *   random id per write (layout.ts). Reads are strongly consistent GetItems; a grant, renewal or release
  *   is a PutItem on `attribute_not_exists(pk)` (no item yet) or `version = <the version read>`.
  * - Expiry: observed, never on anyone's wall clock: a waiter takes over only once it has seen the same
@@ -23,8 +23,11 @@
  * - Limits: lock names up to 2048 bytes of UTF-8 (DynamoDB's partition key limit), leases up to 24.8 days
  *   (Node timers), one item per lock name ever used (released items stay, holding the fence; each is a
  *   few hundred bytes). A write rounds up to 1 KB units, a strongly consistent read to 4 KB units.
+ *   `list` is a Scan of the whole table filtered by `begins_with(pk, …)` after reading (no sort key, so no
+ *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
+ *   check): 1 GetItem + 1 conditional PutItem.
  *
- * Files: driver.ts (the CasDriver: GetItem, conditional PutItem, the table made on first use), layout.ts
+ * Files: driver.ts (the CasDriver: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
  * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and
  * checking the table), faults.ts (errors in words, which ones waiting can help), doctor.ts (the table's key
  * and conditional writes proved on a probe item).

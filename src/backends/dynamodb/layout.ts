@@ -4,7 +4,7 @@
  *
  * One item per lock, in a table of its own (or shared with nothing else that uses the key `pk`):
  *   pk       S  the lock's name, as is (DynamoDB takes any non-empty UTF-8 string up to 2048 bytes as a key)
- *   record   S  the engine's record text (owner, fence, lease length, state, holder, nonce)
+ *   record   S  the engine's record text (owner, fence, lease length, state, holder, key, nonce)
  *   version  S  a fresh random id per write: what a conditional replace compares
  */
 import type { CreateTableCommandInput } from '@aws-sdk/client-dynamodb'

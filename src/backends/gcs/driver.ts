@@ -14,8 +14,8 @@ import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
 import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
-import { storeUnavailable } from '../../engines/cas-objects.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectName } from './layout.js'
 
 /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
@@ -40,6 +40,8 @@ export interface GcsPlace {
   /** Ends with '/' (or is ''); see layout.ts. */
   readonly prefix: string
   readonly id: string
+  /** Objects per page of a listing (`maxResults`). @default 1000 (GCS's most) */
+  readonly pageSize?: number | undefined
 }
 
 /** `ApiError.code` is the HTTP status; network errors carry a string code (ECONNREFUSED) instead. */
@@ -136,12 +138,35 @@ export class GcsCasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
-    try {
-      return await raceSignal(download(this.#file(key), signal, clock), signal)
-    } catch (error) {
-      if (noObject(error) && !signal.aborted) return undefined
-      throw this.#failure('media GET', key, error, signal)
+  read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
+    return this.#download(this.#file(key), key, signal, clock)
+  }
+
+  /**
+   * objects.list pages (up to 1,000 names each) of the names that may be keys starting with `prefix`
+   * (cas-objects.ts: the plain ones under it, and every hashed one), each object then read with a media
+   * GET: one list request per page and one GET per object, held or not.
+   */
+  async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
+    const { storage, bucket, prefix: root, pageSize } = this.#place
+    const objects = storage.bucket(bucket)
+    for (const names of listedNamePrefixes(prefix)) {
+      let pageToken: string | undefined
+      // Page by page: a loop over the store's own page tokens, no retry, no timer.
+      do {
+        const query = {
+          prefix: root + names,
+          maxResults: pageSize ?? 1000,
+          autoPaginate: false,
+          ...(pageToken === undefined ? {} : { pageToken }),
+        }
+        const [files, next] = await raceSignal(objects.getFiles(query), signal).catch((error: unknown) => {
+          throw this.#failure('objects.list', prefix, error, signal)
+        })
+        const page = files.map((file) => file.name.slice(root.length))
+        yield* readListedPage(page, (name) => this.#download(objects.file(root + name), prefix, signal))
+        pageToken = (next as { pageToken?: string } | null)?.pageToken
+      } while (pageToken !== undefined)
     }
   }
 
@@ -215,6 +240,21 @@ export class GcsCasDriver implements CasDriver {
 
   /** `Storage` holds no connection of its own to close (its HTTP agent's sockets time out idle). */
   async close(): Promise<void> {}
+
+  /** The object `file` (of lock `key`, or of a listing of `key` as a prefix), undefined when there is none. */
+  async #download(
+    file: File,
+    key: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasVersioned | undefined> {
+    try {
+      return await raceSignal(download(file, signal, clock), signal)
+    } catch (error) {
+      if (noObject(error) && !signal.aborted) return undefined
+      throw this.#failure('media GET', key, error, signal)
+    }
+  }
 
   #file(key: string): File {
     return this.#place.storage.bucket(this.#place.bucket).file(lockObjectName(key, this.#place.prefix))

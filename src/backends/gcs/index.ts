@@ -3,8 +3,8 @@
  * (src/engines/cas-lease.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
- *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
- *   nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
+ *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
+ *   a per-write nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
  *   replaced with `ifGenerationMatch=<generation>`; fencelock never deletes it.
  * - Expiry: observed, GCS has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   generation for a whole lease plus a margin on its own monotonic clock (unlike Vault, which compares
@@ -21,8 +21,11 @@
  *   The SDK retries conditional uploads itself (`autoRetry`, `RetryConditional`): safe, the engine re-reads
  *   after any unknown or refused outcome.
  *
- * Files: driver.ts (the CasDriver: media GET, conditional uploads, doctor's probe), layout.ts (object
- * names, shared with the tests).
+ * - List and break: objects.list pages of the prefix (and of every hashed `~` name, whose record names
+ *   its key), a media GET per object listed; a break is the engine's (a release's write, no owner check).
+ *
+ * Files: driver.ts (the CasDriver: media GET, conditional uploads, objects.list for list, doctor's
+ * probe), layout.ts (object names, shared with the tests).
  */
 import type { Storage } from '@google-cloud/storage'
 import type { LockBackend } from '../../core/backend.js'

@@ -13,8 +13,8 @@ import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { causeText } from '../../core/errors.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
 import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
-import { storeUnavailable } from '../../engines/cas-objects.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas-objects.js'
 import { lockObjectKey } from './layout.js'
 
 /** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
@@ -47,6 +47,8 @@ export interface S3Place {
   /** The client was made from a URL: `close` destroys it. A user's own client is never closed. */
   readonly owned: boolean
   readonly sdk: () => Promise<S3Module>
+  /** Objects per page of a listing (`MaxKeys`). @default 1000 (S3's most) */
+  readonly pageSize?: number | undefined
 }
 
 /** What an SDK error says: its HTTP status (none when no response came), its error code, the raw response's headers. */
@@ -97,17 +99,39 @@ export class S3CasDriver implements CasDriver {
     this.id = place.id
   }
 
-  async read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
-    const { GetObjectCommand } = await this.#place.sdk()
-    try {
-      const get = withServerClock(new GetObjectCommand(this.#object(key)), clock)
-      const out = await this.#place.client.send(get, { abortSignal: signal })
-      const body = await out.Body?.transformToString('utf-8')
-      if (body === undefined || !out.ETag) throw new Error('GetObject answered without a body or an ETag')
-      return { body, version: out.ETag }
-    } catch (error) {
-      if (isNoSuchKey(error)) return undefined
-      throw this.#failure('GetObject', key, error, signal)
+  read(key: string, signal: AbortSignal, clock?: ServerClock): Promise<CasVersioned | undefined> {
+    return this.#get(this.#object(key).Key, key, signal, clock)
+  }
+
+  /**
+   * ListObjectsV2 pages (up to 1,000 names each) of the names that may be keys starting with `prefix`
+   * (cas-objects.ts: the plain ones under it, and every hashed one), each object then read with
+   * GetObject: one LIST per page and one GET per object, held or not.
+   */
+  async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
+    const { ListObjectsV2Command } = await this.#place.sdk()
+    const { bucket, prefix: root, client, pageSize } = this.#place
+    for (const names of listedNamePrefixes(prefix)) {
+      let token: string | undefined
+      // Page by page: a loop over the store's own continuation tokens, no retry, no timer.
+      do {
+        const out = await client
+          .send(
+            new ListObjectsV2Command({
+              Bucket: bucket,
+              Prefix: root + names,
+              ContinuationToken: token,
+              MaxKeys: pageSize,
+            }),
+            { abortSignal: signal },
+          )
+          .catch((error: unknown) => {
+            throw this.#failure('ListObjectsV2', prefix, error, signal)
+          })
+        const page = (out.Contents ?? []).flatMap((o) => (o.Key ? [o.Key.slice(root.length)] : []))
+        yield* readListedPage(page, (name) => this.#get(root + name, prefix, signal))
+        token = out.IsTruncated ? out.NextContinuationToken : undefined
+      } while (token !== undefined)
     }
   }
 
@@ -157,7 +181,7 @@ export class S3CasDriver implements CasDriver {
     let pages = 0
     let token: string | undefined
     try {
-      // Page by page, bounded: the one loop of this file.
+      // Page by page, bounded: a loop over the store's continuation tokens, as `list`'s.
       do {
         const out = await this.#place.client.send(
           new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
@@ -218,6 +242,26 @@ export class S3CasDriver implements CasDriver {
 
   async close(): Promise<void> {
     if (this.#place.owned) this.#place.client.destroy()
+  }
+
+  /** The object `objectKey` (of lock `key`, or of a listing of `key` as a prefix), undefined when there is none. */
+  async #get(
+    objectKey: string,
+    key: string,
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasVersioned | undefined> {
+    const { GetObjectCommand } = await this.#place.sdk()
+    try {
+      const get = withServerClock(new GetObjectCommand({ Bucket: this.#place.bucket, Key: objectKey }), clock)
+      const out = await this.#place.client.send(get, { abortSignal: signal })
+      const body = await out.Body?.transformToString('utf-8')
+      if (body === undefined || !out.ETag) throw new Error('GetObject answered without a body or an ETag')
+      return { body, version: out.ETag }
+    } catch (error) {
+      if (isNoSuchKey(error)) return undefined
+      throw this.#failure('GetObject', key, error, signal)
+    }
   }
 
   #object(key: string) {

@@ -3,9 +3,9 @@
  * conditional writes), on the `cas-lease` engine (src/engines/cas-lease.ts).
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
- *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, a per-write
- *   nonce). Created with `If-None-Match: *`, then only replaced with `If-Match: <ETag>`; fencelock never
- *   deletes it.
+ *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
+ *   a per-write nonce). Created with `If-None-Match: *`, then only replaced with `If-Match: <ETag>`;
+ *   fencelock never deletes it.
  * - Expiry: observed, S3 has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   ETag for a whole lease plus a margin on its own monotonic clock; no wall clock is trusted.
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock. Each
@@ -19,8 +19,11 @@
  *   safe: the engine re-reads after any unknown or refused outcome. S3 Express One Zone (directory
  *   buckets) works the same way but needs a virtual-hosted client; it is not tested.
  *
- * Files: driver.ts (the CasDriver: GetObject, conditional PutObject, doctor's probe), layout.ts (object
- * names, shared with the tests).
+ * - List and break: ListObjectsV2 pages of the prefix (and of every hashed `~` name, whose record names
+ *   its key), a GetObject per object listed; a break is the engine's (a release's write, no owner check).
+ *
+ * Files: driver.ts (the CasDriver: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
+ * probe), layout.ts (object names, shared with the tests).
  */
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { LockBackend } from '../../core/backend.js'
