@@ -8,7 +8,7 @@
 import type { AcquireRequest, Grant } from '../../core/backend.js'
 import type { Mode } from './backend.js'
 import type { RedisLockKeys } from './layout.js'
-import { ACQUIRE_FAIR, LEAVE, RELEASE_FAIR } from './scripts.js'
+import { ACQUIRE_FAIR, BREAK_FAIR, LEAVE, RELEASE_FAIR } from './scripts.js'
 import type { RedisStore } from './store.js'
 
 /** The keys every fair script takes, in the order they take them. */
@@ -40,6 +40,13 @@ export class FairMode implements Mode {
       this.#livenessMs,
     ])
     return reply === 1
+  }
+
+  /** Ends whichever lease holds `key` (only that of `fence`, when given); then hands over as a release. */
+  breakLock(key: string, fence: bigint | undefined): Promise<unknown> {
+    const k = this.#store.keysOf(key)
+    const args = [fence?.toString() ?? '', k.channel, this.#livenessMs]
+    return this.#store.run(BREAK_FAIR, queueKeys(k), args)
   }
 
   /** LEAVE also drops our place in the queue and passes on a lock handed to us meanwhile. */

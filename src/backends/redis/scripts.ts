@@ -185,12 +185,60 @@ redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1])
 return 1
 `)
 
-/** Extend. KEYS: lock[, holder]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key. 1 or 0. */
+/**
+ * Extend. KEYS: lock[, holder[, fence]]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key.
+ * A fence key that would expire before the lease is kept as long as it (one held for more than MINT's hour
+ * still shows its fence, and a break aimed at it finds it); a counter without expiry (Redlock's) is left so.
+ * 1 or 0.
+ */
 export const EXTEND = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+if KEYS[3] then
+  local left = redis.call('PTTL', KEYS[3])
+  if left >= 0 and left < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+end
 return 1
+`)
+
+/**
+ * The head of a break (BREAK, BREAK_FAIR): reads the lease and ends it. KEYS: lock, fence, and the holder
+ * record at index `h`. ARGV[1]: the fence the lease must have ('' for any). Returns {0} when the lock is
+ * free and {2, owner, fence or '', holder record or ''} when the lease has another fence; else deletes the
+ * lock and its holder record and goes on.
+ */
+const BREAK_HEAD = (h: number) => `
+local owner = redis.call('GET', KEYS[1])
+if not owner then return {0} end
+local fence = redis.call('GET', KEYS[2]) or ''
+local described = redis.call('GET', KEYS[${h}]) or ''
+if ARGV[1] ~= '' and fence ~= ARGV[1] then return {2, owner, fence, described} end
+redis.call('DEL', KEYS[1], KEYS[${h}])
+`
+
+/**
+ * Break: ends whichever lease holds the lock (with ARGV[1], only the grant of that fence), an operator's
+ * way out of a stuck holder. KEYS: lock, fence, holder. ARGV: fence or '', channel. The fence key stays, so
+ * the next grant mints a larger fence; the message is a release's ("-<owner>"), so waiters wake alike.
+ * Returns {1, owner, fence, holder record} when it ended the lease, {2, …} when another grant holds it,
+ * {0} when free. One script: the lease it ends is the lease it read.
+ */
+export const BREAK = script(`${BREAK_HEAD(3)}
+redis.call('PUBLISH', ARGV[2], '-' .. owner)
+return {1, owner, fence, described}
+`)
+
+/**
+ * Fair break: BREAK, then the lock goes to the first live waiter as on a release (HAND_OVER). KEYS as in
+ * ACQUIRE_FAIR; ARGV: fence or '', channel, waiter liveness ms. Replies as BREAK.
+ */
+export const BREAK_FAIR = script(`
+local function handOver()
+${HAND_OVER}end
+${BREAK_HEAD(6)}
+handOver()
+return {1, owner, fence, described}
 `)
 
 /**

@@ -1,0 +1,58 @@
+/**
+ * Finding the locks under a prefix on one Redis server (also each Redlock node): SCAN for the lock keys,
+ * a page at a time, and the user's key back from a lock key's name (layout.ts). SCAN walks the whole
+ * keyspace of the server in steps of about `count` keys; MATCH only trims each step's reply, so a listing
+ * costs one SCAN per step whatever the prefix.
+ */
+import type { Redis } from 'ioredis'
+import { raceSignal } from '../../core/abort.js'
+
+/** The SCAN COUNT hint of one step: about this many keys looked at per round trip. */
+export const SCAN_COUNT = 500
+
+/** A tag that layout.ts hashed (the key had a brace): `#` and the key's SHA-256 in hex. */
+const HASHED_TAG = /^#[0-9a-f]{64}$/
+
+/** The lock keys under a store prefix: the SCAN pattern, and the user's key from a key name. */
+export interface LockKeyMatch {
+  /** A glob of every lock key `<prefix>{<tag>}` (and nothing of a lock's other keys, which end otherwise). */
+  readonly pattern: string
+  /**
+   * The user's key of a lock key's name, `undefined` for any other name. A hashed tag (a key with a brace)
+   * cannot be turned back: `named` says the user's key its grant recorded (layout.ts `name`).
+   */
+  keyOf(name: string): { readonly key: string; readonly hashed: boolean } | undefined
+}
+
+/** The lock keys under `prefix` (the store's own prefix option, not the user's list prefix). */
+export function lockKeyMatch(prefix: string): LockKeyMatch {
+  const glob = prefix.replace(/[*?[\]\\]/g, '\\$&')
+  return {
+    pattern: `${glob}{*}`,
+    keyOf(name) {
+      if (!name.startsWith(`${prefix}{`) || !name.endsWith('}')) return undefined
+      const tag = name.slice(prefix.length + 1, -1)
+      // A tag never holds a brace (layout.ts hashes such keys): anything else is not one of our lock keys.
+      if (/[{}]/.test(tag)) return undefined
+      return { key: tag, hashed: HASHED_TAG.test(tag) }
+    },
+  }
+}
+
+/**
+ * The key names matching `pattern` on one server, a SCAN step at a time (a step may find none). The loop
+ * ends when the server says the scan is complete (cursor 0); each step is bounded by `signal`.
+ */
+export async function* scanPages(
+  server: Redis,
+  pattern: string,
+  signal: AbortSignal,
+  count: number = SCAN_COUNT,
+): AsyncGenerator<string[]> {
+  let cursor = '0'
+  do {
+    const [next, names] = await raceSignal(server.scan(cursor, 'MATCH', pattern, 'COUNT', count), signal)
+    if (names.length > 0) yield names
+    cursor = next
+  } while (cursor !== '0')
+}
