@@ -13,7 +13,7 @@ import type { RedisClient } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/layout.js'
 import { describeClient, RedisStore } from '../redis/store.js'
 import { lineKeys, wakePrefix } from './layout.js'
-import { LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
+import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
 
 /**
  * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
@@ -88,6 +88,12 @@ export class LineMode implements Mode {
   async cleanUp(lease: { key: string; owner: string }): Promise<boolean> {
     const args = [lease.owner, this.#wakePrefix, this.#waiter(lease.owner)]
     return (await this.#store.run(LINE_CLEAN_UP, this.#keys(lease.key), args)) === 1
+  }
+
+  /** An operator's break of the hold of attempt `owner` (an owner id on the nodes): true if it ended it. */
+  async breakHold(key: string, owner: string): Promise<boolean> {
+    const args = [owner, this.#wakePrefix, acquireOwner(owner)]
+    return (await this.#store.run(LINE_BREAK, this.#keys(key), args)) === 1
   }
 
   /** An acquire that gave up: its latest attempt's hold, if any, and its place in line go. */

@@ -161,3 +161,25 @@ if (ours or queued == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return 1
 `)
+
+/**
+ * Break, on one node: an operator ends a hold. ARGV: 1 the hold's owner id (an attempt's), 2 the wake
+ * prefix, 3 its acquire's owner id. Deletes the lock only if that attempt holds it (1, else 0: another
+ * grant since, or none), takes its acquire out of the line (it stood there as "<acquire's owner id>@<its
+ * client id>", a client the operator does not know: the line of this one key is read to find it), and
+ * wakes the first live waiter left, as a release does. The fence counter stays: the next grant mints more.
+ */
+export const LINE_BREAK = script(`${FIRST}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[3])
+local mine = ARGV[3] .. '@'
+for _, waiter in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  if string.sub(waiter, 1, #mine) == mine then
+    redis.call('ZREM', KEYS[4], waiter)
+    redis.call('ZREM', KEYS[5], waiter)
+  end
+end
+local head = first()
+if head then wake(ARGV[2], head) end
+return 1
+`)

@@ -1,0 +1,62 @@
+/**
+ * `list` over a Redlock set: the held locks are those an attempt holds on a majority of the nodes. Each
+ * node is scanned in turn (the Redis backend's SCAN of lock keys, a page at a time); each lock key found is
+ * read on every node (one inspect round per key, the keys of a page together), and listed if a majority
+ * holds it. Any n - q + 1 nodes include a node of every majority, so the scan stops once that many nodes
+ * were scanned to the end: a node that fails is skipped, and the scan fails only when too few are left.
+ * A lock is listed from the first scanned node that holds it (a later node holding it too skips it), so
+ * it is listed once without remembering what was listed.
+ */
+import type { ListedLock } from '../../core/backend.js'
+import { BackendUnavailableError } from '../../core/errors.js'
+import type { Quorum } from '../../engines/quorum.js'
+import { majorityHold } from '../../engines/quorum-inspect.js'
+import { lockKeyMatch, scanPages } from '../redis/listing.js'
+import type { RedlockNode } from './node.js'
+
+/** The held locks whose keys start with `prefix`, on the `nodes` of `quorum` (same order). */
+export async function* listQuorum(
+  quorum: Quorum,
+  nodes: readonly RedlockNode[],
+  storePrefix: string,
+  prefix: string,
+  signal: AbortSignal,
+  id: string,
+): AsyncGenerator<ListedLock> {
+  const match = lockKeyMatch(storePrefix)
+  const scanned = new Set<number>()
+  const failures: string[] = []
+  const enough = quorum.n - quorum.q + 1
+  for (const [i, node] of nodes.entries()) {
+    if (scanned.size >= enough) return
+    try {
+      // A node's client does not queue commands while it connects: wait for it, or for its error.
+      await node.reachable(signal)
+      for await (const names of scanPages(node.client, match.pattern, signal)) {
+        const keys = names.flatMap((name) => {
+          const at = match.keyOf(name)
+          return at?.key.startsWith(prefix) ? [at.key] : []
+        })
+        const holds = await Promise.all(keys.map((key) => quorum.holds(key, signal)))
+        for (const [k, infos] of holds.entries()) {
+          const hold = majorityHold(infos, quorum.q)
+          // Listed from the first node scanned to the end that holds it.
+          if (!hold || hold.nodes.some((j) => j < i && scanned.has(j))) continue
+          const view = quorum.viewOf(infos)
+          if (view?.held) yield { key: keys[k]!, ...view }
+        }
+      }
+      scanned.add(i)
+    } catch (error) {
+      if (signal.aborted) throw error
+      failures.push(`node ${i}: ${(error as Error)?.message ?? error}`)
+    }
+  }
+  if (scanned.size < enough) {
+    throw new BackendUnavailableError(
+      `Could not list the locks of ${id}: only ${scanned.size} of the ${quorum.n} Redlock nodes could be ` +
+        `scanned and ${enough} are needed (${failures.join('; ')}). Check that these Redis servers are up`,
+      { backend: id },
+    )
+  }
+}
