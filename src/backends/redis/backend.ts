@@ -20,7 +20,8 @@ import type {
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
-import { lockKeyMatch, scanPages } from './listing.js'
+import { named } from './layout.js'
+import { keysOf, lockKeyMatch, scanPages } from './listing.js'
 import { EXTEND, INSPECT, RAISE_FENCE } from './scripts.js'
 import { isReplyError, type RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
@@ -176,7 +177,7 @@ export class RedisLockBackend implements RedisBackend {
     const k = this.#store.keysOf(lease.key)
     try {
       const reply = await raceSignal(
-        this.#store.run(EXTEND, [k.lock, k.holder, k.fence], [lease.owner, ttlMs]),
+        this.#store.run(EXTEND, [k.lock, k.holder, k.fence, ...named(k)], [lease.owner, ttlMs]),
         signal,
       )
       return reply === 1 ? { renewed: true } : { renewed: false }
@@ -224,13 +225,10 @@ export class RedisLockBackend implements RedisBackend {
     const match = lockKeyMatch(this.#store.prefix)
     for (const server of await this.#store.servers()) {
       for await (const names of scanPages(server, match.pattern, signal)) {
-        const found = names.flatMap((name) => {
-          const at = match.keyOf(name)
-          return at?.key.startsWith(prefix) ? [at.key] : []
-        })
+        const found = await keysOf(server, match, this.#store.prefix, names, prefix, signal)
         // One read per lock found (they go out together); a lock freed since the SCAN is left out.
-        const views = await Promise.all(found.map((key) => this.inspect(key, signal)))
-        for (const [i, view] of views.entries()) if (view?.held) yield { key: found[i]!, ...view }
+        const views = await Promise.all(found.map(({ key }) => this.inspect(key, signal)))
+        for (const [i, view] of views.entries()) if (view?.held) yield { ...found[i]!, ...view }
       }
     }
   }

@@ -5,6 +5,7 @@
  */
 import type { AcquireRequest } from '../../core/backend.js'
 import type { Mode } from './backend.js'
+import { named, nameOf } from './layout.js'
 import { ACQUIRE, BREAK, RELEASE } from './scripts.js'
 import type { RedisStore } from './store.js'
 
@@ -20,8 +21,8 @@ export class PlainMode implements Mode {
     const k = this.#store.keysOf(req.key)
     return this.#store.run(
       ACQUIRE,
-      [k.lock, k.fence, k.holder],
-      [req.owner, req.ttlMs, req.holder ?? ''],
+      [k.lock, k.fence, k.holder, ...named(k)],
+      [req.owner, req.ttlMs, req.holder ?? '', ...nameOf(k, req.key)],
       signal,
     )
   }

@@ -11,7 +11,7 @@ import type { ListedLock } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import type { Quorum } from '../../engines/quorum.js'
 import { majorityHold } from '../../engines/quorum-inspect.js'
-import { lockKeyMatch, scanPages } from '../redis/listing.js'
+import { keysOf, lockKeyMatch, scanPages } from '../redis/listing.js'
 import type { RedlockNode } from './node.js'
 
 /** The held locks whose keys start with `prefix`, on the `nodes` of `quorum` (same order). */
@@ -33,17 +33,14 @@ export async function* listQuorum(
       // A node's client does not queue commands while it connects: wait for it, or for its error.
       await node.reachable(signal)
       for await (const names of scanPages(node.client, match.pattern, signal)) {
-        const keys = names.flatMap((name) => {
-          const at = match.keyOf(name)
-          return at?.key.startsWith(prefix) ? [at.key] : []
-        })
-        const holds = await Promise.all(keys.map((key) => quorum.holds(key, signal)))
+        const found = await keysOf(node.client, match, storePrefix, names, prefix, signal)
+        const holds = await Promise.all(found.map(({ key }) => quorum.holds(key, signal)))
         for (const [k, infos] of holds.entries()) {
           const hold = majorityHold(infos, quorum.q)
           // Listed from the first node scanned to the end that holds it.
           if (!hold || hold.nodes.some((j) => j < i && scanned.has(j))) continue
           const view = quorum.viewOf(infos)
-          if (view?.held) yield { key: keys[k]!, ...view }
+          if (view?.held) yield { ...found[k]!, ...view }
         }
       }
       scanned.add(i)

@@ -18,7 +18,7 @@
  * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
 import { createHash } from 'node:crypto'
-import { CLOCK, type Script } from '../redis/scripts.js'
+import { CLOCK, RECORD_NAME, type Script } from '../redis/scripts.js'
 
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
@@ -73,7 +73,8 @@ end
 
 /**
  * Acquire, in line. ARGV: 1 the attempt's owner id, 2 ttl ms, 3 the holder's description (may be empty),
- * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms.
+ * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms,
+ * and for a key with a hashed tag, 7 the key, recorded in KEYS[6] (RECORD_NAME).
  * Returns {1, fence} when granted: the lock is free and the waiter is first in line, or the line is empty
  * (SET NX PX + INCR, one step, as the Redis backend's ACQUIRE), or the key is already this attempt's (a
  * lost reply). Else {0, ms worth waiting, ticket}: the waiter stands in line at its ticket (with none, where
@@ -93,6 +94,7 @@ local head = first()
 if not owner and (not head or head == ARGV[4]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
+  ${RECORD_NAME(6, 7, 'ARGV[2]')}
   return {1, redis.call('INCR', KEYS[2])}
 end
 local ticket = tonumber(ARGV[5])
