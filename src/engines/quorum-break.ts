@@ -25,6 +25,12 @@ import { round, tally } from './quorum-round.js'
 /** How many times a break reads again after the lock changed under it. */
 const BREAK_ROUNDS = 3
 
+/**
+ * How long a node may take to answer an operator's read or break (`list`, `break`): no lease is timed by
+ * them, so a node is given longer than the acquire path's `nodeTimeout` before it counts as failed.
+ */
+export const OPERATOR_NODE_TIMEOUT_MS = 2000
+
 /** Breaks the lock `key` (only the grant of `fence`, when given) on `quorum`'s nodes. */
 export function breakQuorumLock(
   quorum: Quorum,
@@ -46,7 +52,7 @@ async function breakOnce(
   fence: bigint | undefined,
   signal: AbortSignal,
 ): Promise<BreakResult | undefined> {
-  const infos = await quorum.holds(key, signal)
+  const infos = await quorum.holds(key, signal, OPERATOR_NODE_TIMEOUT_MS)
   const hold = majorityHold(infos, quorum.q)
   const view = quorum.viewOf(infos)
   if (!hold || !view?.held || view.owner === undefined) return { broken: false }
@@ -60,7 +66,7 @@ async function breakOnce(
   if (!matches) return { broken: false, lease }
   const { votes } = await round(
     quorum.n,
-    quorum.defaultTimeoutMs,
+    OPERATOR_NODE_TIMEOUT_MS,
     signal,
     (i, s) => breakOn(quorum, i, key, hold.owner, s),
     // Every node that answers gets it: a hold left on a node would block that node until its ttl.

@@ -251,12 +251,16 @@ export class Quorum {
 
   /**
    * What each node holds for `key` (undefined: no answer), from one round that waits for every node (each
-   * bounded by its timeout). Throws when more than n - q nodes failed: nothing can be said then.
+   * bounded by `timeoutMs`). Throws when more than n - q nodes failed: nothing can be said then.
    */
-  async holds(key: string, signal: AbortSignal): Promise<Array<LockInfo | null | undefined>> {
+  async holds(
+    key: string,
+    signal: AbortSignal,
+    timeoutMs = this.defaultTimeoutMs,
+  ): Promise<Array<LockInfo | null | undefined>> {
     const { votes } = await round(
       this.n,
-      this.defaultTimeoutMs,
+      timeoutMs,
       signal,
       (i, s) => this.nodes[i]!.inspect(key, s),
       (v) => (v.includes(undefined) ? undefined : true),

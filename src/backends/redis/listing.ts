@@ -6,6 +6,7 @@
  */
 import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
+import { within } from '../../core/within.js'
 import { redisLockKeys } from './layout.js'
 
 /** The SCAN COUNT hint of one step: about this many keys looked at per round trip. */
@@ -76,17 +77,19 @@ export function lockKeyMatch(prefix: string): LockKeyMatch {
 
 /**
  * The key names matching `pattern` on one server, a SCAN step at a time (a step may find none). The loop
- * ends when the server says the scan is complete (cursor 0); each step is bounded by `signal`.
+ * ends when the server says the scan is complete (cursor 0); each step is bounded by `signal`, and by
+ * `stepMs` when given (a Redlock node that stopped answering must not hold up the listing).
  */
 export async function* scanPages(
   server: Redis,
   pattern: string,
   signal: AbortSignal,
-  count: number = SCAN_COUNT,
+  stepMs?: number,
 ): AsyncGenerator<string[]> {
   let cursor = '0'
   do {
-    const [next, names] = await raceSignal(server.scan(cursor, 'MATCH', pattern, 'COUNT', count), signal)
+    const step = (s: AbortSignal) => raceSignal(server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT), s)
+    const [next, names] = await (stepMs === undefined ? step(signal) : within(stepMs, signal, step))
     if (names.length > 0) yield names
     cursor = next
   } while (cursor !== '0')

@@ -8,10 +8,13 @@
  * it is listed once without remembering what was listed.
  */
 import type { ListedLock } from '../../core/backend.js'
-import { BackendUnavailableError } from '../../core/errors.js'
+import { BackendUnavailableError, QuorumError } from '../../core/errors.js'
+import { within } from '../../core/within.js'
 import type { Quorum } from '../../engines/quorum.js'
+import { OPERATOR_NODE_TIMEOUT_MS } from '../../engines/quorum-break.js'
 import { majorityHold } from '../../engines/quorum-inspect.js'
 import { keysOf, lockKeyMatch, scanPages } from '../redis/listing.js'
+import { STEP_MS } from './admission-state.js'
 import type { RedlockNode } from './node.js'
 
 /** The held locks whose keys start with `prefix`, on the `nodes` of `quorum` (same order). */
@@ -31,10 +34,14 @@ export async function* listQuorum(
     if (scanned.size >= enough) return
     try {
       // A node's client does not queue commands while it connects: wait for it, or for its error.
-      await node.reachable(signal)
-      for await (const names of scanPages(node.client, match.pattern, signal)) {
-        const found = await keysOf(node.client, match, storePrefix, names, prefix, signal)
-        const holds = await Promise.all(found.map(({ key }) => quorum.holds(key, signal)))
+      await within(STEP_MS, signal, (s) => node.reachable(s))
+      for await (const names of scanPages(node.client, match.pattern, signal, STEP_MS)) {
+        const found = await within(STEP_MS, signal, (s) =>
+          keysOf(node.client, match, storePrefix, names, prefix, s),
+        )
+        const holds = await Promise.all(
+          found.map(({ key }) => quorum.holds(key, signal, OPERATOR_NODE_TIMEOUT_MS)),
+        )
         for (const [k, infos] of holds.entries()) {
           const hold = majorityHold(infos, quorum.q)
           // Listed from the first node scanned to the end that holds it.
@@ -45,7 +52,8 @@ export async function* listQuorum(
       }
       scanned.add(i)
     } catch (error) {
-      if (signal.aborted) throw error
+      // A key that a majority could not be read for: the listing cannot go on without it.
+      if (signal.aborted || error instanceof QuorumError) throw error
       failures.push(`node ${i}: ${(error as Error)?.message ?? error}`)
     }
   }
