@@ -96,6 +96,19 @@ describe('redis list', () => {
 })
 
 describe('redis break', () => {
+  it('keeps the fence key as long as a lease renewed past its hour, so a break aimed at it finds it', async () => {
+    const k = `long-${run}`
+    const [holder, operator] = [client('', { ttl: '60s' }), client()]
+    const lock = await holder.acquire(k)
+    // As if the lock had been renewed for an hour: its fence key is about to expire.
+    await admin.pexpire(redisLockKeys(k).fence, 1000)
+    await lock.extend('60s')
+    const left = await admin.pttl(redisLockKeys(k).fence)
+    assert.ok(left > 30_000, `the fence key expires in ${left} ms, before the lease`)
+    const broken = await operator.break(k, { fence: lock.fence })
+    assert.equal(broken.broken, true)
+  })
+
   for (const fair of [false, true]) {
     const query = fair ? '?fair=true' : ''
     const mode = fair ? 'fair' : 'plain'
