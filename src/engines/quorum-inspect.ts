@@ -21,6 +21,28 @@ function partialNote(held: number, n: number, q: number): string {
   return held > q ? note : `${note}: a bare majority, so each extend needs every one of them to renew`
 }
 
+/** The nodes holding each owner id on the nodes (one attempt's hold), by that owner id. */
+function holdsByOwner(infos: ReadonlyArray<LockInfo | null | undefined>): Map<string, number[]> {
+  const byOwner = new Map<string, number[]>()
+  infos.forEach((info, i) => {
+    if (info?.held && info.owner !== undefined)
+      byOwner.set(info.owner, [...(byOwner.get(info.owner) ?? []), i])
+  })
+  return byOwner
+}
+
+/**
+ * The hold that makes the lock held: the owner id on the nodes of the attempt that holds `q` of them (at
+ * most one can), and which nodes those are; undefined when none does.
+ */
+export function majorityHold(
+  infos: ReadonlyArray<LockInfo | null | undefined>,
+  q: number,
+): { readonly owner: string; readonly nodes: readonly number[] } | undefined {
+  for (const [owner, nodes] of holdsByOwner(infos)) if (nodes.length >= q) return { owner, nodes }
+  return undefined
+}
+
 /**
  * The lock as the nodes' answers show it. `infos[i]` is node i's answer (undefined: it had none);
  * `tokenOf` gives the token of a hold this client has, by the acquire's owner id.
@@ -31,12 +53,7 @@ export function inspectVotes(
   tokenOf: (owner: string) => bigint | undefined,
 ): LockInfo | null {
   const n = infos.length
-  // By the owner id on the nodes (one attempt's hold); reported as the acquire's owner id.
-  const byOwner = new Map<string, number[]>()
-  infos.forEach((info, i) => {
-    if (info?.held && info.owner !== undefined)
-      byOwner.set(info.owner, [...(byOwner.get(info.owner) ?? []), i])
-  })
+  const byOwner = holdsByOwner(infos)
   const fenceOf = (among: number[]) => {
     let m = -1n
     let at = -1

@@ -35,7 +35,7 @@
  * `extend`.
  * Who uses it: the Redlock backend (src/backends/redlock, whose driver.ts is the node over one Redis
  * master). The waiting line is quorum-line.ts, inspect's reconstruction quorum-inspect.ts, waiting for a
- * release quorum-wait.ts.
+ * release quorum-wait.ts, an operator's break quorum-break.ts.
  * Longer than ~300 lines on purpose: the whole algorithm (acquire with its clean-up and fence write-back,
  * extend, release, abandon) reads top to bottom in this one file.
  */
@@ -82,6 +82,11 @@ export interface QuorumNode {
   abandon(req: NodeRequest, signal: AbortSignal): Promise<void>
   /** What this node holds for `key`. */
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
+  /**
+   * An operator's break (quorum-break.ts): ends the hold of `owner` (an owner id on the nodes) if it is
+   * still there (true), never another's; its fence counter stays; wakes the first waiter as a release does.
+   */
+  breakHold?(key: string, owner: string, signal: AbortSignal): Promise<boolean>
 }
 
 export interface QuorumOptions {
@@ -180,7 +185,7 @@ export class Quorum {
       req,
       this.nodes.filter((_, i) => votes[i] !== undefined && mayHold(votes[i])),
     )
-    if (verdict === 'unreachable') throw this.#unreachable(req.key, 'acquire', votes)
+    if (verdict === 'unreachable') throw this.unreachable(req.key, 'acquire', votes)
     // Refused by a majority (its turn has not come, or the release has not reached a majority yet: the
     // copies of the release still to come wake it again), or split (see quorum-line.ts). What this
     // attempt took is released.
@@ -206,7 +211,7 @@ export class Quorum {
     const t = tally(votes, (r) => r.renewed)
     // Lost once so many nodes say "not ours" that no majority can hold it; anything else is unknown.
     if (t.no > this.n - this.q) return { renewed: false }
-    throw this.#unreachable(lease.key, 'extend', votes)
+    throw this.unreachable(lease.key, 'extend', votes)
   }
 
   async release(handle: HeldLease, signal: AbortSignal): Promise<boolean> {
@@ -226,7 +231,7 @@ export class Quorum {
     // No longer ours on so many nodes that it no longer held a majority: it had been lost.
     if (t.no > this.n - this.q) return false
     // Most nodes never got the release: it lingers there until its ttl, which the caller should hear of.
-    if (t.failed > this.n - this.q) throw this.#unreachable(lease.key, 'release', votes)
+    if (t.failed > this.n - this.q) throw this.unreachable(lease.key, 'release', votes)
     // A majority answered, the nodes in the middle of a change (some paused during the acquire, some now):
     // released wherever it was ours, and a node that missed it gets it when it answers again (same
     // connection) or lets it expire.
@@ -244,20 +249,33 @@ export class Quorum {
   }
 
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    return this.viewOf(await this.holds(key, signal))
+  }
+
+  /**
+   * What each node holds for `key` (undefined: no answer), from one round that waits for every node (each
+   * bounded by `timeoutMs`). Throws when more than n - q nodes failed: nothing can be said then.
+   */
+  async holds(
+    key: string,
+    signal: AbortSignal,
+    timeoutMs = this.defaultTimeoutMs,
+  ): Promise<Array<LockInfo | null | undefined>> {
     const { votes } = await round(
       this.n,
-      this.defaultTimeoutMs,
+      timeoutMs,
       signal,
       (i, s) => this.nodes[i]!.inspect(key, s),
       (v) => (v.includes(undefined) ? undefined : true),
     )
     const t = tally(votes, () => true)
-    if (t.failed > this.n - this.q) throw this.#unreachable(key, 'inspect', votes)
-    return inspectVotes(
-      votes.map((v) => (v?.ok ? v.value : undefined)),
-      this.q,
-      (owner) => this.#tokens.get(owner),
-    )
+    if (t.failed > this.n - this.q) throw this.unreachable(key, 'inspect', votes)
+    return votes.map((v) => (v?.ok ? v.value : undefined))
+  }
+
+  /** The lock as the nodes' answers (`holds`) show it, with this client's own token where it holds it. */
+  viewOf(infos: ReadonlyArray<LockInfo | null | undefined>): LockInfo | null {
+    return inspectVotes(infos, this.q, (owner) => this.#tokens.get(owner))
   }
 
   /**
@@ -366,7 +384,7 @@ export class Quorum {
    * network or timeout error (a LockError from a node already says what to do or when it will vote, and a
    * node that had not answered yet when the others settled the round is no sign of trouble).
    */
-  #unreachable<T>(key: string, what: string, votes: Votes<T>): QuorumError {
+  unreachable<T>(key: string, what: string, votes: Votes<T>): QuorumError {
     const list = this.#failures(votes)
     const byReason = new Map<string, string[]>()
     for (const f of list) {

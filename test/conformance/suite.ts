@@ -15,6 +15,7 @@ import { inspectCases } from './cases/inspect.js'
 import { keyCases } from './cases/keys.js'
 import { lossCases } from './cases/loss.js'
 import { lostReplyCases } from './cases/lost-replies.js'
+import { operationCases } from './cases/operations.js'
 import { sessionCases } from './cases/session.js'
 import { waitingCases } from './cases/waiting.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
@@ -36,6 +37,7 @@ export const CASES: readonly ConformanceCase[] = [
   ...abandonCases,
   ...holderCases,
   ...inspectCases,
+  ...operationCases,
   ...crossProcessCases,
   ...fifoCases,
   ...sessionCases,

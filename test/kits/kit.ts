@@ -169,6 +169,11 @@ export interface Kit {
   /** Why each flag that is off is off, in a few words: the skipped cases say it. */
   readonly lacks: Partial<Record<Flag, string>>
   start(options?: StartOptions): Promise<KitStore>
+  /**
+   * The part of a fence that names its grant as any client reads it back (`list`, `break`): the whole fence
+   * unless said otherwise. Redlock's leaves out the node index, which only the holder knows for sure.
+   */
+  readonly grantOfFence?: (fence: bigint) => bigint
   readonly chaos?: readonly ChaosVariant[]
   readonly bench?: readonly BenchVariant[]
 }

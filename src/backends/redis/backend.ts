@@ -7,16 +7,21 @@ import { raceSignal } from '../../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
+  BreakOptions,
+  BreakResult,
   DoctorFinding,
   ExtendResult,
   Grant,
   HeldLease,
+  ListedLock,
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
+import { named } from './layout.js'
+import { keysOf, lockKeyMatch, scanPages } from './listing.js'
 import { EXTEND, INSPECT, RAISE_FENCE } from './scripts.js'
 import { isReplyError, type RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
@@ -46,6 +51,11 @@ export interface Mode {
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown>
   /** Owner-checked release; false when the lock was no longer ours. */
   release(lease: { key: string; owner: string }): Promise<boolean>
+  /**
+   * Ends whichever lease holds `key` (only the grant of `fence`, when given) and wakes waiters as a release
+   * does: the reply of BREAK (scripts.ts). Absent where a lease is ended otherwise (Redlock's nodes).
+   */
+  breakLock?(key: string, fence: bigint | undefined): Promise<unknown>
   /** Removes whatever `req.owner` may hold or have queued for `req.key`, owner-checked. */
   abandon(req: AcquireRequest): Promise<unknown>
   /** The owner whose messages wake this waiter, or undefined when any message does. */
@@ -167,7 +177,7 @@ export class RedisLockBackend implements RedisBackend {
     const k = this.#store.keysOf(lease.key)
     try {
       const reply = await raceSignal(
-        this.#store.run(EXTEND, [k.lock, k.holder], [lease.owner, ttlMs]),
+        this.#store.run(EXTEND, [k.lock, k.holder, k.fence, ...named(k)], [lease.owner, ttlMs]),
         signal,
       )
       return reply === 1 ? { renewed: true } : { renewed: false }
@@ -208,6 +218,33 @@ export class RedisLockBackend implements RedisBackend {
       }
     } catch (error) {
       throw this.#store.explain(key, 'inspect', error)
+    }
+  }
+
+  async *list(prefix: string, signal: AbortSignal): AsyncGenerator<ListedLock> {
+    const match = lockKeyMatch(this.#store.prefix)
+    for (const server of await this.#store.servers()) {
+      for await (const names of scanPages(server, match.pattern, signal)) {
+        const found = await keysOf(server, match, this.#store.prefix, names, prefix, signal)
+        // One read per lock found (they go out together); a lock freed since the SCAN is left out.
+        const views = await Promise.all(found.map(({ key }) => this.inspect(key, signal)))
+        for (const [i, view] of views.entries()) if (view?.held) yield { ...found[i]!, ...view }
+      }
+    }
+  }
+
+  async breakLock(key: string, options?: BreakOptions): Promise<BreakResult> {
+    const { breakLock } = this.#mode
+    if (!breakLock) throw new TypeError(`${this.id}: this mode breaks a lock by its owner, not by its key`)
+    try {
+      const signal = options?.signal ?? new AbortController().signal
+      const reply = await raceSignal(breakLock.call(this.#mode, key, options?.fence), signal)
+      const [code, owner, fence, described] = reply as [number, string?, string?, string?]
+      if (code === 0 || owner === undefined) return { broken: false }
+      const lease = { owner, fence: BigInt(fence || 0), ...describedBy(owner, described) }
+      return { broken: code === 1, lease }
+    } catch (error) {
+      throw this.#store.explain(key, 'break', error)
     }
   }
 

@@ -7,12 +7,12 @@
  */
 import type { AcquireRequest, Grant } from '../../core/backend.js'
 import type { Mode } from './backend.js'
-import type { RedisLockKeys } from './layout.js'
-import { ACQUIRE_FAIR, LEAVE, RELEASE_FAIR } from './scripts.js'
+import { named, nameOf, type RedisLockKeys } from './layout.js'
+import { ACQUIRE_FAIR, BREAK_FAIR, LEAVE, RELEASE_FAIR } from './scripts.js'
 import type { RedisStore } from './store.js'
 
 /** The keys every fair script takes, in the order they take them. */
-const queueKeys = (k: RedisLockKeys) => [k.lock, k.fence, k.queue, k.waiters, k.ttls, k.holder]
+const queueKeys = (k: RedisLockKeys) => [k.lock, k.fence, k.queue, k.waiters, k.ttls, k.holder, ...named(k)]
 
 export class FairMode implements Mode {
   readonly fifo = true
@@ -27,7 +27,7 @@ export class FairMode implements Mode {
 
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
     const k = this.#store.keysOf(req.key)
-    const args = [req.owner, req.ttlMs, this.#livenessMs, req.holder ?? '']
+    const args = [req.owner, req.ttlMs, this.#livenessMs, req.holder ?? '', ...nameOf(k, req.key)]
     return this.#store.run(ACQUIRE_FAIR, queueKeys(k), args, signal)
   }
 
@@ -38,14 +38,23 @@ export class FairMode implements Mode {
       lease.owner,
       k.channel,
       this.#livenessMs,
+      ...nameOf(k, lease.key),
     ])
     return reply === 1
+  }
+
+  /** Ends whichever lease holds `key` (only that of `fence`, when given); then hands over as a release. */
+  breakLock(key: string, fence: bigint | undefined): Promise<unknown> {
+    const k = this.#store.keysOf(key)
+    const args = [fence?.toString() ?? '', k.channel, this.#livenessMs, ...nameOf(k, key)]
+    return this.#store.run(BREAK_FAIR, queueKeys(k), args)
   }
 
   /** LEAVE also drops our place in the queue and passes on a lock handed to us meanwhile. */
   abandon(req: AcquireRequest): Promise<unknown> {
     const k = this.#store.keysOf(req.key)
-    return this.#store.run(LEAVE, queueKeys(k), [req.owner, k.channel, this.#livenessMs])
+    const args = [req.owner, k.channel, this.#livenessMs, ...nameOf(k, req.key)]
+    return this.#store.run(LEAVE, queueKeys(k), args)
   }
 
   /** A waiter wakes only for messages naming it (a hand-over) or concerning everyone (see Subscriptions). */

@@ -5,7 +5,8 @@
  * `<prefix>{<key>}:fence` = the last fence minted, kept an hour; `…:holder` = "<owner> <description>"
  * for `inspect`, with the lock's expiry; fair mode adds `…:queue`, `…:waiters`, `…:ttls`; releases publish
  * on `…:released`. Keys with a brace are hashed, so the hash tag stays intact and every
- * key of a lock sits in one Cluster slot. Acquire is one script, one round trip: SET NX PX + mint. Release
+ * key of a lock sits in one Cluster slot; their grants record the key in `…:name` (as long as the fence
+ * key), so `list` can name them. Acquire is one script, one round trip: SET NX PX + mint. Release
  * and extend compare the owner first.
  * Expiry: the server expires the key (PX) on its own clock; a fair waiter that stops asking is skipped
  * after its liveness period (`waiterLiveness`, the server's TIME).
@@ -29,6 +30,7 @@
  * - backend.ts: the contract (attempt, read-back, extend, release, inspect, wait), the same in both modes.
  * - plain.ts / fair.ts: what differs between the modes: the scripts of acquire, release and abandon.
  * - subscriptions.ts: one pub/sub connection shared by a backend's waiters.
+ * - listing.ts: `list`'s SCAN of the lock keys, and the user's key back from a key name (also Redlock's).
  * - connect.ts: a URL to an ioredis client (also each Redlock node's).
  * - doctor.ts: `fencelock doctor`'s checks of the server's settings.
  */

@@ -23,7 +23,18 @@ export interface RedisLockKeys {
   readonly holder: string
   /** Published to on release (and fair hand-over). */
   readonly channel: string
+  /**
+   * Only for a key with a brace, whose tag is a hash: the key itself, which each grant records (for as
+   * long as the fence key) so that `list` can name the lock.
+   */
+  readonly name?: string
 }
+
+/** The name key of `k` where it has one, as the scripts take it: an optional last KEYS entry. */
+export const named = (k: RedisLockKeys): string[] => (k.name === undefined ? [] : [k.name])
+
+/** `key` where `k` has a name key, as the scripts take it: an optional last ARGV entry. */
+export const nameOf = (k: RedisLockKeys, key: string): string[] => (k.name === undefined ? [] : [key])
 
 /** The keys of the lock named `key` under `prefix`. */
 export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): RedisLockKeys {
@@ -38,5 +49,6 @@ export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): Red
     ttls: `${lock}:ttls`,
     holder: `${lock}:holder`,
     channel: `${lock}:released`,
+    ...(tag === key ? {} : { name: `${lock}:name` }),
   }
 }

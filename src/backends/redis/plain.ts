@@ -5,7 +5,8 @@
  */
 import type { AcquireRequest } from '../../core/backend.js'
 import type { Mode } from './backend.js'
-import { ACQUIRE, RELEASE } from './scripts.js'
+import { named, nameOf } from './layout.js'
+import { ACQUIRE, BREAK, RELEASE } from './scripts.js'
 import type { RedisStore } from './store.js'
 
 export class PlainMode implements Mode {
@@ -20,8 +21,8 @@ export class PlainMode implements Mode {
     const k = this.#store.keysOf(req.key)
     return this.#store.run(
       ACQUIRE,
-      [k.lock, k.fence, k.holder],
-      [req.owner, req.ttlMs, req.holder ?? ''],
+      [k.lock, k.fence, k.holder, ...named(k)],
+      [req.owner, req.ttlMs, req.holder ?? '', ...nameOf(k, req.key)],
       signal,
     )
   }
@@ -29,6 +30,12 @@ export class PlainMode implements Mode {
   async release(lease: { key: string; owner: string }): Promise<boolean> {
     const k = this.#store.keysOf(lease.key)
     return (await this.#store.run(RELEASE, [k.lock, k.holder], [lease.owner, k.channel])) === 1
+  }
+
+  /** Ends whichever lease holds `key` (only the grant of `fence`, when given): BREAK in scripts.ts. */
+  breakLock(key: string, fence: bigint | undefined): Promise<unknown> {
+    const k = this.#store.keysOf(key)
+    return this.#store.run(BREAK, [k.lock, k.fence, k.holder], [fence?.toString() ?? '', k.channel])
   }
 
   /** An attempt whose outcome is unknown may hold the lock: release it, owner-checked as always. */

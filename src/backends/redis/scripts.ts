@@ -24,6 +24,13 @@ export interface Script {
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
 /**
+ * Records the lock's name, KEYS[k] = ARGV[a], where the key has a hashed tag (layout.ts `name`; the key is
+ * absent otherwise): written by each grant and kept as long as the fence key, so `list` can name the lock.
+ */
+export const RECORD_NAME = (k: number, a: number, ttl: string) =>
+  `if KEYS[${k}] then redis.call('SET', KEYS[${k}], ARGV[${a}], 'PX', math.max(3600000, tonumber(${ttl}))) end`
+
+/**
  * `mint(ttl)`: the fence of a grant, KEYS[2] the last one. The server's clock in microseconds (TIME) is
  * its floor, so a fence never depends on the key's own state: after the fence key is gone (expired an
  * hour after its last grant, or deleted by an operator) the next grant still gets a larger fence than
@@ -51,7 +58,7 @@ end
 `
 
 /**
- * Acquire. KEYS: lock, fence[, holder]. ARGV: owner, ttl ms[, description]. Returns {1, fence} when granted
+ * Acquire. KEYS: lock, fence[, holder[, name]]. ARGV: owner, ttl ms[, description[, key]]. Returns {1, fence} when granted
  * — also when the key is already ours: an earlier attempt of the same acquire ran but its reply was lost —
  * and {0, pttl} when held by another. Granting and minting the fence in one script is what makes the fence
  * belong to exactly this grant.
@@ -61,6 +68,7 @@ local owner = redis.call('GET', KEYS[1])
 if not owner then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
+  ${RECORD_NAME(4, 4, 'ARGV[2]')}
   return {1, mint(ARGV[2])}
 end
 if owner == ARGV[1] then
@@ -93,7 +101,8 @@ end
  * records its ttl (KEYS[5], a hash), so a release can hand the lock straight to it (RELEASE_FAIR). A waiter
  * that crashed or gave up silently stops refreshing and is dropped when it reaches the head, so nobody
  * waits behind it for longer than the liveness period. The server's clock (TIME) judges it.
- * KEYS[6] is the holder key; ARGV[4] the description (may be empty).
+ * KEYS[6] is the holder key; ARGV[4] the description (may be empty); KEYS[7] and ARGV[5] the name and key
+ * (RECORD_NAME) for a key with a hashed tag.
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
 export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}
@@ -121,6 +130,7 @@ if not owner and (not head or head == ARGV[1]) then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[4] ~= '' then redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[4], 'PX', ARGV[2]) end
+  ${RECORD_NAME(7, 5, 'ARGV[2]')}
   return {1, mint(ARGV[2])}
 end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
@@ -133,8 +143,8 @@ return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[4], head)) - clock())}
 `)
 
 /**
- * The fair hand-over, shared by RELEASE_FAIR and LEAVE (KEYS as in ACQUIRE_FAIR; ARGV[2] the channel,
- * ARGV[3] the waiter liveness ms), run once the lock is free: the first live waiter becomes the holder
+ * The fair hand-over, shared by RELEASE_FAIR, LEAVE and BREAK_FAIR (KEYS as in ACQUIRE_FAIR; ARGV[2] the
+ * channel, ARGV[3] the waiter liveness ms, ARGV[4] the key where KEYS[7] is its name), run once the lock is free: the first live waiter becomes the holder
  * right here with a fresh fence, and the message "<owner>:<fence>:<lease ms>" tells it so. That saves the
  * waiter a wake-up and a round trip, and nobody can barge in between. Dead waiters met on the way are
  * dropped. The first lease is no longer than the liveness period: a waiter that died a moment ago then
@@ -155,6 +165,7 @@ while true do
     local ttl = tonumber(space and string.sub(asked, 1, space - 1) or asked)
     local lease = math.min(ttl, tonumber(ARGV[3]))
     redis.call('SET', KEYS[1], head, 'PX', lease)
+    ${RECORD_NAME(7, 4, 'lease')}
     if space and space < #asked then
       redis.call('SET', KEYS[6], head .. string.sub(asked, space), 'PX', lease)
     end
@@ -185,12 +196,60 @@ redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1])
 return 1
 `)
 
-/** Extend. KEYS: lock[, holder]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key. 1 or 0. */
+/**
+ * Extend. KEYS: lock[, holder[, fence[, name]]]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key.
+ * A fence key (or name) that would expire before the lease is kept as long as it (one held for more than MINT's hour
+ * still shows its fence, and a break aimed at it finds it); a counter without expiry (Redlock's) is left so.
+ * 1 or 0.
+ */
 export const EXTEND = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+for i = 3, #KEYS do
+  local left = redis.call('PTTL', KEYS[i])
+  if left >= 0 and left < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+end
 return 1
+`)
+
+/**
+ * The head of a break (BREAK, BREAK_FAIR): reads the lease and ends it. KEYS: lock, fence, and the holder
+ * record at index `h`. ARGV[1]: the fence the lease must have ('' for any). Returns {0} when the lock is
+ * free and {2, owner, fence or '', holder record or ''} when the lease has another fence; else deletes the
+ * lock and its holder record and goes on.
+ */
+const BREAK_HEAD = (h: number) => `
+local owner = redis.call('GET', KEYS[1])
+if not owner then return {0} end
+local fence = redis.call('GET', KEYS[2]) or ''
+local described = redis.call('GET', KEYS[${h}]) or ''
+if ARGV[1] ~= '' and fence ~= ARGV[1] then return {2, owner, fence, described} end
+redis.call('DEL', KEYS[1], KEYS[${h}])
+`
+
+/**
+ * Break: ends whichever lease holds the lock (with ARGV[1], only the grant of that fence), an operator's
+ * way out of a stuck holder. KEYS: lock, fence, holder. ARGV: fence or '', channel. The fence key stays, so
+ * the next grant mints a larger fence; the message is a release's ("-<owner>"), so waiters wake alike.
+ * Returns {1, owner, fence, holder record} when it ended the lease, {2, …} when another grant holds it,
+ * {0} when free. One script: the lease it ends is the lease it read.
+ */
+export const BREAK = script(`${BREAK_HEAD(3)}
+redis.call('PUBLISH', ARGV[2], '-' .. owner)
+return {1, owner, fence, described}
+`)
+
+/**
+ * Fair break: BREAK, then the lock goes to the first live waiter as on a release (HAND_OVER). KEYS as in
+ * ACQUIRE_FAIR; ARGV: fence or '', channel, waiter liveness ms. Replies as BREAK.
+ */
+export const BREAK_FAIR = script(`
+local function handOver()
+${HAND_OVER}end
+${BREAK_HEAD(6)}
+handOver()
+return {1, owner, fence, described}
 `)
 
 /**

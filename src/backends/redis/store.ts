@@ -97,6 +97,18 @@ export class RedisStore {
     }
   }
 
+  /**
+   * The servers a listing must SCAN: every master of a Cluster (a key lives on one of them), or the one
+   * server. A Cluster client learns its masters once connected: one PING waits for that.
+   */
+  async servers(): Promise<Redis[]> {
+    if (this.#ready) await this.#ready
+    const client = this.client
+    if (!isCluster(client)) return [client]
+    if (client.status !== 'ready') await client.ping()
+    return client.nodes('master')
+  }
+
   /** `WAIT` on the connection that wrote the lock: how many replicas acknowledged, within `timeoutMs`. */
   async replicasAcknowledging(count: number, timeoutMs: number): Promise<number> {
     return (await (this.client as Redis).call('WAIT', count, timeoutMs)) as number

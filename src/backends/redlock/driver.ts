@@ -70,6 +70,11 @@ export class RedlockDriver implements QuorumNode, ReleaseListener {
     return this.node.checked(s).then(() => this.node.backend.inspect(key, s))
   }
 
+  /** Waits for the connection's check, as a release does: an operator's break reaches every node it can. */
+  breakHold(key: string, owner: string, s: AbortSignal): Promise<boolean> {
+    return this.node.checked(s).then(() => raceSignal(this.node.line.breakHold(key, owner), s))
+  }
+
   listen(req: AcquireRequest, s: AbortSignal): Promise<string | undefined> {
     return this.node.backend.waitForMessage(req, s)
   }

@@ -35,6 +35,7 @@
  * - bootstrap.ts: the admission of a fresh set: the majority (or more) that answers, at once.
  * - admission-state.ts: admission's states, errors and shared helpers.
  * - fences.ts: a node's fence counters in bulk (SCAN/MGET, pipelined raises).
+ * - listing.ts: `list`, the locks a majority holds, from each node's SCAN.
  * - scripts.ts: the lock scripts with the waiting line (LINE_*), and the STATE and ADMIT scripts.
  * - layout.ts: the admission marker's key name, the line's keys, the wake channels.
  * - connection.ts: waiting for a node's connection.
@@ -46,21 +47,27 @@ import type { Redis } from 'ioredis'
 import type {
   AcquireRequest,
   AttemptResult,
+  BreakOptions,
+  BreakResult,
   DoctorFinding,
   ExtendResult,
   HeldLease,
+  ListedLock,
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
 import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum.js'
+import { breakQuorumLock } from '../../engines/quorum-break.js'
 import { ReleaseWaiting } from '../../engines/quorum-wait.js'
 import { connect } from '../redis/connect.js'
+import { DEFAULT_PREFIX } from '../redis/layout.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
 import { RedlockDriver } from './driver.js'
 import { lineBackend } from './line.js'
+import { listQuorum } from './listing.js'
 import { RedlockNode } from './node.js'
 import { nodeHosts, PARAMS } from './url.js'
 
@@ -176,6 +183,7 @@ class RedlockBackend implements LockBackend {
   readonly #restartDelayMs: number | undefined
   /** The clients fromUrl made, closed with the backend (never the user's). */
   readonly #owned: readonly Redis[]
+  readonly #prefix: string
 
   constructor(options: RedlockBackendOptions, owned: readonly Redis[]) {
     const clients = options.clients ?? []
@@ -183,6 +191,7 @@ class RedlockBackend implements LockBackend {
       throw new TypeError(`Expected 1 to ${MAX_NODES} Redis clients in \`clients\`, got ${clients.length}`)
     }
     this.#owned = owned
+    this.#prefix = options.prefix ?? DEFAULT_PREFIX
     this.#restartDelayMs = options.restartDelayMs
     if (clients.length === 2) warnTwoNodes()
     const q = Math.floor(clients.length / 2) + 1
@@ -227,6 +236,15 @@ class RedlockBackend implements LockBackend {
 
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
     return this.#quorum.inspect(key, signal)
+  }
+
+  list(prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> {
+    return listQuorum(this.#quorum, this.#nodes, this.#prefix, prefix, signal, this.id)
+  }
+
+  breakLock(key: string, options?: BreakOptions): Promise<BreakResult> {
+    const signal = options?.signal ?? new AbortController().signal
+    return breakQuorumLock(this.#quorum, key, options?.fence, signal)
   }
 
   waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<undefined> {

@@ -10,10 +10,10 @@ import { acquireOwner } from '../../engines/quorum-inspect.js'
 import type { NodeRequest } from '../../engines/quorum-line.js'
 import { type Mode, type RedisBackend, RedisLockBackend } from '../redis/backend.js'
 import type { RedisClient } from '../redis/connect.js'
-import { DEFAULT_PREFIX } from '../redis/layout.js'
+import { DEFAULT_PREFIX, named, nameOf } from '../redis/layout.js'
 import { describeClient, RedisStore } from '../redis/store.js'
 import { lineKeys, wakePrefix } from './layout.js'
-import { LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
+import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
 
 /**
  * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
@@ -56,7 +56,7 @@ export class LineMode implements Mode {
   #keys(key: string): string[] {
     const k = this.#store.keysOf(key)
     const l = lineKeys(key, this.#prefix)
-    return [k.lock, k.fence, k.holder, l.line, l.alive]
+    return [k.lock, k.fence, k.holder, l.line, l.alive, ...named(k)]
   }
 
   /** `req` is the engine's NodeRequest: its owner is the attempt's, `waiter` the acquire's. */
@@ -65,7 +65,15 @@ export class LineMode implements Mode {
     return this.#store.run(
       LINE_ACQUIRE,
       this.#keys(req.key),
-      [req.owner, req.ttlMs, req.holder ?? '', this.#waiter(waiter), ticket, livenessMs],
+      [
+        req.owner,
+        req.ttlMs,
+        req.holder ?? '',
+        this.#waiter(waiter),
+        ticket,
+        livenessMs,
+        ...nameOf(this.#store.keysOf(req.key), req.key),
+      ],
       signal,
     )
   }
@@ -88,6 +96,12 @@ export class LineMode implements Mode {
   async cleanUp(lease: { key: string; owner: string }): Promise<boolean> {
     const args = [lease.owner, this.#wakePrefix, this.#waiter(lease.owner)]
     return (await this.#store.run(LINE_CLEAN_UP, this.#keys(lease.key), args)) === 1
+  }
+
+  /** An operator's break of the hold of attempt `owner` (an owner id on the nodes): true if it ended it. */
+  async breakHold(key: string, owner: string): Promise<boolean> {
+    const args = [owner, this.#wakePrefix, acquireOwner(owner)]
+    return (await this.#store.run(LINE_BREAK, this.#keys(key), args)) === 1
   }
 
   /** An acquire that gave up: its latest attempt's hold, if any, and its place in line go. */

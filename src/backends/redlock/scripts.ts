@@ -19,7 +19,7 @@
  * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
 import { createHash } from 'node:crypto'
-import { CLOCK, type Script } from '../redis/scripts.js'
+import { CLOCK, RECORD_NAME, type Script } from '../redis/scripts.js'
 
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 
@@ -77,7 +77,8 @@ end
 
 /**
  * Acquire, in line. ARGV: 1 the attempt's owner id, 2 ttl ms, 3 the holder's description (may be empty),
- * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms.
+ * 4 the waiter ("<acquire's owner id>@<client id>"), 5 its ticket (0: none yet), 6 the waiter liveness ms,
+ * and for a key with a hashed tag, 7 the key, recorded in KEYS[6] (RECORD_NAME).
  * Returns {1, fence} when granted: the lock is free and the waiter is first in line, or the line is empty
  * (SET NX PX + INCR, one step, as the Redis backend's ACQUIRE), or the key is already this attempt's (a
  * lost reply). Else {0, ms worth waiting, ticket}: the waiter stands in line at its ticket (with none, where
@@ -97,6 +98,7 @@ local head = first()
 if not owner and (not head or head == ARGV[4]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
+  ${RECORD_NAME(6, 7, 'ARGV[2]')}
   return {1, redis.call('INCR', KEYS[2])}
 end
 local ticket = tonumber(ARGV[5])
@@ -163,5 +165,27 @@ if (ours or queued == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
   local head = first()
   if head then wake(ARGV[2], head) end
 end
+return 1
+`)
+
+/**
+ * Break, on one node: an operator ends a hold. ARGV: 1 the hold's owner id (an attempt's), 2 the wake
+ * prefix, 3 its acquire's owner id. Deletes the lock only if that attempt holds it (1, else 0: another
+ * grant since, or none), takes its acquire out of the line (it stood there as "<acquire's owner id>@<its
+ * client id>", a client the operator does not know: the line of this one key is read to find it), and
+ * wakes the first live waiter left, as a release does. The fence counter stays: the next grant mints more.
+ */
+export const LINE_BREAK = script(`${FIRST}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[3])
+local mine = ARGV[3] .. '@'
+for _, waiter in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  if string.sub(waiter, 1, #mine) == mine then
+    redis.call('ZREM', KEYS[4], waiter)
+    redis.call('ZREM', KEYS[5], waiter)
+  end
+end
+local head = first()
+if head then wake(ARGV[2], head) end
 return 1
 `)

@@ -1,0 +1,96 @@
+/**
+ * Finding the locks under a prefix on one Redis server (also each Redlock node): SCAN for the lock keys,
+ * a page at a time, and the user's key back from a lock key's name (layout.ts). SCAN walks the whole
+ * keyspace of the server in steps of about `count` keys; MATCH only trims each step's reply, so a listing
+ * costs one SCAN per step whatever the prefix.
+ */
+import type { Redis } from 'ioredis'
+import { raceSignal } from '../../core/abort.js'
+import { within } from '../../core/within.js'
+import { redisLockKeys } from './layout.js'
+
+/** The SCAN COUNT hint of one step: about this many keys looked at per round trip. */
+export const SCAN_COUNT = 500
+
+/** A tag that layout.ts hashed (the key had a brace): `#` and the key's SHA-256 in hex. */
+const HASHED_TAG = /^#[0-9a-f]{64}$/
+
+/** The lock keys under a store prefix: the SCAN pattern, and the user's key from a key name. */
+export interface LockKeyMatch {
+  /** A glob of every lock key `<prefix>{<tag>}` (and nothing of a lock's other keys, which end otherwise). */
+  readonly pattern: string
+  /**
+   * The tag of a lock key's name, `undefined` for any other name; `hashed` when it is a hash (a key with a
+   * brace), whose key only its recorded name tells (`keysOf`).
+   */
+  keyOf(name: string): { readonly key: string; readonly hashed: boolean } | undefined
+}
+
+/** A lock found by a scan: the user's key, and a note when its key could not be told. */
+export interface FoundLock {
+  readonly key: string
+  readonly note?: string
+}
+
+/**
+ * The locks named `names` (one SCAN step) whose user keys start with `prefix`. A hashed tag's key is the
+ * name its grant recorded (layout.ts `name`; one GET each, only for such keys); without one (a grant older
+ * than the record) the lock is found under its tag, a key that reaches the same lock.
+ */
+export async function keysOf(
+  server: Redis,
+  match: LockKeyMatch,
+  storePrefix: string,
+  names: readonly string[],
+  prefix: string,
+  signal: AbortSignal,
+): Promise<FoundLock[]> {
+  const found = await Promise.all(
+    names.map(async (name): Promise<FoundLock | undefined> => {
+      const at = match.keyOf(name)
+      if (!at?.hashed) return at
+      const recorded = await raceSignal(server.get(`${name}:name`), signal)
+      if (recorded !== null && redisLockKeys(recorded, storePrefix).lock === name) return { key: recorded }
+      return {
+        key: at.key,
+        note: `the name of this lock (it has a brace) was not recorded: ${at.key} reaches it`,
+      }
+    }),
+  )
+  return found.filter((lock): lock is FoundLock => lock?.key.startsWith(prefix) === true)
+}
+
+/** The lock keys under `prefix` (the store's own prefix option, not the user's list prefix). */
+export function lockKeyMatch(prefix: string): LockKeyMatch {
+  const glob = prefix.replace(/[*?[\]\\]/g, '\\$&')
+  return {
+    pattern: `${glob}{*}`,
+    keyOf(name) {
+      if (!name.startsWith(`${prefix}{`) || !name.endsWith('}')) return undefined
+      const tag = name.slice(prefix.length + 1, -1)
+      // A tag never holds a brace (layout.ts hashes such keys): anything else is not one of our lock keys.
+      if (/[{}]/.test(tag)) return undefined
+      return { key: tag, hashed: HASHED_TAG.test(tag) }
+    },
+  }
+}
+
+/**
+ * The key names matching `pattern` on one server, a SCAN step at a time (a step may find none). The loop
+ * ends when the server says the scan is complete (cursor 0); each step is bounded by `signal`, and by
+ * `stepMs` when given (a Redlock node that stopped answering must not hold up the listing).
+ */
+export async function* scanPages(
+  server: Redis,
+  pattern: string,
+  signal: AbortSignal,
+  stepMs?: number,
+): AsyncGenerator<string[]> {
+  let cursor = '0'
+  do {
+    const step = (s: AbortSignal) => raceSignal(server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT), s)
+    const [next, names] = await (stepMs === undefined ? step(signal) : within(stepMs, signal, step))
+    if (names.length > 0) yield names
+    cursor = next
+  } while (cursor !== '0')
+}
