@@ -126,4 +126,18 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
     )
     await client.close()
   })
+
+  it('inspect() rejects as unavailable after 5 s without an answer', async () => {
+    const backend = { ...scripted(), inspect: never }
+    const client = createLockClient(backend)
+    const started = performance.now()
+    await assert.rejects(client.inspect(uniqueKey()), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, /did not answer within 5000 ms/)
+      return true
+    })
+    const ms = performance.now() - started
+    assert.ok(ms < 5000 + LOAD_MS, `inspect took ${Math.round(ms)} ms`)
+    await client.close()
+  })
 })
