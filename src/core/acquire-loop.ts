@@ -33,7 +33,8 @@ const FAILURE_BACKOFF_MAX_MS = 1000
 /**
  * The time an acquire gives the store at least, from its start: the bound of a `tryAcquire` (timeout 0),
  * and of an acquire with a shorter timeout. Long enough for a first request on a fresh connection (TCP,
- * TLS, a cloud token); a store that has not answered by then is reported unavailable.
+ * TLS, a cloud token); a store that has not answered by then is reported unavailable. A backend whose
+ * healthy attempts take longer says so (`limits.minAttemptMs`).
  */
 const ATTEMPT_MIN_MS = 1000
 /**
@@ -82,6 +83,8 @@ class AcquireLoop {
   readonly #startedAt = now()
   readonly #deadline: number
   readonly #giveUpAfterMs: number
+  /** ATTEMPT_MIN_MS, or the backend's longer `limits.minAttemptMs`. */
+  readonly #attemptMinMs: number
   readonly #diag: { readonly key: string; readonly backend: string }
 
   #attempts = 0
@@ -141,6 +144,7 @@ class AcquireLoop {
     this.#req = { key, owner: newOwnerId(), ttlMs: opts.ttlMs, holder: opts.holder }
     this.#diag = { key, backend: ctx.backend.id }
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
+    this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
   }
 
   async run(): Promise<LockHandle> {
@@ -229,7 +233,7 @@ class AcquireLoop {
     // reported on time, never waited on past them.
     const giveUpAt = (this.#unavailableSince ?? this.#attemptStart) + this.#giveUpAfterMs
     const end = Math.min(
-      Math.max(this.#deadline, this.#startedAt + ATTEMPT_MIN_MS, this.#attemptStart + LAST_ATTEMPT_MS),
+      Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs, this.#attemptStart + LAST_ATTEMPT_MS),
       giveUpAt,
     )
     this.#attemptEnd = end
@@ -241,7 +245,7 @@ class AcquireLoop {
    * ATTEMPT_MIN_MS after its start), or after its give-up time if the store has been unreachable.
    */
   #settleBy(): number {
-    const deadline = Math.max(this.#deadline, this.#startedAt + ATTEMPT_MIN_MS)
+    const deadline = Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
     const giveUpAt = (this.#unavailableSince ?? Number.POSITIVE_INFINITY) + this.#giveUpAfterMs
     return Math.min(deadline, giveUpAt) + SETTLE_SLACK_MS
   }

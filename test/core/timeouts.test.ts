@@ -30,6 +30,16 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
     await client.close()
   })
 
+  it('a backend whose attempts take longer (limits.minAttemptMs) gives tryAcquire that long', async () => {
+    const backend = {
+      ...scripted({ tryAcquire: never }),
+      limits: { maxKeyBytes: 1024, maxTtlMs: 60_000, minAttemptMs: 2000 },
+    }
+    const client = createLockClient(backend)
+    await assert.rejects(client.tryAcquire(uniqueKey()), /did not answer within (199\d|2000) ms/)
+    await client.close()
+  })
+
   it('acquire({ timeout: "1s" }) bounds its attempt by the timeout', async () => {
     const backend = scripted({ tryAcquire: never })
     const client = createLockClient(backend)
