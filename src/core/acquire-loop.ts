@@ -3,7 +3,7 @@
  * remaining lease and the deadline), and again; one last attempt at the deadline. A failed attempt backs
  * off on a real timer; a store unreachable for too long is reported; an acquire that gives up after any
  * attempt starts its owner-checked clean-up (`abandon`). One `AcquireLoop` per `acquire` call holds the
- * loop's state; one attempt itself is attempt.ts. (A little over 300 lines: the loop's state and every
+ * loop's state; one attempt itself is attempt.ts. (About 400 lines: the loop's state and every
  * step that changes it stay in one class, to be read together.)
  */
 import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
@@ -259,8 +259,10 @@ class AcquireLoop {
     const answering = this.#attempts > 1 && this.#unavailableSince === undefined
     if (answering && now() >= this.#attemptEnd && now() >= this.#deadline) this.#fail(this.#notAcquired())
     const wrapped = unavailableError(this.#backend, this.#req.key, error, 'acquire')
+    // The store's own refusal of the request (a key holding foreign data): it answers, and may clean up.
+    if (!(wrapped instanceof BackendUnavailableError)) this.#fail(wrapped)
     this.#unavailableSince ??= this.#attemptStart
-    if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) this.#fail(wrapped)
+    if (!wrapped.retryable) this.#fail(wrapped)
     if (now() >= this.#deadline || now() >= this.#unavailableSince + this.#giveUpAfterMs) this.#fail(wrapped)
     return undefined
   }
