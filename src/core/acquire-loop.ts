@@ -3,7 +3,7 @@
  * remaining lease and the deadline), and again; one last attempt at the deadline. A failed attempt backs
  * off on a real timer; a store unreachable for too long is reported; an acquire that gives up after any
  * attempt starts its owner-checked clean-up (`abandon`). One `AcquireLoop` per `acquire` call holds the
- * loop's state; one attempt itself is attempt.ts. (A little over 300 lines: the loop's state and every
+ * loop's state; one attempt itself is attempt.ts. (About 400 lines: the loop's state and every
  * step that changes it stay in one class, to be read together.)
  */
 import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
@@ -30,8 +30,25 @@ const UNAVAILABLE_GIVE_UP_MS = 5000
 /** Backoff after a failed attempt: a real timer, never a wake-up hint, so a failing store cannot make us spin. */
 const FAILURE_BACKOFF_FIRST_MS = 50
 const FAILURE_BACKOFF_MAX_MS = 1000
-/** The least time one attempt gets, even at its deadline (a `tryAcquire` makes one whole attempt). */
-const ATTEMPT_MIN_MS = 2000
+/**
+ * The time an acquire gives the store at least, from its start: the bound of a `tryAcquire` (timeout 0),
+ * and of an acquire with a shorter timeout. Long enough for a first request on a fresh connection (TCP,
+ * TLS, a cloud token); a store that has not answered by then is reported unavailable. A backend whose
+ * healthy attempts take longer says so (`limits.minAttemptMs`).
+ */
+const ATTEMPT_MIN_MS = 1000
+/**
+ * The least an attempt gets when it starts at (or just before) the deadline, as the one last attempt
+ * does: a store that answers gives its answer; one that does not costs only this overrun. An attempt cut
+ * short has an unknown outcome, so its acquire cleans up after it (`abandon`), as after any other.
+ */
+const LAST_ATTEMPT_MS = 300
+/**
+ * A failed acquire rejects at most this long after its deadline (after ATTEMPT_MIN_MS for a shorter
+ * timeout), or after its give-up time: the last attempt's overrun, the backend's account of a timeout
+ * (EXPLAIN_WAIT_MS) and the wait for the clean-up all fit in it. The README promises it.
+ */
+const SETTLE_SLACK_MS = 500
 
 /** What an acquire needs from its client. */
 export interface AcquireContext {
@@ -39,7 +56,10 @@ export interface AcquireContext {
   readonly driftFactor: number
   /** The client's held locks: a grant joins them, and leaves once released or lost. */
   readonly held: Set<LockHandle>
-  /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
+  /**
+   * Clean-ups of failed acquires still running on a store that was answering: `close` lets them finish
+   * (bounded) before closing the store.
+   */
   readonly cleanups: Set<Promise<unknown>>
 }
 
@@ -63,9 +83,13 @@ class AcquireLoop {
   readonly #startedAt = now()
   readonly #deadline: number
   readonly #giveUpAfterMs: number
+  /** ATTEMPT_MIN_MS, or the backend's longer `limits.minAttemptMs`. */
+  readonly #attemptMinMs: number
   readonly #diag: { readonly key: string; readonly backend: string }
 
   #attempts = 0
+  /** Where the latest attempt's bound ends (`#startAttempt`). */
+  #attemptEnd = 0
   /** The next poll's cap: doubles while the key stays held. */
   #poll = POLL_FIRST_MS
   /** The next backoff after a failure: doubles while the store keeps failing. */
@@ -120,6 +144,7 @@ class AcquireLoop {
     this.#req = { key, owner: newOwnerId(), ttlMs: opts.ttlMs, holder: opts.holder }
     this.#diag = { key, backend: ctx.backend.id }
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
+    this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
   }
 
   async run(): Promise<LockHandle> {
@@ -162,9 +187,13 @@ class AcquireLoop {
       // an uncertain grant still in place would block, for a moment, the next acquire the caller makes.
       // Bounded, so a hung store cannot hold up an abort; the clean-up itself goes on in the background.
       // An abort rejects at once, as the caller asked: its clean-up may wait for an attempt still in flight.
-      if (this.#abandoning && !this.#signal.aborted) {
+      // Not for a store that stopped answering (its clean-up cannot land any sooner), and only within the
+      // acquire's settling time: a timeout is a promise.
+      const wait = Math.min(ABANDON_WAIT_MS, this.#settleBy() - now())
+      const answering = this.#unavailableSince === undefined
+      if (this.#abandoning && !this.#signal.aborted && answering && wait > 0) {
         const stop = new AbortController()
-        await Promise.race([this.#abandoning, sleep(ABANDON_WAIT_MS, stop.signal)])
+        await Promise.race([this.#abandoning, sleep(wait, stop.signal)])
         stop.abort()
       }
       throw error
@@ -199,20 +228,41 @@ class AcquireLoop {
   #startAttempt(): number {
     this.#attempts++
     this.#attemptStart = now()
-    // Every attempt is bounded by the deadline (but gets ATTEMPT_MIN_MS at least) and by the
-    // give-up time, so an unreachable store is reported on time, never waited on past them.
+    // Every attempt is bounded by the deadline (ATTEMPT_MIN_MS from the acquire's start at least, and
+    // LAST_ATTEMPT_MS for one that starts at it) and by the give-up time, so an unreachable store is
+    // reported on time, never waited on past them.
     const giveUpAt = (this.#unavailableSince ?? this.#attemptStart) + this.#giveUpAfterMs
-    const end = Math.min(Math.max(this.#deadline, this.#attemptStart + ATTEMPT_MIN_MS), giveUpAt)
+    const end = Math.min(
+      Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs, this.#attemptStart + LAST_ATTEMPT_MS),
+      giveUpAt,
+    )
+    this.#attemptEnd = end
     return end - this.#attemptStart
+  }
+
+  /**
+   * When a failed acquire has rejected at the latest: SETTLE_SLACK_MS after its deadline (at least
+   * ATTEMPT_MIN_MS after its start), or after its give-up time if the store has been unreachable.
+   */
+  #settleBy(): number {
+    const deadline = Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
+    const giveUpAt = (this.#unavailableSince ?? Number.POSITIVE_INFINITY) + this.#giveUpAfterMs
+    return Math.min(deadline, giveUpAt) + SETTLE_SLACK_MS
   }
 
   /** An attempt that failed: ends the acquire, unless the store is merely unreachable and time remains. */
   #failedAttempt(error: unknown): undefined {
     if (this.#signal.aborted) this.#fail(this.#signal.reason)
     this.#unresolvedSince ??= this.#attemptStart
+    // The last attempt ran out of time at the deadline while the store was answering (it refused the
+    // attempt before): the lock is, as far as anyone knows, still held elsewhere. Contention, not an outage.
+    const answering = this.#attempts > 1 && this.#unavailableSince === undefined
+    if (answering && now() >= this.#attemptEnd && now() >= this.#deadline) this.#fail(this.#notAcquired())
     const wrapped = unavailableError(this.#backend, this.#req.key, error, 'acquire')
-    if (!(wrapped instanceof BackendUnavailableError) || !wrapped.retryable) this.#fail(wrapped)
+    // The store's own refusal of the request (a key holding foreign data): it answers, and may clean up.
+    if (!(wrapped instanceof BackendUnavailableError)) this.#fail(wrapped)
     this.#unavailableSince ??= this.#attemptStart
+    if (!wrapped.retryable) this.#fail(wrapped)
     if (now() >= this.#deadline || now() >= this.#unavailableSince + this.#giveUpAfterMs) this.#fail(wrapped)
     return undefined
   }
@@ -339,11 +389,13 @@ class AcquireLoop {
    * Outcome unknown -> owner-checked clean-up, for every backend, whatever the last attempt said: an
    * attempt aborted or timed out may still be granted on the store. The clean-up follows the attempt
    * (bounded), so it is the last word on what that attempt did. A backend bug (even a synchronous throw)
-   * never replaces the acquire's error.
+   * never replaces the acquire's error. `close` waits for it only while the store was answering: the
+   * clean-up of a store that stopped answering cannot land any sooner, and what it leaves ends by its ttl.
    */
   #abandon(): void {
     const cleanup = abandonAfter(this.#backend, this.#req, this.#inFlight)
     this.#abandoning = cleanup
+    if (this.#unavailableSince !== undefined) return
     const { cleanups } = this.#ctx
     cleanups.add(cleanup)
     void cleanup.finally(() => cleanups.delete(cleanup))

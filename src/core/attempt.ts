@@ -145,12 +145,15 @@ export function abandonAfter(
 
 /**
  * Waits until `attempt` settles, SETTLE_WAIT_MS at most. A plain timer, cleared as soon as the attempt
- * settles (a listener on a pooled signal would outlive this wait).
+ * settles (a listener on a pooled signal would outlive this wait), and unref'd: a clean-up in the
+ * background never keeps a process alive by itself (a CLI that gave up exits on time; the lease ends by
+ * its ttl).
  */
 async function settledOrLate(attempt: Promise<unknown>): Promise<void> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<void>((resolve) => {
     timer = setTimeout(resolve, SETTLE_WAIT_MS)
+    timer.unref()
   })
   await Promise.race([attempt.catch(() => {}), late])
   clearTimeout(timer)

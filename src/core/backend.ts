@@ -130,6 +130,12 @@ export interface BackendLimits {
    * (GCS: about one a second) loses every lease shorter than three of its write intervals.
    */
   readonly minTtlMs?: number | undefined
+  /**
+   * How long one attempt may take on a healthy store, in ms, where the core's 1 s is not enough: an acquire
+   * gives the store at least this long from its start (a `tryAcquire`, its one attempt). GCS: an attempt
+   * right after this process wrote the same object first waits for its write rate (one a second).
+   */
+  readonly minAttemptMs?: number | undefined
   /** Whether a key may hold NUL (U+0000); false where the store's text cannot (PostgreSQL). @default true */
   readonly nulInKeys?: boolean | undefined
 }

@@ -6,9 +6,9 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { setMaxListeners } from 'node:events'
-import { linkedAbort } from './abort.js'
+import { linkedAbort, raceSignal } from './abort.js'
 import { acquireLoop } from './acquire-loop.js'
-import { unavailableError } from './attempt.js'
+import { AttemptTimeout, unavailableError } from './attempt.js'
 import type { BreakResult, ListedLock, LockBackend, LockInfo } from './backend.js'
 import { sleep } from './clock.js'
 import { CapabilityError, ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
@@ -38,7 +38,10 @@ export interface LockClient extends AsyncDisposable {
   tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null>
   /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
-  /** Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it. */
+  /**
+   * Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it.
+   * @throws {BackendUnavailableError} when the store fails, or has not answered within 5 s
+   */
   inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo>
   /**
    * The locks held now whose keys start with `prefix` ('' or nothing: every one), as `inspect` sees each,
@@ -75,6 +78,9 @@ export interface LockClient extends AsyncDisposable {
  * ends by its ttl.
  */
 const CLOSE_WAIT_MS = 3000
+
+/** How long `inspect` waits for the store: a diagnostic must not hang on a store that never answers. */
+const INSPECT_WAIT_MS = 5000
 
 /** Waits for `work` until `deadline` (performance.now()), never rejecting. */
 async function until(deadline: number, work: Promise<unknown>): Promise<void> {
@@ -208,11 +214,13 @@ class Client implements LockClient {
     validateKey(key)
     const backend = await this.#open(key)
     const link = linkedAbort(options?.signal, this.#closing.signal)
+    const timer = setTimeout(() => link.abort(new AttemptTimeout(INSPECT_WAIT_MS)), INSPECT_WAIT_MS)
     try {
-      return normalized(await backend.inspect(key, link.signal))
+      return normalized(await raceSignal(backend.inspect(key, link.signal), link.signal))
     } catch (error) {
       throw unavailableError(backend, key, error, 'inspect')
     } finally {
+      clearTimeout(timer)
       link.dispose()
     }
   }

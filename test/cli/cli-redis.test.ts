@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict'
+import { createServer, type Socket } from 'node:net'
 import { after, before, describe, it } from 'node:test'
+import { freePort } from '../servers/ports.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
 import { runCli } from '../support/processes.js'
 
@@ -79,5 +81,44 @@ describe('fencelock run against an unreachable store', () => {
     // The reason's own parentheses are not wrapped in more.
     assert.doesNotMatch(r.stderr, /unreachable \(/)
     assert.doesNotMatch(r.stderr, /waiting for k/)
+  })
+})
+
+describe('fencelock run --timeout 3s against a Redis that cannot serve', () => {
+  /** How long `fencelock run` takes against `url`, less the start-up of a CLI process (`--help`). */
+  async function timedRun(url: string): Promise<{ code: number; stderr: string; ms: number }> {
+    let started = performance.now()
+    await runCli(['--help'])
+    const startUp = performance.now() - started
+    started = performance.now()
+    const r = await runCli(['run', 'k', '--url', url, '--timeout', '3s', '--', 'true'])
+    return { ...r, ms: performance.now() - started - startUp }
+  }
+
+  // The promise: the acquire ends within 3.5 s (README), then close() returns and the process exits at
+  // once; 1.5 s more for a loaded machine.
+  const BOUND_MS = 5000
+
+  it('exits 69 on time when the server is stopped', async () => {
+    const r = await timedRun(`redis://127.0.0.1:${await freePort()}`)
+    assert.equal(r.code, 69, r.stderr)
+    assert.match(r.stderr, /connection refused/)
+    assert.ok(r.ms < BOUND_MS, `exited after ${Math.round(r.ms)} ms (beyond its start-up)`)
+  })
+
+  it('exits 69 on time when the server accepts connections but never answers', async () => {
+    const sockets = new Set<Socket>()
+    const silent = createServer((socket) => sockets.add(socket))
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    try {
+      const { port } = silent.address() as { port: number }
+      const r = await timedRun(`redis://127.0.0.1:${port}`)
+      assert.equal(r.code, 69, r.stderr)
+      assert.match(r.stderr, /no answer within \d+ ms/)
+      assert.ok(r.ms < BOUND_MS, `exited after ${Math.round(r.ms)} ms (beyond its start-up)`)
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      silent.close()
+    }
   })
 })

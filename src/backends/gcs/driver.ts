@@ -31,6 +31,8 @@ export const GCS_LIMITS: BackendLimits = {
   maxKeyBytes: 65_536,
   maxTtlMs: 2 ** 31 - 1,
   minTtlMs: 3 * MIN_WRITE_INTERVAL_MS,
+  // An attempt may wait one write interval for the object's write rate, then read and write.
+  minAttemptMs: 2 * MIN_WRITE_INTERVAL_MS,
 }
 
 /** Where the driver keeps its objects, and whether it owns the client. */

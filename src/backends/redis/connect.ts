@@ -60,6 +60,9 @@ function serverOptions(url: URL): RedisOptions {
     // whether to retry, and a waiting acquire must see "unavailable", not hang.
     maxRetriesPerRequest: 1,
     connectTimeout: 5000,
+    // disconnect() ends the socket and destroys it only after this (default 2 s), keeping the process
+    // alive that long when the server never answered: a CLI that gave up must exit on time.
+    disconnectTimeout: 100,
     ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
     ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
     ...(url.protocol === 'rediss:' ? { tls: {} } : {}),

@@ -58,9 +58,11 @@ export class RedisStore {
     this.#ready = options.ready
     this.#address = describeAddress(client)
     for (const c of options.owned) {
-      c.on('error', (error: unknown) => {
-        this.#lastConnectionError = error
-      })
+      const failed = (error: unknown) => {
+        // ioredis also emits its own bookkeeping (a command out of retries): not why the connection failed.
+        if ((error as Error)?.name !== 'MaxRetriesPerRequestError') this.#lastConnectionError = error
+      }
+      c.on('error', failed)
       c.on('ready', () => {
         this.#lastConnectionError = undefined
       })
@@ -127,9 +129,13 @@ export class RedisStore {
         { key, backend: this.id, cause: error },
       )
     }
-    const retryable = !(isReplyError(error) && /NOAUTH|WRONGPASS|NOPERM|DB index/i.test(message))
+    // A wrong password, or a server that is not Redis at all, stays so until someone changes the URL.
+    const notRedisServer = this.#notRedis(error)
+    const retryable =
+      notRedisServer === undefined &&
+      !(isReplyError(error) && /NOAUTH|WRONGPASS|NOPERM|DB index/i.test(message))
     return new BackendUnavailableError(
-      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${this.#plain(error)}`,
+      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${notRedisServer ?? this.#plain(error)}`,
       {
         key,
         backend: this.id,
@@ -146,9 +152,10 @@ export class RedisStore {
   #plain(error: unknown): string {
     const client = this.client
     const address = this.#address
-    const last = this.#lastConnectionError
+    const last = nodeError(this.#lastConnectionError)
     const down = client.status !== 'ready'
     const tls = !isCluster(client) && client.options.tls !== undefined
+    error = nodeError(error)
     return (
       describeNetworkError(error, address) ??
       (down ? describeNetworkError(last, address) : undefined) ??
@@ -158,6 +165,53 @@ export class RedisStore {
         : undefined) ??
       (down ? `${address} is unreachable (${causeText(last ?? error)})` : causeText(error))
     )
+  }
+
+  /** "… is not a Redis server …" when the failure, or the connection's latest one, says so. */
+  #notRedis(error: unknown): string | undefined {
+    const down = this.client.status !== 'ready'
+    return (
+      notRedis(nodeError(error), this.#address) ??
+      (down ? notRedis(nodeError(this.#lastConnectionError), this.#address) : undefined)
+    )
+  }
+}
+
+/** A Cluster's "Failed to refresh slots cache." names no reason: the last node's error does. */
+function nodeError(error: unknown): unknown {
+  return (error as { lastNodeError?: unknown } | undefined)?.lastNodeError ?? error
+}
+
+/**
+ * "is not a Redis server" when the server's first bytes were not a reply ioredis can parse (an HTTP or a
+ * TLS port, another protocol): its parser calls that a protocol error and asks to "report this", which
+ * helps nobody. Shows what the server answered, printable, and says what to check.
+ */
+function notRedis(error: unknown, address: string): string | undefined {
+  const e = error as { name?: unknown; message?: unknown; buffer?: unknown } | undefined
+  if (e?.name !== 'ParserError' && !/as reply type byte|Unknown RESP type/.test(String(e?.message ?? ''))) {
+    return undefined
+  }
+  const bytes = received(e?.buffer).subarray(0, 200).toString('latin1')
+  const line = bytes
+    .split(/\r?\n/)[0]!
+    .replace(/[^\x20-\x7e]/g, '?')
+    .slice(0, 40)
+  const http = line.startsWith('HTTP/') ? ' (an HTTP server)' : ''
+  return (
+    `${address} is not a Redis server: it answered ${line === '' ? 'something else' : JSON.stringify(line)}${http}. ` +
+    'Check the host and port in the URL: they must name a Redis server'
+  )
+}
+
+/** The bytes a parser error carries: a Buffer, or (redis-parser) the Buffer as JSON. */
+function received(buffer: unknown): Buffer {
+  if (Buffer.isBuffer(buffer)) return buffer
+  try {
+    const parsed = typeof buffer === 'string' ? (JSON.parse(buffer) as { data?: unknown }) : undefined
+    return Array.isArray(parsed?.data) ? Buffer.from(parsed.data as number[]) : Buffer.alloc(0)
+  } catch {
+    return Buffer.alloc(0)
   }
 }
 

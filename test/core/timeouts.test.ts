@@ -1,0 +1,153 @@
+/**
+ * Timeouts are promises, also when the store never answers: how long one attempt may take (a `tryAcquire`,
+ * a short timeout, the last attempt at the deadline), what a failed acquire waits for before it rejects,
+ * and what `close()` waits for afterwards. The real stores are measured in test/backends/unreachable.test.ts;
+ * here scripted backends make each case exact. Durations are asserted with room for a loaded machine; the
+ * deterministic part (the bound an attempt was given, which error) carries the rule.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { BackendUnavailableError, createLockClient, LockNotAcquiredError } from '../../src/index.js'
+import { scripted, uniqueKey, waitFor } from './fakes.js'
+
+/** Room for a loaded machine on top of a documented bound (the bound itself is what the README says). */
+const LOAD_MS = 2500
+
+const never = () => new Promise<never>(() => {})
+
+describe('timeouts against a store that does not answer', { timeout: 60_000 }, () => {
+  it('tryAcquire gives its one attempt 1 s, then rejects as unavailable', async () => {
+    const backend = scripted({ tryAcquire: never })
+    const client = createLockClient(backend)
+    const started = performance.now()
+    await assert.rejects(client.tryAcquire(uniqueKey()), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, /did not answer within (99\d|1000) ms/)
+      return true
+    })
+    const ms = performance.now() - started
+    assert.ok(ms < 1500 + LOAD_MS, `tryAcquire took ${Math.round(ms)} ms`)
+    await client.close()
+  })
+
+  it('a backend whose attempts take longer (limits.minAttemptMs) gives tryAcquire that long', async () => {
+    const backend = {
+      ...scripted({ tryAcquire: never }),
+      limits: { maxKeyBytes: 1024, maxTtlMs: 60_000, minAttemptMs: 2000 },
+    }
+    const client = createLockClient(backend)
+    await assert.rejects(client.tryAcquire(uniqueKey()), /did not answer within (199\d|2000) ms/)
+    await client.close()
+  })
+
+  it('acquire({ timeout: "1s" }) bounds its attempt by the timeout', async () => {
+    const backend = scripted({ tryAcquire: never })
+    const client = createLockClient(backend)
+    const started = performance.now()
+    await assert.rejects(
+      client.acquire(uniqueKey(), { timeout: '1s' }),
+      /did not answer within (99\d|1000) ms/,
+    )
+    const ms = performance.now() - started
+    assert.ok(ms < 1500 + LOAD_MS, `acquire({ timeout: '1s' }) took ${Math.round(ms)} ms`)
+    await client.close()
+  })
+
+  it('gives the last attempt at the deadline 300 ms; one cut short after refusals is contention, cleaned up', async () => {
+    const key = uniqueKey()
+    let deadline = Number.POSITIVE_INFINITY
+    // The key is held elsewhere; from the deadline on, the store stops answering.
+    const backend = scripted({
+      tryAcquire: (req, signal, inner) =>
+        performance.now() >= deadline ? never() : inner.tryAcquire(req, signal),
+    })
+    const holder = await backend.inner.tryAcquire(
+      { key, owner: 'other', ttlMs: 60_000 },
+      AbortSignal.timeout(1000),
+    )
+    assert.ok(holder.granted)
+    const client = createLockClient(backend)
+    const started = performance.now()
+    deadline = started + 1500
+    const acquiring = client.acquire(key, { timeout: '1500ms' })
+    await assert.rejects(acquiring, (error: unknown) => {
+      assert.ok(error instanceof LockNotAcquiredError, `got ${error}`)
+      return true
+    })
+    const ms = performance.now() - started
+    assert.ok(ms < 2000 + LOAD_MS, `acquire({ timeout: '1.5s' }) took ${Math.round(ms)} ms`)
+    const last = backend.of('tryAcquire').at(-1)!
+    assert.ok(last.startedAt >= deadline, 'the last attempt started at the deadline')
+    // Its outcome is unknown: the acquire cleans up after it.
+    await waitFor(() => backend.of('abandon').length === 1, 'the clean-up of the attempt cut short')
+    await client.close()
+  })
+
+  it('a store that stopped answering: the rejection and close() do not wait for the clean-up', async () => {
+    const backend = scripted({
+      tryAcquire: async () => {
+        throw new BackendUnavailableError('connection refused at 127.0.0.1:1')
+      },
+      abandon: never,
+    })
+    const client = createLockClient(backend)
+    let rejectedAt = 0
+    await assert.rejects(
+      client.acquire(uniqueKey(), { timeout: '1s' }).finally(() => {
+        rejectedAt = performance.now()
+      }),
+      BackendUnavailableError,
+    )
+    await waitFor(() => backend.of('abandon').length === 1, 'the clean-up')
+    const abandonAt = backend.of('abandon')[0]!.startedAt
+    // No timer lies between the clean-up's start and the rejection (it used to wait 1 s for it).
+    assert.ok(
+      rejectedAt - abandonAt < 900,
+      `rejected ${Math.round(rejectedAt - abandonAt)} ms after the clean-up began`,
+    )
+    const closing = performance.now()
+    await client.close()
+    const ms = performance.now() - closing
+    // close() waits up to 3 s for clean-ups that can land; this one cannot.
+    assert.ok(ms < 2000, `close() took ${Math.round(ms)} ms`)
+  })
+
+  it('a store that answers: the rejection waits for the clean-up only until 0.5 s past the deadline', async () => {
+    const key = uniqueKey()
+    const backend = scripted({ abandon: never })
+    const holder = await backend.inner.tryAcquire(
+      { key, owner: 'other', ttlMs: 60_000 },
+      AbortSignal.timeout(1000),
+    )
+    assert.ok(holder.granted)
+    const client = createLockClient(backend)
+    let rejectedAt = 0
+    await assert.rejects(
+      client.acquire(key, { timeout: '1s' }).finally(() => {
+        rejectedAt = performance.now()
+      }),
+      LockNotAcquiredError,
+    )
+    const abandonAt = backend.of('abandon')[0]!.startedAt
+    // It begins at the deadline, and the wait ends 0.5 s past it (it used to be a whole second).
+    assert.ok(
+      rejectedAt - abandonAt < 950,
+      `rejected ${Math.round(rejectedAt - abandonAt)} ms after the clean-up began`,
+    )
+    await client.close()
+  })
+
+  it('inspect() rejects as unavailable after 5 s without an answer', async () => {
+    const backend = { ...scripted(), inspect: never }
+    const client = createLockClient(backend)
+    const started = performance.now()
+    await assert.rejects(client.inspect(uniqueKey()), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, /did not answer within 5000 ms/)
+      return true
+    })
+    const ms = performance.now() - started
+    assert.ok(ms < 5000 + LOAD_MS, `inspect took ${Math.round(ms)} ms`)
+    await client.close()
+  })
+})
