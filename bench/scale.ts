@@ -68,11 +68,14 @@ export async function s1(adapter: Adapter, env: Env, names: number): Promise<Fig
   const count = Math.min(names, S1_CAP[adapter.store] ?? names)
   const before = await footprint(adapter.store, env)
   if (!before) throw new Error(`s1 cannot count what ${adapter.store} keeps`)
-  const lockers = await Promise.all(
-    Array.from({ length: 8 }, () =>
-      adapter.kind === 'fencelock' ? fencelockLocker(adapter, env, s1Ttl(adapter.store)) : adapter.createLocker(env),
-    ),
-  )
+  // One after the other: a floor that makes its table on first use races itself when 8 start at once.
+  const lockers: Locker[] = []
+  for (let i = 0; i < 8; i++)
+    lockers.push(
+      adapter.kind === 'fencelock'
+        ? fencelockLocker(adapter, env, s1Ttl(adapter.store))
+        : await adapter.createLocker(env),
+    )
   const prefix = `s1-${process.pid}-${Math.random().toString(36).slice(2, 8)}-`
   const started = performance.now()
   try {
@@ -275,7 +278,7 @@ export const s3Applies = (a: Adapter) =>
     /redis-semaphore Mutex \(defaults\)|etcd3 Lock \+ retry loop \(50 ms\)|advisory-lock/.test(a.name))
 
 /**
- * s3: `waiters` waiters of one key, a quarter in each of 4 processes (one client per process, so waiters
+ * s3: `waiters` waiters of one key (rounded up to a multiple of 4), a quarter in each of 4 processes (one client per process, so waiters
  * share their process's client). This process holds the key first: for `idleMs` every waiter waits (idle
  * requests per waiter-second); then it releases, and the waiters take turns for `contendedMs`, each
  * holding ~1 ms (requests per grant, handoff p50/p99).
