@@ -9,16 +9,11 @@ import { arch, cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { KITS, type KitStore, kit } from '../test/kits/index.js'
-import { loopback } from '../test/kits/kit.js'
-import { useLocalCredentials } from '../test/servers/dynamodb.js'
-import { tempDir } from '../test/support/temp.js'
-import type { Env } from './adapter.js'
 import { ADAPTERS } from './adapters.js'
-import { countStatements } from './postgres.js'
+import { startEnv } from './env.js'
 import { type Results, type Row, writeReport } from './report.js'
 import { type Figures, SCENARIOS } from './scenarios.js'
-import { fmt } from './stats.js'
+import { printTable } from './table.js'
 
 const { values } = parseArgs({
   options: {
@@ -38,62 +33,8 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
 }
 
-// Credentials first, before any kit sets its own with `??=`: DynamoDB Local refuses an access key id that is
-// not letters and digits, and the S3 and GCS test servers take any.
-useLocalCredentials()
-const dir = tempDir('bench')
-/** Adapters `--match` selects (all without it). */
 const selected = ADAPTERS.filter((a) => !match || match.some((m) => a.name.includes(m)))
-/**
- * The kits' stores: one per kit with bench adapters on a store some selected adapter runs on (so a run
- * matched to a few adapters starts no JVM it does not need), shared by its adapters and the peers of that store
- * (scenario h counts a blocked waiter's commands on the Redis server), plus one of its own for a variant
- * that asks for it (fsync=false gets a folder of its own).
- */
-const stores: KitStore[] = []
-const startStore = async (id: string, label: string) => {
-  const store = await kit(id).start({ dir: join(dir.path, label) })
-  stores.push(store)
-  return store
-}
-const urls: Record<string, string> = {}
-const shared = new Map<string, KitStore>()
-const wanted = new Set(selected.map((a) => a.store))
-for (const k of KITS.filter((k) => k.bench?.some((v) => wanted.has(v.store)))) {
-  shared.set(k.id, await startStore(k.id, k.id))
-  for (const [i, v] of k.bench!.entries()) {
-    const store = v.separate ? await startStore(k.id, `${k.id}-${i}`) : shared.get(k.id)!
-    urls[v.name] = store.url(v.query)
-  }
-}
-// PostgreSQL: every client (fencelock's too) goes through a proxy that counts the statements sent
-// (scenario h counts a blocked waiter's).
-const pg = shared.get('postgres')
-const pgCounter = pg ? await countStatements(pg.ports[0]!) : undefined
-if (pg && pgCounter) {
-  for (const v of kit('postgres').bench ?? []) urls[v.name] = pg.urlVia!([pgCounter.port], v.query)
-}
-/** The shared store of the kit whose bench variants run on `store` (its id need not be the store's name). */
-const storeOf = (store: string) => {
-  const k = KITS.find((k) => shared.has(k.id) && k.bench?.some((v) => v.store === store))
-  return k && shared.get(k.id)
-}
-// The peers' stores: the same servers fencelock runs on (0 or empty where no selected adapter needs one).
-const env: Env = {
-  postgres: pg && pgCounter ? pg.urlVia!([pgCounter.port]) : '',
-  ...(pgCounter ? { postgresStatements: () => pgCounter.count() } : {}),
-  redis: shared.get('redis')?.ports[0] ?? 0,
-  redis5: [...(shared.get('redlock-5')?.ports ?? [])],
-  dir: dir.path,
-  etcd: `127.0.0.1:${shared.get('etcd')?.ports[0] ?? 0}`,
-  urls,
-  endpoints: Object.fromEntries(
-    ['s3', 'gcs', 'dynamodb']
-      .filter((id) => shared.has(id))
-      .map((id) => [id, `http://127.0.0.1:${shared.get(id)!.ports[0]}`]),
-  ),
-  zookeeper: loopback(storeOf('zookeeper')?.ports ?? []),
-}
+const { env, close } = await startEnv(selected)
 const results: Results = {
   date: new Date().toISOString(),
   machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'} (${arch()}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
@@ -151,9 +92,7 @@ try {
     printTable(results.scenarios.at(-1)!)
   }
 } finally {
-  await pgCounter?.close()
-  await Promise.all(stores.map((store) => store.close()))
-  dir.cleanup()
+  await close()
 }
 
 const out = values.out ?? fileURLToPath(new URL('../../bench/', import.meta.url))
@@ -161,45 +100,3 @@ mkdirSync(join(out, 'results'), { recursive: true })
 writeFileSync(join(out, 'results', 'latest.json'), `${JSON.stringify(results, null, 2)}\n`)
 writeReport(results, join(out, 'report.html'))
 process.stderr.write(`\nwrote ${join(out, 'results', 'latest.json')} and ${join(out, 'report.html')}\n`)
-
-/** The ratio of a fencelock row to the best peer on the same store, on the scenario's primary figure. */
-export function ratio(
-  row: Row,
-  rows: Row[],
-  primary: { metric: string; lowerIsBetter: boolean },
-  against: Row['kind'] = 'peer',
-): number | undefined {
-  if (row.kind !== 'fencelock') return undefined
-  const peers = rows.filter(
-    (r) => r.kind === against && r.store === row.store && r.metrics[primary.metric] !== undefined,
-  )
-  const values = peers.map((p) => p.metrics[primary.metric]!).filter(Number.isFinite)
-  if (values.length === 0 || row.metrics[primary.metric] === undefined) return undefined
-  const best = primary.lowerIsBetter ? Math.min(...values) : Math.max(...values)
-  return row.metrics[primary.metric]! / best
-}
-
-function printTable(s: Results['scenarios'][number]): void {
-  const metricNames = [...new Set(s.rows.flatMap((r) => Object.keys(r.metrics)))]
-  const better = s.primary.lowerIsBetter ? 'lower is better' : 'higher is better'
-  console.log(`\n### ${s.title}\n`)
-  console.log(
-    `| adapter | store | fence | ${metricNames.join(' | ')} | fencelock / best peer (${s.primary.label}, ${better}) | fencelock / floor |`,
-  )
-  console.log(`|---|---|---|${metricNames.map(() => '---|').join('')}---|---|`)
-  for (const row of s.rows) {
-    const r = ratio(row, s.rows, s.primary)
-    const f = ratio(row, s.rows, s.primary, 'floor')
-    const cells = metricNames.map((m) => {
-      const v = row.metrics[m]
-      return v === undefined
-        ? row.error
-          ? 'error'
-          : ''
-        : fmt(v, m.startsWith('p') || m.startsWith('handoff') ? 3 : 2)
-    })
-    console.log(
-      `| ${row.adapter}${row.error ? ` (${row.error.slice(0, 60)})` : ''} | ${row.store} | ${row.fences ? 'yes' : 'no'} | ${cells.join(' | ')} | ${r === undefined ? '' : `${fmt(r, 2)}×`} | ${f === undefined ? '' : `${fmt(f, 2)}×`} |`,
-    )
-  }
-}

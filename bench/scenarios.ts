@@ -89,6 +89,86 @@ async function uncontended(adapter: Adapter, env: Env, key: string): Promise<Fig
   }
 }
 
+/**
+ * The figures of processes' holds ([worker, grantedAt, releaseStartedAt] on the shared monotonic clock),
+ * merged on one timeline: throughput over `durationMs`, handoff (a release to the next grant), fairness.
+ */
+export function holdFigures(
+  outputs: Array<{ holds: Array<[number, number, number]>; failures: number }>,
+  workers: number,
+  durationMs: number,
+): Figures {
+  const holds = outputs.flatMap((o) => o.holds).sort((x, y) => x[1] - y[1])
+  const perWorker = Array<number>(workers).fill(0)
+  const handoffs: number[] = []
+  let overlaps = 0
+  let reacquisitions = 0
+  for (let i = 0; i < holds.length; i++) {
+    const [worker, grantedAt] = holds[i]!
+    perWorker[worker]!++
+    const previous = holds[i - 1]
+    if (!previous) continue
+    if (grantedAt < previous[2]) overlaps++
+    else handoffs.push(grantedAt - previous[2])
+    if (previous[0] === worker) reacquisitions++
+  }
+  return {
+    metrics: {
+      acquisitionsPerSec: holds.length / (durationMs / 1000),
+      handoffP50: percentile(handoffs, 50),
+      handoffP99: percentile(handoffs, 99),
+      minPerWorker: Math.min(...perWorker),
+      maxPerWorker: Math.max(...perWorker),
+      fairness: Math.max(...perWorker) === 0 ? 0 : Math.min(...perWorker) / Math.max(...perWorker),
+      reacquisitionShare: holds.length === 0 ? 0 : reacquisitions / holds.length,
+      failures: outputs.reduce((a, o) => a + o.failures, 0),
+      overlaps,
+    },
+    perWorker,
+    samples: downsample(handoffs),
+  }
+}
+
+/**
+ * `count` workers, each a client of its own, acquire and release keys round-robin over 10,000 distinct keys
+ * until `total` cycles are done (after `warm` cycles of warm-up); `cpuUsPerCycle` is this process's CPU.
+ */
+export async function manyKeys(
+  adapter: Adapter,
+  env: Env,
+  count: number,
+  total: number,
+  warm: number,
+): Promise<Figures> {
+  const workers = await lockers(adapter, env, count)
+  try {
+    // Every worker is a fresh client: without a warm-up the figure would mostly measure connection
+    // set-up and the JIT's first pass, not the steady state a long-running service sees.
+    const pass = async (prefix: string, cycles: number) => {
+      let next = 0
+      await Promise.all(
+        workers.map(async (w) => {
+          while (next < cycles) {
+            const key = `bench-c-${process.pid}-${prefix}${next++ % 10_000}`
+            await (await w.acquire(key)).release()
+          }
+        }),
+      )
+    }
+    await pass('warm-', warm)
+    const cpu = process.cpuUsage()
+    const started = performance.now()
+    await pass('', total)
+    const seconds = (performance.now() - started) / 1000
+    const used = process.cpuUsage(cpu)
+    return {
+      metrics: { opsPerSec: total / seconds, cpuUsPerCycle: (used.user + used.system) / total },
+    }
+  } finally {
+    await closeAll(workers)
+  }
+}
+
 export const SCENARIOS: Scenario[] = [
   {
     id: 'a',
@@ -102,31 +182,8 @@ export const SCENARIOS: Scenario[] = [
     title: 'c — many keys: 8 workers over 10,000 distinct keys',
     primary: { metric: 'opsPerSec', lowerIsBetter: false, label: 'ops/s' },
     applies: (a) => a.store !== 'redis x5',
-    async run(adapter, env) {
-      const workers = await lockers(adapter, env, 8)
-      try {
-        // Every worker is a fresh client: without a warm-up the figure would mostly measure connection
-        // set-up and the JIT's first pass, not the steady state a long-running service sees.
-        const pass = async (prefix: string, total: number) => {
-          let next = 0
-          await Promise.all(
-            workers.map(async (w) => {
-              while (next < total) {
-                const key = `bench-c-${process.pid}-${prefix}${next++ % 10_000}`
-                await (await w.acquire(key)).release()
-              }
-            }),
-          )
-        }
-        await pass('warm-', n('BENCH_MANY_WARMUP', 2000))
-        const total = n('BENCH_MANY_OPS', 20_000)
-        const started = performance.now()
-        await pass('', total)
-        return { metrics: { opsPerSec: total / ((performance.now() - started) / 1000) } }
-      } finally {
-        await closeAll(workers)
-      }
-    },
+    run: (adapter, env) =>
+      manyKeys(adapter, env, 8, n('BENCH_MANY_OPS', 20_000), n('BENCH_MANY_WARMUP', 2000)),
   },
   {
     id: 'b',
@@ -216,35 +273,7 @@ export const SCENARIOS: Scenario[] = [
       const failed = ready.find((r) => r.status === 'rejected')
       if (failed) throw failed.reason
       const outputs = await Promise.all(processes.map((p) => p.done))
-      const holds = outputs.flatMap((o) => o.holds).sort((x, y) => x[1] - y[1])
-      const perWorker = Array<number>(8).fill(0)
-      const handoffs: number[] = []
-      let overlaps = 0
-      let reacquisitions = 0
-      for (let i = 0; i < holds.length; i++) {
-        const [worker, grantedAt] = holds[i]!
-        perWorker[worker]!++
-        const previous = holds[i - 1]
-        if (!previous) continue
-        if (grantedAt < previous[2]) overlaps++
-        else handoffs.push(grantedAt - previous[2])
-        if (previous[0] === worker) reacquisitions++
-      }
-      return {
-        metrics: {
-          acquisitionsPerSec: holds.length / (durationMs / 1000),
-          handoffP50: percentile(handoffs, 50),
-          handoffP99: percentile(handoffs, 99),
-          minPerWorker: Math.min(...perWorker),
-          maxPerWorker: Math.max(...perWorker),
-          fairness: Math.max(...perWorker) === 0 ? 0 : Math.min(...perWorker) / Math.max(...perWorker),
-          reacquisitionShare: holds.length === 0 ? 0 : reacquisitions / holds.length,
-          failures: outputs.reduce((a, o) => a + o.failures, 0),
-          overlaps,
-        },
-        perWorker,
-        samples: downsample(handoffs),
-      }
+      return holdFigures(outputs, 8, durationMs)
     },
   },
   {
@@ -401,14 +430,18 @@ interface WorkerProcess {
   readonly done: Promise<{ holds: Array<[number, number, number]>; failures: number }>
 }
 
-/** Starts one bp process; it says `ready` on its first line, and waits for the start instant on stdin. */
-function startWorker(job: {
+/**
+ * Starts one bp process (also the scale runner's s3); it says `ready` on its first line, and waits for the
+ * start instant on stdin. With `sharedLocker`, its workers share one locker (one client with many waiters).
+ */
+export function startWorker(job: {
   adapter: string
   env: Env
   key: string
   durationMs: number
   workers: number
   id: number
+  sharedLocker?: boolean
 }): WorkerProcess {
   const child = spawn(process.execPath, [WORKER, JSON.stringify(job)], { stdio: 'pipe' })
   let stdout = ''

@@ -3,7 +3,8 @@
  * each hold as [worker, grantedAt, releaseStartedAt] on the host's monotonic clock (CLOCK_MONOTONIC, shared
  * by every process), so the parent can merge the holds of all processes on one timeline. It prints `ready`
  * once its lockers are made, then starts at the instant the parent writes on its stdin (the same for all).
- * Usage: node worker.js '<json: { adapter, env, key, durationMs, workers, id }>'
+ * With `sharedLocker`, the workers are waiters of one locker (one client), as many waiters of one process are.
+ * Usage: node worker.js '<json: { adapter, env, key, durationMs, workers, id, sharedLocker? }>'
  */
 import { once } from 'node:events'
 import { createInterface } from 'node:readline'
@@ -18,6 +19,7 @@ const {
   durationMs,
   workers,
   id,
+  sharedLocker = false,
 } = JSON.parse(process.argv[2]!) as {
   adapter: string
   env: Env
@@ -25,11 +27,14 @@ const {
   durationMs: number
   workers: number
   id: number
+  sharedLocker?: boolean
 }
 const adapter = ADAPTERS.find((a) => a.name === name)
 if (!adapter) throw new Error(`no adapter named ${name}`)
 const clock = () => Number(process.hrtime.bigint()) / 1e6
-const lockers = await Promise.all(Array.from({ length: workers }, () => adapter.createLocker(env)))
+const lockers = sharedLocker
+  ? Array<Awaited<ReturnType<typeof adapter.createLocker>>>(workers).fill(await adapter.createLocker(env))
+  : await Promise.all(Array.from({ length: workers }, () => adapter.createLocker(env)))
 const holds: Array<[number, number, number]> = []
 let failures = 0
 // Start together: every process waits for the same instant on the shared clock.
@@ -59,5 +64,5 @@ await Promise.all(
     }
   }),
 )
-await Promise.all(lockers.map((l) => l.close()))
+await Promise.all([...new Set(lockers)].map((l) => l.close()))
 process.stdout.write(JSON.stringify({ holds, failures }))

@@ -30,3 +30,46 @@ it('the benchmark harness runs and writes its table, JSON and report', { timeout
     out.cleanup()
   }
 })
+
+const SCALE = fileURLToPath(new URL('../bench/scale-run.js', import.meta.url))
+
+// A smoke run of the scale runner on Redis (tiny counts, every scenario): each table and the JSON must come
+// out whole, so the runner cannot rot. The figures themselves are measured by `npm run bench:scale`.
+it('the scale runner runs s1–s4 and writes its tables and JSON', { timeout: 120_000 }, async () => {
+  const out = tempDir('bench-scale-smoke')
+  try {
+    const run = (args: string[]) =>
+      promisify(execFile)(process.execPath, [SCALE, ...args, '--out', out.path], { maxBuffer: 2 ** 24 })
+    const { stdout } = await run([
+      ...['--only', 's1,s2,s4', '--counts', '20', '--ttls', '1000', '--hold', '500', '--ops', '40'],
+      ...['--match', 'fencelock redis,redis-semaphore Mutex (defaults),raw floor: fenced'],
+    ])
+    for (const id of ['s1', 's2', 's4']) assert.match(stdout, new RegExp(`### ${id} — `))
+    assert.match(stdout, /\| fencelock redis \| redis \| yes \|.*\d+\.\d+× \|/)
+    const results = JSON.parse(readFileSync(join(out.path, 'results', 'scale-latest.json'), 'utf8'))
+    const rows = results.scenarios.flatMap((s: { rows: Array<{ error?: string }> }) => s.rows)
+    for (const row of rows) assert.equal(row.error, undefined, JSON.stringify(row))
+    const s2 = results.scenarios.find((s: { id: string }) => s.id.startsWith('s2'))
+    for (const row of s2.rows) assert.equal(row.metrics.lost, 0, `${row.adapter} lost a lock`)
+    // s3 starts 4 processes per adapter: one adapter, 4 waiters.
+    const waiting = await run([
+      ...[
+        '--only',
+        's3',
+        '--counts',
+        '4',
+        '--idle',
+        '300',
+        '--contended',
+        '300',
+        '--match',
+        'fencelock redis',
+      ],
+    ])
+    assert.match(waiting.stdout, /### s3 — /)
+    const s3 = JSON.parse(readFileSync(join(out.path, 'results', 'scale-latest.json'), 'utf8'))
+    for (const row of s3.scenarios[0].rows) assert.equal(row.metrics.overlaps, 0, `${row.adapter} overlapped`)
+  } finally {
+    out.cleanup()
+  }
+})
