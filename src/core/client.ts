@@ -79,8 +79,13 @@ export interface LockClient extends AsyncDisposable {
  */
 const CLOSE_WAIT_MS = 3000
 
-/** How long `inspect` waits for the store: a diagnostic must not hang on a store that never answers. */
+/**
+ * How long `inspect` and each page of `list` wait for the store: a diagnostic must not hang on a store
+ * that never answers.
+ */
 const INSPECT_WAIT_MS = 5000
+/** How long `break` waits for the store: a read and a conditional write, again if the lock changed meanwhile. */
+const BREAK_WAIT_MS = 15_000
 
 /** Waits for `work` until `deadline` (performance.now()), never rejecting. */
 async function until(deadline: number, work: Promise<unknown>): Promise<void> {
@@ -213,12 +218,32 @@ class Client implements LockClient {
   async inspect(key: string, options?: { readonly signal?: AbortSignal | undefined }): Promise<LockInfo> {
     validateKey(key)
     const backend = await this.#open(key)
-    const link = linkedAbort(options?.signal, this.#closing.signal)
-    const timer = setTimeout(() => link.abort(new AttemptTimeout(INSPECT_WAIT_MS)), INSPECT_WAIT_MS)
+    return normalized(
+      await this.#bounded(backend, key, 'inspect', INSPECT_WAIT_MS, options?.signal, (signal) =>
+        backend.inspect(key, signal),
+      ),
+    )
+  }
+
+  /**
+   * One request of an operation that is not an acquire, bounded by `ms` and the caller's and the client's
+   * signals: a silent store fails it as unavailable, the caller's abort rejects with its reason unchanged.
+   */
+  async #bounded<T>(
+    backend: LockBackend,
+    key: string,
+    what: string,
+    ms: number,
+    callerSignal: AbortSignal | undefined,
+    run: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const link = linkedAbort(callerSignal, this.#closing.signal)
+    const timer = setTimeout(() => link.abort(new AttemptTimeout(ms)), ms)
     try {
-      return normalized(await raceSignal(backend.inspect(key, link.signal), link.signal))
+      return await raceSignal(run(link.signal), link.signal)
     } catch (error) {
-      throw unavailableError(backend, key, error, 'inspect')
+      if (callerSignal?.aborted && error === callerSignal.reason) throw error
+      throw unavailableError(backend, key, error, what)
     } finally {
       clearTimeout(timer)
       link.dispose()
@@ -238,13 +263,33 @@ class Client implements LockClient {
         { backend: backend.id },
       )
     }
-    const link = linkedAbort(options?.signal, this.#closing.signal)
+    // Each page is bounded on its own; the listing as a whole takes as many pages as the store has.
+    const listing = linkedAbort(options?.signal, this.#closing.signal)
+    const pages = backend.list(prefix, listing.signal)[Symbol.asyncIterator]()
+    let pending = false
     try {
-      for await (const found of backend.list(prefix, link.signal)) yield normalized(found) as ListedLock
-    } catch (error) {
-      throw unavailableError(backend, prefix, error, 'list the locks under')
+      for (;;) {
+        pending = true
+        const next = await this.#bounded(
+          backend,
+          prefix,
+          'list the locks under',
+          INSPECT_WAIT_MS,
+          options?.signal,
+          () => pages.next(),
+        )
+        pending = false
+        if (next.done) return
+        yield normalized(next.value) as ListedLock
+      }
     } finally {
-      link.dispose()
+      // Stopped early (a `break` out of the loop) the backend's listing ends at once; after a page that
+      // failed or never came, it is told to stop, and not waited for (a generator ends only between pages).
+      if (pending) {
+        listing.abort(new Error('the listing was given up'))
+        pages.return?.().catch(() => {})
+      } else await pages.return?.()
+      listing.dispose()
     }
   }
 
@@ -267,14 +312,9 @@ class Client implements LockClient {
         },
       )
     }
-    const link = linkedAbort(options?.signal, this.#closing.signal)
-    try {
-      return await backend.breakLock(key, { fence, signal: link.signal })
-    } catch (error) {
-      throw unavailableError(backend, key, error, 'break')
-    } finally {
-      link.dispose()
-    }
+    return this.#bounded(backend, key, 'break', BREAK_WAIT_MS, options?.signal, (signal) =>
+      backend.breakLock!(key, { fence, signal }),
+    )
   }
 
   async close(): Promise<void> {

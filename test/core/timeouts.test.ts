@@ -150,4 +150,65 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
     assert.ok(ms < 5000 + LOAD_MS, `inspect took ${Math.round(ms)} ms`)
     await client.close()
   })
+
+  it('each page of list() and a break() are bounded too; a page that never comes ends the listing', async () => {
+    let stopped: AbortSignal | undefined
+    const backend = {
+      ...scripted(),
+      // One lock, then a page that never comes.
+      async *list(_prefix: string, signal: AbortSignal) {
+        stopped = signal
+        yield { key: 'a', held: true, owner: 'o', fence: 1n }
+        await never()
+      },
+      breakLock: never,
+    }
+    const client = createLockClient(backend)
+    const seen: string[] = []
+    let started = performance.now()
+    await assert.rejects(
+      (async () => {
+        for await (const lock of client.list()) seen.push(lock.key)
+      })(),
+      (error: unknown) => {
+        assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+        assert.match(error.message, /Could not list the locks under .* did not answer within 5000 ms/)
+        return true
+      },
+    )
+    assert.deepEqual(seen, ['a'])
+    assert.ok(performance.now() - started < 5000 + LOAD_MS)
+    assert.equal(stopped?.aborted, true, "the backend's listing is told to stop")
+    started = performance.now()
+    await assert.rejects(client.break(uniqueKey()), /did not answer within 15000 ms/)
+    assert.ok(performance.now() - started < 15_000 + LOAD_MS)
+    await client.close()
+  })
+
+  it("a caller's abort of inspect, list or break rejects with its reason, unchanged", async () => {
+    const backend = {
+      ...scripted(),
+      inspect: never,
+      breakLock: never,
+      async *list() {
+        await never()
+      },
+    }
+    const client = createLockClient(backend)
+    const reason = new Error('operator gave up')
+    for (const call of [
+      (signal: AbortSignal) => client.inspect(uniqueKey(), { signal }),
+      (signal: AbortSignal) => client.break(uniqueKey(), { signal }),
+      async (signal: AbortSignal) => {
+        for await (const _ of client.list('', { signal })) break
+      },
+    ]) {
+      const controller = new AbortController()
+      const pending = call(controller.signal)
+      pending.catch(() => {})
+      controller.abort(reason)
+      await assert.rejects(pending, (error: unknown) => error === reason)
+    }
+    await client.close()
+  })
 })
