@@ -190,9 +190,8 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
       ...scripted(),
       inspect: never,
       breakLock: never,
-      async *list() {
-        await never()
-      },
+      // A listing whose first page never comes.
+      list: () => ({ [Symbol.asyncIterator]: () => ({ next: never }) }),
     }
     const client = createLockClient(backend)
     const reason = new Error('operator gave up')
