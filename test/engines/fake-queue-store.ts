@@ -171,7 +171,6 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   }
 
   async exists(entry: FakeEntry): Promise<boolean> {
-    this.calls.push({ op: 'exists', name: entry.name })
     await settle()
     return this.entries.get(entry.name)?.position === entry.position
   }
