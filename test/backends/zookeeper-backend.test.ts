@@ -135,7 +135,8 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
   it('doctor counts the lock names under the prefix, and creates nothing', async () => {
     const url = `${zk.url()}/doctor-count`
     const backend = await fromUrl(new URL(url))
-    const locks = createLockClient(url, { ttl: '10s' })
+    // Released nodes stay while this test reads them (retired only an hour later).
+    const locks = createLockClient(`${url}?retireAfter=1h`, { ttl: '10s' })
     open.push(locks)
     try {
       const before = (await backend.doctor!(AbortSignal.timeout(20_000))).map((f) => f.message).join('\n')
@@ -151,6 +152,49 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
     } finally {
       await backend.close()
     }
+  })
+
+  it('deletes a lock node its client stopped using, keeps one in use or with a waiter, and fences still rise', async () => {
+    const prefix = '/retire'
+    const url = `${zk.url()}${prefix}?retireAfter=300ms`
+    const [a, b] = [createLockClient(url, { ttl: '10s' }), createLockClient(url, { ttl: '10s' })]
+    open.push(a, b)
+    const names = ['once-1', 'once-2', 'once-3']
+    const fences = new Map<string, bigint>()
+    for (const k of names) {
+      const lock = await a.acquire(k)
+      fences.set(k, lock.fence)
+      await lock.release()
+    }
+    await waitUntil(async () => (await children(prefix)).length === 0, 'the released lock nodes deleted', {
+      withinMs: 20_000,
+    })
+    // A name used again after its node went gets a node again, and a fence above the one before.
+    const again = await a.acquire('once-1')
+    assert.ok(again.fence > fences.get('once-1')!, `fence ${again.fence} after ${fences.get('once-1')}`)
+    // Released by `a` while `b` waits in line: the node has b's child, so it stays, and b gets the lock.
+    const waiting = awaitLater(b.acquire('once-1', { timeout: '20s' }))
+    await waitUntil(
+      async () => (await children(lockPath('once-1', prefix))).length === 2,
+      "b's child in line",
+      {
+        withinMs: 10_000,
+      },
+    )
+    await again.release()
+    const next = await waiting
+    await sleep(600)
+    assert.deepEqual(await children(prefix), [lockPath('once-1', prefix).slice(prefix.length + 1)])
+    assert.ok(next.fence > again.fence)
+    // Closing deletes what its client released, without waiting for retireAfter.
+    const kept = createLockClient(`${zk.url()}${prefix}?retireAfter=1h`, { ttl: '10s' })
+    await next.release()
+    await (await kept.acquire('closing')).release()
+    assert.ok((await children(prefix)).includes('closing'), 'released an hour before its deletion')
+    await kept.close()
+    await waitUntil(async () => (await children(prefix)).length === 0, 'every lock node deleted', {
+      withinMs: 20_000,
+    })
   })
 
   it('a waiter served after waiting several session timeouts keeps its place: its fence is its queued node', async () => {

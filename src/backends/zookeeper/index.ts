@@ -59,6 +59,7 @@ import type {
   LockBackend,
   LockInfo,
 } from '../../core/backend.js'
+import { parseDuration } from '../../core/durations.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { QueueLock } from '../../engines/queue-lock.js'
@@ -83,6 +84,12 @@ export interface ZooKeeperBackendOptions {
   readonly prefix?: string | undefined
   /** Names the store in errors. */
   readonly id?: string | undefined
+  /**
+   * How long a lock node stays after this client's last release of it before the client deletes it (if
+   * empty): a duration like `'10s'`, or ms. ZooKeeper then keeps a node per lock in use, not per name ever
+   * locked. @default '10s'
+   */
+  readonly retireAfter?: number | string | undefined
 }
 
 /**
@@ -91,6 +98,9 @@ export interface ZooKeeperBackendOptions {
  * `maxSessionTimeout` anyway, and the grant counts what it negotiated).
  */
 export const ZOOKEEPER_LIMITS: BackendLimits = { maxKeyBytes: 16 * 1024, maxTtlMs: 2 ** 31 - 1 }
+
+/** How long a released lock node stays before its deletion (retire.ts), unless `retireAfter` says. */
+const DEFAULT_RETIRE_AFTER_MS = 10_000
 
 /** The session timeout of the connection `inspect` and `doctor` use (from a URL without `sessionTimeout`). */
 const READER_TIMEOUT_MS = 30_000
@@ -108,7 +118,12 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
   if (!client || typeof client.getChildren !== 'function' || typeof client.getSessionTimeout !== 'function') {
     throw new TypeError('Expected `client` to be a Client of the node-zookeeper-client package')
   }
-  return new ZooKeeperBackend({ ...options, shared: client })
+  const { retireAfter, ...rest } = options
+  return new ZooKeeperBackend({
+    ...rest,
+    shared: client,
+    ...(retireAfter === undefined ? {} : { retireAfterMs: parseDuration('retireAfter', retireAfter) }),
+  })
 }
 
 interface Setup {
@@ -120,6 +135,7 @@ interface Setup {
   readonly connect?: Connect
   readonly hosts?: readonly string[]
   readonly sessionTimeoutMs?: number | undefined
+  readonly retireAfterMs?: number | undefined
 }
 
 /**
@@ -144,7 +160,7 @@ class ZooKeeperBackend implements LockBackend {
     const leases = setup.shared
       ? new SharedSession(setup.shared)
       : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
-    this.#driver = new ZkQueue(this.#prefix)
+    this.#driver = new ZkQueue(this.#prefix, setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
     this.#queue = new QueueLock(this.#driver, leases)
     Object.assign(
       this,
@@ -188,7 +204,7 @@ class ZooKeeperBackend implements LockBackend {
     await raceSignal(children(client, '/'), signal)
     const asked = this.#setup.shared ? undefined : (this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
     findings.push(sessionFinding(asked, client.getSessionTimeout()))
-    // One node per lock name under the prefix, kept after use (no container nodes): its child count.
+    // One node per lock in use or released in the last retireAfter (retire.ts), and any left behind.
     const prefix = await raceSignal(stat(client, this.#prefix), signal)
     findings.push({
       level: 'info',
@@ -253,6 +269,11 @@ export const PARAMS = {
     min: 1,
     doc: 'the session timeout every lock asks for, instead of one session per ttl asking the ttl (the server clamps it)',
   },
+  retireAfter: {
+    type: 'duration',
+    min: 0,
+    doc: 'how long a lock node stays after this client last released it before it is deleted, if empty (default 10s)',
+  },
 } as const satisfies ParamSchema
 
 /**
@@ -266,7 +287,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     url,
     () => import('node-zookeeper-client'),
   )
-  const { sessionTimeout } = readParams(url, PARAMS)
+  const { sessionTimeout, retireAfter } = readParams(url, PARAMS)
   const path = decodeURIComponent(url.pathname)
   const hosts = hostsOf(url).map((h) => (/:\d+$/.test(h) ? h : `${h}:2181`))
   const auth = url.username
@@ -285,5 +306,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     connect,
     hosts,
     sessionTimeoutMs: sessionTimeout,
+    retireAfterMs: retireAfter,
   })
 }

@@ -4,10 +4,16 @@
  * an ephemeral node (a persistent child is another lock's node, from a Curator user's nested lock path);
  * Curator's nodes count as ours do (diagnose.ts `describeHolder` says whose they are).
  *
+ * Each starts with a write the leader orders (`touchLeader`): the member our connection reads from may lag
+ * behind the leader (a follower applies commits in its own time), and it answers our write only once it
+ * has applied every commit before it, so the reads after it see every grant and release made before the
+ * call (ZooKeeper's `sync`, which this client lacks). Without it, `inspect` right after an acquire on
+ * another member's session could find the lock free.
+ *
  * - list: one `getChildren` of the prefix (ZooKeeper cannot page a listing, so every lock name comes in
  *   that reply and is filtered here, after decoding), then per lock name a listing of its node and a read
  *   of its first child, LIST_BATCH names at a time (pipelined on the connection). Names kept after use
- *   (no container nodes) cost their listing too.
+ *   not yet retired (retire.ts) cost their listing too.
  * - break: reads the holder's child, then deletes it at the data version read (our children's data never
  *   changes; the name is unique to one acquire, by its protected id and sequence number): exactly the grant
  *   read. The holder's `exists` watch and its next extend's `exists` find it gone; the next in line is
@@ -17,9 +23,14 @@ import type { Stat } from 'node-zookeeper-client'
 import { raceSignal } from '../../core/abort.js'
 import type { BreakOptions, BreakResult, ListedLock, LockInfo } from '../../core/backend.js'
 import { retryRounds } from '../../core/retry.js'
-import { children, read, removeAt, stat, type ZkClient, zxidOf } from './client.js'
+import { children, read, removeAt, stat, touchLeader, type ZkClient, zxidOf } from './client.js'
 import { describeHolder } from './diagnose.js'
 import { inLine, lockPath, unsegment } from './layout.js'
+
+/** Waits until the member our connection reads from has applied every commit made before now (see above). */
+async function caughtUp(client: ZkClient, signal: AbortSignal): Promise<void> {
+  await raceSignal(touchLeader(client), signal)
+}
 
 /** Lock names whose holders one listing reads at once (their requests are pipelined on one connection). */
 export const LIST_BATCH = 64
@@ -56,6 +67,7 @@ export async function inspectLock(
   signal: AbortSignal,
 ): Promise<LockInfo | null> {
   const path = lockPath(key, prefix)
+  await caughtUp(client, signal)
   const holder = await holderOf(client, path, signal)
   if (holder) return holder.info
   const node = await raceSignal(stat(client, path), signal)
@@ -71,6 +83,7 @@ export async function* listLocks(
   batch = LIST_BATCH,
 ): AsyncGenerator<ListedLock> {
   const parent = prefix === '/' ? '' : prefix
+  await caughtUp(client, signal)
   const names = (await raceSignal(children(client, prefix), signal)) ?? []
   const locks: Array<{ readonly key: string; readonly path: string }> = []
   for (const name of names) {
@@ -98,9 +111,13 @@ export function breakLock(
 ): Promise<BreakResult> {
   const signal = options.signal ?? never
   const path = lockPath(key, prefix)
+  let synced = false
   return retryRounds(
     BREAK_ROUNDS,
     async (): Promise<BreakResult | undefined> => {
+      // Later rounds follow a delete the leader answered: caught up already.
+      if (!synced) await caughtUp(client, signal)
+      synced = true
       const holder = await holderOf(client, path, signal)
       if (!holder) return { broken: false }
       const { owner = '', fence = 0n, holder: description } = holder.info

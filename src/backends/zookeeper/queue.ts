@@ -33,6 +33,7 @@ import {
   zxidOf,
 } from './client.js'
 import { entryData, inLine, lockPath, protectedName } from './layout.js'
+import { NodeRetirer } from './retire.js'
 import type { ZkSession } from './sessions.js'
 
 /** Another's entry, as a listing on `client` found it. */
@@ -77,8 +78,12 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
   /** Whether a watch on another's entry found it there (so `exists` right after need not ask again). */
   readonly #seen = new WeakMap<ZkEntry, boolean>()
 
-  constructor(prefix: string) {
+  /** Deletes the lock nodes this client stopped using (retire.ts). */
+  readonly #retirer: NodeRetirer
+
+  constructor(prefix: string, retireAfterMs: number) {
     this.#prefix = prefix
+    this.#retirer = new NodeRetirer(retireAfterMs)
   }
 
   queueOf(key: string): string {
@@ -104,6 +109,7 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
   async enqueue(queue: string, name: string, value: string, lease: ZkSession) {
     const known = this.#known.get(name) ?? { session: lease }
     this.#known.set(name, known)
+    this.#retirer.used(queue)
     const { client } = lease
     const mine = posix.basename(name)
     let names: string[] | undefined
@@ -331,7 +337,9 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     const known = this.#known.get(entry.name)
     this.#known.delete(entry.name)
     if (!known?.node || known.session.ended) return false
-    return await remove(known.session.client, known.node)
+    const removed = await remove(known.session.client, known.node)
+    this.#retirer.released(entry.queue, known.session.client)
+    return removed
   }
 
   /**
@@ -349,6 +357,7 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
         const mine = posix.basename(name)
         const found = ((await children(client, queue)) ?? []).filter((child) => child.startsWith(mine))
         await Promise.all(found.map((child) => remove(client, `${queue}/${child}`)))
+        this.#retirer.released(queue, client)
       }),
     )
   }
@@ -357,5 +366,7 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     return at === undefined ? GONE : `${GONE}; found missing after zxid 0x${at.toString(16)}`
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.#retirer.close()
+  }
 }
