@@ -33,8 +33,8 @@
  *   expired is never granted). Abandon deletes our children by protected name once the attempt's requests
  *   have settled.
  * - Limits: keys up to 16 KiB (ZOOKEEPER_LIMITS). The node-zookeeper-client speaks ZooKeeper 3.4's protocol:
- *   no container or TTL nodes, so lock nodes and the prefix stay behind after use (Curator's reaper, or a
- *   person, may delete empty ones; we re-create them). Fences come from the ensemble's zxids: an ensemble
+ *   no container or TTL nodes, so a client deletes the lock nodes it stopped using itself (retire.ts; Curator's
+ *   reaper, or a person, may delete empty ones too; we re-create them). Fences come from the ensemble's zxids: an ensemble
  *   whose data is lost (every member's data directory) starts again from zxid 0. The client has no read
  *   timeout: a member that stops answering (paused, partitioned) is not left for another, so the locks of
  *   that connection run out of validity instead of failing over. Sequence numbers are per lock node and
@@ -43,7 +43,8 @@
  * - Operations: `list` reads the prefix's children (one reply: ZooKeeper cannot page it), then each lock's
  *   first child; `break` deletes the holder's child at the version read (operations.ts).
  *
- * Files: queue.ts (the queue-lock driver: children, creates, watches), sessions.ts (the session driver:
+ * Files: queue.ts (the queue-lock driver: children, creates, watches), retire.ts (deleting unused lock
+ * nodes), sessions.ts (the session driver:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
  * and names, shared with the tests), operations.ts (inspect, list, break), diagnose.ts (what `inspect` and
