@@ -44,7 +44,8 @@
  *
  * What a process keeps (per root, shared by its backends): the latest epoch it saw issued, where its next
  * bump starts without listing `.epoch` (`bumpOnce`); and the epoch it took last with the key folders it
- * started with it, which new keys reuse while nothing was issued since (`startAgain`).
+ * started with it, which new keys reuse while nothing was issued since (`startAgain`), and the bump under
+ * way that every new key of the process waits for rather than bumping too (`sharedStart`).
  */
 import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync } from 'node:fs'

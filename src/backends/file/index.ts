@@ -90,7 +90,12 @@
  * close, link, unlink of the temp name, one listing, unlink of the predecessor; no fsync, no `.epoch`. A
  * key this process never wrote in has its folder made first (one mkdir, which also says whether it is new:
  * a new one needs no read). Every call is synchronous: a few microseconds each, less than a hop through
- * libuv's thread pool.
+ * libuv's thread pool. Not the first use of a root, where many acquires may start at once on a loaded
+ * disk: the root, `.epoch` and `.boot` are made asynchronously, once per process (folders.ts), every
+ * fsync is asynchronous, and new keys share one epoch bump (epochs.ts, `sharedStart`): 64 first acquires
+ * cost one epoch and one reservation, not 64 racing writers fsyncing a copy each. An attempt the core
+ * stopped waiting for (its signal) links nothing, and a take lost to another writer reads the folder
+ * again, so a refusal always says what the folder holds.
  *
  * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback. An event wakes the
  * waiter only for a generation above the one its latest attempt read (or the folder itself going).
