@@ -44,7 +44,8 @@
  *
  * What a process keeps (per root, shared by its backends): the latest epoch it saw issued, where its next
  * bump starts without listing `.epoch` (`bumpOnce`); and the epoch it took last with the key folders it
- * started with it, which new keys reuse while nothing was issued since (`startAgain`).
+ * started with it, which new keys reuse while nothing was issued since (`startAgain`), and the bump under
+ * way that every new key of the process waits for rather than bumping too (`sharedStart`).
  */
 import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync } from 'node:fs'
@@ -52,7 +53,7 @@ import { join } from 'node:path'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { sleep } from '../../core/clock.js'
 import { retryRounds } from '../../core/retry.js'
-import { createFolder } from './folders.js'
+import { makeRootFolder } from './folders.js'
 import { collect, createGeneration, type Flush, genName, highest } from './generations.js'
 
 /** The epochs' folder in the lock root. Its name has no `~`, so no key folder can ever be called that. */
@@ -473,20 +474,76 @@ export async function nextBase(
   if (base !== undefined && (base + gen) % RANGE !== 0n) return base
   const starts = source.starts
   if (base === undefined && starts) {
-    const again = startAgain(source, starts, folder)
-    if (again !== undefined) return baseFor(again, gen)
+    const shared = await sharedStart(source, starts, folder)
+    if (shared !== undefined) return baseFor(shared, gen)
   }
   const floor = base === undefined ? 0n : epochOf(base + gen - 1n)
   const { epoch, by } = await issueEpoch(source, floor)
   // A range used up starts its new epoch too; either way no other folder of the key may start with it.
-  // (An epoch below the last one means `.epoch` was lost: that one is never used again either.)
-  if (starts && epoch !== starts.epoch) {
-    starts.epoch = epoch
-    starts.by = by
-    starts.folders.clear()
-  }
+  if (starts) adopt(starts, epoch, by)
   starts?.folders.add(folder)
   return baseFor(epoch, gen)
+}
+
+/** Makes `epoch` the one this process starts new folders with (`startAgain`), if it is not already. */
+function adopt(starts: EpochStarts, epoch: bigint, by: string): void {
+  // (An epoch below the last one means `.epoch` was lost: that one is never used again either.)
+  if (epoch === starts.epoch) return
+  starts.epoch = epoch
+  starts.by = by
+  starts.folders.clear()
+}
+
+/**
+ * How many bumps a fresh start of this process waits for, each shared with every other fresh start
+ * meanwhile, before it takes an epoch of its own: more only when other processes keep issuing epochs
+ * between a shared bump and its use (each is one more round of `startAgain`).
+ */
+const SHARED_BUMPS = 2
+
+/**
+ * The epoch for a fresh range in `folder`, shared: the one this process took last (`startAgain`), or one
+ * bump that every fresh start of this process waiting meanwhile shares (`starts.bump`). So the first use
+ * of a root by many new keys at once costs one epoch and, on a new boot, one reservation (its fsyncs),
+ * not one each: 64 racing writers of the same reservation, each fsyncing its own copy first, took
+ * seconds on a loaded disk. Safe as `startAgain` is: the bump may have begun before this folder was
+ * pinned, but its epoch is used only if, listed after the pin (and after the bump), it is still the
+ * latest issued. Undefined when no shared epoch will do (other processes kept issuing): the caller takes
+ * its own, as before.
+ */
+async function sharedStart(
+  source: EpochSource,
+  starts: EpochStarts,
+  folder: string,
+): Promise<bigint | undefined> {
+  let again: bigint | undefined
+  for (let bumps = 0; again === undefined && bumps <= SHARED_BUMPS; bumps++) {
+    if (bumps > 0) starts.bump ??= sharedBump(source, starts)
+    // A bump under way may have begun before this folder's pin: wait for it, then check after the pin.
+    if (starts.bump) await starts.bump
+    again = startAgain(source, starts, folder)
+  }
+  return again
+}
+
+/**
+ * One bump on behalf of every fresh start of this process (`sharedStart`), adopted for `startAgain`. A
+ * failure (a setting, an epoch refused) reaches each of them, and the next fresh start tries again.
+ */
+function sharedBump(source: EpochSource, starts: EpochStarts): Promise<void> {
+  const bump = issueEpoch(source, 0n).then(
+    ({ epoch, by }) => {
+      starts.bump = undefined
+      adopt(starts, epoch, by)
+    },
+    (error: unknown) => {
+      starts.bump = undefined
+      throw error
+    },
+  )
+  // Every caller awaits it; this handler only keeps a bump whose callers all gave up from going unhandled.
+  bump.catch(() => {})
+  return bump
 }
 
 /**
@@ -534,6 +591,8 @@ export interface EpochStarts {
   /** The mark the bump of `epoch` wrote in its record. */
   by?: string | undefined
   readonly folders: Set<string>
+  /** The bump under way that fresh starts share (`sharedStart`); it adopts its epoch when done. */
+  bump?: Promise<void> | undefined
 }
 
 /**
@@ -558,6 +617,6 @@ export function startsOf(dir: string, boot: string, durability: Durability): Epo
  * is on disk too (else a power loss could drop it).
  */
 async function makeFolder(source: EpochSource, folder: string, flush: Flush | undefined): Promise<void> {
-  createFolder(folder, source.shared === true)
+  await makeRootFolder(folder, source.shared === true)
   if (flush) await flush.path(source.dir)
 }

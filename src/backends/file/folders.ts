@@ -7,10 +7,17 @@
  * that no other user ever sees it with the umask's mode. Records stay the files their writers created:
  * 0644 with the usual umask, readable by every user, writable by none but their writer. In any other root
  * folders keep the umask. (What sharing guarantees, and what it does not, is in src/cli/lock-folder.ts.)
+ *
+ * Key folders are made synchronously, on the hot path (one mkdir, microseconds). The root and its `.epoch`
+ * and `.boot` are made asynchronously (`rootMade`, `makeRootFolder`): they are made at first use, when
+ * many acquires may start at once on a loaded disk, where one mkdir can wait tens of ms for a journal
+ * commit, and nothing else then needs the event loop less.
  */
 import { randomBytes } from 'node:crypto'
 import { chmodSync, lstatSync, mkdirSync, renameSync, rmdirSync, statSync } from 'node:fs'
+import { mkdir } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
+import { BoundedMap } from '../../core/bounded-map.js'
 
 /** rwx for everyone, and the sticky bit: what /tmp has. */
 export const SHARED_MODE = 0o1777
@@ -76,4 +83,39 @@ export function createFolder(folder: string, shared: boolean): string | undefine
     if ((error as NodeJS.ErrnoException).code !== undefined) throw error
     return undefined
   }
+}
+
+/**
+ * `createFolder` for a folder of the root (`.epoch`, `.boot`), off the event loop. In a shared root it is
+ * `shareFolder`'s rename, synchronous: such a root exists already, and each of its folders is made once.
+ */
+export async function makeRootFolder(folder: string, shared: boolean): Promise<void> {
+  if (shared) createFolder(folder, true)
+  else await mkdir(folder, { recursive: true })
+}
+
+/**
+ * The roots this process has made (or found), each one promise that every first acquire awaits. Bounded
+ * like the epoch tables: a forgotten root is only made again (a mkdir that finds it).
+ */
+const ROOTS = new BoundedMap<string, Promise<void>>(64)
+
+/**
+ * Makes the lock root `dir` if missing, off the event loop, once per process: concurrent first acquires
+ * share the one mkdir. A failure (a setting: errors.ts) reaches each of them, and is not kept: the next
+ * acquire tries again. A root removed later is made again by the key folder's own (recursive) mkdir.
+ */
+export function rootMade(dir: string): Promise<void> {
+  let made = ROOTS.get(dir)
+  if (!made) {
+    made = mkdir(dir, { recursive: true }).then(
+      () => {},
+      (error: unknown) => {
+        ROOTS.delete(dir)
+        throw error
+      },
+    )
+    ROOTS.set(dir, made)
+  }
+  return made
 }

@@ -90,7 +90,12 @@
  * close, link, unlink of the temp name, one listing, unlink of the predecessor; no fsync, no `.epoch`. A
  * key this process never wrote in has its folder made first (one mkdir, which also says whether it is new:
  * a new one needs no read). Every call is synchronous: a few microseconds each, less than a hop through
- * libuv's thread pool.
+ * libuv's thread pool. Not the first use of a root, where many acquires may start at once on a loaded
+ * disk: the root, `.epoch` and `.boot` are made asynchronously, once per process (folders.ts), every
+ * fsync is asynchronous, and new keys share one epoch bump (epochs.ts, `sharedStart`): 64 first acquires
+ * cost one epoch and one reservation, not 64 racing writers fsyncing a copy each. An attempt the core
+ * stopped waiting for (its signal) links nothing, and a take lost to another writer reads the folder
+ * again, so a refusal always says what the folder holds.
  *
  * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback. An event wakes the
  * waiter only for a generation above the one its latest attempt read (or the folder itself going).
@@ -135,7 +140,7 @@ import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor, inspectKey, listHeld } from './diagnostics.js'
 import { type Durability, nextBase, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
-import { createFolder, isSharedRoot } from './folders.js'
+import { createFolder, isSharedRoot, rootMade } from './folders.js'
 import {
   type Current,
   collect,
@@ -270,7 +275,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
-    tryAcquire: (req) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req)),
+    tryAcquire: (req, signal) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
     release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
@@ -306,16 +311,16 @@ type Plan =
  * One attempt: take the key as generation N+1 when its state N is free or expired, answer "ours" when an
  * earlier attempt of this acquire won, or report how long the holder's lease has left. The state is what
  * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
- * finds.
+ * finds. `signal`: the core stopped waiting for this attempt (its bound passed, or the caller aborted).
  */
-async function acquireOnce(root: Root, req: AcquireRequest): Promise<AttemptResult> {
-  const result = await attempt(root, req)
+async function acquireOnce(root: Root, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+  const result = await attempt(root, req, signal)
   // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
   if (result.granted) root.seenBy.delete(req.owner)
   return result
 }
 
-async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> {
+async function attempt(root: Root, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
   const id = writtenId(root, req.key)
   const written = root.written.get(id)
   const folder = written?.folder ?? folderOf(root, req.key)
@@ -332,66 +337,115 @@ async function attempt(root: Root, req: AcquireRequest): Promise<AttemptResult> 
       if (pending?.holds(written.gen, written.stamp)) {
         const next = plan(root, folder, { ...written, names: [] }, req.owner)
         if (next.act === 'take') {
-          const granted = await take(root, req, folder, pending, written, next.base, start)
+          const granted = await take(root, req, folder, pending, written, next.base, start, signal)
           if (granted) return granted
           pending = undefined // Used up by its commit: the read below starts afresh.
         }
       }
       root.written.forget(id)
-    } else if (createFolder(folder, root.shared) !== undefined) {
-      // A key this process has not written in: its folder is made if missing (one call either way, and no
-      // exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
+    } else {
+      // The root is made once per process, off the event loop, however many first acquires start at
+      // once (folders.ts): a fresh root's key folders would otherwise each make it, synchronously.
+      await rootMade(root.dir)
+      // A key this process has not written in: its folder is made if missing (one call either way, and
+      // no exception). A folder we have just made holds no generation: pin it, and take generation 1. (A
       // folder that cannot be made is a setting error, thrown as such: errors.ts.)
-      pending = pendingIn(folder)
-      if (!pending) return { granted: false, retryInMs: 0 }
-      // Whatever this acquire saw before was another folder: every generation of this one is news.
-      root.seenBy.delete(req.owner)
-      return (await take(root, req, folder, pending, undefined, undefined, start)) ?? { granted: false }
+      if (createFolder(folder, root.shared) !== undefined) {
+        pending = pendingIn(folder)
+        // Whatever this acquire saw before was another folder: every generation of this one is news.
+        root.seenBy.delete(req.owner)
+        if (pending) {
+          const granted = await take(root, req, folder, pending, undefined, undefined, start, signal)
+          if (granted) return granted
+          pending = undefined
+        }
+      }
     }
-    return await acquireRead(root, req, folder, pending, start)
+    return await acquireRead(root, req, folder, pending, start, signal)
   } finally {
     pending?.discard()
   }
 }
 
-/** An attempt on the state a read of the folder finds; `pending`, if any, pinned the folder before it. */
+/**
+ * How many reads of the folder one attempt makes at most. A take that lost to another writer reads
+ * again, to answer what the folder then holds: a lease and how long it has left (the winner's, or ours
+ * when an earlier attempt of this acquire won), or a state it may succeed. A bare refusal would have the
+ * core report the key held by another owner when nobody holds it.
+ */
+const READ_ROUNDS = 3
+
+/** An attempt on the state a read of the folder finds; `pinned`, if any, pinned the folder before it. */
 async function acquireRead(
   root: Root,
   req: AcquireRequest,
   folder: string,
-  pending: Pending | undefined,
+  pinned: Pending | undefined,
   start: number,
+  signal: AbortSignal,
 ): Promise<AttemptResult> {
-  let current = await readCurrent(folder)
-  if (current.record === 'none' && !pending) {
-    // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
-    // that cannot be made is a setting error, thrown as such (errors.ts).
-    const made = current.missing && createFolder(folder, root.shared) !== undefined
-    // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
-    // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
-    // we have just made needs no read: it was empty when made, and our pin followed.
-    pending = pendingIn(folder)
-    if (!pending) return { granted: false, retryInMs: 0 }
-    if (!made) {
-      current = await readCurrent(folder)
-      if (current.record === 'none' && current.missing) return { granted: false, retryInMs: 0 }
-    }
+  let pending = pinned
+  // Bounded rounds, each after a lost race (another writer made progress), with no wait: not a retry.
+  for (let round = 0; round < READ_ROUNDS && !signal.aborted; round++) {
+    const result = await readAndTake(root, req, folder, pending, start, signal)
+    if (result) return result
+    pending = undefined // Used up, or never made: the next round pins afresh.
   }
-  // What this acquire has seen: its wake-up hint ignores events on generations up to this one.
-  root.seenBy.renew(req.owner, current.gen)
-  const next = plan(root, folder, current, req.owner)
-  if (next.act === 'answer') return next.result
-  // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
-  pending ??= pendingIn(folder)
-  // The folder vanished since our read: the next attempt (the core retries at once) recreates it.
-  if (!pending) return { granted: false, retryInMs: 0 }
-  const read = current.record === 'none' ? undefined : current
-  return (await take(root, req, folder, pending, read, next.base, start)) ?? { granted: false }
+  // Every round lost to a writer that got there first: the key is being taken by others.
+  return { granted: false }
+}
+
+/**
+ * One read of the folder and what follows from it: the answer, or undefined when another writer (or a
+ * removal) got in between the read and our link. `pinned` is discarded before it returns.
+ */
+async function readAndTake(
+  root: Root,
+  req: AcquireRequest,
+  folder: string,
+  pinned: Pending | undefined,
+  start: number,
+  signal: AbortSignal,
+): Promise<AttemptResult | undefined> {
+  let pending = pinned
+  try {
+    let current = await readCurrent(folder)
+    if (current.record === 'none' && !pending) {
+      // No generation: a new key, or its folder or files were removed. (Re)create the folder; a folder
+      // that cannot be made is a setting error, thrown as such (errors.ts).
+      const made = current.missing && createFolder(folder, root.shared) !== undefined
+      // Pin the folder first, then read it again: whatever we decide next is decided on the folder our
+      // link will land in, and a new epoch is taken after every removal that preceded this read. A folder
+      // we have just made needs no read: it was empty when made, and our pin followed.
+      pending = pendingIn(folder)
+      if (!pending) return undefined
+      if (!made) {
+        current = await readCurrent(folder)
+        if (current.record === 'none' && current.missing) return undefined
+      }
+    }
+    // What this acquire has seen: its wake-up hint ignores events on generations up to this one.
+    root.seenBy.renew(req.owner, current.gen)
+    const next = plan(root, folder, current, req.owner)
+    if (next.act === 'answer') return next.result
+    // The temp file pins the folder; commit() checks that it is the folder we read (see the header).
+    pending ??= pendingIn(folder)
+    // The folder vanished since our read: the next round recreates it.
+    if (!pending) return undefined
+    const read = current.record === 'none' ? undefined : current
+    const taken = take(root, req, folder, pending, read, next.base, start, signal)
+    pending = undefined // take's commit discards it.
+    return await taken
+  } finally {
+    pending?.discard()
+  }
 }
 
 /**
  * Creates generation N+1 holding the lease, after `state` (N; undefined for none, the folder pinned before
- * the read that found none): the grant, or undefined when another writer got there first.
+ * the read that found none): the grant, or undefined when another writer got there first. An attempt the
+ * core stopped waiting for links nothing: its grant would only be given back (attempt.ts, `releaseLate`),
+ * and meanwhile the next attempt of the same acquire would find the key taken.
  */
 async function take(
   root: Root,
@@ -401,21 +455,32 @@ async function take(
   state: { readonly gen: bigint; readonly stamp: Stamp } | undefined,
   carried: bigint | undefined,
   start: number,
+  signal: AbortSignal,
 ): Promise<AttemptResult | undefined> {
-  const gen = (state?.gen ?? 0n) + 1n
-  const base = await nextBase(root, carried, gen, folder)
-  const fence = base + gen
-  const deadline = start + ttlMs
-  // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
-  const { processes } = root
-  const record = newRecord({ key, state: 'held', owner, fence, base, deadline, holder, processes }, root.boot)
-  const stamp = await pending.write(record, grantFlush(root))
-  const names = await pending.commit(gen, grantFlush(root), state?.stamp)
-  if (!names) return undefined
-  collect(folder, gen, names)
-  const cookie: Written = { folder, gen, record, stamp }
-  root.written.remember(writtenId(root, key), cookie)
-  return { granted: true, fence, ttlMs, cookie }
+  try {
+    const gen = (state?.gen ?? 0n) + 1n
+    const base = await nextBase(root, carried, gen, folder)
+    // The core answers nothing more to this attempt once its signal aborted: a refusal it never reads.
+    if (signal.aborted) return { granted: false }
+    const fence = base + gen
+    const deadline = start + ttlMs
+    // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
+    const { processes } = root
+    const record = newRecord(
+      { key, state: 'held', owner, fence, base, deadline, holder, processes },
+      root.boot,
+    )
+    const stamp = await pending.write(record, grantFlush(root))
+    if (signal.aborted) return { granted: false }
+    const names = await pending.commit(gen, grantFlush(root), state?.stamp)
+    if (!names) return undefined
+    collect(folder, gen, names)
+    const cookie: Written = { folder, gen, record, stamp }
+    root.written.remember(writtenId(root, key), cookie)
+    return { granted: true, fence, ttlMs, cookie }
+  } finally {
+    pending.discard()
+  }
 }
 
 function plan(root: Root, folder: string, current: Current, owner: string): Plan {
