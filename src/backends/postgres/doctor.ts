@@ -36,6 +36,8 @@ interface Fences {
   cache_size: string | null
   has_sequence: boolean
   rows: string | null
+  /** Rows held now (unreleased, unexpired on the server's clock). */
+  held: string | null
   max_fence: string | null
 }
 
@@ -161,6 +163,7 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
           (SELECT cache_size::text FROM pg_catalog.pg_sequences WHERE schemaname = $1 AND sequencename = $2) AS cache_size,
           EXISTS (SELECT 1 FROM pg_catalog.pg_sequences WHERE schemaname = $1 AND sequencename = $2) AS has_sequence,
           (SELECT count(*)::text FROM ${qualified(store.table)}) AS rows,
+          (SELECT count(*)::text FROM ${qualified(store.table)} WHERE NOT released AND expires_at > pg_catalog.clock_timestamp()) AS held,
           (SELECT max(fence)::text FROM ${qualified(store.table)}) AS max_fence`,
         [seq.schema, seq.table],
       ),
@@ -178,7 +181,9 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
   const findings: DoctorFinding[] = [
     {
       level: 'ok',
-      message: `the table keeps ${f.rows} lock name(s), the largest fence ${f.max_fence ?? 'none yet'}`,
+      message:
+        `the table keeps ${f.rows} lock name(s), ${f.held} held now, the largest fence ${f.max_fence ?? 'none yet'}; ` +
+        'a release deletes its row, and a row whose lease ended over a minute ago is retired by a later grant',
     },
   ]
   if (!f.has_sequence) {
