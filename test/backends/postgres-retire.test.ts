@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import postgres from 'postgres'
+import { fromUrl } from '../../src/backends/postgres/index.js'
 import { DEFAULT_SCHEMA, DEFAULT_TABLE, qualified } from '../../src/backends/postgres/layout.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import type { KitStore } from '../kits/kit.js'
@@ -75,6 +76,27 @@ describe('postgres: released and long-ended rows are retired', { timeout: 180_00
     const next = await client().acquire('crashed', { timeout: '20s' })
     assert.ok(next.fence > crashed.fence, `fence ${next.fence} after the retired ${crashed.fence}`)
     await next.release()
+  })
+
+  it('doctor names a role that may not DELETE: its releases would fail', async () => {
+    await (await client().acquire('made', { timeout: '20s' })).release()
+    await admin('DROP ROLE IF EXISTS fencelock_nodelete')
+    await admin('CREATE ROLE fencelock_nodelete LOGIN')
+    await admin(`GRANT SELECT, INSERT, UPDATE ON ${TABLE} TO fencelock_nodelete`)
+    const url = new URL(store.url())
+    url.username = 'fencelock_nodelete'
+    const backend = await fromUrl(url)
+    try {
+      const findings = await backend.doctor!(AbortSignal.timeout(20_000))
+      assert.ok(
+        findings.some(
+          (f) => f.level === 'error' && /fencelock_nodelete may not DELETE.*GRANT DELETE/.test(f.message),
+        ),
+        JSON.stringify(findings),
+      )
+    } finally {
+      await backend.close()
+    }
   })
 
   it('a row whose lease ended a moment ago is kept: its holder may still renew it', async () => {
