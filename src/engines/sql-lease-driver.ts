@@ -10,8 +10,11 @@
  * - Free = the lease has ended on the server's clock, or the row was released. A release makes the row
  *   free at once whatever the server's clock does next (e.g. `expires_at` set far in the past, never to
  *   "now", which a clock stepped back would turn into a held row again).
- * - Releases never delete rows: a released or expired row keeps its fence, so the next grant advances it;
- *   a row an operator deleted is made again with a fence from the dialect's source that outlives rows.
+ * - Rows are retired: a release may delete the row (or mark it released, when the dialect's fence source
+ *   needs the row kept a while), and `retire` deletes rows whose lease ended long ago (crashed holders),
+ *   so the table holds the locks held or recently held, not every name ever used. A name's next row
+ *   takes its fence from the dialect's source that outlives rows, so a fence never goes back. A missing
+ *   row is a free lock: a renewal finds it not ours (lost, which is right: its lease had ended).
  *
  * Every primitive is ONE statement, evaluated on the server's clock at the moment it runs
  * (`clock_timestamp()` on PostgreSQL, `SYSDATE(6)` on MySQL/MariaDB: never `now()`/`NOW()`, which are frozen
@@ -101,11 +104,16 @@ export interface SqlDialect {
     signal: AbortSignal,
   ): Promise<number | undefined>
   /**
-   * Marks the row released (free at once, fence kept) only while it is held by `owner` (any fence when
-   * `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with notifications
-   * notifies waiters in the same statement (or transaction).
+   * Frees the row at once (deletes it, or marks it released) only while it is held by `owner` (any fence
+   * when `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with
+   * notifications notifies waiters in the same statement (or transaction).
    */
   release(key: string, owner: string, fence: bigint | undefined, signal: AbortSignal): Promise<boolean>
+  /**
+   * A fence at least as large as every fence the table has granted (PostgreSQL: the sequence's last
+   * value), or `undefined` when the dialect has none: what `inspect` shows of a name whose row is retired.
+   */
+  latestFence?(signal: AbortSignal): Promise<bigint | undefined>
   /** The row of `key`, or `undefined` when there is none (inspect; settling an uncertain outcome). */
   read(key: string, signal: AbortSignal): Promise<SqlRow | undefined>
   /**
@@ -120,11 +128,18 @@ export interface SqlDialect {
     signal: AbortSignal,
   ): Promise<SqlListedRow[]>
   /**
-   * An operator's break: marks the row released (free at once, fence kept, never deleted) only while it
-   * is held (unreleased, unexpired) by `owner` with `fence`; true when it was. Wakes waiters as `release`
-   * does (in the same statement where the dialect can).
+   * An operator's break: frees the row as `release` does only while it is held (unreleased, unexpired)
+   * by `owner` with `fence`; true when it was. Wakes waiters as `release` does (in the same statement
+   * where the dialect can).
    */
   breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean>
+
+  /**
+   * Deletes up to `limit` rows whose lease ended (expired, or released) more than `endedMs` ago on the
+   * server's clock (longer where the dialect's fences need it), never a row held or taken meanwhile;
+   * returns how many. Housekeeping: the engine runs it now and then after a grant.
+   */
+  retire?(endedMs: number, limit: number, signal: AbortSignal): Promise<number>
 
   /** Whether the table exists (checked once per client, before the first statement). */
   tableExists(signal: AbortSignal): Promise<boolean>

@@ -17,7 +17,12 @@
  * - Fence: a bigint column advanced by the granting statement, kept by renewals and releases, and lifted
  *   to a source that outlives the row (PostgreSQL: a sequence seeded past the server's clock; MySQL and
  *   MariaDB: the server's clock in µs), so it never goes back when an operator deletes rows, truncates
- *   or remakes the table (a durable database keeps it across restarts). Releases never delete rows.
+ *   or remakes the table (a durable database keeps it across restarts), nor when a name is retired.
+ * - Retire: storage follows the locks held or recently held, not the names ever used. A release frees
+ *   the row (PostgreSQL deletes it; MySQL/MariaDB marks it, and retires it once its fences are safe to
+ *   forget), and after a grant, at most once per `RETIRE_EVERY_MS` per client (sooner while a backlog
+ *   is left), one bounded statement deletes rows whose lease ended over `RETIRE_AFTER_MS` ago (a crashed
+ *   holder's). A holder that renews a retired row finds it gone: lost, which its lease already was.
  * - Renewal and release: one statement each, conditioned on our owner and fence. An uncertain outcome
  *   (the connection dropped after sending) is settled by re-reading the row: not ours any more means lost
  *   (extend) or nothing to release; ours means the statement is repeated (both are idempotent) or the
@@ -34,12 +39,13 @@
  *
  * - List: the held rows under a prefix, a page of `listPageSize` (100) per statement, by keyset (the
  *   last key of a page starts the next): read only, never the whole table in one reply.
- * - Break (an operator's): read the row, then ONE statement that marks it released only while the lease
- *   read (its owner and fence) still holds it: a lease granted since is never touched, the fence is kept
- *   (the next grant's is greater, as after a release), and waiters are woken as by a release. The holder's
+ * - Break (an operator's): read the row, then ONE statement that frees it as a release does only while
+ *   the lease read (its owner and fence) still holds it: a lease granted since is never touched, the next
+ *   grant's fence is greater (as after a release), and waiters are woken as by a release. The holder's
  *   next renewal, conditioned on its owner and fence and not released, finds it gone.
  *
- * Statements, without faults: acquire 1 (+1 once per client: the table check), renewal 1, release 1,
+ * Statements, without faults: acquire 1 (+1 once per client: the table check; + retiring, about 1 per
+ * `RETIRE_EVERY_MS` per client, in the background), renewal 1, release 1,
  * abandon 0 or 1, inspect 1, list 1 per page, break 2; waiting ≤ 1 per second per waiting key per process.
  *
  * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
@@ -59,7 +65,7 @@ import type {
   LockInfo,
 } from '../core/backend.js'
 import { BoundedMap } from '../core/bounded-map.js'
-import { withTimeout } from '../core/clock.js'
+import { now, withTimeout } from '../core/clock.js'
 import { BackendUnavailableError } from '../core/errors.js'
 import { retryRounds } from '../core/retry.js'
 import type { SqlDialect, SqlRow } from './sql-lease-driver.js'
@@ -96,6 +102,14 @@ const OWNERS_KEPT = 10_000
 const LIST_PAGE_SIZE = 100
 /** Rounds of `breakLock`: each one lost only to a grant, renewal or release that landed in between. */
 const BREAK_ROUNDS = 10
+/**
+ * Retiring: how long after its lease ended a row may go (a holder late by less renews it as before), how
+ * often a client retires, how many rows per statement, and how long that statement may take.
+ */
+const RETIRE_AFTER_MS = 60_000
+const RETIRE_EVERY_MS = 10_000
+const RETIRE_BATCH = 500
+const RETIRE_STATEMENT_MS = 10_000
 
 /** A LockBackend over `dialect`: the sql-lease engine. */
 export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = {}): LockBackend {
@@ -130,6 +144,9 @@ export class SqlLease {
   readonly #mayHold = new BoundedMap<string, true>(OWNERS_KEPT)
   /** Owners whose acquire has been refused once: their next attempts may be paced. */
   readonly #waitingOwners = new BoundedMap<string, true>(OWNERS_KEPT)
+  /** When this client last retired rows (monotonic ms), and whether a retire statement is running. */
+  #retiredAt = Number.NEGATIVE_INFINITY
+  #retiring = false
 
   constructor(dialect: SqlDialect, options: SqlLeaseOptions = {}) {
     this.#dialect = dialect
@@ -174,6 +191,7 @@ export class SqlLease {
     if (out.granted) {
       this.#waitingOwners.delete(req.owner)
       this.waiting.forget(req.key)
+      this.#retire()
       // The lease the server set (never longer than asked): the core counts it from before the send.
       return { granted: true, fence: out.fence, ttlMs: Math.min(req.ttlMs, out.leaseMs) }
     }
@@ -209,8 +227,10 @@ export class SqlLease {
       const row = await this.#reread(lease.key, error, signal)
       // Still held by us: it did not run; once more (owner-checked, so repeating it is harmless).
       if (ours(row, lease)) return await this.#dialect.release(lease.key, lease.owner, lease.fence, signal)
-      // Released by us (it ran), or taken over after our lease ended (nothing of ours to release).
-      return row !== undefined && row.owner === lease.owner && row.fence === lease.fence && row.released
+      // Gone: our release deleted it (or it was retired after our lease ended). Released by us (it ran),
+      // or taken over after our lease ended (nothing of ours to release).
+      if (row === undefined) return true
+      return row.owner === lease.owner && row.fence === lease.fence && row.released
     }
   }
 
@@ -229,7 +249,11 @@ export class SqlLease {
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
     if (!(await this.#tableThere(signal))) return null
     const row = await this.#dialect.read(key, signal)
-    if (row === undefined) return null
+    if (row === undefined) {
+      // Free; a retired name's fences are below the table's latest one, which a resource may have seen.
+      const fence = await this.#dialect.latestFence?.(signal)
+      return fence === undefined ? null : { held: false, fence }
+    }
     if (row.remainingMs <= 0) return { held: false, fence: row.fence }
     return heldView(row)
   }
@@ -298,6 +322,28 @@ export class SqlLease {
     } finally {
       await this.#dialect.close()
     }
+  }
+
+  /**
+   * Deletes rows whose lease ended long ago, in the background of a grant: at most one statement at a
+   * time per client, once per `RETIRE_EVERY_MS`, or at once again after a full batch (a backlog). A
+   * failure only waits for the next round: nothing depends on it but the table's size.
+   */
+  #retire(): void {
+    const dialect = this.#dialect
+    if (dialect.retire === undefined || this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
+    this.#retiring = true
+    const started = now()
+    withTimeout(RETIRE_STATEMENT_MS, (signal) => dialect.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal)).then(
+      (retired) => {
+        this.#retiring = false
+        this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
+      },
+      () => {
+        this.#retiring = false
+        this.#retiredAt = started
+      },
+    )
   }
 
   /**

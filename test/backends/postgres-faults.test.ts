@@ -179,11 +179,16 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
       assert.ok(
         before.some((f) => /does not exist yet.*\n.*CREATE TABLE.*\n.*CREATE SEQUENCE/s.test(f.message)),
       )
-      const locks = createLockClient(backend)
+      const locks = createLockClient(backend, { renew: false })
+      // One name released (its row retired), one held: the table keeps the held one alone.
       await (await locks.tryAcquire('d'))!.release()
+      const held = (await locks.tryAcquire('h', { ttl: 60_000 }))!
       const findings = await backend.doctor!(AbortSignal.timeout(10_000))
       assert.ok(findings.some((f) => f.level === 'ok' && /notifications work/.test(f.message)))
-      assert.ok(findings.some((f) => f.level === 'ok' && /keeps 1 lock name/.test(f.message)))
+      assert.ok(
+        findings.some((f) => f.level === 'ok' && /keeps 1 lock name\(s\), 1 held now/.test(f.message)),
+        JSON.stringify(findings),
+      )
       assert.ok(findings.some((f) => f.level === 'ok' && /fences come from the sequence/.test(f.message)))
       // A sequence set back behind the table's fences is a hazard doctor names.
       await sql.unsafe(`SELECT setval('"public"."doctor_locks_fence"', 1)`)
@@ -216,6 +221,7 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
         await receiver.stop()
         folder.cleanup()
       }
+      await held.release()
       await locks.close()
     } finally {
       await sql.end({ timeout: 1 })

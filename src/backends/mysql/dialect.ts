@@ -27,6 +27,8 @@ import {
   listSql,
   readSql,
   releaseSql,
+  retireDueSql,
+  retireSql,
   tableExistsSql,
 } from './statements.js'
 
@@ -331,6 +333,19 @@ export class MySqlDialect implements SqlDialect {
     if (matched(result) === 0) return false
     if (this.#holding.get(key)?.has(owner)) await this.#freeBell(key, owner)
     return true
+  }
+
+  /** Retires rows ended long ago (statements.ts, `retireDueSql`): a read, then a delete checked again. */
+  async retire(endedMs: number, limit: number, _signal: AbortSignal): Promise<number> {
+    const due = await this.#run<RowDataPacket[]>(undefined, retireDueSql(this.table, limit), [endedMs])
+    if (due.length === 0) return 0
+    // The keys as the strings they were made from (the column holds their UTF-8, as in listHeld).
+    const keys = due.map((row) => Buffer.from(row.lock_key as Buffer).toString('utf8'))
+    const result = await this.#run<ResultSetHeader>(undefined, retireSql(this.table, keys.length), [
+      endedMs,
+      ...keys,
+    ])
+    return result.affectedRows
   }
 
   async tableExists(_signal: AbortSignal): Promise<boolean> {

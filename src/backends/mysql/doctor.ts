@@ -4,7 +4,7 @@
  * lock names the table keeps (the engine adds the table's presence and its DDL).
  */
 import type { DoctorFinding } from '../../core/backend.js'
-import { SESSION_SQL_MODE } from './statements.js'
+import { NOW_US, SESSION_SQL_MODE } from './statements.js'
 
 type Query = (sql: string) => Promise<Record<string, unknown>[]>
 
@@ -70,8 +70,19 @@ export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
   return findings
 }
 
-/** How many lock names `table` (quoted) keeps: a row per name, released or not (it carries the fence). */
+/**
+ * How many lock names `table` (quoted) keeps, and how many of them are held now: the others (released or
+ * expired) wait to be retired (statements.ts, `RETIRE_BEFORE`).
+ */
 export async function countFinding(query: Query, table: string): Promise<DoctorFinding> {
-  const [row] = await query(`SELECT COUNT(*) AS n FROM ${table}`)
-  return { level: 'info', message: `the table keeps ${String(row?.n ?? '?')} lock name(s)` }
+  const [row] = await query(
+    `SELECT COUNT(*) AS n, COALESCE(SUM(released = 0 AND expires_at > ${NOW_US}), 0) AS held FROM ${table}`,
+  )
+  return {
+    level: 'info',
+    message:
+      `the table keeps ${String(row?.n ?? '?')} lock name(s), ${String(row?.held ?? '?')} held now; a released ` +
+      'or expired row is retired by a later grant once it ended over a minute ago (and over twice ' +
+      'innodb_lock_wait_timeout)',
+  }
 }

@@ -3,7 +3,7 @@
  * each primitive one statement on the server's clock, through the user's mysql2 pool (promise API).
  *
  * - Layout: a table (default `fencelock_locks` in the connection's database, created on first use unless
- *   `createTable` is off) with one row per lock name ever used: `lock_key` (the key's bytes, VARBINARY
+ *   `createTable` is off) with one row per lock held or recently held: `lock_key` (the key's bytes, VARBINARY
  *   primary key), `owner`, `fence` (BIGINT), `expires_at` (microseconds since the epoch on the server's
  *   clock), `released`, `holder` (layout.ts has the DDL). Acquire is one INSERT … SELECT … ON DUPLICATE
  *   KEY UPDATE with one reading of the clock, whose every assignment reaches the same decision whatever
@@ -13,9 +13,13 @@
  *   clock from before the statement was sent.
  * - Fence: the `fence` column, advanced by the granting statement and handed back in the same reply
  *   (`LAST_INSERT_ID(fence)`, the OK packet's insert id); renewals and releases keep it. A row made anew
- *   (first use, or after a DELETE, TRUNCATE or a recreated table) starts from the server's clock in
- *   microseconds, and a take is at least that clock, so fences never go back while the server's clock does
- *   not (statements.ts, `FENCE_EPOCH`); durable as InnoDB's commits.
+ *   (first use, after a DELETE, TRUNCATE or a recreated table, or after fencelock retired it) starts from
+ *   the server's clock in microseconds, and a take is at least that clock, so fences never go back while
+ *   the server's clock does not (statements.ts, `FENCE_EPOCH`, `RETIRE_BEFORE`); durable as InnoDB's
+ *   commits.
+ * - Retire: a release marks its row released; a row released or expired over a minute ago (and over twice
+ *   `innodb_lock_wait_timeout`: the margin the clock-made fences need) is deleted by the engine's
+ *   housekeeping after a later grant (statements.ts, `retireDueSql`).
  * - Waiting: MySQL has no notifications; a doorbell stands in (doorbell.ts): a named lock per lock
  *   (`GET_LOCK`, named after the database, table and key), taken by the granting statement itself and
  *   freed by the release statement, on the connection (one of a few per client) it ran on; a waiter blocks

@@ -27,9 +27,10 @@ export function quoteTable(name: string, where: string): string {
 export const MAX_KEY_BYTES = 3072
 
 /**
- * The table: one row per lock name ever used. `lock_key` is the key's UTF-8 bytes as is (binary, so names
- * differing only in case stay distinct); `expires_at` is the lease's end in microseconds since the epoch on
- * the server's clock; `released` 1 marks a released row (free at once, whatever the clock does next).
+ * The table: one row per lock held or recently held (statements.ts retires rows ended long ago).
+ * `lock_key` is the key's UTF-8 bytes as is (binary, so names differing only in case stay distinct);
+ * `expires_at` is the lease's end (or the release's time) in microseconds since the epoch on the server's
+ * clock; `released` 1 marks a released row (free at once, whatever the clock does next).
  */
 export function tableDdl(table: string): string {
   return [

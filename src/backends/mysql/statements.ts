@@ -23,17 +23,19 @@ export const SESSION_SQL_MODE = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'
 export const SESSION_SETTINGS = `SET SESSION sql_mode = '${SESSION_SQL_MODE}', time_zone = '+00:00', autocommit = 1`
 
 /** The server's clock, now, in microseconds since the epoch (evaluated where it appears). */
-const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
+export const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
 
 /**
  * The least fence a grant issued at server time `now` (µs since 1970) may carry: the clock itself, plus one
  * second. A key's fences thus outlive its row: a row deleted (DELETE, TRUNCATE, the table recreated) starts
  * again from the clock, above every fence the deleted row issued, since each of those was at most the clock
  * at its grant plus one second, plus one per grant issued faster than one per microsecond (a grant is a
- * committed statement: tens of microseconds at least). The second covers an insert whose clock was read
- * before it waited for the deleting transaction (a statement held between its clock reading and its
- * insert for less than a second). What still restarts them: the server's clock set back by more than the
- * time between the deleted row's last grant and the new one. BIGINT holds such fences until the year 294247.
+ * committed statement: tens of microseconds at least), provided the insert read its clock after that
+ * grant: an insert reads it before it may wait for the row's lock, so one that waited while the row was
+ * granted and deleted would not be above it (fencelock retires a row only long after its last grant, see
+ * `RETIRE_BEFORE`; an operator's DELETE has no such margin). What still restarts them: the server's clock
+ * set back by more than the time between the deleted row's last grant and the new one. BIGINT holds such
+ * fences until the year 294247.
  */
 const FENCE_EPOCH = (now: string): string => `${now} + 1000000`
 
@@ -99,24 +101,25 @@ export const extendSql = (table: string, bell: boolean): string =>
   WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0`
 
 /**
- * Release. Params: [bell], key, owner[, fence]. Marks the row released and its lease ended at the epoch
- * (free at once, even if the server's clock steps back); the fence stays, the row is never deleted. With
- * the doorbell, frees the bell in the same statement: its waiters wake, and their attempts queue behind
- * this statement's row lock until it commits, so they find the row free.
+ * Release. Params: [bell], key, owner[, fence]. Marks the row released (free at once, even if the server's
+ * clock steps back) and notes when in `expires_at`, from which `retireDueSql` counts; the fence stays, and
+ * the row stays until it is retired. With the doorbell, frees the bell in the same statement: its waiters
+ * wake, and their attempts queue behind this statement's row lock until it commits, so they find the row
+ * free.
  */
 export const releaseSql = (table: string, withFence: boolean, bell: boolean): string =>
-  `UPDATE ${table} SET released = 1${bell ? ` + 0 * ${FREE_BELL}` : ''}, expires_at = 0
+  `UPDATE ${table} SET released = 1${bell ? ` + 0 * ${FREE_BELL}` : ''}, expires_at = ${NOW_US}
   WHERE lock_key = ? AND owner = ? AND released = 0${withFence ? ' AND fence = ?' : ''}`
 
 /**
  * Break. Params: key, owner, fence. The release, conditioned on the lease the engine read: its owner and
  * fence, still held on the server's clock (a grant, renewal or release since matches nothing). Marked
- * released, the fence kept, never deleted. A bell is freed only by the session holding it (the holder's
+ * released as by a release. A bell is freed only by the session holding it (the holder's
  * lease connection), so the break leaves another client's bell alone: its waiters wake at their doorbell
  * wait's bound (5 s) or when the holder's next renewal finds its lease gone and frees it.
  */
 export const breakSql = (table: string): string =>
-  `UPDATE ${table} SET released = 1, expires_at = 0
+  `UPDATE ${table} SET released = 1, expires_at = ${NOW_US}
   WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0 AND expires_at > ${NOW_US}`
 
 /**
@@ -131,6 +134,34 @@ export const listSql = (table: string, afterKey: boolean, limit: number): string
   WHERE lock_key >= CAST(? AS BINARY) AND LEFT(lock_key, ?) = CAST(? AS BINARY)${afterKey ? ' AND lock_key > CAST(? AS BINARY)' : ''}
     AND released = 0 AND expires_at > ${NOW_US}
   ORDER BY lock_key LIMIT ${Math.trunc(limit)}`
+
+/**
+ * The end before which a row may be retired: its lease ended (or it was released) `?` ms ago, and at least
+ * twice the longest a statement may wait for a row lock (`innodb_lock_wait_timeout`). Fences come from the
+ * clock (`FENCE_EPOCH`), and an acquire reads the clock before it may wait for a row lock: one that read
+ * it before a grant of the name and inserts after that row was deleted would draw a smaller fence. Each
+ * of a retired row's fences is at most the clock at its last grant plus one second, and that grant came
+ * before the row's end, so every acquire that read the clock before it has ended by now (or failed its
+ * lock wait): the next grant's fence is larger, while the server's clock does not go back by more than
+ * this margin. Param: ms.
+ */
+const RETIRE_BEFORE = `${NOW_US} - GREATEST(? * 1000, 2000000 * GREATEST(@@GLOBAL.innodb_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout))`
+
+/**
+ * Retire, first: up to `limit` keys whose row ended before `RETIRE_BEFORE` (released, or expired: a crashed
+ * holder's). A plain read (no locks; a locking scan would hold every row it reads under REPEATABLE READ,
+ * stalling the table's renewals), of the whole table when few rows qualify: the engine runs it rarely.
+ * Param: ms.
+ */
+export const retireDueSql = (table: string, limit: number): string =>
+  `SELECT lock_key FROM ${table} WHERE expires_at < ${RETIRE_BEFORE} LIMIT ${Math.trunc(limit)}`
+
+/**
+ * Retire, then: deletes those of `count` keys whose row still ended before `RETIRE_BEFORE` (checked again
+ * on the row as it is: one granted or renewed since stays). Params: ms, then the keys.
+ */
+export const retireSql = (table: string, count: number): string =>
+  `DELETE FROM ${table} WHERE expires_at < ${RETIRE_BEFORE} AND lock_key IN (${Array(count).fill('?').join(', ')})`
 
 /** Frees a bell outside a lease statement (a release or an extend that found the row not ours). Param: bell. */
 export const freeBellSql = `DO ${FREE_BELL}`

@@ -159,6 +159,27 @@ export class PostgresDialect implements SqlDialect {
     return rows.length > 0
   }
 
+  async latestFence(signal: AbortSignal): Promise<bigint | undefined> {
+    const rows = await this.#run<{ fence: string | null }>(
+      'read the fence sequence',
+      undefined,
+      () => this.#q.latestFence(),
+      signal,
+    )
+    const fence = rows[0]?.fence
+    return fence === undefined || fence === null ? undefined : BigInt(fence)
+  }
+
+  async retire(endedMs: number, limit: number, signal: AbortSignal): Promise<number> {
+    const rows = await this.#run<{ retired: number }>(
+      'retire ended leases',
+      undefined,
+      (v) => this.#q.retire(v, endedMs, limit),
+      signal,
+    )
+    return rows[0]?.retired ?? 0
+  }
+
   /**
    * Whether the table and its fence sequence both exist (a table of an earlier version has no sequence:
    * the engine then creates it, unless createTable is off).

@@ -36,7 +36,12 @@ interface Fences {
   cache_size: string | null
   has_sequence: boolean
   rows: string | null
+  /** Rows held now (unreleased, unexpired on the server's clock). */
+  held: string | null
   max_fence: string | null
+  /** Whether this role may delete rows (a release deletes its row). */
+  can_delete: boolean
+  role: string
 }
 
 /** Session settings shown as they are: none of them changes what the statements do. */
@@ -161,8 +166,10 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
           (SELECT cache_size::text FROM pg_catalog.pg_sequences WHERE schemaname = $1 AND sequencename = $2) AS cache_size,
           EXISTS (SELECT 1 FROM pg_catalog.pg_sequences WHERE schemaname = $1 AND sequencename = $2) AS has_sequence,
           (SELECT count(*)::text FROM ${qualified(store.table)}) AS rows,
-          (SELECT max(fence)::text FROM ${qualified(store.table)}) AS max_fence`,
-        [seq.schema, seq.table],
+          (SELECT count(*)::text FROM ${qualified(store.table)} WHERE NOT released AND expires_at > pg_catalog.clock_timestamp()) AS held,
+          (SELECT max(fence)::text FROM ${qualified(store.table)}) AS max_fence,
+          pg_catalog.has_table_privilege($3::text, 'DELETE') AS can_delete, current_user AS role`,
+        [seq.schema, seq.table, qualified(store.table)],
       ),
       signal,
     )) as unknown as Fences[]
@@ -178,9 +185,17 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
   const findings: DoctorFinding[] = [
     {
       level: 'ok',
-      message: `the table keeps ${f.rows} lock name(s), the largest fence ${f.max_fence ?? 'none yet'}`,
+      message:
+        `the table keeps ${f.rows} lock name(s), ${f.held} held now, the largest fence ${f.max_fence ?? 'none yet'}; ` +
+        'a release deletes its row, and a row whose lease ended over a minute ago is retired by a later grant',
     },
   ]
+  if (!f.can_delete) {
+    findings.push({
+      level: 'error',
+      message: `the role ${f.role} may not DELETE from ${qualified(store.table)}: every release fails (a release deletes its row) and its lock lingers until its ttl. Run GRANT DELETE ON ${qualified(store.table)} TO "${f.role}"`,
+    })
+  }
   if (!f.has_sequence) {
     findings.push(
       store.createTable

@@ -3,14 +3,15 @@
  * each primitive one statement on the server's clock, through the user's `postgres` (porsager) instance.
  *
  * - Layout: a table (default `public.fencelock_locks`, created on first use unless `createTable` is off)
- *   with one row per lock name ever used: `name` (the key as is, text primary key), `owner`, `fence`
- *   (bigint), `expires_at` (timestamptz, server clock), `released`, `holder`; and beside it the fence
- *   sequence `<table>_fence` (layout.ts has the DDL of both).
+ *   with one row per lock held or recently held: `name` (the key as is, text primary key), `owner`,
+ *   `fence` (bigint), `expires_at` (timestamptz, server clock), `released`, `holder`; and beside it the
+ *   fence sequence `<table>_fence` (layout.ts has the DDL of both). A release deletes its row; a row whose
+ *   lease ended over a minute ago (a crashed holder's) is deleted by a later grant's housekeeping.
  * - Expiry: the server's `clock_timestamp()` decides, inside the statement that takes a row over
  *   (`now()` is frozen for a whole transaction). Client clocks never matter; the holder counts its
  *   validity on its own monotonic clock from before the statement was sent.
  * - Fence: a new grant's fence is the larger of the row's fence + 1 and the sequence's next value;
- *   renewals and releases keep it. The sequence is not the table's (a DELETE, a TRUNCATE or the table
+ *   renewals keep it, and a deleted row leaves nothing to keep. The sequence is not the table's (a DELETE, a TRUNCATE or the table
  *   dropped leave it), never goes back (nextval is not rolled back) and is made past every fence its table
  *   holds and past the server's clock in microseconds, so one made again after it was dropped starts past
  *   its predecessor's fences too. As durable as the server's commits.
@@ -24,7 +25,7 @@
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
  *   whatever the column's); `break` is the release statement (notification included) conditioned on
- *   the owner and fence it read: the row is kept, with its fence.
+ *   the owner and fence it read.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its

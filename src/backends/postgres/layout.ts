@@ -63,10 +63,11 @@ export function advisoryClass(t: PgTable): number {
 }
 
 /**
- * The table: one row per lock name ever used. `name` is the lock's key as is (text: keys are compared
- * byte for byte under the database's deterministic collation, so case-only-different keys stay distinct);
- * `expires_at` is on the server's clock; a released row has `released` and an `expires_at` in 1970, so it
- * is free whatever the server's clock does later. `fence` only ever grows.
+ * The table: one row per lock held or recently held (a release deletes its row; a row whose lease ended
+ * long ago is retired). `name` is the lock's key as is (text: keys are compared byte for byte under the
+ * database's deterministic collation, so case-only-different keys stay distinct); `expires_at` is on the
+ * server's clock. `released` is set only by earlier versions (with an `expires_at` in 1970): such a row is
+ * free whatever the server's clock does later. A name's fences only ever grow: the sequence outlives rows.
  */
 export function tableDdl(t: PgTable): string {
   return [

@@ -106,29 +106,30 @@ SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
   WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
   RETURNING ${REMAINING} AS ms`,
     /**
-     * Release (any fence when `fence` is undefined): marks the row released (fence kept) and notifies the
-     * key on `channel` in the SAME statement: the notification is sent at commit, and only if the release
-     * committed, so a waiter never hears of a release that did not happen, nor misses one that did (a
-     * trigger would do the same at the cost of one more object in the user's schema and a call on every
-     * grant and renewal). One row per row released.
+     * Release (any fence when `fence` is undefined): deletes the row, owner-checked (the name is retired:
+     * its next grant draws a larger fence from the sequence), and notifies the key on `channel` in the SAME
+     * statement: the notification is sent at commit, and only if the release committed, so a waiter never
+     * hears of a release that did not happen, nor misses one that did (a trigger would do the same at the
+     * cost of one more object in the user's schema and a call on every grant and renewal). One row per row
+     * released. (`NOT released`: a row an earlier version marked released is nobody's to release.)
      */
     release: (v: Values, key: string, owner: string, fence: bigint | undefined, channel: string) => {
       const which = `name = ${v.text(key)} AND owner = ${v.text(owner)}`
       return `WITH released AS (
-  UPDATE ${table} SET released = true, expires_at = 'epoch'
+  DELETE FROM ${table}
   WHERE ${which}${fence === undefined ? '' : ` AND fence = ${v.bigint(fence)}`} AND NOT released
   RETURNING name
 )
 SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM released`
     },
     /**
-     * Break: the release statement (row marked released, fence kept, the key notified in the same
-     * statement), conditioned on the lease the engine read: its owner and fence, still held on the
-     * server's clock. A grant, renewal or release since then leaves it matching nothing: no row.
+     * Break: the release statement (row deleted, the key notified in the same statement), conditioned on
+     * the lease the engine read: its owner and fence, still held on the server's clock. A grant, renewal
+     * or release since then leaves it matching nothing: no row.
      */
     breakLease: (v: Values, key: string, owner: string, fence: bigint, channel: string) =>
       `WITH broken AS (
-  UPDATE ${table} SET released = true, expires_at = 'epoch'
+  DELETE FROM ${table}
   WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
     AND expires_at > ${now}
   RETURNING name
@@ -149,6 +150,26 @@ SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM broken`,
   }
     AND NOT released AND expires_at > ${now}
   ORDER BY name COLLATE pg_catalog."C" LIMIT ${integer(limit)}`,
+    /**
+     * Retire: deletes up to `limit` rows whose lease ended over `endedMs` ago (a crashed holder's, or one
+     * an earlier version marked released: 1970), one row of count. Rows another statement holds locked
+     * (being granted or renewed) are skipped, and the DELETE checks the end again on the row as it is, so
+     * a row taken meanwhile stays. Fences need no margin (the sequence outlives the rows): `endedMs` only
+     * spares a holder a moment late with its renewal. Reads the whole table when few rows qualify (no
+     * index on `expires_at`, which would cost every renewal an index write): the engine runs it rarely.
+     */
+    retire: (v: Values, endedMs: number, limit: number) => {
+      const ended = `expires_at < ${now} - ${v.float(endedMs)} * interval '1 millisecond'`
+      return `WITH due AS (
+  SELECT name FROM ${table} WHERE ${ended} LIMIT ${integer(limit)} FOR UPDATE SKIP LOCKED
+), retired AS (
+  DELETE FROM ${table} AS l USING due WHERE l.name = due.name AND l.${ended} RETURNING 1
+)
+SELECT pg_catalog.count(*)::int AS retired FROM retired`
+    },
+    /** The sequence's last value (NULL before its first use): every fence granted is at most that. */
+    latestFence: () =>
+      `SELECT pg_catalog.pg_sequence_last_value(${regclassLiteral(qualified(fenceSequence(t)))})::text AS fence`,
     read: (v: Values, key: string) =>
       `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = ${v.text(key)}`,
   }
