@@ -9,8 +9,10 @@
  *   re-checked the moment it can have ended.
  * - Wake one: a release frees the lock for one holder, so its news wakes ONE waiter of the key in this
  *   process (the one that has waited longest since its last wake-up), never the herd that would all ask
- *   and all but one be refused: statements per grant stay flat however many wait. What was seen of the
- *   key is forgotten so that waiter asks the server. The others keep waiting for the next release.
+ *   and all but one be refused: statements per grant stay flat however many wait. That waiter asks the
+ *   server; the others keep waiting for the next release, and their polls meanwhile are answered from
+ *   its answer (or, when it has none within `pollMaxMs`, ask). Of the waiters whose pace ended together,
+ *   the first asks and the others wait for its answer the same way.
  * - No wake-up is lost: the woken waiter keeps the wake until its attempt gets a definite answer (granted,
  *   or refused by a live holder, whose own release will be news). Leaving without one (an abort, a
  *   timeout, the store failing until it gives up: the core's `abandon`) passes the wake to the next.
@@ -62,7 +64,7 @@ export class SqlWaiting {
    * The owner woken by each key's latest news, until its attempt gets a definite answer. Bounded: a
    * forgotten one (an acquire that ended without telling us) costs waiters the paced poll, never safety.
    */
-  readonly #woken = new BoundedMap<string, string>(KEYS_KEPT)
+  readonly #woken = new BoundedMap<string, { readonly owner: string; readonly at: number }>(KEYS_KEPT)
   /** The doorbell watch of each key being waited on (`watch` dialects), to stop when nobody waits. */
   readonly #watches = new Map<string, AbortController>()
   #listener: Promise<SqlListener | undefined> | undefined
@@ -83,6 +85,8 @@ export class SqlWaiting {
 
   /** A refusal for `owner` answered from what was seen, when it is too soon to ask again; else undefined. */
   paced(key: string, owner: string): { granted: false; retryInMs: number } | undefined {
+    // The waiter woken by news of the key asks: the others wait for its answer (see `#notified`).
+    if (this.#woken.get(key)?.owner === owner) return undefined
     const seen = this.#seen.get(key)
     if (seen === undefined || seen.owner === owner) return undefined
     const left = seen.nextReadAt - now()
@@ -116,11 +120,9 @@ export class SqlWaiting {
     mark: number,
   ): { granted: false; retryInMs?: number } {
     // A release notified while the statement was on its way: the answer is older than the news, and
-    // remembering it would pace the next attempt past the release the waiter was just woken for.
-    if (mark !== this.mark(key)) {
-      this.#seen.delete(key)
-      return { granted: false, retryInMs: 0 }
-    }
+    // remembering it would pace the next attempt past the release the waiter was just woken for. What
+    // is seen now came after the news (or is the woken waiter's question): kept.
+    if (mark !== this.mark(key)) return { granted: false, retryInMs: 0 }
     if (row === undefined || row.remainingMs <= 0) {
       // The statement could not tell (a row inserted after its snapshot): ask again soon (a woken
       // waiter keeps its wake until then).
@@ -153,7 +155,7 @@ export class SqlWaiting {
    */
   left(key: string, owner: string): void {
     this.#remove(key, owner)
-    if (this.#woken.get(key) !== owner) return
+    if (this.#woken.get(key)?.owner !== owner) return
     this.#woken.delete(key)
     this.#wakeOne(key)
     this.#watchIfIdle(key)
@@ -197,8 +199,7 @@ export class SqlWaiting {
 
   /** `owner` got a definite answer for `key` (granted, or refused by a live holder): its wake is used. */
   #answered(key: string, owner: string): void {
-    if (this.#woken.get(key) !== owner) return
-    this.#woken.delete(key)
+    if (this.#woken.get(key)?.owner === owner) this.#woken.delete(key)
     this.#watchIfIdle(key)
   }
 
@@ -212,18 +213,22 @@ export class SqlWaiting {
   #wakeOne(key: string): void {
     const first = this.#waiters.get(key)?.values().next().value
     if (first === undefined) return
-    this.#woken.set(key, first.owner)
+    this.#woken.set(key, { owner: first.owner, at: now() })
     first.wake()
   }
 
   /**
    * A doorbell dialect: watches `key` while it has waiters and no wake is out (the woken waiter's answer
-   * starts it again; see the header). The dialect's watch never rejects; one that did is taken as a ring.
+   * starts it again; see the header), or the wake is older than `pollMaxMs` (an acquire that ended
+   * without telling us: any waiter's next answer starts it then). The dialect's watch never rejects; one
+   * that did is taken as a ring.
    */
   #watchIfIdle(key: string): void {
     const watch = this.#dialect.watch
     if (watch === undefined || this.#dialect.listen !== undefined || this.#closed) return
-    if (this.#watches.has(key) || this.#woken.has(key) || !this.#waiters.has(key)) return
+    if (this.#watches.has(key) || !this.#waiters.has(key)) return
+    const woken = this.#woken.get(key)
+    if (woken !== undefined && now() - woken.at < this.#pollMaxMs) return
     const stop = new AbortController()
     this.#watches.set(key, stop)
     const rang = () => {
@@ -236,9 +241,12 @@ export class SqlWaiting {
   /** A release of `key` was notified (or its doorbell rang). */
   #notified = (key: string): void => {
     this.#news.set(key, (this.#news.get(key) ?? 0) + 1)
-    this.#seen.delete(key)
     this.#woken.delete(key)
     this.#wakeOne(key)
+    // The woken waiter asks; the process's other waiters are answered "held" until its answer replaces
+    // this (at most `pollMaxMs`), instead of each poll that comes due meanwhile asking too.
+    if (this.#woken.has(key)) this.#seen.renew(key, { owner: '', nextReadAt: now() + this.#pollMaxMs })
+    else this.#seen.delete(key)
     this.#watchIfIdle(key)
   }
 
