@@ -32,8 +32,9 @@
  *   after that (a dropped connection the server has not noticed yet) can leave a lease nobody renews: it
  *   ends after its ttl.
  * - Waiting (sql-wait.ts): the dialect's notifications (PostgreSQL LISTEN/NOTIFY on one connection per
- *   client) wake waiters at once; without them, and always as a fallback, a waiter asks at most once a
- *   second, and no later than the holder's remaining lease.
+ *   client) or doorbell (MySQL) wake one waiter of the key per client at each release, at once; without
+ *   them, and always as a fallback, a waiter asks at most once a second, and no later than the holder's
+ *   remaining lease.
  * - The table is created on first use (once per client) unless `createTable` is off: then a missing table
  *   is an error naming it and giving the DDL.
  *
@@ -46,7 +47,8 @@
  *
  * Statements, without faults: acquire 1 (+1 once per client: the table check; + retiring, about 1 per
  * `RETIRE_EVERY_MS` per client, in the background), renewal 1, release 1,
- * abandon 0 or 1, inspect 1, list 1 per page, break 2; waiting ≤ 1 per second per waiting key per process.
+ * abandon 0 or 1, inspect 1, list 1 per page, break 2; waiting ≤ 1 per second per waiting key per process,
+ * and 1 per release per process whose client waits on the key, however many of its acquires wait.
  *
  * Driver: `SqlDialect` (sql-lease-driver.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
@@ -129,7 +131,10 @@ export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = 
     close: () => engine.close(),
   }
   if (!engine.waiting.notifies) return backend
-  return { ...backend, waitForChange: (req, signal) => engine.waiting.waitForChange(req.key, signal) }
+  return {
+    ...backend,
+    waitForChange: (req, signal) => engine.waiting.waitForChange(req.key, req.owner, signal),
+  }
 }
 
 export class SqlLease {
@@ -190,16 +195,18 @@ export class SqlLease {
     }
     if (out.granted) {
       this.#waitingOwners.delete(req.owner)
-      this.waiting.forget(req.key)
       this.#retire()
       // The lease the server set (never longer than asked): the core counts it from before the send.
-      return { granted: true, fence: out.fence, ttlMs: Math.min(req.ttlMs, out.leaseMs) }
+      const ttlMs = Math.min(req.ttlMs, out.leaseMs)
+      this.waiting.granted(req.key, req.owner, ttlMs)
+      return { granted: true, fence: out.fence, ttlMs }
     }
     // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
     if (!before) this.#mayHold.delete(req.owner)
     this.#waitingOwners.set(req.owner, true)
     return this.waiting.busy(
       req.key,
+      req.owner,
       out.current ?? (out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }),
       mark,
     )
@@ -240,6 +247,8 @@ export class SqlLease {
    */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     this.#waitingOwners.delete(req.owner)
+    // A wake-up it was given and did not use goes to the next waiter of the key in this process.
+    this.waiting.left(req.key, req.owner)
     if (!this.#mayHold.has(req.owner)) return
     await this.#dialect.release(req.key, req.owner, undefined, signal)
     this.#mayHold.delete(req.owner)

@@ -9,6 +9,8 @@ import { sqlLeaseBackend } from '../../src/engines/sql-lease.js'
 import type { SqlDialect } from '../../src/engines/sql-lease-driver.js'
 import { createLockClient, LockNotAcquiredError } from '../../src/index.js'
 import { awaitLater } from '../support/later.js'
+import { sleep } from '../support/time.js'
+import { waitUntil } from '../support/wait.js'
 import { FakeSqlDialect, FakeSqlServer } from './fake-sql-dialect.js'
 
 /** A client whose dialect has a doorbell that `ring()` wakes, and refusals without the holder's row. */
@@ -37,6 +39,8 @@ function doorbellClient(server: FakeSqlServer) {
     ring: () => {
       for (const r of [...rings]) r()
     },
+    /** Doorbell waits running now. */
+    watching: () => rings.size,
   }
 }
 
@@ -70,6 +74,35 @@ describe('sql-lease: a watch (doorbell) and refusals with only the remaining lea
     assert.ok(performance.now() - started < 4000, 'woken by the ring, not by the 5 s pace')
     assert.ok(next.fence > lock.fence)
     await next.release()
+    await Promise.all([holder.client.close(), waiter.client.close()])
+  })
+
+  it('a ring wakes one waiter of the client: statements per release stay flat with 10 waiters', async () => {
+    const server = new FakeSqlServer()
+    const holder = doorbellClient(server)
+    const waiter = doorbellClient(server)
+    const first = await holder.client.acquire('k')
+    const waiting = Array.from({ length: 10 }, () =>
+      awaitLater(waiter.client.acquire('k', { timeout: '60s' })),
+    )
+    await waitUntil(() => server.count('acquire', 'k') >= 11, 'every waiter to ask once')
+    await sleep(300)
+    const pending = new Map(waiting.map((p, i) => [i, p.then(() => i)]))
+    let lock = first
+    while (pending.size > 0) {
+      await waitUntil(() => waiter.watching() > 0, 'the doorbell wait')
+      assert.equal(waiter.watching(), 1, 'one doorbell wait per key per client')
+      const asked = server.count('acquire', 'k')
+      await lock.release()
+      waiter.ring()
+      const next = await Promise.race(pending.values())
+      pending.delete(next)
+      lock = await waiting[next]!
+      await sleep(100)
+      const perRelease = server.count('acquire', 'k') - asked
+      assert.ok(perRelease <= 2, `${perRelease} statements for one ring, ${pending.size + 1} waiting`)
+    }
+    await lock.release()
     await Promise.all([holder.client.close(), waiter.client.close()])
   })
 })

@@ -216,6 +216,94 @@ describe('sql-lease: waiting', () => {
   })
 })
 
+describe('sql-lease: one waiter per client wakes at a release', () => {
+  it('statements per release stay flat with 20 waiters of the key in one client', async () => {
+    const server = new FakeSqlServer()
+    // A long pace: the waiters' own polls are answered from what was seen, so only wake-ups send statements.
+    const holder = processOn(server, { pollMaxMs: 60_000 })
+    const waiter = processOn(server, { pollMaxMs: 60_000 })
+    const first = await holder.client.acquire('k', { ttl: 30_000 })
+    const waiting = Array.from({ length: 20 }, () =>
+      awaitLater(waiter.client.acquire('k', { ttl: 30_000, timeout: 60_000 })),
+    )
+    await waitUntil(() => server.listeners.size > 0, 'the waiters to listen')
+    // Settled: every waiter asked, the subscription's gap woke them all once, and they asked again.
+    let before = -1
+    await waitUntil(
+      async () => {
+        const count = server.count('acquire', 'k')
+        const still = count === before
+        before = count
+        if (!still) await sleep(300)
+        return still
+      },
+      'the waiters to stop asking',
+      { withinMs: 20_000 },
+    )
+    const pending = new Map(waiting.map((p, i) => [i, p.then(() => i)]))
+    let lock = first
+    while (pending.size > 0) {
+      const asked = server.count('acquire', 'k')
+      await lock.release()
+      const next = await Promise.race(pending.values())
+      pending.delete(next)
+      lock = await waiting[next]!
+      // Any other woken waiter's statement would be sent by now (the fake answers at once).
+      await sleep(100)
+      const perRelease = server.count('acquire', 'k') - asked
+      // One: the woken waiter's, granted. Every waiter woken would make one per waiter still waiting.
+      assert.ok(perRelease <= 2, `${perRelease} statements for one release, ${pending.size + 1} waiting`)
+    }
+    await lock.release()
+    await Promise.all([holder.client.close(), waiter.client.close()])
+  })
+
+  it('a woken waiter that leaves without asking passes the wake to the next one', async () => {
+    const server = new FakeSqlServer()
+    const holder = processOn(server, { pollMaxMs: 60_000 })
+    const waiter = processOn(server, { pollMaxMs: 60_000 })
+    const reqOf = (owner: string): AcquireRequest => ({ key: 'k', owner, ttlMs: 30_000 })
+    const [a, b, c] = ['a', 'b', 'c'].map((o) => reqOf(o.repeat(32))) as [
+      AcquireRequest,
+      AcquireRequest,
+      AcquireRequest,
+    ]
+    assert.ok((await holder.backend.tryAcquire(reqOf('h'.repeat(32)), signal())).granted)
+    const stop = new AbortController()
+    const waitOf = (r: AcquireRequest) => {
+      let woken = false
+      const done = waiter.backend.waitForChange!(r, stop.signal).then(() => {
+        woken = true
+      })
+      return { done, woken: () => woken }
+    }
+    for (const r of [a, b, c]) assert.equal((await waiter.backend.tryAcquire(r, signal())).granted, false)
+    // The subscription, once made, wakes every waiter (notifications before it were missed).
+    await Promise.all([a, b, c].map((r) => waitOf(r).done))
+    const [wa, wb, wc] = [a, b, c].map(waitOf) as [
+      ReturnType<typeof waitOf>,
+      ReturnType<typeof waitOf>,
+      ReturnType<typeof waitOf>,
+    ]
+    assert.ok(
+      await holder.backend.release(
+        { key: 'k', owner: 'h'.repeat(32), fence: 1n, cookie: undefined },
+        signal(),
+      ),
+    )
+    await wa.done
+    await sleep(50)
+    assert.equal(wb.woken() || wc.woken(), false, 'one release wakes one waiter of the client')
+    // a gives up before it asked: its wake goes to b, which finds the lock free.
+    await waiter.backend.abandon(a, signal())
+    await waitUntil(wb.woken, 'the wake to pass from a, which left, to b')
+    assert.equal(wc.woken(), false)
+    assert.ok((await waiter.backend.tryAcquire(b, signal())).granted)
+    stop.abort()
+    await wc.done
+  })
+})
+
 describe('sql-lease: the table', () => {
   it('is created once on first use', async () => {
     const server = new FakeSqlServer()

@@ -20,7 +20,8 @@
  *   float digits, string escapes) changes what it does.
  * - Waiting: the release statement notifies the key (`pg_notify` in the same statement, sent at commit)
  *   on the table's channel; each client LISTENs on one dedicated connection (postgres.js's own, which
- *   re-subscribes after a reconnect; waiters re-check then). A crashed holder's lease ends unnotified:
+ *   re-subscribes after a reconnect; waiters re-check then), and a notification wakes one waiter of the
+ *   key in the client (sql-wait.ts). A crashed holder's lease ends unnotified:
  *   waiters re-check at its end. Behind a transaction-pooling proxy (PgBouncer) LISTEN does not deliver:
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
