@@ -224,7 +224,15 @@ export class RedisLockBackend implements RedisBackend {
         groups.push(Array.from({ length: Math.min(EXTEND_BATCH, leases.length - i) }, (_, j) => i + j))
       }
     }
-    await Promise.all(groups.map((group) => this.#extendGroup(leases, ttlMs, group, outcomes, signal)))
+    // One listener on the signal for the whole batch (a batch of thousands has dozens of groups).
+    try {
+      await raceSignal(
+        Promise.all(groups.map((group) => this.#extendGroup(leases, ttlMs, group, outcomes))),
+        signal,
+      )
+    } catch (error) {
+      throw this.#store.explain(leases[0]!.key, 'extend', error)
+    }
     return outcomes
   }
 
@@ -234,7 +242,6 @@ export class RedisLockBackend implements RedisBackend {
     ttlMs: readonly number[],
     indices: readonly number[],
     outcomes: ExtendOutcome[],
-    signal: AbortSignal,
   ): Promise<void> {
     const keys: string[] = []
     const args: Array<string | number> = []
@@ -247,7 +254,7 @@ export class RedisLockBackend implements RedisBackend {
       args.push(lease.owner, ttlMs[i]!, keys.length - before)
     }
     try {
-      const reply = (await raceSignal(this.#store.run(EXTEND_MANY, keys, args), signal)) as number[]
+      const reply = (await this.#store.run(EXTEND_MANY, keys, args)) as number[]
       for (const [j, i] of indices.entries()) outcomes[i] = reply[j] === 1 ? RENEWED : NOT_RENEWED
     } catch (error) {
       for (const i of indices) outcomes[i] = { error: this.#store.explain(leases[i]!.key, 'extend', error) }
