@@ -4,7 +4,6 @@
  * and the renewals of a client's locks due together go out as one request where the backend has
  * `extendMany`.
  */
-import { type LinkedAbort, linkedAbort } from './abort.js'
 import type { ExtendOutcome, HeldLease, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
@@ -105,7 +104,7 @@ export class LockHandle implements Lock {
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
   /** The renewal in flight, if any: aborted when the lock is declared lost. */
-  #stopRenewal: LinkedAbort | undefined
+  #stopRenewal: AbortController | undefined
 
   /** The renewals of one client, seen through these hooks: one object for all of its locks. */
   static newRenewals(): Renewals<LockHandle> {
@@ -220,17 +219,18 @@ export class LockHandle implements Lock {
       try {
         // Past validUntil the answer no longer matters: the lease is lost locally either way.
         const lease = this.#lease
-        outcome = await withTimeout(deadline - start, (signal) => {
-          // Also given up the moment the lock is declared lost (#markLost): the expiry fires at the same
-          // instant as this timeout and first, and the release that follows a loss must find this
-          // renewal already given up (a backend that runs one connection's statements in order takes a
-          // given-up statement as the sign of a dead connection, and sends the release elsewhere).
-          const linked = linkedAbort(signal)
-          this.#stopRenewal = linked
-          return this.#ctx.backend.extend(lease, ttlMs, linked.signal).finally(() => {
-            if (this.#stopRenewal === linked) this.#stopRenewal = undefined
-            linked.dispose()
-          })
+        // Also given up the moment the lock is declared lost (#markLost): the expiry fires at the same
+        // instant as this timeout and first, and the release that follows a loss must find this renewal
+        // already given up (a backend that runs one connection's statements in order takes a given-up
+        // statement as the sign of a dead connection, and sends the release elsewhere).
+        outcome = await withTimeout(deadline - start, async (signal, controller) => {
+          this.#stopRenewal = controller
+          try {
+            return await this.#ctx.backend.extend(lease, ttlMs, signal)
+          } finally {
+            // Before the pooled controller goes back for another operation to use.
+            this.#stopRenewal = undefined
+          }
         })
       } catch (error) {
         outcome = { error }
