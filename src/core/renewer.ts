@@ -70,11 +70,13 @@ export class Renewer<L> implements Scheduled {
   }
 
   /**
-   * (Re)schedules after a grant or a confirmed renewal. The expiry falls at validUntil; the renewal every
-   * ttl/3, or sooner when a slow reply left less validity than that (half the remainder, so a renewal
-   * still lands in time), moved earlier onto the grid of its ttl so that it goes out with others.
+   * (Re)schedules after a grant or a confirmed renewal. The expiry falls at validUntil; the renewal once a
+   * third of the ttl has passed since the validity's start (when the renewal was sent, not when its reply
+   * came: a slow reply under load must not push the next renewal later), and never later than half the
+   * remainder, so a renewal still lands in time; moved earlier onto the grid of its ttl so that it goes
+   * out with others.
    */
-  arm(renewInMs = Math.min(this.#ttlMs() / 3, (this.#validUntil() - now()) / 2)): void {
+  arm(renewInMs = this.#nextRenewalIn()): void {
     if (this.#auto) {
       const at = now() + renewInMs
       const grid = Math.min(this.#ttlMs() / 30, MAX_GATHER_MS)
@@ -82,6 +84,12 @@ export class Renewer<L> implements Scheduled {
       this.#renewAt = grid >= 1 && renewInMs >= 4 * grid ? Math.floor(at / grid) * grid : at
     }
     this.#schedule()
+  }
+
+  /** Until the next renewal: while 2/3 of the ttl is left, or half the remainder if sooner (at least 10 ms). */
+  #nextRenewalIn(): number {
+    const remaining = this.#validUntil() - now()
+    return Math.max(10, Math.min(remaining - (2 * this.#ttlMs()) / 3, remaining / 2))
   }
 
   /** Unschedules the lock: it was released or lost. */
