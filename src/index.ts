@@ -8,6 +8,7 @@ export type {
   Busy,
   DoctorFinding,
   ExpiryKind,
+  ExtendOutcome,
   ExtendResult,
   Grant,
   HeldLease,

@@ -14,6 +14,7 @@ import { BackendUnavailableError, LockNotAcquiredError, quoteKey } from './error
 import { LockHandle } from './lock.js'
 import { type ResolvedAcquireOptions, validUntil } from './options.js'
 import { newOwnerId } from './owner.js'
+import type { Renewals } from './renewer.js'
 import { WakeHint } from './wake-hint.js'
 
 /** How long a failed acquire waits for its clean-up (`abandon`) before it rejects. */
@@ -56,6 +57,8 @@ export interface AcquireContext {
   readonly driftFactor: number
   /** The client's held locks: a grant joins them, and leaves once released or lost. */
   readonly held: Set<LockHandle>
+  /** The client's timer for the renewals and expiries of every lock it holds. */
+  readonly renewals: Renewals<LockHandle>
   /**
    * Clean-ups of failed acquires still running on a store that was answering: `close` lets them finish
    * (bounded) before closing the store.
@@ -295,10 +298,10 @@ class AcquireLoop {
   }
 
   #handle(grant: Grant, until: number): LockHandle {
-    const { backend, driftFactor, held } = this.#ctx
+    const { backend, driftFactor, held, renewals } = this.#ctx
     const { key, owner } = this.#req
     const lock = new LockHandle(
-      { backend, driftFactor, onSettled: (l) => held.delete(l) },
+      { backend, driftFactor, renewals, onSettled: (l) => held.delete(l) },
       { key, owner, fence: grant.fence, cookie: grant.cookie },
       // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
       {

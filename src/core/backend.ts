@@ -118,6 +118,9 @@ export type ExtendResult =
   | { readonly renewed: true; readonly cookie?: unknown; readonly ttlMs?: number | undefined }
   | { readonly renewed: false }
 
+/** One lease's outcome in `extendMany`: its `ExtendResult`, or `{ error }` when its outcome is unknown. */
+export type ExtendOutcome = ExtendResult | { readonly renewed?: undefined; readonly error: unknown }
+
 /** What a store can represent; the core refuses other keys and ttls with a `TypeError` before any I/O. */
 export interface BackendLimits {
   /** The longest key, in UTF-8 bytes. */
@@ -190,6 +193,19 @@ export interface LockBackend {
    * request that may have landed must leave the lease kept at least that long.
    */
   extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult>
+  /**
+   * Optional: extends many leases at once, as `extend` would each (`leases[i]` by `ttlMs[i]`), in as few
+   * requests as the store allows (one script per batch of keys, a statement per table): the core renews
+   * every lock whose renewal comes due at the same moment through it. Resolves with one outcome per lease,
+   * in order; a rejection makes every outcome unknown. The core counts each validity from the call's start.
+   * It stops waiting after the latest validity among them. A release of one of these locks waits for the
+   * call to settle; a lock declared lost meanwhile ignores its outcome. Without it, one `extend` each.
+   */
+  extendMany?(
+    leases: readonly HeldLease[],
+    ttlMs: readonly number[],
+    signal: AbortSignal,
+  ): Promise<readonly ExtendOutcome[]>
   /** Releases only if `lease.owner` still holds it; `false` when it was no longer ours. */
   release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>

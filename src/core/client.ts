@@ -12,7 +12,7 @@ import { AttemptTimeout, unavailableError } from './attempt.js'
 import type { BreakResult, ListedLock, LockBackend, LockInfo } from './backend.js'
 import { sleep } from './clock.js'
 import { CapabilityError, ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
-import type { Lock, LockHandle } from './lock.js'
+import { type Lock, type LockHandle, lockRenewals } from './lock.js'
 import {
   type AcquireOptions,
   type ClientOptions,
@@ -135,6 +135,8 @@ class Client implements LockClient {
   readonly #options: ResolvedClientOptions
   readonly #closing = new AbortController()
   readonly #held = new Set<LockHandle>()
+  /** One timer for the renewals and expiries of every lock this client holds. */
+  readonly #renewals = lockRenewals()
   /** Acquires under way. */
   readonly #running = new Set<Promise<unknown>>()
   /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
@@ -359,6 +361,7 @@ class Client implements LockClient {
       backend,
       driftFactor: this.#options.driftFactor,
       held: this.#held,
+      renewals: this.#renewals,
       cleanups: this.#cleanups,
     }
     const run = acquireLoop(ctx, key, opts, link?.signal ?? this.#closing.signal)

@@ -1,14 +1,15 @@
 /**
  * A held lock: the handle the caller gets (key, owner, fence, validity, the lost signal, extend, release).
- * Extends and the release run one at a time on its queue; its renewer (renewer.ts) decides when to extend.
+ * Extends and the release run one at a time on its queue; its renewer (renewer.ts) decides when to extend,
+ * and the renewals of a client's locks due together go out as one request where the backend has
+ * `extendMany`.
  */
-import { type LinkedAbort, linkedAbort } from './abort.js'
-import type { HeldLease, LockBackend } from './backend.js'
+import type { ExtendOutcome, HeldLease, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
-import { Renewer, type RenewHooks } from './renewer.js'
+import { Renewals, Renewer } from './renewer.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -57,6 +58,8 @@ export interface Lock extends AsyncDisposable {
 export interface LockContext {
   readonly backend: LockBackend
   readonly driftFactor: number
+  /** The client's timer for every lock it holds (`lockRenewals()`). */
+  readonly renewals: Renewals<LockHandle>
   /** Called once when the lock stops being held (released or lost). */
   readonly onSettled: (lock: LockHandle) => void
 }
@@ -68,6 +71,13 @@ interface Renewed {
   readonly grantedMs: number
 }
 
+type ExtendSettled = Renewed | 'lost' | 'released' | { error: unknown }
+
+/** The renewal timer of one client's locks: one per client, shared by every lock it holds. */
+export function lockRenewals(): Renewals<LockHandle> {
+  return LockHandle.newRenewals()
+}
+
 export class LockHandle implements Lock {
   readonly key: string
   readonly owner: string
@@ -76,6 +86,8 @@ export class LockHandle implements Lock {
   /** Made on first use of `signal` (or at loss): most locks are released without anyone reading it. */
   #lost: AbortController | undefined
   #cookie: unknown
+  /** What extend and release are handed: made again only when the cookie changes. */
+  #heldLease: HeldLease
   #ttlMs: number
   #validUntil: number
   #state: State = 'held'
@@ -92,16 +104,17 @@ export class LockHandle implements Lock {
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
   /** The renewal in flight, if any: aborted when the lock is declared lost. */
-  #stopRenewal: LinkedAbort | undefined
+  #stopRenewal: AbortController | undefined
 
-  /** The renewer's view of a lock: one object for all of them. */
-  static readonly #renewHooks: RenewHooks<LockHandle> = {
-    held: (lock) => lock.#state === 'held',
-    validUntil: (lock) => lock.#validUntil,
-    ttlMs: (lock) => lock.#ttlMs,
-    renew: (lock) =>
-      lock.#extendOnce(lock.#ttlMs).then((o) => (typeof o === 'object' && 'grantedMs' in o ? 'renewed' : o)),
-    expire: (lock) => lock.#expireLocally(),
+  /** The renewals of one client, seen through these hooks: one object for all of its locks. */
+  static newRenewals(): Renewals<LockHandle> {
+    return new Renewals<LockHandle>({
+      held: (lock) => lock.#state === 'held',
+      validUntil: (lock) => lock.#validUntil,
+      ttlMs: (lock) => lock.#ttlMs,
+      renew: (locks) => LockHandle.#renewAll(locks),
+      expire: (lock) => lock.#expireLocally(),
+    })
   }
 
   constructor(
@@ -115,9 +128,10 @@ export class LockHandle implements Lock {
     this.owner = lease.owner
     this.fence = lease.fence
     this.#cookie = lease.cookie
+    this.#heldLease = lease
     this.#ttlMs = grant.ttlMs
     this.#validUntil = grant.validUntil
-    this.#renewer = new Renewer(this, LockHandle.#renewHooks, renew)
+    this.#renewer = new Renewer(this, ctx.renewals, renew)
     this.#renewer.arm()
     const lost = grant.lost
     if (lost) {
@@ -150,7 +164,10 @@ export class LockHandle implements Lock {
   }
 
   get #lease(): HeldLease {
-    return { key: this.key, owner: this.owner, fence: this.fence, cookie: this.#cookie }
+    if (this.#heldLease.cookie !== this.#cookie) {
+      this.#heldLease = { key: this.key, owner: this.owner, fence: this.fence, cookie: this.#cookie }
+    }
+    return this.#heldLease
   }
 
   #context(cause?: unknown) {
@@ -193,74 +210,155 @@ export class LockHandle implements Lock {
   }
 
   /** One extend against the store, serialised on the queue. Returns the outcome; never rejects. */
-  #extendOnce(ttlMs: number): Promise<Renewed | 'lost' | 'released' | { error: unknown }> {
-    const run = async () => {
-      if (this.#state === 'released') return 'released' as const
-      if (this.#state === 'lost') return 'lost' as const
+  #extendOnce(ttlMs: number): Promise<ExtendSettled> {
+    const run = async (): Promise<ExtendSettled> => {
+      if (this.#state !== 'held') return this.#state
       const start = now()
       const deadline = this.#validUntil
+      let outcome: ExtendOutcome
       try {
         // Past validUntil the answer no longer matters: the lease is lost locally either way.
         const lease = this.#lease
-        const result = await withTimeout(deadline - start, (signal) => {
-          // Also given up the moment the lock is declared lost (#markLost): the expiry timer fires at the
-          // same instant as this timeout and first, and the release that follows a loss must find this
-          // renewal already given up (a backend that runs one connection's statements in order takes a
-          // given-up statement as the sign of a dead connection, and sends the release elsewhere).
-          const linked = linkedAbort(signal)
-          this.#stopRenewal = linked
-          return this.#ctx.backend.extend(lease, ttlMs, linked.signal).finally(() => {
-            if (this.#stopRenewal === linked) this.#stopRenewal = undefined
-            linked.dispose()
-          })
+        // Also given up the moment the lock is declared lost (#markLost): the expiry fires at the same
+        // instant as this timeout and first, and the release that follows a loss must find this renewal
+        // already given up (a backend that runs one connection's statements in order takes a given-up
+        // statement as the sign of a dead connection, and sends the release elsewhere).
+        outcome = await withTimeout(deadline - start, async (signal, controller) => {
+          this.#stopRenewal = controller
+          try {
+            return await this.#ctx.backend.extend(lease, ttlMs, signal)
+          } finally {
+            // Before the pooled controller goes back for another operation to use.
+            this.#stopRenewal = undefined
+          }
         })
-        if (this.#state !== 'held') return this.#state
-        // The timeout above and the reply can become due in the same turn of a busy event loop, and the
-        // reply may be processed first: a confirmation that lands after validUntil came too late all the
-        // same. The holder was owed the loss signal by then (the lock was not valid in between), so the
-        // renewal must not quietly revive it.
-        if (now() >= deadline) {
-          this.#expireLocally()
-          return 'lost' as const
-        }
-        if (!result.renewed) {
-          publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
-          this.#markLost(
-            new LockLostError(
-              `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
-                '(it expired or was taken over)',
-              this.#context(),
-            ),
-          )
-          return 'lost' as const
-        }
-        if (result.cookie !== undefined) this.#cookie = result.cookie
-        this.#ttlMs = ttlMs
-        // Never more than the store keeps: a store may hold the lease for less than asked (a session's
-        // lease, a cap), and believing the longer one would let a successor in while we still act.
-        const kept = result.ttlMs === undefined ? ttlMs : Math.min(ttlMs, result.ttlMs)
-        // Assigned, not maxed: a shorter extend shortens the lease on the store too. Extends run one at
-        // a time, so this is the store's latest word.
-        this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
-        const grantedMs = Math.floor(kept)
-        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed', grantedMs }))
-        return { grantedMs }
       } catch (error) {
-        // Given up because the lock was declared lost meanwhile: that is the outcome.
-        if (this.#state !== 'held') return this.#state
-        // Unknown: the store keeps either the lease it had or the one this request asked for (it may have
-        // landed), so only the earlier end of the two is certainly ours. Never the old end alone: a
-        // shorter extend that landed with its reply lost would let a waiter in while we still act.
-        this.#validUntil = Math.min(this.#validUntil, validUntil(start, ttlMs, this.#ctx.driftFactor))
-        // The store may now keep this ttl: renewals ask for it, and make the outcome known again.
-        this.#ttlMs = ttlMs
-        publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
-        return { error }
+        outcome = { error }
       }
+      // Nothing waits behind it: the next renewal may go out in a batch again.
+      if (this.#queue === result) this.#queue = undefined
+      return this.#settle(start, deadline, ttlMs, outcome)
     }
-    const result = (this.#queue ?? Promise.resolve()).then(run)
+    const result: Promise<ExtendSettled> = (this.#queue ?? Promise.resolve()).then(run)
     this.#queue = result
     return result
+  }
+
+  /**
+   * What an extend sent at `start`, when the validity was `deadline`, asking for `ttlMs`, came to:
+   * `outcome` is the store's answer, or `{ error }` when unknown. Updates the lease and the lost signal.
+   */
+  #settle(start: number, deadline: number, ttlMs: number, outcome: ExtendOutcome): ExtendSettled {
+    // Given up because the lock was declared lost (or released) meanwhile: that is the outcome.
+    if (this.#state !== 'held') return this.#state
+    if ('error' in outcome) {
+      const { error } = outcome
+      // Unknown: the store keeps either the lease it had or the one this request asked for (it may have
+      // landed), so only the earlier end of the two is certainly ours. Never the old end alone: a
+      // shorter extend that landed with its reply lost would let a waiter in while we still act.
+      this.#validUntil = Math.min(this.#validUntil, validUntil(start, ttlMs, this.#ctx.driftFactor))
+      // The store may now keep this ttl: renewals ask for it, and make the outcome known again.
+      this.#ttlMs = ttlMs
+      publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
+      return { error }
+    }
+    // The timeout above and the reply can become due in the same turn of a busy event loop, and the
+    // reply may be processed first: a confirmation that lands after validUntil came too late all the
+    // same. The holder was owed the loss signal by then (the lock was not valid in between), so the
+    // renewal must not quietly revive it.
+    if (now() >= deadline) {
+      this.#expireLocally()
+      return 'lost'
+    }
+    if (!outcome.renewed) {
+      publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
+      this.#markLost(
+        new LockLostError(
+          `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
+            '(it expired or was taken over)',
+          this.#context(),
+        ),
+      )
+      return 'lost'
+    }
+    if (outcome.cookie !== undefined) this.#cookie = outcome.cookie
+    this.#ttlMs = ttlMs
+    // Never more than the store keeps: a store may hold the lease for less than asked (a session's
+    // lease, a cap), and believing the longer one would let a successor in while we still act.
+    const kept = outcome.ttlMs === undefined ? ttlMs : Math.min(ttlMs, outcome.ttlMs)
+    // Assigned, not maxed: a shorter extend shortens the lease on the store too. Extends run one at
+    // a time, so this is the store's latest word.
+    this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
+    const grantedMs = Math.floor(kept)
+    publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed', grantedMs }))
+    return { grantedMs }
+  }
+
+  /** The renewal the renewer asked for: one extend of its own. */
+  #renewOnce(): void {
+    this.#extendOnce(this.#ttlMs).then((outcome) => this.#renewed(outcome))
+  }
+
+  /** A renewal's outcome, for the renewer: the next one in ttl/3, or soon after an unknown outcome. */
+  #renewed(outcome: ExtendSettled): void {
+    if (this.#state !== 'held') return
+    if (typeof outcome === 'object' && 'grantedMs' in outcome) this.#renewer.arm()
+    else this.#renewer.unknown()
+  }
+
+  /**
+   * The renewals of a client's locks that came due together: one request where the backend has
+   * `extendMany` (and more than one lock has no extend of its own under way), else one extend each.
+   */
+  static #renewAll(locks: LockHandle[]): void {
+    const backend = locks[0]!.#ctx.backend
+    const batch: LockHandle[] = []
+    for (const lock of locks) {
+      if (lock.#state !== 'held') continue
+      // A caller's extend under way: this renewal queues behind it, as extends of one lock always do.
+      if (backend.extendMany && !lock.#queue) batch.push(lock)
+      else lock.#renewOnce()
+    }
+    if (batch.length === 1) batch[0]!.#renewOnce()
+    else if (batch.length > 1) LockHandle.#extendBatch(backend, batch)
+  }
+
+  /**
+   * One `extendMany` for `locks` (all held, none with an extend under way), each lock's validity counted
+   * from the batch's start. Every lock's queue holds the batch until it settles, so a release waits for
+   * it, and no renewal is sent for a lock whose release has begun (its state is no longer 'held').
+   */
+  static #extendBatch(backend: LockBackend, locks: LockHandle[]): void {
+    const count = locks.length
+    const leases: HeldLease[] = new Array(count)
+    const ttls: number[] = new Array(count)
+    const deadlines: number[] = new Array(count)
+    let latest = 0
+    for (let i = 0; i < count; i++) {
+      const lock = locks[i]!
+      leases[i] = lock.#lease
+      ttls[i] = lock.#ttlMs
+      deadlines[i] = lock.#validUntil
+      if (lock.#validUntil > latest) latest = lock.#validUntil
+    }
+    const start = now()
+    const settleAll = (outcomes: readonly ExtendOutcome[] | undefined, error?: unknown) => {
+      for (let i = 0; i < count; i++) {
+        const lock = locks[i]!
+        if (lock.#queue === settled) lock.#queue = undefined
+        // A lock past its own validity by the reply is lost by #settle; the others are unaffected.
+        const outcome = outcomes?.[i] ?? { error: error ?? new Error(`${backend.id} gave no outcome`) }
+        lock.#renewed(lock.#settle(start, deadlines[i]!, ttls[i]!, outcome))
+      }
+    }
+    // Bounded by the latest validity among them: past it, no answer matters to any of them.
+    const settled: Promise<void> = withTimeout(latest - start, (signal) =>
+      backend.extendMany!(leases, ttls, signal),
+    ).then(
+      (outcomes) => settleAll(outcomes),
+      (error: unknown) => settleAll(undefined, error),
+    )
+    for (const lock of locks) lock.#queue = settled
   }
 
   async extend(ttl?: number | string): Promise<number> {

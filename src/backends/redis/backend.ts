@@ -10,6 +10,7 @@ import type {
   BreakOptions,
   BreakResult,
   DoctorFinding,
+  ExtendOutcome,
   ExtendResult,
   Grant,
   HeldLease,
@@ -20,10 +21,10 @@ import type {
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
-import { named } from './layout.js'
+import { named, slotOf } from './layout.js'
 import { keysOf, lockKeyMatch, scanPages } from './listing.js'
-import { EXTEND, INSPECT, RAISE_FENCE } from './scripts.js'
-import { isReplyError, type RedisStore } from './store.js'
+import { EXTEND, EXTEND_MANY, INSPECT, RAISE_FENCE } from './scripts.js'
+import { isCluster, isReplyError, type RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
 
 /** The Redis backend. */
@@ -77,6 +78,15 @@ export interface Mode {
  * (about 278 years) stays exact in a JavaScript number and far from that overflow.
  */
 export const REDIS_LIMITS = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 } as const
+
+/**
+ * The most locks one EXTEND_MANY carries: a script blocks the server while it runs (4 commands a lock, a
+ * few hundred microseconds for this many), and a larger batch goes out as several.
+ */
+const EXTEND_BATCH = 250
+
+const RENEWED: ExtendResult = { renewed: true }
+const NOT_RENEWED: ExtendResult = { renewed: false }
 
 /** After acquiring, how many replicas must acknowledge the write (`WAIT`), within how long. */
 export interface ReplicaPolicy {
@@ -183,6 +193,71 @@ export class RedisLockBackend implements RedisBackend {
       return reply === 1 ? { renewed: true } : { renewed: false }
     } catch (error) {
       throw this.#store.explain(lease.key, 'extend', error)
+    }
+  }
+
+  /**
+   * One EXTEND_MANY per EXTEND_BATCH locks, all sent at once; on a Cluster one per slot (a script's keys
+   * share a slot). A batch without a reply leaves each of its locks' outcomes unknown.
+   */
+  async extendMany(
+    leases: readonly HeldLease[],
+    ttlMs: readonly number[],
+    signal: AbortSignal,
+  ): Promise<ExtendOutcome[]> {
+    const outcomes: ExtendOutcome[] = new Array(leases.length)
+    const groups: number[][] = []
+    if (isCluster(this.#store.client)) {
+      const bySlot = new Map<number, number[]>()
+      for (let i = 0; i < leases.length; i++) {
+        const slot = slotOf(this.#store.keysOf(leases[i]!.key).lock)
+        const group = bySlot.get(slot)
+        if (group && group.length < EXTEND_BATCH) group.push(i)
+        else {
+          if (group) groups.push(group)
+          bySlot.set(slot, [i])
+        }
+      }
+      groups.push(...bySlot.values())
+    } else {
+      for (let i = 0; i < leases.length; i += EXTEND_BATCH) {
+        groups.push(Array.from({ length: Math.min(EXTEND_BATCH, leases.length - i) }, (_, j) => i + j))
+      }
+    }
+    // One listener on the signal for the whole batch (a batch of thousands has dozens of groups).
+    try {
+      await raceSignal(
+        Promise.all(groups.map((group) => this.#extendGroup(leases, ttlMs, group, outcomes))),
+        signal,
+      )
+    } catch (error) {
+      throw this.#store.explain(leases[0]!.key, 'extend', error)
+    }
+    return outcomes
+  }
+
+  /** One EXTEND_MANY for the locks at `indices`; writes their outcomes. Never rejects. */
+  async #extendGroup(
+    leases: readonly HeldLease[],
+    ttlMs: readonly number[],
+    indices: readonly number[],
+    outcomes: ExtendOutcome[],
+  ): Promise<void> {
+    const keys: string[] = []
+    const args: Array<string | number> = []
+    for (const i of indices) {
+      const lease = leases[i]!
+      const k = this.#store.keysOf(lease.key)
+      const before = keys.length
+      keys.push(k.lock, k.holder, k.fence)
+      if (k.name !== undefined) keys.push(k.name)
+      args.push(lease.owner, ttlMs[i]!, keys.length - before)
+    }
+    try {
+      const reply = (await this.#store.run(EXTEND_MANY, keys, args)) as number[]
+      for (const [j, i] of indices.entries()) outcomes[i] = reply[j] === 1 ? RENEWED : NOT_RENEWED
+    } catch (error) {
+      for (const i of indices) outcomes[i] = { error: this.#store.explain(leases[i]!.key, 'extend', error) }
     }
   }
 

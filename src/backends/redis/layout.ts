@@ -52,3 +52,17 @@ export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): Red
     ...(tag === key ? {} : { name: `${lock}:name` }),
   }
 }
+
+/** The Cluster slot of a key name: CRC16 (XMODEM) of its hash tag, or of the whole name without one. */
+export function slotOf(name: string): number {
+  const open = name.indexOf('{')
+  const close = open < 0 ? -1 : name.indexOf('}', open + 1)
+  const hashed = close > open + 1 ? name.slice(open + 1, close) : name
+  let crc = 0
+  for (const byte of Buffer.from(hashed)) {
+    crc ^= byte << 8
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % 16_384
+}

@@ -197,20 +197,43 @@ return 1
 `)
 
 /**
- * Extend. KEYS: lock[, holder[, fence[, name]]]. ARGV: owner, ttl ms. Moves the expiry only if we still own the key.
- * A fence key (or name) that would expire before the lease is kept as long as it (one held for more than MINT's hour
- * still shows its fence, and a break aimed at it finds it); a counter without expiry (Redlock's) is left so.
- * 1 or 0.
+ * `extend(k, n, owner, ttl)`: the lock at KEYS[k] with its n - 1 keys after it (holder[, fence[, name]]).
+ * Moves the expiry only if `owner` still owns the lock. A fence key (or name) that would expire before the
+ * lease is kept as long as it (one held for more than MINT's hour still shows its fence, and a break
+ * aimed at it finds it); a counter without expiry (Redlock's) is left so. 1 or 0.
  */
-export const EXTEND = script(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-for i = 3, #KEYS do
-  local left = redis.call('PTTL', KEYS[i])
-  if left >= 0 and left < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+const EXTEND_ONE = `
+local function extend(k, n, owner, ttl)
+  if redis.call('GET', KEYS[k]) ~= owner then return 0 end
+  redis.call('PEXPIRE', KEYS[k], ttl)
+  if n >= 2 then redis.call('PEXPIRE', KEYS[k + 1], ttl) end
+  for i = k + 2, k + n - 1 do
+    local left = redis.call('PTTL', KEYS[i])
+    if left >= 0 and left < tonumber(ttl) then redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+  return 1
 end
-return 1
+`
+
+/** Extend. KEYS: lock[, holder[, fence[, name]]]. ARGV: owner, ttl ms. 1 or 0 (see EXTEND_ONE). */
+export const EXTEND = script(`${EXTEND_ONE}
+return extend(1, #KEYS, ARGV[1], ARGV[2])
+`)
+
+/**
+ * Extend many locks in one round trip (a batch of renewals). KEYS: each lock's keys as EXTEND takes them,
+ * one lock after another. ARGV: for each lock, its owner, ttl ms and how many KEYS it has. Returns one 1
+ * or 0 per lock, in order. On a Cluster every key of one call must share a slot (the caller groups them).
+ */
+export const EXTEND_MANY = script(`${EXTEND_ONE}
+local out = {}
+local k = 1
+for a = 1, #ARGV, 3 do
+  local n = tonumber(ARGV[a + 2])
+  out[#out + 1] = extend(k, n, ARGV[a], ARGV[a + 1])
+  k = k + n
+end
+return out
 `)
 
 /**

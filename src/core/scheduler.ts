@@ -1,0 +1,130 @@
+/**
+ * One timer for many deadlines: entries wait in a min-heap by the instant they are due (on `now()`'s
+ * clock), and a single unref'd setTimeout is armed for the earliest. A client holding 50,000 locks had
+ * two timers per lock, re-created at every renewal; with this it has one, and an entry costs no
+ * allocation when it moves (it is its own heap node).
+ */
+import { now, timerDelay } from './clock.js'
+
+/** What the scheduler keeps of an entry: written by the scheduler only. */
+export interface Scheduled {
+  /** When it is due; Infinity while not scheduled. */
+  dueAt: number
+  /** Its index in the heap, -1 while not in it. */
+  heapIndex: number
+}
+
+export class Scheduler<T extends Scheduled> {
+  readonly #heap: T[] = []
+  /** Called once per timer run with the entries that came due (removed from the heap), in due order. */
+  readonly #onDue: (entries: readonly T[], at: number) => void
+  #timer: NodeJS.Timeout | undefined
+  /** When the armed timer fires; Infinity when none is armed. */
+  #timerAt = Number.POSITIVE_INFINITY
+  readonly #fire = () => this.#run()
+
+  constructor(onDue: (entries: readonly T[], at: number) => void) {
+    this.#onDue = onDue
+  }
+
+  /** Entries waiting. */
+  get size(): number {
+    return this.#heap.length
+  }
+
+  /** (Re)schedules `entry` at `at`; moves it if it was already waiting. */
+  schedule(entry: T, at: number): void {
+    const heap = this.#heap
+    const old = entry.dueAt
+    entry.dueAt = at
+    if (entry.heapIndex < 0) {
+      entry.heapIndex = heap.length
+      heap.push(entry)
+      this.#up(entry.heapIndex)
+    } else if (at < old) this.#up(entry.heapIndex)
+    else this.#down(entry.heapIndex)
+    if (at < this.#timerAt) this.#arm(at)
+  }
+
+  /** Takes `entry` out; nothing happens if it is not waiting. */
+  cancel(entry: T): void {
+    const i = entry.heapIndex
+    if (i < 0) return
+    entry.heapIndex = -1
+    entry.dueAt = Number.POSITIVE_INFINITY
+    const heap = this.#heap
+    const last = heap.pop()!
+    if (i < heap.length) {
+      heap[i] = last
+      last.heapIndex = i
+      this.#up(i)
+      this.#down(last.heapIndex)
+    }
+    // An empty heap leaves nothing to keep a timer for; a timer armed early otherwise just re-arms.
+    if (heap.length === 0) this.#disarm()
+  }
+
+  #arm(at: number): void {
+    clearTimeout(this.#timer)
+    this.#timerAt = at
+    this.#timer = setTimeout(this.#fire, timerDelay(at - now()))
+    this.#timer.unref()
+  }
+
+  #disarm(): void {
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+    this.#timerAt = Number.POSITIVE_INFINITY
+  }
+
+  #run(): void {
+    this.#timer = undefined
+    this.#timerAt = Number.POSITIVE_INFINITY
+    const at = now()
+    const heap = this.#heap
+    const due: T[] = []
+    // A Node timer may fire a fraction of a ms before its instant: what is not due yet waits for the next run.
+    while (heap.length > 0 && heap[0]!.dueAt <= at) {
+      const entry = heap[0]!
+      this.cancel(entry)
+      due.push(entry)
+    }
+    try {
+      if (due.length > 0) this.#onDue(due, at)
+    } finally {
+      // Armed once for the earliest entry left (those just run may have rescheduled themselves).
+      if (heap.length > 0 && heap[0]!.dueAt < this.#timerAt) this.#arm(heap[0]!.dueAt)
+    }
+  }
+
+  #up(i: number): void {
+    const heap = this.#heap
+    const entry = heap[i]!
+    while (i > 0) {
+      const parentIndex = (i - 1) >> 1
+      const parent = heap[parentIndex]!
+      if (parent.dueAt <= entry.dueAt) break
+      heap[i] = parent
+      parent.heapIndex = i
+      i = parentIndex
+    }
+    heap[i] = entry
+    entry.heapIndex = i
+  }
+
+  #down(i: number): void {
+    const heap = this.#heap
+    const entry = heap[i]!
+    const n = heap.length
+    for (let left = 2 * i + 1; left < n; left = 2 * i + 1) {
+      const right = left + 1
+      const child = right < n && heap[right]!.dueAt < heap[left]!.dueAt ? right : left
+      if (heap[child]!.dueAt >= entry.dueAt) break
+      heap[i] = heap[child]!
+      heap[i]!.heapIndex = i
+      i = child
+    }
+    heap[i] = entry
+    entry.heapIndex = i
+  }
+}
