@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the package and the tests, then runs every *.test.js with the given node (default: node on PATH).
-# Usage: scripts/run-tests.sh [path/to/node] [extra node --test arguments...]
+# Usage: scripts/run-tests.sh [path/to/node] [extra node --test arguments (no --test-reporter: it sets two)...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_BIN="${1:-node}"
@@ -16,4 +16,17 @@ mapfile -t tests < <(find build/test -name '*.test.js' | sort)
 # does not is a bug to fix, not a reason to go back to one lane. FENCELOCK_TEST_LANES overrides it.
 LANES="${FENCELOCK_TEST_LANES:-2}"
 echo "running ${#tests[@]} test files on $("$NODE_BIN" --version), $LANES at a time"
-PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" --test --test-concurrency="$LANES" "$@" "${tests[@]}"
+# Beside the spec reporter, scripts/failure-report.mjs writes what a failing file left (its exit code or
+# signal, its tests' errors, the runner's diagnostics of it, its stderr) to a file, printed last when the
+# run fails: a CI log is often read by its tail only, where the spec reporter says just "test failed".
+REPORT=build/test-failures.txt
+rm -f "$REPORT"
+status=0
+PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" --test --test-concurrency="$LANES" \
+  --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=./scripts/failure-report.mjs --test-reporter-destination="$REPORT" \
+  "$@" "${tests[@]}" || status=$?
+if [ "$status" -ne 0 ]; then
+  if [ -s "$REPORT" ]; then cat "$REPORT"; else echo "(no failing test file reported: see the output above)"; fi
+fi
+exit "$status"

@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test'
 import postgres from 'postgres'
 import { guardedUpdate, postgresBackend } from '../../src/backends/postgres/index.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
+import { settle, trackUnhandledRejections } from '../core/fakes.js'
 import { adminQuery } from '../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../servers/postgres.js'
 import { ServerProcess } from '../servers/process.js'
@@ -91,6 +92,39 @@ describe('postgres: faults, the fence guard, the table, doctor', { timeout: 180_
     // Notifications resume: postgres.js subscribes again on a new connection.
     await waitUntil(async () => (await listeners()) > 0, 'LISTEN again', { withinMs: 15_000 })
     await next.release()
+  })
+
+  it('a connection terminated before its first statement is answered leaves no unhandled rejection', async () => {
+    // postgres.js reads the server's array types on each new connection unless told not to, in a promise
+    // nobody awaits: a connection terminated during that read made an unhandled rejection (57P01) once the
+    // client reconnected, which ends a Node process. The first statement after the handshake is held at
+    // the proxy, so the termination lands while it waits.
+    const unhandled = trackUnhandledRejections()
+    const proxy = await startProxy(server.port)
+    let held: string | undefined
+    proxy.filter = (chunk, direction) => {
+      // A Parse ('P') or simple Query ('Q') message: the first statement, not the startup message.
+      if (held !== undefined || direction !== 'request' || !/^[PQ]/.test(chunk.toString('latin1', 0, 1)))
+        return true
+      held = chunk.toString('latin1', 5).replace(/\s+/g, ' ').slice(0, 80)
+      return false
+    }
+    try {
+      const locks = client(`postgres://postgres@127.0.0.1:${proxy.port}/postgres`)
+      const acquiring = awaitLater(locks.acquire('terminated', { timeout: '30s' }))
+      await waitUntil(() => held !== undefined, 'the first statement at the proxy', { withinMs: 10_000 })
+      await adminQuery(
+        server,
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = $1',
+        ['client backend'],
+      )
+      const lock = await acquiring
+      await lock.release()
+      await settle()
+      assert.deepEqual(unhandled, [], `held: ${held}`)
+    } finally {
+      await proxy.close()
+    }
   })
 
   it('a paused holder process loses its lock to the next holder, whose fence is greater', async () => {

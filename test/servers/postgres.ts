@@ -63,6 +63,9 @@ async function answers(port: number, data: string): Promise<boolean> {
     max: 1,
     connect_timeout: 1,
     onnotice: () => {},
+    // Ended unanswered after 2 s below: an array-type read in flight then (postgres.js starts one on each
+    // new connection, in a promise nobody awaits) would become an unhandled rejection.
+    fetch_types: false,
   })
   // Bounded: postgres.js can wait on a socket that a squatter on the port accepted and dropped.
   let timer: NodeJS.Timeout | undefined

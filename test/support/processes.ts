@@ -19,7 +19,7 @@ export const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.ur
 
 export interface HoldProcess {
   readonly child: ChildProcessWithoutNullStreams
-  /** The JSON lines the child printed, in order. */
+  /** The JSON lines the child printed, in order (a line that is not JSON is kept as `{ line }`). */
   readonly events: Array<Record<string, unknown>>
   /** Resolves with the next event of this name. */
   next(event: string, timeoutMs?: number): Promise<Record<string, unknown>>
@@ -28,23 +28,37 @@ export interface HoldProcess {
   send(line: string): void
 }
 
-/** Starts `fencelock hold <key>` in its own process. */
+/**
+ * Starts `fencelock hold <key>` in its own process. Nothing it does throws in the test's event handlers
+ * (there an error would only fail the whole test file, after its tests): a line that is not JSON, a
+ * failed spawn, a line sent after it exited all show up in `next`'s error instead.
+ */
 export function startHold(url: string, key: string, args: string[] = []): HoldProcess {
   const child = spawn(process.execPath, [CLI, 'hold', key, '--url', url, ...args], { stdio: 'pipe' })
   const events: Array<Record<string, unknown>> = []
   const waiters: Array<() => void> = []
+  const wakeAll = () => {
+    for (const wake of waiters.splice(0)) wake()
+  }
   let stderr = ''
+  let failed: Error | undefined
+  child.on('error', (error) => {
+    failed = error
+    wakeAll()
+  })
+  // EPIPE for a line sent to a process that has exited: the line is lost, and `next` says it exited.
+  child.stdin.on('error', () => {})
   child.stderr.on('data', (chunk) => {
     stderr += chunk
   })
   createInterface({ input: child.stdout }).on('line', (line) => {
-    events.push(JSON.parse(line) as Record<string, unknown>)
-    for (const wake of waiters.splice(0)) wake()
+    events.push(parseEvent(line))
+    wakeAll()
   })
   const exited = new Promise<number>((resolve) => {
     child.on('exit', (code, signal) => {
       resolve(code ?? (signal === 'SIGKILL' ? 137 : 128))
-      for (const wake of waiters.splice(0)) wake()
+      wakeAll()
     })
   })
   return {
@@ -58,16 +72,21 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
         const check = () => {
           const found = events.find((e) => e.event === event)
           if (found) return resolve(found)
+          if (failed) return reject(new Error(`fencelock hold could not start: ${failed.message}`))
           if (child.exitCode !== null || child.signalCode !== null) {
             return reject(
               new Error(
-                `fencelock hold exited (${child.exitCode ?? child.signalCode}) before "${event}": ${stderr}`,
+                `fencelock hold exited (${child.exitCode ?? child.signalCode}) before "${event}" ` +
+                  `(printed ${JSON.stringify(events)}): ${stderr}`,
               ),
             )
           }
           if (Date.now() - started > timeoutMs)
             return reject(
-              new Error(`no "${event}" within ${timeoutMs} ms (${processState(child.pid)}): ${stderr}`),
+              new Error(
+                `no "${event}" within ${timeoutMs} ms (${processState(child.pid)}; printed ` +
+                  `${JSON.stringify(events)}): ${stderr}`,
+              ),
             )
           waiters.push(check)
           setTimeout(check, 200).unref()
@@ -76,6 +95,15 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
       })
     },
   }
+}
+
+/** One line the hold printed: its JSON, or `{ line }` when it is not JSON (the test's error shows it). */
+function parseEvent(line: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(line)
+    if (typeof value === 'object' && value !== null) return value as Record<string, unknown>
+  } catch {}
+  return { line }
 }
 
 /** What the kernel says of `pid` (run state and wait channel), for a test's failure message. */

@@ -14,6 +14,11 @@ export interface Proxy {
   mode: ProxyMode
   /** Delay added to every chunk in both directions, in ms. */
   delayMs: number
+  /**
+   * Decides each chunk before the mode does: false swallows it. For a fault at one exact request (a
+   * connection's first statement after its handshake); undefined lets the mode alone decide.
+   */
+  filter: ((chunk: Buffer, direction: 'request' | 'reply') => boolean) | undefined
   /** Drops every open connection (clients see a reset). */
   cut(): void
   close(): Promise<void>
@@ -21,7 +26,7 @@ export interface Proxy {
 
 export async function startProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<Proxy> {
   const sockets = new Set<Socket>()
-  const state = { mode: 'pass' as ProxyMode, delayMs: 0 }
+  const state: Pick<Proxy, 'mode' | 'delayMs' | 'filter'> = { mode: 'pass', delayMs: 0, filter: undefined }
   const relay = (from: Socket, to: Socket, isReply: boolean) => {
     // Bytes keep their order when the delay changes: chunks wait in one queue drained by one timer, so a
     // chunk never overtakes one delayed before it (separate timers can fire out of order: a reordered
@@ -35,6 +40,7 @@ export async function startProxy(targetPort: number, targetHost = '127.0.0.1'): 
       if (queue.length > 0) timer = setTimeout(drain, queue[0]!.at - t)
     }
     from.on('data', (chunk: Buffer) => {
+      if (state.filter?.(chunk, isReply ? 'reply' : 'request') === false) return
       if (state.mode === 'blackhole' || (isReply && state.mode === 'drop-replies')) return
       if (queue.length === 0 && state.delayMs <= 0) {
         to.write(chunk)
@@ -79,6 +85,12 @@ export async function startProxy(targetPort: number, targetHost = '127.0.0.1'): 
     },
     set delayMs(ms: number) {
       state.delayMs = ms
+    },
+    get filter() {
+      return state.filter
+    },
+    set filter(filter) {
+      state.filter = filter
     },
     cut() {
       for (const socket of sockets) socket.destroy()

@@ -137,6 +137,10 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
       : { ssl: params.sslmode as 'prefer' | 'require' | 'verify-full' }),
     // No NOTICE lines on the console (CREATE TABLE IF NOT EXISTS of an existing table says one).
     onnotice: () => {},
+    // No array types read on each new connection (no statement here uses arrays): postgres.js reads them in
+    // a promise nobody awaits, so a connection terminated during the read (a restart, pg_terminate_backend)
+    // was an unhandled rejection, which ends a Node process.
+    fetch_types: false,
     connect_timeout: 10,
   })
   const id = redact(url)
