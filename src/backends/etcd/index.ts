@@ -26,8 +26,8 @@
  *   leader changes. A put on an existing key keeps its create revision, so moving our key to another lease
  *   keeps both the fence and the place in line.
  * - Waiting: watches only the key just before ours (the one the acquire read), from the current revision
- *   (then reads it, in case it went away before the watch began: the acquire loop's polls within 100 ms
- *   of that read are answered by it), then re-checks that no earlier key remains and that ours still
+ *   (then reads it, in case it went away before the watch began, and again once per recheck interval, the
+ *   fallback for a watch gone silent: the acquire loop's polls meanwhile are answered by it), then re-checks that no earlier key remains and that ours still
  *   exists (a waiter whose lease died while it waited must not be granted: Jepsen's etcd #11456). The
  *   re-check after a wake-up is a serializable read, read again linearizably if the member is behind: a
  *   hand-over waits for the release's delete and that one member-local read.
