@@ -54,6 +54,11 @@ export class QueueLock<Id, Entry> {
   readonly #leftovers = new Leftovers()
   /** How long a waiter goes without reading the line itself while its watch listens (queue-line.ts). */
   readonly #recheck: (leaseMs: number) => number
+  /**
+   * Aborted by `close`: every wait still under way ends, and no attempt or move takes a session (a lease
+   * granted after the pool closed would be kept alive by nobody's close, and keep the process alive).
+   */
+  readonly #closing = new AbortController()
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`), `recheck` the waiters' (`recheckMs`). */
   constructor(
@@ -97,7 +102,7 @@ export class QueueLock<Id, Entry> {
       for (const name of names) acq.names.add(name)
       acq.inflight = inflight
     }
-    const session = this.#pool.session(this.#pool.leaseMs(req.ttlMs))
+    const session = this.#session(this.#pool.leaseMs(req.ttlMs))
     // Counted at once, so it is not retired while we wait for its lease id: from the write on, our entry
     // may be on this lease. (A session lost before the write took whatever an earlier attempt put.)
     this.#acqs.attach(acq, session)
@@ -156,7 +161,7 @@ export class QueueLock<Id, Entry> {
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
     const line = this.#lines.of(acq)
-    const link = linkedAbort(signal, acq.session!.lost)
+    const link = linkedAbort(signal, acq.session!.lost, this.#closing.signal)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
     let previous: Watch | undefined
     /** This wait's `line.watched` (queue-line.ts), and what settles it. */
@@ -298,12 +303,22 @@ export class QueueLock<Id, Entry> {
     await raceSignal(cleanUp, signal)
   }
 
-  /** Ends every acquisition without a loss, then revokes every lease (deleting our entries with them). */
+  /**
+   * Ends every acquisition without a loss and every wait, then revokes every lease (deleting our entries
+   * with them).
+   */
   async close(): Promise<void> {
+    this.#closing.abort(new Error('the lock backend was closed'))
     this.#acqs.endAll()
     this.#leftovers.close()
     await this.#driver.close()
     await this.#pool.close()
+  }
+
+  /** The pool's session for leases of `leaseMs`; none once closed (see `#closing`). */
+  #session(leaseMs: number) {
+    this.#closing.signal.throwIfAborted()
+    return this.#pool.session(leaseMs)
   }
 
   /**
@@ -409,7 +424,7 @@ export class QueueLock<Id, Entry> {
     start: number,
     signal: AbortSignal,
   ): Promise<ExtendResult> {
-    const to = this.#pool.session(leaseMs)
+    const to = this.#session(leaseMs)
     this.#acqs.attach(acq, to)
     const lease = await raceSignal(to.id, signal)
     // As in an acquire: a lease not known to last the new ttl is kept alive in the same moment.

@@ -425,4 +425,21 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
     assert.equal(store.queue('jobs/')[0]!.lease, longer.id)
   })
+
+  it('close ends the waits still under way, whose own signals never abort, and takes no session after', async () => {
+    const { store, engine, attempt } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    await attempt(b)
+    // A watch that never reports (the store's own close may not reach it): only close can end the wait.
+    store.watch = async () => ({ gone: new Promise<never>(() => {}), cancel: () => {} })
+    const wait = awaitLater(engine.wait(b, open()))
+    assert.equal(await settled(wait), false, 'b waits in line')
+    await engine.close()
+    assert.equal(await alive(wait), undefined, 'the wait ended with the engine')
+    // An attempt after close grants no lease: nobody would revoke it, and its keep-alives would go on.
+    const leases = store.leases.size
+    await assert.rejects(engine.attempt(request('c'), open()), /closed/)
+    assert.equal(store.leases.size, leases, 'no lease granted after close')
+  })
 })
