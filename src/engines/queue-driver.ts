@@ -80,7 +80,10 @@ export interface QueueDriver<Id, Entry> {
    * 'behind' when that replica had not reached `after` yet (the engine then reads again without it).
    */
   check(entry: OwnEntry, after?: bigint): Promise<QueueState<Entry> | 'behind'>
-  /** Starts watching `entry` for its deletion; resolves once the watch is in place on the store. */
+  /**
+   * Starts watching `entry` for its deletion; resolves once the watch is in place on the store. Rejects
+   * once the driver is closed.
+   */
   watch(entry: Entry): Promise<Watch>
   /** Whether `entry` (another's) still exists: read after the watch is in place, so no deletion is missed. */
   exists(entry: Entry): Promise<boolean>
@@ -104,6 +107,10 @@ export interface QueueDriver<Id, Entry> {
   move?(entry: OwnEntry, value: string, lease: Id): Promise<boolean>
   /** Says in words that our entry is gone, found missing at position `at` when known. */
   goneReason(at?: bigint): string
-  /** Stops whatever the driver keeps open for its watches. */
+  /**
+   * Stops whatever the driver keeps open for its watches, and cancels every watch it made that is still
+   * on, in place or still being set up (a wait given up on cancels its watch only once it is in place): a
+   * watch left behind may keep the store's client, and the process, alive.
+   */
   close(): Promise<void>
 }

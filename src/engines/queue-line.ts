@@ -5,9 +5,11 @@
  * - the entry before ours as the latest read found it (the enqueue reads it on etcd and ZooKeeper): a wait
  *   watches it without reading first. Still there, it is still the newest before ours (no entry is ever
  *   created before an existing one); gone, the read after the watch says so, and the wait reads the queue.
- * - the read that found that entry still there once a wait's watch on it was in place: for a moment it
- *   answers the core's attempts (its re-attempt right after arming the wait, its first polls), which then
- *   send nothing (`watching`).
+ * - the latest read that found that entry still there while a wait's watch on it was in place: until the
+ *   wait's next such read is due (`recheckMs`), it answers the core's attempts (its re-attempt right after
+ *   arming the wait, its polls about once a second), which then send nothing (`watching`). The wait's own
+ *   reads, one per `recheckMs`, are the fallback for a watch that went silent: an idle waiter costs the
+ *   store one read per recheck interval instead of one per poll of the core.
  * - the locks whose latest enqueue by this client found them held: the next acquire of one sends no
  *   keep-alive beside its write (queue-lock.ts, `attempt`).
  */
@@ -17,11 +19,25 @@ import { now } from '../core/clock.js'
 import type { Acquisition } from './queue-acquisition.js'
 
 /**
- * How long the read that found the entry before ours still there, once our watch on it was in place,
- * answers the attempts made meanwhile. Short: a poll after that reads the store itself, in case the watch
- * went silent (a stream that broke and was never resumed).
+ * How long an attempt waits for the wait's first read after its watch is in place (on its way), before it
+ * reads the store itself: a watch that is never set up (a stream that hangs) must not hold up the attempts.
  */
-const WATCH_TRUSTED_MS = 100
+const WATCH_SETUP_WAIT_MS = 100
+
+/**
+ * How long a waiter goes without reading the line itself while its watch listens: its lease (how long a
+ * dead holder of the same ttl keeps the lock anyway), at least 15 s (an idle waiter then costs the store
+ * under 0.1 request a second) and at most 60 s. The watch on the entry before ours brings its turn; this
+ * read only bounds how long a watch that went silent (a notification that never comes) can delay it.
+ */
+export const recheckMs = (leaseMs: number): number => Math.min(Math.max(leaseMs, 15_000), 60_000)
+
+/**
+ * How much longer than its recheck interval a wait's latest read answers the attempts: its next read is
+ * sent a little before the interval ends (jittered) and takes a round trip; a loaded event loop that fires
+ * it late makes the attempts read for themselves meanwhile, as they did before the wait began.
+ */
+const TRUST_SLACK_MS = 2000
 
 /** How many locks are remembered as found held at this client's latest enqueue (the oldest forgotten first). */
 const FOUND_HELD_KEPT = 1024
@@ -36,6 +52,8 @@ export interface Line<Entry> {
    * Cleared once the watch reports a deletion.
    */
   watched: Promise<number | undefined> | undefined
+  /** The send time of the wait's latest read that found that entry still there, its watch in place. */
+  freshAt: number | undefined
 }
 
 export class Lines<Id, Entry> {
@@ -47,7 +65,7 @@ export class Lines<Id, Entry> {
   of(acq: Acquisition<Id>): Line<Entry> {
     let line = this.#lines.get(acq)
     if (!line) {
-      line = { before: undefined, watched: undefined }
+      line = { before: undefined, watched: undefined, freshAt: undefined }
       this.#lines.set(acq, line)
     }
     return line
@@ -55,24 +73,30 @@ export class Lines<Id, Entry> {
 
   /**
    * Whether a wait of `acq` watches the entry before ours, found still there by a read sent after its
-   * watch was in place less than WATCH_TRUSTED_MS ago (waiting a moment for that read if it is on its
-   * way), with no deletion reported since: then that read answers an attempt, which sends none (it is
-   * refused). That read came after the attempt that armed the wait, which is exactly what the core's
-   * re-attempt after arming checks; and the core's polls, 10 ms apart at first, are a fallback for a watch
-   * that went silent, not news while a watch just found in place is listening. A later poll reads for
-   * itself.
+   * watch was in place, less than `trustMs` ago (see `trustFor`; waiting a moment for the wait's first
+   * read if it is on its way), with no deletion reported since: then that read answers an attempt, which
+   * sends none (it is refused). The first such read came after the attempt that armed the wait, which is
+   * exactly what the core's re-attempt after arming checks; and the core's polls are a fallback for a
+   * watch that went silent, which the wait's own reads, one per recheck interval, cover already. An
+   * attempt after a read older than that reads for itself.
    */
-  async watching(acq: Acquisition<Id>, signal: AbortSignal): Promise<boolean> {
+  async watching(acq: Acquisition<Id>, trustMs: number, signal: AbortSignal): Promise<boolean> {
     const line = this.#lines.get(acq)
     const watched = line?.watched
     if (!line || !watched) return false
-    // Waited for WATCH_TRUSTED_MS at most: a watch that is never set up (a stream that hangs) must not
+    // Waited for WATCH_SETUP_WAIT_MS at most: a watch that is never set up (a stream that hangs) must not
     // hold up the attempts, which then read the store themselves, as before the wait began.
     let timer: NodeJS.Timeout | undefined
     const late = new Promise<undefined>((resolve) => {
-      timer = setTimeout(() => resolve(undefined), WATCH_TRUSTED_MS)
+      timer = setTimeout(() => resolve(undefined), WATCH_SETUP_WAIT_MS)
     })
     const sentAt = await raceSignal(Promise.race([watched, late]), signal).finally(() => clearTimeout(timer))
-    return sentAt !== undefined && line.watched === watched && now() - sentAt < WATCH_TRUSTED_MS
+    const freshAt = line.freshAt
+    return (
+      sentAt !== undefined && line.watched === watched && freshAt !== undefined && now() - freshAt < trustMs
+    )
   }
 }
+
+/** How long a wait's latest read answers the attempts, for a waiter whose reads come every `recheckMs`. */
+export const trustFor = (recheck: number): number => recheck + TRUST_SLACK_MS

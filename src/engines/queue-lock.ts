@@ -10,8 +10,10 @@
  *   still there, so a deletion between the two is not missed), and every wake-up is a hint followed by a
  *   re-check: no earlier entry remains, AND ours still exists. A waiter whose lease died while it waited
  *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
- *   ours, the read that found it in place) spares the reads the core's attempts would send meanwhile
- *   (queue-line.ts).
+ *   ours, the latest read that found it in place) spares the reads the core's attempts would send
+ *   meanwhile (queue-line.ts). The fallback for a watch that went silent is the wait's own read that the
+ *   entry before ours is still there, once per recheck interval (the lease, 15-60 s): an idle waiter costs
+ *   the store one read per interval, not one per poll of the core.
  * - A grant's lease is what the session is known to keep (`aliveUntil`), counted from no earlier than the
  *   start of the attempt the core counts the grant's validity from (a hand-over's: the waiter's last one);
  *   a holder watches its own entry, and its deletion or the session's loss aborts the grant's `lost` signal.
@@ -31,11 +33,11 @@
  */
 import { linkedAbort, raceSignal } from '../core/abort.js'
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../core/backend.js'
-import { now } from '../core/clock.js'
+import { jitter, now, sleep } from '../core/clock.js'
 import { type Acquisition, Acquisitions, afterGrant } from './queue-acquisition.js'
 import type { OwnEntry, QueueDriver, QueueState, Watch } from './queue-driver.js'
 import { Leftovers } from './queue-leftovers.js'
-import { Lines } from './queue-line.js'
+import { type Line, Lines, recheckMs, trustFor } from './queue-line.js'
 import { type LeaseDriver, SessionPool } from './session.js'
 
 export type { Acquisition } from './queue-acquisition.js'
@@ -50,10 +52,23 @@ export class QueueLock<Id, Entry> {
   readonly #lines = new Lines<Id, Entry>()
   /** Entries whose release or clean-up failed, deleted again once the store answers (queue-leftovers.ts). */
   readonly #leftovers = new Leftovers()
+  /** How long a waiter goes without reading the line itself while its watch listens (queue-line.ts). */
+  readonly #recheck: (leaseMs: number) => number
+  /**
+   * Aborted by `close`: every wait still under way ends, and no attempt or move takes a session (a lease
+   * granted after the pool closed would be kept alive by nobody's close, and keep the process alive).
+   */
+  readonly #closing = new AbortController()
 
-  /** `idle` replaces the sessions' idle time (tests; see `idleMs`). */
-  constructor(driver: QueueDriver<Id, Entry>, leases: LeaseDriver<Id>, idle?: (leaseMs: number) => number) {
+  /** `idle` replaces the sessions' idle time (tests; see `idleMs`), `recheck` the waiters' (`recheckMs`). */
+  constructor(
+    driver: QueueDriver<Id, Entry>,
+    leases: LeaseDriver<Id>,
+    idle?: (leaseMs: number) => number,
+    recheck: (leaseMs: number) => number = recheckMs,
+  ) {
     this.#driver = driver
+    this.#recheck = recheck
     this.#pool = new SessionPool(leases, (session, reason) => this.#acqs.sessionLost(session, reason), idle)
     this.#acqs = new Acquisitions(driver, this.#pool)
   }
@@ -67,7 +82,8 @@ export class QueueLock<Id, Entry> {
     // the write (a raft round and an fsync on etcd), unless our wait has just read it (`Lines.watching`).
     if (acq.entry !== undefined) {
       if (!acq.session!.lost.aborted) {
-        if (await this.#lines.watching(acq, signal)) return BUSY
+        const trust = trustFor(this.#recheck(acq.session!.leaseMs))
+        if (await this.#lines.watching(acq, trust, signal)) return BUSY
         const { before, mine } = await this.#check(acq.entry, signal)
         if (mine) {
           this.#lines.of(acq).before = before
@@ -86,7 +102,7 @@ export class QueueLock<Id, Entry> {
       for (const name of names) acq.names.add(name)
       acq.inflight = inflight
     }
-    const session = this.#pool.session(this.#pool.leaseMs(req.ttlMs))
+    const session = this.#session(this.#pool.leaseMs(req.ttlMs))
     // Counted at once, so it is not retired while we wait for its lease id: from the write on, our entry
     // may be on this lease. (A session lost before the write took whatever an earlier attempt put.)
     this.#acqs.attach(acq, session)
@@ -145,7 +161,7 @@ export class QueueLock<Id, Entry> {
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
     const line = this.#lines.of(acq)
-    const link = linkedAbort(signal, acq.session!.lost)
+    const link = linkedAbort(signal, acq.session!.lost, this.#closing.signal)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
     let previous: Watch | undefined
     /** This wait's `line.watched` (queue-line.ts), and what settles it. */
@@ -195,10 +211,12 @@ export class QueueLock<Id, Entry> {
         // otherwise never wake us.
         const sentAt = now()
         const still = await raceSignal(this.#driver.exists(before), link.signal)
+        if (still) line.freshAt = sentAt
         tell?.(still ? sentAt : undefined)
-        seen = still ? await raceSignal(previous.gone, link.signal) : undefined
+        seen = still ? await this.#gone(previous, before, line, acq, link.signal) : undefined
         // Told of a deletion (or the watch failed): the attempts meanwhile read for themselves again.
         if (line.watched === watched) line.watched = undefined
+        line.freshAt = undefined
         before = undefined
       }
       return undefined
@@ -206,7 +224,10 @@ export class QueueLock<Id, Entry> {
       return undefined
     } finally {
       tell?.(undefined)
-      if (line.watched === watched) line.watched = undefined
+      if (line.watched === watched) {
+        line.watched = undefined
+        line.freshAt = undefined
+      }
       previous?.cancel()
       link.dispose()
     }
@@ -282,12 +303,22 @@ export class QueueLock<Id, Entry> {
     await raceSignal(cleanUp, signal)
   }
 
-  /** Ends every acquisition without a loss, then revokes every lease (deleting our entries with them). */
+  /**
+   * Ends every acquisition without a loss and every wait, then revokes every lease (deleting our entries
+   * with them).
+   */
   async close(): Promise<void> {
+    this.#closing.abort(new Error('the lock backend was closed'))
     this.#acqs.endAll()
     this.#leftovers.close()
     await this.#driver.close()
     await this.#pool.close()
+  }
+
+  /** The pool's session for leases of `leaseMs`; none once closed (see `#closing`). */
+  #session(leaseMs: number) {
+    this.#closing.signal.throwIfAborted()
+    return this.#pool.session(leaseMs)
   }
 
   /**
@@ -302,6 +333,28 @@ export class QueueLock<Id, Entry> {
     const state = await raceSignal(this.#driver.check(entry, seen), signal)
     if (state !== 'behind') return state
     return (await raceSignal(this.#driver.check(entry), signal)) as QueueState<Entry>
+  }
+
+  /**
+   * Waits for the deletion `watch` reports; meanwhile, once per recheck interval, reads that `before` is
+   * still there (the fallback for a watch that went silent), each such read answering the core's attempts
+   * until the next (`Lines.watching`). Settles like `watch.gone`, or with undefined when a read finds the
+   * entry gone: the wait then reads the line.
+   */
+  async #gone(watch: Watch, before: Entry, line: Line<Entry>, acq: Acquisition<Id>, signal: AbortSignal) {
+    const every = this.#recheck(acq.session!.leaseMs)
+    const told = watch.gone.then((at) => ({ at }))
+    for (;;) {
+      // Jittered below the interval, so that the read is in before the one it replaces stops answering.
+      // Unreferenced: a wait keeps no process alive by itself (its store's connection does).
+      const stop = new AbortController()
+      const due = sleep(jitter(every / 2) + every / 2, stop.signal, { ref: false }).then(() => undefined)
+      const woke = await raceSignal(Promise.race([told, due]), signal).finally(() => stop.abort())
+      if (woke) return woke.at
+      const sentAt = now()
+      if (!(await raceSignal(this.#driver.exists(before), signal))) return undefined
+      line.freshAt = sentAt
+    }
   }
 
   /** A watch on `entry`; one still being made when we stop waiting is cancelled once it exists. */
@@ -371,7 +424,7 @@ export class QueueLock<Id, Entry> {
     start: number,
     signal: AbortSignal,
   ): Promise<ExtendResult> {
-    const to = this.#pool.session(leaseMs)
+    const to = this.#session(leaseMs)
     this.#acqs.attach(acq, to)
     const lease = await raceSignal(to.id, signal)
     // As in an acquire: a lease not known to last the new ttl is kept alive in the same moment.

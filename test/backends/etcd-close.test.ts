@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import { pathToFileURL } from 'node:url'
 import * as etcd3 from 'etcd3'
 import { etcdBackend, etcdClientOptions } from '../../src/backends/etcd/index.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
@@ -12,6 +15,55 @@ import { abortedWithin } from '../support/wait.js'
  * a bound, close() waited for as long as the server stayed paused (633 s in a review).
  */
 const CLOSE_WITHIN_MS = 20_000
+
+/**
+ * How long a process may take to exit on its own once its client is closed and its connection to etcd
+ * dropped, with room for a loaded machine. A watcher left to etcd3 kept it alive for as long as anyone
+ * waited: etcd3 re-opens the watch stream of a closed client every second, for ever.
+ */
+const EXIT_WITHIN_MS = 20_000
+
+const BUILD = join(import.meta.dirname, '../..')
+const moduleUrl = (path: string) => JSON.stringify(pathToFileURL(join(BUILD, path)).href)
+
+/**
+ * A process with a waiter whose wait starts its watches (the stream's and the wait's own) once its
+ * connection to etcd (through a proxy of its own) has gone silent, so that they are still being set up
+ * when the client closes; then the connection drops. It prints when close() returned and the proxy is
+ * gone, and must then exit on its own.
+ */
+const WAITER_SCRIPT = `
+  import { createLockClient } from ${moduleUrl('src/index.js')}
+  import { fromUrl } from ${moduleUrl('src/backends/etcd/index.js')}
+  import { startProxy } from ${moduleUrl('test/support/proxy.js')}
+  const [port, key] = process.argv.slice(1)
+  const proxy = await startProxy(Number(port))
+  const inner = await fromUrl(new URL('etcd://127.0.0.1:' + proxy.port))
+  let waitAsked
+  const asked = new Promise((resolve) => { waitAsked = resolve })
+  let letWait
+  const silent = new Promise((resolve) => { letWait = resolve })
+  // The backend's own wait, held back until etcd is out of reach (a backend is spread to wrap a primitive).
+  const backend = {
+    ...inner,
+    waitForChange: async (req, signal) => {
+      waitAsked()
+      await silent
+      return inner.waitForChange(req, signal)
+    },
+  }
+  const locks = createLockClient(backend, { ttl: '30s' })
+  const acquire = locks.acquire(key, { timeout: '120s' })
+  acquire.catch(() => {})
+  await asked
+  proxy.mode = 'blackhole'
+  letWait()
+  // The wait sets up its watches in the turns after the gate opens (it reads nothing first).
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  await locks.close()
+  await proxy.close()
+  console.log('closed')
+`
 
 /** How long `locks.close()` took, or a failure once it has taken longer than CLOSE_WITHIN_MS. */
 async function closeTime(locks: LockClient): Promise<number> {
@@ -86,5 +138,48 @@ describe('etcd: close() returns while etcd does not answer', { timeout: 180_000 
     })
     // Your client stays open and usable once etcd answers again.
     await client.put('after-close').value('1')
+  })
+
+  it('a process exits on its own once its client is closed, with watches still being set up', async (t) => {
+    const holder = createLockClient(cluster.url(), { ttl: '30s' })
+    const key = 'close-exit'
+    const lock = await holder.acquire(key)
+    const port = String(cluster.members[0]!.clientPort)
+    const child = spawn(process.execPath, ['--input-type=module', '-e', WAITER_SCRIPT, port, key], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let output = ''
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+    const closed = new Promise<number | undefined>((resolve) => {
+      child.stdout.on('data', (d) => {
+        output += d
+        if (output.includes('closed')) resolve(performance.now())
+      })
+      void exited.then(() => resolve(undefined))
+    })
+    child.stderr.on('data', (d) => {
+      output += d
+    })
+    let timer: NodeJS.Timeout | undefined
+    try {
+      const closedAt = await closed
+      assert.ok(closedAt !== undefined, `the process ended before its client closed:\n${output}`)
+      const late = new Promise<'alive'>((resolve) => {
+        timer = setTimeout(() => resolve('alive'), EXIT_WITHIN_MS)
+      })
+      const outcome = await Promise.race([exited, late])
+      assert.notEqual(
+        outcome,
+        'alive',
+        `still running ${EXIT_WITHIN_MS} ms after close() returned:\n${output}`,
+      )
+      assert.equal(outcome, 0, output)
+      t.diagnostic(`exited ${Math.round(performance.now() - closedAt)} ms after close() returned`)
+    } finally {
+      clearTimeout(timer)
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+      await lock.release()
+      await holder.close()
+    }
   })
 })

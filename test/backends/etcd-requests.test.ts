@@ -28,6 +28,10 @@ describe('etcd: raft writes and requests per contended acquisition', { timeout: 
       if (proposals) found.set('proposals', Number(proposals[1]))
       const handled = /^grpc_server_handled_total\{.*grpc_method="(\w+)".*\} (\S+)/.exec(line)
       if (handled) found.set(handled[1]!, (found.get(handled[1]!) ?? 0) + Number(handled[2]))
+      // Messages received, streams' included (a watch's create and cancel, each lease keep-alive).
+      const received = /^grpc_server_msg_received_total\{.*grpc_method="(\w+)".*\} (\S+)/.exec(line)
+      if (received)
+        found.set(`msg ${received[1]!}`, (found.get(`msg ${received[1]!}`) ?? 0) + Number(received[2]))
     }
     return found
   }
@@ -81,5 +85,48 @@ describe('etcd: raft writes and requests per contended acquisition', { timeout: 
     // FIFO all along: every client had its share.
     for (let i = 0; i < clients.length; i++)
       assert.equal(order.filter((w) => w === i).length, n, `client ${i}: ${order.join('')}`)
+  })
+
+  it('idle waiters cost etcd at most 0.1 request a second each, besides one keep-alive stream per client', async (t) => {
+    const holder = createLockClient(cluster.url(), { ttl: '10s' })
+    const waiting = Array.from({ length: 2 }, () => createLockClient(cluster.url(), { ttl: '10s' }))
+    open.push(holder, ...waiting)
+    const key = 'idle'
+    const lock = await holder.acquire(key)
+    const perClient = 25
+    const acquires = waiting.flatMap((c) =>
+      Array.from({ length: perClient }, () => {
+        const acquire = c.acquire(key, { timeout: '120s' })
+        acquire.catch(() => {})
+        return acquire
+      }),
+    )
+    const waiters = acquires.length
+    // In line and watching: every waiter's key is there, then a moment for the waits to settle.
+    const lineOf = async () => (await holder.inspect(key)).held
+    assert.ok(await lineOf())
+    await sleep(3000)
+    const from = await counters()
+    const seconds = 20
+    await sleep(seconds * 1000)
+    const to = await counters()
+    const count = (name: string) => (to.get(name) ?? 0) - (from.get(name) ?? 0)
+    // Every request about the line: reads, transactions, and watch creates and cancels on the stream.
+    const requests = count('msg Range') + count('msg Txn') + count('msg Watch')
+    const perWaiterSecond = requests / (waiters * seconds)
+    const keepAlives = count('msg LeaseKeepAlive')
+    const counted =
+      `${waiters} idle waiters for ${seconds} s: Range ${count('msg Range')}, Txn ${count('msg Txn')}, ` +
+      `Watch ${count('msg Watch')} (${perWaiterSecond.toFixed(3)} per waiter-second); ` +
+      `LeaseKeepAlive ${keepAlives} (one session per client, whatever its waiters)`
+    t.diagnostic(counted)
+    assert.ok(perWaiterSecond <= 0.1, counted)
+    // A keep-alive every lease/3 per session (3 clients): about 2 a second at most, not one per waiter.
+    assert.ok(keepAlives <= 3 * seconds, counted)
+    await lock.release()
+    // Still served, in order: the line moves on from the release.
+    const next = await Promise.race(acquires)
+    await next.release()
+    for (const c of [holder, ...waiting]) await c.close()
   })
 })

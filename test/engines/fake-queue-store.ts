@@ -171,6 +171,7 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   }
 
   async exists(entry: FakeEntry): Promise<boolean> {
+    this.calls.push({ op: 'exists', name: entry.name })
     await settle()
     return this.entries.get(entry.name)?.position === entry.position
   }

@@ -14,9 +14,10 @@ import { deferred, FakeQueueStore, settle } from './fake-queue-store.js'
 const open = () => new AbortController().signal
 const request = (owner: string, key = 'jobs'): AcquireRequest => ({ key, owner, ttlMs: 3000 })
 
-function setup() {
+/** `recheckMs`: how long a waiter goes without reading the line itself (the engine's default otherwise). */
+function setup(recheckMs?: number) {
   const store = new FakeQueueStore()
-  const engine = new QueueLock(store, store)
+  const engine = new QueueLock(store, store, undefined, recheckMs === undefined ? undefined : () => recheckMs)
   /** One attempt; a grant is returned, a refusal is null. */
   const attempt = async (req: AcquireRequest) => {
     const result = await engine.attempt(req, open())
@@ -117,18 +118,39 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal(store.count('check', nameOf('b')), 0, 'no queue read besides the enqueue and the watch')
   })
 
-  it('an attempt while the watch is in place reads the store again once its read is 100 ms old', async () => {
-    const { store, engine, attempt, nameOf } = setup()
+  it("an idle waiter reads the line once per recheck interval; the core's polls in between send nothing", async () => {
+    const { store, engine, attempt, nameOf } = setup(300)
     await attempt(request('a'))
     const b = request('b')
     await attempt(b)
+    const wait = awaitLater(engine.wait(b, open()))
+    await settled(wait)
+    // The core's polls, every 50 ms for a second: each answered by the wait's latest read.
+    const started = performance.now()
+    while (performance.now() - started < 1000) {
+      assert.equal(await attempt(b), null)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    assert.equal(store.count('check', nameOf('b')), 0, 'no poll read the line')
+    // The read after the watch, then one every 225-300 ms of the wait's own (a loaded machine fires late).
+    const reads = store.count('exists', nameOf('a'))
+    assert.ok(reads >= 2 && reads <= 6, `${reads} reads of the entry before ours in a second`)
+    assert.equal(store.count('watch', nameOf('a')), 1, 'one watch, kept')
+  })
+
+  it('a deletion the watch never reports is found by the waiter’s own read within its recheck interval', async () => {
+    const { store, engine, attempt, release, nameOf } = setup(300)
+    const a = (await attempt(request('a')))!
+    const b = request('b')
+    await attempt(b)
+    // A watch that went silent: in place, but it never tells of the deletion.
+    store.watch = async () => ({ gone: new Promise<never>(() => {}), cancel: () => {} })
     const wait = engine.wait(b, open())
     await settled(wait)
-    assert.equal(await attempt(b), null)
-    assert.equal(store.count('check', nameOf('b')), 0, 'a fresh watch answers the poll')
-    await new Promise((resolve) => setTimeout(resolve, 150))
-    assert.equal(await attempt(b), null)
-    assert.equal(store.count('check', nameOf('b')), 1, 'an older one does not: the poll reads')
+    await release(a)
+    const grant = await alive(wait)
+    assert.ok(grant, 'b is granted by its own read, without any attempt of the core')
+    assert.equal(store.queue('jobs/')[0]?.name, nameOf('b'))
   })
 
   it('a watch that is never set up does not hold up the attempts: they read the store themselves', async () => {
@@ -402,5 +424,22 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     longer.answer = 10_000
     await assert.rejects(engine.extend(a.cookie as Acquisition<number>, 10_000, open()))
     assert.equal(store.queue('jobs/')[0]!.lease, longer.id)
+  })
+
+  it('close ends the waits still under way, whose own signals never abort, and takes no session after', async () => {
+    const { store, engine, attempt } = setup()
+    await attempt(request('a'))
+    const b = request('b')
+    await attempt(b)
+    // A watch that never reports (the store's own close may not reach it): only close can end the wait.
+    store.watch = async () => ({ gone: new Promise<never>(() => {}), cancel: () => {} })
+    const wait = awaitLater(engine.wait(b, open()))
+    assert.equal(await settled(wait), false, 'b waits in line')
+    await engine.close()
+    assert.equal(await alive(wait), undefined, 'the wait ended with the engine')
+    // An attempt after close grants no lease: nobody would revoke it, and its keep-alives would go on.
+    const leases = store.leases.size
+    await assert.rejects(engine.attempt(request('c'), open()), /closed/)
+    assert.equal(store.leases.size, leases, 'no lease granted after close')
   })
 })

@@ -26,11 +26,12 @@
  *   leader changes. A put on an existing key keeps its create revision, so moving our key to another lease
  *   keeps both the fence and the place in line.
  * - Waiting: watches only the key just before ours (the one the acquire read), from the current revision
- *   (then reads it, in case it went away before the watch began: the acquire loop's polls within 100 ms
- *   of that read are answered by it), then re-checks that no earlier key remains and that ours still
- *   exists (a waiter whose lease died while it waited must not be granted: Jepsen's etcd #11456). The
- *   re-check after a wake-up is a serializable read, read again linearizably if the member is behind: a
- *   hand-over waits for the release's delete and that one member-local read.
+ *   (then reads it, in case it went away before the watch began, and again once per recheck interval, the
+ *   fallback for a watch gone silent: the acquire loop's polls meanwhile are answered by it), then
+ *   re-checks that no earlier key remains and that ours still exists (a waiter whose lease died while it
+ *   waited must not be granted: Jepsen's etcd #11456). The re-check after a wake-up is a serializable
+ *   read, read again linearizably if the member is behind: a hand-over waits for the release's delete and
+ *   that one member-local read.
  *   Abandon deletes our key by its name (unique to the acquire: nobody else writes a key with our owner id)
  *   once the attempt's transaction has settled, whatever the abort raced with: the write, its reply, the
  *   keep-alive after it, or a hand-over. A clean-up or release whose delete fails retires the session, so

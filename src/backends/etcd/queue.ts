@@ -1,8 +1,13 @@
 /**
  * etcd as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the keys under
  * its prefix, ordered by create revision; each step is one transaction, range or watch.
+ *
+ * Every watcher it makes is kept until cancelled, and `close` cancels those left, in place or still being
+ * set up: etcd3 re-opens its watch stream for as long as one watcher remains, every second at most, on a
+ * timer that keeps the process alive, also once the client is closed. A watcher still being set up when
+ * its client closes never settles etcd3's `create()`: whoever waited for it to cancel it never would.
  */
-import type { Etcd3, IKeyValue, IRequestOp, Watcher } from 'etcd3'
+import type { Etcd3, IKeyValue, IRequestOp, WatchBuilder, Watcher } from 'etcd3'
 import type {
   Cancel,
   HeldEvents,
@@ -37,13 +42,32 @@ const newestOf = (p: string, limit: number) => ({
 })
 
 /** A watcher as the engine's `Watch`: `gone` settles on the key's deletion (with its revision) or an error. */
-function asWatch(watcher: Watcher): Watch {
+function asWatch(watcher: Watcher, cancel: () => void): Watch {
   const gone = new Promise<bigint | undefined>((resolve) => {
     watcher.once('delete', (kv) => resolve(BigInt(kv.mod_revision)))
     watcher.once('error', () => resolve(undefined))
   })
-  return { gone, cancel: () => void watcher.cancel().catch(() => {}) }
+  return { gone, cancel }
 }
+
+/** Resolves once etcd created `watcher` (what etcd3's `create()` waits for), rejects if etcd refused it. */
+function inPlace(watcher: Watcher): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const connected = () => {
+      watcher.off('error', refused)
+      resolve()
+    }
+    const refused = (error: Error) => {
+      watcher.off('connected', connected)
+      reject(error)
+    }
+    watcher.once('connected', connected)
+    watcher.once('error', refused)
+  })
+}
+
+/** What a watch asked of a closed driver gets: a wait still under way then ends (the engine re-attempts). */
+const closedError = () => new Error('the etcd backend is closed: no new watch is set up')
 
 export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   readonly #client: Etcd3
@@ -54,7 +78,10 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
    * its wake-up ran 1.5-3 ms slower while the stream was being torn down (measured). One idle stream per
    * client is cheap.
    */
-  #streamKeeper: Promise<Watcher | undefined> | undefined
+  #streamKeeper: Watcher | undefined
+  /** Every watcher made and not cancelled yet (the stream keeper's included): `close` cancels them. */
+  readonly #watchers = new Set<Watcher>()
+  #closed = false
 
   constructor(client: Etcd3, prefix: string) {
     this.#client = client
@@ -139,8 +166,11 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
    * events from a background loop that runs every 100 ms (contended handoffs took ~100 ms that way).
    */
   async watch(before: IKeyValue): Promise<Watch> {
+    if (this.#closed) throw closedError()
     this.#keepWatchStream()
-    return asWatch(await this.#client.watch().key(before.key).create())
+    const watcher = this.#track(this.#client.watch().key(before.key))
+    await inPlace(watcher)
+    return asWatch(watcher, () => this.#cancel(watcher))
   }
 
   async exists(before: IKeyValue): Promise<boolean> {
@@ -164,12 +194,15 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
    * without (p50 within ±5 % in interleaved runs): the create and cancel ride on the open stream.
    */
   watchHeld(entry: OwnEntry, from: bigint, events: HeldEvents): Cancel {
+    // Closed meanwhile (the grant's watch is set after it reached its caller): every lock has ended.
+    if (this.#closed) return { cancel: () => {} }
     this.#keepWatchStream()
-    const watcher = this.#client
-      .watch()
-      .key(entry.name)
-      .startRevision((from + 1n).toString())
-      .watcher()
+    const watcher = this.#track(
+      this.#client
+        .watch()
+        .key(entry.name)
+        .startRevision((from + 1n).toString()),
+    )
     watcher.on('delete', (kv) => {
       events.deleted(
         `its key was deleted from etcd at revision ${kv.mod_revision} (deleted directly, or its lease was ` +
@@ -178,7 +211,7 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
     })
     // etcd cancelled the watch (its start revision was compacted away, say).
     watcher.on('error', () => events.failed())
-    return { cancel: () => void watcher.cancel().catch(() => {}) }
+    return { cancel: () => this.#cancel(watcher) }
   }
 
   /** Only the key we created (same create revision) goes. */
@@ -208,13 +241,15 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   }
 
   /**
-   * Cancels the stream keeper without waiting: etcd3's cancel waits for the server's word, and a server
-   * that does not answer (paused, partitioned) would hold up close() for as long.
+   * Cancels every watcher left (the stream keeper, waits' watches still being set up, holders'), without
+   * waiting: etcd3's cancel waits for the server's word, and a server that does not answer (paused,
+   * partitioned) would hold up close() for as long. A watcher still being set up is dropped by etcd3 once
+   * its stream ends (the client's close ends it), instead of being set up again for ever.
    */
   async close(): Promise<void> {
-    const keeper = this.#streamKeeper
+    this.#closed = true
     this.#streamKeeper = undefined
-    void keeper?.then((w) => w?.cancel()).catch(() => {})
+    for (const watcher of [...this.#watchers]) this.#cancel(watcher)
   }
 
   /** One transaction applying `op` only if our key is still the one we created (same create revision). */
@@ -229,13 +264,27 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   }
 
   #keepWatchStream() {
-    this.#streamKeeper ??= this.#client
-      .watch()
-      .key(this.#prefix)
-      .create()
-      .catch(() => {
-        this.#streamKeeper = undefined
-        return undefined
-      })
+    if (this.#streamKeeper) return
+    const keeper = this.#track(this.#client.watch().key(this.#prefix))
+    this.#streamKeeper = keeper
+    // Refused by etcd: the next watch makes another.
+    keeper.once('error', () => {
+      if (this.#streamKeeper === keeper) this.#streamKeeper = undefined
+    })
+  }
+
+  /** The watcher `builder` makes, attached at once and kept until cancelled or refused by etcd. */
+  #track(builder: WatchBuilder): Watcher {
+    const watcher = builder.watcher()
+    this.#watchers.add(watcher)
+    // Refused or cancelled by etcd: etcd3 has dropped it already.
+    watcher.once('error', () => this.#watchers.delete(watcher))
+    return watcher
+  }
+
+  /** Cancels `watcher` without waiting for etcd's word (once; later calls do nothing). */
+  #cancel(watcher: Watcher) {
+    if (!this.#watchers.delete(watcher)) return
+    watcher.cancel().catch(() => {})
   }
 }
