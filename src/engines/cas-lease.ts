@@ -68,6 +68,7 @@ import type { CasDriver } from './cas-lease-driver.js'
 import { type Observation, Observations } from './cas-observe.js'
 import { CasOperations, recordView } from './cas-operations.js'
 import { type CasRecord, heldBy, newNonce } from './cas-record.js'
+import { CasRetirer } from './cas-retire.js'
 import { CasIo } from './cas-write.js'
 
 export type { CasHold } from './cas-hold.js'
@@ -107,7 +108,10 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
-    close: () => driver.close(),
+    close: async () => {
+      await engine.retirer.close()
+      await driver.close()
+    },
   }
   const doctor = driver.doctor?.bind(driver)
   // Only where the driver can list its store: the client says so for one that cannot.
@@ -126,6 +130,8 @@ export class CasLease {
   readonly holds: CasHolds
   /** List and break: what an operator does (cas-operations.ts). */
   readonly operations: CasOperations
+  /** Deletes of released records the fence rule does not allow yet (cas-retire.ts). */
+  readonly retirer: CasRetirer
   /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
@@ -147,13 +153,16 @@ export class CasLease {
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )
     this.#io = new CasIo(driver, this.#seen)
-    this.holds = new CasHolds(this.#io, this.#writers)
+    this.retirer = new CasRetirer(this.#io)
+    this.holds = new CasHolds(this.#io, this.#writers, this.retirer)
     this.operations = new CasOperations(this.#io)
   }
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const start = now()
+    // Taken again here: its released record is written over, not deleted.
+    this.retirer.cancel(req.key)
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
     if (waiting) {
