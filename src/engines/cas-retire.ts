@@ -16,6 +16,7 @@
  * A record whose holder crashed is not retired here (nobody in this process released it): it stays
  * released or held until someone takes it over, and its next holder's release retires it.
  */
+import { setMaxListeners } from 'node:events'
 import { BoundedMap } from '../core/bounded-map.js'
 import { retirable } from './cas-fence.js'
 import type { CasIo } from './cas-write.js'
@@ -40,6 +41,8 @@ export class CasRetirer {
   readonly #pending = new BoundedMap<string, PendingRetire>(PENDING_KEPT)
   #timer: ReturnType<typeof setTimeout> | undefined
   #sweeping: Promise<void> | undefined
+  /** Aborted by `close()`: a sweep of the timer in flight stops, so that close is bounded. */
+  readonly #stop = new AbortController()
   #closed = false
 
   constructor(io: CasIo) {
@@ -73,9 +76,10 @@ export class CasRetirer {
     this.#closed = true
     clearTimeout(this.#timer)
     this.#timer = undefined
-    if (this.#pending.size === 0 && this.#sweeping === undefined) return
-    const signal = AbortSignal.timeout(CLOSE_CAP_MS)
+    this.#stop.abort()
     await this.#sweeping
+    if (this.#pending.size === 0) return
+    const signal = AbortSignal.timeout(CLOSE_CAP_MS)
     await this.#sweep(signal).catch(() => {})
     this.#pending.clear()
   }
@@ -84,7 +88,8 @@ export class CasRetirer {
     if (this.#timer !== undefined || this.#closed) return
     this.#timer = setTimeout(() => {
       this.#timer = undefined
-      this.#sweeping = this.#sweep(AbortSignal.timeout(10 * SWEEP_EVERY_MS))
+      const signal = AbortSignal.any([AbortSignal.timeout(10 * SWEEP_EVERY_MS), this.#stop.signal])
+      this.#sweeping = this.#sweep(signal)
         .catch(() => {})
         .finally(() => {
           this.#sweeping = undefined
@@ -96,6 +101,8 @@ export class CasRetirer {
 
   /** One pass: the store's clock refreshed if no pending retire is allowed yet, then every allowed delete. */
   async #sweep(signal: AbortSignal): Promise<void> {
+    // Its deletes in flight each listen to it (the SDK, the store's pacing): more than Node's default of 10.
+    setMaxListeners(0, signal)
     const io = this.#io
     const allowed = () => [...this.#pending].filter(([, p]) => retirable(p.fence, io.serverSecond))
     let due = allowed()
@@ -106,7 +113,7 @@ export class CasRetirer {
       await io.read(first.value, signal)
       due = allowed()
     }
-    for (let i = 0; i < due.length; i += SWEEP_PARALLEL) {
+    for (let i = 0; i < due.length && !signal.aborted; i += SWEEP_PARALLEL) {
       await Promise.all(
         due.slice(i, i + SWEEP_PARALLEL).map(async ([key, p]) => {
           // Cancelled meanwhile (an acquire of the key), or rescheduled at another version.
