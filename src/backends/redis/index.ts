@@ -63,6 +63,12 @@ export interface RedisBackendOptions {
    */
   readonly waiterLivenessMs?: number | undefined
   /**
+   * Plain mode: a waiter refused for this long marks itself starving on the server, and the lock, once
+   * free, goes to it before anyone else (one marked waiter at a time). 0 turns the bound off.
+   * @default 1000
+   */
+  readonly starvationMs?: number | undefined
+  /**
    * After acquiring, require this many replicas to acknowledge the write (`WAIT`), or release and fail.
    * Narrows (does not close) the window in which a failover to a replica loses the lock. Not on Cluster.
    * @default 0
@@ -103,13 +109,19 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[], 
         'which ioredis does not expose for Cluster. Use it with a primary and its replicas',
     )
   }
+  const starvationMs = options.starvationMs ?? 1000
+  if (!Number.isFinite(starvationMs) || starvationMs < 0) {
+    throw new TypeError(`Expected \`starvationMs\` to be a number of ms >= 0, got ${starvationMs}`)
+  }
   const store = new RedisStore(client, {
     prefix: options.prefix ?? DEFAULT_PREFIX,
     id: options.id ?? describeClient(client),
     ready,
     owned,
   })
-  const mode = options.fair ? new FairMode(store, options.waiterLivenessMs ?? 5000) : new PlainMode(store)
+  const mode = options.fair
+    ? new FairMode(store, options.waiterLivenessMs ?? 5000)
+    : new PlainMode(store, starvationMs)
   const replicas = { min: minReplicas, timeoutMs: options.replicaTimeoutMs ?? 1000 }
   return new RedisLockBackend(store, mode, replicas, owned)
 }
