@@ -11,6 +11,7 @@ import { Redis } from 'ioredis'
 import { type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { STARVING_MARK_MS } from '../../src/backends/redis/plain.js'
+import { Subscriptions } from '../../src/backends/redis/subscriptions.js'
 import type { AcquireRequest } from '../../src/core/backend.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
@@ -167,5 +168,33 @@ describe('redis plain mode: starvation bound', () => {
     const lock = await waiting
     await lock.release()
     assert.ok(performance.now() - start < 10_000)
+  })
+})
+
+describe('redis plain mode: waking the starving waiter', () => {
+  it('a release naming the marked waiter wakes that waiter alone, not the oldest of its client', async () => {
+    const connection = new Redis(server.port, '127.0.0.1')
+    connection.on('error', () => {})
+    connections.push(connection)
+    // The subscriber connection it opens joins `connections`, closed after the tests.
+    const subscriptions = new Subscriptions(connection, connections)
+    const channel = `${key('wake')}:released`
+    const woken: string[] = []
+    const stop = new AbortController()
+    const wait = (self: string) =>
+      subscriptions.wait(channel, undefined, stop.signal, self).then((message) => {
+        woken.push(`${self}:${message}`)
+      })
+    // The first waits only wake on the subscription's confirmation: wait again once it is in place.
+    await Promise.all([wait('oldest'), wait('marked')])
+    woken.length = 0
+    const oldest = wait('oldest')
+    const marked = wait('marked')
+    await admin.publish(channel, '>marked')
+    await Promise.race([marked, sleep(5000)])
+    assert.deepEqual(woken, ['marked:>marked'])
+    stop.abort()
+    await Promise.all([oldest, marked])
+    await subscriptions.close()
   })
 })
