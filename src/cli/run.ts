@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
 import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, type ParsedOptions, UsageError } from './args.js'
-import { holderOf, open, parseCommand, showWaiting, timeoutOf } from './context.js'
+import { holderOf, onLockLost, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 import { startCommand, startWatchdog, type Watchdog } from './watchdog.js'
 
@@ -169,9 +169,7 @@ function runChild(
       killTimer ??= setTimeout(() => send('SIGKILL'), killAfterMs)
     }
     const onLost = () => stop('SIGTERM')
-    // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
-    if (lock.signal.aborted) onLost()
-    else lock.signal.addEventListener('abort', onLost, { once: true })
+    onLockLost(lock, onLost)
     // Without its watchdog, the command would go on unguarded should we die: stop it, as for a lost lock.
     const onWatchdogGone = () => {
       process.stderr.write('fencelock: the watchdog process exited; stopping the command\n')
