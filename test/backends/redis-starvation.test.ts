@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
-import { type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
+import { fromUrl, type RedisBackend, redisBackend } from '../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../src/backends/redis/layout.js'
 import { STARVING_MARK_MS } from '../../src/backends/redis/plain.js'
 import { Subscriptions } from '../../src/backends/redis/subscriptions.js'
@@ -141,6 +141,25 @@ describe('redis plain mode: starvation bound', () => {
     const ms = performance.now() - start
     await lock.release()
     assert.ok(ms < STARVING_MARK_MS + 4000, `blocked for ${Math.round(ms)} ms by a dead waiter's mark`)
+  })
+
+  it('a URL sets the bound with starvation=, and starvation=0 turns it off', async () => {
+    const marks: Record<string, string | null> = {}
+    for (const param of ['starvation=0', 'starvation=1ms']) {
+      const k = key('url')
+      const b = await fromUrl(new URL(`${server.url}?${param}`))
+      try {
+        const holder = { key: k, owner: owner(), ttlMs: 30_000 }
+        assert.ok((await b.tryAcquire(holder, live)).granted)
+        const waiter = await starvingRequest(b, k, `waiter-${param}`)
+        assert.ok(!(await b.tryAcquire(waiter, live)).granted)
+        marks[param] = await admin.get(redisLockKeys(k).starving)
+        await b.release({ key: k, owner: holder.owner, fence: 0n, cookie: undefined }, live)
+      } finally {
+        await b.close()
+      }
+    }
+    assert.deepEqual(marks, { 'starvation=0': null, 'starvation=1ms': 'waiter-starvation=1ms' })
   })
 
   it('giving up deletes our own mark, never another waiter’s, and wakes the next waiter', async () => {

@@ -134,6 +134,11 @@ export const PARAMS = {
     min: 100,
     doc: 'fair mode: how long a queued waiter that stopped asking keeps its place (default 5s)',
   },
+  starvation: {
+    type: 'duration',
+    min: 0,
+    doc: 'plain mode: how long a refused waiter waits before the lock, once free, goes to it first (default 1s; 0 turns this off)',
+  },
   minReplicas: {
     type: 'int',
     min: 0,
@@ -146,7 +151,7 @@ export const PARAMS = {
 } as const satisfies ParamSchema
 
 /**
- * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:]`,
+ * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:&starvation=1s]`,
  * `rediss://…` for TLS, `redis://host:port?cluster=true` for a Cluster (the node seeds the rest).
  */
 export async function fromUrl(url: URL): Promise<RedisBackend> {
@@ -161,6 +166,7 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
         minReplicas: params.minReplicas,
         replicaTimeoutMs: params.replicaTimeout,
         waiterLivenessMs: params.waiterLiveness,
+        starvationMs: params.starvation,
         prefix: params.prefix,
         id: redact(url),
       },
