@@ -308,14 +308,9 @@ describe('fencelock run', () => {
     const locks = createLockClient(url)
     try {
       const next = locks.acquire(k, { timeout: '60s' }).then((lock) => {
-        // The moment the lock is free again, nothing the command started may still run.
-        let alive = true
-        try {
-          process.kill(grandchild, 0)
-        } catch {
-          alive = false
-        }
-        return { lock, alive }
+        // The moment the lock is free again, nothing the command started may still run (a zombie, killed
+        // and not yet collected by init, runs nothing).
+        return { lock, alive: stillRuns(grandchild) }
       })
       running.child.kill('SIGINT')
       const { lock, alive } = await next
