@@ -564,7 +564,7 @@ async function breakOnce(
   return { broken: true, lease }
 }
 
-/** The URL parameters of file:// (the README's table is tested against this). */
+/** The URL parameters of file:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   fsync: {
     type: 'bool',
