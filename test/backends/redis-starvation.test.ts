@@ -15,6 +15,7 @@ import { Subscriptions } from '../../src/backends/redis/subscriptions.js'
 import type { AcquireRequest } from '../../src/core/backend.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { type RedisServer, startRedis } from '../servers/redis.js'
+import { awaitLater } from '../support/later.js'
 import { sleep } from '../support/time.js'
 
 let server: RedisServer
@@ -71,7 +72,9 @@ describe('redis plain mode: starvation bound', () => {
       while (!stop) {
         await sleep(5)
         const next = { key: k, owner: owner(), ttlMs: 30_000 }
-        const released = worker.release({ key: k, owner: current.owner, fence: 0n, cookie: undefined }, live)
+        const released = awaitLater(
+          worker.release({ key: k, owner: current.owner, fence: 0n, cookie: undefined }, live),
+        )
         let result = await worker.tryAcquire(next, live)
         await released
         while (!result.granted && !stop) {

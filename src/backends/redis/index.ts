@@ -126,7 +126,7 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[], 
   return new RedisLockBackend(store, mode, replicas, owned)
 }
 
-/** The URL parameters of redis:// and rediss:// (the README's table is tested against this). */
+/** The URL parameters of redis:// and rediss:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   fair: { type: 'bool', default: false, doc: 'serve waiters in arrival order (a queue on the server)' },
   waiterLiveness: {
