@@ -382,6 +382,47 @@ describe('redlock: fence write-back (3 nodes)', { timeout: 60_000 }, () => {
       await set.nodes.servers[0]!.restart()
     }
   })
+
+  it("shows the holder's own token when a node ahead of it granted the hold late", async () => {
+    const key = 'late-node'
+    const url = set.proxiedUrl('?restartDelay=0&nodeTimeout=2s')
+    const [holder, other] = [set.clients.make(url, { ttl: '20s' }), set.clients.make(url)]
+    // Every node votes for this client (node 0 may still be catching up after the test before).
+    await waitUntil(
+      async () => {
+        const warm = await holder.acquire('warm', { timeout: '10s' })
+        const seen = await holder.inspect('warm')
+        await warm.release()
+        return seen.note === undefined
+      },
+      'a grant held on all 3 nodes',
+      { withinMs: 30_000 },
+    )
+    // Node 2 is ahead (a waiter's attempt was granted there alone and taken back), and slow: the holder's
+    // grant is decided by {0, 1}, and its part on node 2 lands afterwards, minting more than the token.
+    await setFence([set.nodes.servers[2]!.port], key, '100')
+    set.proxies[2]!.delayMs = 500
+    try {
+      const lock = await holder.acquire(key)
+      assert.equal(lock.fence >> NODE_BITS, 1n, 'decided by nodes 0 and 1')
+      await withAdmins([set.nodes.servers[2]!.port], ([admin]) =>
+        waitUntil(
+          async () => (await admin!.get(redisLockKeys(key).lock)) !== null,
+          'the late hold on node 2',
+        ),
+      )
+      set.proxies[2]!.delayMs = 0
+      const seen = await other.inspect(key)
+      assert.deepEqual([seen.owner, seen.fence! >> NODE_BITS], [lock.owner, lock.fence >> NODE_BITS])
+      const listed: bigint[] = []
+      for await (const found of other.list(key)) listed.push(found.fence! >> NODE_BITS)
+      assert.deepEqual(listed, [lock.fence >> NODE_BITS])
+      const broken = await other.break(key, { fence: lock.fence })
+      assert.equal(broken.broken, true, "a break aimed at the holder's fence ends its hold")
+    } finally {
+      set.proxies[2]!.delayMs = 0
+    }
+  })
 })
 
 describe('redlock: delayed restart (3 nodes)', { timeout: 60_000 }, () => {

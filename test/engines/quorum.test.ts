@@ -502,7 +502,7 @@ describe('quorum engine: inspect', () => {
   })
   const attempt = `${OWNER}.7`
 
-  it('held on a majority: the acquire owner, valid until the q-th longest lease, the largest counter or our token', () => {
+  it('held on a majority: the acquire owner, valid until the q-th longest lease, a counter or our token', () => {
     const infos = [
       info(attempt, 5n, 900),
       info(attempt, 9n, 300),
@@ -519,6 +519,15 @@ describe('quorum engine: inspect', () => {
       note: 'held on 3 of 5 nodes: a bare majority, so each extend needs every one of them to renew',
     })
     assert.equal(inspectVotes(infos, 3, (o) => (o === OWNER ? 77n : undefined))?.fence, 77n)
+  })
+
+  it("held: the counter most holding nodes show, not a late node's larger one; ties go to the larger", () => {
+    // Nodes 1 and 2 decided the grant at 5 (node 2 written back); node 0's part landed late and minted 6.
+    const late = [info(attempt, 6n, 900), info(attempt, 5n, 900), info(attempt, 5n, 900)]
+    assert.equal(inspectVotes(late, 2, () => undefined)?.fence, (5n << NODE_BITS) | 1n)
+    // Node 1 silent: one node shows each value, and the larger is the guess.
+    const silent = [info(attempt, 6n, 900), undefined, info(attempt, 5n, 900)]
+    assert.equal(inspectVotes(silent, 2, () => undefined)?.fence, 6n << NODE_BITS)
   })
 
   it('held without a majority, or free: not held, with the latest counter; nothing at all: null', () => {
