@@ -91,7 +91,7 @@ class FakeNode implements QuorumNode, ReleaseListener {
     })
   }
 
-  raiseFence(key: string, atLeast: bigint, s: AbortSignal) {
+  raiseFence(key: string, _owner: string, atLeast: bigint, s: AbortSignal) {
     return this.#reply(`raise ${key} ${atLeast}`, s, () => {
       if (this.raiseFails) throw new Error(`${this.id}: out of memory`)
       const value = (this.counters.get(key) ?? 0n) > atLeast ? this.counters.get(key)! : atLeast
@@ -232,6 +232,17 @@ describe('quorum engine: acquire', () => {
         node.log.filter((l) => l.startsWith('raise')),
         [],
       )
+  })
+
+  it('raises, without waiting, the nodes a grant left behind although its majority needed none of them', async () => {
+    // A node's counter serves every name: a node left behind would make later grants write back.
+    const { nodes, quorum } = fakeQuorum(3, 10_000, [9n, 9n, 2n])
+    nodes[2]!.delayMs = 50
+    const grant = await quorum.tryAcquire(request('k'), signal())
+    assert.ok(grant.granted)
+    assert.equal(grant.fence >> NODE_BITS, 10n)
+    // Node 2 minted 3, in the round or after it: either way it is raised to M.
+    await waitUntil(() => nodes[2]!.counters.get('k') === 10n, 'node 2 raised to M')
   })
 
   it('a grant whose token cannot be written back is released everywhere and reported as a QuorumError', async () => {
