@@ -26,13 +26,13 @@ import { raceSignal } from '../../core/abort.js'
 import { now, sleep } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
-import { EXTEND, INSPECT, RAISE_FENCE, type Script } from '../redis/scripts.js'
+import { EXTEND, INSPECT, type Script } from '../redis/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
 import { type FenceKeys, fenceKeys, firstFence, raiseCounter, readFences } from './fences.js'
 import { admissionMarker, freshMarker, IN_USE } from './layout.js'
 import type { LineMode } from './line.js'
-import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, STATE } from './scripts.js'
+import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
 const REDLOCK_SCRIPTS = [
@@ -41,7 +41,7 @@ const REDLOCK_SCRIPTS = [
   LINE_CLEAN_UP,
   LINE_LEAVE,
   EXTEND,
-  RAISE_FENCE,
+  RAISE,
   INSPECT,
   STATE,
   ADMIT,
