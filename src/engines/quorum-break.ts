@@ -10,9 +10,9 @@
  *   majority, which every later majority shares a node with, so the next grant mints more than M (and a
  *   node restarted empty is caught up before it votes, admission as ever).
  * - `fence`: a grant is named by M, the token without its node index (grants never share an M: each
- *   later majority mints more). The nodes show M as the largest counter among the holding nodes; the
- *   index they show may differ from the holder's (a node written back to M that comes first), so only M is
- *   compared. The token reported is the nodes' view (inspect's), or `fence` itself when it matched.
+ *   later majority mints more). The nodes show M as the counter most holding nodes have (inspect's
+ *   `grantCounter`); the index they show may differ from the holder's (a node written back to M that comes
+ *   first), so only M is compared. The token reported is the nodes' view (inspect's), or `fence` itself when it matched.
  * - A round that finds the hold gone on some nodes (released or expired meanwhile) reads again, a bounded
  *   number of times (the core's `retryRounds`).
  */

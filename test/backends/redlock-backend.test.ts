@@ -96,7 +96,7 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
     assert.throws(() => redlockBackend({ clients: [] }), /1 to 256 Redis clients/)
   })
 
-  it('inspect: the holder reports its token; another client the counter of the holding nodes, at least M', async () => {
+  it('inspect: the holder reports its token; another client M, the counter most holding nodes show', async () => {
     // The servers are seconds old: restartDelay=0, so that no node waits to vote (not the point here).
     const holder = createLockClient(nodes.url('?restartDelay=0'), { ttl: '10s' })
     const other = createLockClient(nodes.url('?restartDelay=0'), { ttl: '10s' })
@@ -119,10 +119,7 @@ describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
       const seen = await other.inspect('out-of-step')
       assert.equal(seen.held, true)
       assert.equal(seen.owner, lock.owner)
-      assert.ok(
-        seen.fence !== undefined && seen.fence >> 8n >= lock.fence >> 8n,
-        `${seen.fence} < ${lock.fence}`,
-      )
+      assert.equal(seen.fence! >> 8n, lock.fence >> 8n)
       await lock.release()
       assert.equal((await other.inspect('out-of-step')).held, false)
     } finally {
