@@ -116,6 +116,34 @@ describe('guards/http: Node http server', { timeout: 120_000 }, () => {
   })
 })
 
+describe('guards/http: as a Connect/Express middleware', () => {
+  it('passes the extra arguments (next) through, and refuses without calling them', async () => {
+    const calls: string[] = []
+    const middleware = guardHttpListener(
+      { resource: () => 'r' },
+      (_req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void) => {
+        next()
+        res.end()
+      },
+    )
+    const server = createServer(
+      (req, res) => void middleware(req, res, () => calls.push(`next ${req.headers['fencing-token']}`)),
+    )
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+      const send = (token: string) => fetch(url, { method: 'POST', headers: { 'Fencing-Token': token } })
+      assert.equal((await send('2')).status, 200)
+      assert.equal((await send('1')).status, 412)
+      assert.deepEqual(calls, ['next 2'])
+    } finally {
+      server.closeAllConnections()
+      server.close()
+    }
+  })
+})
+
 describe('guards/http: fetch-style handler', { timeout: 120_000 }, () => {
   let locks: LockClient
   before(() => {
