@@ -5,7 +5,20 @@
  * (`redisFenceStore` in redis.ts, or your own over a store that can compare and set atomically).
  */
 
-/** The last fence admitted per resource. */
+/**
+ * The last fence admitted per resource.
+ * @example
+ * // A shared store over PostgreSQL: one upsert compares and records atomically.
+ * const store: FenceStore = {
+ *   async advance(resource, fence) {
+ *     const [row] = await sql`
+ *       INSERT INTO fences (resource, fence) VALUES (${resource}, ${fence.toString()}::bigint)
+ *       ON CONFLICT (resource) DO UPDATE SET fence = GREATEST(fences.fence, EXCLUDED.fence)
+ *       RETURNING fence::text`
+ *     return BigInt(row.fence)
+ *   },
+ * }
+ */
 export interface FenceStore {
   /**
    * Records `fence` for `resource` unless a greater one is recorded, atomically, and returns the fence
