@@ -2,40 +2,50 @@
  * Every ```ts and ```js block of README.md, CONTRIBUTING.md and docs/ compiles against the package's own
  * sources and the drivers' types, under the strict settings the package promises (`strict`,
  * `exactOptionalPropertyTypes`, `noUncheckedIndexedAccess`). A block may use the names a page sets up in
- * prose (`locks`, `sql`, `body`): they are declared once below, and a block's own declarations shadow them.
+ * prose (`locks`, `lock`, `sql`, `pool`, `redis`, `body`…): they are declared once below, and a block's own declarations shadow them.
  * The README's quickstart is also run (test/examples.test.ts).
  */
 import assert from 'node:assert/strict'
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { it } from 'node:test'
 import ts from 'typescript'
 import { codeBlocks, pages, root } from './pages.js'
 
 /** What a block may take as given: the objects the pages build in an earlier block or in prose. */
-const GIVEN = `import type { LockClient } from 'fencelock'
+const GIVEN = `import type { Lock, LockClient } from 'fencelock'
 import type { Sql } from 'postgres'
+import type { Pool } from 'mysql2/promise'
+import type { Redis } from 'ioredis'
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 declare global {
   const locks: LockClient
+  const lock: Lock
   const sql: Sql
+  const pool: Pool
+  const redis: Redis
+  const dynamo: DynamoDBClient
   const body: string
+  const flags: Record<string, unknown>
+  function saveReport(from: unknown): Promise<void>
 }
 export {}
 `
 
-const SUBPATHS = [
-  'memory',
-  'file',
-  'redis',
-  'redlock',
-  'etcd',
-  'zookeeper',
-  's3',
-  'gcs',
-  'dynamodb',
-  'postgres',
-  'mysql',
-]
+/** Every entry of package.json's exports, as the source file it is built from (`fencelock/redis` → src). */
+function entryPaths(): Record<string, string[]> {
+  const { exports } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+    exports: Record<string, string | { default?: string }>
+  }
+  const paths: Record<string, string[]> = {}
+  for (const [entry, target] of Object.entries(exports)) {
+    const built = typeof target === 'string' ? target : target.default
+    if (!built?.startsWith('./dist/') || !built.endsWith('.js')) continue
+    const name = entry === '.' ? 'fencelock' : `fencelock/${entry.slice(2)}`
+    paths[name] = [join(root, 'src', built.slice('./dist/'.length).replace(/\.js$/, '.ts'))]
+  }
+  return paths
+}
 
 it('every ts and js block in the docs compiles', () => {
   const blocks = pages()
@@ -53,7 +63,6 @@ it('every ts and js block in the docs compiles', () => {
     writeFileSync(name, block.code)
     names.set(name, `${block.page}:${block.line}`)
   }
-  const src = join(root, 'src')
   const program = ts.createProgram([join(dir, 'given.d.ts'), ...names.keys()], {
     target: ts.ScriptTarget.ES2022,
     lib: ['lib.es2023.d.ts', 'lib.esnext.disposable.d.ts'],
@@ -70,10 +79,7 @@ it('every ts and js block in the docs compiles', () => {
     noEmit: true,
     types: ['node'],
     typeRoots: [join(root, 'node_modules', '@types')],
-    paths: {
-      fencelock: [join(src, 'index.ts')],
-      ...Object.fromEntries(SUBPATHS.map((p) => [`fencelock/${p}`, [join(src, 'backends', p, 'index.ts')]])),
-    },
+    paths: entryPaths(),
   })
   const problems = ts
     .getPreEmitDiagnostics(program)

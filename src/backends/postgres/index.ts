@@ -34,8 +34,8 @@
  *
  * Files: dialect.ts (the engine's dialect), statements.ts (the SQL), literals.ts (values in it),
  * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
- * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used), guard.ts (the
- * fence guard for the protected resource).
+ * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used). The fence guard
+ * for a protected row lives in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
@@ -44,8 +44,8 @@ import { PostgresDialect } from './dialect.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
 import { isPgSql, type PgSql } from './sql.js'
 
+export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
 export { POSTGRES_LIMITS, PostgresDialect } from './dialect.js'
-export { type GuardedUpdate, guardedUpdate } from './guard.js'
 export {
   channelOf,
   DEFAULT_SCHEMA,
