@@ -275,7 +275,7 @@ main().catch((error) => {
 `
 }
 
-describe('the packed package, installed in a new project', { timeout: 180_000 }, () => {
+describe('the packed package, installed in a new project', { timeout: 300_000 }, () => {
   const work = tempDir('pack')
   after(() => work.cleanup())
   const stage = join(work.path, 'stage')
