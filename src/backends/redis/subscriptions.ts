@@ -52,7 +52,7 @@ export class Subscriptions {
       const client = this.#client
       const subscriber = (
         (client as { isCluster?: boolean }).isCluster
-          ? client.duplicate()
+          ? (client as Cluster).duplicate()
           : (client as Redis).duplicate({ enableOfflineQueue: true })
       ) as Client
       subscriber.on('error', () => {})
