@@ -178,7 +178,10 @@ function probeLink(dir: string): DoctorFinding {
 /** How many key folders doctor counts at most: a listing of the root, bounded. */
 const COUNT_LIMIT = 100_000
 
-/** How many keys the root keeps a folder for (a key's folder stays after its release: it holds the fence). */
+/**
+ * How many keys the root keeps a folder for: those in use or released lately (retire.ts removes the
+ * rest), and those a crashed or killed process released last.
+ */
 function countKeys(dir: string): DoctorFinding {
   const listing = opendirSync(dir)
   let keys = 0

@@ -57,7 +57,9 @@
  * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
  * tmpfs, a tmp cleaner, also right after a quick reboot): the epochs start over, but at the wall clock in
  * ms, which is past every epoch a fence came from, since none is used before the clock has passed it
- * (epochs.ts), unless the clock went back. Removing a key's folder never does.
+ * (epochs.ts), unless the clock went back. Removing a key's folder never does: the backend removes one
+ * itself once the key stays unused after this process's release (retire.ts), so the root keeps a folder
+ * per lock in use or recently released, not one per name ever locked.
  * Removing only its newest generation file while older ones remain lets the next grant repeat that
  * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
  * another file under the same name, is never taken for its own.
@@ -121,6 +123,7 @@
  *   errors.ts        a failed file operation as the error to report (a setting, or an outage)
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
+ *   retire.ts        removing the key folders this process released and stopped using
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -161,6 +164,7 @@ import {
   newRecord,
   type RecordV1,
 } from './records.js'
+import { DEFAULT_RETIRE_AFTER_MS, FolderRetirer } from './retire.js'
 import {
   folderOf,
   grantFlush,
@@ -239,6 +243,8 @@ export interface FileTestHooks {
   readonly clock?: (() => number) | undefined
   /** How a bump waits for `clock` to pass its epoch (epochs.ts): a test's own clock advances here. */
   readonly sleep?: ((ms: number) => Promise<void>) | undefined
+  /** How long a released key folder stays before its removal (retire.ts). */
+  readonly retireAfterMs?: number | undefined
 }
 
 /**
@@ -271,13 +277,14 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     seen: seenEpochs(dir),
     starts: startsOf(dir, boot, durability),
   }
+  const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
   return {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
     tryAcquire: (req, signal) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
-    release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
+    release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
     waitForChange: ({ key, owner }, signal) =>
@@ -286,7 +293,9 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     breakLock: (key, options) =>
       guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
     doctor: () => fileDoctor(root),
-    async close() {},
+    async close() {
+      retirer.close()
+    },
   }
 }
 
@@ -540,9 +549,12 @@ async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise
   return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
 }
 
-async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
+async function releaseLease(root: Root, lease: HeldLease, retirer: FolderRetirer): Promise<boolean> {
   const cookie = await transition(root, lease, (base) => freeRecord(lease.key, lease.fence, base, root.boot))
-  return cookie !== undefined
+  if (cookie === undefined) return false
+  // Its folder goes once the key stays unused a while (retire.ts): the root keeps what is in use.
+  retirer.released(cookie.folder, cookie.gen, cookie.stamp)
+  return true
 }
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
