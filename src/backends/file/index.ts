@@ -243,7 +243,7 @@ export interface FileTestHooks {
   readonly clock?: (() => number) | undefined
   /** How a bump waits for `clock` to pass its epoch (epochs.ts): a test's own clock advances here. */
   readonly sleep?: ((ms: number) => Promise<void>) | undefined
-  /** How long a released key folder stays before its removal (retire.ts). */
+  /** How long a released key folder stays before its removal (retire.ts); Infinity keeps every one. */
   readonly retireAfterMs?: number | undefined
 }
 

@@ -64,6 +64,7 @@ export class FolderRetirer {
 
   /** This process released its lease in `folder` as generation `gen` (the file of `stamp`). */
   released(folder: string, gen: bigint, stamp: Stamp): void {
+    if (this.#afterMs === Number.POSITIVE_INFINITY) return // Never: keeps every folder (tests).
     this.#released.delete(folder)
     this.#released.set(folder, { gen, stamp, at: now() })
     if (this.#released.size > MAX_REMEMBERED) {
