@@ -3,6 +3,7 @@ import { createLockClient } from '../client.js'
 import type { LockBackend, LockInfo } from '../core/backend.js'
 import type { LockClient } from '../core/client.js'
 import { parseDuration } from '../core/durations.js'
+import type { Lock } from '../core/lock.js'
 import { parseHolder, toHolder } from '../core/options.js'
 import { loadBackend } from '../schemes.js'
 import { type ParsedOptions, parse, parseCliUrl, resolveUrl, UsageError } from './args.js'
@@ -97,6 +98,18 @@ const jsonSafe = (_key: string, value: unknown) => (typeof value === 'bigint' ? 
 /** One JSON line on stdout; bigints (fences) as decimal strings. */
 export function printJson(value: object): void {
   process.stdout.write(`${JSON.stringify(value, jsonSafe)}\n`)
+}
+
+/**
+ * Calls `onLost` once when `lock` is lost, at once if it is already. The signal is read ONCE: a read past
+ * validUntil aborts it, so a second read (to add the listener after checking `aborted`) can abort it in
+ * between, and an aborted signal never calls a listener added later (a holder paused at that instant by
+ * SIGSTOP never heard of its loss).
+ */
+export function onLockLost(lock: Pick<Lock, 'signal'>, onLost: () => void): void {
+  const signal = lock.signal
+  if (signal.aborted) onLost()
+  else signal.addEventListener('abort', onLost, { once: true })
 }
 
 /** Seconds with one decimal: "4.5 s". */

@@ -1,6 +1,15 @@
 import { createInterface } from 'node:readline'
 import { COMMON_OPTIONS } from './args.js'
-import { holderOf, onlyKey, parseCommand, printJson, showWaiting, timeoutOf, withOpened } from './context.js'
+import {
+  holderOf,
+  onLockLost,
+  onlyKey,
+  parseCommand,
+  printJson,
+  showWaiting,
+  timeoutOf,
+  withOpened,
+} from './context.js'
 import { EXIT } from './exit-codes.js'
 
 export const HOLD_HELP = `Usage: fencelock hold <key> [options]
@@ -34,9 +43,7 @@ export async function holdCommand(argv: string[]): Promise<number> {
     printJson({ event: 'acquired', key, owner: lock.owner, fence: lock.fence, pid: process.pid })
     const lines = createInterface({ input: process.stdin })
     const outcome = await new Promise<'release' | 'abandon' | 'lost'>((resolve) => {
-      // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
-      if (lock.signal.aborted) resolve('lost')
-      else lock.signal.addEventListener('abort', () => resolve('lost'), { once: true })
+      onLockLost(lock, () => resolve('lost'))
       lines.on('line', (line) => {
         const word = line.trim()
         if (word === 'release' || word === 'abandon') resolve(word)

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
 import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, type ParsedOptions, UsageError } from './args.js'
-import { holderOf, open, parseCommand, showWaiting, timeoutOf } from './context.js'
+import { holderOf, onLockLost, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 import { startCommand, startWatchdog, type Watchdog } from './watchdog.js'
 
@@ -100,9 +100,11 @@ async function runLocked(
       stopStatus()
     }
     if (verbose) process.stderr.write(`fencelock: acquired ${key} (fence ${lock.fence})\n`)
+    const job = runChild(command, lock, killAfterMs, values.foreground === true, watchdog)
+    // Only now that runChild listens: a signal meeting no listener would kill us outright.
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
-    const status = await runChild(command, lock, killAfterMs, values.foreground === true, watchdog)
+    const status = await job
     await lock.release().catch((error: Error) => {
       process.stderr.write(`fencelock: ${error.message}\n`)
     })
@@ -149,11 +151,6 @@ function runChild(
     // `go`, and the stop below ends it).
     const watchdogGone =
       watchdog !== undefined && (watchdog.child.exitCode !== null || watchdog.child.signalCode !== null)
-    if (child.pid !== undefined && !watchdogGone) {
-      // The watchdog knows what to stop before the command may start (see watchdog.ts).
-      watchdog?.guard(group === undefined ? { pid: child.pid } : { group })
-      started.go()
-    }
     const send = (signal: NodeJS.Signals | 0): boolean => {
       try {
         if (group === undefined) return child.kill(signal)
@@ -169,9 +166,7 @@ function runChild(
       killTimer ??= setTimeout(() => send('SIGKILL'), killAfterMs)
     }
     const onLost = () => stop('SIGTERM')
-    // Read past its validity (a stalled event loop), the signal is aborted already: no event will come.
-    if (lock.signal.aborted) onLost()
-    else lock.signal.addEventListener('abort', onLost, { once: true })
+    onLockLost(lock, onLost)
     // Without its watchdog, the command would go on unguarded should we die: stop it, as for a lost lock.
     const onWatchdogGone = () => {
       process.stderr.write('fencelock: the watchdog process exited; stopping the command\n')
@@ -179,9 +174,16 @@ function runChild(
     }
     if (watchdogGone) onWatchdogGone()
     else watchdog?.child.once('exit', onWatchdogGone)
-    // Signals meant for the job go to the job; we release once all of it has ended.
+    // Signals meant for the job go to the job; we release once all of it has ended. Listening before the
+    // command may start: a Ctrl-C with no listener would kill us, leaving the job to the watchdog's SIGTERM
+    // and the lease to its ttl (a loaded host can run the command before our next statement).
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
     for (const s of signals) process.on(s, stop)
+    if (child.pid !== undefined && !watchdogGone) {
+      // The watchdog knows what to stop before the command may start (see watchdog.ts).
+      watchdog?.guard(group === undefined ? { pid: child.pid } : { group })
+      started.go()
+    }
     let pollTimer: NodeJS.Timeout | undefined
     const done = (status: number) => {
       clearTimeout(killTimer)

@@ -31,7 +31,8 @@ export interface Lock extends AsyncDisposable {
   /**
    * Aborts with a `LockLostError` when the lease is lost. Not aborted by a normal release. Read after
    * `validUntil`, it is aborted already (even before a busy event loop runs the expiry timer): check
-   * `aborted` before adding an `'abort'` listener, which an aborted signal never calls.
+   * `aborted` before adding an `'abort'` listener, which an aborted signal never calls, and do both on ONE
+   * read (`const lost = lock.signal`): a second read past validUntil would abort it in between.
    */
   readonly signal: AbortSignal
   /**

@@ -128,9 +128,11 @@ async function main(config: WorkerConfig): Promise<void> {
       const reason = lock.signal.reason as Error | undefined
       emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
     }
-    // Read past its validity (a stall), the signal is aborted already: no abort event will come.
-    if (lock.signal.aborted) onLost()
-    else lock.signal.addEventListener('abort', onLost, { once: true })
+    // Read past its validity (a stall), the signal is aborted already: no abort event will come. Read
+    // once: a second read past validUntil would abort it between the check and the listener.
+    const lost = lock.signal
+    if (lost.aborted) onLost()
+    else lost.addEventListener('abort', onLost, { once: true })
     // Read-modify-write on the resource, fenced by our token (written even if the lock was lost meanwhile:
     // that is the stale write a fenced resource must refuse).
     const key = encodeURIComponent(config.key)

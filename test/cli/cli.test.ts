@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
@@ -18,6 +18,8 @@ import { waitUntil } from '../support/wait.js'
 const dir = tempDir('cli')
 after(() => dir.cleanup())
 const url = pathToFileURL(join(dir.path, 'locks')).href
+/** The preload that stalls a `fencelock run` right after it lets the command start (see the file). */
+const STALL_AFTER_GO = new URL('../support/stall-after-go.js', import.meta.url).href
 const host = hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 let n = 0
 const key = (label: string) => `cli-${label}-${n++}`
@@ -320,10 +322,29 @@ describe('fencelock run', () => {
       assert.equal(alive, false, 'the lock was released while a grandchild still ran')
       await lock.release()
       const r = await running
-      assert.notEqual(r.code, 0)
+      // fencelock passed the Ctrl-C on and waited (it did not die of it, leaving the job to its watchdog).
+      assert.equal(r.code, 128 + 9, `the shell ends by the SIGKILL after --kill-after: ${r.stderr}`)
     } finally {
       await locks.close()
     }
+  })
+
+  it('passes a Ctrl-C sent the instant the command starts to its group, and never dies of it', async () => {
+    const k = key('interrupt-at-start')
+    const resume = join(dir.path, `resume-${k}`)
+    // fencelock stalls right after it lets the command go (as when the command takes the CPU at once),
+    // until the Ctrl-C below has been sent: the signal finds the handlers fencelock had by then.
+    const running = fencelock(['run', k, '--', 'sh', '-c', 'echo started; exec sleep 60'], {
+      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${STALL_AFTER_GO}`,
+      FENCELOCK_TEST_RESUME: resume,
+    })
+    await untilStarted(running)
+    running.child.kill('SIGINT')
+    writeFileSync(resume, '')
+    const r = await running
+    assert.equal(r.signal, null, `fencelock died of the Ctrl-C it should have passed on: ${r.stderr}`)
+    assert.equal(r.code, 128 + 2, 'the command gets SIGINT and fencelock exits with its status')
+    assert.equal(r.stderr, '')
   })
 
   it('holds the lock until a background child the command left behind has exited, as flock(1)', async () => {

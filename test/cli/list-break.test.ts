@@ -71,7 +71,9 @@ describe('fencelock list', () => {
 describe('fencelock break', () => {
   it('frees a stuck lock keeping its fence; the holder learns it at its next renewal and exits 76', async () => {
     const k = key('break')
-    const stuck = startHold(url, k, ['--ttl', '3s'])
+    // A lease long enough that a loaded machine's stalls never end it before the break (at 3 s, a CI run
+    // saw the waiter take it over first); the holder still hears of the break at its next renewal (ttl/3).
+    const stuck = startHold(url, k, ['--ttl', '15s'])
     const held = await stuck.next('acquired')
     const waiter = startHold(url, k)
     const r = await cli(['break', k, '--yes'])
