@@ -58,8 +58,9 @@
  * tmpfs, a tmp cleaner, also right after a quick reboot): the epochs start over, but at the wall clock in
  * ms, which is past every epoch a fence came from, since none is used before the clock has passed it
  * (epochs.ts), unless the clock went back. Removing a key's folder never does: the backend removes one
- * itself once the key stays unused after this process's release (retire.ts), so the root keeps a folder
- * per lock in use or recently released, not one per name ever locked.
+ * itself once the key stays unused after this process's release (retire.ts), and a live client sweeps
+ * away the folders whose lease ended a while ago with nobody to release it (sweep.ts), so the root keeps
+ * a folder per lock in use or recently released, not one per name ever locked.
  * Removing only its newest generation file while older ones remain lets the next grant repeat that
  * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
  * another file under the same name, is never taken for its own.
@@ -124,6 +125,8 @@
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
  *   retire.ts        removing the key folders this process released and stopped using
+ *   sweep.ts         removing the key folders nobody will release (a crashed holder's, a broken lock's),
+ *                    a few at a time after grants; `prune`
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -175,6 +178,14 @@ import {
   type Written,
   writtenId,
 } from './root.js'
+import {
+  DEFAULT_SWEEP_AFTER_MS,
+  DEFAULT_SWEEP_EVERY_MS,
+  type PruneResult,
+  prune,
+  RootSweeper,
+  testSweepMs,
+} from './sweep.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
@@ -209,6 +220,11 @@ export interface FileBackendOptions {
 /** The file backend: it breaks a lease by writing a free record; its holder finds out on its next renewal. */
 export interface FileBackend extends LockBackend {
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
+  /**
+   * Removes now every key folder under `prefix` (of the key) whose lease has ended, whatever its age: what
+   * a live client's background sweep does a minute after the end. Live leases stay; fences never go back.
+   */
+  prune(prefix?: string): Promise<PruneResult>
 }
 
 /**
@@ -245,6 +261,10 @@ export interface FileTestHooks {
   readonly sleep?: ((ms: number) => Promise<void>) | undefined
   /** How long a released key folder stays before its removal (retire.ts); Infinity keeps every one. */
   readonly retireAfterMs?: number | undefined
+  /** How long after its lease ended a folder may be swept (sweep.ts); Infinity sweeps none. */
+  readonly sweepAfterMs?: number | undefined
+  /** How often the backend sweeps at most (sweep.ts). */
+  readonly sweepEveryMs?: number | undefined
 }
 
 /**
@@ -278,11 +298,13 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     starts: startsOf(dir, boot, durability),
   }
   const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const sweeper = sweeperOf(root, hooks)
   return {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
-    tryAcquire: (req, signal) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal)),
+    tryAcquire: (req, signal) =>
+      guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal, sweeper)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
     release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
@@ -292,11 +314,21 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     list: (prefix) => listHeld(root, prefix),
     breakLock: (key, options) =>
       guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
+    prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, prefix)),
     doctor: () => fileDoctor(root),
     async close() {
+      sweeper?.close()
       retirer.close()
     },
   }
+}
+
+/** The backend's sweep (sweep.ts), with the tests' settings if any; none when it never sweeps. */
+function sweeperOf(root: Root, hooks: FileTestHooks | undefined): RootSweeper | undefined {
+  const test = testSweepMs()
+  const afterMs = hooks?.sweepAfterMs ?? test ?? DEFAULT_SWEEP_AFTER_MS
+  if (afterMs === Number.POSITIVE_INFINITY) return undefined
+  return new RootSweeper(root, afterMs, hooks?.sweepEveryMs ?? test ?? DEFAULT_SWEEP_EVERY_MS)
 }
 
 /** `holderPids`, checked: pids are positive integers. */
@@ -322,10 +354,19 @@ type Plan =
  * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
  * finds. `signal`: the core stopped waiting for this attempt (its bound passed, or the caller aborted).
  */
-async function acquireOnce(root: Root, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+async function acquireOnce(
+  root: Root,
+  req: AcquireRequest,
+  signal: AbortSignal,
+  sweeper: RootSweeper | undefined,
+): Promise<AttemptResult> {
   const result = await attempt(root, req, signal)
   // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
-  if (result.granted) root.seenBy.delete(req.owner)
+  if (result.granted) {
+    root.seenBy.delete(req.owner)
+    // A client that takes locks sweeps the root now and then: what nobody will release goes too.
+    sweeper?.granted()
+  }
   return result
 }
 
