@@ -17,7 +17,7 @@ import { bootId, monotonicMs } from '../../src/backends/file/host-clock.js'
 import { fileBackend } from '../../src/backends/file/index.js'
 import { newRecord, type RecordFields } from '../../src/backends/file/records.js'
 import { createLockClient } from '../../src/index.js'
-import { startHold } from '../support/processes.js'
+import { runCli, startHold } from '../support/processes.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
 
@@ -193,5 +193,17 @@ describe('file backend: prune', () => {
     } finally {
       await backend.close()
     }
+  })
+
+  it('fencelock prune [prefix] removes the ended names of a lock folder and prints what it did', async () => {
+    const root = newRoot()
+    const done = forge(root, key('cli:done'), 1n, { state: 'free', owner: null })
+    const live = forge(root, key('cli:live'), 1n, { deadline: monotonicMs() + 60_000 })
+    const other = forge(root, key('other'), 1n, { state: 'free', owner: null })
+    const r = await runCli(['prune', 'cli:', '--url', pathToFileURL(root).href])
+    assert.equal(r.code, 0, r.stderr)
+    const printed = JSON.parse(r.stdout) as Record<string, unknown>
+    assert.deepEqual(printed, { backend: `file://${root}`, prefix: 'cli:', removed: 1, held: 1, kept: 0 })
+    assert.ok(!existsSync(done) && existsSync(live) && existsSync(other))
   })
 })
