@@ -126,7 +126,7 @@
  *   diagnostics.ts   inspect and doctor
  *   retire.ts        removing the key folders this process released and stopped using
  *   sweep.ts         removing the key folders nobody will release (a crashed holder's, a broken lock's),
- *                    a few at a time after grants; `prune`
+ *                    a few at a time after grants and releases; `prune`
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -306,7 +306,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     tryAcquire: (req, signal) =>
       guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal, sweeper)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
-    release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer)),
+    release: (lease) =>
+      guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer, sweeper)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
     waitForChange: ({ key, owner }, signal) =>
@@ -365,7 +366,7 @@ async function acquireOnce(
   if (result.granted) {
     root.seenBy.delete(req.owner)
     // A client that takes locks sweeps the root now and then: what nobody will release goes too.
-    sweeper?.granted()
+    sweeper?.used()
   }
   return result
 }
@@ -590,11 +591,17 @@ async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise
   return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
 }
 
-async function releaseLease(root: Root, lease: HeldLease, retirer: FolderRetirer): Promise<boolean> {
+async function releaseLease(
+  root: Root,
+  lease: HeldLease,
+  retirer: FolderRetirer,
+  sweeper: RootSweeper | undefined,
+): Promise<boolean> {
   const cookie = await transition(root, lease, (base) => freeRecord(lease.key, lease.fence, base, root.boot))
   if (cookie === undefined) return false
   // Its folder goes once the key stays unused a while (retire.ts): the root keeps what is in use.
   retirer.released(cookie.folder, cookie.gen, cookie.stamp)
+  sweeper?.used()
   return true
 }
 

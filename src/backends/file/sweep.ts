@@ -20,7 +20,7 @@
  * an epoch bump); correctness does not rest on it. Older generations and a crashed writer's stale temp
  * files are collected first, as any transition does.
  *
- * When (`RootSweeper`): after a grant, at most once per `everyMs` per backend, off the granting call (one
+ * When (`RootSweeper`): after a grant or a release, at most once per `everyMs` per backend, off that call (one
  * setImmediate, hence this file's one timer: no engine sweeps a folder), one pass over at most BATCH
  * entries of the root, from a listing kept open between passes, so that a root of millions of folders
  * costs each pass the same few milliseconds and every folder is looked at once per round of the listing.
@@ -38,7 +38,7 @@ import type { Root } from './root.js'
 
 /** How long after its state ended a folder may be swept (a holder's late release or renewal, a key reused soon). */
 export const DEFAULT_SWEEP_AFTER_MS = 60_000
-/** How often one backend sweeps at most (after a grant). */
+/** How often one backend sweeps at most (after a grant or a release). */
 export const DEFAULT_SWEEP_EVERY_MS = 1_000
 /** Root entries one pass looks at: about 30 µs each (a listing of the folder and a read of its record). */
 const BATCH = 64
@@ -167,8 +167,8 @@ export class RootSweeper {
     this.#everyMs = everyMs
   }
 
-  /** A grant was made: a pass follows, off this call, unless one ran within `everyMs`. */
-  granted(): void {
+  /** A grant or a release was made: a pass follows, off this call, unless one ran within `everyMs`. */
+  used(): void {
     if (this.#closed || this.#scheduled !== undefined || now() - this.#lastAt < this.#everyMs) return
     this.#lastAt = now()
     this.#scheduled = setImmediate(() => {
