@@ -47,7 +47,7 @@ const LAST_ATTEMPT_MS = 300
 /**
  * A failed acquire rejects at most this long after its deadline (after ATTEMPT_MIN_MS for a shorter
  * timeout), or after its give-up time: the last attempt's overrun, the backend's account of a timeout
- * (EXPLAIN_WAIT_MS) and the wait for the clean-up all fit in it. The README promises it.
+ * (EXPLAIN_WAIT_MS) and the wait for the clean-up all fit in it. docs/api.md promises it.
  */
 const SETTLE_SLACK_MS = 500
 

@@ -24,7 +24,7 @@
  *   used and deleted in between) would carry an old T: a create whose answer shows more than a second
  *   after its read (`LATE_CREATE_S`) is written again at once, by a replace on its own version, with
  *   the fence of a record made at the second of that answer, before anyone is granted with it.
- * What is left (the README's guarantees say so): a record deleted less than about three seconds after
+ * What is left (docs/guarantees.md says so): a record deleted less than about three seconds after
  * its creation and made again within those seconds may repeat the fences of the one deleted, since T0
  * and T2 can then be the same second. Nothing shorter can be told apart on a one-second clock.
  *

@@ -720,7 +720,7 @@ describe('redlock: bootstrap of a fresh set (3 nodes)', { timeout: 60_000 }, () 
     const expected = new RegExp(`holds fence counters \\(${counter}\\): this is not a fresh set`)
     await quorumRefusal(client, 'k', '3500ms', why, expected)
     for (const s of servers) assert.equal((await admissionOf(s.port)).marker, null)
-    // The README's way out, for an operator who knows the nodes kept every write: admit them by hand.
+    // The way out docs/backends/redlock.md gives, for an operator who knows the nodes kept every write: admit them by hand.
     for (const s of servers) {
       const { runId } = await admissionOf(s.port)
       await withAdmins([s.port], ([admin]) => admin!.set(admissionMarker(), runId))

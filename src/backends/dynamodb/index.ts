@@ -92,7 +92,7 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   return casLeaseBackend(driver)
 }
 
-/** The URL parameters of `dynamodb://table` (tested against the README like every backend's). */
+/** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   region: {
     type: 'string',

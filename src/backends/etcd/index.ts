@@ -202,7 +202,7 @@ class EtcdBackend implements LockBackend {
   }
 }
 
-/** etcd:// takes no URL parameters (tested against the README like the others). */
+/** etcd:// takes no URL parameters (tested against its page in docs/backends/, like the others). */
 export const PARAMS = {} as const satisfies ParamSchema
 
 /** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `fencelock/`. */

@@ -7,7 +7,7 @@
  * acquire start a fresh fence range, and a key this process started with its current epoch needs a new
  * epoch for that: a bump, and a wait for the clock). `close()` removes every folder remembered at once.
  *
- * Why a removal never lets a fence go back, nor grants twice (index.ts has the whole argument):
+ * Why a removal never lets a fence go back, nor grants twice (docs/backends/file.md has the whole argument):
  *   - Only our own free record is removed: the folder is pinned first (a temp file), and the one stat of
  *     `holds` says its name N is still the very file our release wrote. So nobody holds the key.
  *   - The folder's listing, taken after the pin, must hold nothing else: no other generation (a stale one

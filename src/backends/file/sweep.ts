@@ -11,7 +11,7 @@
  * (it counts as held, as attempts count it), nor a folder with another writer's temp file in it.
  * The removal is retire.ts's `retireFolder`, unchanged: pin, list (our pin and the record, nothing else),
  * the one stat that the name is still the file read, unlink, rmdir. So a removal never lets a fence go back
- * nor grants twice, for the same reasons (index.ts has the whole argument): the next grant of the key
+ * nor grants twice, for the same reasons (docs/backends/file.md has the whole argument): the next grant of the key
  * finds no generation and takes a fresh epoch, after the removal, above every fence of the key (a process
  * that started the folder with its current epoch remembers it and takes a new one: epochs.ts,
  * `startAgain`). Removing an ended lease is no more than what a waiter's take-over does to it: its holder,

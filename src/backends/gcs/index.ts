@@ -69,7 +69,7 @@ export function gcsBackend(options: GcsBackendOptions): LockBackend {
   return casLeaseBackend(gcsDriver(options))
 }
 
-/** The URL parameters of gs:// (the README's table is tested against this). */
+/** The URL parameters of gs:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   endpoint: {
     type: 'string',

@@ -125,7 +125,7 @@ export function mysqlBackend(options: MySqlBackendOptions): LockBackend {
   })
 }
 
-/** The URL parameters of `mysql://` and `mariadb://` (tested against the README like every backend's). */
+/** The URL parameters of `mysql://` and `mariadb://` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   table: {
     type: 'string',

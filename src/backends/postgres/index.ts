@@ -96,7 +96,7 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   return sqlLeaseBackend(dialect, { createTable })
 }
 
-/** The URL parameters of `postgres://` (tested against the README like every backend's). */
+/** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   table: { type: 'string', default: DEFAULT_TABLE, doc: 'the lock table' },
   schema: { type: 'string', default: DEFAULT_SCHEMA, doc: "the lock table's schema" },

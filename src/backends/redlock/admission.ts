@@ -231,6 +231,6 @@ function cannotCopy({ n, q }: Found, admittedOthers: number): AdmissionError {
     'catching-up',
     `not caught up: needs ${need} admitted other node${need === 1 ? '' : 's'} to copy fence counters from, ` +
       `has ${admittedOthers} ` +
-      '(see "Fences across restarts" in the README)',
+      '(see "Fences across restarts" in docs/backends/redlock.md)',
   )
 }

@@ -75,7 +75,7 @@ export function s3Backend(options: S3BackendOptions): LockBackend {
   return casLeaseBackend(s3Driver(options, false, loadSdk))
 }
 
-/** The URL parameters of s3:// (the README's table is tested against this). */
+/** The URL parameters of s3:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   region: { type: 'string', doc: "the bucket's region (default: the SDK's chain, e.g. AWS_REGION)" },
   endpoint: { type: 'string', doc: 'an S3-compatible server instead of AWS, e.g. http://127.0.0.1:9000' },

@@ -263,7 +263,7 @@ function normalizePrefix(prefix: string): string {
   return out
 }
 
-/** The URL's parameters (tested against the README like the others). */
+/** The URL's parameters (tested against its page in docs/backends/, like the others). */
 export const PARAMS = {
   sessionTimeout: {
     type: 'duration',
