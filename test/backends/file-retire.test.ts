@@ -78,6 +78,21 @@ describe('file backend: released key folders are retired', () => {
     await client.close()
   })
 
+  it(
+    'keys released lately keep their folders, up to as many as the hot path remembers',
+    { timeout: 300_000 },
+    async () => {
+      const root = newRoot()
+      const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 600_000 }), { ttl: '5s' })
+      // More than 10,000: a bound that low removed folders of keys still in use (and made them again).
+      const count = 11_000
+      for (let i = 0; i < count; i++) await (await client.acquire(`many-${i}`)).release()
+      assert.equal(keyFolders(root).length, count, 'no folder removed before its time')
+      await client.close()
+      assert.equal(keyFolders(root).length, 0, 'closing retires them all')
+    },
+  )
+
   it('after a retire, the next grant of the key has a greater fence, here and in another process', async () => {
     const root = newRoot()
     const k = key('again')
