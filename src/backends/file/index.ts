@@ -13,6 +13,9 @@
  * `holderPids` are certainly gone (holders.ts); an unreadable record counts as held for `unreadableHoldMs`.
  * Fence: `base + generation`; a folder without a generation starts from a new epoch E (base E·2^21), taken
  * only after its temp file pins the folder; a record from another boot never passes its base on.
+ * Storage: a folder per lock in use or recently released, not per name ever used: retire.ts removes
+ * this process's released folders, sweep.ts those nobody will release; removing one never lowers a fence
+ * (the next grant starts from a new epoch, after the removal: the argument is in retire.ts and the docs).
  * Waiting: fs.watch on the key's folder (watch.ts), the core's poll as the fallback.
  * Limits: one host (not NFS); keys up to 64 KiB, ttls up to 2^43 ms (FILE_LIMITS); epochs below 2^42.
  *
@@ -28,6 +31,9 @@
  *   errors.ts        a failed file operation as the error to report (a setting, or an outage)
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
+ *   retire.ts        removing the key folders this process released and stopped using
+ *   sweep.ts         removing the key folders nobody will release (a crashed holder's, a broken lock's),
+ *                    a few at a time after grants and releases; `prune`
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -68,6 +74,7 @@ import {
   newRecord,
   type RecordV1,
 } from './records.js'
+import { DEFAULT_RETIRE_AFTER_MS, FolderRetirer } from './retire.js'
 import {
   folderOf,
   grantFlush,
@@ -78,6 +85,14 @@ import {
   type Written,
   writtenId,
 } from './root.js'
+import {
+  DEFAULT_SWEEP_AFTER_MS,
+  DEFAULT_SWEEP_EVERY_MS,
+  type PruneResult,
+  prune,
+  RootSweeper,
+  testSweepMs,
+} from './sweep.js'
 import { folderChanged } from './watch.js'
 
 export interface FileBackendOptions {
@@ -112,6 +127,11 @@ export interface FileBackendOptions {
 /** The file backend: it breaks a lease by writing a free record; its holder finds out on its next renewal. */
 export interface FileBackend extends LockBackend {
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
+  /**
+   * Removes now every key folder under `prefix` (of the key) whose lease has ended, whatever its age: what
+   * a live client's background sweep does a minute after the end. Live leases stay; fences never go back.
+   */
+  prune(prefix?: string): Promise<PruneResult>
 }
 
 /**
@@ -146,6 +166,12 @@ export interface FileTestHooks {
   readonly clock?: (() => number) | undefined
   /** How a bump waits for `clock` to pass its epoch (epochs.ts): a test's own clock advances here. */
   readonly sleep?: ((ms: number) => Promise<void>) | undefined
+  /** How long a released key folder stays before its removal (retire.ts); Infinity keeps every one. */
+  readonly retireAfterMs?: number | undefined
+  /** How long after its lease ended a folder may be swept (sweep.ts); Infinity sweeps none. */
+  readonly sweepAfterMs?: number | undefined
+  /** How often the backend sweeps at most (sweep.ts). */
+  readonly sweepEveryMs?: number | undefined
 }
 
 /**
@@ -178,13 +204,17 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     seen: seenEpochs(dir),
     starts: startsOf(dir, boot, durability),
   }
+  const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const sweeper = sweeperOf(root, hooks)
   return {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
-    tryAcquire: (req, signal) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal)),
+    tryAcquire: (req, signal) =>
+      guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal, sweeper)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
-    release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
+    release: (lease) =>
+      guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer, sweeper)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
     waitForChange: ({ key, owner }, signal) =>
@@ -192,9 +222,21 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     list: (prefix) => listHeld(root, prefix),
     breakLock: (key, options) =>
       guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
+    prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, prefix)),
     doctor: () => fileDoctor(root),
-    async close() {},
+    async close() {
+      sweeper?.close()
+      retirer.close()
+    },
   }
+}
+
+/** The backend's sweep (sweep.ts), with the tests' settings if any; none when it never sweeps. */
+function sweeperOf(root: Root, hooks: FileTestHooks | undefined): RootSweeper | undefined {
+  const test = testSweepMs()
+  const afterMs = hooks?.sweepAfterMs ?? test ?? DEFAULT_SWEEP_AFTER_MS
+  if (afterMs === Number.POSITIVE_INFINITY) return undefined
+  return new RootSweeper(root, afterMs, hooks?.sweepEveryMs ?? test ?? DEFAULT_SWEEP_EVERY_MS)
 }
 
 /** `holderPids`, checked: pids are positive integers. */
@@ -220,10 +262,19 @@ type Plan =
  * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
  * finds. `signal`: the core stopped waiting for this attempt (its bound passed, or the caller aborted).
  */
-async function acquireOnce(root: Root, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+async function acquireOnce(
+  root: Root,
+  req: AcquireRequest,
+  signal: AbortSignal,
+  sweeper: RootSweeper | undefined,
+): Promise<AttemptResult> {
   const result = await attempt(root, req, signal)
   // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
-  if (result.granted) root.seenBy.delete(req.owner)
+  if (result.granted) {
+    root.seenBy.delete(req.owner)
+    // A client that takes locks sweeps the root now and then: what nobody will release goes too.
+    sweeper?.used()
+  }
   return result
 }
 
@@ -447,9 +498,18 @@ async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise
   return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
 }
 
-async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
+async function releaseLease(
+  root: Root,
+  lease: HeldLease,
+  retirer: FolderRetirer,
+  sweeper: RootSweeper | undefined,
+): Promise<boolean> {
   const cookie = await transition(root, lease, (base) => freeRecord(lease.key, lease.fence, base, root.boot))
-  return cookie !== undefined
+  if (cookie === undefined) return false
+  // Its folder goes once the key stays unused a while (retire.ts): the root keeps what is in use.
+  retirer.released(cookie.folder, cookie.gen, cookie.stamp)
+  sweeper?.used()
+  return true
 }
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
