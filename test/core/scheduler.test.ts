@@ -129,6 +129,57 @@ describe('scheduler', { timeout: 60_000 }, () => {
     assert.ok(timers < entries.length / 4, `${timers} timers`)
   })
 
+  it('sends a round of thousands of renewals a chunk per turn of the event loop', async () => {
+    const backend = batching()
+    // Which turn of the event loop each batch went out in.
+    let turns = 0
+    let ticking = true
+    const tick = () => {
+      turns++
+      if (ticking) setImmediate(tick)
+    }
+    tick()
+    const turnOf: number[] = []
+    const extendMany = backend.extendMany!.bind(backend)
+    backend.extendMany = (leases, ttlMs, signal) => {
+      turnOf.push(turns)
+      return extendMany(leases, ttlMs, signal)
+    }
+    const client = createLockClient(backend, { ttl: 8000 })
+    try {
+      const locks = await acquireMany(client, 2500)
+      // A stalled event loop: every lock's renewal (due ttl/3 after its grant) comes due in one round.
+      const stalledUntil = performance.now() + 3500
+      while (performance.now() < stalledUntil) {}
+      // The first renewal of every lock: the batches until 2500 keys went out.
+      const firstRound = () => {
+        let keys = 0
+        for (const [i, batch] of backend.batches.entries()) {
+          keys += batch.keys.length
+          if (keys >= locks.length) return backend.batches.slice(0, i + 1)
+        }
+        return undefined
+      }
+      await waitFor(() => firstRound() !== undefined, 'every lock renewed once', { withinMs: 20_000 })
+      const round = firstRound()!
+      const sizes = round.map((b) => b.keys.length)
+      assert.ok(
+        sizes.every((n) => n <= 1000),
+        `batch sizes ${sizes}`,
+      )
+      const turnsOfRound = turnOf.slice(0, round.length)
+      assert.equal(new Set(turnsOfRound).size, round.length, `turns ${turnsOfRound}`)
+      await waitFor(() => round.every((b) => b.endedAt !== undefined), 'the round answered', {
+        withinMs: 20_000,
+      })
+      for (const lock of locks) assert.equal(lock.signal.aborted, false, lock.key)
+      await Promise.all(locks.map((l) => l.release()))
+    } finally {
+      ticking = false
+      await client.close()
+    }
+  })
+
   it('renews many locks on one timer, gathered into batches', async () => {
     const backend = batching()
     const client = createLockClient(backend, { ttl: 3000 })
