@@ -180,6 +180,32 @@ describe('scheduler', { timeout: 60_000 }, () => {
     }
   })
 
+  it('keeps its timer when the last entry leaves, for the next one due later', async () => {
+    const ran: Scheduled[] = []
+    const scheduler = new Scheduler<Scheduled>((entries) => {
+      ran.push(...entries)
+    })
+    const start = performance.now()
+    const entry = (): Scheduled => ({ dueAt: Number.POSITIVE_INFINITY, heapIndex: -1 })
+    // A lock acquired and released in a loop: each grant's expiry is due a little later than the last.
+    const timers = await countTimers(async () => {
+      for (let i = 0; i < 100; i++) {
+        const e = entry()
+        scheduler.schedule(e, start + 60_000 + i)
+        scheduler.cancel(e)
+      }
+    })
+    assert.equal(timers, 1)
+    // Still on time for an entry due sooner than the timer kept, and for the one due after it.
+    const soon = entry()
+    const later = entry()
+    scheduler.schedule(later, performance.now() + 300)
+    scheduler.schedule(soon, performance.now() + 100)
+    await waitFor(() => ran.length === 2, 'both run', { withinMs: 10_000 })
+    assert.deepEqual(ran, [soon, later])
+    assert.equal(scheduler.size, 0)
+  })
+
   it('renews many locks on one timer, gathered into batches', async () => {
     const backend = batching()
     const client = createLockClient(backend, { ttl: 3000 })
