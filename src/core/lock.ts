@@ -74,6 +74,15 @@ interface Renewed {
 
 type ExtendSettled = Renewed | 'lost' | 'released' | { error: unknown }
 
+/**
+ * The most renewals sent in one turn of the event loop. A client holding tens of thousands of locks can
+ * have them all come due at once (renewal slots merge behind a stalled event loop): sent and settled in
+ * one synchronous burst, they stalled it again for hundreds of ms, long enough for the next slots to
+ * merge too. A turn sends this many (a few EXTEND_MANY on Redis), and the rest follow turn by turn, each
+ * chunk's validity counted from its own start; a lock released or lost meanwhile is skipped.
+ */
+const RENEW_CHUNK = 1000
+
 /** The renewal timer of one client's locks: one per client, shared by every lock it holds. */
 export function lockRenewals(): Renewals<LockHandle> {
   return LockHandle.newRenewals()
@@ -291,7 +300,15 @@ export class LockHandle implements Lock {
     // a time, so this is the store's latest word.
     this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
     const grantedMs = Math.floor(kept)
-    publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed', grantedMs }))
+    // Built in one piece: with a subscriber, this runs once per renewal of every held lock.
+    publish(channels.extend, () => ({
+      key: this.key,
+      backend: this.#ctx.backend.id,
+      owner: this.owner,
+      fence: this.fence,
+      outcome: 'renewed',
+      grantedMs,
+    }))
     return { grantedMs }
   }
 
@@ -311,8 +328,14 @@ export class LockHandle implements Lock {
    * The renewals of a client's locks that came due together: one request where the backend has
    * `extendMany` (and more than one lock has no extend of its own under way), else one extend each.
    */
-  static #renewAll(locks: LockHandle[]): void {
-    const backend = locks[0]!.#ctx.backend
+  static #renewAll(due: LockHandle[]): void {
+    const backend = due[0]!.#ctx.backend
+    let locks = due
+    if (due.length > RENEW_CHUNK) {
+      // The rest in a later turn, after the replies and other work that came in meanwhile.
+      setImmediate(() => LockHandle.#renewAll(due.slice(RENEW_CHUNK)))
+      locks = due.slice(0, RENEW_CHUNK)
+    }
     const batch: LockHandle[] = []
     for (const lock of locks) {
       if (lock.#state !== 'held') continue
