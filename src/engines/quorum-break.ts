@@ -18,18 +18,12 @@
  */
 import type { BreakResult } from '../core/backend.js'
 import { retryRounds } from '../core/retry.js'
-import type { Quorum } from './quorum.js'
+import { OPERATOR_NODE_TIMEOUT_MS, type Quorum } from './quorum.js'
 import { majorityHold, NODE_BITS } from './quorum-inspect.js'
 import { round, tally } from './quorum-round.js'
 
 /** How many times a break reads again after the lock changed under it. */
 const BREAK_ROUNDS = 3
-
-/**
- * How long a node may take to answer an operator's read or break (`list`, `break`): no lease is timed by
- * them, so a node is given longer than the acquire path's `nodeTimeout` before it counts as failed.
- */
-export const OPERATOR_NODE_TIMEOUT_MS = 2000
 
 /** Breaks the lock `key` (only the grant of `fence`, when given) on `quorum`'s nodes. */
 export function breakQuorumLock(
@@ -52,7 +46,7 @@ async function breakOnce(
   fence: bigint | undefined,
   signal: AbortSignal,
 ): Promise<BreakResult | undefined> {
-  const infos = await quorum.holds(key, signal, OPERATOR_NODE_TIMEOUT_MS)
+  const infos = await quorum.holds(key, signal)
   const hold = majorityHold(infos, quorum.q)
   const view = quorum.viewOf(infos)
   if (!hold || !view?.held || view.owner === undefined) return { broken: false }

@@ -102,6 +102,14 @@ export interface QuorumOptions {
 /** The most nodes a quorum may have: the node index of a token has 8 bits. */
 export const MAX_NODES = 1 << Number(NODE_BITS)
 
+/**
+ * How long a node may take to answer an operator's read (`inspect`, `list`, `break`): no lease is timed by
+ * them, so a node is given longer than a vote's `nodeTimeout` before it counts as failed. This also covers
+ * a new client's first use, whose reply waits for the connection and its check (ready check, INFO, script
+ * load): past a vote's 20-200 ms on a loaded machine, so `fencelock doctor`'s first inspect failed.
+ */
+export const OPERATOR_NODE_TIMEOUT_MS = 2000
+
 /** The reason given to the node operations the engine stops itself (a cheap shared value, no stack). */
 const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
 
@@ -146,7 +154,7 @@ export class Quorum {
     return this.#largestTtlMs
   }
 
-  /** The timeout of rounds that are not tied to one lease (release, inspect). */
+  /** The timeout of rounds that are not tied to one lease but run on the acquire path (release). */
   get defaultTimeoutMs(): number {
     return this.#nodeTimeout(this.#largestTtlMs || 10_000)
   }
@@ -262,16 +270,12 @@ export class Quorum {
 
   /**
    * What each node holds for `key` (undefined: no answer), from one round that waits for every node (each
-   * bounded by `timeoutMs`). Throws when more than n - q nodes failed: nothing can be said then.
+   * bounded by OPERATOR_NODE_TIMEOUT_MS). Throws when more than n - q nodes failed: nothing can be said then.
    */
-  async holds(
-    key: string,
-    signal: AbortSignal,
-    timeoutMs = this.defaultTimeoutMs,
-  ): Promise<Array<LockInfo | null | undefined>> {
+  async holds(key: string, signal: AbortSignal): Promise<Array<LockInfo | null | undefined>> {
     const { votes } = await round(
       this.n,
-      timeoutMs,
+      OPERATOR_NODE_TIMEOUT_MS,
       signal,
       (i, s) => this.nodes[i]!.inspect(key, s),
       (v) => (v.includes(undefined) ? undefined : true),

@@ -8,6 +8,7 @@ import { createLockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type RedisNodes, startRedisNodes } from '../servers/redis.js'
 import { runCli } from '../support/processes.js'
+import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 
 describe('redlock: URLs, options and diagnostics', { timeout: 60_000 }, () => {
   let nodes: RedisNodes
@@ -203,6 +204,42 @@ describe('redlock: doctor over URL clients, on fresh nodes', { timeout: 60_000 }
       assert.match(text, /restartDelay is 0: safe only if every node persists each write/)
     } finally {
       await backend.close()
+    }
+  })
+})
+
+describe('redlock: a diagnostic read on fresh connections', { timeout: 60_000 }, () => {
+  let nodes: RedisNodes
+  let proxies: TcpProxy[] = []
+  before(async () => {
+    nodes = await startRedisNodes(3)
+    proxies = await Promise.all(nodes.servers.map((s) => startProxy(s.port)))
+  })
+  after(async () => {
+    await Promise.all(proxies.map((p) => p.close()))
+    await nodes.destroy()
+  })
+
+  it('inspect on a new client counts connecting as part of an operator read, not of a vote', async () => {
+    // Each node's first exchange (ioredis's ready check) takes 2 × 300 ms, as a cold process on a loaded
+    // machine can: well past a vote's nodeTimeout (100 ms by default), well within an operator's read
+    // (`fencelock doctor` asks the store with an inspect first, and exited 69 when every node timed out).
+    for (const p of proxies) {
+      let replied = false
+      p.delayMs = 300
+      p.filter = (_chunk, direction) => {
+        if (replied) p.delayMs = 0
+        if (direction === 'reply') replied = true
+        return true
+      }
+    }
+    const url = `redlock://${proxies.map((p) => `127.0.0.1:${p.port}`).join(',')}`
+    const locks = createLockClient(url, { ttl: '10s' })
+    try {
+      const info = await locks.inspect('fresh-connections')
+      assert.equal(info.held, false)
+    } finally {
+      await locks.close()
     }
   })
 })
