@@ -391,6 +391,7 @@ class AcquireLoop {
       ...this.#diag,
       attempts: this.#attempts,
       waitedMs: now() - this.#startedAt,
+      aborted: this.#signal.aborted,
       error,
     }))
     throw error

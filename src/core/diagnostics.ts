@@ -16,7 +16,10 @@ export const channels = {
    * handed over while waiting), so `waitedMs - attemptMs` is the time spent waiting for other holders.
    */
   acquireOk: diagnosticsChannel.channel('fencelock:acquire:ok'),
-  /** `{ key, backend, owner, attempts, waitedMs, error }` when an acquire gives up. */
+  /**
+   * `{ key, backend, owner, attempts, waitedMs, aborted, error }` when an acquire gives up; `aborted`: the
+   * caller's signal aborted it, or its client was closed.
+   */
   acquireFail: diagnosticsChannel.channel('fencelock:acquire:fail'),
   /**
    * `{ key, backend, owner, fence, outcome: 'renewed' | 'lost' | 'unknown', grantedMs?, error? }` after each
@@ -25,8 +28,8 @@ export const channels = {
   extend: diagnosticsChannel.channel('fencelock:extend'),
   /**
    * `{ key, backend, owner, fence, reason, error }` when a held lock is lost. `reason`: `'expired'` (its
-   * validity passed without a confirmed renewal), `'not-owner'` (the store answered that it is no longer
-   * ours), `'session-ended'` (the backend's session ended) or `'client-closed'` (its client was closed).
+   * validity passed without a confirmed renewal), `'not_owner'` (the store answered that it is no longer
+   * ours), `'session_ended'` (the backend's session ended) or `'client_closed'` (its client was closed).
    */
   lost: diagnosticsChannel.channel('fencelock:lost'),
   /** `{ key, backend, owner, fence, released: boolean, error? }` after a release. */
@@ -40,7 +43,7 @@ export const channels = {
 } as const
 
 /** Why a held lock was lost (`channels.lost`). */
-export type LossReason = 'expired' | 'not-owner' | 'session-ended' | 'client-closed'
+export type LossReason = 'expired' | 'not_owner' | 'session_ended' | 'client_closed'
 
 export function publish(channel: diagnosticsChannel.Channel, message: () => object): void {
   if (channel.hasSubscribers) channel.publish(message())

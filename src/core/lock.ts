@@ -142,7 +142,7 @@ export class LockHandle implements Lock {
             `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
             this.#context(lost.reason),
           ),
-          'session-ended',
+          'session_ended',
         )
       lost.addEventListener('abort', onLost, { once: true })
       this.#detachLost = () => lost.removeEventListener('abort', onLost)
@@ -281,7 +281,7 @@ export class LockHandle implements Lock {
             '(it expired or was taken over)',
           this.#context(),
         ),
-        'not-owner',
+        'not_owner',
       )
       return 'lost'
     }
@@ -414,7 +414,7 @@ export class LockHandle implements Lock {
         `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was released because its lock client was closed`,
         this.#context(),
       )
-      publish(channels.lost, () => ({ ...this.#diag(), reason: 'client-closed', error }))
+      publish(channels.lost, () => ({ ...this.#diag(), reason: 'client_closed', error }))
       this.#lost ??= new AbortController()
       this.#lost.abort(error)
     }

@@ -102,7 +102,7 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.equal(lost?.fence, lock.fence)
     assert.ok(lost?.error instanceof LockLostError)
     assert.equal(lost?.error, reason)
-    assert.equal(lost?.reason, 'not-owner')
+    assert.equal(lost?.reason, 'not_owner')
     assert.ok(seen['fencelock:extend'].some((m) => m.outcome === 'lost'))
     assert.deepEqual(
       seen['fencelock:release'].map((m) => m.released),
@@ -124,6 +124,13 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.ok((fail?.attempts as number) >= 2)
     assert.equal(typeof fail?.owner, 'string')
     assert.equal(fail?.owner, seen['fencelock:acquire:start'][0]?.owner)
+    assert.equal(fail?.aborted, false)
+    const stop = new AbortController()
+    const gaveUp = client.acquire(key, { signal: stop.signal })
+    gaveUp.catch(() => {})
+    stop.abort()
+    await assert.rejects(gaveUp)
+    assert.equal(seen['fencelock:acquire:fail'][1]?.aborted, true)
     await holder.release()
   })
 
@@ -227,6 +234,6 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     await aborted(expiring.signal)
     await aborted(ending.signal)
     await client.close()
-    assert.deepEqual(reasons, { ':hang': 'expired', ':session': 'session-ended', ':closed': 'client-closed' })
+    assert.deepEqual(reasons, { ':hang': 'expired', ':session': 'session_ended', ':closed': 'client_closed' })
   })
 })
