@@ -57,3 +57,14 @@ it('a backend imports no other backend (Redlock aside: it is built from Redis no
   })
   assert.deepEqual(found, [], `backends importing each other:\n${found.join('\n')}`)
 })
+
+it('src/otel imports only the core (the only place that imports @opentelemetry/api)', () => {
+  const found = offending('otel', (target) => target.startsWith('core/') || target.startsWith('otel/'))
+  assert.deepEqual(found, [], `the OpenTelemetry entry must stay beside the backends:\n${found.join('\n')}`)
+  const others = ['core', 'engines', 'backends', 'cli'].flatMap((dir) =>
+    importsUnder(dir)
+      .filter(({ file }) => readFileSync(join(src, file), 'utf8').includes("'@opentelemetry/"))
+      .map(({ file }) => file),
+  )
+  assert.deepEqual(others, [], 'only src/otel may import @opentelemetry packages')
+})
