@@ -148,11 +148,11 @@ describe('fencelock/otel', { timeout: 60_000 }, () => {
 
   it('counts a loss once, by reason, and ends the hold span as an error', async () => {
     const backend = freshMemory()
-    const client = createLockClient(backend, { ttl: 300 })
+    const client = createLockClient(backend, { ttl: 3000 })
     const key = uniqueKey()
     const lock = await client.acquire(key)
     void backend.breakLock(key)
-    await aborted(lock.signal)
+    await aborted(lock.signal, 20_000)
     await lock.release()
 
     const lost = await point('fencelock.lock.lost', backend.id)
