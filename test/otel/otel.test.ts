@@ -6,7 +6,16 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { type Attributes, context, SpanStatusCode, trace } from '@opentelemetry/api'
+import {
+  type Attributes,
+  context,
+  type DiagLogger,
+  DiagLogLevel,
+  diag,
+  type MeterProvider as MeterProviderApi,
+  SpanStatusCode,
+  trace,
+} from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import {
   AggregationTemporality,
@@ -38,6 +47,9 @@ const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpan
 const contextManager = new AsyncLocalStorageContextManager()
 
 let stop: () => void = () => {}
+
+const ignore = () => {}
+const silent: DiagLogger = { error: ignore, warn: ignore, info: ignore, debug: ignore, verbose: ignore }
 
 before(() => {
   context.setGlobalContextManager(contextManager.enable())
@@ -278,6 +290,34 @@ describe('fencelock/otel', { timeout: 60_000 }, () => {
     assert.equal((metric?.dataPoints[0]?.value as Histogram | undefined)?.count, 1)
     await client.close()
     await meters.shutdown()
+  })
+
+  it('never lets a failing meter break a lock: the error goes to the OpenTelemetry diag logger', async () => {
+    const boom = () => {
+      throw new Error('exporter bug')
+    }
+    const failingInstrument = { record: boom, add: boom }
+    const failing = {
+      getMeter: () => ({
+        createHistogram: () => failingInstrument,
+        createUpDownCounter: () => failingInstrument,
+        createCounter: () => failingInstrument,
+      }),
+    } as unknown as MeterProviderApi
+    const logged: unknown[] = []
+    diag.setLogger({ ...silent, error: (...args: unknown[]) => logged.push(args) }, DiagLogLevel.ERROR)
+    const dispose = instrument({ meterProvider: failing, tracerProvider })
+    const client = createLockClient(freshMemory())
+    try {
+      const lock = await client.acquire(uniqueKey())
+      await lock.release()
+    } finally {
+      dispose()
+      diag.disable()
+      await client.close()
+    }
+    assert.ok(logged.length >= 1, 'the failure was logged')
+    assert.match(String(logged[0]), /fencelock\/otel: handling fencelock:acquire:ok failed/)
   })
 
   it('uses the global providers when given none', async () => {
