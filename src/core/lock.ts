@@ -6,7 +6,7 @@
  */
 import type { ExtendOutcome, HeldLease, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
-import { channels, publish } from './diagnostics.js'
+import { channels, type LossReason, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
 import { Renewals, Renewer } from './renewer.js'
@@ -151,6 +151,7 @@ export class LockHandle implements Lock {
             `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
             this.#context(lost.reason),
           ),
+          'session_ended',
         )
       lost.addEventListener('abort', onLost, { once: true })
       this.#detachLost = () => lost.removeEventListener('abort', onLost)
@@ -195,7 +196,7 @@ export class LockHandle implements Lock {
 
   /** The renewer saw validUntil pass without a confirmed renewal. */
   #expireLocally(): void {
-    this.#markLost(this.#expired())
+    this.#markLost(this.#expired(), 'expired')
     // We no longer count on it, so nobody should wait for it: where the store still keeps it (a session
     // that stays alive while this process does, as etcd's; a store clock a little slower than ours), take
     // it back. Owner-checked, so it never touches a later holder; in the background, errors ignored.
@@ -203,14 +204,14 @@ export class LockHandle implements Lock {
     withTimeout(this.#ttlMs, (signal) => this.#ctx.backend.release(lease, signal)).catch(() => {})
   }
 
-  #markLost(error: LockLostError): void {
+  #markLost(error: LockLostError, reason: LossReason): void {
     if (this.#state !== 'held') return
     this.#state = 'lost'
     this.#renewer.stop()
     this.#stopRenewal?.abort(error)
     this.#detachLost?.()
     this.#ctx.onSettled(this)
-    publish(channels.lost, () => ({ ...this.#diag(), error }))
+    publish(channels.lost, () => ({ ...this.#diag(), reason, error }))
     this.#lost ??= new AbortController()
     this.#lost.abort(error)
   }
@@ -270,6 +271,7 @@ export class LockHandle implements Lock {
       // The store may now keep this ttl: renewals ask for it, and make the outcome known again.
       this.#ttlMs = ttlMs
       publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
+      publish(channels.storeError, () => ({ ...this.#diag(), operation: 'extend', error }))
       return { error }
     }
     // The timeout above and the reply can become due in the same turn of a busy event loop, and the
@@ -288,6 +290,7 @@ export class LockHandle implements Lock {
             '(it expired or was taken over)',
           this.#context(),
         ),
+        'not_owner',
       )
       return 'lost'
     }
@@ -434,7 +437,7 @@ export class LockHandle implements Lock {
         `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was released because its lock client was closed`,
         this.#context(),
       )
-      publish(channels.lost, () => ({ ...this.#diag(), error }))
+      publish(channels.lost, () => ({ ...this.#diag(), reason: 'client_closed', error }))
       this.#lost ??= new AbortController()
       this.#lost.abort(error)
     }
@@ -453,7 +456,7 @@ export class LockHandle implements Lock {
     // The validity passed and the expiry timer has not fired yet (a busy event loop runs timers late): the
     // lock was lost before this release, and its holder hears so now rather than never. (Measured: a
     // hand-over with 9 ms of validity left, released 2 ms after it ended, its timer not yet run.)
-    if (this.#state === 'held' && now() >= this.#validUntil) this.#markLost(this.#expired())
+    if (this.#state === 'held' && now() >= this.#validUntil) this.#markLost(this.#expired(), 'expired')
     const wasHeld = this.#state === 'held'
     if (wasHeld) this.#state = 'released'
     // From the moment the release is sent the store may free the lease (a waiter may be granted before the
@@ -470,6 +473,7 @@ export class LockHandle implements Lock {
       publish(channels.release, () => ({ ...this.#diag(), released }))
     } catch (error) {
       publish(channels.release, () => ({ ...this.#diag(), released: false, error }))
+      publish(channels.storeError, () => ({ ...this.#diag(), operation: 'release', error }))
       // A lost lease is not ours to clean up; a held one is, and the caller should know it will linger.
       if (wasHeld) {
         throw new BackendUnavailableError(

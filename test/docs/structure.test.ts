@@ -64,3 +64,14 @@ it('src/guards imports only other guards: a guard works with any lock, and loads
   assert.ok(importsUnder('guards').length > 3, 'found no guard sources')
   assert.deepEqual(found, [], `a guard importing outside src/guards:\n${found.join('\n')}`)
 })
+
+it('src/otel imports only the core (the only place that imports @opentelemetry/api)', () => {
+  const found = offending('otel', (target) => target.startsWith('core/') || target.startsWith('otel/'))
+  assert.deepEqual(found, [], `the OpenTelemetry entry must stay beside the backends:\n${found.join('\n')}`)
+  const others = ['core', 'engines', 'backends', 'cli'].flatMap((dir) =>
+    importsUnder(dir)
+      .filter(({ file }) => readFileSync(join(src, file), 'utf8').includes("'@opentelemetry/"))
+      .map(({ file }) => file),
+  )
+  assert.deepEqual(others, [], 'only src/otel may import @opentelemetry packages')
+})

@@ -12,6 +12,7 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { delimiter, dirname, join, posix } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -32,6 +33,8 @@ const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
   bin: Record<string, string>
   exports: Record<string, string | ExportTarget>
   typesVersions: Record<string, Record<string, string[]>>
+  dependencies?: Record<string, string>
+  peerDependenciesMeta: Record<string, { optional?: boolean }>
 }
 
 /** One entry point of package.json's `exports`: `require` gets CommonJS-flavoured types (see below). */
@@ -164,6 +167,33 @@ export function isNotAcquired(error: unknown): boolean {
   return error instanceof LockError && error.code === 'FENCELOCK_NOT_ACQIURED'
 }
 `
+
+/** `fencelock/otel` in a consumer that installed `@opentelemetry/api` and nothing else of OpenTelemetry. */
+const OTEL_TS = `import { createLockClient } from 'fencelock'
+import { type InstrumentOptions, instrument } from 'fencelock/otel'
+
+const options: InstrumentOptions = {
+  meterProvider: undefined,
+  tracerProvider: undefined,
+  recordKeys: (key: string) => key.split(':')[0],
+}
+const stop = instrument(options)
+const locks = createLockClient(process.argv[2] ?? 'memory:')
+await (await locks.acquire('jobs:1')).release()
+stop()
+await locks.close()
+console.log('instrumented')
+`
+
+/** The folder of the `@opentelemetry/api` the tests use (its exports do not include package.json). */
+function openTelemetryApi(): string {
+  let dir = dirname(createRequire(import.meta.url).resolve('@opentelemetry/api'))
+  while (!existsSync(join(dir, 'package.json')) || !dir.endsWith(join('@opentelemetry', 'api'))) {
+    if (dir === dirname(dir)) throw new Error('@opentelemetry/api is not installed (a devDependency)')
+    dir = dirname(dir)
+  }
+  return dir
+}
 
 function tsconfig(file: string): string {
   return JSON.stringify({
@@ -441,6 +471,45 @@ describe('the packed package, installed in a new project', { timeout: 300_000 },
     writeFileSync(join(consumer, 'required.cjs'), requireConsumer())
     const output = await ok(process.execPath, ['required.cjs'], consumer)
     assert.match(output, new RegExp(`^required ${backendIds.length + 1} entry points, one copy$`, 'm'))
+  })
+
+  it('has no dependencies; @opentelemetry/api is an optional peer of fencelock/otel alone', () => {
+    assert.equal(manifest.dependencies, undefined, 'fencelock must install nothing')
+    assert.equal(manifest.peerDependenciesMeta['@opentelemetry/api']?.optional, true)
+    // The quickstart above ran in a consumer without @opentelemetry/api: the core never loads it.
+    assert.equal(existsSync(join(consumer, 'node_modules', '@opentelemetry')), false)
+  })
+
+  it('runs and type-checks fencelock/otel once @opentelemetry/api is installed', async () => {
+    // A consumer of its own, so the one above keeps proving that the core needs nothing.
+    const otel = join(work.path, 'otel-consumer')
+    mkdirSync(join(otel, 'node_modules', '@opentelemetry'), { recursive: true })
+    writeFileSync(
+      join(otel, 'package.json'),
+      JSON.stringify({ name: 'otel-consumer', private: true, type: 'module' }),
+    )
+    // A copy, not a link: Node and tsc resolve a package's imports from its real folder.
+    cpSync(join(consumer, 'node_modules', 'fencelock'), join(otel, 'node_modules', 'fencelock'), {
+      recursive: true,
+    })
+    symlinkSync(openTelemetryApi(), join(otel, 'node_modules', '@opentelemetry', 'api'), 'dir')
+    writeFileSync(join(otel, 'otel.ts'), OTEL_TS)
+    writeFileSync(join(otel, 'tsconfig.json'), tsconfig('otel.ts'))
+    // The same program without its types, as Node 20 runs it.
+    writeFileSync(
+      join(otel, 'otel.js'),
+      OTEL_TS.replace('type InstrumentOptions, ', '')
+        .replace('const options: InstrumentOptions', 'const options')
+        .replace('(key: string)', '(key)'),
+    )
+    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc')
+    const checked = await run(process.execPath, [tsc, '-p', 'tsconfig.json'], otel)
+    assert.equal(
+      checked.code,
+      0,
+      `the fencelock/otel consumer does not compile:\n${checked.stdout}${checked.stderr}`,
+    )
+    assert.equal((await ok(process.execPath, ['otel.js'], otel)).trim(), 'instrumented')
   })
 
   it('runs the fencelock CLI through npx', async () => {
