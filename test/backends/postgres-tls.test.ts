@@ -1,16 +1,22 @@
 /**
  * PostgreSQL over TLS, against real servers with `ssl=on` and certificates made by the test (a CA of its
- * own): `sslmode=require` from a URL, a client given the CA, `verify-full` refused without it, and a
+ * own): `sslmode=require` from a URL, a client given the CA, `verify-full` refused without it and
+ * accepted with NODE_EXTRA_CA_CERTS (in a child process: Node reads it at start), and a
  * server without TLS said at once as such.
  */
 import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import postgres from 'postgres'
 import { postgresBackend } from '../../src/backends/postgres/index.js'
 import { BackendUnavailableError, createLockClient, type LockClient } from '../../src/index.js'
 import { adminQuery } from '../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../servers/postgres.js'
 import { makeCerts, type TestCerts } from '../support/certs.js'
+
+const ENTRY = fileURLToPath(new URL('../../src/index.js', import.meta.url))
 
 describe('postgres: TLS', { timeout: 180_000 }, () => {
   let certs: TestCerts
@@ -68,6 +74,21 @@ describe('postgres: TLS', { timeout: 180_000 }, () => {
       assert.match(error.message, /on postgres:\/\/.*TLS handshake failed.*certificate/)
       return true
     })
+  })
+
+  it('locks with ?sslmode=verify-full when NODE_EXTRA_CA_CERTS names the CA', async () => {
+    const script = `
+      const { createLockClient } = await import(${JSON.stringify(ENTRY)})
+      const locks = createLockClient(${JSON.stringify(tls.url('?sslmode=verify-full'))}, { ttl: '10s' })
+      const lock = await locks.acquire('tls-verified', { timeout: '60s' })
+      console.log('fence', String(lock.fence))
+      await lock.release()
+      await locks.close()`
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: certs.caFile },
+      timeout: 90_000,
+    })
+    assert.match(stdout, /^fence \d+$/m)
   })
 
   it('says at once that a server without TLS does not accept it (sslmode=require), not "connection reset" until the timeout', async () => {
