@@ -12,6 +12,7 @@
 import { quoteIdent } from './layout.js'
 import type { PgSql } from './sql.js'
 
+/** What `guardedUpdate` writes, where, and under which fence. */
 export interface GuardedUpdate {
   /** The protected table, `table` or `schema.table` (each part taken literally, quoted). */
   readonly table: string
