@@ -13,6 +13,7 @@ import { Renewals, Renewer } from './renewer.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
+  /** The key this lock holds. */
   readonly key: string
   /** A random 128-bit id naming this holder. */
   readonly owner: string

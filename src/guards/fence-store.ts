@@ -11,10 +11,11 @@
  * // A shared store over PostgreSQL: one upsert compares and records atomically.
  * const store: FenceStore = {
  *   async advance(resource, fence) {
- *     const [row] = await sql`
+ *     const [row] = await sql<{ fence: string }[]>`
  *       INSERT INTO fences (resource, fence) VALUES (${resource}, ${fence.toString()}::bigint)
  *       ON CONFLICT (resource) DO UPDATE SET fence = GREATEST(fences.fence, EXCLUDED.fence)
  *       RETURNING fence::text`
+ *     if (!row) throw new Error('the upsert returned no row')
  *     return BigInt(row.fence)
  *   },
  * }

@@ -15,6 +15,7 @@ export type { GuardedUpdate } from './sql-update.js'
 
 /** The one method of a `mysql2/promise` pool, pool connection or connection used here. */
 export interface MysqlQuery {
+  /** Runs `sql` with `?` placeholders bound to `values`; resolves `[result, fields]`. */
   query(sql: string, values: unknown[]): Promise<[unknown, unknown]>
 }
 

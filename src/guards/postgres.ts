@@ -11,6 +11,7 @@ export type { GuardedUpdate } from './sql-update.js'
 
 /** The one method of a `postgres` (porsager) instance, transaction or reserved connection used here. */
 export interface PostgresUnsafe {
+  /** Runs `query` with `$n` placeholders bound to `parameters`; resolves the rows it returned. */
   unsafe(query: string, parameters?: never[]): PromiseLike<ArrayLike<unknown>>
 }
 

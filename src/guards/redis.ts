@@ -15,6 +15,7 @@ import { fenceDigits } from './fence-value.js'
 
 /** The one method used: ioredis's `eval(script, numberOfKeys, ...keysAndArgs)`. */
 export interface RedisEval {
+  /** Runs a Lua `script` on the first `numberOfKeys` of `keysAndArgs` as KEYS, the rest as ARGV. */
   eval(script: string, numberOfKeys: number, ...keysAndArgs: string[]): Promise<unknown>
 }
 
@@ -87,8 +88,12 @@ export interface RedisFenceStoreOptions {
  * A fence store for the HTTP guard shared by every server instance on one Redis: one string key per
  * resource ever guarded (never expired: forgetting a fence would admit its stale holders again).
  * @example
+ * import { guardHttpListener } from 'fencelock/guards/http'
+ *
  * const store = redisFenceStore(redis)
- * const listener = guardHttpListener({ resource: (req) => req.url, store }, handle)
+ * const listener = guardHttpListener({ resource: (req) => req.url, store }, (_req, res) => {
+ *   res.end('written')
+ * })
  */
 export function redisFenceStore(redis: RedisEval, options: RedisFenceStoreOptions = {}): FenceStore {
   const prefix = options.prefix ?? 'fencelock:guard:'

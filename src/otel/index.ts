@@ -82,7 +82,9 @@ interface Holding {
  * the process; returns the function that stops it. Call it once, before the clients are used: a lock
  * acquired earlier is not counted as held.
  * @example
- * const stop = instrument({ meterProvider, tracerProvider })
+ * import { metrics, trace } from '@opentelemetry/api'
+ *
+ * const stop = instrument({ meterProvider: metrics.getMeterProvider(), tracerProvider: trace.getTracerProvider() })
  * // ... on shutdown:
  * stop()
  */

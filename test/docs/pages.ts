@@ -15,13 +15,15 @@ export interface Page {
   readonly text: string
 }
 
-/** README.md, CONTRIBUTING.md and docs/**\/*.md. */
+/**
+ * README.md, CONTRIBUTING.md and docs/**\/*.md, less docs/api/: TypeDoc writes those pages from the doc
+ * comments, which api.test.ts checks (their examples compiled) and api-reference.test.ts holds them to.
+ */
 export function pages(): Page[] {
   const paths = ['README.md', 'CONTRIBUTING.md']
   for (const entry of readdirSync(join(root, 'docs'), { withFileTypes: true, recursive: true })) {
-    if (entry.isFile() && entry.name.endsWith('.md')) {
-      paths.push(relative(root, join(entry.parentPath, entry.name)).split('\\').join('/'))
-    }
+    const path = relative(root, join(entry.parentPath, entry.name)).split('\\').join('/')
+    if (entry.isFile() && path.endsWith('.md') && !path.startsWith('docs/api/')) paths.push(path)
   }
   return paths.sort().map((path) => ({ path, text: readFileSync(join(root, path), 'utf8') }))
 }

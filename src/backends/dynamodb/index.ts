@@ -43,6 +43,7 @@ import type { DynamoDbSdk } from './table.js'
 export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
 export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
 
+/** What `dynamodbBackend` is told. */
 export interface DynamoDbBackendOptions {
   /** A `DynamoDBClient` of `@aws-sdk/client-dynamodb` (its region, credentials, endpoint, retries). fencelock never closes it. */
   readonly client: DynamoDBClient

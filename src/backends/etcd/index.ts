@@ -71,6 +71,7 @@ import { EtcdQueue } from './queue.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
 
+/** What `etcdBackend` is told. */
 export interface EtcdBackendOptions {
   /**
    * An `Etcd3` client of the `etcd3` package. fencelock never closes it. Build it with `etcdClientOptions`, or

@@ -95,6 +95,7 @@ import {
 } from './sweep.js'
 import { folderChanged } from './watch.js'
 
+/** What `fileBackend` is told. */
 export interface FileBackendOptions {
   /** The folder holding the locks; created if missing. Every process that shares locks must use the same one. */
   readonly dir: string

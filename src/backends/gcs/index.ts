@@ -38,9 +38,11 @@ import { DEFAULT_PREFIX } from './layout.js'
 export { GCS_LIMITS, GcsCasDriver } from './driver.js'
 export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
 
+/** What `gcsBackend` is told. */
 export interface GcsBackendOptions {
   /** Your `Storage` of @google-cloud/storage 7.x (credentials and project as you configured them). */
   readonly client: Storage
+  /** The bucket the lock objects live in (it must exist). */
   readonly bucket: string
   /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
   readonly prefix?: string | undefined

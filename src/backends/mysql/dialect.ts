@@ -69,6 +69,7 @@ export interface MySqlDialectOptions {
   readonly doorbell: boolean
 }
 
+/** The sql-lease engine's dialect for MySQL/MariaDB (`mysqlBackend` builds one) over your mysql2 pool. */
 export class MySqlDialect implements SqlDialect {
   readonly id: string
   readonly limits = MYSQL_LIMITS

@@ -62,6 +62,7 @@ type Row = {
   holder: string | null
 }
 
+/** The sql-lease engine's dialect for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
 export class PostgresDialect implements SqlDialect {
   readonly id: string
   readonly limits = POSTGRES_LIMITS

@@ -56,6 +56,7 @@ export {
   qualified,
 } from './layout.js'
 
+/** What `postgresBackend` is told. */
 export interface PostgresBackendOptions {
   /** Your `postgres` (porsager, 3.4.x) instance: `postgres(url, options)`. fencelock never ends it. */
   readonly sql: PgSql
@@ -75,7 +76,7 @@ const PKG = 'postgres'
  * Creates a PostgreSQL backend over your `postgres` instance.
  * @example
  * import postgres from 'postgres'
- * const locks = createLockClient(postgresBackend({ sql: postgres(process.env.DATABASE_URL) }))
+ * const locks = createLockClient(postgresBackend({ sql: postgres('postgres://app@db.internal/app') }))
  */
 export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   const { sql } = options

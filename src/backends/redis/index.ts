@@ -47,6 +47,7 @@ export { describedBy, REDIS_LIMITS, type RedisBackend } from './backend.js'
 export type { RedisClient } from './connect.js'
 export { parseInfo } from './doctor.js'
 
+/** What `redisBackend` is told. */
 export interface RedisBackendOptions {
   /** Your ioredis client (`Redis` or `Cluster`). fencelock never closes it; it opens one duplicate for pub/sub. */
   readonly client: RedisClient

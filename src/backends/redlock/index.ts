@@ -78,6 +78,7 @@ import { nodeHosts, PARAMS } from './url.js'
 
 export { PARAMS }
 
+/** What `redlockBackend` is told. */
 export interface RedlockBackendOptions {
   /**
    * One ioredis client per independent Redis master (use an odd number: 3, 5, 7). Create them with
@@ -110,6 +111,7 @@ export interface RedlockBackendOptions {
 /**
  * Creates a Redlock backend over your ioredis clients (the backend never closes them).
  * @example
+ * import { Redis } from 'ioredis'
  * const nodes = [6379, 6380, 6381].map((port) => new Redis({ port, autoResendUnfulfilledCommands: false }))
  * const locks = createLockClient(redlockBackend({ clients: nodes }), { ttl: '10s' })
  */

@@ -36,9 +36,11 @@ import { DEFAULT_PREFIX } from './layout.js'
 export { S3_LIMITS, S3CasDriver } from './driver.js'
 export { DEFAULT_PREFIX, lockObjectKey } from './layout.js'
 
+/** What `s3Backend` is told. */
 export interface S3BackendOptions {
   /** Your `S3Client` (credentials and region as you configured them). fencelock never closes it. */
   readonly client: S3Client
+  /** The bucket the lock objects live in (it must exist). */
   readonly bucket: string
   /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
   readonly prefix?: string | undefined

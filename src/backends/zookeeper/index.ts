@@ -74,6 +74,7 @@ import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sess
 
 export type { ZkClient } from './client.js'
 
+/** What `zookeeperBackend` is told. */
 export interface ZooKeeperBackendOptions {
   /**
    * A `Client` of the `node-zookeeper-client` package, connected or connecting. fencelock never closes it.
