@@ -11,7 +11,8 @@ on its own, a little at a time, a minute after a lock ends; prune is for a folde
 or to reclaim it at once. Held locks are left alone, and fences never go back: the next grant of a pruned
 name takes a new fence range, above every fence it had. Prints one JSON line:
 {"backend","prefix","removed","held","kept"} (kept: a folder another process is writing in right now).
-File backend only: the other backends retire the names of ended locks by themselves.
+File backend only. What the other stores keep per name, and what retires it, is in docs/operations.md
+(Storage growth and retiring names).
 
 Options:
   --url <url>   backend URL (default: $FENCELOCK_URL, else this host's shared lock folder)
@@ -36,7 +37,8 @@ export async function pruneCommand(argv: string[]): Promise<number> {
     const backend = opened.backend as Partial<Prunable>
     if (typeof backend.prune !== 'function') {
       throw new UsageError(
-        `${opened.backend.id} retires the names of ended locks by itself: prune is for a lock folder (file://)`,
+        `${opened.backend.id} has no prune: it is for a lock folder (file://). What this store keeps per ` +
+          'lock name, and what retires it, is in docs/operations.md (Storage growth and retiring names)',
       )
     }
     const result = await backend.prune(prefix)
