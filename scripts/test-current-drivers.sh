@@ -15,8 +15,11 @@ DIR="${FENCELOCK_DRIVERS_DIR:-.cache/current-drivers}"
 DRIVERS=('ioredis@6.0.0' '@google-cloud/storage@8.4.0')
 TESTS=(test/backends/redis*.test.ts test/backends/redlock*.test.ts test/backends/gcs*.test.ts)
 
+# Node finds the other packages by walking up from the folder to a node_modules: the repository's, or, where
+# node_modules is a link (a git worktree sharing another checkout's), the folder that holds the real one.
+packages_home="$(dirname "$(realpath -m node_modules)")"
 case "$(realpath -m "$DIR")/" in
-"$(pwd -P)"/*) ;;
+"$(pwd -P)"/* | "$packages_home"/*) ;;
 *) echo "FENCELOCK_DRIVERS_DIR=$DIR is outside the repository: its tests would not find the other packages" >&2; exit 1 ;;
 esac
 
@@ -33,14 +36,15 @@ for driver in "${DRIVERS[@]}"; do
 done
 
 # All of src and test (the tests start the CLI and workers as child processes); bench for what the chaos
-# helpers borrow from it.
+# helpers borrow from it (compiled when a test imports it; its .d.ts files, which declare the untyped peer
+# packages, are included by name because nothing imports them).
 rm -rf "$DIR/src" "$DIR/test" "$DIR/bench" "$DIR/build"
 cp -r src test bench "$DIR/"
 cat >"$DIR/tsconfig.json" <<EOF
 {
   "extends": "$(pwd -P)/tsconfig.base.json",
   "compilerOptions": { "rootDir": ".", "outDir": "build" },
-  "include": ["src", "test"]
+  "include": ["src", "test", "bench/*.d.ts"]
 }
 EOF
 npx tsc -p "$DIR/tsconfig.json"
@@ -48,5 +52,6 @@ npx tsc -p "$DIR/tsconfig.json"
 mapfile -t tests < <(printf '%s\n' "${TESTS[@]}" | sed -E "s#^(.*)\.ts\$#$DIR/build/\1.js#")
 LANES="${FENCELOCK_TEST_LANES:-2}"
 echo "running ${#tests[@]} test files on $("$NODE_BIN" --version) with the current drivers, $LANES at a time"
-PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" --test --test-concurrency="$LANES" \
+# An absolute folder on PATH: the tests' child processes (CLI, workers) find this node from any cwd.
+PATH="$(cd "$(dirname "$(command -v "$NODE_BIN")")" && pwd):$PATH" "$NODE_BIN" --test --test-concurrency="$LANES" \
   --test-reporter=spec "${tests[@]}"
