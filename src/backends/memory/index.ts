@@ -18,6 +18,8 @@ import type {
   AttemptResult,
   BreakOptions,
   BreakResult,
+  ElectionFacet,
+  ExtendResult,
   HeldLease,
   ListedLock,
   LockBackend,
@@ -30,6 +32,8 @@ interface Entry {
   readonly owner: string
   readonly fence: bigint
   readonly holder: string | undefined
+  /** An election leader's value; undefined on a mutex. */
+  value: string | undefined
   expiresAt: number
 }
 
@@ -58,6 +62,7 @@ function viewOf(entry: Entry): LockInfo {
     ...(entry.holder === undefined ? {} : { holder: entry.holder }),
     fence: entry.fence,
     expiresInMs: entry.expiresAt - now(),
+    ...(entry.value === undefined ? {} : { value: entry.value }),
   }
 }
 
@@ -71,6 +76,10 @@ export interface MemoryBackendOptions {
 export interface MemoryBackend extends LockBackend {
   list(prefix: string): AsyncIterable<ListedLock>
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
+  readonly election: ElectionFacet & {
+    /** Ends the leadership of `name` behind its leader's back (tests of loss). */
+    breakLock(name: string, options?: BreakOptions): Promise<BreakResult>
+  }
 }
 
 /**
@@ -80,9 +89,34 @@ export interface MemoryBackend extends LockBackend {
  */
 export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend {
   const name = options.name ?? ''
-  const store = storeNamed(name)
   const id = `memory:${name}`
+  const mutex = leasesOn(storeNamed(name), id, false)
+  // Elections live in a store of their own: an election and a lock may share a name.
+  const elections = leasesOn(storeNamed(`${name}\u0000elections`), id, true)
+  return {
+    ...mutex.methods,
+    election: {
+      ...elections.methods,
+      async proclaim(lease, value) {
+        const entry = elections.ours(lease)
+        if (!entry) return { proclaimed: false }
+        entry.value = value
+        elections.notify(lease.key)
+        return { proclaimed: true }
+      },
+      watch: (key, signal) => elections.methods.waitForChange({ key, owner: '', ttlMs: 0 }, signal),
+    },
+    async close() {},
+  }
+}
 
+/**
+ * The leased methods, listing and breaking over one store (the mutex's, or the elections'), with the two
+ * helpers an election's proclaim needs: the entry a lease still holds, and waking the key's waiters.
+ * `wakeOnGrant`: a grant wakes them too (an election's observers watch for a new leader; a mutex's
+ * waiters have nothing to gain from it).
+ */
+function leasesOn(store: Store, id: string, wakeOnGrant: boolean) {
   const live = (key: string): Entry | undefined => {
     const entry = store.entries.get(key)
     if (entry && entry.expiresAt > now()) return entry
@@ -99,11 +133,11 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
     return entry && entry.owner === lease.owner && entry.fence === lease.fence ? entry : undefined
   }
 
-  return {
+  const methods = {
     id,
-    capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
+    capabilities: { expiry: 'server-ttl', notify: true, fifo: false } as const,
 
-    async tryAcquire({ key, owner, ttlMs, holder }: AcquireRequest): Promise<AttemptResult> {
+    async tryAcquire({ key, owner, ttlMs, holder, value }: AcquireRequest): Promise<AttemptResult> {
       const entry = live(key)
       if (entry) {
         if (entry.owner === owner) return { granted: true, fence: entry.fence, ttlMs }
@@ -111,18 +145,19 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       }
       const fence = (store.fences.get(key) ?? 0n) + 1n
       store.fences.set(key, fence)
-      store.entries.set(key, { owner, fence, holder, expiresAt: now() + ttlMs })
+      store.entries.set(key, { owner, fence, holder, value, expiresAt: now() + ttlMs })
+      if (wakeOnGrant) notify(key)
       return { granted: true, fence, ttlMs }
     },
 
-    async extend(lease, ttlMs) {
+    async extend(lease: HeldLease, ttlMs: number): Promise<ExtendResult> {
       const entry = ours(lease)
       if (!entry) return { renewed: false }
       entry.expiresAt = now() + ttlMs
       return { renewed: true }
     },
 
-    async release(lease) {
+    async release(lease: HeldLease): Promise<boolean> {
       const entry = ours(lease)
       if (!entry) return false
       store.entries.delete(lease.key)
@@ -130,14 +165,14 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       return true
     },
 
-    async inspect(key): Promise<LockInfo | null> {
+    async inspect(key: string): Promise<LockInfo | null> {
       const entry = live(key)
       if (entry) return viewOf(entry)
       const fence = store.fences.get(key)
       return fence === undefined ? null : { held: false, fence }
     },
 
-    async *list(prefix) {
+    async *list(prefix: string): AsyncGenerator<ListedLock> {
       // A snapshot of the keys: entries may come and go while the caller looks at each.
       for (const key of [...store.entries.keys()]) {
         const entry = key.startsWith(prefix) ? live(key) : undefined
@@ -145,7 +180,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       }
     },
 
-    waitForChange({ key }, signal) {
+    waitForChange({ key }: AcquireRequest, signal: AbortSignal): Promise<void> {
       return new Promise<void>((resolve) => {
         if (signal.aborted) return resolve()
         let set = store.waiters.get(key)
@@ -165,12 +200,12 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       })
     },
 
-    async abandon({ key, owner }) {
+    async abandon({ key, owner }: AcquireRequest): Promise<void> {
       // Owner-checked: only a lease this acquire holds (an attempt whose caller gave up) is removed.
       if (store.entries.get(key)?.owner === owner && store.entries.delete(key)) notify(key)
     },
 
-    async breakLock(key, options) {
+    async breakLock(key: string, options?: BreakOptions): Promise<BreakResult> {
       const entry = live(key)
       if (!entry) return { broken: false }
       const lease = { owner: entry.owner, fence: entry.fence, holder: entry.holder }
@@ -179,9 +214,8 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
       notify(key)
       return { broken: true, lease }
     },
-
-    async close() {},
   }
+  return { methods, ours, notify }
 }
 
 /** memory: takes no URL parameters. */
