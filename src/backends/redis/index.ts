@@ -27,10 +27,10 @@
  * every primitive shares. A new primitive is a folder beside mutex/ and one field in shell.ts (see the
  * header of mutex/facet.ts).
  * - mutex/: the lock. facet.ts: the contract (attempt, read-back, extend, release, inspect, list, break,
- *   wait), the same in both modes; plain.ts / fair.ts: what differs between the modes (the scripts of
- *   acquire, release and abandon); scripts.ts: its Lua, each script one atomic step; layout.ts: the key
- *   and channel names of a lock (the tests use them too); listing.ts: `list`'s pattern of the lock keys,
- *   and the user's key back from a key name (also Redlock's).
+ *   wait), the same in both modes; mode.ts, plain.ts, fair.ts: what differs between the modes (the
+ *   scripts of acquire, release and abandon); scripts.ts: its Lua, each script one atomic step;
+ *   layout.ts: the key and channel names of a lock (the tests use them too); listing.ts: `list`'s pattern
+ *   of the lock keys, and the user's key back from a key name (also Redlock's).
  * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
  *   they share.
  * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a

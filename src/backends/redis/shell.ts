@@ -8,8 +8,9 @@
 import type { AcquireRequest, DoctorFinding, LockBackend } from '../../core/backend.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
-import { type Mode, RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
+import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
 import type { LockLayout } from './mutex/layout.js'
+import type { Mode } from './mutex/mode.js'
 import type { RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
 

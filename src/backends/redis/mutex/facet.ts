@@ -1,16 +1,20 @@
 /**
  * The Redis mutex: one attempt (and the read-back after a lost reply), extend, release, abandon, inspect,
- * list, break and waiting, the same in both modes. What differs between plain and fair mode (which
- * scripts acquire, release and abandon run, which messages wake a waiter) is a `Mode`: plain.ts, fair.ts;
- * Redlock's nodes bring a mode of their own, with its own request type (`Mode<R>`).
+ * list, break and waiting, the same in every mode. What differs between plain and fair mode (which
+ * scripts acquire, release and abandon run, which messages wake a waiter) is a `Mode` (mode.ts; plain.ts,
+ * fair.ts); Redlock's nodes bring a mode of their own, with its own request type (`Mode<R>`).
  *
  * This folder holds everything of the mutex and nothing another primitive needs: its Lua (scripts.ts),
- * its key names (layout.ts), its modes and its listing (listing.ts). What every primitive shares sits
- * beside the folder: the connection (../connect.ts), scripts run by SHA and errors (../store.ts, ../lua.ts),
- * pub/sub (../subscriptions.ts), the hash tag and Cluster slots (../keys.ts), SCAN (../scan.ts), and the
- * backend shell (../shell.ts). A new primitive (an election, a semaphore) is a folder beside this one
- * built the same way, over a `RedisStore` and the shell's `Subscriptions`, and one field in the shell that
- * exposes it; no file here changes.
+ * its key names (layout.ts), its modes (mode.ts) and its listing (listing.ts). What every primitive
+ * shares sits beside the folder: the connection (../connect.ts), scripts run by SHA and errors
+ * (../store.ts, ../lua.ts), pub/sub (../subscriptions.ts), the hash tag and Cluster slots (../keys.ts),
+ * SCAN (../scan.ts) and the backend shell (../shell.ts).
+ *
+ * Adding a primitive (an election, a semaphore): a folder beside this one, built the same way (its
+ * scripts with `script()` from ../lua.ts, its key names from `taggedName` in ../keys.ts, a class over the
+ * backend's `RedisStore` and `Subscriptions`), and one field in ../shell.ts that builds it. No file of
+ * this folder changes; no shared file but the shell and ../index.ts imports from here (a test holds
+ * them to it).
  */
 import { raceSignal } from '../../../core/abort.js'
 import type {
@@ -32,39 +36,8 @@ import { isCluster, isReplyError, type RedisStore } from '../store.js'
 import type { Subscriptions } from '../subscriptions.js'
 import { type LockLayout, named } from './layout.js'
 import { keysOf, lockKeyMatch } from './listing.js'
+import type { Mode } from './mode.js'
 import { EXTEND, EXTEND_MANY, INSPECT, RAISE_FENCE } from './scripts.js'
-
-/**
- * What differs between plain and fair mode (and Redlock's line). `R` is the request an attempt carries:
- * the core's `AcquireRequest`, or a request with more in it (a Redlock node's waiter and ticket), typed
- * through from the caller of `tryAcquire` to the mode's script.
- */
-export interface Mode<R extends AcquireRequest = AcquireRequest> {
-  /** Waiters are served in arrival order. */
-  readonly fifo: boolean
-  /** One acquire attempt: the script's reply, {1, fence} or {0, ms worth waiting (0: unknown)}. */
-  acquire(req: R, signal: AbortSignal): Promise<unknown>
-  /** Owner-checked release; false when the lock was no longer ours. */
-  release(lease: { key: string; owner: string }): Promise<boolean>
-  /**
-   * Ends whichever lease holds `key` (only the grant of `fence`, when given) and wakes waiters as a release
-   * does: the reply of BREAK (scripts.ts). Absent where a lease is ended otherwise (Redlock's nodes).
-   */
-  breakLock?(key: string, fence: bigint | undefined): Promise<unknown>
-  /** Removes whatever `req.owner` may hold or have queued for `req.key`, owner-checked. */
-  abandon(req: R): Promise<unknown>
-  /** The owner whose messages wake this waiter, or undefined when any message does. */
-  listener(req: AcquireRequest): string | undefined
-  /** The channel this waiter listens on. @default the key's own channel (`keysOf(key).channel`) */
-  channel?(req: AcquireRequest): string
-  /** The grant that the message which woke `req` handed to it, if it did. */
-  handedOver(req: AcquireRequest, message: string | undefined): Grant | undefined
-  /**
-   * The attempt's result from its acquire script's reply, when the mode's script answers more than
-   * {granted, fence | ms} (Redlock's line: the waiter's ticket too). @default grantOf
-   */
-  answer?(reply: unknown, ttlMs: number): AttemptResult
-}
 
 /**
  * The most locks one EXTEND_MANY carries: a script blocks the server while it runs (4 commands a lock, a

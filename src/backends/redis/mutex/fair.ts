@@ -7,8 +7,8 @@
  */
 import type { AcquireRequest, Grant } from '../../../core/backend.js'
 import type { RedisStore } from '../store.js'
-import type { Mode } from './facet.js'
 import { type LockLayout, named, nameOf, type RedisLockKeys } from './layout.js'
+import type { Mode } from './mode.js'
 import { ACQUIRE_FAIR, BREAK_FAIR, LEAVE, RELEASE_FAIR } from './scripts.js'
 
 /** The keys every fair script takes, in the order they take them. */

@@ -10,8 +10,8 @@
  */
 import type { AcquireRequest } from '../../../core/backend.js'
 import type { RedisStore } from '../store.js'
-import type { Mode } from './facet.js'
 import { type LockLayout, named, nameOf } from './layout.js'
+import type { Mode } from './mode.js'
 import { ABANDON, ACQUIRE, BREAK, RELEASE } from './scripts.js'
 
 /**
