@@ -2,7 +2,8 @@
  * The Redis mutex: one attempt (and the read-back after a lost reply), extend, release, abandon, inspect,
  * list, break and waiting, the same in every mode. What differs between plain and fair mode (which
  * scripts acquire, release and abandon run, which messages wake a waiter) is a `Mode` (mode.ts; plain.ts,
- * fair.ts); Redlock's nodes bring a mode of their own, with its own request type (`Mode<R>`).
+ * fair.ts); Redlock's nodes bring a mode of their own, with its own request type (`Mode<R>`). Over 300
+ * lines: every method of the contract, which the core calls one after another, reads in this one file.
  *
  * This folder holds everything of the mutex and nothing another primitive needs: its Lua (scripts.ts),
  * its key names (layout.ts), its modes (mode.ts) and its listing (listing.ts). What every primitive
