@@ -4,7 +4,9 @@
  * primitive of the backend shares lives beside it (the root, the host clock, generations, epochs, the
  * holders' processes, the watch, the sweep and the retirer). So another primitive (an election, a
  * semaphore) is one new folder beside this one, with its own records and operations and a facet like
- * `fileMutex`, plus one line in the shell (../index.ts) wiring it: no file of this folder changes.
+ * `fileMutex`, plus one line in the shell (../index.ts) wiring it: no file of this folder changes. (The
+ * sweep and doctor judge the root's folders by the mutex's records, `LEASE_RECORDS`; a primitive with
+ * records of another shape also teaches sweep.ts to tell them apart.)
  *
  *   records.ts     the record: its shape, reading and making one, `isLive`, `holderGone`, the base a
  *                  successor goes on from, and what the sweep and doctor ask of it (`LEASE_RECORDS`)
@@ -24,6 +26,8 @@ import { acquireOnce } from './acquire.js'
 import { breakLock } from './break.js'
 import { inspectKey, listHeld } from './inspect.js'
 import { abandonAttempt, extendLease, releaseLease } from './transition.js'
+
+export { LEASE_RECORDS } from './records.js'
 
 /** The mutex's methods of the backend contract, and the file backend's `list` and `breakLock` of it. */
 export interface FileMutex
