@@ -1,7 +1,8 @@
 /**
  * The generation store under one folder: the highest generation file is the state, and a new state is
  * created exclusively as generation N+1 (see docs/backends/file.md for the whole design: fences, epochs, removals).
- * Everything here is one atomic step or a read; the backend composes them.
+ * Everything here is one atomic step or a read; the primitives compose them, and each reads its own
+ * records (`readState` takes the parser: the mutex's is mutex/records.ts).
  *
  * Metadata calls (list, read, stat, create, link, unlink) are synchronous on purpose: on a local file
  * system each takes microseconds, far less than a hop through libuv's thread pool, and the lock cycle is

@@ -1,8 +1,7 @@
 /**
- * One attempt of the mutex's acquire: take the key as generation N+1 when its state N is free or expired
- * (a link() that only one writer wins), answer "ours" when an earlier attempt of this acquire won, or
- * report how long the holder's lease has left. The hot path succeeds a state this process wrote itself
- * (written.ts) with one stat instead of a listing and a read.
+ * The mutex's acquire, one attempt at a time (the core waits and retries): on the state this process
+ * wrote last (written.ts: one stat, no listing, no read) or on what a read of the folder finds, then the
+ * link() of generation N+1 that only one writer wins.
  */
 import type { AcquireRequest, AttemptResult } from '../../../core/backend.js'
 import { nextBase } from '../epochs.js'
