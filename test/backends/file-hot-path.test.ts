@@ -20,11 +20,10 @@ import {
   Flush,
   genName,
   keyFolderName,
-  readCurrent,
 } from '../../src/backends/file/generations.js'
 import { bootId, monotonicMs } from '../../src/backends/file/host-clock.js'
 import { fileBackend } from '../../src/backends/file/index.js'
-import { newRecord, type RecordV1 } from '../../src/backends/file/records.js'
+import { newRecord, type RecordV1, readCurrent } from '../../src/backends/file/mutex/records.js'
 import { folderChanged, isNews } from '../../src/backends/file/watch.js'
 import { createLockClient } from '../../src/index.js'
 import { standingClock } from '../support/standing-clock.js'

@@ -19,11 +19,10 @@ import {
   genName,
   keyFolderName,
   Pending,
-  readCurrent,
 } from '../../src/backends/file/generations.js'
 import { bootId, monotonicMs } from '../../src/backends/file/host-clock.js'
 import { fileBackend, fromUrl } from '../../src/backends/file/index.js'
-import type { RecordV1 } from '../../src/backends/file/records.js'
+import { type RecordV1, readCurrent } from '../../src/backends/file/mutex/records.js'
 import { createLockClient } from '../../src/index.js'
 import { standingClock } from '../support/standing-clock.js'
 import { tempDir } from '../support/temp.js'

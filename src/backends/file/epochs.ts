@@ -458,12 +458,12 @@ function readReservation(path: string): { boot: string; from: bigint } | undefin
 /**
  * The base for generation `gen` succeeding a state of base `base`: the same one (fences go on from it),
  * or a fresh range's when there is none to go on from or the range is used up. A fresh range is only ever
- * started after the read that found the state (the folder `folder` pinned before it, see index.ts), so
- * its epoch exceeds every epoch of every fence minted before for the key: either a new epoch, or the
- * epoch this process last took (`starts`), when nothing was issued since (`.epoch` still ends with it)
- * and no folder of this key was started with it before.
- * The caller passes no base for a state written in another boot (see index.ts): its fences may have
- * gone on, in that boot's page cache, past what the disk kept.
+ * started after the read that found the state (the folder `folder` pinned before it, see
+ * mutex/acquire.ts), so its epoch exceeds every epoch of every fence minted before for the key: either a
+ * new epoch, or the epoch this process last took (`starts`), when nothing was issued since (`.epoch`
+ * still ends with it) and no folder of this key was started with it before.
+ * The caller passes no base for a state written in another boot (mutex/records.ts, `carriedBase`): its
+ * fences may have gone on, in that boot's page cache, past what the disk kept.
  */
 export async function nextBase(
   source: EpochSource,

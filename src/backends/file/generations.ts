@@ -1,7 +1,8 @@
 /**
  * The generation store under one folder: the highest generation file is the state, and a new state is
  * created exclusively as generation N+1 (see docs/backends/file.md for the whole design: fences, epochs, removals).
- * Everything here is one atomic step or a read; the backend composes them.
+ * Everything here is one atomic step or a read; the primitives compose them, and each reads its own
+ * records (`readState` takes the parser: the mutex's is mutex/records.ts).
  *
  * Metadata calls (list, read, stat, create, link, unlink) are synchronous on purpose: on a local file
  * system each takes microseconds, far less than a hop through libuv's thread pool, and the lock cycle is
@@ -22,7 +23,6 @@ import {
 } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { sep } from 'node:path'
-import { parseRecord, type RecordV1 } from './records.js'
 
 /**
  * Which file a generation name pointed to when it was read: its inode and its modification time (set once,
@@ -35,8 +35,9 @@ export interface Stamp {
   readonly mtimeNs: bigint
 }
 
-export type Current =
-  | { readonly gen: bigint; readonly record: RecordV1; readonly names: string[]; readonly stamp: Stamp }
+/** A folder's state: its highest generation and that file's record, as a primitive's `parse` reads it. */
+export type Current<R extends object> =
+  | { readonly gen: bigint; readonly record: R; readonly names: string[]; readonly stamp: Stamp }
   | { readonly gen: bigint; readonly record: 'unreadable'; readonly names: string[]; readonly stamp: Stamp }
   | { readonly gen: 0n; readonly record: 'none'; readonly names: string[]; readonly missing: boolean }
 
@@ -142,8 +143,14 @@ function readGeneration(path: string): { text: string; stamp: Stamp } | undefine
   }
 }
 
-/** Reads the highest generation. A concurrent GC may delete what we listed: then list again. */
-export async function readCurrent(folder: string): Promise<Current> {
+/**
+ * Reads the highest generation, its record read by `parse` (undefined: unreadable). A concurrent GC may
+ * delete what we listed: then list again.
+ */
+export async function readState<R extends object>(
+  folder: string,
+  parse: (text: string) => R | undefined,
+): Promise<Current<R>> {
   // for (;;) stays here: not a retry (no failure, no wait); it lists again only when the listed name vanished.
   for (;;) {
     let names: string[]
@@ -157,7 +164,9 @@ export async function readCurrent(folder: string): Promise<Current> {
     if (gen === 0n) return { gen, record: 'none', names, missing: false }
     const file = readGeneration(inFolder(folder, genName(gen)))
     if (!file) continue
-    return { gen, record: parseRecord(file.text) ?? 'unreadable', names, stamp: file.stamp }
+    const record = parse(file.text)
+    if (record === undefined) return { gen, record: 'unreadable', names, stamp: file.stamp }
+    return { gen, record, names, stamp: file.stamp }
   }
 }
 
@@ -307,6 +316,16 @@ export class Pending {
     try {
       unlinkSync(this.#path)
     } catch {}
+  }
+}
+
+/** A pending record in `folder`, or undefined when the folder is gone (it was removed meanwhile). */
+export function pendingIn(folder: string): Pending | undefined {
+  try {
+    return new Pending(folder)
+  } catch (error) {
+    if (errno(error) === 'ENOENT') return undefined
+    throw error
   }
 }
 

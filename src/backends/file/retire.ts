@@ -33,14 +33,14 @@ import { readdirSync, rmdirSync, unlinkSync } from 'node:fs'
 import { sep } from 'node:path'
 import { now, timerDelay } from '../../core/clock.js'
 import { genName, Pending, type Stamp } from './generations.js'
-import { WRITTEN_LIMIT } from './root.js'
+import { KEY_FOLDERS_REMEMBERED } from './root.js'
 
 /**
  * Released folders remembered at most: past it, the oldest is retired at once. As many as the table of
- * this process's last writes keeps (root.ts): a smaller bound removed folders of keys still in use on the
- * hot path (8 workers over 10,000 keys re-created 3,000 folders per 20,000 cycles).
+ * this process's last writes keeps (mutex/written.ts): a smaller bound removed folders of keys still in
+ * use on the hot path (8 workers over 10,000 keys re-created 3,000 folders per 20,000 cycles).
  */
-const MAX_REMEMBERED = WRITTEN_LIMIT
+const MAX_REMEMBERED = KEY_FOLDERS_REMEMBERED
 
 /** How long a released key folder stays before it is removed, unless the key was used again. */
 export const DEFAULT_RETIRE_AFTER_MS = 10_000

@@ -5,9 +5,10 @@
  * a folder a failed removal left empty, a process's releases it had no time to retire.
  *
  * Which folder goes (`sweepFolder`): one whose state has ENDED at least `afterMs` ago and that nobody is
- * in. Ended: a free record (its file's age: written by a release, an abandon or a break), a lease past its
- * deadline (by the monotonic clock) or of another boot, a lease whose processes are all certainly gone
- * (holders.ts; the age of its last renewal). Never a live lease, however old, nor an unreadable record
+ * in. Ended, as the primitive's records say (`SweptRecords`; the mutex's are in mutex/records.ts): a free
+ * record (its file's age: written by a release, an abandon or a break), a lease past its deadline (by the
+ * monotonic clock) or of another boot, a lease whose processes are all certainly gone (holders.ts; the
+ * age of its last renewal). Never a live lease, however old, nor an unreadable record
  * (it counts as held, as attempts count it), nor a folder with another writer's temp file in it.
  * The removal is retire.ts's `retireFolder`, unchanged: pin, list (our pin and the record, nothing else),
  * the one stat that the name is still the file read, unlink, rmdir. So a removal never lets a fence go back
@@ -30,9 +31,7 @@ import { type Dir, opendirSync, rmdirSync, statSync } from 'node:fs'
 import { opendir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { now } from '../../core/clock.js'
-import { type Current, collect, readCurrent, type Stamp } from './generations.js'
-import { monotonicMs, sameBoot } from './host-clock.js'
-import { holderGone, isLive, type RecordV1 } from './records.js'
+import { type Current, collect, readState, type Stamp } from './generations.js'
 import { retireFolder } from './retire.js'
 import type { Root } from './root.js'
 
@@ -50,6 +49,19 @@ const BATCH = 64
  */
 export const TEST_SWEEP_MS = 'FENCELOCK_TEST_FILE_SWEEP_MS'
 
+/**
+ * What the sweep asks of the records a primitive keeps in its key folders (the mutex's: `LEASE_RECORDS`,
+ * mutex/records.ts): the sweep itself knows generations and folders, not what a record means.
+ */
+export interface SweptRecords<R extends object> {
+  /** A record as its file holds it; undefined when unreadable (it then counts as held). */
+  readonly parse: (text: string) => R | undefined
+  /** The key a record is of (a folder's name is a hash): `prune` selects by it. */
+  readonly keyOf: (record: R) => string
+  /** How long ago the record's state ended, its file written `ageMs` ago; undefined while it holds one. */
+  readonly endedFor: (root: Root, record: R, ageMs: number) => number | undefined
+}
+
 /** What a key folder's state is, for the sweep and for `doctor`. */
 export type FolderState =
   /** A live lease (or an unreadable record, which counts as one). */
@@ -59,28 +71,31 @@ export type FolderState =
   /** No generation: a new folder, or one a removal left empty. */
   | { readonly kind: 'empty' }
 
-/** The state `current` (a read of a key folder) is in. */
-export function stateOf(root: Root, current: Current): FolderState {
-  if (current.record === 'none') return { kind: 'empty' }
+/** The state `current` (a read of a key folder holding `records`) is in. */
+export function stateOf<R extends object>(
+  root: Root,
+  records: SweptRecords<R>,
+  current: Current<R>,
+): FolderState {
+  // (`in` narrows a union whose records are generic; `record === 'none'` cannot.)
+  if ('missing' in current) return { kind: 'empty' }
   if (current.record === 'unreadable') return { kind: 'held' }
   const { gen, stamp } = current
-  const endedMs = endedFor(root, current.record, ageOf(stamp.mtimeNs))
+  const endedMs = records.endedFor(root, current.record, ageOf(stamp.mtimeNs))
   return endedMs === undefined ? { kind: 'held' } : { kind: 'ended', endedMs, gen, stamp }
+}
+
+/** The state of the key folder `folder`, holding `records`. */
+export async function folderState<R extends object>(
+  root: Root,
+  records: SweptRecords<R>,
+  folder: string,
+): Promise<FolderState> {
+  return stateOf(root, records, await readState(folder, records.parse))
 }
 
 /** The age of a file by its mtime, in ms of the wall clock (the file's own clock: all we have). */
 const ageOf = (mtimeNs: bigint): number => Date.now() - Number(mtimeNs / 1_000_000n)
-
-/** How long ago `record`'s lease ended, its file written `age` ms ago; undefined while it is live. */
-function endedFor(root: Root, record: RecordV1, age: number): number | undefined {
-  if (record.state === 'free') return age
-  if (!isLive(record, root.boot)) {
-    // Its deadline is on this boot's monotonic clock; another boot's ended at that boot's end, before now.
-    return sameBoot(record.boot, root.boot) ? Math.min(age, monotonicMs() - record.deadline) : age
-  }
-  // Its processes died after its last write (a grant or a renewal): at most that long ago.
-  return holderGone(record, root.boot) ? age : undefined
-}
 
 /**
  * What `sweepFolder` did: removed the folder; left a live lease (`held`); left a folder it may not remove
@@ -94,14 +109,15 @@ export type SweepOutcome = 'removed' | 'held' | 'kept' | 'other'
  * header), only for a key starting with `prefix` (an empty folder names no key: only with no prefix).
  * Every failure leaves the folder as it is.
  */
-export async function sweepFolder(
+export async function sweepFolder<R extends object>(
   root: Root,
+  records: SweptRecords<R>,
   folder: string,
   afterMs: number,
   prefix = '',
 ): Promise<SweepOutcome> {
-  const current = await readCurrent(folder)
-  if (current.record === 'none') {
+  const current = await readState(folder, records.parse)
+  if ('missing' in current) {
     if (current.missing || prefix !== '') return 'other'
     // A crashed writer's stale temp files go, as any transition collects them; a folder in use by a
     // writer (its fresh temp file) or changed lately stays.
@@ -116,8 +132,8 @@ export async function sweepFolder(
       return 'kept' // Not empty: a writer is in it. It stays, and is used as it is.
     }
   }
-  if (current.record !== 'unreadable' && !current.record.key.startsWith(prefix)) return 'other'
-  const state = stateOf(root, current)
+  if (current.record !== 'unreadable' && !records.keyOf(current.record).startsWith(prefix)) return 'other'
+  const state = stateOf(root, records, current)
   if (state.kind === 'held') return 'held'
   if (state.kind !== 'ended' || state.endedMs < afterMs) return 'kept'
   // Generations below the state and stale temp files: what the transition that wrote it collects.
@@ -136,7 +152,11 @@ export interface PruneResult {
  * Removes, now, every key folder of the root under `prefix` whose state has ended, whatever its age
  * (`fencelock prune`): what the background sweep does a little at a time, for ended states a minute old.
  */
-export async function prune(root: Root, prefix: string): Promise<PruneResult> {
+export async function prune<R extends object>(
+  root: Root,
+  records: SweptRecords<R>,
+  prefix: string,
+): Promise<PruneResult> {
   const listing = await opendir(root.dir).catch((error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT') return undefined // No root yet: nothing kept.
     throw error
@@ -145,14 +165,20 @@ export async function prune(root: Root, prefix: string): Promise<PruneResult> {
   if (!listing) return counts
   for await (const entry of listing) {
     if (!entry.name.includes('~') || !entry.isDirectory()) continue
-    counts[await sweepFolder(root, join(root.dir, entry.name), 0, prefix)]++
+    counts[await sweepFolder(root, records, join(root.dir, entry.name), 0, prefix)]++
   }
   return { removed: counts.removed, held: counts.held, kept: counts.kept }
 }
 
-/** A backend's background sweep of its root (see the header). */
-export class RootSweeper {
+/** What a primitive tells the sweep: a grant or a release was made (`RootSweeper.used`). */
+export interface SweepTrigger {
+  used(): void
+}
+
+/** A backend's background sweep of its root (see the header), of folders holding `records`. */
+export class RootSweeper<R extends object> implements SweepTrigger {
   readonly #root: Root
+  readonly #records: SweptRecords<R>
   readonly #afterMs: number
   readonly #everyMs: number
   /** The root's listing, kept open from one pass to the next; undefined at the start of a round. */
@@ -161,8 +187,9 @@ export class RootSweeper {
   #scheduled: NodeJS.Immediate | undefined
   #closed = false
 
-  constructor(root: Root, afterMs: number, everyMs: number) {
+  constructor(root: Root, records: SweptRecords<R>, afterMs: number, everyMs: number) {
     this.#root = root
+    this.#records = records
     this.#afterMs = afterMs
     this.#everyMs = everyMs
   }
@@ -192,7 +219,8 @@ export class RootSweeper {
       }
       // Key folders are the only entries with a `~` in their name (`.epoch`, `.boot` and temp names have none).
       if (!entry.name.includes('~') || !entry.isDirectory()) continue
-      const outcome = await sweepFolder(this.#root, join(this.#root.dir, entry.name), this.#afterMs)
+      const folder = join(this.#root.dir, entry.name)
+      const outcome = await sweepFolder(this.#root, this.#records, folder, this.#afterMs)
       if (outcome === 'removed') removed++
     }
     return removed

@@ -1,10 +1,14 @@
 /**
- * The record a generation file holds (written once, complete before its name appears, never changed): its
- * shape, how it is read back, how one is made, and the question the algorithm asks of a record: is its
- * lease live.
+ * The mutex's record, the one a generation file of a key folder holds (written once, complete before its
+ * name appears, never changed): its shape, how it is read back, how one is made, the questions the
+ * algorithm asks of it (is its lease live, are its processes gone, which base a successor goes on from),
+ * and what the sweep asks of it (when its state ended).
  */
-import { allGone, checkable, type HolderProcesses } from './holders.js'
-import { monotonicMs, sameBoot } from './host-clock.js'
+import { type Current, readState } from '../generations.js'
+import { allGone, checkable, type HolderProcesses } from '../holders.js'
+import { monotonicMs, sameBoot } from '../host-clock.js'
+import type { Root } from '../root.js'
+import type { SweptRecords } from '../sweep.js'
 
 export interface RecordV1 {
   readonly v: 1
@@ -14,7 +18,7 @@ export interface RecordV1 {
   /** Decimal string: the fence of the lease (`base` + the generation of its acquiring transition). */
   readonly fence: string
   /**
-   * Decimal string: the fence of any generation g of this folder is `base + g` (see index.ts). Absent in
+   * Decimal string: the fence of any generation g of this folder is `base + g` (see ../index.ts). Absent in
    * records written before epochs existed, where it is 0 (the fence was the generation).
    */
   readonly base?: string
@@ -52,6 +56,9 @@ export function parseRecord(text: string): RecordV1 | undefined {
   } catch {}
   return undefined
 }
+
+/** The state of the key folder `folder`: its highest generation and that file's record. */
+export const readCurrent = (folder: string): Promise<Current<RecordV1>> => readState(folder, parseRecord)
 
 /** The base of a record (0 for records from before epochs). */
 export const baseOf = (record: RecordV1): bigint => (record.base === undefined ? 0n : BigInt(record.base))
@@ -104,3 +111,32 @@ export const holderGone = (record: RecordV1, boot: string): boolean =>
 /** Whether a held record names processes this host can check (a waiter then looks again soon). */
 export const holderCheckable = (record: RecordV1, boot: string): boolean =>
   checkable(record.processes, record.boot, boot)
+
+/**
+ * The base a successor of `record` goes on from: its own when it was written in this boot; none (a new
+ * epoch) when it was written in another. Within a boot nothing is fsynced, so a power loss may have taken
+ * the old boot's last generations of this folder, and their fences, with it: the disk's newest record can
+ * be behind what that boot granted. A new epoch of this boot exceeds them all (epochs.ts). Records of this
+ * boot are exactly what every process of it wrote: the page cache is shared and outlives process crashes.
+ */
+export function carriedBase(root: Root, record: RecordV1): bigint | undefined {
+  return sameBoot(record.boot, root.boot) || root.durability === 'acquire' ? baseOf(record) : undefined
+}
+
+/** How long ago `record`'s lease ended, its file written `age` ms ago; undefined while it is live. */
+function endedFor(root: Root, record: RecordV1, age: number): number | undefined {
+  if (record.state === 'free') return age
+  if (!isLive(record, root.boot)) {
+    // Its deadline is on this boot's monotonic clock; another boot's ended at that boot's end, before now.
+    return sameBoot(record.boot, root.boot) ? Math.min(age, monotonicMs() - record.deadline) : age
+  }
+  // Its processes died after its last write (a grant or a renewal): at most that long ago.
+  return holderGone(record, root.boot) ? age : undefined
+}
+
+/** The mutex's records as the sweep and `doctor` judge them (sweep.ts). */
+export const LEASE_RECORDS: SweptRecords<RecordV1> = {
+  parse: parseRecord,
+  keyOf: (record) => record.key,
+  endedFor,
+}
