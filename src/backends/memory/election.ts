@@ -16,8 +16,7 @@ export function memoryElection(
   name: string,
   shell: Pick<ElectionFacet, 'id' | 'capabilities'>,
 ): MemoryElection {
-  // A suffix with a NUL: no store name from a URL or an option ends so, so no mutex table is this one.
-  const table = leaseTable(`${name}\u0000elections`, { wakeOnGrant: true })
+  const table = leaseTable('election', name, { wakeOnGrant: true })
   return {
     ...shell,
     ...table.methods,

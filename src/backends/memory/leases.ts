@@ -35,11 +35,13 @@ interface Store {
 /** The state of each named table, for the life of the process. */
 const stores = new Map<string, Store>()
 
-function storeNamed(name: string): Store {
-  let store = stores.get(name)
+/** The table of primitive `kind` in the store named `name`: the kind first, so no two pairs share one. */
+function storeNamed(kind: string, name: string): Store {
+  const id = `${kind}:${name}`
+  let store = stores.get(id)
   if (!store) {
     store = { entries: new Map(), fences: new Map(), waiters: new Map() }
-    stores.set(name, store)
+    stores.set(id, store)
   }
   return store
 }
@@ -73,12 +75,16 @@ export interface LeaseTable {
 }
 
 /**
- * The table named `name` (shared by every backend of that name in the process). `wakeOnGrant`: a grant
+ * The `kind` table of the store named `name` (shared by every backend of that name in the process). `wakeOnGrant`: a grant
  * wakes the key's waiters too (an election's observers watch for a new leader; a mutex's waiters have
  * nothing to gain from it).
  */
-export function leaseTable(name: string, { wakeOnGrant = false } = {}): LeaseTable {
-  const store = storeNamed(name)
+export function leaseTable(
+  kind: 'mutex' | 'election',
+  name: string,
+  { wakeOnGrant = false } = {},
+): LeaseTable {
+  const store = storeNamed(kind, name)
 
   const live = (key: string): Entry | undefined => {
     const entry = store.entries.get(key)

@@ -3,5 +3,5 @@ import { type LeaseMethods, leaseTable } from './leases.js'
 
 /** The mutex of the store named `name` (shared by every backend of that name in the process). */
 export function memoryMutex(name: string): LeaseMethods {
-  return leaseTable(name).methods
+  return leaseTable('mutex', name).methods
 }
