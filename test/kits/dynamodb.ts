@@ -107,7 +107,7 @@ export const dynamodbKit: Kit = {
   id: 'dynamodb',
   backend: 'dynamodb',
   title: 'dynamodb (DynamoDB Local)',
-  entry: 'dynamodb',
+  entry: 'dynamodb/conformance',
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,

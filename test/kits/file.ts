@@ -38,7 +38,7 @@ export const fileKit: Kit = {
   id: 'file',
   backend: 'file',
   title: 'file',
-  entry: 'file',
+  entry: 'file/conformance',
   networked: false,
   capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {

@@ -51,7 +51,7 @@ export const gcsKit: Kit = {
   id: 'gcs',
   backend: 'gcs',
   title: 'gcs (test server)',
-  entry: 'gcs',
+  entry: 'gcs/conformance',
   networked: true,
   capabilities: casCapabilities(3000),
   lacks: CAS_LACKS,

@@ -3,7 +3,7 @@
  * with three members), in one place: how to start its servers, the URL to reach them (also through
  * proxies), how to break a lease behind its holder's back (through the layout helpers the backend itself
  * exports, never a copied key format), how to crash, pause or restart a server, and what the backend can
- * do (its capabilities). The conformance entries (test/backends/<entry>.test.ts), the chaos targets
+ * do (its capabilities). The conformance entries (test/backends/<backend>/conformance*.test.ts), the chaos targets
  * (test/chaos/targets.ts) and the bench's fencelock adapters (bench/adapters.ts) are all built from kits;
  * a new backend adds one kit file and one line in index.ts.
  */
@@ -163,7 +163,7 @@ export interface Kit {
   readonly backend: string
   /** The conformance suite's title. */
   readonly title: string
-  /** The conformance entry that runs it: test/backends/<entry>.test.ts. */
+  /** The conformance entry that runs it: test/backends/<entry>.test.ts, e.g. `redis/conformance`. */
   readonly entry: string
   /** Clients reach it over TCP (chaos network faults apply). */
   readonly networked: boolean

@@ -7,7 +7,7 @@ export const memoryKit: Kit = {
   id: 'memory',
   backend: 'memory',
   title: 'memory',
-  entry: 'memory',
+  entry: 'memory/conformance',
   networked: false,
   capabilities: ttlStore({ processes: false }),
   lacks: {

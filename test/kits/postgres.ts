@@ -109,7 +109,7 @@ async function startStore(
 /** What every PostgreSQL kit shares: the backend, its entry, its capabilities. */
 const POSTGRES = {
   backend: 'postgres',
-  entry: 'postgres',
+  entry: 'postgres/conformance',
   networked: true,
   // Fences live in a committed row and a sequence: they survive a restart and a crash (fsync off loses
   // only a power cut).

@@ -79,7 +79,7 @@ export const s3Kit: Kit = {
   id: 's3',
   backend: 's3',
   title: 's3 (test server)',
-  entry: 's3',
+  entry: 's3/conformance',
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,
