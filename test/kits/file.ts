@@ -39,6 +39,7 @@ export const fileKit: Kit = {
   backend: 'file',
   title: 'file',
   entry: 'file/conformance',
+  primitives: ['mutex'],
   networked: false,
   capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {

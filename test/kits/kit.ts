@@ -156,6 +156,14 @@ export interface StoreFaults {
   clear(): void
 }
 
+/**
+ * The primitives of the backend contract, one facet each. A kit declares those its backend offers; the
+ * conformance suite runs a primitive's cases (test/conformance/cases/<primitive>/) only on kits that declare it.
+ */
+export type Primitive = 'mutex' | 'election' | 'semaphore' | 'rwlock' | 'multikey'
+
+export const PRIMITIVES: readonly Primitive[] = ['mutex', 'election', 'semaphore', 'rwlock', 'multikey']
+
 export interface Kit {
   /** Unique among kits, e.g. `redis-fair`. */
   readonly id: string
@@ -167,6 +175,8 @@ export interface Kit {
   readonly entry: string
   /** Clients reach it over TCP (chaos network faults apply). */
   readonly networked: boolean
+  /** The primitives its backend offers (the facets of its contract); the client refuses the others. */
+  readonly primitives: readonly Primitive[]
   readonly capabilities: KitCapabilities
   /** Why each flag that is off is off, in a few words: the skipped cases say it. */
   readonly lacks: Partial<Record<Flag, string>>

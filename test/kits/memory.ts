@@ -8,6 +8,7 @@ export const memoryKit: Kit = {
   backend: 'memory',
   title: 'memory',
   entry: 'memory/conformance',
+  primitives: ['mutex'],
   networked: false,
   capabilities: ttlStore({ processes: false }),
   lacks: {

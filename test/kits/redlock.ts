@@ -19,6 +19,7 @@ function redlockKit(count: number): Kit {
     backend: 'redlock',
     title: `redlock (${count} nodes)`,
     entry: 'redlock/conformance',
+    primitives: ['mutex'],
     networked: true,
     capabilities: ttlStore(),
     // Another client reads the token M from the nodes' counters; its node index may differ (quorum-break.ts).

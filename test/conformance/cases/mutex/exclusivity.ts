@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { setImmediate as tick } from 'node:timers/promises'
-import { LockReleasedError } from '../../../src/index.js'
-import type { ConformanceCase } from '../harness.js'
+import { LockReleasedError } from '../../../../src/index.js'
+import type { ConformanceCase } from '../../harness.js'
 
 export const exclusivityCases: ConformanceCase[] = [
   {

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
-import { type ListedLock, LockLostError } from '../../../src/index.js'
-import { awaitLater } from '../../support/later.js'
-import { abortedWithin } from '../../support/wait.js'
-import type { CaseContext, ConformanceCase } from '../harness.js'
+import { type ListedLock, LockLostError } from '../../../../src/index.js'
+import { awaitLater } from '../../../support/later.js'
+import { abortedWithin } from '../../../support/wait.js'
+import type { CaseContext, ConformanceCase } from '../../harness.js'
 
 /** Every lock `list(prefix)` finds, by key. */
 async function listed(list: AsyncIterable<ListedLock>): Promise<ListedLock[]> {

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
-import { LockNotAcquiredError } from '../../../src/index.js'
-import { awaitLater } from '../../support/later.js'
-import { sleep } from '../../support/time.js'
-import { pollUntil } from '../../support/wait.js'
-import type { ConformanceCase } from '../harness.js'
+import { LockNotAcquiredError } from '../../../../src/index.js'
+import { awaitLater } from '../../../support/later.js'
+import { sleep } from '../../../support/time.js'
+import { pollUntil } from '../../../support/wait.js'
+import type { ConformanceCase } from '../../harness.js'
 
 export const waitingCases: ConformanceCase[] = [
   {

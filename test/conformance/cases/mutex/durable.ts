@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
-import { startHold } from '../../support/processes.js'
-import type { ConformanceCase } from '../harness.js'
+import { startHold } from '../../../support/processes.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /**
  * Fences never go back, also across a restart of every server of the store: the grant after it (in a new

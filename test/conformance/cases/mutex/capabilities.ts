@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import type { ConformanceCase } from '../harness.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /** The kit gates cases by its capabilities: they must be the backend's own, or a case would be skipped (or run) wrongly. */
 export const capabilityCases: ConformanceCase[] = [

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
 import { setImmediate as turn } from 'node:timers/promises'
-import { type AcquireRequest, createLockClient, type Lock, type LockBackend } from '../../../src/index.js'
-import { awaitLater } from '../../support/later.js'
-import { sleep } from '../../support/time.js'
-import type { ConformanceCase } from '../harness.js'
-import { wrapBackend } from '../wrap.js'
+import { type AcquireRequest, createLockClient, type Lock, type LockBackend } from '../../../../src/index.js'
+import { awaitLater } from '../../../support/later.js'
+import { sleep } from '../../../support/time.js'
+import type { ConformanceCase } from '../../harness.js'
+import { wrapBackend } from '../../wrap.js'
 
 /**
  * Where an acquire is interrupted: each await point of an attempt or a wait.

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import type { ConformanceCase } from '../harness.js'
+import type { ConformanceCase } from '../../harness.js'
 
 export const keyCases: ConformanceCase[] = [
   {

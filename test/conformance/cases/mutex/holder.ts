@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { hostname } from 'node:os'
-import type { ConformanceCase } from '../harness.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /** Who holds a lock, in words: stored with each grant, kept across renewals, never left behind. */
 export const holderCases: ConformanceCase[] = [

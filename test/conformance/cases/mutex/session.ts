@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
-import { LockLostError } from '../../../src/index.js'
-import { abortedWithin } from '../../support/wait.js'
-import type { ConformanceCase } from '../harness.js'
+import { LockLostError } from '../../../../src/index.js'
+import { abortedWithin } from '../../../support/wait.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /**
  * Session loss: the store ends the session behind a holder's key (etcd: its lease revoked). The backend

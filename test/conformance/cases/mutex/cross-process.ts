@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
-import { awaitLater } from '../../support/later.js'
-import { startHold } from '../../support/processes.js'
-import type { ConformanceCase } from '../harness.js'
+import { awaitLater } from '../../../support/later.js'
+import { startHold } from '../../../support/processes.js'
+import type { ConformanceCase } from '../../harness.js'
 
 export const crossProcessCases: ConformanceCase[] = [
   {

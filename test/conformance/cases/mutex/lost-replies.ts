@@ -5,10 +5,10 @@
  * still does (its validUntil in the future). The rule is the core's; these cases hold every backend to it.
  */
 import assert from 'node:assert/strict'
-import { BackendUnavailableError, type Lock, type LockClient, LockLostError } from '../../../src/index.js'
-import { abortedWithin } from '../../support/wait.js'
-import type { CaseContext, ConformanceCase } from '../harness.js'
-import { type LosingReplies, losingReplies } from '../wrap.js'
+import { BackendUnavailableError, type Lock, type LockClient, LockLostError } from '../../../../src/index.js'
+import { abortedWithin } from '../../../support/wait.js'
+import type { CaseContext, ConformanceCase } from '../../harness.js'
+import { type LosingReplies, losingReplies } from '../../wrap.js'
 
 /** A holder over a backend that loses the replies it is told to, and a waiter over the plain store. */
 async function holderAndWaiter(ctx: CaseContext, ttl: number) {

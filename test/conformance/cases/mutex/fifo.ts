@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
-import type { Lock } from '../../../src/index.js'
-import type { ConformanceCase } from '../harness.js'
-import { wrapBackend } from '../wrap.js'
+import type { Lock } from '../../../../src/index.js'
+import type { ConformanceCase } from '../../harness.js'
+import { wrapBackend } from '../../wrap.js'
 
 const WAITERS = 5
 

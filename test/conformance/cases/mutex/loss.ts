@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
-import { LockLostError } from '../../../src/index.js'
-import { sleep } from '../../support/time.js'
-import { abortedWithin } from '../../support/wait.js'
-import type { ConformanceCase } from '../harness.js'
+import { LockLostError } from '../../../../src/index.js'
+import { sleep } from '../../../support/time.js'
+import { abortedWithin } from '../../../support/wait.js'
+import type { ConformanceCase } from '../../harness.js'
 
 export const lossCases: ConformanceCase[] = [
   {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
-import type { LockInfo } from '../../../src/index.js'
-import type { ConformanceCase } from '../harness.js'
+import type { LockInfo } from '../../../../src/index.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /** The fields of `info`, checked for the shape every backend gives them. */
 function assertShape(info: LockInfo, what: string): void {
