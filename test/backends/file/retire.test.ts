@@ -19,7 +19,6 @@ import { tempDir } from '../../support/temp.js'
 import { sleep } from '../../support/time.js'
 
 const CONTENDER = fileURLToPath(new URL('../../fixtures/contender.js', import.meta.url))
-const RETIRING = fileURLToPath(new URL('../../fixtures/retire-contender.js', import.meta.url))
 
 const dir = tempDir('file-retire')
 after(() => dir.cleanup())
@@ -146,7 +145,9 @@ describe('file backend: released key folders are retired', () => {
       const processes = 4
       const iterations = 25
       const codes = await Promise.all(
-        Array.from({ length: processes }, () => run(RETIRING, [root, k, String(iterations), log, marker])),
+        Array.from({ length: processes }, () =>
+          run(CONTENDER, [pathToFileURL(root).href, k, String(iterations), log, marker, 'retire']),
+        ),
       )
       assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')
       const lines = readFileSync(log, 'utf8').trim().split('\n')

@@ -6,32 +6,19 @@
  * an hour).
  */
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { fromUrl } from '../../../src/backends/mysql/index.js'
-import { createLockClient, type LockClient } from '../../../src/index.js'
-import type { Kit, KitStore } from '../../kits/kit.js'
+import type { Kit } from '../../kits/kit.js'
 import { expireRow, mariaDbQuery, mysqlAnsiKit, mysqlKit, mysqlOracleKit } from '../../kits/mysql.js'
+import { suiteStore } from '../../kits/suite-store.js'
 import { waitUntil } from '../../support/wait.js'
 
 /** The cases on `kit`'s server: all of them, or (other server settings) the retiring alone. */
 const retireSuite = (kit: Kit, all: boolean) =>
   describe(`${kit.title}: long-ended rows are retired`, { timeout: 180_000 }, () => {
-    let store: KitStore
-    const open: LockClient[] = []
-    const client = () => {
-      const c = createLockClient(store.url(), { ttl: '5s', renew: false })
-      open.push(c)
-      return c
-    }
-    before(async () => {
-      store = await kit.start()
-    })
-    after(async () => {
-      await Promise.all(open.map((c) => c.close().catch(() => {})))
-      await store?.close()
-    })
+    const { store, client } = suiteStore(kit, { ttl: '5s', renew: false })
 
-    const port = () => Number(new URL(store.url()).port)
+    const port = () => Number(new URL(store().url()).port)
     const rows = async (prefix: string) => {
       const found = (await mariaDbQuery(
         port(),
@@ -76,7 +63,7 @@ const retireSuite = (kit: Kit, all: boolean) =>
       assert.ok(second.fence > first.fence, `fence ${second.fence} after ${first.fence}`)
       await second.release()
       await age('again')
-      await store.restart!()
+      await store().restart!()
       await housekeeping()
       await waitUntil(async () => (await rows('again')) === 0, 'retired after the restart', {
         withinMs: 30_000,
@@ -105,7 +92,7 @@ const retireSuite = (kit: Kit, all: boolean) =>
       await mariaDbQuery(port(), "CREATE USER 'fl_nodelete'@'%'")
       await mariaDbQuery(port(), "GRANT SELECT, INSERT, UPDATE ON fencelock_locks TO 'fl_nodelete'@'%'")
       const findingsOf = async (user: string) => {
-        const url = new URL(store.url())
+        const url = new URL(store().url())
         url.username = user
         const backend = await fromUrl(url)
         try {

@@ -17,8 +17,8 @@ import {
   tableDdl,
 } from '../../../src/backends/postgres/layout.js'
 import { createLockClient, type LockClient } from '../../../src/index.js'
-import type { KitStore } from '../../kits/kit.js'
 import { adminQuery, postgresKit } from '../../kits/postgres.js'
+import { suiteStore } from '../../kits/suite-store.js'
 import type { PostgresServer } from '../../servers/postgres.js'
 import { startPostgres } from '../../servers/postgres.js'
 import { waitUntil } from '../../support/wait.js'
@@ -28,20 +28,7 @@ const TABLE = qualified(LAYOUT)
 const SEQUENCE = qualified(fenceSequence(LAYOUT))
 
 describe('postgres: fences outlive the rows (the kit deletes state)', { timeout: 180_000 }, () => {
-  let store: KitStore
-  const open: LockClient[] = []
-  const client = () => {
-    const c = createLockClient(store.url(), { ttl: '5s' })
-    open.push(c)
-    return c
-  }
-  before(async () => {
-    store = await postgresKit.start()
-  })
-  after(async () => {
-    await Promise.all(open.map((c) => c.close()))
-    await store.close()
-  })
+  const { store, client } = suiteStore(postgresKit, { ttl: '5s' })
 
   /** Grants `key` once (released at once) and returns its fence. */
   const grant = async (locks: LockClient, key: string) => {
@@ -53,7 +40,7 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
   it("a DELETE of the key's row (deleteState(key)) between grants: the next fence is larger", async () => {
     const locks = client()
     const first = await grant(locks, 'deleted')
-    await store.deleteState!('deleted')
+    await store().deleteState!('deleted')
     const left = await admin(`SELECT count(*)::int AS n FROM ${TABLE} WHERE name = 'deleted'`)
     assert.equal(left[0]!.n, 0, 'the row is gone')
     const second = await grant(locks, 'deleted')
@@ -65,7 +52,7 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
     const before = [await grant(locks, 'a'), await grant(locks, 'b')]
     // One held across it: its holder loses the row, the next holder's fence is still larger.
     const held = await locks.acquire('held')
-    await store.deleteState!()
+    await store().deleteState!()
     const after = [await grant(locks, 'a'), await grant(locks, 'b')]
     assert.ok(after[0]! > before[0]! && after[1]! > before[1]!, `${after} after, ${before} before`)
     const next = await client().acquire('held', { timeout: '20s' })
@@ -91,7 +78,7 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
   it('a grant waiting for the row while another grant commits and an operator deletes the row: larger', async () => {
     const locks = client()
     await grant(locks, 'race')
-    const sql = postgres(store.url(), { max: 1, onnotice: () => {} })
+    const sql = postgres(store().url(), { max: 1, onnotice: () => {} })
     try {
       // A transaction that stands for a concurrent grant (its locks as an acquire takes them: the key's
       // advisory lock, then the row): it draws a fence, and then the row is deleted (here in the same
@@ -131,10 +118,7 @@ describe('postgres: fences outlive the rows (the kit deletes state)', { timeout:
   })
 
   /** A statement as the superuser, on the kit's server. */
-  const admin = (text: string) => {
-    const sql = postgres(store.url(), { max: 1, onnotice: () => {} })
-    return sql.unsafe(text).finally(() => sql.end({ timeout: 1 }))
-  }
+  const admin = (text: string) => adminQuery(store(), text)
 })
 
 describe(

@@ -4,38 +4,19 @@
  * a name's next grant still has a larger fence, across a restart of the server too.
  */
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
-import postgres from 'postgres'
+import { describe, it } from 'node:test'
 import { fromUrl } from '../../../src/backends/postgres/index.js'
 import { DEFAULT_SCHEMA, DEFAULT_TABLE, qualified } from '../../../src/backends/postgres/layout.js'
-import { createLockClient, type LockClient } from '../../../src/index.js'
-import type { KitStore } from '../../kits/kit.js'
-import { postgresKit } from '../../kits/postgres.js'
+import { adminQuery, postgresKit } from '../../kits/postgres.js'
+import { suiteStore } from '../../kits/suite-store.js'
 import { waitUntil } from '../../support/wait.js'
 
 const TABLE = qualified({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE })
 
 describe('postgres: released and long-ended rows are retired', { timeout: 180_000 }, () => {
-  let store: KitStore
-  const open: LockClient[] = []
-  const client = () => {
-    const c = createLockClient(store.url(), { ttl: '5s', renew: false })
-    open.push(c)
-    return c
-  }
-  before(async () => {
-    store = await postgresKit.start()
-  })
-  after(async () => {
-    await Promise.all(open.map((c) => c.close()))
-    await store.close()
-  })
-
+  const { store, client } = suiteStore(postgresKit, { ttl: '5s', renew: false })
   /** A statement as the superuser, on the kit's server. */
-  const admin = (text: string, params: string[] = []) => {
-    const sql = postgres(store.url(), { max: 1, onnotice: () => {} })
-    return sql.unsafe(text, params).finally(() => sql.end({ timeout: 1 }))
-  }
+  const admin = (text: string, params: string[] = []) => adminQuery<{ n: number }>(store(), text, params)
   const rows = async (prefix: string) =>
     Number(
       (await admin(`SELECT count(*)::int AS n FROM ${TABLE} WHERE starts_with(name, $1)`, [prefix]))[0]!.n,
@@ -55,7 +36,7 @@ describe('postgres: released and long-ended rows are retired', { timeout: 180_00
     const second = await locks.acquire('again', { timeout: '20s' })
     assert.ok(second.fence > first.fence, `fence ${second.fence} after ${first.fence}`)
     await second.release()
-    await store.restart!()
+    await store().restart!()
     const third = await client().acquire('again', { timeout: '30s' })
     assert.ok(third.fence > second.fence, `fence ${third.fence} after a restart, ${second.fence} before`)
     await third.release()
@@ -83,7 +64,7 @@ describe('postgres: released and long-ended rows are retired', { timeout: 180_00
     await admin('DROP ROLE IF EXISTS fencelock_nodelete')
     await admin('CREATE ROLE fencelock_nodelete LOGIN')
     await admin(`GRANT SELECT, INSERT, UPDATE ON ${TABLE} TO fencelock_nodelete`)
-    const url = new URL(store.url())
+    const url = new URL(store().url())
     url.username = 'fencelock_nodelete'
     const backend = await fromUrl(url)
     try {

@@ -5,18 +5,13 @@
  * server without TLS said at once as such.
  */
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
-import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import postgres from 'postgres'
 import { postgresBackend } from '../../../src/backends/postgres/index.js'
 import { BackendUnavailableError, createLockClient, type LockClient } from '../../../src/index.js'
 import { adminQuery } from '../../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../../servers/postgres.js'
-import { makeCerts, type TestCerts } from '../../support/certs.js'
-
-const ENTRY = fileURLToPath(new URL('../../../src/index.js', import.meta.url))
+import { lockWithExtraCa, makeCerts, type TestCerts } from '../../support/certs.js'
 
 describe('postgres: TLS', { timeout: 180_000 }, () => {
   let certs: TestCerts
@@ -77,18 +72,10 @@ describe('postgres: TLS', { timeout: 180_000 }, () => {
   })
 
   it('locks with ?sslmode=verify-full when NODE_EXTRA_CA_CERTS names the CA', async () => {
-    const script = `
-      const { createLockClient } = await import(${JSON.stringify(ENTRY)})
-      const locks = createLockClient(${JSON.stringify(tls.url('?sslmode=verify-full'))}, { ttl: '10s' })
-      const lock = await locks.acquire('tls-verified', { timeout: '60s' })
-      console.log('fence', String(lock.fence))
-      await lock.release()
-      await locks.close()`
-    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
-      env: { ...process.env, NODE_EXTRA_CA_CERTS: certs.caFile },
-      timeout: 90_000,
-    })
-    assert.match(stdout, /^fence \d+$/m)
+    assert.ok(
+      (await lockWithExtraCa(tls.url('?sslmode=verify-full'), 'tls-verified', certs)) >= 0n,
+      'a fence',
+    )
   })
 
   it('says at once that a server without TLS does not accept it (sslmode=require), not "connection reset" until the timeout', async () => {
