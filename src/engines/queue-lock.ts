@@ -22,7 +22,7 @@
  *   entry goes with the lease once no lock still needs it, and is sent again until the store answers it
  *   (queue-leftovers.ts): our own waiters queued behind the entry would otherwise keep that session alive.
  *
- * Requests on etcd, four clients contending (test/backends/etcd-requests.test.ts): two raft writes per
+ * Requests on etcd, four clients contending (test/backends/etcd/requests.test.ts): two raft writes per
  * acquisition (the put, the release's delete) and two reads (once the watch is in place, at the wake-up);
  * a hand-over waits for one raft write, the delete. A little over 300 lines: an acquisition's steps
  * (attempt, wait, extend, release, abandon) share its state and are read together.

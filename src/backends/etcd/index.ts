@@ -11,7 +11,7 @@
  *   and read the two newest keys of the prefix by create revision (ours, and the one before it, which a
  *   waiter watches; none: ours is first); else read our key and the first. A retry of an acquire already
  *   in line is a read alone. Two raft writes per acquisition (the put, the release's delete), none more
- *   for a hand-over (test/backends/etcd-requests.test.ts).
+ *   for a hand-over (test/backends/etcd/requests.test.ts).
  * - Expiry: a lease per lease length (whole seconds), kept alive while a lock, a waiter or an attempt may
  *   have a key on it, revoked after a while without. A dead holder's key goes with its lease. Validity
  *   never exceeds what etcd keeps: a grant or an extension reports the lease its session is known to keep
