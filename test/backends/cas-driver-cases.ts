@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
-import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
+import type { CasDriver } from '../../src/engines/cas/adapter.js'
 import { BackendUnavailableError } from '../../src/index.js'
 import type { FakeServer } from '../servers/http-fake.js'
 

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { it } from 'node:test'
-import type { SqlDialect, SqlLeaseOptions } from '../../src/engines/sql-lease.js'
+import type { SqlDialect, SqlLeaseOptions } from '../../src/engines/sql/engine.js'
 import {
   createLockClient,
   type ListedLock,

@@ -5,9 +5,9 @@
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { DoctorFinding } from '../../core/backend.js'
-import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
-import type { ServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
+import type { CasDriver, CasWrite } from '../../engines/cas/adapter.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
+import type { ServerClock } from '../../engines/cas/fence.js'
 import { describeFailure, isTableMissing } from './faults.js'
 import { createTableCommand, itemKey, type TablePlace } from './layout.js'
 import { type DynamoDbSdk, schemaProblem } from './table.js'
@@ -79,7 +79,7 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
 }
 
 /**
- * The engine's conditional-write probe (src/engines/cas-doctor.ts) on an item of its own, deleted after.
+ * The engine's conditional-write probe (src/engines/cas/doctor.ts) on an item of its own, deleted after.
  * A refusal that brings no item is a store that ignores ALL_OLD: safe, but every refusal then costs a read.
  */
 async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFinding[]): Promise<void> {

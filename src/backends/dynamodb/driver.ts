@@ -10,8 +10,8 @@ import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
 import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES, type TablePlace } from './layout.js'
@@ -269,7 +269,7 @@ export class DynamoDbDriver implements CasDriver {
   /**
    * Kept only while it runs: a table deleted later (by an operator, while locks are in use) is made
    * again by the next call that finds it missing. Its records' fences are not lost: each grant lifts the
-   * fence to an epoch of the server's clock (cas-fence.ts).
+   * fence to an epoch of the server's clock (src/engines/cas/fence.ts).
    */
   #ensureTable(sdk: DynamoDbSdk): Promise<void> {
     this.#creating ??= createTable(this.#client, sdk, this.#table).finally(() => {

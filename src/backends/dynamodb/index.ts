@@ -1,5 +1,5 @@
 /**
- * The DynamoDB backend: the cas-lease engine (src/engines/cas-lease.ts) over one item per lock, written
+ * The DynamoDB backend: the cas-lease engine (src/engines/cas/engine.ts) over one item per lock, written
  * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
  * with a fence added and the item never deleted by fencelock.
  *
@@ -14,7 +14,7 @@
  *   `version` unchanged for the record's lease plus a margin on its own monotonic clock (the lock
  *   client's rule). DynamoDB's TTL deletes items up to days late and would reset the fence: not used.
  * - Fence: in the record, advanced by the same conditional write that grants, and lifted to an epoch of
- *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas-fence.ts), so an item
+ *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas/fence.ts), so an item
  *   deleted, or a table made again, starts above every earlier fence; renewals and releases keep it;
  *   fencelock never deletes an item.
  * - Waiting: no notifications: a waiting process reads the item at a pace that grows to once a second,
@@ -36,7 +36,7 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
 import { DynamoDbDriver } from './driver.js'
 import type { DynamoDbSdk } from './table.js'
 

@@ -1,8 +1,8 @@
 /**
  * The etcd backend: etcd's own lock recipe (Go's `concurrency.Mutex`, which `etcdctl lock` also uses), so
  * a Go service and a fencelock client on the same prefix exclude each other. It is a driver for two
- * engines: the queue-lock engine (src/engines/queue-lock.ts: acquire, wait in line, extend, release,
- * abandon) and the session engine (src/engines/session.ts: leases kept alive, pooled per lease length).
+ * engines: the queue-lock engine (src/engines/queue/engine.ts: acquire, wait in line, extend, release,
+ * abandon) and the session engine (src/engines/session/pool.ts: leases kept alive, pooled per lease length).
  *
  * - Layout: a lock named `k` is the set of keys under `<prefix>k/` (`/` and `%` in `k` escaped, see
  *   layout.ts), one per acquire: `<prefix>k/<lease hex>-<owner>`, its value the owner id (and the holder's
@@ -61,8 +61,8 @@ import type {
 } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { QueueLock } from '../../engines/queue-lock.js'
-import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
+import { type QueuePrimitives, queuePrimitives } from '../../engines/queue/backend-methods.js'
+import { QueueLock } from '../../engines/queue/engine.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'

@@ -1,5 +1,5 @@
 /**
- * etcd as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the keys under
+ * etcd as the queue-lock engine's driver (src/engines/queue/adapter.ts): a lock's queue is the keys under
  * its prefix, ordered by create revision; each step is one transaction, range or watch.
  *
  * Every watcher it makes is kept until cancelled, and `close` cancels those left, in place or still being
@@ -15,7 +15,7 @@ import type {
   QueueDriver,
   QueueState,
   Watch,
-} from '../../engines/queue-driver.js'
+} from '../../engines/queue/adapter.js'
 import { lockPrefix, prefixEnd } from './layout.js'
 import type { LeaseId } from './leases.js'
 

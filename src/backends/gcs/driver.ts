@@ -12,10 +12,10 @@
 import type { File, Storage } from '@google-cloud/storage'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
-import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
-import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
-import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas-objects.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
+import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas/fence.js'
+import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas/objects.js'
 import { lockObjectName } from './layout.js'
 
 /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
@@ -147,7 +147,7 @@ export class GcsCasDriver implements CasDriver {
 
   /**
    * objects.list pages (up to 1,000 names each) of the names that may be keys starting with `prefix`
-   * (cas-objects.ts: the plain ones under it, and every hashed one), each object then read with a media
+   * (src/engines/cas/objects.ts: the plain ones under it, and every hashed one), each object then read with a media
    * GET: one list request per page and one GET per object, held or not.
    */
   async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
@@ -211,7 +211,7 @@ export class GcsCasDriver implements CasDriver {
 
   /**
    * Whether a lifecycle `Delete` rule of the bucket may delete lock objects. Fences survive it
-   * (cas-fence.ts), but a held lock's object deleted ends its lease early: its holder learns it at its
+   * (src/engines/cas/fence.ts), but a held lock's object deleted ends its lease early: its holder learns it at its
    * next renewal, and meanwhile only fences keep a resource safe.
    */
   async #lifecycleFinding(signal: AbortSignal): Promise<DoctorFinding> {

@@ -1,6 +1,6 @@
 /**
  * gs://bucket/prefix — a lock record per key in a Google Cloud Storage bucket, on the `cas-lease` engine
- * (src/engines/cas-lease.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
+ * (src/engines/cas/engine.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
@@ -11,7 +11,7 @@
  *   the writer's and the reader's wall clocks).
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock; never
  *   the generation, whose order GCS no longer documents. A release marks the record released. Each
- *   grant also lifts it to an epoch of GCS's clock (src/engines/cas-fence.ts), so an object deleted
+ *   grant also lifts it to an epoch of GCS's clock (src/engines/cas/fence.ts), so an object deleted
  *   behind our back (a lifecycle rule, `gcloud storage rm`) is made again above its old fences; doctor
  *   warns about lifecycle Delete rules that cover the prefix.
  * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
@@ -30,8 +30,8 @@
 import type { Storage } from '@google-cloud/storage'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
-import { objectPrefix } from '../../engines/cas-objects.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { objectPrefix } from '../../engines/cas/objects.js'
 import { GcsCasDriver } from './driver.js'
 import { DEFAULT_PREFIX } from './layout.js'
 

@@ -13,7 +13,7 @@ import type {
   SqlDialect,
   SqlListedRow,
   SqlRow,
-} from '../../engines/sql-lease-driver.js'
+} from '../../engines/sql/adapter.js'
 import { countFinding, deleteFinding, mysqlDoctor } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'

@@ -1,5 +1,5 @@
 /**
- * The MySQL/MariaDB backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * The MySQL/MariaDB backend: the sql-lease engine (src/engines/sql/engine.ts) over one lease row per lock,
  * each primitive one statement on the server's clock, through the user's mysql2 pool (promise API).
  *
  * - Layout: a table (default `fencelock_locks` in the connection's database, created on first use unless
@@ -43,7 +43,7 @@
 import type { Pool } from 'mysql2/promise'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { sqlLeaseBackend } from '../../engines/sql-lease.js'
+import { sqlLeaseBackend } from '../../engines/sql/engine.js'
 import { MySqlDialect } from './dialect.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, quoteTable } from './layout.js'

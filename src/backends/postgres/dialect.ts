@@ -25,7 +25,7 @@ import type {
   SqlListedRow,
   SqlListener,
   SqlRow,
-} from '../../engines/sql-lease-driver.js'
+} from '../../engines/sql/adapter.js'
 import { pgDoctor } from './doctor.js'
 import { droppedHandshake, tlsRefused, unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * The PostgreSQL backend: the sql-lease engine (src/engines/sql/engine.ts) over one lease row per lock,
  * each primitive one statement on the server's clock, through the user's `postgres` (porsager) instance.
  *
  * - Layout: a table (default `public.fencelock_locks`, created on first use unless `createTable` is off)
@@ -21,7 +21,7 @@
  * - Waiting: the release statement notifies the key (`pg_notify` in the same statement, sent at commit)
  *   on the table's channel; each client LISTENs on one dedicated connection (postgres.js's own, which
  *   re-subscribes after a reconnect; waiters re-check then), and a notification wakes one waiter of the
- *   key in the client (sql-wait.ts). A crashed holder's lease ends unnotified:
+ *   key in the client (src/engines/sql/wait.ts). A crashed holder's lease ends unnotified:
  *   waiters re-check at its end. Behind a transaction-pooling proxy (PgBouncer) LISTEN does not deliver:
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
@@ -39,7 +39,7 @@
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { sqlLeaseBackend } from '../../engines/sql-lease.js'
+import { sqlLeaseBackend } from '../../engines/sql/engine.js'
 import { PostgresDialect } from './dialect.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
 import { isPgSql, type PgSql } from './sql.js'

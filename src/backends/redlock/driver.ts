@@ -1,13 +1,13 @@
 /**
- * The quorum engine's node (src/engines/quorum.ts) over one Redis master: the single-node Redis backend's
+ * The quorum engine's node (src/engines/quorum/engine.ts) over one Redis master: the single-node Redis backend's
  * primitives, each gated on what the node needs before it may take part (node.ts): a vote (acquire,
  * extend) waits until the node is checked, admitted and old enough; a release or an inspect only until its
  * connection is checked; a clean-up waits for nothing.
  */
 import { raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, HeldLease, LockInfo } from '../../core/backend.js'
-import type { NodeAttempt, NodeRequest, QuorumNode } from '../../engines/quorum.js'
-import type { ReleaseListener } from '../../engines/quorum-wait.js'
+import type { NodeAttempt, NodeRequest, QuorumNode } from '../../engines/quorum/engine.js'
+import type { ReleaseListener } from '../../engines/quorum/wait.js'
 import type { RedlockNode } from './node.js'
 
 export class RedlockDriver implements QuorumNode, ReleaseListener {

@@ -6,15 +6,15 @@
  * The SDK retries a failed PutObject by itself (5xx, throttling, dropped connections; `maxAttempts`,
  * 3 by default), so a 412 may answer our own earlier attempt that committed while its response was
  * lost. That is safe: a refusal is only a value here, and the engine re-reads the record and compares its
- * owner and nonce before it believes it lost (cas-lease-driver.ts).
+ * owner and nonce before it believes it lost (src/engines/cas/adapter.ts).
  */
 import type { LifecycleRule, S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { causeText } from '../../core/errors.js'
-import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
-import { type ServerClock, withServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas-lease-driver.js'
-import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas-objects.js'
+import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
+import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
+import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas/objects.js'
 import { lockObjectKey } from './layout.js'
 
 /** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
@@ -107,7 +107,7 @@ export class S3CasDriver implements CasDriver {
 
   /**
    * ListObjectsV2 pages (up to 1,000 names each) of the names that may be keys starting with `prefix`
-   * (cas-objects.ts: the plain ones under it, and every hashed one), each object then read with
+   * (src/engines/cas/objects.ts: the plain ones under it, and every hashed one), each object then read with
    * GetObject: one LIST per page and one GET per object, held or not.
    */
   async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
@@ -202,7 +202,7 @@ export class S3CasDriver implements CasDriver {
   }
 
   /**
-   * Whether a lifecycle rule of the bucket expires lock objects. Fences survive it (cas-fence.ts: rules
+   * Whether a lifecycle rule of the bucket expires lock objects. Fences survive it (src/engines/cas/fence.ts: rules
    * act a day or more after creation), but a held lock's record that expires ends its lease early: its
    * holder learns it at its next renewal, and meanwhile only fences keep a resource safe.
    */

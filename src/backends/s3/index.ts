@@ -1,6 +1,6 @@
 /**
  * s3://bucket/prefix — a lock record per key in an S3 bucket (or an S3-compatible store that enforces
- * conditional writes), on the `cas-lease` engine (src/engines/cas-lease.ts).
+ * conditional writes), on the `cas-lease` engine (src/engines/cas/engine.ts).
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
@@ -11,7 +11,7 @@
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock. Each
  *   write extends one chain of `If-Match` writes and a release marks the record released, so the fence
  *   only grows; each grant also lifts it to an epoch of S3's clock (the `Date` of the deciding read,
- *   src/engines/cas-fence.ts), so an object deleted behind our back (a lifecycle rule, `aws s3 rm`) is
+ *   src/engines/cas/fence.ts), so an object deleted behind our back (a lifecycle rule, `aws s3 rm`) is
  *   made again above its old fences. doctor warns about lifecycle rules that expire lock objects.
  * - Waiting: S3 cannot notify; the engine polls the record, its interval growing and capped.
  * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). S3 has no per-object write
@@ -28,8 +28,8 @@
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
-import { objectPrefix } from '../../engines/cas-objects.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { objectPrefix } from '../../engines/cas/objects.js'
 import { S3CasDriver, type S3Module } from './driver.js'
 import { DEFAULT_PREFIX } from './layout.js'
 

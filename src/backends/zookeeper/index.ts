@@ -1,8 +1,8 @@
 /**
  * The ZooKeeper backend: Apache Curator's `InterProcessMutex` recipe on the same nodes, so a Java service
  * using Curator and a fencelock client on the same lock path exclude each other. It is a driver for two
- * engines: the queue-lock engine (src/engines/queue-lock.ts: acquire, wait in line, extend, release,
- * abandon) and the session engine (src/engines/session.ts: sessions kept alive, pooled per lease length).
+ * engines: the queue-lock engine (src/engines/queue/engine.ts: acquire, wait in line, extend, release,
+ * abandon) and the session engine (src/engines/session/pool.ts: sessions kept alive, pooled per lease length).
  *
  * - Layout (layout.ts): a lock named `k` is the node `<prefix>/<k escaped>` (`/`, `%` and the characters
  *   ZooKeeper refuses written `%XX`; default prefix `/fencelock`); each acquire adds one child, created
@@ -63,8 +63,8 @@ import type {
 import { parseDuration } from '../../core/durations.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { QueueLock } from '../../engines/queue-lock.js'
-import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
+import { type QueuePrimitives, queuePrimitives } from '../../engines/queue/backend-methods.js'
+import { QueueLock } from '../../engines/queue/engine.js'
 import { CODE, children, closeClient, codeOf, stat, type ZkClient } from './client.js'
 import { sessionFinding, srvrFinding } from './diagnose.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'

@@ -1,5 +1,5 @@
 /**
- * ZooKeeper as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the
+ * ZooKeeper as the queue-lock engine's driver (src/engines/queue/adapter.ts): a lock's queue is the
  * children of its node, in Curator's order (layout.ts); each step is one request or two pipelined on one
  * connection.
  *
@@ -16,7 +16,7 @@ import type {
   QueueDriver,
   QueueState,
   Watch,
-} from '../../engines/queue-driver.js'
+} from '../../engines/queue/adapter.js'
 import {
   CODE,
   children,

@@ -1,5 +1,5 @@
 /**
- * ZooKeeper sessions as the session engine's driver (src/engines/session.ts). A lease is a session:
+ * ZooKeeper sessions as the session engine's driver (src/engines/session/pool.ts). A lease is a session:
  * everything on it (our ephemeral nodes) goes when the server expires it or we close it.
  *
  * - From a URL, each lease length is a session of its own (its own connection), asking the lock's ttl
@@ -22,7 +22,7 @@
  * validity and be given back).
  */
 import { now } from '../../core/clock.js'
-import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
+import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session/pool.js'
 import { CODE, closeClient, codeOf, touchLeader, type ZkClient } from './client.js'
 import { LeaderEvidence } from './evidence.js'
 
