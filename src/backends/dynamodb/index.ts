@@ -27,7 +27,7 @@
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.
  *
- * Files: driver.ts (the CasDriver: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
+ * Files: adapter.ts (the CasAdapter: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
  * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and
  * checking the table), faults.ts (errors in words, which ones waiting can help), doctor.ts (the table's key
  * and conditional writes proved on a probe item).
@@ -37,10 +37,10 @@ import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { casLeaseBackend } from '../../engines/cas/engine.js'
-import { DynamoDbDriver } from './driver.js'
+import { DynamoDbCasAdapter } from './adapter.js'
 import type { DynamoDbSdk } from './table.js'
 
-export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
+export { DYNAMODB_LIMITS, DynamoDbCasAdapter } from './adapter.js'
 export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
 
 /** What `dynamodbBackend` is told. */
@@ -86,11 +86,11 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   }
   const table = checkTable(options.table, 'as `table`')
   const id = options.id ?? `dynamodb://${table}`
-  const driver = new DynamoDbDriver(
+  const adapter = new DynamoDbCasAdapter(
     { client, table, createTable: options.createTable ?? false, id, owned: false },
     loadSdk,
   )
-  return casLeaseBackend(driver)
+  return casLeaseBackend(adapter)
 }
 
 /** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
@@ -132,7 +132,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.region === undefined ? {} : { region: params.region }),
     ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
   })
-  const driver = new DynamoDbDriver(
+  const adapter = new DynamoDbCasAdapter(
     {
       client,
       table,
@@ -144,5 +144,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     },
     loadSdk,
   )
-  return casLeaseBackend(driver)
+  return casLeaseBackend(adapter)
 }

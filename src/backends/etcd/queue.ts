@@ -1,5 +1,5 @@
 /**
- * etcd as the queue-lock engine's driver (src/engines/queue/adapter.ts): a lock's queue is the keys under
+ * etcd as the queue-lock engine's adapter (src/engines/queue/adapter.ts): a lock's queue is the keys under
  * its prefix, ordered by create revision; each step is one transaction, range or watch.
  *
  * Every watcher it makes is kept until cancelled, and `close` cancels those left, in place or still being
@@ -12,7 +12,7 @@ import type {
   Cancel,
   HeldEvents,
   OwnEntry,
-  QueueDriver,
+  QueueAdapter,
   QueueState,
   Watch,
 } from '../../engines/queue/adapter.js'
@@ -66,10 +66,10 @@ function inPlace(watcher: Watcher): Promise<void> {
   })
 }
 
-/** What a watch asked of a closed driver gets: a wait still under way then ends (the engine re-attempts). */
+/** What a watch asked of a closed adapter gets: a wait still under way then ends (the engine re-attempts). */
 const closedError = () => new Error('the etcd backend is closed: no new watch is set up')
 
-export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
+export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
   readonly #client: Etcd3
   readonly #prefix: string
   /**

@@ -1,5 +1,5 @@
 /**
- * Where a lock lives in a GCS bucket, in one place: the driver and the tests (breaking a lease, reading a
+ * Where a lock lives in a GCS bucket, in one place: the adapter and the tests (breaking a lease, reading a
  * record behind the backend's back) both use these; nobody copies the naming.
  */
 import { objectNameOf } from '../../engines/cas/objects.js'

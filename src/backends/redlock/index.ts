@@ -32,7 +32,7 @@
  *   FLUSHALL or eviction of the node's counter, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
- * - driver.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - adapter.ts: the quorum engine's node over one master (each operation gated on the node's admission).
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counter from the others, and why fences stay increasing.
@@ -68,9 +68,9 @@ import { MAX_NODES, Quorum } from '../../engines/quorum/engine.js'
 import { ReleaseWaiting } from '../../engines/quorum/wait.js'
 import { connect } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/layout.js'
+import { RedlockAdapter } from './adapter.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
-import { RedlockDriver } from './driver.js'
 import { lineBackend } from './line.js'
 import { listQuorum } from './listing.js'
 import { RedlockNode } from './node.js'
@@ -220,9 +220,9 @@ class RedlockBackend implements LockBackend {
     })
     this.#nodes = nodes
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
-    const drivers = nodes.map((node) => new RedlockDriver(node, () => this.#restartDelay()))
-    this.#quorum = new Quorum(drivers, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(drivers, q)
+    const adapters = nodes.map((node) => new RedlockAdapter(node, () => this.#restartDelay()))
+    this.#quorum = new Quorum(adapters, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
+    this.#waiting = new ReleaseWaiting(adapters, q)
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {

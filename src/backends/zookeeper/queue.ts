@@ -1,5 +1,5 @@
 /**
- * ZooKeeper as the queue-lock engine's driver (src/engines/queue/adapter.ts): a lock's queue is the
+ * ZooKeeper as the queue-lock engine's adapter (src/engines/queue/adapter.ts): a lock's queue is the
  * children of its node, in Curator's order (layout.ts); each step is one request or two pipelined on one
  * connection.
  *
@@ -13,7 +13,7 @@ import type {
   Cancel,
   HeldEvents,
   OwnEntry,
-  QueueDriver,
+  QueueAdapter,
   QueueState,
   Watch,
 } from '../../engines/queue/adapter.js'
@@ -69,7 +69,7 @@ interface HeldWatch {
 
 const GONE = 'its node is gone from ZooKeeper (deleted, or its session expired)'
 
-export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
+export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
   readonly #prefix: string
   /** Our entries by name: the session that creates each one, and its node. Dropped by remove. */
   readonly #known = new Map<string, Known>()

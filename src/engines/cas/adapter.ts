@@ -1,10 +1,10 @@
 /**
- * The driver interface of the `cas-lease` engine: what a store with conditional writes (S3 `If-None-Match`
+ * The adapter interface of the `cas-lease` engine: what a store with conditional writes (S3 `If-None-Match`
  * / `If-Match`, GCS `ifGenerationMatch`, DynamoDB condition expressions) gives the engine for one lock
  * record. The engine owns the record (its text, the fence in it, the per-write nonce), the observed-expiry
- * rule, waiting and every retry; a driver only reads and writes one record per lock, conditionally.
+ * rule, waiting and every retry; an adapter only reads and writes one record per lock, conditionally.
  *
- * A driver never retries a conditional write by itself in a way that hides its outcome: an SDK's own retry
+ * An adapter never retries a conditional write by itself in a way that hides its outcome: an SDK's own retry
  * may make "condition failed" mean "my own earlier attempt won", and the engine resolves that by reading
  * the record back and comparing the owner and the nonce, never by trusting the error.
  */
@@ -30,13 +30,13 @@ export type CasWrite =
    */
   | { readonly ok: false; readonly current?: CasVersioned | undefined }
 
-/** A record `CasDriver.list` found: the lock key it belongs to, and the record as stored. */
+/** A record `CasAdapter.list` found: the lock key it belongs to, and the record as stored. */
 export interface CasListed {
   readonly key: string
   readonly current: CasVersioned
 }
 
-export interface CasDriver {
+export interface CasAdapter {
   /** Names the store in errors and diagnostics (`s3://bucket/prefix`); never contains secrets. */
   readonly id: string
   /** Key and lease limits of the store (object name length, item size). */
@@ -76,7 +76,7 @@ export interface CasDriver {
    * server when it does not.
    */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
-  /** Closes only what the driver itself opened (a client made from a URL, never the user's). */
+  /** Closes only what the adapter itself opened (a client made from a URL, never the user's). */
   close(): Promise<void>
 }
 // Errors: a refused condition is `{ ok: false }`, never an exception. Anything else (network, 5xx, 429,

@@ -1,15 +1,15 @@
 /**
- * `fencelock doctor` for the drivers of the `cas-lease` engine: proves, on a probe record of its own, that
+ * `fencelock doctor` for the adapters of the `cas-lease` engine: proves, on a probe record of its own, that
  * the store enforces the two conditions the engine's safety rests on. Some S3-compatible servers accept
  * `If-None-Match` / `If-Match` and silently ignore them: on such a store every waiter "creates" the lock at
  * once and two holders coexist, so a store that ignores either condition is an `error` finding.
  */
 import { randomUUID } from 'node:crypto'
 import type { DoctorFinding } from '../../core/backend.js'
-import type { CasDriver } from './adapter.js'
+import type { CasAdapter } from './adapter.js'
 import type { ServerClock } from './fence.js'
 
-/** What a probe needs to know beyond the driver: where, and what to call things in its findings. */
+/** What a probe needs to know beyond the adapter: where, and what to call things in its findings. */
 export interface CasProbe {
   /** The probe record's lock key: a fresh one per run, so the first create meets no record. */
   readonly key: string
@@ -23,7 +23,7 @@ export interface CasProbe {
 /** A probe key no lock of a user's is likely to have, fresh per run. */
 export const probeKey = (): string => `.fencelock-doctor/${randomUUID()}`
 
-type Writes = Pick<CasDriver, 'id' | 'read' | 'create' | 'replace'>
+type Writes = Pick<CasAdapter, 'id' | 'read' | 'create' | 'replace'>
 
 /**
  * A read of the (absent) probe record, for the server's clock, then four writes on it: create (must
@@ -32,16 +32,16 @@ type Writes = Pick<CasDriver, 'id' | 'read' | 'create' | 'replace'>
  * hashes (S3 ETags) still get a new version each time.
  */
 export async function probeConditionalWrites(
-  driver: Writes,
+  adapter: Writes,
   probe: CasProbe,
   signal: AbortSignal,
 ): Promise<DoctorFinding[]> {
   const body = (step: string) => JSON.stringify({ doctor: step, nonce: randomUUID() })
-  const at = `${driver.id} (server: ${probe.server})`
+  const at = `${adapter.id} (server: ${probe.server})`
   // The clock a grant's fence is made from: the one a read shows (fence.ts).
   const clock: ServerClock = {}
-  await driver.read(probe.key, signal, clock)
-  const first = await driver.create(probe.key, body('create'), signal)
+  await adapter.read(probe.key, signal, clock)
+  const first = await adapter.create(probe.key, body('create'), signal)
   if (!first.ok) {
     return [
       {
@@ -51,7 +51,7 @@ export async function probeConditionalWrites(
     ]
   }
   const findings: DoctorFinding[] = []
-  const second = await driver.create(probe.key, body('create again'), signal)
+  const second = await adapter.create(probe.key, body('create again'), signal)
   if (second.ok) {
     findings.push({
       level: 'error',
@@ -62,8 +62,8 @@ export async function probeConditionalWrites(
   }
   // Lax stores accepted the second create, so the version `first` returned may be stale already; a
   // refusal here is then the correct answer, and the stale replace below still tells the truth.
-  const next = await driver.replace(probe.key, body('replace'), first.version, signal)
-  const stale = await driver.replace(probe.key, body('replace stale'), first.version, signal)
+  const next = await adapter.replace(probe.key, body('replace'), first.version, signal)
+  const stale = await adapter.replace(probe.key, body('replace stale'), first.version, signal)
   if (stale.ok) {
     findings.push({
       level: 'error',

@@ -30,9 +30,9 @@
  *   refused write whose re-read still shows the version it was conditioned on (a store whose reads lag
  *   its writes) makes writes on that version back off: 100 ms doubling up to a third of the record's
  *   lease (at least `pollMaxMs`), until a write of ours lands. A write of one key from this process is
- *   never sent sooner than the driver's `minWriteIntervalMs` (GCS: about one per second per object)
+ *   never sent sooner than the adapter's `minWriteIntervalMs` (GCS: about one per second per object)
  *   after the previous one was answered (the server may apply it until then): a write due sooner (a
- *   release right after the grant) waits for it; 429/503 are the driver's retryable errors, on which
+ *   release right after the grant) waits for it; 429/503 are the adapter's retryable errors, on which
  *   the core backs off.
  *
  * Requests (R = strongly consistent read, W = conditional write), without faults:
@@ -46,10 +46,10 @@
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
  *   still land on the record found (hold.ts).
- * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the driver's listing (each
+ * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the adapter's listing (each
  *   backend's header says what it reads).
  *
- * Driver: `CasDriver` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
+ * Adapter: `CasAdapter` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
 
 import { raceSignal } from '../../core/abort.js'
@@ -62,7 +62,7 @@ import type {
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
-import type { CasDriver } from './adapter.js'
+import type { CasAdapter } from './adapter.js'
 import { grantFence, landedLate, newRecordFence, type ServerClock } from './fence.js'
 import { type CasHold, CasHolds } from './hold.js'
 import { type Observation, Observations } from './observe.js'
@@ -73,7 +73,7 @@ import { CasIo } from './write.js'
 export type { CasHold } from './hold.js'
 
 export interface CasLeaseOptions {
-  /** The backend's id in errors and diagnostics. @default the driver's id */
+  /** The backend's id in errors and diagnostics. @default the adapter's id */
   readonly id?: string | undefined
   /**
    * What a waiter adds to a record's lease before it takes over, in ms: covers the waiter's clock
@@ -94,32 +94,32 @@ const POLL_MAX_MS = 1000
  */
 const WRITERS_KEPT = 10_000
 
-/** A LockBackend over `driver`: the cas-lease engine. */
-export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}): LockBackend {
-  const engine = new CasLease(driver, options)
+/** A LockBackend over `adapter`: the cas-lease engine. */
+export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = {}): LockBackend {
+  const engine = new CasLease(adapter, options)
   const backend: LockBackend = {
-    id: options.id ?? driver.id,
+    id: options.id ?? adapter.id,
     capabilities: CAPABILITIES,
-    limits: driver.limits,
+    limits: adapter.limits,
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
     release: (lease, signal) => engine.holds.release(lease, signal),
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
-    close: () => driver.close(),
+    close: () => adapter.close(),
   }
-  const doctor = driver.doctor?.bind(driver)
-  // Only where the driver can list its store: the client says so for one that cannot.
+  const doctor = adapter.doctor?.bind(adapter)
+  // Only where the adapter can list its store: the client says so for one that cannot.
   const list: LockBackend['list'] =
-    driver.list && ((prefix, signal) => engine.operations.list(prefix, signal))
+    adapter.list && ((prefix, signal) => engine.operations.list(prefix, signal))
   return { ...backend, ...(doctor ? { doctor } : {}), ...(list ? { list } : {}) }
 }
 
 export class CasLease {
   /** Names the store in errors. */
   readonly id: string
-  readonly #driver: CasDriver
+  readonly #adapter: CasAdapter
   readonly #seen: Observations
   readonly #io: CasIo
   /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
@@ -133,9 +133,9 @@ export class CasLease {
   /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
   readonly #granting = new Map<string, Promise<void>>()
 
-  constructor(driver: CasDriver, options: CasLeaseOptions = {}) {
-    this.#driver = driver
-    this.id = options.id ?? driver.id
+  constructor(adapter: CasAdapter, options: CasLeaseOptions = {}) {
+    this.#adapter = adapter
+    this.id = options.id ?? adapter.id
     const margin = options.marginMs
     if (margin !== undefined && !(margin >= 0)) {
       throw new TypeError(`Expected \`marginMs\` to be a number >= 0, got ${String(margin)}`)
@@ -146,7 +146,7 @@ export class CasLease {
     this.#seen = new Observations(options.pollMaxMs ?? POLL_MAX_MS, (leaseMs) =>
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )
-    this.#io = new CasIo(driver, this.#seen)
+    this.#io = new CasIo(adapter, this.#seen)
     this.holds = new CasHolds(this.#io, this.#writers)
     this.operations = new CasOperations(this.#io)
   }
@@ -206,7 +206,7 @@ export class CasLease {
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
     const { seen } = await this.#io.observe(key, signal)
     if (seen === undefined) return null
-    return recordView(seen.record, now() - seen.since, this.#driver.id)
+    return recordView(seen.record, now() - seen.since, this.#adapter.id)
   }
 
   /**
@@ -316,7 +316,8 @@ export class CasLease {
     const t = now()
     const takeoverAt = this.#seen.takeoverAt(seen)
     let at = seen.nextReadAt
-    if (takeoverAt !== undefined) at = Math.min(at, Math.max(takeoverAt, t + this.#driver.minWriteIntervalMs))
+    if (takeoverAt !== undefined)
+      at = Math.min(at, Math.max(takeoverAt, t + this.#adapter.minWriteIntervalMs))
     return { granted: false, retryInMs: Math.max(0, at - t) }
   }
 }

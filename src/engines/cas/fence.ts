@@ -49,7 +49,7 @@ export const LATE_CREATE_S = 1
 /** Server seconds beyond this are a broken clock (year 36812): refused rather than turned into a fence. */
 const MAX_SERVER_SECONDS = 2 ** 40
 
-/** The server's clock as one answer showed it, noted by a driver: whole seconds since 1970 (UTC). */
+/** The server's clock as one answer showed it, noted by an adapter: whole seconds since 1970 (UTC). */
 export interface ServerClock {
   seconds?: number | undefined
 }

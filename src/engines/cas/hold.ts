@@ -122,14 +122,14 @@ export class CasHolds {
         return
       }
       await this.#io.paced(req.key, signal)
-      const record = released(req, found, this.#io.driver.id, clock.seconds)
+      const record = released(req, found, this.#io.adapter.id, clock.seconds)
       const answered: ServerClock = {}
       const out = await this.#io.write(req.key, record, current?.version, signal, answered)
       if (out.kind === 'unknown') throw out.error
       if (out.kind === 'written' && current === undefined && landedLate(clock.seconds, answered.seconds)) {
         // Our released record was created late (fence.ts): its fence raised to the answer's second.
         await this.#io.paced(req.key, signal)
-        const raised = released(req, undefined, this.#io.driver.id, answered.seconds)
+        const raised = released(req, undefined, this.#io.adapter.id, answered.seconds)
         const again = { ...record, fence: maxFence(record.fence, raised.fence), nonce: newNonce() }
         const redone = await this.#io.write(req.key, again, out.version, signal)
         if (redone.kind === 'unknown') throw redone.error
@@ -184,8 +184,8 @@ function stillOurs(record: CasRecord | undefined, lease: HeldLease, hold: CasHol
 /** A write whose outcome stayed unclear because the record kept moving under our own late writes. */
 function unsettled(io: CasIo, key: string, what: string): BackendUnavailableError {
   return new BackendUnavailableError(
-    `Could not ${what} lock ${quoteKey(key)} on ${io.driver.id}: an earlier write of ours landed late; retrying`,
-    { key, backend: io.driver.id, retryable: true },
+    `Could not ${what} lock ${quoteKey(key)} on ${io.adapter.id}: an earlier write of ours landed late; retrying`,
+    { key, backend: io.adapter.id, retryable: true },
   )
 }
 

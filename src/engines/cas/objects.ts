@@ -1,5 +1,5 @@
 /**
- * What the object-store drivers of the `cas-lease` engine (S3, GCS) share, so neither copies the other
+ * What the object-store adapters of the `cas-lease` engine (S3, GCS) share, so neither copies the other
  * (backends never import each other): the object name of a lock key, the way back from a listed object
  * to its key (for `list`), and the rule that turns a failed request into a `BackendUnavailableError`.
  * DynamoDB keys items by the lock key itself and needs none of it.

@@ -8,7 +8,7 @@
  *   length, less the time this process has already seen that very version unchanged (a process that
  *   never saw it before counts from its read). A holder that stopped renewing shows a full lease to a
  *   fresh reader; the note says so.
- * - list: the driver's listing (adapter.ts), a page of the store at a time, filtered here by
+ * - list: the adapter's listing (adapter.ts), a page of the store at a time, filtered here by
  *   key prefix and state. Read-only, also for the engine: what it reads is not noted as observed (a
  *   listing of 50,000 records would push the waiters' own observations out of their bounded map).
  * - break: the very write a release makes (the record marked released, fence kept, a fresh nonce),
@@ -58,18 +58,18 @@ export class CasOperations {
     this.#io = io
   }
 
-  /** `LockBackend.list`: the held records of keys starting with `prefix`, as the driver pages them. */
+  /** `LockBackend.list`: the held records of keys starting with `prefix`, as the adapter pages them. */
   async *list(prefix: string, signal: AbortSignal): AsyncGenerator<ListedLock> {
-    const { driver, seen } = this.#io
-    if (!driver.list) return
-    for await (const { key, current } of driver.list(prefix, signal)) {
-      // The driver may return more than the prefix (hashed object names, a Scan's page): filtered here.
+    const { adapter, seen } = this.#io
+    if (!adapter.list) return
+    for await (const { key, current } of adapter.list(prefix, signal)) {
+      // The adapter may return more than the prefix (hashed object names, a Scan's page): filtered here.
       if (!key.startsWith(prefix)) continue
       const record = decodeRecord(current.body)
       if (record?.state === 'released') continue
       const known = seen.get(key)
       const unchangedMs = known?.version === current.version ? now() - known.since : 0
-      yield { key, ...recordView(record, unchangedMs, driver.id) }
+      yield { key, ...recordView(record, unchangedMs, adapter.id) }
     }
   }
 
@@ -100,7 +100,7 @@ export class CasOperations {
   }
 
   #notOurs(key: string): BackendUnavailableError {
-    const store = this.#io.driver.id
+    const store = this.#io.adapter.id
     return new BackendUnavailableError(
       `Cannot break lock ${quoteKey(key)}: its object on ${store} ${NOT_OURS} (its fence is unknown, so ` +
         'fencelock never writes over it). If nothing else uses it, delete it: the next grant still gets a ' +
@@ -110,7 +110,7 @@ export class CasOperations {
   }
 
   #unsettled(key: string): BackendUnavailableError {
-    const store = this.#io.driver.id
+    const store = this.#io.adapter.id
     return new BackendUnavailableError(
       `Could not break lock ${quoteKey(key)} on ${store}: the record changed under each of ${BREAK_ROUNDS} ` +
         'conditional writes; try again',

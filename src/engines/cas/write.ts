@@ -7,7 +7,7 @@
  */
 
 import { now, sleep } from '../../core/clock.js'
-import type { CasDriver, CasVersioned, CasWrite } from './adapter.js'
+import type { CasAdapter, CasVersioned, CasWrite } from './adapter.js'
 import { noteClock, type ServerClock } from './fence.js'
 import type { Observation, Observations } from './observe.js'
 import { SharedReads } from './reads.js'
@@ -28,7 +28,7 @@ export type WriteOutcome =
        */
       readonly lagging: boolean
     }
-  /** It threw, and the record still matches its condition: it may land yet. `error` is the driver's. */
+  /** It threw, and the record still matches its condition: it may land yet. `error` is the adapter's. */
   | { readonly kind: 'unknown'; readonly error: unknown }
 
 /** What a read returned, and the observation it made of it (undefined: no record). */
@@ -43,11 +43,11 @@ export class CasIo {
   readonly #reads: SharedReads<ReadAnswer>
 
   constructor(
-    readonly driver: CasDriver,
+    readonly adapter: CasAdapter,
     readonly seen: Observations,
   ) {
     this.#reads = new SharedReads(async (key, signal, clock) => {
-      const current = await this.driver.read(key, signal, clock)
+      const current = await this.adapter.read(key, signal, clock)
       return { current, seen: this.#saw(key, current) }
     })
   }
@@ -141,8 +141,8 @@ export class CasIo {
     this.seen.writing(key, now())
     try {
       return version === undefined
-        ? await this.driver.create(key, body, signal, clock)
-        : await this.driver.replace(key, body, version, signal, clock)
+        ? await this.adapter.create(key, body, signal, clock)
+        : await this.adapter.replace(key, body, version, signal, clock)
     } finally {
       this.seen.writing(key, now())
     }
@@ -159,7 +159,7 @@ export class CasIo {
   async paced(key: string, signal: AbortSignal): Promise<void> {
     const wroteAt = this.seen.lastWrite(key)
     if (wroteAt === undefined) return
-    const allowedAt = wroteAt + this.driver.minWriteIntervalMs
+    const allowedAt = wroteAt + this.adapter.minWriteIntervalMs
     // A loop: a timer may fire a little before the monotonic clock reaches its end.
     while (now() < allowedAt) {
       signal.throwIfAborted()

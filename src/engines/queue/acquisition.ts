@@ -5,7 +5,7 @@
  */
 import type { AcquireRequest } from '../../core/backend.js'
 import type { Session, SessionPool } from '../session/pool.js'
-import type { Cancel, OwnEntry, QueueDriver } from './adapter.js'
+import type { Cancel, OwnEntry, QueueAdapter } from './adapter.js'
 
 export class Acquisition<Id> {
   readonly owner: string
@@ -57,11 +57,11 @@ export const afterGrant = (work: () => void): void => void setImmediate(work)
 /** The acquisitions of one client, by owner, and what happens to them. */
 export class Acquisitions<Id, Entry> {
   readonly #byOwner = new Map<string, Acquisition<Id>>()
-  readonly #driver: QueueDriver<Id, Entry>
+  readonly #adapter: QueueAdapter<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
 
-  constructor(driver: QueueDriver<Id, Entry>, pool: SessionPool<Acquisition<Id>, Id>) {
-    this.#driver = driver
+  constructor(adapter: QueueAdapter<Id, Entry>, pool: SessionPool<Acquisition<Id>, Id>) {
+    this.#adapter = adapter
     this.#pool = pool
   }
 
@@ -73,7 +73,7 @@ export class Acquisitions<Id, Entry> {
   of(req: AcquireRequest): Acquisition<Id> {
     const existing = this.#byOwner.get(req.owner)
     if (existing && !existing.ended) return existing
-    const acq = new Acquisition<Id>(req, this.#driver.queueOf(req.key))
+    const acq = new Acquisition<Id>(req, this.#adapter.queueOf(req.key))
     this.#byOwner.set(req.owner, acq)
     return acq
   }
@@ -141,14 +141,14 @@ export class Acquisitions<Id, Entry> {
     acq.watch = watch
     afterGrant(() => {
       if (stopped || acq.watch !== watch) return
-      inner = this.#driver.watchHeld(entry, from, {
+      inner = this.#adapter.watchHeld(entry, from, {
         deleted: (reason) => {
           if (acq.watch === watch) this.markLost(acq, reason)
         },
         failed: () => {
           if (acq.watch !== watch) return
           acq.watch = undefined
-          this.#driver.read(entry).then(
+          this.#adapter.read(entry).then(
             (found) => this.rewatch(acq, found),
             () => {},
           )
@@ -161,7 +161,7 @@ export class Acquisitions<Id, Entry> {
   rewatch(acq: Acquisition<Id>, found: { readonly mine: boolean; readonly at: bigint }): void {
     if (acq.ended || !acq.lost) return
     if (!found.mine) {
-      this.markLost(acq, this.#driver.goneReason(found.at))
+      this.markLost(acq, this.#adapter.goneReason(found.at))
       return
     }
     if (!acq.watch) this.watchHeld(acq, found.at)

@@ -1,5 +1,5 @@
 /**
- * The driver interface of the queue-lock engine (engine.ts): the few atomic steps a store must offer
+ * The adapter interface of the queue-lock engine (engine.ts): the few atomic steps a store must offer
  * for a FIFO lock queue whose entries live on a session's lease. etcd implements it with transactions and
  * watches on a key prefix; ZooKeeper's ephemeral-sequential nodes under the lock's path fit it too (the
  * node's sequence orders the queue, its czxid is the position, its session is the lease).
@@ -10,7 +10,7 @@
 
 /** Our entry in a lock's queue, once a reply told us its position. */
 export interface OwnEntry {
-  /** The lock's queue (`QueueDriver.queueOf`). */
+  /** The lock's queue (`QueueAdapter.queueOf`). */
   readonly queue: string
   /** The entry's name, unique to one acquire: it holds the owner id, which nobody else writes. */
   readonly name: string
@@ -50,7 +50,7 @@ export interface HeldEvents {
   failed(): void
 }
 
-export interface QueueDriver<Id, Entry> {
+export interface QueueAdapter<Id, Entry> {
   /** The queue of the lock named `key` (etcd: the key prefix of its entries). */
   queueOf(key: string): string
   /** The name our entry gets on the lease `lease` for `owner`: unique to the acquire (it holds the owner id). */
@@ -61,7 +61,7 @@ export interface QueueDriver<Id, Entry> {
    * ZooKeeper: a create unless a child of that name exists, then a listing: only this acquire writes that
    * name, and only entries older than ours can be before it).
    * `position` is our entry's (undefined if it is not there), `first` whether ours is first, and `before`,
-   * when the driver read it in the same step, the newest entry before ours (a waiter then watches it
+   * when the adapter read it in the same step, the newest entry before ours (a waiter then watches it
    * without a read of its own first; undefined when ours is first or the step did not read it).
    */
   enqueue(
@@ -76,13 +76,13 @@ export interface QueueDriver<Id, Entry> {
   }>
   /**
    * Reads the newest entry before ours and whether ours exists, in one consistent read. With `after` (the
-   * position of a deletion a watch told of) the driver may read cheaply from a replica, and answers
+   * position of a deletion a watch told of) the adapter may read cheaply from a replica, and answers
    * 'behind' when that replica had not reached `after` yet (the engine then reads again without it).
    */
   check(entry: OwnEntry, after?: bigint): Promise<QueueState<Entry> | 'behind'>
   /**
    * Starts watching `entry` for its deletion; resolves once the watch is in place on the store. Rejects
-   * once the driver is closed.
+   * once the adapter is closed.
    */
   watch(entry: Entry): Promise<Watch>
   /** Whether `entry` (another's) still exists: read after the watch is in place, so no deletion is missed. */
@@ -108,7 +108,7 @@ export interface QueueDriver<Id, Entry> {
   /** Says in words that our entry is gone, found missing at position `at` when known. */
   goneReason(at?: bigint): string
   /**
-   * Stops whatever the driver keeps open for its watches, and cancels every watch it made that is still
+   * Stops whatever the adapter keeps open for its watches, and cancels every watch it made that is still
    * on, in place or still being set up (a wait given up on cancels its watch only once it is in place): a
    * watch left behind may keep the store's client, and the process, alive.
    */

@@ -1,12 +1,12 @@
 /**
- * The `LockBackend` primitives of a backend on the queue-lock engine (engine.ts), the same for every
+ * The `LockBackend` methods of a backend on the queue-lock engine (engine.ts), the same for every
  * store (etcd, ZooKeeper): each forwards to the engine, and says a failure in the backend's words.
  */
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant, HeldLease } from '../../core/backend.js'
 import type { Acquisition, QueueLock } from './engine.js'
 
-/** The `LockBackend` primitives a queue-lock backend forwards to its engine. */
-export interface QueuePrimitives {
+/** The `LockBackend` methods a queue-lock backend forwards to its engine. */
+export interface QueueBackendMethods {
   tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
   /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
   waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined>
@@ -16,14 +16,14 @@ export interface QueuePrimitives {
 }
 
 /**
- * The primitives of a backend on `queue` (etcd, ZooKeeper), the same for every store: an abort rethrows
+ * The methods of a backend on `queue` (etcd, ZooKeeper), the same for every store: an abort rethrows
  * its reason unchanged; any other failure becomes the error `unavailable(key, what, error)` makes, in the
  * backend's words for its store ("Could not <what> lock …").
  */
-export function queuePrimitives<Id, Entry>(
+export function queueBackendMethods<Id, Entry>(
   queue: QueueLock<Id, Entry>,
   unavailable: (key: string, what: string, error: unknown) => Error,
-): QueuePrimitives {
+): QueueBackendMethods {
   const guard = async <T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>) => {
     try {
       return await step()

@@ -27,29 +27,30 @@
  * a hand-over waits for one raft write, the delete. A little over 300 lines: an acquisition's steps
  * (attempt, wait, extend, release, abandon) share its state and are read together.
  *
- * Driver: `QueueDriver` (adapter.ts) for the queue, `LeaseDriver` (session/pool.ts) for the leases.
- * The `LockBackend` primitives that forward to it: backend-methods.ts.
+ * Adapter: `QueueAdapter` (adapter.ts) for the queue, `SessionAdapter` (session/adapter.ts) for the leases.
+ * The `LockBackend` methods that forward to it: backend-methods.ts.
  * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../../core/backend.js'
 import { jitter, now, sleep } from '../../core/clock.js'
-import { type LeaseDriver, SessionPool } from '../session/pool.js'
+import type { SessionAdapter } from '../session/adapter.js'
+import { SessionPool } from '../session/pool.js'
 import { type Acquisition, Acquisitions, afterGrant } from './acquisition.js'
-import type { OwnEntry, QueueDriver, QueueState, Watch } from './adapter.js'
+import type { OwnEntry, QueueAdapter, QueueState, Watch } from './adapter.js'
 import { Leftovers } from './leftovers.js'
-import { type Line, Lines, recheckMs, trustFor } from './line.js'
+import { type PlaceInLine, PlacesInLine, recheckMs, trustFor } from './line.js'
 
 export type { Acquisition } from './acquisition.js'
 
 const BUSY = { granted: false } as const
 
 export class QueueLock<Id, Entry> {
-  readonly #driver: QueueDriver<Id, Entry>
+  readonly #adapter: QueueAdapter<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
   /** What the engine knows of each acquisition's place in line between its reads (line.ts). */
-  readonly #lines = new Lines<Id, Entry>()
+  readonly #lines = new PlacesInLine<Id, Entry>()
   /** Entries whose release or clean-up failed, deleted again once the store answers (leftovers.ts). */
   readonly #leftovers = new Leftovers()
   /** How long a waiter goes without reading the line itself while its watch listens (line.ts). */
@@ -62,15 +63,15 @@ export class QueueLock<Id, Entry> {
 
   /** `idle` replaces the sessions' idle time (tests; see `idleMs`), `recheck` the waiters' (`recheckMs`). */
   constructor(
-    driver: QueueDriver<Id, Entry>,
-    leases: LeaseDriver<Id>,
+    adapter: QueueAdapter<Id, Entry>,
+    leases: SessionAdapter<Id>,
     idle?: (leaseMs: number) => number,
     recheck: (leaseMs: number) => number = recheckMs,
   ) {
-    this.#driver = driver
+    this.#adapter = adapter
     this.#recheck = recheck
     this.#pool = new SessionPool(leases, (session, reason) => this.#acqs.sessionLost(session, reason), idle)
-    this.#acqs = new Acquisitions(driver, this.#pool)
+    this.#acqs = new Acquisitions(adapter, this.#pool)
   }
 
   /** One attempt (`LockBackend.tryAcquire`): puts our entry or finds it, granted if it is first in line. */
@@ -79,7 +80,7 @@ export class QueueLock<Id, Entry> {
     let acq = this.#acqs.of(req)
     acq.attemptedAt = started
     // Already in line (an earlier attempt put our entry): a read says whether we are first now, without
-    // the write (a raft round and an fsync on etcd), unless our wait has just read it (`Lines.watching`).
+    // the write (a raft round and an fsync on etcd), unless our wait has just read it (`PlacesInLine.watching`).
     if (acq.entry !== undefined) {
       if (!acq.session!.lost.aborted) {
         const trust = trustFor(this.#recheck(acq.session!.leaseMs))
@@ -93,7 +94,7 @@ export class QueueLock<Id, Entry> {
       // Our entry is gone (or its session is, and the entry with its lease): this acquisition is over, and
       // a new one puts a new entry below. Its old names and writes stay with abandon, in case.
       const { names, inflight } = acq
-      this.#acqs.markLost(acq, this.#driver.goneReason())
+      this.#acqs.markLost(acq, this.#adapter.goneReason())
       acq = this.#acqs.of(req)
       // This attempt is the new acquisition's first too: a hand-over to it counts its lease from here
       // (left at -Infinity, a hand-over would report the lease's whole length, past what its session
@@ -112,7 +113,7 @@ export class QueueLock<Id, Entry> {
     // Given up on meanwhile: send no write that abandon, perhaps under way already, would not wait for.
     signal.throwIfAborted()
     if (acq.ended) return BUSY
-    const name = this.#driver.nameOf(acq.queue, lease, req.owner)
+    const name = this.#adapter.nameOf(acq.queue, lease, req.owner)
     acq.name = name
     acq.names.add(name)
     // A lease not known to last this lock's ttl is kept alive in the same moment (in parallel: no extra
@@ -126,7 +127,7 @@ export class QueueLock<Id, Entry> {
     const late = !viaWrite && this.#lines.foundHeld.has(acq.queue)
     let refresh = viaWrite || late ? undefined : this.#pool.refresh(session, req.ttlMs)
     const sentAt = now()
-    const put = this.#driver.enqueue(acq.queue, name, acq.value, lease)
+    const put = this.#adapter.enqueue(acq.queue, name, acq.value, lease)
     // Kept for abandon: the core gives up on this attempt when its signal aborts, but the store may still
     // apply the write; only once it has settled can a delete by name be the last word. Chained: an
     // attempt given up on at the core's deadline may still be in flight when the next one is sent.
@@ -185,7 +186,7 @@ export class QueueLock<Id, Entry> {
           // Our entry is gone (its lease died while we waited): never a grant; the next attempt re-enters.
           if (!state.mine) {
             woke?.cancel()
-            this.#acqs.markLost(acq, this.#driver.goneReason())
+            this.#acqs.markLost(acq, this.#adapter.goneReason())
             return undefined
           }
           // Handed over while we waited. The core counts its validity from the start of its last refused
@@ -210,7 +211,7 @@ export class QueueLock<Id, Entry> {
         // Only then do we make sure that entry is still there: a deletion before the watch began would
         // otherwise never wake us.
         const sentAt = now()
-        const still = await raceSignal(this.#driver.exists(before), link.signal)
+        const still = await raceSignal(this.#adapter.exists(before), link.signal)
         if (still) line.freshAt = sentAt
         tell?.(still ? sentAt : undefined)
         seen = still ? await this.#gone(previous, before, line, acq, link.signal) : undefined
@@ -238,7 +239,7 @@ export class QueueLock<Id, Entry> {
     const start = now()
     if (acq.ended || acq.session!.lost.aborted) return BUSY_EXTEND
     const leaseMs = this.#pool.leaseMs(ttlMs)
-    if (leaseMs <= acq.session!.leaseMs || !this.#driver.move) return await this.#renew(acq, start, signal)
+    if (leaseMs <= acq.session!.leaseMs || !this.#adapter.move) return await this.#renew(acq, start, signal)
     return await this.#move(acq, leaseMs, start, signal)
   }
 
@@ -253,12 +254,12 @@ export class QueueLock<Id, Entry> {
     // listening before it releases, so a caller's own release is not reported as a loss.
     acq.lost?.abort(new Error('released'))
     const entry = acq.entry
-    const removed = entry === undefined ? undefined : this.#driver.remove(entry)
+    const removed = entry === undefined ? undefined : this.#adapter.remove(entry)
     this.#acqs.end(acq)
     if (entry === undefined || removed === undefined) return false
     // Those still on its session may be our own waiters behind it, who keep the session alive: the
     // delete goes again once the store answers (leftovers.ts).
-    removed.catch(() => this.#leftovers.retry(() => this.#driver.remove(entry), sessions))
+    removed.catch(() => this.#leftovers.retry(() => this.#adapter.remove(entry), sessions))
     try {
       return await raceSignal(removed, signal)
     } catch (error) {
@@ -287,9 +288,9 @@ export class QueueLock<Id, Entry> {
         // By name, unconditionally: the names hold our owner id, which nobody else writes, and whatever
         // the abort raced with (the write, its reply, the keep-alive after it, a hand-over), the entry is
         // ours to remove.
-        await this.#driver.removeNames(names).catch((error: unknown) => {
+        await this.#adapter.removeNames(names).catch((error: unknown) => {
           // As for a release: our own waiters behind them may keep their session alive.
-          this.#leftovers.retry(() => this.#driver.removeNames(names), sessions)
+          this.#leftovers.retry(() => this.#adapter.removeNames(names), sessions)
           throw error
         })
       } catch (error) {
@@ -311,7 +312,7 @@ export class QueueLock<Id, Entry> {
     this.#closing.abort(new Error('the lock backend was closed'))
     this.#acqs.endAll()
     this.#leftovers.close()
-    await this.#driver.close()
+    await this.#adapter.close()
     await this.#pool.close()
   }
 
@@ -322,7 +323,7 @@ export class QueueLock<Id, Entry> {
   }
 
   /**
-   * The queue around our entry. After a wake-up (`seen`: the deletion it told of) the driver may read
+   * The queue around our entry. After a wake-up (`seen`: the deletion it told of) the adapter may read
    * cheaply (etcd: a serializable read, without the quorum round of a linearizable one, which waits for
    * the next raft cycle: 3-10 ms, most of a handoff); if that read was served from a state before `seen`,
    * it is read again in full. That is enough: entries created before ours can only disappear, so none at
@@ -330,18 +331,24 @@ export class QueueLock<Id, Entry> {
    * lease lived. Ours vanishing later is a holder losing its entry, which its own watch reports.
    */
   async #check(entry: OwnEntry, signal: AbortSignal, seen?: bigint): Promise<QueueState<Entry>> {
-    const state = await raceSignal(this.#driver.check(entry, seen), signal)
+    const state = await raceSignal(this.#adapter.check(entry, seen), signal)
     if (state !== 'behind') return state
-    return (await raceSignal(this.#driver.check(entry), signal)) as QueueState<Entry>
+    return (await raceSignal(this.#adapter.check(entry), signal)) as QueueState<Entry>
   }
 
   /**
    * Waits for the deletion `watch` reports; meanwhile, once per recheck interval, reads that `before` is
    * still there (the fallback for a watch that went silent), each such read answering the core's attempts
-   * until the next (`Lines.watching`). Settles like `watch.gone`, or with undefined when a read finds the
+   * until the next (`PlacesInLine.watching`). Settles like `watch.gone`, or with undefined when a read finds the
    * entry gone: the wait then reads the line.
    */
-  async #gone(watch: Watch, before: Entry, line: Line<Entry>, acq: Acquisition<Id>, signal: AbortSignal) {
+  async #gone(
+    watch: Watch,
+    before: Entry,
+    line: PlaceInLine<Entry>,
+    acq: Acquisition<Id>,
+    signal: AbortSignal,
+  ) {
     const every = this.#recheck(acq.session!.leaseMs)
     const told = watch.gone.then((at) => ({ at }))
     for (;;) {
@@ -352,14 +359,14 @@ export class QueueLock<Id, Entry> {
       const woke = await raceSignal(Promise.race([told, due]), signal).finally(() => stop.abort())
       if (woke) return woke.at
       const sentAt = now()
-      if (!(await raceSignal(this.#driver.exists(before), signal))) return undefined
+      if (!(await raceSignal(this.#adapter.exists(before), signal))) return undefined
       line.freshAt = sentAt
     }
   }
 
   /** A watch on `entry`; one still being made when we stop waiting is cancelled once it exists. */
   async #watch(entry: Entry, signal: AbortSignal): Promise<Watch> {
-    const creating = this.#driver.watch(entry)
+    const creating = this.#adapter.watch(entry)
     return await raceSignal(creating, signal).catch((error: unknown) => {
       creating.then((watch) => watch.cancel()).catch(() => {})
       throw error
@@ -396,11 +403,11 @@ export class QueueLock<Id, Entry> {
   async #renew(acq: Acquisition<Id>, start: number, signal: AbortSignal): Promise<ExtendResult> {
     const session = acq.session!
     const [alive, found] = await raceSignal(
-      Promise.all([this.#pool.keepAlive(session), this.#driver.read(acq.entry!)]),
+      Promise.all([this.#pool.keepAlive(session), this.#adapter.read(acq.entry!)]),
       signal,
     )
     if (!alive || !found.mine) {
-      this.#acqs.markLost(acq, this.#driver.goneReason())
+      this.#acqs.markLost(acq, this.#adapter.goneReason())
       return BUSY_EXTEND
     }
     // A watch that the store cancelled (or that never came back) is made again from this read.
@@ -440,8 +447,8 @@ export class QueueLock<Id, Entry> {
           '(its keep-alive went unanswered); the entry stays where it is',
       )
     }
-    if (!(await raceSignal(this.#driver.move!(acq.entry!, acq.value, lease), signal))) {
-      this.#acqs.markLost(acq, this.#driver.goneReason())
+    if (!(await raceSignal(this.#adapter.move!(acq.entry!, acq.value, lease), signal))) {
+      this.#acqs.markLost(acq, this.#adapter.goneReason())
       return BUSY_EXTEND
     }
     if (acq.ended) return BUSY_EXTEND

@@ -43,7 +43,7 @@ const TRUST_SLACK_MS = 2000
 const FOUND_HELD_KEPT = 1024
 
 /** What an acquisition in line knows of the entry before its own. */
-export interface Line<Entry> {
+export interface PlaceInLine<Entry> {
   /** The newest entry before ours, as the latest read found it; undefined when not known. */
   before: Entry | undefined
   /**
@@ -56,13 +56,13 @@ export interface Line<Entry> {
   freshAt: number | undefined
 }
 
-export class Lines<Id, Entry> {
-  readonly #lines = new WeakMap<Acquisition<Id>, Line<Entry>>()
+export class PlacesInLine<Id, Entry> {
+  readonly #lines = new WeakMap<Acquisition<Id>, PlaceInLine<Entry>>()
   /** The locks (queues) whose latest enqueue by this client found them held. */
   readonly foundHeld = new BoundedMap<string, true>(FOUND_HELD_KEPT)
 
   /** What `acq` knows of its place in line (made at its first use). */
-  of(acq: Acquisition<Id>): Line<Entry> {
+  of(acq: Acquisition<Id>): PlaceInLine<Entry> {
     let line = this.#lines.get(acq)
     if (!line) {
       line = { before: undefined, watched: undefined, freshAt: undefined }

@@ -1,7 +1,7 @@
 /**
  * An operator's break of a quorum lock (`breakLock`, engine.ts): read what every node holds, find the
  * attempt that holds a majority, then end that attempt's hold on every node that answers, each node
- * owner-conditioned (`QuorumNode.breakHold`): a hold granted since, to anyone, is never touched.
+ * owner-conditioned (`QuorumAdapter.breakHold`): a hold granted since, to anyone, is never touched.
  *
  * - Broken when a majority ended it: no majority is left to renew it, so the holder's next extend finds
  *   it gone on more than n - q nodes and reports the lock lost. A node that did not answer keeps the hold

@@ -29,11 +29,11 @@
  *   grant costs one round trip. The node index sits in the low 8 bits, so grants from different nodes never
  *   share a token.
  *
- * Its node interface, `QuorumNode` (below): one node's single-node lock with its waiting line, each
+ * Its node interface, `QuorumAdapter` (adapter.ts): one node's single-node lock with its waiting line, each
  * primitive owner-checked, a throw counting as that node's failure in the round. What a node needs before
  * it may vote (Redlock's delayed restart and admission) is the node's business, inside its `acquire` and
  * `extend`.
- * Who uses it: the Redlock backend (src/backends/redlock, whose driver.ts is the node over one Redis
+ * Who uses it: the Redlock backend (src/backends/redlock, whose adapter.ts is the node over one Redis
  * master). The waiting line is line.ts, inspect's reconstruction inspect.ts, waiting for a
  * release wait.ts, an operator's break break.ts.
  * Longer than ~300 lines on purpose: the whole algorithm (acquire with its clean-up and fence write-back,
@@ -42,55 +42,13 @@
 import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockInfo } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { LockError, type NodeFailure, QuorumError } from '../../core/errors.js'
+import type { QuorumAdapter } from './adapter.js'
 import { inspectVotes, NODE_BITS } from './inspect.js'
-import { Line, type NodeAttempt, type NodeRequest } from './line.js'
+import { LinePlaces, type NodeAttempt } from './line.js'
 import { majorityVerdict, round, tally, type Vote, type Votes } from './round.js'
 
 /** A node that had not answered when the round was settled (its `failures` entry). */
 const NO_REPLY_YET = 'no reply yet'
-
-export type { NodeAttempt, NodeRequest } from './line.js'
-
-/** One node of a quorum. Every primitive acts on this node alone; a throw is this node's failure. */
-export interface QuorumNode {
-  /** Names the node in errors. */
-  readonly id: string
-  /**
-   * One attempt on this node (waiting first, if it must, until the node may vote). Granted when the lock
-   * is free and `req.waiter` is the first live waiter of this node's line (or the line is empty): the
-   * token this node minted, from a counter that never goes back; already held by `req.owner` = granted
-   * too. Otherwise refused, and `req.waiter` stands in the line (ordered by ticket, then waiter id) at
-   * `req.ticket`, or, while that is 0, where it stood or behind everyone: that place is the answer's ticket.
-   */
-  acquire(req: NodeRequest, signal: AbortSignal): Promise<NodeAttempt>
-  /**
-   * Raises `key`'s counter on this node to at least `atLeast` (never lowers it), and the fence this node
-   * shows for the hold of attempt `owner`, if it holds `key` here.
-   */
-  raiseFence(key: string, owner: string, atLeast: bigint, signal: AbortSignal): Promise<unknown>
-  /** Extends the lease if `lease.owner` holds it here (waiting first, if it must, until the node may vote). */
-  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<{ readonly renewed: boolean }>
-  /**
-   * Releases if `lease.owner` holds it here (false when it was not), takes its acquire out of the line and
-   * wakes the new first waiter. May wait for the node to be usable.
-   */
-  release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
-  /**
-   * Releases at once, without waiting for anything: the clean-up of an attempt, which must travel right
-   * behind that attempt's acquire to this node (and before the next attempt's). Its acquire keeps its
-   * place in the line: it goes on.
-   */
-  cleanUp(lease: HeldLease, signal: AbortSignal): Promise<unknown>
-  /** The node's own clean-up of an acquire that gave up: its place in the line (and any hold of `req.owner`). */
-  abandon(req: NodeRequest, signal: AbortSignal): Promise<void>
-  /** What this node holds for `key`. */
-  inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
-  /**
-   * An operator's break (break.ts): ends the hold of `owner` (an owner id on the nodes) if it is
-   * still there (true), never another's; its fence counter stays; wakes the first waiter as a release does.
-   */
-  breakHold?(key: string, owner: string, signal: AbortSignal): Promise<boolean>
-}
 
 export interface QuorumOptions {
   /** Names the store in errors. */
@@ -126,7 +84,7 @@ export class Quorum {
   readonly #id: string
   readonly #nodeTimeoutMs: number | undefined
   /** The acquires still going: each one's latest attempt and its place in the nodes' lines. */
-  readonly #line: Line
+  readonly #line: LinePlaces
   /**
    * The token of each hold this client has, by owner, for `inspect`. The nodes cannot say which node's
    * counter made the token: a node that granted after the verdict may also show M (with a lower index) or
@@ -136,7 +94,7 @@ export class Quorum {
   #largestTtlMs = 0
 
   constructor(
-    readonly nodes: readonly QuorumNode[],
+    readonly nodes: readonly QuorumAdapter[],
     options: QuorumOptions,
   ) {
     if (nodes.length === 0 || nodes.length > MAX_NODES) {
@@ -146,7 +104,7 @@ export class Quorum {
     this.q = Math.floor(this.n / 2) + 1
     this.#id = options.id
     this.#nodeTimeoutMs = options.nodeTimeoutMs
-    this.#line = new Line(this.q)
+    this.#line = new LinePlaces(this.q)
   }
 
   /** The largest ttl asked for so far (0 before any). */
@@ -383,7 +341,7 @@ export class Quorum {
    * Each node's release travels on the same connection after that node's acquire, so it lands after it.
    * Bounded by five default timeouts, so a node that never answers does not keep it.
    */
-  #cleanUp(lease: { key: string; owner: string }, which: readonly QuorumNode[] = this.nodes) {
+  #cleanUp(lease: { key: string; owner: string }, which: readonly QuorumAdapter[] = this.nodes) {
     if (which.length === 0) return Promise.resolve()
     const stop = new AbortController()
     const timer = setTimeout(() => stop.abort(STOPPED), this.defaultTimeoutMs * 5)

@@ -79,7 +79,7 @@ interface Place {
 }
 
 /** The places of the acquires of one client. */
-export class Line {
+export class LinePlaces {
   /** Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind. */
   readonly #places = new BoundedMap<string, Place>(4096)
   #attemptSeq = 0

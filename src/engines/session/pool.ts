@@ -16,62 +16,11 @@
  *   acknowledged grant or keep-alive plus the ttl the store answered with. Nothing on the lease is valid
  *   beyond it.
  *
- * Driver (`LeaseDriver`): grant a lease the driver keeps alive and report each acknowledged keep-alive and
- * the lease's loss; one keep-alive on demand; revoke. Used by: etcd (a lease, kept alive by etcd3's
- * stream); ZooKeeper (a session, kept alive by the client's pings, which it does not report: the engine
- * sends its own keep-alive requests, `keepAliveEveryMs`, and the store negotiates the length, `grantedMs`).
+ * Adapter: `SessionAdapter` (adapter.ts). Used by: etcd and ZooKeeper, through the queue-lock engine.
  */
 import { raceSignal } from '../../core/abort.js'
 import { now } from '../../core/clock.js'
-
-/** What a driver reports about a lease it keeps alive. */
-export interface LeaseEvents {
-  /** A keep-alive sent at `sentAt` (monotonic clock) was acknowledged: the store keeps the lease `ttlMs` from then. */
-  acknowledged(sentAt: number, ttlMs: number): void
-  /** The store says the lease is gone (revoked, expired, never granted). `reason` says so in words. */
-  lost(reason: Error): void
-}
-
-/** One lease on the store, kept alive by the driver from its grant until `revoke`. */
-export interface Lease<Id> {
-  /** The lease's id once the store granted it; rejects if it did not. */
-  readonly id: Promise<Id>
-  /**
-   * Optional: the lease length (ms) the store granted, read once `id` resolved, where the store may grant
-   * another than the one asked (ZooKeeper negotiates the session timeout between its own bounds). Without
-   * it, the grant counts the length asked.
-   */
-  grantedMs?(): number
-  /** One keep-alive now: the ttl (ms) the store answered with, <= 0 when the lease is gone. */
-  keepAliveOnce(): Promise<number>
-  /**
-   * Optional, for a store on which every request about the lease keeps it alive (ZooKeeper: the server
-   * expires a session no earlier than its last receipt of any request from it plus the timeout): the ttl
-   * (ms) that the answer to a request sent at `sentAt` (monotonic clock) proves from then, read when the
-   * answer came. The engine then counts the answer to a request it sends anyway (an acquire's write) as an
-   * acknowledged keep-alive, instead of sending a keep-alive beside it. Not for etcd: a transaction does
-   * not extend the lease its keys are on.
-   */
-  requestsKeepAlive?(sentAt: number): number
-  /** Stops the keep-alives, then ends the lease on the store (which removes everything on it). Never rejects. */
-  revoke(): Promise<void>
-}
-
-/** The store's side of a session. */
-export interface LeaseDriver<Id> {
-  /** The lease length the store grants for a lock of `ttlMs` (etcd: whole seconds, at least one). */
-  leaseMs(ttlMs: number): number
-  /** Asks the store for a lease of `leaseMs` (as `leaseMs()` returned), reporting to `events` from then on. */
-  grant(leaseMs: number, events: LeaseEvents): Lease<Id>
-  /**
-   * Optional, for a driver whose client keeps its lease alive without telling (ZooKeeper's pings): the
-   * engine then sends `keepAliveOnce` itself this often (ms) for a lease granted `leaseMs` long
-   * (`Lease.grantedMs`, else the length asked), from its grant until
-   * it is revoked or lost, and counts each answer as an acknowledged keep-alive. Without acknowledgements
-   * `aliveUntil` would stay at the grant, and a waiter granted later would get no validity left.
-   */
-  keepAliveEveryMs?(leaseMs: number): number
-}
+import type { Lease, SessionAdapter } from './adapter.js'
 
 export interface Session<User, Id> {
   readonly leaseMs: number
@@ -116,19 +65,19 @@ class Entry<User, Id> implements Session<User, Id> {
   /** Since when it has had no user, and the timer that checks it (armed once per idle spell). */
   idleSince = now()
   timer: NodeJS.Timeout | undefined
-  /** The next keep-alive the engine sends itself (drivers with `keepAliveEveryMs`). */
+  /** The next keep-alive the engine sends itself (adapters with `keepAliveEveryMs`). */
   beat: NodeJS.Timeout | undefined
   retiring = false
   revoked = false
 
   constructor(
     leaseMs: number,
-    driver: LeaseDriver<Id>,
+    adapter: SessionAdapter<Id>,
     onLost: (entry: Entry<User, Id>, reason: Error) => void,
   ) {
     this.leaseMs = leaseMs
     const grantedFrom = now()
-    this.lease = driver.grant(leaseMs, {
+    this.lease = adapter.grant(leaseMs, {
       acknowledged: (sentAt, ttlMs) => this.acknowledged(sentAt, ttlMs),
       lost: (reason) => onLost(this, reason),
     })
@@ -139,7 +88,7 @@ class Entry<User, Id> implements Session<User, Id> {
         this.acknowledged(grantedFrom, grantedMs)
         // Paced by the length granted: a store that grants less than asked (ZooKeeper's
         // maxSessionTimeout) would otherwise see keep-alives too rare to keep the lease known alive.
-        const everyMs = driver.keepAliveEveryMs?.(grantedMs)
+        const everyMs = adapter.keepAliveEveryMs?.(grantedMs)
         if (everyMs !== undefined) this.#beat(everyMs)
       },
       () => {},
@@ -183,7 +132,7 @@ class Entry<User, Id> implements Session<User, Id> {
 
 /** The sessions of one client, per lease length. */
 export class SessionPool<User, Id> {
-  readonly #driver: LeaseDriver<Id>
+  readonly #adapter: SessionAdapter<Id>
   readonly #onLost: (session: Session<User, Id>, reason: Error) => void
   readonly #idleMs: (leaseMs: number) => number
   /** The session new users get, per lease length. */
@@ -196,18 +145,18 @@ export class SessionPool<User, Id> {
    * `idleMs` (tests).
    */
   constructor(
-    driver: LeaseDriver<Id>,
+    adapter: SessionAdapter<Id>,
     onLost: (session: Session<User, Id>, reason: Error) => void,
     idle: (leaseMs: number) => number = idleMs,
   ) {
-    this.#driver = driver
+    this.#adapter = adapter
     this.#onLost = onLost
     this.#idleMs = idle
   }
 
   /** The lease length used for a lock of `ttlMs`. */
   leaseMs(ttlMs: number): number {
-    return this.#driver.leaseMs(ttlMs)
+    return this.#adapter.leaseMs(ttlMs)
   }
 
   /** The session for leases of `leaseMs` (granted on first use, replaced once lost or retiring). */
@@ -307,7 +256,7 @@ export class SessionPool<User, Id> {
   }
 
   #grant(leaseMs: number): Entry<User, Id> {
-    const entry = new Entry<User, Id>(leaseMs, this.#driver, (lost, reason) => this.#lost(lost, reason))
+    const entry = new Entry<User, Id>(leaseMs, this.#adapter, (lost, reason) => this.#lost(lost, reason))
     this.#current.set(leaseMs, entry)
     this.#open.add(entry)
     return entry

@@ -1,24 +1,24 @@
 /**
- * The dialect interface of the `sql-lease` engine: what a SQL database gives the engine for one lease row
+ * The adapter interface of the `sql-lease` engine: what a SQL database gives the engine for one lease row
  * per lock. The engine owns the algorithm around the statements (validity, settling uncertain outcomes by
- * re-reading the owner, pacing polls, waking waiters, creating the table on first use); a dialect owns the
+ * re-reading the owner, pacing polls, waking waiters, creating the table on first use); an adapter owns the
  * SQL, its client and its error mapping, nothing of the algorithm.
  *
- * The row of a lock (names are the dialect's; the semantics are fixed here):
+ * The row of a lock (names are the adapter's; the semantics are fixed here):
  * - the lock's key (primary key), `owner` (the acquire's 128-bit id), `fence` (bigint), the lease's end on
  *   the SERVER's clock (`expires_at`), and the `holder` text (diagnostics only).
  * - Free = the lease has ended on the server's clock, or the row was released. A release makes the row
  *   free at once whatever the server's clock does next (e.g. `expires_at` set far in the past, never to
  *   "now", which a clock stepped back would turn into a held row again).
- * - Rows are retired: a release may delete the row (or mark it released, when the dialect's fence source
+ * - Rows are retired: a release may delete the row (or mark it released, when the adapter's fence source
  *   needs the row kept a while), and `retire` deletes rows whose lease ended long ago (crashed holders),
  *   so the table holds the locks held or recently held, not every name ever used. A name's next row
- *   takes its fence from the dialect's source that outlives rows, so a fence never goes back. A missing
+ *   takes its fence from the adapter's source that outlives rows, so a fence never goes back. A missing
  *   row is a free lock: a renewal finds it not ours (lost, which is right: its lease had ended).
  *
  * Every primitive is ONE statement, evaluated on the server's clock at the moment it runs
  * (`clock_timestamp()` on PostgreSQL, `SYSDATE(6)` on MySQL/MariaDB: never `now()`/`NOW()`, which are frozen
- * per transaction / statement), so client clocks never matter. The lease lengths a dialect returns are
+ * per transaction / statement), so client clocks never matter. The lease lengths an adapter returns are
  * durations the server measured, never timestamps: the engine counts validity from before the statement
  * was sent on its own monotonic clock, plus the lease the statement granted.
  */
@@ -50,7 +50,7 @@ export interface SqlAcquireRequest {
 
 /**
  * The outcome of the acquire statement:
- * - no row: inserted, with a fence above every earlier one of the key (the dialect's fence source);
+ * - no row: inserted, with a fence above every earlier one of the key (the adapter's fence source);
  * - a free row (expired or released): taken over, fence + 1;
  * - a row held (unexpired, unreleased) by this same owner (an earlier attempt of this acquire whose reply
  *   was lost): its lease restarted from now, fence kept;
@@ -60,7 +60,7 @@ export type SqlAcquired =
   /** Granted: the fence the row now carries and the lease the statement set, in ms (server-measured). */
   | { readonly granted: true; readonly fence: bigint; readonly leaseMs: number }
   /**
-   * Held by another: the row as the statement saw it when the dialect can return it in the same statement
+   * Held by another: the row as the statement saw it when the adapter can return it in the same statement
    * (saves the engine a read; the engine uses `remainingMs` to pace its next attempt). `undefined` when
    * the statement could not tell (PostgreSQL: a row inserted by a concurrent transaction after the
    * statement's snapshot); the engine then retries soon.
@@ -75,7 +75,7 @@ export type SqlAcquired =
       readonly remainingMs?: number | undefined
     }
 
-export interface SqlDialect {
+export interface SqlAdapter {
   /** Names the store in errors and diagnostics (`postgres://user@host:5432/db`); never contains secrets. */
   readonly id: string
   /** Key and lease limits (the key column's size, the server's interval range). */
@@ -105,13 +105,13 @@ export interface SqlDialect {
   ): Promise<number | undefined>
   /**
    * Frees the row at once (deletes it, or marks it released) only while it is held by `owner` (any fence
-   * when `fence` is undefined: abandon, whose fence is unknown); true when it was. A dialect with
+   * when `fence` is undefined: abandon, whose fence is unknown); true when it was. An adapter with
    * notifications notifies waiters in the same statement (or transaction).
    */
   release(key: string, owner: string, fence: bigint | undefined, signal: AbortSignal): Promise<boolean>
   /**
    * A fence at least as large as every fence the table has granted (PostgreSQL: the sequence's last
-   * value), or `undefined` when the dialect has none: what `inspect` shows of a name whose row is retired.
+   * value), or `undefined` when the adapter has none: what `inspect` shows of a name whose row is retired.
    */
   latestFence?(signal: AbortSignal): Promise<bigint | undefined>
   /** The row of `key`, or `undefined` when there is none (inspect; settling an uncertain outcome). */
@@ -130,13 +130,13 @@ export interface SqlDialect {
   /**
    * An operator's break: frees the row as `release` does only while it is held (unreleased, unexpired)
    * by `owner` with `fence`; true when it was. Wakes waiters as `release` does (in the same statement
-   * where the dialect can).
+   * where the adapter can).
    */
   breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean>
 
   /**
    * Deletes up to `limit` rows whose lease ended (expired, or released) more than `endedMs` ago on the
-   * server's clock (longer where the dialect's fences need it), never a row held or taken meanwhile;
+   * server's clock (longer where the adapter's fences need it), never a row held or taken meanwhile;
    * returns how many. Housekeeping: the engine runs it now and then after a grant.
    */
   retire?(endedMs: number, limit: number, signal: AbortSignal): Promise<number>
@@ -158,19 +158,19 @@ export interface SqlDialect {
    */
   listen?(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener>
   /**
-   * A per-waiter wake-up hint for dialects without a notification stream (a doorbell): resolves when `key`
+   * A per-waiter wake-up hint for adapters without a notification stream (a doorbell): resolves when `key`
    * may have changed, or when `signal` aborts; may resolve spuriously, never rejects. The engine uses
-   * `listen` when a dialect has both.
+   * `listen` when an adapter has both.
    */
   watch?(key: string, signal: AbortSignal): Promise<void>
 
   /** Server version, replication settings, table presence and its DDL (`fencelock doctor`). */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
-  /** Closes only what the dialect itself opened (a client made from a URL, never the user's). */
+  /** Closes only what the adapter itself opened (a client made from a URL, never the user's). */
   close(): Promise<void>
 }
 
-/** A running subscription of `SqlDialect.listen`. */
+/** A running subscription of `SqlAdapter.listen`. */
 export interface SqlListener {
   /** Stops listening (the dedicated connection is given back). */
   close(): Promise<void>

@@ -5,7 +5,7 @@
  * the row.
  *
  * - Grant (one statement): no row → insert (a fence above every fence the key's deleted rows had: the
- *   dialect's fence source); a free row (its lease ended on the server's clock,
+ *   adapter's fence source); a free row (its lease ended on the server's clock,
  *   or released) → taken, fence + 1; a row held by this same owner (an earlier attempt of this acquire
  *   whose reply was lost) → its lease restarted, fence kept; held by another → nothing written, and the
  *   statement says how long the holder's lease has left, which paces our next look (wait.ts).
@@ -31,7 +31,7 @@
  *   grant) releases whatever its owner holds, owner-checked. A statement still running on the server
  *   after that (a dropped connection the server has not noticed yet) can leave a lease nobody renews: it
  *   ends after its ttl.
- * - Waiting (wait.ts): the dialect's notifications (PostgreSQL LISTEN/NOTIFY on one connection per
+ * - Waiting (wait.ts): the adapter's notifications (PostgreSQL LISTEN/NOTIFY on one connection per
  *   client) or doorbell (MySQL) wake one waiter of the key per client at each release, at once; without
  *   them, and always as a fallback, a waiter asks at most once a second, and no later than the holder's
  *   remaining lease.
@@ -50,7 +50,7 @@
  * abandon 0 or 1, inspect 1, list 1 per page, break 2; waiting ≤ 1 per second per waiting key per process,
  * and 1 per release per process whose client waits on the key, however many of its acquires wait.
  *
- * Driver: `SqlDialect` (adapter.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
+ * Adapter: `SqlAdapter` (adapter.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
 
 import { raceSignal } from '../../core/abort.js'
@@ -70,20 +70,20 @@ import { BoundedMap } from '../../core/bounded-map.js'
 import { now, withTimeout } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { retryRounds } from '../../core/retry.js'
-import type { SqlDialect, SqlRow } from './adapter.js'
+import type { SqlAdapter, SqlRow } from './adapter.js'
 import { SqlWaiting } from './wait.js'
 
 export type {
   SqlAcquired,
   SqlAcquireRequest,
-  SqlDialect,
+  SqlAdapter,
   SqlListedRow,
   SqlListener,
   SqlRow,
 } from './adapter.js'
 
 export interface SqlLeaseOptions {
-  /** The backend's id in errors and diagnostics. @default the dialect's id */
+  /** The backend's id in errors and diagnostics. @default the adapter's id */
   readonly id?: string | undefined
   /** Create the table on first use when it does not exist. @default true */
   readonly createTable?: boolean | undefined
@@ -113,13 +113,13 @@ const RETIRE_EVERY_MS = 10_000
 const RETIRE_BATCH = 500
 const RETIRE_STATEMENT_MS = 10_000
 
-/** A LockBackend over `dialect`: the sql-lease engine. */
-export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = {}): LockBackend {
-  const engine = new SqlLease(dialect, options)
+/** A LockBackend over `adapter`: the sql-lease engine. */
+export function sqlLeaseBackend(adapter: SqlAdapter, options: SqlLeaseOptions = {}): LockBackend {
+  const engine = new SqlLease(adapter, options)
   const backend: LockBackend = {
-    id: options.id ?? dialect.id,
+    id: options.id ?? adapter.id,
     capabilities: { expiry: 'server-ttl', notify: engine.waiting.notifies, fifo: false },
-    limits: dialect.limits,
+    limits: adapter.limits,
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.extend(lease, ttlMs, signal),
     release: (lease, signal) => engine.release(lease, signal),
@@ -138,7 +138,7 @@ export function sqlLeaseBackend(dialect: SqlDialect, options: SqlLeaseOptions = 
 }
 
 export class SqlLease {
-  readonly #dialect: SqlDialect
+  readonly #adapter: SqlAdapter
   readonly #createTable: boolean
   readonly #listPageSize: number
   readonly waiting: SqlWaiting
@@ -153,8 +153,8 @@ export class SqlLease {
   #retiredAt = Number.NEGATIVE_INFINITY
   #retiring = false
 
-  constructor(dialect: SqlDialect, options: SqlLeaseOptions = {}) {
-    this.#dialect = dialect
+  constructor(adapter: SqlAdapter, options: SqlLeaseOptions = {}) {
+    this.#adapter = adapter
     this.#createTable = options.createTable ?? true
     this.#listPageSize = options.listPageSize ?? LIST_PAGE_SIZE
     for (const name of ['pollMaxMs', 'listenTimeoutMs', 'listPageSize'] as const) {
@@ -164,7 +164,7 @@ export class SqlLease {
       }
     }
     this.waiting = new SqlWaiting(
-      dialect,
+      adapter,
       options.pollMaxMs ?? POLL_MAX_MS,
       options.listenTimeoutMs ?? LISTEN_TIMEOUT_MS,
     )
@@ -184,9 +184,9 @@ export class SqlLease {
     const before = this.#mayHold.has(req.owner)
     this.#mayHold.set(req.owner, true)
     const mark = this.waiting.mark(req.key)
-    let out: Awaited<ReturnType<SqlDialect['acquire']>>
+    let out: Awaited<ReturnType<SqlAdapter['acquire']>>
     try {
-      out = await this.#dialect.acquire(req, signal)
+      out = await this.#adapter.acquire(req, signal)
     } catch (error) {
       // The table may be gone (an operator dropped it): the next attempt checks it again, and makes it.
       this.#tableChecked = false
@@ -215,7 +215,7 @@ export class SqlLease {
   /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */
   async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     try {
-      const set = await this.#dialect.extend(lease.key, lease.owner, lease.fence, ttlMs, signal)
+      const set = await this.#adapter.extend(lease.key, lease.owner, lease.fence, ttlMs, signal)
       if (set === undefined) return { renewed: false }
       return { renewed: true, ttlMs: Math.min(ttlMs, set) }
     } catch (error) {
@@ -229,11 +229,11 @@ export class SqlLease {
   /** `LockBackend.release`: marks our row released (fence kept); false when it was no longer ours. */
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     try {
-      return await this.#dialect.release(lease.key, lease.owner, lease.fence, signal)
+      return await this.#adapter.release(lease.key, lease.owner, lease.fence, signal)
     } catch (error) {
       const row = await this.#reread(lease.key, error, signal)
       // Still held by us: it did not run; once more (owner-checked, so repeating it is harmless).
-      if (ours(row, lease)) return await this.#dialect.release(lease.key, lease.owner, lease.fence, signal)
+      if (ours(row, lease)) return await this.#adapter.release(lease.key, lease.owner, lease.fence, signal)
       // Gone: our release deleted it (or it was retired after our lease ended). Released by us (it ran),
       // or taken over after our lease ended (nothing of ours to release).
       if (row === undefined) return true
@@ -250,17 +250,17 @@ export class SqlLease {
     // A wake-up it was given and did not use goes to the next waiter of the key in this process.
     this.waiting.left(req.key, req.owner)
     if (!this.#mayHold.has(req.owner)) return
-    await this.#dialect.release(req.key, req.owner, undefined, signal)
+    await this.#adapter.release(req.key, req.owner, undefined, signal)
     this.#mayHold.delete(req.owner)
   }
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
     if (!(await this.#tableThere(signal))) return null
-    const row = await this.#dialect.read(key, signal)
+    const row = await this.#adapter.read(key, signal)
     if (row === undefined) {
       // Free; a retired name's fences are below the table's latest one, which a resource may have seen.
-      const fence = await this.#dialect.latestFence?.(signal)
+      const fence = await this.#adapter.latestFence?.(signal)
       return fence === undefined ? null : { held: false, fence }
     }
     if (row.remainingMs <= 0) return { held: false, fence: row.fence }
@@ -273,7 +273,7 @@ export class SqlLease {
     let after: string | undefined
     let page: readonly { readonly key: string }[]
     do {
-      const rows = await this.#dialect.listHeld(prefix, after, this.#listPageSize, signal)
+      const rows = await this.#adapter.listHeld(prefix, after, this.#listPageSize, signal)
       for (const row of rows) yield { key: row.key, ...heldView(row) }
       page = rows
       after = rows.at(-1)?.key
@@ -290,34 +290,34 @@ export class SqlLease {
     return retryRounds(
       BREAK_ROUNDS,
       async () => {
-        const row = await this.#dialect.read(key, signal)
+        const row = await this.#adapter.read(key, signal)
         if (row === undefined || row.released || row.remainingMs <= 0) return { broken: false }
         const lease = { owner: row.owner, fence: row.fence, holder: row.holder }
         if (options.fence !== undefined && options.fence !== row.fence) return { broken: false, lease }
-        if (await this.#dialect.breakLease(key, row.owner, row.fence, signal)) return { broken: true, lease }
+        if (await this.#adapter.breakLease(key, row.owner, row.fence, signal)) return { broken: true, lease }
         return undefined
       },
       () =>
         new BackendUnavailableError(
-          `Could not break lock "${key}" on ${this.#dialect.id}: it changed hands ${BREAK_ROUNDS} times while ` +
+          `Could not break lock "${key}" on ${this.#adapter.id}: it changed hands ${BREAK_ROUNDS} times while ` +
             'being broken. Try again, or look at who takes it (fencelock list)',
-          { key, backend: this.#dialect.id, retryable: true },
+          { key, backend: this.#adapter.id, retryable: true },
         ),
     )
   }
 
-  /** `LockBackend.doctor`: the dialect's findings, the table, and whether notifications arrive. */
+  /** `LockBackend.doctor`: the adapter's findings, the table, and whether notifications arrive. */
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    const findings = [...((await this.#dialect.doctor?.(signal)) ?? [])]
-    const { table } = this.#dialect
-    if (await this.#dialect.tableExists(signal)) {
+    const findings = [...((await this.#adapter.doctor?.(signal)) ?? [])]
+    const { table } = this.#adapter
+    if (await this.#adapter.tableExists(signal)) {
       findings.push({ level: 'ok', message: `the lock table ${table} exists` })
     } else {
       findings.push({
         level: this.#createTable ? 'info' : 'error',
         message: this.#createTable
-          ? `the lock table ${table} does not exist yet; the first lock creates it with:\n${this.#dialect.ddl()}`
-          : `the lock table ${table} does not exist and createTable is off; create it with:\n${this.#dialect.ddl()}`,
+          ? `the lock table ${table} does not exist yet; the first lock creates it with:\n${this.#adapter.ddl()}`
+          : `the lock table ${table} does not exist and createTable is off; create it with:\n${this.#adapter.ddl()}`,
       })
       return findings
     }
@@ -329,7 +329,7 @@ export class SqlLease {
     try {
       await this.waiting.close()
     } finally {
-      await this.#dialect.close()
+      await this.#adapter.close()
     }
   }
 
@@ -339,11 +339,11 @@ export class SqlLease {
    * failure only waits for the next round: nothing depends on it but the table's size.
    */
   #retire(): void {
-    const dialect = this.#dialect
-    if (dialect.retire === undefined || this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
+    const adapter = this.#adapter
+    if (adapter.retire === undefined || this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
     this.#retiring = true
     const started = now()
-    withTimeout(RETIRE_STATEMENT_MS, (signal) => dialect.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal)).then(
+    withTimeout(RETIRE_STATEMENT_MS, (signal) => adapter.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal)).then(
       (retired) => {
         this.#retiring = false
         this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
@@ -361,7 +361,7 @@ export class SqlLease {
    */
   async #tableThere(signal: AbortSignal): Promise<boolean> {
     if (this.#tableChecked) return true
-    if (!(await this.#dialect.tableExists(signal))) return false
+    if (!(await this.#adapter.tableExists(signal))) return false
     this.#tableChecked = true
     return true
   }
@@ -369,7 +369,7 @@ export class SqlLease {
   /** The row after a statement whose outcome is unknown; when it cannot be read, that statement's error. */
   async #reread(key: string, error: unknown, signal: AbortSignal): Promise<SqlRow | undefined> {
     try {
-      return await this.#dialect.read(key, signal)
+      return await this.#adapter.read(key, signal)
     } catch {
       throw error
     }
@@ -398,16 +398,16 @@ export class SqlLease {
   }
 
   async #prepareTable(signal: AbortSignal): Promise<void> {
-    const dialect = this.#dialect
-    if (await dialect.tableExists(signal)) return
+    const adapter = this.#adapter
+    if (await adapter.tableExists(signal)) return
     if (!this.#createTable) {
       throw new BackendUnavailableError(
-        `The lock table ${dialect.table} does not exist on ${dialect.id}, and createTable is off. ` +
-          `Create it (e.g. in a migration) with:\n${dialect.ddl()}`,
-        { backend: dialect.id, retryable: false },
+        `The lock table ${adapter.table} does not exist on ${adapter.id}, and createTable is off. ` +
+          `Create it (e.g. in a migration) with:\n${adapter.ddl()}`,
+        { backend: adapter.id, retryable: false },
       )
     }
-    await dialect.createTable(signal)
+    await adapter.createTable(signal)
   }
 }
 

@@ -1,6 +1,6 @@
 /**
  * How a `sql-lease` waiter learns of a release: what this process last saw of each held key (to pace its
- * re-checks), and the wake-ups of the dialect's notifications (one subscription per client) or doorbell.
+ * re-checks), and the wake-ups of the adapter's notifications (one subscription per client) or doorbell.
  *
  * - Pacing: a key seen held by another is not asked about again by an acquire already waiting until
  *   `pollMaxMs` (1 s) after that answer, nor later than the holder's remaining lease as the server
@@ -30,7 +30,7 @@ import type { DoctorFinding } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now, sleep } from '../../core/clock.js'
 import { causeText } from '../../core/errors.js'
-import type { SqlDialect, SqlListener, SqlRow } from './adapter.js'
+import type { SqlAdapter, SqlListener, SqlRow } from './adapter.js'
 
 /** What this process last saw of a key held by another. */
 interface Seen {
@@ -51,7 +51,7 @@ interface Waiter {
 }
 
 export class SqlWaiting {
-  readonly #dialect: SqlDialect
+  readonly #adapter: SqlAdapter
   readonly #pollMaxMs: number
   readonly #listenTimeoutMs: number
   readonly #seen = new BoundedMap<string, Seen>(KEYS_KEPT)
@@ -65,22 +65,22 @@ export class SqlWaiting {
    * forgotten one (an acquire that ended without telling us) costs waiters the paced poll, never safety.
    */
   readonly #woken = new BoundedMap<string, { readonly owner: string; readonly at: number }>(KEYS_KEPT)
-  /** The doorbell watch of each key being waited on (`watch` dialects), to stop when nobody waits. */
+  /** The doorbell watch of each key being waited on (`watch` adapters), to stop when nobody waits. */
   readonly #watches = new Map<string, AbortController>()
   #listener: Promise<SqlListener | undefined> | undefined
   #listenFailedAt: number | undefined
   #listenError: unknown
   #closed = false
 
-  constructor(dialect: SqlDialect, pollMaxMs: number, listenTimeoutMs: number) {
-    this.#dialect = dialect
+  constructor(adapter: SqlAdapter, pollMaxMs: number, listenTimeoutMs: number) {
+    this.#adapter = adapter
     this.#pollMaxMs = pollMaxMs
     this.#listenTimeoutMs = listenTimeoutMs
   }
 
-  /** Whether the dialect offers wake-ups at all (`capabilities.notify`). */
+  /** Whether the adapter offers wake-ups at all (`capabilities.notify`). */
   get notifies(): boolean {
-    return this.#dialect.listen !== undefined || this.#dialect.watch !== undefined
+    return this.#adapter.listen !== undefined || this.#adapter.watch !== undefined
   }
 
   /** A refusal for `owner` answered from what was seen, when it is too soon to ask again; else undefined. */
@@ -168,7 +168,7 @@ export class SqlWaiting {
    */
   async waitForChange(key: string, owner: string, signal: AbortSignal): Promise<void> {
     if (signal.aborted || this.#closed) return
-    const doorbell = this.#dialect.listen === undefined
+    const doorbell = this.#adapter.listen === undefined
     if (!doorbell) void this.#subscribe()
     await new Promise<void>((resolve) => {
       let set = this.#waiters.get(key)
@@ -218,14 +218,14 @@ export class SqlWaiting {
   }
 
   /**
-   * A doorbell dialect: watches `key` while it has waiters and no wake is out (the woken waiter's answer
+   * A doorbell adapter: watches `key` while it has waiters and no wake is out (the woken waiter's answer
    * starts it again; see the header), or the wake is older than `pollMaxMs` (an acquire that ended
-   * without telling us: any waiter's next answer starts it then). The dialect's watch never rejects; one
+   * without telling us: any waiter's next answer starts it then). The adapter's watch never rejects; one
    * that did is taken as a ring.
    */
   #watchIfIdle(key: string): void {
-    const watch = this.#dialect.watch
-    if (watch === undefined || this.#dialect.listen !== undefined || this.#closed) return
+    const watch = this.#adapter.watch
+    if (watch === undefined || this.#adapter.listen !== undefined || this.#closed) return
     if (this.#watches.has(key) || !this.#waiters.has(key)) return
     const woken = this.#woken.get(key)
     if (woken !== undefined && now() - woken.at < this.#pollMaxMs) return
@@ -235,7 +235,7 @@ export class SqlWaiting {
       if (this.#watches.get(key) === stop) this.#watches.delete(key)
       if (!stop.signal.aborted) this.#notified(key)
     }
-    watch.call(this.#dialect, key, stop.signal).then(rang, rang)
+    watch.call(this.#adapter, key, stop.signal).then(rang, rang)
   }
 
   /** A release of `key` was notified (or its doorbell rang). */
@@ -260,7 +260,7 @@ export class SqlWaiting {
 
   /** The client's one subscription, made on first need; undefined while it cannot be made. */
   #subscribe(): Promise<SqlListener | undefined> {
-    const listen = this.#dialect.listen
+    const listen = this.#adapter.listen
     if (listen === undefined || this.#closed) return Promise.resolve(undefined)
     if (this.#listener) return this.#listener
     if (this.#listenFailedAt !== undefined && now() - this.#listenFailedAt < RETRY_LISTEN_MS) {
@@ -268,7 +268,7 @@ export class SqlWaiting {
     }
     const stop = new AbortController()
     const timeout = new AbortController()
-    const made = listen.call(this.#dialect, this.#notified, this.#gap, timeout.signal)
+    const made = listen.call(this.#adapter, this.#notified, this.#gap, timeout.signal)
     const listener = Promise.race([
       made,
       sleep(this.#listenTimeoutMs, stop.signal).then(() => {
@@ -304,7 +304,7 @@ export class SqlWaiting {
 
   /** `doctor`: whether notifications work from here (subscribes if it has not yet). */
   async doctor(): Promise<DoctorFinding[]> {
-    if (this.#dialect.listen === undefined) return []
+    if (this.#adapter.listen === undefined) return []
     const listener = await this.#subscribe()
     if (listener) {
       return [{ level: 'ok', message: 'notifications work: a release wakes waiters at once (LISTEN/NOTIFY)' }]

@@ -1,5 +1,5 @@
 /**
- * An in-memory `CasDriver` for the cas-lease engine's unit tests: one versioned record per key, answered
+ * An in-memory `CasAdapter` for the cas-lease engine's unit tests: one versioned record per key, answered
  * asynchronously like a store, with one-shot faults a test queues for the next operation of a kind:
  * a reply lost after the write was applied, a failure before it was applied, a refusal (also one after
  * applying, as an SDK's own retry reports it), 429/503 errors, a gate that holds the operation, a
@@ -9,7 +9,7 @@
  * every record in key order, whatever the prefix (as a store that filters only after reading).
  */
 
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../../src/engines/cas/adapter.js'
+import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../../src/engines/cas/adapter.js'
 import { noteClock, type ServerClock } from '../../../src/engines/cas/fence.js'
 import { BackendUnavailableError } from '../../../src/index.js'
 import { sleep } from '../../support/time.js'
@@ -17,7 +17,7 @@ import { sleep } from '../../support/time.js'
 export type Op = 'read' | 'create' | 'replace'
 
 export type Fault =
-  /** Applied, then the reply is lost (the driver throws a retryable error). */
+  /** Applied, then the reply is lost (the adapter throws a retryable error). */
   | 'lose-reply'
   /** Fails before anything is applied. */
   | 'throw-before'
@@ -51,7 +51,7 @@ export interface LoggedOp {
   done?: number
 }
 
-export class FakeCasStore implements CasDriver {
+export class FakeCasStore implements CasAdapter {
   readonly id: string
   readonly limits = { maxKeyBytes: 1024, maxTtlMs: 2 ** 31 }
   minWriteIntervalMs = 0
@@ -91,7 +91,7 @@ export class FakeCasStore implements CasDriver {
    * caching proxy in front of its reads (a store without read-after-write consistency): each key's
    * reads answer what the first read after that answered, until `cacheReads(false)`; writes go through.
    */
-  view(): CasDriver & { crash(): void; cacheReads(on: boolean): void } {
+  view(): CasAdapter & { crash(): void; cacheReads(on: boolean): void } {
     const store = this
     let crashed = false
     let cache: Map<string, Promise<CasVersioned | undefined>> | undefined

@@ -1,5 +1,5 @@
 /**
- * An in-memory store for the queue-lock and session engines' unit tests: a queue driver and a lease driver
+ * An in-memory store for the queue-lock and session engines' unit tests: a queue adapter and a lease adapter
  * over one map of entries, with etcd's semantics where the engines rely on them (one global position that
  * only grows; an entry's position kept when it moves to another lease; entries removed with their lease),
  * and knobs a test turns to make the faults the engines must survive: a write held in flight, a reply
@@ -10,11 +10,11 @@ import type {
   Cancel,
   HeldEvents,
   OwnEntry,
-  QueueDriver,
+  QueueAdapter,
   QueueState,
   Watch,
 } from '../../../src/engines/queue/adapter.js'
-import type { Lease, LeaseDriver, LeaseEvents } from '../../../src/engines/session/pool.js'
+import type { Lease, LeaseEvents, SessionAdapter } from '../../../src/engines/session/adapter.js'
 
 export interface FakeEntry {
   readonly queue: string
@@ -49,7 +49,7 @@ export function deferred<T = void>() {
 /** Lets every pending promise callback run (the fake answers on later turns, like a store). */
 export const settle = () => new Promise<void>((resolve) => setImmediate(resolve))
 
-export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriver<number> {
+export class FakeQueueStore implements QueueAdapter<number, FakeEntry>, SessionAdapter<number> {
   position = 0n
   readonly entries = new Map<string, FakeEntry>()
   readonly leases = new Map<number, FakeLease>()
@@ -73,7 +73,7 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
   readonly #deletions = new Map<string, Array<(position: bigint) => void>>()
   #leaseIds = 0
 
-  // --- LeaseDriver ---------------------------------------------------------------------------------------
+  // --- SessionAdapter ---------------------------------------------------------------------------------------
 
   leaseMs(ttlMs: number): number {
     return Math.max(1, Math.ceil(ttlMs / 1000)) * 1000
@@ -114,7 +114,7 @@ export class FakeQueueStore implements QueueDriver<number, FakeEntry>, LeaseDriv
     lease.events.lost(new Error(`lease ${id} expired`))
   }
 
-  // --- QueueDriver ---------------------------------------------------------------------------------------
+  // --- QueueAdapter ---------------------------------------------------------------------------------------
 
   queueOf(key: string): string {
     return `${key}/`

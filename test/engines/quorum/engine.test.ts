@@ -8,7 +8,8 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { setTimeout as delay } from 'node:timers/promises'
 import type { AcquireRequest, HeldLease, LockInfo } from '../../../src/core/backend.js'
-import { type NodeRequest, Quorum, type QuorumNode } from '../../../src/engines/quorum/engine.js'
+import type { NodeRequest, QuorumAdapter } from '../../../src/engines/quorum/adapter.js'
+import { Quorum } from '../../../src/engines/quorum/engine.js'
 import { inspectVotes } from '../../../src/engines/quorum/inspect.js'
 import { type ReleaseListener, ReleaseWaiting } from '../../../src/engines/quorum/wait.js'
 import { createLockClient, type LockBackend, QuorumError } from '../../../src/index.js'
@@ -23,7 +24,7 @@ const request = (key: string, ttlMs = 10_000): AcquireRequest => ({ key, owner: 
 /** One node: answers, fails every operation, or hangs until the operation's signal aborts. */
 type Mode = 'answer' | 'fail' | 'hang'
 
-class FakeNode implements QuorumNode, ReleaseListener {
+class FakeNode implements QuorumAdapter, ReleaseListener {
   readonly holds = new Map<string, { owner: string; until: number }>()
   readonly counters = new Map<string, bigint>()
   /** The waiting line of each key: waiter id -> its ticket and liveness deadline (monotonic ms). */

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { now } from '../../../src/core/clock.js'
-import { idleMs, type LeaseDriver, type Session, SessionPool } from '../../../src/engines/session/pool.js'
+import type { SessionAdapter } from '../../../src/engines/session/adapter.js'
+import { idleMs, type Session, SessionPool } from '../../../src/engines/session/pool.js'
 import { sleep } from '../../support/time.js'
 import { waitUntil } from '../../support/wait.js'
 import { FakeQueueStore, settle } from '../queue/fake-store.js'
@@ -112,11 +113,11 @@ describe('session engine', { timeout: 10_000 }, () => {
     )
   })
 
-  it('a driver whose client does not report keep-alives gets them from the engine, counted at the length the store granted', async () => {
+  it('an adapter whose client does not report keep-alives gets them from the engine, counted at the length the store granted', async () => {
     const store = new FakeQueueStore()
     let sent = 0
     // The store grants 400 ms whatever is asked (a ZooKeeper session timeout clamped by the server).
-    const driver: LeaseDriver<number> = {
+    const adapter: SessionAdapter<number> = {
       leaseMs: (ttlMs) => ttlMs,
       keepAliveEveryMs: () => 20,
       grant(leaseMs, events) {
@@ -131,7 +132,7 @@ describe('session engine', { timeout: 10_000 }, () => {
         }
       },
     }
-    const pool = new SessionPool<User, number>(driver, () => {})
+    const pool = new SessionPool<User, number>(adapter, () => {})
     const before = now()
     const session = pool.session(3000)
     pool.use(session, 'holder')

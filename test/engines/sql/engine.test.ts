@@ -1,5 +1,5 @@
 /**
- * The sql-lease engine (src/engines/sql/engine.ts) against an in-memory dialect (fake-sql-dialect.ts): the
+ * The sql-lease engine (src/engines/sql/engine.ts) against an in-memory adapter (fake-sql-adapter.ts): the
  * statements' outcomes, uncertain outcomes settled by re-reading the owner, abandon, the paced poll, the
  * notifications and their fallback, and the table made on first use. Timing checks are bounds with
  * generous slack; counts of statements are exact where the algorithm fixes them.
@@ -18,12 +18,12 @@ const signal = () => AbortSignal.timeout(10_000)
 
 /** One process: its own engine and connection over the shared fake server. */
 function processOn(server: FakeSqlServer, options: SqlLeaseOptions & { notifies?: boolean } = {}) {
-  const dialect = new FakeSqlDialect(server)
+  const adapter = new FakeSqlDialect(server)
   const backend = sqlLeaseBackend(
-    options.notifies === false ? dialect.withoutNotifications() : dialect,
+    options.notifies === false ? adapter.withoutNotifications() : adapter,
     options,
   )
-  return { dialect, backend, client: createLockClient(backend, { ttl: 2000 }) }
+  return { adapter, backend, client: createLockClient(backend, { ttl: 2000 }) }
 }
 
 const req = (owner: string, ttlMs = 1000): AcquireRequest => ({ key: 'k', owner, ttlMs })
@@ -52,8 +52,8 @@ describe('sql-lease: grants and fences', () => {
 
   it('a lost reply of a grant: the next attempt of the same acquire gets it again, same fence', async () => {
     const server = new FakeSqlServer()
-    const { backend, dialect } = processOn(server)
-    dialect.next('acquire', 'lose-reply')
+    const { backend, adapter } = processOn(server)
+    adapter.next('acquire', 'lose-reply')
     await assert.rejects(backend.tryAcquire(req('a'.repeat(32)), signal()), BackendUnavailableError)
     const again = await backend.tryAcquire(req('a'.repeat(32)), signal())
     assert.ok(again.granted && again.fence === 1n)
@@ -75,27 +75,27 @@ describe('sql-lease: uncertain outcomes settled by re-reading the owner', () => 
 
   it('extend: an unknown outcome on a row taken by another is a loss; on our row it stays unknown', async () => {
     const server = new FakeSqlServer()
-    const { backend, dialect } = processOn(server)
+    const { backend, adapter } = processOn(server)
     await backend.tryAcquire(req(owner), signal())
-    dialect.next('extend', 'throw-before')
+    adapter.next('extend', 'throw-before')
     await assert.rejects(backend.extend(held, 1000, signal()), BackendUnavailableError)
     server.expire('k')
     await backend.tryAcquire(req('b'.repeat(32)), signal())
-    dialect.next('extend', 'throw-before')
+    adapter.next('extend', 'throw-before')
     assert.deepEqual(await backend.extend(held, 1000, signal()), { renewed: false })
   })
 
   it('release: a lost reply is recognised as done; a release that did not run is repeated', async () => {
     const server = new FakeSqlServer()
-    const { backend, dialect } = processOn(server)
+    const { backend, adapter } = processOn(server)
     await backend.tryAcquire(req(owner), signal())
-    dialect.next('release', 'lose-reply')
+    adapter.next('release', 'lose-reply')
     assert.equal(await backend.release(held, signal()), true)
     assert.equal(server.rows.get('k')!.released, true)
     const again = await backend.tryAcquire(req('c'.repeat(32)), signal())
     assert.ok(again.granted)
     const mine = { key: 'k', owner: 'c'.repeat(32), fence: again.fence, cookie: undefined }
-    dialect.next('release', 'throw-before')
+    adapter.next('release', 'throw-before')
     assert.equal(await backend.release(mine, signal()), true)
     assert.equal(server.count('release'), 2, 'the lost reply, then the repeat (the failed one never ran)')
     assert.equal(server.rows.get('k')!.released, true)
@@ -103,13 +103,13 @@ describe('sql-lease: uncertain outcomes settled by re-reading the owner', () => 
 
   it('abandon: no statement after refusals only; an owner-checked release after an unknown outcome', async () => {
     const server = new FakeSqlServer()
-    const { backend, dialect } = processOn(server)
+    const { backend, adapter } = processOn(server)
     await backend.tryAcquire(req('h'.repeat(32)), signal())
     await backend.tryAcquire(req(owner), signal())
     await backend.abandon(req(owner), signal())
     assert.equal(server.count('release'), 0, 'a refused acquire left nothing to clean up')
     server.expire('k')
-    dialect.next('acquire', 'lose-reply')
+    adapter.next('acquire', 'lose-reply')
     await assert.rejects(backend.tryAcquire(req('x'.repeat(32)), signal()))
     assert.equal(server.rows.get('k')!.owner, 'x'.repeat(32), 'the lost grant landed')
     await backend.abandon(req('x'.repeat(32)), signal())
@@ -184,7 +184,7 @@ describe('sql-lease: waiting', () => {
     await (await other).release()
     const first = await holder.client.acquire('k', { ttl: 30_000 })
     let reply!: () => void
-    waiter.dialect.next('acquire', {
+    waiter.adapter.next('acquire', {
       lateReply: new Promise<void>((resolve) => {
         reply = resolve
       }),
@@ -359,10 +359,10 @@ describe('sql-lease: list and break', () => {
 
   it('break gives up after 10 rounds lost to other writers, naming the key', async () => {
     const server = new FakeSqlServer()
-    const { backend, dialect } = processOn(server)
+    const { backend, adapter } = processOn(server)
     assert.ok((await backend.tryAcquire(req('a'.repeat(32), 60_000), signal())).granted)
     let rounds = 0
-    dialect.breakLease = async () => {
+    adapter.breakLease = async () => {
       rounds++
       return false
     }

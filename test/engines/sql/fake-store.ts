@@ -1,5 +1,5 @@
 /**
- * An in-memory `SqlDialect` for the sql-lease engine's unit tests: one row per key on a "server clock"
+ * An in-memory `SqlAdapter` for the sql-lease engine's unit tests: one row per key on a "server clock"
  * (this process's monotonic clock, shiftable by `clockShiftMs`), the statements' semantics of
  * sql/adapter.ts, and one-shot faults a test queues for the next statement of a kind: applied then
  * the reply lost, failed before applying, held by a gate. Notifications are delivered to every listener
@@ -8,7 +8,7 @@
 import type {
   SqlAcquired,
   SqlAcquireRequest,
-  SqlDialect,
+  SqlAdapter,
   SqlListedRow,
   SqlListener,
   SqlRow,
@@ -69,7 +69,7 @@ export class FakeSqlServer {
   }
 }
 
-export class FakeSqlDialect implements SqlDialect {
+export class FakeSqlDialect implements SqlAdapter {
   readonly id = 'fake-sql://test'
   readonly limits = { maxKeyBytes: 1024, maxTtlMs: 2 ** 31 }
   readonly table = '"public"."fencelock_locks"'
@@ -78,8 +78,8 @@ export class FakeSqlDialect implements SqlDialect {
 
   constructor(readonly server: FakeSqlServer) {}
 
-  /** This client as a dialect without notifications (as MySQL/MariaDB). */
-  withoutNotifications(): SqlDialect {
+  /** This client as an adapter without notifications (as MySQL/MariaDB). */
+  withoutNotifications(): SqlAdapter {
     const { listen: _, ...rest } = Object.fromEntries(
       (
         [
@@ -95,7 +95,7 @@ export class FakeSqlDialect implements SqlDialect {
           'close',
         ] as const
       ).map((m) => [m, this[m].bind(this)]),
-    ) as unknown as SqlDialect
+    ) as unknown as SqlAdapter
     return { ...rest, id: this.id, limits: this.limits, table: this.table }
   }
 

@@ -1,5 +1,5 @@
 /**
- * The sql-lease engine's retiring of rows (src/engines/sql/engine.ts), against the in-memory dialect with
+ * The sql-lease engine's retiring of rows (src/engines/sql/engine.ts), against the in-memory adapter with
  * a row-deleting release and a `retire` of its own: the housekeeping after a grant (paced, again at once
  * after a full batch, its failures harmless), a lost release reply whose row is gone, and `inspect` of a
  * retired name.
@@ -15,14 +15,14 @@ import { FakeSqlDialect, FakeSqlServer } from './fake-store.js'
 const signal = () => AbortSignal.timeout(10_000)
 const req = (key: string, owner = 'a'.repeat(32)): AcquireRequest => ({ key, owner, ttlMs: 1000 })
 
-/** A dialect whose release deletes the row (as PostgreSQL's), with `retire` answering `answers` in turn. */
+/** An adapter whose release deletes the row (as PostgreSQL's), with `retire` answering `answers` in turn. */
 function retiring(server: FakeSqlServer, answers: Array<number | Error>) {
-  const dialect = new FakeSqlDialect(server)
+  const adapter = new FakeSqlDialect(server)
   const calls: Array<{ endedMs: number; limit: number }> = []
-  const release = dialect.release.bind(dialect)
+  const release = adapter.release.bind(adapter)
   return {
     calls,
-    dialect: Object.assign(dialect, {
+    adapter: Object.assign(adapter, {
       release: async (key: string, owner: string, fence: bigint | undefined, s: AbortSignal) => {
         try {
           return await release(key, owner, fence, s)
@@ -44,8 +44,8 @@ function retiring(server: FakeSqlServer, answers: Array<number | Error>) {
 describe('sql-lease: retiring rows', () => {
   it('a grant retires in the background, at most once a while, and at once again after a full batch', async () => {
     const server = new FakeSqlServer()
-    const { dialect, calls } = retiring(server, [500, 3, 0])
-    const backend = sqlLeaseBackend(dialect)
+    const { adapter, calls } = retiring(server, [500, 3, 0])
+    const backend = sqlLeaseBackend(adapter)
     assert.ok((await backend.tryAcquire(req('a'), signal())).granted)
     await waitUntil(async () => calls.length === 1, 'the first grant retires', { withinMs: 5000 })
     assert.ok(calls[0]!.endedMs >= 60_000, `rows ended ${calls[0]!.endedMs} ms ago at least`)
@@ -66,8 +66,8 @@ describe('sql-lease: retiring rows', () => {
   it('a failing retire costs the grant nothing', async () => {
     const server = new FakeSqlServer()
     const failure = new BackendUnavailableError('connection reset', { backend: 'fake', retryable: true })
-    const { dialect, calls } = retiring(server, [failure])
-    const backend = sqlLeaseBackend(dialect)
+    const { adapter, calls } = retiring(server, [failure])
+    const backend = sqlLeaseBackend(adapter)
     const granted = await backend.tryAcquire(req('a'), signal())
     assert.ok(granted.granted)
     await waitUntil(async () => calls.length === 1, 'the grant retires', { withinMs: 5000 })
@@ -76,21 +76,21 @@ describe('sql-lease: retiring rows', () => {
 
   it('a release whose reply was lost and whose row is gone was ours: released', async () => {
     const server = new FakeSqlServer()
-    const { dialect } = retiring(server, [])
-    const backend = sqlLeaseBackend(dialect)
+    const { adapter } = retiring(server, [])
+    const backend = sqlLeaseBackend(adapter)
     const granted = await backend.tryAcquire(req('k'), signal())
     assert.ok(granted.granted)
-    dialect.next('release', 'lose-reply')
+    adapter.next('release', 'lose-reply')
     const lease = { key: 'k', owner: 'a'.repeat(32), fence: granted.fence, cookie: undefined }
     assert.equal(await backend.release(lease, signal()), true)
     assert.equal(server.rows.has('k'), false)
     await backend.close()
   })
 
-  it("inspect of a retired name: free, with the table's latest fence when the dialect has one", async () => {
+  it("inspect of a retired name: free, with the table's latest fence when the adapter has one", async () => {
     const server = new FakeSqlServer()
-    const { dialect } = retiring(server, [])
-    const backend = sqlLeaseBackend(Object.assign(dialect, { latestFence: async () => 7n }))
+    const { adapter } = retiring(server, [])
+    const backend = sqlLeaseBackend(Object.assign(adapter, { latestFence: async () => 7n }))
     const granted = await backend.tryAcquire(req('k'), signal())
     assert.ok(granted.granted)
     await backend.release(

@@ -1,11 +1,11 @@
 /**
- * The sql-lease engine with a per-waiter wake-up (`SqlDialect.watch`, MySQL's doorbell) and refusals that
+ * The sql-lease engine with a per-waiter wake-up (`SqlAdapter.watch`, MySQL's doorbell) and refusals that
  * carry only the holder's remaining lease (`remainingMs`, what MySQL's one-integer reply can say): the
  * core re-arms its hint about once a second (aborting the last one), and that must not count as news.
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import type { SqlDialect } from '../../../src/engines/sql/adapter.js'
+import type { SqlAdapter } from '../../../src/engines/sql/adapter.js'
 import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
 import { createLockClient, LockNotAcquiredError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
@@ -13,11 +13,11 @@ import { sleep } from '../../support/time.js'
 import { waitUntil } from '../../support/wait.js'
 import { FakeSqlDialect, FakeSqlServer } from './fake-store.js'
 
-/** A client whose dialect has a doorbell that `ring()` wakes, and refusals without the holder's row. */
+/** A client whose adapter has a doorbell that `ring()` wakes, and refusals without the holder's row. */
 function doorbellClient(server: FakeSqlServer) {
   const fake = new FakeSqlDialect(server)
   const rings = new Set<() => void>()
-  const dialect: SqlDialect = {
+  const adapter: SqlAdapter = {
     ...fake.withoutNotifications(),
     acquire: async (req, signal) => {
       const out = await fake.acquire(req, signal)
@@ -33,7 +33,7 @@ function doorbellClient(server: FakeSqlServer) {
         signal.addEventListener('abort', done, { once: true })
       }),
   }
-  const backend = sqlLeaseBackend(dialect, { pollMaxMs: 5000 })
+  const backend = sqlLeaseBackend(adapter, { pollMaxMs: 5000 })
   return {
     client: createLockClient(backend, { ttl: 30_000 }),
     ring: () => {

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL dialect of the sql-lease engine: each primitive ONE statement on the lock table (the SQL
+ * The PostgreSQL adapter of the sql-lease engine: each primitive ONE statement on the lock table (the SQL
  * is statements.ts's), on the server's clock (`clock_timestamp()`: `now()` is frozen at the start of a
  * transaction, and a caller's transaction-pooling proxy may run our statement inside a longer one). Leases
  * are sent as milliseconds and returned as numeric milliseconds, fences as text (bigint, whatever the
@@ -21,15 +21,15 @@ import { quoteKey } from '../../core/errors.js'
 import type {
   SqlAcquired,
   SqlAcquireRequest,
-  SqlDialect,
+  SqlAdapter,
   SqlListedRow,
   SqlListener,
   SqlRow,
 } from '../../engines/sql/adapter.js'
+import type { PgSql } from './client.js'
 import { pgDoctor } from './doctor.js'
 import { droppedHandshake, tlsRefused, unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
-import type { PgSql } from './sql.js'
 import { literals, PIN, parameters, statements, type Values } from './statements.js'
 import { acceptsTls, tlsTarget } from './tls-probe.js'
 
@@ -62,8 +62,8 @@ type Row = {
   holder: string | null
 }
 
-/** The sql-lease engine's dialect for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
-export class PostgresDialect implements SqlDialect {
+/** The sql-lease engine's adapter for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
+export class PostgresAdapter implements SqlAdapter {
   readonly id: string
   readonly limits = POSTGRES_LIMITS
   readonly table: string

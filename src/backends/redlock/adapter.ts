@@ -6,11 +6,11 @@
  */
 import { raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, HeldLease, LockInfo } from '../../core/backend.js'
-import type { NodeAttempt, NodeRequest, QuorumNode } from '../../engines/quorum/engine.js'
+import type { NodeAttempt, NodeRequest, QuorumAdapter } from '../../engines/quorum/adapter.js'
 import type { ReleaseListener } from '../../engines/quorum/wait.js'
 import type { RedlockNode } from './node.js'
 
-export class RedlockDriver implements QuorumNode, ReleaseListener {
+export class RedlockAdapter implements QuorumAdapter, ReleaseListener {
   constructor(
     readonly node: RedlockNode,
     /** How long a node must have been up before it votes (restartDelay, read at each vote). */

@@ -1,5 +1,5 @@
 /**
- * The cas-lease driver over DynamoDB: one item per lock, read with a strongly consistent GetItem, written
+ * The cas-lease adapter over DynamoDB: one item per lock, read with a strongly consistent GetItem, written
  * with a conditional PutItem. The version compared is an attribute of our own (a fresh random id per
  * write), so a refused write never depends on the record's text; a refusal brings the item as it is
  * (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), which saves the engine the read that tells "someone
@@ -10,7 +10,7 @@ import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
 import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
@@ -25,7 +25,7 @@ import { createTable, type DynamoDbSdk } from './table.js'
  */
 export const DYNAMODB_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
 
-export interface DynamoDbDriverOptions {
+export interface DynamoDbCasAdapterOptions {
   readonly client: DynamoDBClient
   readonly table: string
   /** Create the table (on-demand) on first use when it does not exist. */
@@ -61,8 +61,8 @@ function versioned(item: Item | undefined): CasVersioned | undefined {
   return { body: item[ATTR.record]?.S ?? '', version: item[ATTR.version]?.S ?? '' }
 }
 
-/** The cas-lease engine's driver over DynamoDB (`dynamodbBackend` builds one): one item per lock. */
-export class DynamoDbDriver implements CasDriver {
+/** The cas-lease engine's adapter over DynamoDB (`dynamodbBackend` builds one): one item per lock. */
+export class DynamoDbCasAdapter implements CasAdapter {
   readonly id: string
   readonly limits = DYNAMODB_LIMITS
   /** DynamoDB sustains 1,000 writes a second on one partition: far above any lock's rate. */
@@ -79,7 +79,7 @@ export class DynamoDbDriver implements CasDriver {
   /** The table's creation, once started (every call that found it missing waits for the same one). */
   #creating: Promise<void> | undefined
 
-  constructor(options: DynamoDbDriverOptions, loadSdk: () => Promise<DynamoDbSdk>) {
+  constructor(options: DynamoDbCasAdapterOptions, loadSdk: () => Promise<DynamoDbSdk>) {
     this.#client = options.client
     this.#table = options.table
     this.#createTable = options.createTable
@@ -296,7 +296,7 @@ export class DynamoDbDriver implements CasDriver {
       const place = { region, endpoint: this.#endpoint }
       const where = `; table "${this.#table}" does not exist in region ${region ?? '(unknown)'}${this.#endpoint ? ` at ${this.#endpoint}` : ''}`
       hint = this.#createTable
-        ? // Made by this driver a moment ago (createTable on), and gone again already.
+        ? // Made by this adapter a moment ago (createTable on), and gone again already.
           `${where} although fencelock just created it (createTable on): something deletes it; check ` +
           `who, or create it yourself: ${createTableCommand(this.#table, place)}`
         : `${where} (a wrong region, account or table name looks the same). fencelock creates a table only ` +

@@ -1,5 +1,5 @@
 /**
- * The MySQL/MariaDB dialect of the sql-lease engine: the statements of statements.ts over the user's
+ * The MySQL/MariaDB adapter of the sql-lease engine: the statements of statements.ts over the user's
  * mysql2 pool (promise API), the doorbell of doorbell.ts, and errors in words. A little over 300 lines:
  * which owners of this client hold which key (and so its bell) is kept beside the statements that take
  * and free the bells.
@@ -10,7 +10,7 @@ import { BackendUnavailableError } from '../../core/errors.js'
 import type {
   SqlAcquired,
   SqlAcquireRequest,
-  SqlDialect,
+  SqlAdapter,
   SqlListedRow,
   SqlRow,
 } from '../../engines/sql/adapter.js'
@@ -69,8 +69,8 @@ export interface MySqlDialectOptions {
   readonly doorbell: boolean
 }
 
-/** The sql-lease engine's dialect for MySQL/MariaDB (`mysqlBackend` builds one) over your mysql2 pool. */
-export class MySqlDialect implements SqlDialect {
+/** The sql-lease engine's adapter for MySQL/MariaDB (`mysqlBackend` builds one) over your mysql2 pool. */
+export class MySqlAdapter implements SqlAdapter {
   readonly id: string
   readonly limits = MYSQL_LIMITS
   readonly table: string

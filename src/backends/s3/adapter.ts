@@ -1,5 +1,5 @@
 /**
- * The S3 driver of the `cas-lease` engine: one object per lock, read with GetObject (strongly consistent
+ * The S3 adapter of the `cas-lease` engine: one object per lock, read with GetObject (strongly consistent
  * since December 2020) and written only by conditional PutObject: `If-None-Match: *` to create,
  * `If-Match: <ETag>` to replace. S3 decides each condition atomically, first to finish wins.
  *
@@ -11,13 +11,13 @@
 import type { LifecycleRule, S3Client } from '@aws-sdk/client-s3'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { causeText } from '../../core/errors.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
 import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
 import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas/objects.js'
 import { lockObjectKey } from './layout.js'
 
-/** The parts of `@aws-sdk/client-s3` the driver uses (the module itself, loaded lazily: an optional peer dependency). */
+/** The parts of `@aws-sdk/client-s3` the adapter uses (the module itself, loaded lazily: an optional peer dependency). */
 export type S3Module = Pick<
   typeof import('@aws-sdk/client-s3'),
   | 'GetObjectCommand'
@@ -38,7 +38,7 @@ const COUNT_PAGES = 10
 /** The keys and ttls an S3 lock object can hold. */
 export const S3_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
 
-/** Where the driver keeps its objects, and whether it owns the client. */
+/** Where the adapter keeps its objects, and whether it owns the client. */
 export interface S3Place {
   readonly client: S3Client
   readonly bucket: string
@@ -88,8 +88,8 @@ function expiresUnder(rule: LifecycleRule, prefix: string): boolean {
   return prefix.startsWith(ruled) || ruled.startsWith(prefix)
 }
 
-/** The cas-lease engine's driver over S3 (`s3Backend` builds one): one object per lock. */
-export class S3CasDriver implements CasDriver {
+/** The cas-lease engine's adapter over S3 (`s3Backend` builds one): one object per lock. */
+export class S3CasAdapter implements CasAdapter {
   readonly id: string
   readonly limits = S3_LIMITS
   /** S3 sustains thousands of writes per second per prefix; 503 SlowDown is backed off by the engine. */

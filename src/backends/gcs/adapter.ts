@@ -1,5 +1,5 @@
 /**
- * The GCS driver of the `cas-lease` engine: one object per lock; its version is the object's generation.
+ * The GCS adapter of the `cas-lease` engine: one object per lock; its version is the object's generation.
  * Read = one media GET (`alt=media`), whose `x-goog-generation` header names the generation of exactly the
  * bytes it returns (strongly consistent). Create = upload with `ifGenerationMatch=0` (only if no live
  * object); replace = upload with `ifGenerationMatch=<generation>`. GCS decides each condition atomically.
@@ -12,7 +12,7 @@
 import type { File, Storage } from '@google-cloud/storage'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
-import type { CasDriver, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
 import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas/fence.js'
 import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas/objects.js'
@@ -35,7 +35,7 @@ export const GCS_LIMITS: BackendLimits = {
   minAttemptMs: 2 * MIN_WRITE_INTERVAL_MS,
 }
 
-/** Where the driver keeps its objects, and whether it owns the client. */
+/** Where the adapter keeps its objects, and whether it owns the client. */
 export interface GcsPlace {
   readonly storage: Storage
   readonly bucket: string
@@ -129,8 +129,8 @@ function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
   return prefixes.length === 0 || prefixes.some((p) => prefix.startsWith(p) || p.startsWith(prefix))
 }
 
-/** The cas-lease engine's driver over GCS (`gcsBackend` builds one): one object per lock. */
-export class GcsCasDriver implements CasDriver {
+/** The cas-lease engine's adapter over GCS (`gcsBackend` builds one): one object per lock. */
+export class GcsCasAdapter implements CasAdapter {
   readonly id: string
   readonly limits = GCS_LIMITS
   readonly minWriteIntervalMs = MIN_WRITE_INTERVAL_MS
