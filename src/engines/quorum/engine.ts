@@ -44,7 +44,7 @@ import { BoundedMap } from '../../core/bounded-map.js'
 import { LockError, type NodeFailure, QuorumError } from '../../core/errors.js'
 import type { QuorumAdapter } from './adapter.js'
 import { inspectVotes, NODE_BITS } from './inspect.js'
-import { LinePlaces, type NodeAttempt } from './line.js'
+import { type NodeAttempt, Tickets } from './line.js'
 import { majorityVerdict, round, tally, type Vote, type Votes } from './round.js'
 
 /** A node that had not answered when the round was settled (its `failures` entry). */
@@ -84,7 +84,7 @@ export class Quorum {
   readonly #id: string
   readonly #nodeTimeoutMs: number | undefined
   /** The acquires still going: each one's latest attempt and its place in the nodes' lines. */
-  readonly #line: LinePlaces
+  readonly #tickets: Tickets
   /**
    * The token of each hold this client has, by owner, for `inspect`. The nodes cannot say which node's
    * counter made the token: a node that granted after the verdict may also show M (with a lower index) or
@@ -104,7 +104,7 @@ export class Quorum {
     this.q = Math.floor(this.n / 2) + 1
     this.#id = options.id
     this.#nodeTimeoutMs = options.nodeTimeoutMs
-    this.#line = new LinePlaces(this.q)
+    this.#tickets = new Tickets(this.q)
   }
 
   /** The largest ttl asked for so far (0 before any). */
@@ -121,7 +121,7 @@ export class Quorum {
     this.#noteTtl(request.ttlMs)
     const timeoutMs = this.#nodeTimeout(request.ttlMs)
     // This attempt's own owner id on the nodes (see the top of this file), and its acquire's ticket.
-    const req = this.#line.next(request)
+    const req = this.#tickets.next(request)
     // The token's M once a won round decided it: a node whose grant comes later and below M is raised.
     const decided: { m?: bigint } = {}
     const { verdict, votes } = await round(
@@ -149,7 +149,7 @@ export class Quorum {
     )
     if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, decided, timeoutMs, signal)
     // Draws the ticket, if the acquire has none yet, and decides when to try again.
-    const retry = this.#line.lost(request.owner, votes, verdict === 'split', () => this.#freedIn(votes))
+    const retry = this.#tickets.lost(request.owner, votes, verdict === 'split', () => this.#freedIn(votes))
     // Take back what this attempt got on every node that may hold it: those that granted and those that
     // failed (the acquire may have run after their time was up) now, those still pending when they answer
     // (above). Nodes that refused hold nothing of ours. Each clean-up travels on the node's connection after
@@ -215,9 +215,9 @@ export class Quorum {
   /** Removes the acquire's place in line and whatever its latest attempt may hold, on every node. */
   async abandon(request: AcquireRequest, signal: AbortSignal): Promise<void> {
     this.#tokens.delete(request.owner)
-    const req = this.#line.latest(request)
+    const req = this.#tickets.latest(request)
     if (req === undefined) return
-    this.#line.done(request.owner)
+    this.#tickets.done(request.owner)
     await Promise.allSettled(this.nodes.map((node) => node.abandon(req, signal)))
     await this.#cleanUp(req)
   }
@@ -275,7 +275,7 @@ export class Quorum {
       needed <= 0 ||
       (await this.#writeBack(req, m, behind, needed, timeoutMs, signal).catch(() => false))
     ) {
-      this.#line.done(owner)
+      this.#tickets.done(owner)
       const fence = (m << NODE_BITS) | BigInt(atM[0]!)
       // Bounded like the places in line: a hold whose release never reaches us must not pile up.
       this.#tokens.set(owner, fence)

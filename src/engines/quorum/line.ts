@@ -78,8 +78,8 @@ interface Place {
   splits: number
 }
 
-/** The places of the acquires of one client. */
-export class LinePlaces {
+/** The places in line of the acquires of one client: their attempt owner ids and tickets. */
+export class Tickets {
   /** Bounded: an acquire that ends without telling us (it cannot) leaves an entry behind. */
   readonly #places = new BoundedMap<string, Place>(4096)
   #attemptSeq = 0
