@@ -20,8 +20,11 @@ export interface OwnEntry {
 
 /** What a read of the queue around our entry found. */
 export interface QueueState<Entry> {
-  /** The newest entry created before ours; undefined when ours is first in line. */
-  readonly before: Entry | undefined
+  /**
+   * The entries created before ours, oldest first: the newest `looksBack` of them (all, when fewer). The
+   * engine's grant rule decides from them (grants.ts).
+   */
+  readonly ahead: readonly Entry[]
   /** Whether our entry still exists (the same entry: same position, not one re-created under its name). */
   readonly mine: boolean
 }
@@ -57,29 +60,30 @@ export interface QueueAdapter<Id, Entry> {
   nameOf(queue: string, lease: Id, owner: string): string
   /**
    * Puts entry `name` (its value `value`, on lease `lease`) unless it exists already (an earlier attempt
-   * of this acquire whose reply was lost), then reads which entry is first in line (etcd: one transaction;
+   * of this acquire whose reply was lost), then reads the line ahead of it (etcd: one transaction;
    * ZooKeeper: a create unless a child of that name exists, then a listing: only this acquire writes that
    * name, and only entries older than ours can be before it).
-   * `position` is our entry's (undefined if it is not there), `first` whether ours is first, and `before`,
-   * when the adapter read it in the same step, the newest entry before ours (a waiter then watches it
-   * without a read of its own first; undefined when ours is first or the step did not read it).
+   * `position` is our entry's (undefined if it is not there); `ahead` the entries created before ours,
+   * oldest first, the newest `looksBack` of them (all, when fewer), or undefined when the step read the
+   * head of the line instead and ours was not among its first `looksBack` entries (etcd, when our key
+   * existed already: its create revision is not known before the read). The engine decides from them.
    */
   enqueue(
     queue: string,
     name: string,
     value: string,
     lease: Id,
+    looksBack: number,
   ): Promise<{
     readonly position: bigint | undefined
-    readonly first: boolean
-    readonly before?: Entry | undefined
+    readonly ahead?: readonly Entry[] | undefined
   }>
   /**
-   * Reads the newest entry before ours and whether ours exists, in one consistent read. With `after` (the
-   * position of a deletion a watch told of) the adapter may read cheaply from a replica, and answers
-   * 'behind' when that replica had not reached `after` yet (the engine then reads again without it).
+   * Reads the newest `looksBack` entries before ours and whether ours exists, in one consistent read. With
+   * `after` (the position of a deletion a watch told of) the adapter may read cheaply from a replica, and
+   * answers 'behind' when that replica had not reached `after` yet (the engine then reads again without it).
    */
-  check(entry: OwnEntry, after?: bigint): Promise<QueueState<Entry> | 'behind'>
+  check(entry: OwnEntry, looksBack: number, after?: bigint): Promise<QueueState<Entry> | 'behind'>
   /**
    * Starts watching `entry` for its deletion; resolves once the watch is in place on the store. Rejects
    * once the adapter is closed.

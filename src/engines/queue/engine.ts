@@ -2,13 +2,14 @@
  * The queue-lock engine: a FIFO lock over a queue of entries on a store, each entry living on a session's
  * lease (session/pool.ts). Apache Curator's `LockInternals` is the model; so is etcd's `concurrency.Mutex`.
  *
- * - An acquire puts our entry (one atomic step that also reads who is first, and the entry before ours),
- *   or finds it there: a retried attempt whose reply was lost. The entry's name is unique to the acquire.
- *   The entry first in creation order holds the lock; its position is the fence (the store's creation
- *   order never goes back). A hand-over writes nothing: the next entry in line is the next holder.
- * - Waiting watches only the entry just before ours (the watch in place first, then a read that it is
- *   still there, so a deletion between the two is not missed), and every wake-up is a hint followed by a
- *   re-check: no earlier entry remains, AND ours still exists. A waiter whose lease died while it waited
+ * - An acquire puts our entry (one atomic step that also reads the entries ahead of ours), or finds it
+ *   there: a retried attempt whose reply was lost. The entry's name is unique to the acquire. Who holds is
+ *   the engine's grant rule over the entries ahead (grants.ts; a mutex: the first in creation order), never
+ *   the adapter's; the entry's position is the fence (the store's creation order never goes back). A
+ *   hand-over writes nothing: the next entry in line is the next holder.
+ * - Waiting watches only the entry the rule waits for (a mutex: the one just before ours; the watch in
+ *   place first, then a read that it is still there, so a deletion between the two is not missed), and
+ *   every wake-up is a hint followed by a re-check: the rule is met, AND ours still exists. A waiter whose lease died while it waited
  *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
  *   ours, the latest read that found it in place) spares the reads the core's attempts would send
  *   meanwhile (line.ts). The fallback for a watch that went silent is the wait's own read that the
@@ -38,6 +39,7 @@ import type { SessionAdapter } from '../session/adapter.js'
 import { SessionPool } from '../session/pool.js'
 import { type Acquisition, Acquisitions, afterGrant } from './acquisition.js'
 import type { OwnEntry, QueueAdapter, QueueState, Watch } from './adapter.js'
+import { FIRST_IN_LINE, type GrantRule } from './grants.js'
 import { Leftovers } from './leftovers.js'
 import { type PlaceInLine, PlacesInLine, recheckMs, trustFor } from './line.js'
 
@@ -45,8 +47,19 @@ export type { Acquisition } from './acquisition.js'
 
 const BUSY = { granted: false } as const
 
+export interface QueueLockOptions {
+  /** Who is granted (grants.ts). @default FIRST_IN_LINE, a mutex */
+  readonly grants?: GrantRule | undefined
+  /** The sessions' idle time (tests). @default idleMs (session/pool.ts) */
+  readonly idleMs?: ((leaseMs: number) => number) | undefined
+  /** How long a waiter goes without reading the line itself (tests). @default recheckMs (line.ts) */
+  readonly recheckMs?: ((leaseMs: number) => number) | undefined
+}
+
 export class QueueLock<Id, Entry> {
   readonly #adapter: QueueAdapter<Id, Entry>
+  /** Who is granted, from the entries ahead of ours (grants.ts). */
+  readonly #grants: GrantRule
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
   /** What the engine knows of each acquisition's place in line between its reads (line.ts). */
@@ -61,16 +74,15 @@ export class QueueLock<Id, Entry> {
    */
   readonly #closing = new AbortController()
 
-  /** `idle` replaces the sessions' idle time (tests; see `idleMs`), `recheck` the waiters' (`recheckMs`). */
-  constructor(
-    adapter: QueueAdapter<Id, Entry>,
-    leases: SessionAdapter<Id>,
-    idle?: (leaseMs: number) => number,
-    recheck: (leaseMs: number) => number = recheckMs,
-  ) {
+  constructor(adapter: QueueAdapter<Id, Entry>, leases: SessionAdapter<Id>, options: QueueLockOptions = {}) {
     this.#adapter = adapter
-    this.#recheck = recheck
-    this.#pool = new SessionPool(leases, (session, reason) => this.#acqs.sessionLost(session, reason), idle)
+    this.#grants = options.grants ?? FIRST_IN_LINE
+    this.#recheck = options.recheckMs ?? recheckMs
+    this.#pool = new SessionPool(
+      leases,
+      (session, reason) => this.#acqs.sessionLost(session, reason),
+      options.idleMs,
+    )
     this.#acqs = new Acquisitions(adapter, this.#pool)
   }
 
@@ -85,10 +97,11 @@ export class QueueLock<Id, Entry> {
       if (!acq.session!.lost.aborted) {
         const trust = trustFor(this.#recheck(acq.session!.leaseMs))
         if (await this.#lines.watching(acq, trust, signal)) return BUSY
-        const { before, mine } = await this.#check(acq.entry, signal)
+        const { ahead, mine } = await this.#check(acq.entry, signal)
         if (mine) {
-          this.#lines.of(acq).before = before
-          return before ? BUSY : this.#grantOf(acq, started)
+          const decision = this.#grants.decide(ahead)
+          this.#lines.of(acq).before = decision.granted ? undefined : decision.waitFor
+          return decision.granted ? this.#grantOf(acq, started) : BUSY
         }
       }
       // Our entry is gone (or its session is, and the entry with its lease): this acquisition is over, and
@@ -127,7 +140,7 @@ export class QueueLock<Id, Entry> {
     const late = !viaWrite && this.#lines.foundHeld.has(acq.queue)
     let refresh = viaWrite || late ? undefined : this.#pool.refresh(session, req.ttlMs)
     const sentAt = now()
-    const put = this.#adapter.enqueue(acq.queue, name, acq.value, lease)
+    const put = this.#adapter.enqueue(acq.queue, name, acq.value, lease, this.#grants.looksBack)
     // Kept for abandon: the core gives up on this attempt when its signal aborts, but the store may still
     // apply the write; only once it has settled can a delete by name be the last word. Chained: an
     // attempt given up on at the core's deadline may still be in flight when the next one is sent.
@@ -136,14 +149,16 @@ export class QueueLock<Id, Entry> {
       () => {},
     )
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
-    const { position, first, before } = await raceSignal(put, signal)
+    const { position, ahead } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
     // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
-    if (!first) {
+    // No `ahead`: entries ahead of ours, not read (`QueueAdapter.enqueue`); the wait reads them.
+    const decision = ahead === undefined ? undefined : this.#grants.decide(ahead)
+    if (!decision?.granted) {
       this.#lines.foundHeld.set(acq.queue, true)
-      this.#lines.of(acq).before = before
+      this.#lines.of(acq).before = decision?.waitFor
       return BUSY
     }
     this.#lines.foundHeld.delete(acq.queue)
@@ -194,13 +209,14 @@ export class QueueLock<Id, Entry> {
           // attempt (up to a poll interval, 1 s) came off twice, and with a 1 s lease the grant could be
           // expired on arrival (released, and the waiter sent to the back of the line). If the core does
           // not take it (its caller aborted meanwhile), abandon deletes the entry by name.
-          if (!state.before) {
+          const decision = this.#grants.decide(state.ahead)
+          if (decision.granted) {
             const grant = this.#grantOf(acq, acq.attemptedAt)
             afterGrant(() => woke?.cancel())
             return grant.granted ? grant : undefined
           }
           woke?.cancel()
-          before = state.before
+          before = decision.waitFor
           line.before = before
         }
         watched = new Promise<number | undefined>((resolve) => {
@@ -331,9 +347,10 @@ export class QueueLock<Id, Entry> {
    * lease lived. Ours vanishing later is a holder losing its entry, which its own watch reports.
    */
   async #check(entry: OwnEntry, signal: AbortSignal, seen?: bigint): Promise<QueueState<Entry>> {
-    const state = await raceSignal(this.#adapter.check(entry, seen), signal)
+    const looksBack = this.#grants.looksBack
+    const state = await raceSignal(this.#adapter.check(entry, looksBack, seen), signal)
     if (state !== 'behind') return state
-    return (await raceSignal(this.#adapter.check(entry), signal)) as QueueState<Entry>
+    return (await raceSignal(this.#adapter.check(entry, looksBack), signal)) as QueueState<Entry>
   }
 
   /**

@@ -2,9 +2,10 @@
  * What the queue-lock engine (engine.ts) knows of each acquisition's place in line between its reads,
  * so that a wait and the attempts made meanwhile read the store no more than they must:
  *
- * - the entry before ours as the latest read found it (the enqueue reads it on etcd and ZooKeeper): a wait
- *   watches it without reading first. Still there, it is still the newest before ours (no entry is ever
- *   created before an existing one); gone, the read after the watch says so, and the wait reads the queue.
+ * - the entry ours waits for (the grant rule's; for a mutex, the one before ours) as the latest read found
+ *   it (the enqueue reads it on etcd and ZooKeeper): a wait watches it without reading first. Still there,
+ *   it is still the one to wait for (no entry is ever created before an existing one); gone, the read
+ *   after the watch says so, and the wait reads the queue.
  * - the latest read that found that entry still there while a wait's watch on it was in place: until the
  *   wait's next such read is due (`recheckMs`), it answers the core's attempts (its re-attempt right after
  *   arming the wait, its polls about once a second), which then send nothing (`watching`). The wait's own
@@ -44,7 +45,10 @@ const FOUND_HELD_KEPT = 1024
 
 /** What an acquisition in line knows of the entry before its own. */
 export interface PlaceInLine<Entry> {
-  /** The newest entry before ours, as the latest read found it; undefined when not known. */
+  /**
+   * The entry ahead of ours a wait waits for, as the latest read found it (the grant rule's: for a mutex,
+   * the newest before ours); undefined when not known.
+   */
   before: Entry | undefined
   /**
    * While a wait watches that entry: settles with the send time (monotonic) of the read that found it

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { AcquireRequest, Grant } from '../../../src/core/backend.js'
 import { type Acquisition, QueueLock } from '../../../src/engines/queue/engine.js'
+import { firstN, type GrantRule } from '../../../src/engines/queue/grants.js'
 import { awaitLater } from '../../support/later.js'
 import { abortedWithin } from '../../support/wait.js'
 import { deferred, FakeQueueStore, settle } from './fake-store.js'
@@ -14,10 +15,16 @@ import { deferred, FakeQueueStore, settle } from './fake-store.js'
 const open = () => new AbortController().signal
 const request = (owner: string, key = 'jobs'): AcquireRequest => ({ key, owner, ttlMs: 3000 })
 
-/** `recheckMs`: how long a waiter goes without reading the line itself (the engine's default otherwise). */
-function setup(recheckMs?: number) {
+/**
+ * `recheckMs`: how long a waiter goes without reading the line itself (the engine's default otherwise);
+ * `grants`: who is granted (the engine's default, the mutex's, otherwise).
+ */
+function setup(recheckMs?: number, grants?: GrantRule) {
   const store = new FakeQueueStore()
-  const engine = new QueueLock(store, store, undefined, recheckMs === undefined ? undefined : () => recheckMs)
+  const engine = new QueueLock(store, store, {
+    grants,
+    recheckMs: recheckMs === undefined ? undefined : () => recheckMs,
+  })
   /** One attempt; a grant is returned, a refusal is null. */
   const attempt = async (req: AcquireRequest) => {
     const result = await engine.attempt(req, open())
@@ -79,6 +86,26 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
       holder = next
     }
     assert.deepEqual(order, ['b', 'c', 'd'])
+  })
+
+  it('the engine grants by its rule, from the line the adapter read: with firstN(2) two hold at once', async () => {
+    const { store, engine, attempt, release, nameOf } = setup(undefined, firstN(2))
+    const a = await attempt(request('a'))
+    const b = await attempt(request('b'))
+    assert.ok(a && b, 'the first two in line hold at once')
+    const c = request('c')
+    assert.equal(await attempt(c), null, 'the third waits')
+    const wait = awaitLater(engine.wait(c, open()))
+    assert.equal(await settled(wait), false, 'c waits')
+    // Curator's semaphore order: a waiter watches the n-th entry ahead of its own (a), not b.
+    assert.equal(store.count('watch', nameOf('a')), 1, 'c watches a')
+    assert.equal(store.count('watch', nameOf('b')), 0, 'c does not watch b')
+    await release(a)
+    const granted = await wait
+    assert.ok(granted, 'c is granted once a is gone: b alone is ahead of it')
+    assert.equal((granted.cookie as Acquisition<number>).owner, 'c')
+    await release(b)
+    await release(granted)
   })
 
   it('a release wakes only the next waiter: the others watch their own predecessor and do not re-read', async () => {

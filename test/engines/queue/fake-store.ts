@@ -124,7 +124,7 @@ export class FakeQueueStore implements QueueAdapter<number, FakeEntry>, SessionA
     return `${queue}${lease}-${owner}`
   }
 
-  async enqueue(queue: string, name: string, value: string, lease: number) {
+  async enqueue(queue: string, name: string, value: string, lease: number, looksBack: number) {
     this.calls.push({ op: 'enqueue', name })
     const hold = this.holdNextWrite
     this.holdNextWrite = undefined
@@ -138,19 +138,21 @@ export class FakeQueueStore implements QueueAdapter<number, FakeEntry>, SessionA
       throw new Error('reply lost')
     }
     const mine = this.entries.get(name)
-    if (!mine) return { position: undefined, first: false }
-    // As etcd's: the entry before ours read in the same step when our write landed in it.
+    if (!mine) return { position: undefined }
+    // As etcd's: the entries just before ours when our write landed in this step, else the head of the
+    // line, which tells them only when ours is in it.
     const line = this.queue(queue)
-    const before = existing ? undefined : line[line.indexOf(mine) - 1]
-    return { position: mine.position, first: line[0] === mine, ...(before ? { before } : {}) }
+    const at = line.indexOf(mine)
+    if (!existing) return { position: mine.position, ahead: line.slice(Math.max(0, at - looksBack), at) }
+    return { position: mine.position, ahead: at < looksBack ? line.slice(0, at) : undefined }
   }
 
-  async check(entry: OwnEntry, after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {
+  async check(entry: OwnEntry, looksBack: number, after?: bigint): Promise<QueueState<FakeEntry> | 'behind'> {
     this.calls.push({ op: after === undefined ? 'check' : 'check-after', name: entry.name })
     await settle()
     if (after !== undefined && this.replicaBehind) return 'behind'
     const before = this.queue(entry.queue).filter((e) => e.position < entry.position)
-    return { before: before.at(-1), mine: this.isMine(entry) }
+    return { ahead: before.slice(Math.max(0, before.length - looksBack)), mine: this.isMine(entry) }
   }
 
   async watch(entry: FakeEntry): Promise<Watch> {
