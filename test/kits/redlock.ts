@@ -22,7 +22,7 @@ function redlockKit(count: number): Kit {
     primitives: ['mutex'],
     networked: true,
     capabilities: ttlStore(),
-    // Another client reads the token M from the nodes' counters; its node index may differ (quorum-break.ts).
+    // Another client reads the token M from the nodes' counters; its node index may differ (src/engines/quorum/break.ts).
     grantOfFence: (fence) => fence >> 8n,
     lacks: {
       fifo: RACE,

@@ -3,7 +3,7 @@
  * `deleteState` as an operator would delete it (a record, every record under the prefix or in the table, the
  * DynamoDB table made again): the next grant's fence is above every earlier one, whether the deleted record
  * was released or still held. The guarantee covers records deleted at least three seconds (server time)
- * after their creation (src/engines/cas-fence.ts); the tests wait that long before each deletion, on the
+ * after their creation (src/engines/cas/fence.ts); the tests wait that long before each deletion, on the
  * machine's clock, which the test servers and DynamoDB Local share.
  */
 import assert from 'node:assert/strict'

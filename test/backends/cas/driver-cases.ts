@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
-import type { CasDriver } from '../../../src/engines/cas-lease-driver.js'
+import type { CasAdapter } from '../../../src/engines/cas/adapter.js'
 import { BackendUnavailableError } from '../../../src/index.js'
 import type { FakeServer } from '../../servers/http-fake.js'
 
@@ -27,7 +27,7 @@ export interface CasDriverSubject {
   /** The object name of `key` under `prefix` (the backend's layout.ts). */
   objectName(key: string, prefix: string): string
   /** A driver on `bucket` (default BUCKET) under PREFIX; `retries`: the SDK's own retries on. */
-  driver(options?: { readonly bucket?: string; readonly retries?: boolean }): CasDriver
+  driver(options?: { readonly bucket?: string; readonly retries?: boolean }): CasAdapter
   /** The HTTP method of the driver's writes. */
   readonly writeMethod: 'PUT' | 'POST'
   /** How doctor names the two conditions. */

@@ -8,11 +8,11 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import * as s3sdk from '@aws-sdk/client-s3'
 import { Storage } from '@google-cloud/storage'
-import { DynamoDbDriver } from '../../../src/backends/dynamodb/index.js'
-import { GcsCasDriver } from '../../../src/backends/gcs/index.js'
-import { S3CasDriver } from '../../../src/backends/s3/index.js'
-import { casLeaseBackend } from '../../../src/engines/cas-lease.js'
-import type { CasDriver } from '../../../src/engines/cas-lease-driver.js'
+import { DynamoDbCasAdapter } from '../../../src/backends/dynamodb/index.js'
+import { GcsCasAdapter } from '../../../src/backends/gcs/index.js'
+import { S3CasAdapter } from '../../../src/backends/s3/index.js'
+import type { CasAdapter } from '../../../src/engines/cas/adapter.js'
+import { casLeaseBackend } from '../../../src/engines/cas/engine.js'
 import { createLockClient, type ListedLock, type Lock, type LockClient } from '../../../src/index.js'
 import { dynamodbKit, TABLE } from '../../kits/dynamodb.js'
 import { gcsKit } from '../../kits/gcs.js'
@@ -28,7 +28,7 @@ const BUCKET = 'fencelock-tests'
 interface Subject {
   readonly kit: Kit
   /** A driver of the kit's store whose listings come `PAGE` records at a time. */
-  readonly pagedDriver: (endpoint: string) => CasDriver
+  readonly pagedDriver: (endpoint: string) => CasAdapter
   /** The kit's URL with another object prefix (S3, GCS); DynamoDB's namespace is its table. */
   readonly otherPrefix?: (url: string) => string
 }
@@ -37,7 +37,7 @@ const SUBJECTS: readonly Subject[] = [
   {
     kit: s3Kit,
     pagedDriver: (endpoint) =>
-      new S3CasDriver({
+      new S3CasAdapter({
         client: new s3sdk.S3Client({
           endpoint,
           forcePathStyle: true,
@@ -56,7 +56,7 @@ const SUBJECTS: readonly Subject[] = [
   {
     kit: gcsKit,
     pagedDriver: (endpoint) =>
-      new GcsCasDriver({
+      new GcsCasAdapter({
         storage: new Storage({ apiEndpoint: endpoint, projectId: BUCKET }),
         bucket: BUCKET,
         prefix: 'fencelock/',
@@ -68,7 +68,7 @@ const SUBJECTS: readonly Subject[] = [
   {
     kit: dynamodbKit,
     pagedDriver: (endpoint) =>
-      new DynamoDbDriver(
+      new DynamoDbCasAdapter(
         {
           client: localClient(endpoint),
           table: TABLE,

@@ -1,5 +1,5 @@
 /**
- * Object names of lock keys, shared by the S3 and GCS layouts (src/engines/cas-objects.ts): plain keys kept
+ * Object names of lock keys, shared by the S3 and GCS layouts (src/engines/cas/objects.ts): plain keys kept
  * as they are, everything else hashed, names differing in case kept apart, and prefixes made from URL paths.
  */
 import assert from 'node:assert/strict'
@@ -14,8 +14,8 @@ import {
   MAX_PREFIX_BYTES,
   objectNameOf,
   objectPrefix,
-} from '../../../src/engines/cas-objects.js'
-import { encodeRecord } from '../../../src/engines/cas-record.js'
+} from '../../../src/engines/cas/objects.js'
+import { encodeRecord } from '../../../src/engines/cas/record.js'
 
 it('keeps plain keys, case included, under the prefix', () => {
   assert.equal(lockObjectKey('orders/42'), `${DEFAULT_PREFIX}orders/42`)

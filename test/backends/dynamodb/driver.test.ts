@@ -14,7 +14,7 @@ import {
   DescribeTableCommand,
   type DynamoDBClient,
 } from '@aws-sdk/client-dynamodb'
-import { DynamoDbDriver } from '../../../src/backends/dynamodb/index.js'
+import { DynamoDbCasAdapter } from '../../../src/backends/dynamodb/index.js'
 import { type DynamoDbServer, localClient, startDynamoDb, startLaxProxy } from '../../servers/dynamodb.js'
 import { freePort } from '../../servers/ports.js'
 import { unavailable } from '../cas/driver-cases.js'
@@ -29,7 +29,7 @@ const freshTable = () => `t${++tables}-${process.pid}`
 const freshKey = () => `k${++keys}`
 
 const driverOf = (table: string, options: { createTable?: boolean; via?: DynamoDBClient } = {}) =>
-  new DynamoDbDriver(
+  new DynamoDbCasAdapter(
     {
       client: options.via ?? client,
       table,
@@ -261,7 +261,7 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
     const proxy = await startLaxProxy(server.port)
     const lax = localClient(proxy.endpoint, { maxAttempts: 1 })
     try {
-      const driver = new DynamoDbDriver(
+      const driver = new DynamoDbCasAdapter(
         {
           client: lax,
           table: freshTable(),
@@ -296,7 +296,7 @@ describe('dynamodb driver (DynamoDB Local)', { timeout: 120_000 }, () => {
       await driverOf(freshTable(), { via: own }).close()
       assert.equal(destroyed, 0)
       const made = { client: own, table: freshTable(), createTable: true, id: 'made', owned: true }
-      await new DynamoDbDriver(made, async () => sdk).close()
+      await new DynamoDbCasAdapter(made, async () => sdk).close()
       assert.equal(destroyed, 1)
     } finally {
       destroy()

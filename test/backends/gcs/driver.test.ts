@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict'
 import { after, before, beforeEach, describe, it } from 'node:test'
 import { Storage } from '@google-cloud/storage'
-import { GcsCasDriver, lockObjectName } from '../../../src/backends/gcs/index.js'
+import { GcsCasAdapter, lockObjectName } from '../../../src/backends/gcs/index.js'
 import { type GcsFake, startGcsFake } from '../../servers/gcs.js'
 import { BUCKET, casDriverCases, freshKey, PREFIX, signal } from '../cas/driver-cases.js'
 
@@ -20,7 +20,7 @@ const client = (autoRetry = false) =>
   })
 
 const driverOf = (storage: Storage, bucket = BUCKET) =>
-  new GcsCasDriver({ storage, bucket, prefix: PREFIX, id: `gs://${bucket}/${PREFIX}` })
+  new GcsCasAdapter({ storage, bucket, prefix: PREFIX, id: `gs://${bucket}/${PREFIX}` })
 
 describe('gcs driver', { timeout: 60_000 }, () => {
   let storage: Storage

@@ -4,8 +4,8 @@
  */
 import { after, before, describe } from 'node:test'
 import { createPool } from 'mysql2/promise'
-import { DEFAULT_TABLE, MySqlDialect, quoteTable } from '../../../src/backends/mysql/index.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql-lease.js'
+import { DEFAULT_TABLE, MySqlAdapter, quoteTable } from '../../../src/backends/mysql/index.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
 import { expireRow, mariaDbQuery } from '../../kits/mysql.js'
 import { MARIADB_DATABASE, type MariaDbServer, startMariaDb } from '../../servers/mariadb.js'
 import { operationTests } from '../sql/operation-cases.js'
@@ -30,7 +30,7 @@ describe('mysql (MariaDB 10.11): list and break', { timeout: 240_000 }, () => {
         supportBigNumbers: true,
         bigNumberStrings: true,
       })
-      const dialect = new MySqlDialect({
+      const dialect = new MySqlAdapter({
         pool,
         table,
         tableName: DEFAULT_TABLE,

@@ -6,14 +6,14 @@
  */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
-import { PostgresDialect } from '../../../src/backends/postgres/dialect.js'
+import { PostgresAdapter } from '../../../src/backends/postgres/adapter.js'
+import type { PgSql } from '../../../src/backends/postgres/client.js'
 import {
   bigintLiteral,
   floatLiteral,
   regclassLiteral,
   textLiteral,
 } from '../../../src/backends/postgres/literals.js'
-import type { PgSql } from '../../../src/backends/postgres/sql.js'
 import { awaitLater } from '../../support/later.js'
 
 it('an acquire whose signal aborts settles only when its statement does', async () => {
@@ -29,7 +29,7 @@ it('an acquire whose signal aborts settles only when its statement does', async 
     end: async () => {},
     options: { prepare: true },
   }) as unknown as PgSql
-  const dialect = new PostgresDialect({
+  const dialect = new PostgresAdapter({
     sql,
     table: { schema: 'public', table: 't' },
     id: 'pg',

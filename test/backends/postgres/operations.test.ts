@@ -5,9 +5,9 @@
  */
 import { after, before, describe } from 'node:test'
 import postgres from 'postgres'
-import { PostgresDialect } from '../../../src/backends/postgres/index.js'
+import { PostgresAdapter } from '../../../src/backends/postgres/index.js'
 import { expireStatement, qualified, tableDdl } from '../../../src/backends/postgres/layout.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql-lease.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
 import { adminQuery } from '../../kits/postgres.js'
 import { type PostgresServer, startPostgres } from '../../servers/postgres.js'
 import { operationTests } from '../sql/operation-cases.js'
@@ -35,7 +35,7 @@ describe('postgres: list and break', { timeout: 240_000 }, () => {
     url: () => server.url('?table=ops_locks'),
     backend(options) {
       const sql = postgres(server.url(), { onnotice: () => {} })
-      const dialect = new PostgresDialect({
+      const dialect = new PostgresAdapter({
         sql,
         table: TABLE,
         id: 'postgres-ops',

@@ -1,5 +1,5 @@
 /**
- * Redlock's waiting line (src/engines/quorum-line.ts) on real nodes: contending clients take turns instead
+ * Redlock's waiting line (src/engines/quorum/line.ts) on real nodes: contending clients take turns instead
  * of splitting the votes, also with 2 of 5 nodes down (where, before the line, one client kept the lock and
  * another starved until its timeout); and a waiter in line costs about one attempt a second.
  */

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import { after, before, beforeEach, describe, it } from 'node:test'
 import * as sdk from '@aws-sdk/client-s3'
 import { S3Client } from '@aws-sdk/client-s3'
-import { lockObjectKey, S3CasDriver } from '../../../src/backends/s3/index.js'
+import { lockObjectKey, S3CasAdapter } from '../../../src/backends/s3/index.js'
 import { type S3Fake, startS3Fake } from '../../servers/s3.js'
 import { BUCKET, casDriverCases, freshKey, PREFIX, signal } from '../cas/driver-cases.js'
 
@@ -23,7 +23,7 @@ const client = (maxAttempts = 1) =>
   })
 
 const driverOf = (s3: S3Client, bucket = BUCKET) =>
-  new S3CasDriver({
+  new S3CasAdapter({
     client: s3,
     bucket,
     prefix: PREFIX,

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { it } from 'node:test'
-import type { SqlDialect, SqlLeaseOptions } from '../../../src/engines/sql-lease.js'
+import type { SqlAdapter, SqlLeaseOptions } from '../../../src/engines/sql/engine.js'
 import {
   createLockClient,
   type ListedLock,
@@ -22,7 +22,7 @@ export interface SqlOperationsTarget {
   /** A lock URL on the target's table. */
   url(): string
   /** A backend over a dialect of its own, which a test may spy on (closed with the client). */
-  backend(options?: SqlLeaseOptions): { backend: LockBackend; dialect: SqlDialect }
+  backend(options?: SqlLeaseOptions): { backend: LockBackend; dialect: SqlAdapter }
   /** Ends `key`'s lease on the server's clock (its row and fence kept), as a premature expiry would. */
   expire(key: string): Promise<void>
   /** `key`'s row as stored, or undefined when it has none. */
