@@ -13,7 +13,7 @@ DIR="${FENCELOCK_DRIVERS_DIR:-.cache/current-drivers}"
 # The current majors, pinned for repeatable runs (the tests pin the older ones in package.json), and the
 # test files of the backends that use each.
 DRIVERS=('ioredis@6.0.0' '@google-cloud/storage@8.4.0')
-TESTS=(test/backends/redis*.test.ts test/backends/redlock*.test.ts test/backends/gcs*.test.ts)
+TESTS=(test/backends/redis/*.test.ts test/backends/redlock/*.test.ts test/backends/gcs/*.test.ts)
 
 # Node finds the other packages by walking up from the folder to a node_modules: the repository's, or, where
 # node_modules is a link (a git worktree sharing another checkout's), the folder that holds the real one.

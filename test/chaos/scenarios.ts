@@ -389,7 +389,7 @@ export const scenarios: Scenario[] = [
     idleBoundTtls: 3,
     expected: () => ({ A1: 'the operator deleted the holder’s lease: a second grant inside the first one' }),
     // Every 4 s, not faster: a record of S3, GCS or DynamoDB deleted and made again within about 3 s of
-    // its creation can repeat a fence (src/engines/cas-fence.ts), a documented limit, not a finding.
+    // its creation can repeat a fence (src/engines/cas/fence.ts), a documented limit, not a finding.
     nemesis: (ctx) =>
       every(ctx, Math.max(2 * TTL, 4000), async () => {
         const all = ctx.rng() < 0.3

@@ -1,7 +1,8 @@
 /**
- * The conformance matrix, checked whole: every backend folder has a kit, every kit is run by its entry,
- * every case is in every kit's plan (run where the kit's capabilities allow it, else skipped saying which
- * capability is missing and why), and every case runs somewhere. The entries are asked for their plans by
+ * The conformance matrix, checked whole: every backend folder has a kit, every kit declares its primitives and
+ * is run by its entry, every case of a declared primitive is in the kit's plan (run where the kit's
+ * capabilities allow it, else skipped saying which capability is missing and why), a primitive the kit does
+ * not declare gets only its refusal case, and every case runs somewhere. The entries are asked for their plans by
  * running them with FENCELOCK_CONFORMANCE_PLAN set (they print it instead of running the suite).
  */
 import assert from 'node:assert/strict'
@@ -11,8 +12,9 @@ import { it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { KITS } from '../kits/index.js'
-import { FLAGS, type Kit } from '../kits/kit.js'
-import { CASES, PLAN_ONLY, type PlanRow, planFor } from './suite.js'
+import { FLAGS, type Kit, PRIMITIVES } from '../kits/kit.js'
+import type { ConformanceCase } from './harness.js'
+import { CASES, PLAN_ONLY, type PlanRow, planFor, refusalCaseName } from './suite.js'
 
 // Tests run from build/test/conformance; the sources sit at the repository root.
 const root = fileURLToPath(new URL('../../../', import.meta.url))
@@ -43,31 +45,79 @@ it('every kit says why each capability it lacks is off, and has a usable minimum
   }
 })
 
-it('every kit runs every case its capabilities allow, and skips the others saying why', () => {
-  const names = CASES.map((c) => c.name)
+it('every kit declares the primitives its backend offers, the mutex among them', () => {
+  for (const kit of KITS) {
+    assert.ok(Array.isArray(kit.primitives), `${kit.id} declares no primitives (Kit.primitives)`)
+    assert.ok(kit.primitives.includes('mutex'), `${kit.id}: every backend offers the mutex`)
+    const unknown = kit.primitives.filter((p) => !PRIMITIVES.includes(p))
+    assert.deepEqual(unknown, [], `${kit.id} declares primitives that do not exist`)
+    assert.equal(new Set(kit.primitives).size, kit.primitives.length, `${kit.id} declares a primitive twice`)
+  }
+})
+
+it('every kit runs every case of its primitives that its capabilities allow, and skips the others saying why', () => {
+  const names = PRIMITIVES.flatMap((p) => CASES[p].map((c) => c.name))
   assert.equal(new Set(names).size, names.length, 'two cases share a name')
   for (const kit of KITS) {
     const plan = planFor(kit)
-    assert.deepEqual(
-      plan.map((row) => row.case),
-      names,
-      `${kit.id}: the plan leaves cases out`,
-    )
-    for (const [i, row] of plan.entries()) {
-      const missing = (CASES[i]!.requires ?? []).filter((flag) => !kit.capabilities[flag])
-      if (missing.length === 0) assert.ok('runs' in row, `${kit.id} skips "${row.case}" that it can run`)
+    for (const primitive of PRIMITIVES) {
+      const rows = plan.filter((row) => row.primitive === primitive)
+      if (CASES[primitive].length === 0) assert.deepEqual(rows, [], `${kit.id}: ${primitive} has no cases`)
+      else if (!kit.primitives.includes(primitive))
+        assert.deepEqual(
+          rows.map((row) => row.case),
+          [refusalCaseName(primitive)],
+          `${kit.id} lacks ${primitive}: only the refusal case`,
+        )
       else {
-        assert.ok('skip' in row, `${kit.id} runs "${row.case}" without ${missing}`)
-        for (const flag of missing) assert.ok(row.skip.includes(`${flag} (${kit.lacks[flag]})`), row.skip)
+        assert.deepEqual(
+          rows.map((row) => row.case),
+          CASES[primitive].map((c) => c.name),
+          `${kit.id}: the ${primitive} plan leaves cases out`,
+        )
+        for (const [i, row] of rows.entries()) {
+          const missing = (CASES[primitive][i]!.requires ?? []).filter((flag) => !kit.capabilities[flag])
+          if (missing.length === 0) assert.ok('runs' in row, `${kit.id} skips "${row.case}" that it can run`)
+          else {
+            assert.ok('skip' in row, `${kit.id} runs "${row.case}" without ${missing}`)
+            for (const flag of missing) assert.ok(row.skip.includes(`${flag} (${kit.lacks[flag]})`), row.skip)
+          }
+        }
       }
     }
   }
   // A case that no kit runs tests nothing.
-  const idle = CASES.filter((c) => KITS.every((kit) => (c.requires ?? []).some((f) => !kit.capabilities[f])))
+  const idle = PRIMITIVES.flatMap((p) =>
+    CASES[p].filter((c) =>
+      KITS.every(
+        (kit) => !kit.primitives.includes(p) || (c.requires ?? []).some((f) => !kit.capabilities[f]),
+      ),
+    ),
+  )
   assert.deepEqual(
     idle.map((c) => c.name),
     [],
     'cases no kit runs',
+  )
+})
+
+it("a primitive's cases run only on kits that declare it; the others get its refusal case", () => {
+  const memory = KITS.find((kit) => kit.id === 'memory')!
+  const elected: ConformanceCase = { name: 'election: one leader', run: async () => {} }
+  const cases = { ...CASES, election: [elected] }
+  const without = planFor(memory, cases).filter((row) => row.primitive === 'election')
+  assert.deepEqual(without.length, 1)
+  assert.equal(without[0]!.case, refusalCaseName('election'))
+  assert.ok('todo' in without[0]! || 'runs' in without[0]!, 'the refusal is planned')
+  const withIt = planFor({ ...memory, primitives: ['mutex', 'election'] }, cases)
+  assert.deepEqual(
+    withIt.filter((row) => row.primitive === 'election'),
+    [{ primitive: 'election', case: elected.name, runs: true }],
+  )
+  assert.deepEqual(
+    withIt.filter((row) => row.primitive === 'mutex'),
+    planFor(memory).filter((row) => row.primitive === 'mutex'),
+    'declaring another primitive leaves the mutex plan as it was',
   )
 })
 

@@ -1,8 +1,8 @@
 /**
  * The layering CONTRIBUTING.md promises, read from the sources' own imports: the core imports no engine,
- * no backend and not the scheme table; an engine imports only the core and other engines; a backend never
- * imports another backend, except Redlock, which is built from Redis nodes; a fence guard imports
- * only other guards.
+ * no backend and not the scheme table; an engine (one folder each) imports only the core, the session
+ * engine and its own folder; a backend never imports another backend, except Redlock, which is built from
+ * Redis nodes; a fence guard imports only other guards.
  */
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
@@ -43,10 +43,27 @@ it('src/core imports nothing outside src/core', () => {
   )
 })
 
-it('src/engines imports only the core and other engines', () => {
-  const found = offending('engines', (target) => target.startsWith('core/') || target.startsWith('engines/'))
+it('each engine imports only the core, the session engine and its own folder', () => {
+  const found = offending('engines', (target, file) => {
+    const [, own] = file.split('/')
+    return (
+      target.startsWith('core/') ||
+      target.startsWith('engines/session/') ||
+      (target.startsWith(`engines/${own}/`) && file.split('/').length === 3)
+    )
+  })
+  const loose = importsUnder('engines').filter(({ file }) => file.split('/').length !== 3)
   assert.ok(importsUnder('engines').length > 0, 'found no engine sources')
-  assert.deepEqual(found, [], `an engine must not know a backend:\n${found.join('\n')}`)
+  assert.deepEqual(
+    loose.map(({ file }) => file),
+    [],
+    'every engine source lives in its engine folder (src/engines/<engine>/<file>.ts)',
+  )
+  assert.deepEqual(
+    found,
+    [],
+    `an engine must know no backend and no other engine but session:\n${found.join('\n')}`,
+  )
 })
 
 it('a backend imports no other backend (Redlock aside: it is built from Redis nodes)', () => {

@@ -3,8 +3,9 @@
  * lack, breaking a lease through the backend's own driver and the engine's break, and a pause of an in-process
  * test server.
  */
-import { casLeaseBackend } from '../../src/engines/cas-lease.js'
-import type { CasDriver } from '../../src/engines/cas-lease-driver.js'
+
+import type { CasAdapter } from '../../src/engines/cas/adapter.js'
+import { casLeaseBackend } from '../../src/engines/cas/engine.js'
 import type { FakeServer, FaultMatch } from '../servers/http-fake.js'
 import { type ChaosVariant, type Kit, type KitStore, RACE, type StoreFaults } from './kit.js'
 
@@ -27,10 +28,10 @@ export const CAS_LACKS: Kit['lacks'] = {
 
 /**
  * Ends `key`'s lease behind its holder's back, as a premature expiry would: the engine's own break
- * (src/engines/cas-operations.ts) rewrites the record as released, with its fence, by a conditional
+ * (src/engines/cas/operations.ts) rewrites the record as released, with its fence, by a conditional
  * replace through the backend's driver. The holder's next renewal then meets a new version and loses the lock.
  */
-export async function releaseBehindHolder(driver: CasDriver, key: string): Promise<void> {
+export async function releaseBehindHolder(driver: CasAdapter, key: string): Promise<void> {
   await casLeaseBackend(driver).breakLock?.(key, { signal: AbortSignal.timeout(10_000) })
 }
 
@@ -42,7 +43,7 @@ export interface FakeStoreParts {
   /** The backend URL through `port` (the server's own, or a proxy's), with the kit's query appended. */
   readonly urlAt: (port: number, query: string) => string
   /** The backend's own driver on the kit's bucket and prefix, to break leases with. */
-  readonly driver: CasDriver
+  readonly driver: CasAdapter
   /** Which requests are the record's writes (their lost replies are the interesting ones). */
   readonly writes: FaultMatch
   /** Deletes `key`'s record, or every record under the kit's prefix (`KitStore.deleteState`). */

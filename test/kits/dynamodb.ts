@@ -15,7 +15,7 @@ import {
   type DynamoDBClient,
   ScanCommand,
 } from '@aws-sdk/client-dynamodb'
-import { DynamoDbDriver, itemKey } from '../../src/backends/dynamodb/index.js'
+import { DynamoDbCasAdapter, itemKey } from '../../src/backends/dynamodb/index.js'
 import { createTable } from '../../src/backends/dynamodb/table.js'
 import {
   type DynamoDbServer,
@@ -77,7 +77,7 @@ async function deleteItems(admin: DynamoDBClient, key?: string): Promise<void> {
 function dynamodbStore(server: DynamoDbServer): KitStore {
   const admin = localClient(server.endpoint)
   // The backend's own driver, so a lease is broken at the very item and in the very format it uses.
-  const driver = new DynamoDbDriver(
+  const driver = new DynamoDbCasAdapter(
     { client: admin, table: TABLE, createTable: false, id: 'kit admin', owned: false },
     () => import('@aws-sdk/client-dynamodb'),
   )
@@ -107,7 +107,8 @@ export const dynamodbKit: Kit = {
   id: 'dynamodb',
   backend: 'dynamodb',
   title: 'dynamodb (DynamoDB Local)',
-  entry: 'dynamodb',
+  entry: 'dynamodb/conformance',
+  primitives: ['mutex'],
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,

@@ -88,7 +88,8 @@ function etcdKit(size: number): Kit {
     id: size === 1 ? 'etcd' : `etcd-${size}`,
     backend: 'etcd',
     title: size === 1 ? 'etcd' : `etcd (${size} members)`,
-    entry: 'etcd',
+    entry: 'etcd/conformance',
+    primitives: ['mutex'],
     networked: true,
     capabilities: {
       fifo: true,

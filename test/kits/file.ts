@@ -38,7 +38,8 @@ export const fileKit: Kit = {
   id: 'file',
   backend: 'file',
   title: 'file',
-  entry: 'file',
+  entry: 'file/conformance',
+  primitives: ['mutex'],
   networked: false,
   capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {

@@ -6,7 +6,7 @@
  * second per object (the driver's `minWriteIntervalMs`).
  */
 import { Storage } from '@google-cloud/storage'
-import { GCS_LIMITS, GcsCasDriver } from '../../src/backends/gcs/index.js'
+import { GCS_LIMITS, GcsCasAdapter } from '../../src/backends/gcs/index.js'
 import { DEFAULT_PREFIX, lockObjectName } from '../../src/backends/gcs/layout.js'
 import { type GcsFake, startGcsFake } from '../servers/gcs.js'
 import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
@@ -35,7 +35,7 @@ async function deleteObjects(storage: Storage, key?: string): Promise<void> {
 function gcsStore(server: GcsFake): KitStore {
   const storage = new Storage({ apiEndpoint: server.endpoint, projectId: PROJECT })
   // The backend's own driver, so a lease is broken at the very object and in the very format it uses.
-  const driver = new GcsCasDriver({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
+  const driver = new GcsCasAdapter({ storage, bucket: BUCKET, prefix: DEFAULT_PREFIX, id: 'kit admin' })
   // The record's writes are uploads (POST /upload/storage/v1/b/…/o with ifGenerationMatch).
   return fakeKitStore({
     name: 'gcs',
@@ -51,7 +51,8 @@ export const gcsKit: Kit = {
   id: 'gcs',
   backend: 'gcs',
   title: 'gcs (test server)',
-  entry: 'gcs',
+  entry: 'gcs/conformance',
+  primitives: ['mutex'],
   networked: true,
   capabilities: casCapabilities(3000),
   lacks: CAS_LACKS,

@@ -3,7 +3,7 @@
  * with three members), in one place: how to start its servers, the URL to reach them (also through
  * proxies), how to break a lease behind its holder's back (through the layout helpers the backend itself
  * exports, never a copied key format), how to crash, pause or restart a server, and what the backend can
- * do (its capabilities). The conformance entries (test/backends/<entry>.test.ts), the chaos targets
+ * do (its capabilities). The conformance entries (test/backends/<backend>/conformance*.test.ts), the chaos targets
  * (test/chaos/targets.ts) and the bench's fencelock adapters (bench/adapters.ts) are all built from kits;
  * a new backend adds one kit file and one line in index.ts.
  */
@@ -156,6 +156,14 @@ export interface StoreFaults {
   clear(): void
 }
 
+/**
+ * The primitives of the backend contract, one facet each. A kit declares those its backend offers; the
+ * conformance suite runs a primitive's cases (test/conformance/cases/<primitive>/) only on kits that declare it.
+ */
+export type Primitive = 'mutex' | 'election' | 'semaphore' | 'rwlock' | 'multikey'
+
+export const PRIMITIVES: readonly Primitive[] = ['mutex', 'election', 'semaphore', 'rwlock', 'multikey']
+
 export interface Kit {
   /** Unique among kits, e.g. `redis-fair`. */
   readonly id: string
@@ -163,10 +171,12 @@ export interface Kit {
   readonly backend: string
   /** The conformance suite's title. */
   readonly title: string
-  /** The conformance entry that runs it: test/backends/<entry>.test.ts. */
+  /** The conformance entry that runs it: test/backends/<entry>.test.ts, e.g. `redis/conformance`. */
   readonly entry: string
   /** Clients reach it over TCP (chaos network faults apply). */
   readonly networked: boolean
+  /** The primitives its backend offers (the facets of its contract); the client refuses the others. */
+  readonly primitives: readonly Primitive[]
   readonly capabilities: KitCapabilities
   /** Why each flag that is off is off, in a few words: the skipped cases say it. */
   readonly lacks: Partial<Record<Flag, string>>

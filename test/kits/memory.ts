@@ -7,7 +7,8 @@ export const memoryKit: Kit = {
   id: 'memory',
   backend: 'memory',
   title: 'memory',
-  entry: 'memory',
+  entry: 'memory/conformance',
+  primitives: ['mutex'],
   networked: false,
   capabilities: ttlStore({ processes: false }),
   lacks: {

@@ -45,9 +45,9 @@ async function decoy(server: PostgresServer): Promise<void> {
   )
 }
 
-/** Runs one statement on `server` as the superuser, on a connection of its own. */
+/** Runs one statement on `server` (or a kit's store of it) as the superuser, on a connection of its own. */
 export async function adminQuery<T = Record<string, unknown>>(
-  server: PostgresServer,
+  server: Pick<PostgresServer, 'url'>,
   text: string,
   params: unknown[] = [],
 ): Promise<T[]> {
@@ -109,7 +109,8 @@ async function startStore(
 /** What every PostgreSQL kit shares: the backend, its entry, its capabilities. */
 const POSTGRES = {
   backend: 'postgres',
-  entry: 'postgres',
+  entry: 'postgres/conformance',
+  primitives: ['mutex'],
   networked: true,
   // Fences live in a committed row and a sequence: they survive a restart and a crash (fsync off loses
   // only a power cut).

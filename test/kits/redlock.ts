@@ -8,7 +8,7 @@ import { crashRedis, deleteLockKey, pauseRedis } from './redis.js'
 
 /**
  * The servers are seconds old, so the delayed-restart rule (a node counts once it has been up for the
- * largest ttl in use) is turned off with restartDelay=0; redlock-faults.test.ts and the chaos target
+ * largest ttl in use) is turned off with restartDelay=0; redlock/faults.test.ts and the chaos target
  * (S6: nodes restarted empty) keep the default.
  */
 const QUERY = '?restartDelay=0'
@@ -18,16 +18,17 @@ function redlockKit(count: number): Kit {
     id: `redlock-${count}`,
     backend: 'redlock',
     title: `redlock (${count} nodes)`,
-    entry: 'redlock',
+    entry: 'redlock/conformance',
+    primitives: ['mutex'],
     networked: true,
     capabilities: ttlStore(),
-    // Another client reads the token M from the nodes' counters; its node index may differ (quorum-break.ts).
+    // Another client reads the token M from the nodes' counters; its node index may differ (src/engines/quorum/break.ts).
     grantOfFence: (fence) => fence >> 8n,
     lacks: {
       fifo: RACE,
       session: 'leases end by the PX expiry on each node, no session',
       durableFences:
-        'the nodes run without persistence: restarting every node forgets the fence counters (one node restarted at a time is survived: redlock-faults.test.ts, chaos S6)',
+        'the nodes run without persistence: restarting every node forgets the fence counters (one node restarted at a time is survived: redlock/faults.test.ts, chaos S6)',
     },
     async start(): Promise<KitStore> {
       const nodes = await startRedisNodes(count)

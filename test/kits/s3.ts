@@ -5,7 +5,7 @@
  * environment so the SDK's default chain finds them here and in child processes.
  */
 import * as sdk from '@aws-sdk/client-s3'
-import { S3CasDriver } from '../../src/backends/s3/index.js'
+import { S3CasAdapter } from '../../src/backends/s3/index.js'
 import { DEFAULT_PREFIX, lockObjectKey } from '../../src/backends/s3/layout.js'
 import { type S3Fake, startS3Fake } from '../servers/s3.js'
 import { CAS_LACKS, casCapabilities, fakeChaos, fakeKitStore } from './cas.js'
@@ -56,7 +56,7 @@ function s3Store(server: S3Fake): KitStore {
     credentials: { accessKeyId: 'admin', secretAccessKey: 'admin' },
   })
   // The backend's own driver (owning its client), so a lease is broken at the very object and in the very format it uses.
-  const driver = new S3CasDriver({
+  const driver = new S3CasAdapter({
     client: admin,
     bucket: BUCKET,
     prefix: DEFAULT_PREFIX,
@@ -79,7 +79,8 @@ export const s3Kit: Kit = {
   id: 's3',
   backend: 's3',
   title: 's3 (test server)',
-  entry: 's3',
+  entry: 's3/conformance',
+  primitives: ['mutex'],
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,

@@ -168,7 +168,8 @@ function zookeeperKit(size: number): Kit {
     id: size === 1 ? 'zookeeper' : `zookeeper-${size}`,
     backend: 'zookeeper',
     title: size === 1 ? 'zookeeper' : `zookeeper (${size} members)`,
-    entry: size === 1 ? 'zookeeper' : 'zookeeper-ensemble',
+    entry: size === 1 ? 'zookeeper/conformance' : 'zookeeper/conformance-ensemble',
+    primitives: ['mutex'],
     networked: true,
     capabilities: {
       fifo: true,

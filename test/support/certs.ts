@@ -1,11 +1,13 @@
 /**
  * TLS certificates for the test servers, made at test time by the `openssl` command: a CA of its own and a
  * server certificate it signed for 127.0.0.1 and localhost, in a temp folder. Nothing trusts the CA but a
- * client given `ca`: a client on Node's default store must refuse the server (the tests check both).
+ * client given `ca`: a client on Node's default store must refuse the server (the tests check both), and
+ * one started with NODE_EXTRA_CA_CERTS naming it must accept it (`lockWithExtraCa`).
  */
 import { execFile } from 'node:child_process'
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { type TempDir, tempDir } from './temp.js'
 
@@ -54,4 +56,27 @@ export async function makeCerts(): Promise<TestCerts> {
       cause: error,
     })
   }
+}
+
+const ENTRY = fileURLToPath(new URL('../../src/index.js', import.meta.url))
+
+/**
+ * Takes and releases `key` on `url` in a child process started with NODE_EXTRA_CA_CERTS naming the test CA
+ * (Node reads it only at start), as a user who trusts the CA process-wide does; returns the fence granted.
+ */
+export async function lockWithExtraCa(url: string, key: string, certs: TestCerts): Promise<bigint> {
+  const script = `
+    const { createLockClient } = await import(${JSON.stringify(ENTRY)})
+    const locks = createLockClient(${JSON.stringify(url)}, { ttl: '10s' })
+    const lock = await locks.acquire(${JSON.stringify(key)}, { timeout: '60s' })
+    console.log('fence', String(lock.fence))
+    await lock.release()
+    await locks.close()`
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
+    env: { ...process.env, NODE_EXTRA_CA_CERTS: certs.caFile },
+    timeout: 90_000,
+  })
+  const fence = /^fence (\d+)$/m.exec(stdout)?.[1]
+  if (fence === undefined) throw new Error(`the child process printed no fence: ${stdout}`)
+  return BigInt(fence)
 }

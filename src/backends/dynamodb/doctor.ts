@@ -5,9 +5,9 @@
  */
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { DoctorFinding } from '../../core/backend.js'
-import { probeConditionalWrites, probeKey } from '../../engines/cas-doctor.js'
-import type { ServerClock } from '../../engines/cas-fence.js'
-import type { CasDriver, CasWrite } from '../../engines/cas-lease-driver.js'
+import type { CasAdapter, CasWrite } from '../../engines/cas/adapter.js'
+import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
+import type { ServerClock } from '../../engines/cas/fence.js'
 import { describeFailure, isTableMissing } from './faults.js'
 import { createTableCommand, itemKey, type TablePlace } from './layout.js'
 import { type DynamoDbSdk, schemaProblem } from './table.js'
@@ -21,9 +21,9 @@ export interface DoctorTools {
   /** Names the server in findings (its endpoint, or "AWS DynamoDB"). */
   readonly server: string
   readonly signal: AbortSignal
-  /** Runs one SDK call with the driver's client and SDK module. */
+  /** Runs one SDK call with the adapter's client and SDK module. */
   send<T>(make: (sdk: DynamoDbSdk, client: DynamoDBClient, signal: AbortSignal) => Promise<T>): Promise<T>
-  /** Creates the table if missing (the driver's own, shared with its first use). */
+  /** Creates the table if missing (the adapter's own, shared with its first use). */
   ensureTable(sdk: DynamoDbSdk): Promise<void>
 }
 
@@ -79,10 +79,10 @@ async function checkTable(tools: DoctorTools, findings: DoctorFinding[]): Promis
 }
 
 /**
- * The engine's conditional-write probe (src/engines/cas-doctor.ts) on an item of its own, deleted after.
+ * The engine's conditional-write probe (src/engines/cas/doctor.ts) on an item of its own, deleted after.
  * A refusal that brings no item is a store that ignores ALL_OLD: safe, but every refusal then costs a read.
  */
-async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFinding[]): Promise<void> {
+async function probe(adapter: CasAdapter, tools: DoctorTools, findings: DoctorFinding[]): Promise<void> {
   const key = probeKey()
   const { signal } = tools
   let bare = false
@@ -91,11 +91,11 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
     return write
   }
   const watched = {
-    id: driver.id,
-    read: (k: string, s: AbortSignal, clock?: ServerClock) => driver.read(k, s, clock),
-    create: (k: string, body: string, s: AbortSignal) => driver.create(k, body, s).then(noted),
+    id: adapter.id,
+    read: (k: string, s: AbortSignal, clock?: ServerClock) => adapter.read(k, s, clock),
+    create: (k: string, body: string, s: AbortSignal) => adapter.create(k, body, s).then(noted),
     replace: (k: string, body: string, v: string, s: AbortSignal) =>
-      driver.replace(k, body, v, s).then(noted),
+      adapter.replace(k, body, v, s).then(noted),
   }
   const conditions = { createCondition: 'attribute_not_exists(pk)', replaceCondition: 'version = :read' }
   try {
@@ -114,18 +114,18 @@ async function probe(driver: CasDriver, tools: DoctorTools, findings: DoctorFind
   if (bare && findings.every((f) => f.level !== 'error')) {
     findings.push({
       level: 'warn',
-      message: `${driver.id} (server: ${tools.server}) returns no item with a refused write (ReturnValuesOnConditionCheckFailure: ALL_OLD): every refusal costs a read`,
+      message: `${adapter.id} (server: ${tools.server}) returns no item with a refused write (ReturnValuesOnConditionCheckFailure: ALL_OLD): every refusal costs a read`,
     })
   }
 }
 
-export async function runDoctor(driver: CasDriver, tools: DoctorTools): Promise<DoctorFinding[]> {
+export async function runDoctor(adapter: CasAdapter, tools: DoctorTools): Promise<DoctorFinding[]> {
   const findings: DoctorFinding[] = []
   try {
-    if (await checkTable(tools, findings)) await probe(driver, tools, findings)
+    if (await checkTable(tools, findings)) await probe(adapter, tools, findings)
   } catch (error) {
     if (tools.signal.aborted) throw tools.signal.reason
-    findings.push({ level: 'error', message: `${driver.id}: ${describeFailure(error).text}` })
+    findings.push({ level: 'error', message: `${adapter.id}: ${describeFailure(error).text}` })
   }
   return findings
 }

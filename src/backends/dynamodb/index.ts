@@ -1,5 +1,5 @@
 /**
- * The DynamoDB backend: the cas-lease engine (src/engines/cas-lease.ts) over one item per lock, written
+ * The DynamoDB backend: the cas-lease engine (src/engines/cas/engine.ts) over one item per lock, written
  * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
  * with a fence added and the item never deleted by fencelock.
  *
@@ -14,7 +14,7 @@
  *   `version` unchanged for the record's lease plus a margin on its own monotonic clock (the lock
  *   client's rule). DynamoDB's TTL deletes items up to days late and would reset the fence: not used.
  * - Fence: in the record, advanced by the same conditional write that grants, and lifted to an epoch of
- *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas-fence.ts), so an item
+ *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas/fence.ts), so an item
  *   deleted, or a table made again, starts above every earlier fence; renewals and releases keep it;
  *   fencelock never deletes an item.
  * - Waiting: no notifications: a waiting process reads the item at a pace that grows to once a second,
@@ -27,7 +27,7 @@
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.
  *
- * Files: driver.ts (the CasDriver: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
+ * Files: adapter.ts (the CasAdapter: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
  * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and
  * checking the table), faults.ts (errors in words, which ones waiting can help), doctor.ts (the table's key
  * and conditional writes proved on a probe item).
@@ -36,11 +36,11 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
-import { DynamoDbDriver } from './driver.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { DynamoDbCasAdapter } from './adapter.js'
 import type { DynamoDbSdk } from './table.js'
 
-export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
+export { DYNAMODB_LIMITS, DynamoDbCasAdapter } from './adapter.js'
 export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
 
 /** What `dynamodbBackend` is told. */
@@ -86,11 +86,11 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   }
   const table = checkTable(options.table, 'as `table`')
   const id = options.id ?? `dynamodb://${table}`
-  const driver = new DynamoDbDriver(
+  const adapter = new DynamoDbCasAdapter(
     { client, table, createTable: options.createTable ?? false, id, owned: false },
     loadSdk,
   )
-  return casLeaseBackend(driver)
+  return casLeaseBackend(adapter)
 }
 
 /** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
@@ -132,7 +132,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.region === undefined ? {} : { region: params.region }),
     ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
   })
-  const driver = new DynamoDbDriver(
+  const adapter = new DynamoDbCasAdapter(
     {
       client,
       table,
@@ -144,5 +144,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     },
     loadSdk,
   )
-  return casLeaseBackend(driver)
+  return casLeaseBackend(adapter)
 }

@@ -1,8 +1,8 @@
 /**
  * The etcd backend: etcd's own lock recipe (Go's `concurrency.Mutex`, which `etcdctl lock` also uses), so
- * a Go service and a fencelock client on the same prefix exclude each other. It is a driver for two
- * engines: the queue-lock engine (src/engines/queue-lock.ts: acquire, wait in line, extend, release,
- * abandon) and the session engine (src/engines/session.ts: leases kept alive, pooled per lease length).
+ * a Go service and a fencelock client on the same prefix exclude each other. It is an adapter for two
+ * engines: the queue-lock engine (src/engines/queue/engine.ts: acquire, wait in line, extend, release,
+ * abandon) and the session engine (src/engines/session/pool.ts: leases kept alive, pooled per lease length).
  *
  * - Layout: a lock named `k` is the set of keys under `<prefix>k/` (`/` and `%` in `k` escaped, see
  *   layout.ts), one per acquire: `<prefix>k/<lease hex>-<owner>`, its value the owner id (and the holder's
@@ -11,7 +11,7 @@
  *   and read the two newest keys of the prefix by create revision (ours, and the one before it, which a
  *   waiter watches; none: ours is first); else read our key and the first. A retry of an acquire already
  *   in line is a read alone. Two raft writes per acquisition (the put, the release's delete), none more
- *   for a hand-over (test/backends/etcd-requests.test.ts).
+ *   for a hand-over (test/backends/etcd/requests.test.ts).
  * - Expiry: a lease per lease length (whole seconds), kept alive while a lock, a waiter or an attempt may
  *   have a key on it, revoked after a while without. A dead holder's key goes with its lease. Validity
  *   never exceeds what etcd keeps: a grant or an extension reports the lease its session is known to keep
@@ -44,8 +44,8 @@
  * - Operations: `list` ranges over the prefix a page of keys at a time, keeping each lock's first key;
  *   `break` deletes the holder's key conditioned on its create revision (operations.ts).
  *
- * Files: queue.ts (the queue-lock driver: transactions and watches on a lock's prefix), leases.ts (the
- * session driver: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
+ * Files: queue.ts (the queue-lock adapter: transactions and watches on a lock's prefix), leases.ts (the
+ * session adapter: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
  * tests), operations.ts (inspect, list, break), faults.ts (etcd3 client options and error words).
  */
 import type { Etcd3, IKeyValue, IOptions } from 'etcd3'
@@ -61,8 +61,8 @@ import type {
 } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { QueueLock } from '../../engines/queue-lock.js'
-import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
+import { type QueueBackendMethods, queueBackendMethods } from '../../engines/queue/backend-methods.js'
+import { QueueLock } from '../../engines/queue/engine.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'
@@ -108,7 +108,7 @@ export function etcdBackend(options: EtcdBackendOptions): LockBackend {
 }
 
 /**
- * The contract's glue: the engine's steps, with etcd's failures said in words. The primitives are own
+ * The contract's glue: the engine's steps, with etcd's failures said in words. The methods are own
  * properties (arrow functions), as on every backend object: a caller may wrap one by spreading it
  * (`{ ...etcdBackend({ client }), tryAcquire }`), which copies no prototype method.
  */
@@ -134,16 +134,16 @@ class EtcdBackend implements LockBackend {
     this.#queue = new QueueLock(new EtcdQueue(client, this.#prefix), new EtcdLeases(client))
     Object.assign(
       this,
-      queuePrimitives(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
+      queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
     )
   }
 
-  // The primitives are the engine's (queuePrimitives), assigned in the constructor.
-  declare readonly tryAcquire: QueuePrimitives['tryAcquire']
-  declare readonly waitForChange: QueuePrimitives['waitForChange']
-  declare readonly extend: QueuePrimitives['extend']
-  declare readonly release: QueuePrimitives['release']
-  declare readonly abandon: QueuePrimitives['abandon']
+  // The methods are the engine's (queueBackendMethods), assigned in the constructor.
+  declare readonly tryAcquire: QueueBackendMethods['tryAcquire']
+  declare readonly waitForChange: QueueBackendMethods['waitForChange']
+  declare readonly extend: QueueBackendMethods['extend']
+  declare readonly release: QueueBackendMethods['release']
+  declare readonly abandon: QueueBackendMethods['abandon']
 
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
     try {

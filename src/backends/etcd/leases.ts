@@ -1,11 +1,11 @@
 /**
- * etcd leases as the session engine's driver (src/engines/session.ts): one etcd lease per session, kept
+ * etcd leases as the session engine's adapter (src/engines/session/adapter.ts): one etcd lease per session, kept
  * alive by the etcd3 client's keep-alive stream every ttl/3.
  */
 import type { Etcd3 } from 'etcd3'
 import { now } from '../../core/clock.js'
 import { causeText } from '../../core/errors.js'
-import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
+import type { Lease, LeaseEvents, SessionAdapter } from '../../engines/session/adapter.js'
 
 /** A lease id, in hex (as Go writes it into key names) and as etcd's decimal string. */
 export interface LeaseId {
@@ -13,7 +13,7 @@ export interface LeaseId {
   readonly decimal: string
 }
 
-export class EtcdLeases implements LeaseDriver<LeaseId> {
+export class EtcdLeases implements SessionAdapter<LeaseId> {
   readonly #client: Etcd3
 
   constructor(client: Etcd3) {

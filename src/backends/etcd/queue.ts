@@ -1,5 +1,5 @@
 /**
- * etcd as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the keys under
+ * etcd as the queue-lock engine's adapter (src/engines/queue/adapter.ts): a lock's queue is the keys under
  * its prefix, ordered by create revision; each step is one transaction, range or watch.
  *
  * Every watcher it makes is kept until cancelled, and `close` cancels those left, in place or still being
@@ -12,21 +12,24 @@ import type {
   Cancel,
   HeldEvents,
   OwnEntry,
-  QueueDriver,
+  QueueAdapter,
   QueueState,
   Watch,
-} from '../../engines/queue-driver.js'
+} from '../../engines/queue/adapter.js'
 import { lockPrefix, prefixEnd } from './layout.js'
 import type { LeaseId } from './leases.js'
 
-/** The key holding the lock: the first under the prefix by create revision. */
-export const firstOf = (p: string) => ({
+/** etcd's range limit for "at most `n` keys": 0 is no limit (a grant rule that reads the whole line). */
+const rangeLimit = (n: number): number => (Number.isFinite(n) ? n : 0)
+
+/** The `limit` first keys under the prefix by create revision (one: the key holding the lock). */
+export const firstOf = (p: string, limit = 1) => ({
   request_range: {
     key: Buffer.from(p),
     range_end: prefixEnd(p),
     sort_target: 'Create' as const,
     sort_order: 'Ascend' as const,
-    limit: 1,
+    limit: rangeLimit(limit),
   },
 })
 
@@ -37,7 +40,7 @@ const newestOf = (p: string, limit: number) => ({
     range_end: prefixEnd(p),
     sort_target: 'Create' as const,
     sort_order: 'Descend' as const,
-    limit,
+    limit: rangeLimit(limit),
   },
 })
 
@@ -66,10 +69,10 @@ function inPlace(watcher: Watcher): Promise<void> {
   })
 }
 
-/** What a watch asked of a closed driver gets: a wait still under way then ends (the engine re-attempts). */
+/** What a watch asked of a closed adapter gets: a wait still under way then ends (the engine re-attempts). */
 const closedError = () => new Error('the etcd backend is closed: no new watch is set up')
 
-export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
+export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
   readonly #client: Etcd3
   readonly #prefix: string
   /**
@@ -98,40 +101,41 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
   }
 
   /**
-   * If our key does not exist, put it and read the two newest keys of the prefix by create revision: ours
-   * (the txn's own put, newer than any other) and the one just before it, which a waiter watches (none:
-   * ours is first). Else read our key and the first key of the prefix: our key exists already when an
-   * earlier attempt of this acquire put it (we are in line), and its create revision is not known before
-   * the read, so the one before it is not either (the wait reads it).
+   * If our key does not exist, put it and read the `looksBack` + 1 newest keys of the prefix by create
+   * revision: ours (the txn's own put, newer than any other) and those just before it (a mutex: two keys).
+   * Else read our key and the first `looksBack` keys of the prefix: our key exists already when an earlier
+   * attempt of this acquire put it (we are in line), and its create revision is not known before the read,
+   * so the keys just before it are not either (ours not among those first: the wait reads them).
    */
-  async enqueue(queue: string, name: string, value: string, lease: LeaseId) {
+  async enqueue(queue: string, name: string, value: string, lease: LeaseId, looksBack: number) {
     const reply = await this.#client.kv.txn({
       compare: [{ target: 'Create', result: 'Equal', key: Buffer.from(name), create_revision: 0 }],
       success: [
         { request_put: { key: Buffer.from(name), value: Buffer.from(value), lease: lease.decimal } },
-        newestOf(queue, 2),
+        newestOf(queue, looksBack + 1),
       ],
-      failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(queue)],
+      failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(queue, looksBack)],
     })
     if (reply.succeeded) {
       const revision = reply.header.revision
-      const [mine, before] = reply.responses[1]?.response_range.kvs ?? []
+      const [mine, ...before] = reply.responses[1]?.response_range.kvs ?? []
       // Ours is the newest, created by this txn: anything else (no key) is no answer to act on.
-      if (mine?.create_revision !== revision) return { position: undefined, first: false }
-      return { position: BigInt(revision), first: before === undefined, before }
+      if (mine?.create_revision !== revision) return { position: undefined }
+      return { position: BigInt(revision), ahead: before.reverse() }
     }
     const revision = reply.responses[0]?.response_range.kvs[0]?.create_revision
-    if (revision === undefined) return { position: undefined, first: false }
-    const holder = reply.responses[1]?.response_range.kvs[0]
-    return { position: BigInt(revision), first: holder?.create_revision === revision }
+    if (revision === undefined) return { position: undefined }
+    const first = reply.responses[1]?.response_range.kvs ?? []
+    const at = first.findIndex((kv) => kv.create_revision === revision)
+    return { position: BigInt(revision), ahead: at < 0 ? undefined : first.slice(0, at) }
   }
 
   /**
-   * The newest key created before ours and our key, in one read-only transaction (no raft write). With
+   * The `looksBack` newest keys created before ours and our key, in one read-only transaction (no raft write). With
    * `after`, the read is serializable: served by the member from what it has applied, without a quorum
    * round; it counts only if that member has applied `after` at least.
    */
-  async check(entry: OwnEntry, after?: bigint): Promise<QueueState<IKeyValue> | 'behind'> {
+  async check(entry: OwnEntry, looksBack: number, after?: bigint): Promise<QueueState<IKeyValue> | 'behind'> {
     const serializable = after !== undefined
     const p = entry.queue
     const reply = await this.#client.kv.txn({
@@ -144,7 +148,7 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
             max_create_revision: (entry.position - 1n).toString(),
             sort_target: 'Create',
             sort_order: 'Descend',
-            limit: 1,
+            limit: rangeLimit(looksBack),
             serializable,
           },
         },
@@ -155,7 +159,7 @@ export class EtcdQueue implements QueueDriver<LeaseId, IKeyValue> {
     if (serializable && BigInt(reply.header.revision) < after) return 'behind'
     const mine = reply.responses[1]?.response_range.kvs[0]
     return {
-      before: reply.responses[0]?.response_range.kvs[0],
+      ahead: (reply.responses[0]?.response_range.kvs ?? []).reverse(),
       mine: mine !== undefined && BigInt(mine.create_revision) === entry.position,
     }
   }

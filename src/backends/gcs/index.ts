@@ -1,6 +1,6 @@
 /**
  * gs://bucket/prefix — a lock record per key in a Google Cloud Storage bucket, on the `cas-lease` engine
- * (src/engines/cas-lease.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
+ * (src/engines/cas/engine.ts), with the generation preconditions gcslock and Vault's GCS HA lock use.
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
@@ -11,7 +11,7 @@
  *   the writer's and the reader's wall clocks).
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock; never
  *   the generation, whose order GCS no longer documents. A release marks the record released. Each
- *   grant also lifts it to an epoch of GCS's clock (src/engines/cas-fence.ts), so an object deleted
+ *   grant also lifts it to an epoch of GCS's clock (src/engines/cas/fence.ts), so an object deleted
  *   behind our back (a lifecycle rule, `gcloud storage rm`) is made again above its old fences; doctor
  *   warns about lifecycle Delete rules that cover the prefix.
  * - Waiting: GCS cannot notify; the engine polls the record, its interval growing and capped.
@@ -24,18 +24,18 @@
  * - List and break: objects.list pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a media GET per object listed; a break is the engine's (a release's write, no owner check).
  *
- * Files: driver.ts (the CasDriver: media GET, conditional uploads, objects.list for list, doctor's
+ * Files: adapter.ts (the CasAdapter: media GET, conditional uploads, objects.list for list, doctor's
  * probe), layout.ts (object names, shared with the tests).
  */
 import type { Storage } from '@google-cloud/storage'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
-import { objectPrefix } from '../../engines/cas-objects.js'
-import { GcsCasDriver } from './driver.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { objectPrefix } from '../../engines/cas/objects.js'
+import { GcsCasAdapter } from './adapter.js'
 import { DEFAULT_PREFIX } from './layout.js'
 
-export { GCS_LIMITS, GcsCasDriver } from './driver.js'
+export { GCS_LIMITS, GcsCasAdapter } from './adapter.js'
 export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
 
 /** What `gcsBackend` is told. */
@@ -50,7 +50,7 @@ export interface GcsBackendOptions {
   readonly id?: string | undefined
 }
 
-function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
+function gcsAdapter(options: GcsBackendOptions): GcsCasAdapter {
   const { client: storage, bucket } = options
   if (!storage || typeof (storage as { bucket?: unknown }).bucket !== 'function') {
     throw new TypeError('Expected `client` to be a Storage of @google-cloud/storage')
@@ -58,7 +58,7 @@ function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
   if (typeof bucket !== 'string' || bucket === '')
     throw new TypeError('Expected `bucket` to be a bucket name')
   const prefix = objectPrefix(options.prefix, DEFAULT_PREFIX)
-  return new GcsCasDriver({ storage, bucket, prefix, id: options.id ?? `gs://${bucket}/${prefix}` })
+  return new GcsCasAdapter({ storage, bucket, prefix, id: options.id ?? `gs://${bucket}/${prefix}` })
 }
 
 /**
@@ -68,7 +68,7 @@ function gcsDriver(options: GcsBackendOptions): GcsCasDriver {
  * const locks = createLockClient(gcsBackend({ client: new Storage(), bucket: 'my-locks' }), { ttl: '30s' })
  */
 export function gcsBackend(options: GcsBackendOptions): LockBackend {
-  return casLeaseBackend(gcsDriver(options))
+  return casLeaseBackend(gcsAdapter(options))
 }
 
 /** The URL parameters of gs:// (its page in docs/backends/ is tested against this). */
@@ -99,5 +99,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.project === undefined ? {} : { projectId: params.project }),
   })
   const prefix = decodeURIComponent(url.pathname)
-  return casLeaseBackend(gcsDriver({ client: storage, bucket, prefix, id: redact(url) }))
+  return casLeaseBackend(gcsAdapter({ client: storage, bucket, prefix, id: redact(url) }))
 }

@@ -1,8 +1,8 @@
 /**
- * Where a lock lives in a GCS bucket, in one place: the driver and the tests (breaking a lease, reading a
+ * Where a lock lives in a GCS bucket, in one place: the adapter and the tests (breaking a lease, reading a
  * record behind the backend's back) both use these; nobody copies the naming.
  */
-import { objectNameOf } from '../../engines/cas-objects.js'
+import { objectNameOf } from '../../engines/cas/objects.js'
 
 /** The prefix of every lock object unless the URL's path or the `prefix` option picks another. */
 export const DEFAULT_PREFIX = 'fencelock/'

@@ -99,7 +99,7 @@ export async function deleteFinding(query: Query, table: string): Promise<Doctor
     await query(`EXPLAIN DELETE FROM ${table} WHERE 1 = 0`)
     return { level: 'ok', message: `this user may DELETE from ${table}: ended rows are retired` }
   } catch (error) {
-    // ER_TABLEACCESS_DENIED_ERROR (the dialect wraps the driver's error as the cause): the only answer
+    // ER_TABLEACCESS_DENIED_ERROR (the adapter wraps the driver's error as the cause): the only answer
     // that means "no"; anything else is reported as it is.
     const { errno, message } = ((error as { cause?: unknown }).cause ?? error) as {
       errno?: number

@@ -8,7 +8,7 @@
  * - A waiter reads the lease left, then blocks in one statement (statements.ts, `leaseLeftSql`, `ringSql`)
  *   until the bell is freed, the holder's lease ends or 5 s pass, on a connection of its own; the waiters
  *   of one key in one process share that one wait, and the engine wakes one of them when it ends. A client runs at most a share of its pool's
- *   connections as waits (dialect.ts), so waits never take the connections its renewals need; the
+ *   connections as waits (adapter.ts), so waits never take the connections its renewals need; the
  *   waiters of keys beyond it poll.
  * - The bell is a hint, never a grant: after it rings the waiter attempts the lease row, which alone
  *   decides. A holder whose lease connection was lost (or whose process is paused) cannot keep waiters

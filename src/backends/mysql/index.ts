@@ -1,5 +1,5 @@
 /**
- * The MySQL/MariaDB backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * The MySQL/MariaDB backend: the sql-lease engine (src/engines/sql/engine.ts) over one lease row per lock,
  * each primitive one statement on the server's clock, through the user's mysql2 pool (promise API).
  *
  * - Layout: a table (default `fencelock_locks` in the connection's database, created on first use unless
@@ -36,20 +36,20 @@
  *   replication (use `binlog_format=ROW`); a failover to an asynchronous replica can lose the latest grants
  *   and fences. `doctor` reports these, the server's `sql_mode` and its time zone.
  *
- * Files: statements.ts (the SQL, each with its inputs and outputs), dialect.ts (the dialect: statements
+ * Files: statements.ts (the SQL, each with its inputs and outputs), adapter.ts (the adapter: statements
  * over the pool, errors in words), doorbell.ts (the GET_LOCK doorbell), layout.ts (table, DDL, doorbell
  * names), doctor.ts (version, time zone, binlog format, replication).
  */
 import type { Pool } from 'mysql2/promise'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { sqlLeaseBackend } from '../../engines/sql-lease.js'
-import { MySqlDialect } from './dialect.js'
+import { sqlLeaseBackend } from '../../engines/sql/engine.js'
+import { MySqlAdapter } from './adapter.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, quoteTable } from './layout.js'
 import { SESSION_SETTINGS } from './statements.js'
 
-export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
+export { MYSQL_LIMITS, MySqlAdapter } from './adapter.js'
 export { checkFoundRowsOff } from './faults.js'
 export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
 
@@ -89,7 +89,7 @@ function backendOf(
   const { table: tableName, doorbell } = settings
   const table = quoteTable(tableName, 'as `table`')
   const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
-  const dialect = new MySqlDialect({
+  const adapter = new MySqlAdapter({
     ...settings,
     pool,
     table,
@@ -97,7 +97,7 @@ function backendOf(
     database,
     bellDatabase: database ?? poolDatabase(pool) ?? '',
   })
-  return sqlLeaseBackend(dialect, {
+  return sqlLeaseBackend(adapter, {
     createTable: settings.createTable,
     ...(doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
   })

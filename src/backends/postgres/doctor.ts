@@ -1,6 +1,6 @@
 /**
  * `fencelock doctor` for PostgreSQL: reachability, the server's version, the session settings the
- * statements meet (they pin what they need: dialect.ts), the replication it can see, and the fence
+ * statements meet (they pin what they need: adapter.ts), the replication it can see, and the fence
  * sequence. A lease lives in one row of the primary: a failover to an asynchronous standby can lose the
  * latest grants (and fences), which is said plainly where standbys stream from this server. The engine
  * adds the table and notification findings.
@@ -8,9 +8,9 @@
 
 import { raceSignal } from '../../core/abort.js'
 import type { DoctorFinding } from '../../core/backend.js'
+import type { PgSql } from './client.js'
 import { unavailable } from './faults.js'
 import { fenceSequence, type PgTable, qualified, sequenceDdl } from './layout.js'
-import type { PgSql } from './sql.js'
 
 interface Store {
   readonly id: string

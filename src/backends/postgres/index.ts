@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL backend: the sql-lease engine (src/engines/sql-lease.ts) over one lease row per lock,
+ * The PostgreSQL backend: the sql-lease engine (src/engines/sql/engine.ts) over one lease row per lock,
  * each primitive one statement on the server's clock, through the user's `postgres` (porsager) instance.
  *
  * - Layout: a table (default `public.fencelock_locks`, created on first use unless `createTable` is off)
@@ -16,12 +16,12 @@
  *   holds and past the server's clock in microseconds, so one made again after it was dropped starts past
  *   its predecessor's fences too. As durable as the server's commits.
  * - Session settings: each statement pins READ COMMITTED, READ WRITE for its own transaction, in the same
- *   message (dialect.ts); nothing else of the session (time zone, date and interval styles, search_path,
+ *   message (adapter.ts); nothing else of the session (time zone, date and interval styles, search_path,
  *   float digits, string escapes) changes what it does.
  * - Waiting: the release statement notifies the key (`pg_notify` in the same statement, sent at commit)
  *   on the table's channel; each client LISTENs on one dedicated connection (postgres.js's own, which
  *   re-subscribes after a reconnect; waiters re-check then), and a notification wakes one waiter of the
- *   key in the client (sql-wait.ts). A crashed holder's lease ends unnotified:
+ *   key in the client (src/engines/sql/wait.ts). A crashed holder's lease ends unnotified:
  *   waiters re-check at its end. Behind a transaction-pooling proxy (PgBouncer) LISTEN does not deliver:
  *   the engine detects it (a probe notification that never comes back) and waiters poll once a second.
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
@@ -32,20 +32,20 @@
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
  *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
- * Files: dialect.ts (the engine's dialect), statements.ts (the SQL), literals.ts (values in it),
+ * Files: adapter.ts (the engine's adapter), statements.ts (the SQL), literals.ts (values in it),
  * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
- * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used). The fence guard
+ * doctor.ts (version, settings, replication, sequence), client.ts (the client methods used). The fence guard
  * for a protected row lives in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { sqlLeaseBackend } from '../../engines/sql-lease.js'
-import { PostgresDialect } from './dialect.js'
+import { sqlLeaseBackend } from '../../engines/sql/engine.js'
+import { PostgresAdapter } from './adapter.js'
+import { isPgSql, type PgSql } from './client.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
-import { isPgSql, type PgSql } from './sql.js'
 
 export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
-export { POSTGRES_LIMITS, PostgresDialect } from './dialect.js'
+export { POSTGRES_LIMITS, PostgresAdapter } from './adapter.js'
 export {
   channelOf,
   DEFAULT_SCHEMA,
@@ -93,8 +93,8 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   const id =
     options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
   const createTable = options.createTable ?? true
-  const dialect = new PostgresDialect({ sql, table, id, owned: false, createTable })
-  return sqlLeaseBackend(dialect, { createTable })
+  const adapter = new PostgresAdapter({ sql, table, id, owned: false, createTable })
+  return sqlLeaseBackend(adapter, { createTable })
 }
 
 /** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */
@@ -145,6 +145,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     connect_timeout: 10,
   })
   const id = redact(url)
-  const dialect = new PostgresDialect({ sql, table, id, owned: true, createTable: params.createTable })
-  return sqlLeaseBackend(dialect, { createTable: params.createTable, id })
+  const adapter = new PostgresAdapter({ sql, table, id, owned: true, createTable: params.createTable })
+  return sqlLeaseBackend(adapter, { createTable: params.createTable, id })
 }

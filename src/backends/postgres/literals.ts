@@ -1,6 +1,6 @@
 /**
  * Values written into the statements as literals that mean the same under every session setting. The
- * statements go out as one simple-protocol message (the isolation pin and the statement: see dialect.ts),
+ * statements go out as one simple-protocol message (the isolation pin and the statement: see adapter.ts),
  * which takes no parameters. Text travels as hex digits decoded on the server, so no quote, backslash,
  * `standard_conforming_strings` or client encoding can change what it says; numbers are checked before
  * they are spelled out.

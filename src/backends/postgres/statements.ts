@@ -3,9 +3,9 @@
  * values enter through `Values`: as parameters of a prepared statement (`parameters()`, the fast path for a
  * session whose defaults are READ COMMITTED and read-write), or as literals (`literals()`, sent in one
  * message behind `PIN` otherwise). Identifiers are quoted; functions are pg_catalog's, so no search_path
- * reaches them. dialect.ts picks the way and sends them.
+ * reaches them. adapter.ts picks the way and sends them.
  */
-import type { SqlAcquireRequest } from '../../engines/sql-lease-driver.js'
+import type { SqlAcquireRequest } from '../../engines/sql/adapter.js'
 import { advisoryClass, fenceSequence, type PgTable, qualified } from './layout.js'
 import { bigintLiteral, floatLiteral, regclassLiteral, textLiteral } from './literals.js'
 

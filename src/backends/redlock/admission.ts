@@ -79,7 +79,7 @@
  * counters earlier versions left, one per name they used), and writes one value on X: once per restart,
  * by each client connected then (or connecting before it is admitted).
  */
-import { NodeTimeoutError, round } from '../../engines/quorum-round.js'
+import { NodeTimeoutError, round } from '../../engines/quorum/round.js'
 import {
   AdmissionError,
   asError,

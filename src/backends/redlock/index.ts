@@ -1,6 +1,6 @@
 /**
  * Redlock: one lock over N independent Redis masters, as the Redlock specification describes it: the
- * quorum engine (src/engines/quorum.ts, which holds the algorithm: rounds, verdicts, clean-up of failed
+ * quorum engine (src/engines/quorum/engine.ts, which holds the algorithm: rounds, verdicts, clean-up of failed
  * attempts, per-attempt owner ids, the fence write-back) over the single-node Redis backend, whose scripts
  * run unchanged on each node.
  *
@@ -24,15 +24,15 @@
  *   (re)started (admission.ts for how and why: invariant J; node.ts for where it is checked: once per
  *   connection, off the acquire path). Delayed restart: a node votes only once its server has been up for
  *   restartDelay, unless a fresh set's bootstrap admitted it (node.ts).
- * - Waiting: in line (src/engines/quorum-line.ts): a node grants a free lock only to the first live waiter
+ * - Waiting: in line (src/engines/quorum/line.ts): a node grants a free lock only to the first live waiter
  *   of its line, ordered by a ticket all nodes agree on; a release wakes that waiter alone, on its client's
- *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (quorum-wait.ts).
+ *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (src/engines/quorum/wait.ts).
  * - Limits: 1 to 256 nodes (use an odd number); the Redis backend's key and ttl limits; safety assumes the
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
  *   FLUSHALL or eviction of the node's counter, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
- * - driver.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - adapter.ts: the quorum engine's node over one master (each operation gated on the node's admission).
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counter from the others, and why fences stay increasing.
@@ -63,14 +63,14 @@ import type {
 } from '../../core/backend.js'
 import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
-import { MAX_NODES, Quorum } from '../../engines/quorum.js'
-import { breakQuorumLock } from '../../engines/quorum-break.js'
-import { ReleaseWaiting } from '../../engines/quorum-wait.js'
+import { breakQuorumLock } from '../../engines/quorum/break.js'
+import { MAX_NODES, Quorum } from '../../engines/quorum/engine.js'
+import { ReleaseWaiting } from '../../engines/quorum/wait.js'
 import { connect } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/keys.js'
+import { RedlockAdapter } from './adapter.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
-import { RedlockDriver } from './driver.js'
 import { lineBackend } from './line.js'
 import { listQuorum } from './listing.js'
 import { RedlockNode } from './node.js'
@@ -220,9 +220,9 @@ class RedlockBackend implements LockBackend {
     })
     this.#nodes = nodes
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
-    const drivers = nodes.map((node) => new RedlockDriver(node, () => this.#restartDelay()))
-    this.#quorum = new Quorum(drivers, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(drivers, q)
+    const adapters = nodes.map((node) => new RedlockAdapter(node, () => this.#restartDelay()))
+    this.#quorum = new Quorum(adapters, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
+    this.#waiting = new ReleaseWaiting(adapters, q)
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {

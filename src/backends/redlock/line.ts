@@ -1,13 +1,13 @@
 /**
- * One Redlock node's lock, with its waiting line (src/engines/quorum-line.ts for the protocol): the Redis
+ * One Redlock node's lock, with its waiting line (src/engines/quorum/line.ts for the protocol): the Redis
  * backend (its store, errors, read-back after a lost reply, extend, inspect, pub/sub) in a mode whose
  * scripts are the LINE_* scripts (scripts.ts). A waiter stands in line as "<owner id>@<client id>" and
  * listens on its client's own channel (layout.ts), where a node names it when it is first: a release wakes
  * only the waiter whose turn it is, in its own process.
  */
 import type { AcquireRequest, AttemptResult } from '../../core/backend.js'
-import { acquireOwner } from '../../engines/quorum-inspect.js'
-import type { NodeRequest } from '../../engines/quorum-line.js'
+import { acquireOwner } from '../../engines/quorum/inspect.js'
+import type { NodeRequest } from '../../engines/quorum/line.js'
 import type { RedisClient } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/keys.js'
 import { LockLayout, named, nameOf } from '../redis/mutex/layout.js'
@@ -40,7 +40,7 @@ export function lineBackend(
 }
 
 export class LineMode implements Mode<NodeRequest> {
-  /** One node grants in ticket order; the quorum is ordered as the engine says (quorum-line.ts). */
+  /** One node grants in ticket order; the quorum is ordered as the engine says (src/engines/quorum/line.ts). */
   readonly fifo = true
   readonly #store: RedisStore
   readonly #layout: LockLayout

@@ -10,7 +10,7 @@
  * bootstrap of a fresh set (then it votes without the delayed restart).
  *
  * The lock scripts (LINE_*) are the Redis backend's acquire and release with the node's waiting line
- * (src/engines/quorum-line.ts). KEYS: 1 the lock `<prefix>{<key>}` (the attempt's owner id, PX = its lease),
+ * (src/engines/quorum/line.ts). KEYS: 1 the lock `<prefix>{<key>}` (the attempt's owner id, PX = its lease),
  * 2 the hold's fence `<prefix>{<key>}:fence` (what this node minted for the hold, or the token written back
  * to it; PX = the lease, gone with the hold), 3 the holder record (inspect), 4 the line (a sorted set:
  * waiter -> ticket; equal tickets go by waiter, as on every node), 5 each waiter's liveness deadline (a

@@ -1,6 +1,6 @@
 /**
  * s3://bucket/prefix — a lock record per key in an S3 bucket (or an S3-compatible store that enforces
- * conditional writes), on the `cas-lease` engine (src/engines/cas-lease.ts).
+ * conditional writes), on the `cas-lease` engine (src/engines/cas/engine.ts).
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
@@ -11,7 +11,7 @@
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock. Each
  *   write extends one chain of `If-Match` writes and a release marks the record released, so the fence
  *   only grows; each grant also lifts it to an epoch of S3's clock (the `Date` of the deciding read,
- *   src/engines/cas-fence.ts), so an object deleted behind our back (a lifecycle rule, `aws s3 rm`) is
+ *   src/engines/cas/fence.ts), so an object deleted behind our back (a lifecycle rule, `aws s3 rm`) is
  *   made again above its old fences. doctor warns about lifecycle rules that expire lock objects.
  * - Waiting: S3 cannot notify; the engine polls the record, its interval growing and capped.
  * - Limits: keys up to 64 KiB (object names stay under 256 bytes, layout.ts). S3 has no per-object write
@@ -22,18 +22,18 @@
  * - List and break: ListObjectsV2 pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a GetObject per object listed; a break is the engine's (a release's write, no owner check).
  *
- * Files: driver.ts (the CasDriver: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
+ * Files: adapter.ts (the CasAdapter: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
  * probe), layout.ts (object names, shared with the tests).
  */
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas-lease.js'
-import { objectPrefix } from '../../engines/cas-objects.js'
-import { S3CasDriver, type S3Module } from './driver.js'
+import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { objectPrefix } from '../../engines/cas/objects.js'
+import { S3CasAdapter, type S3Module } from './adapter.js'
 import { DEFAULT_PREFIX } from './layout.js'
 
-export { S3_LIMITS, S3CasDriver } from './driver.js'
+export { S3_LIMITS, S3CasAdapter } from './adapter.js'
 export { DEFAULT_PREFIX, lockObjectKey } from './layout.js'
 
 /** What `s3Backend` is told. */
@@ -55,7 +55,7 @@ const loadSdk = (): Promise<S3Module> => {
   return sdk
 }
 
-function s3Driver(options: S3BackendOptions, owned: boolean, module: () => Promise<S3Module>): S3CasDriver {
+function s3Adapter(options: S3BackendOptions, owned: boolean, module: () => Promise<S3Module>): S3CasAdapter {
   const { client, bucket } = options
   if (!client || typeof (client as { send?: unknown }).send !== 'function') {
     throw new TypeError('Expected `client` to be an S3Client of @aws-sdk/client-s3')
@@ -64,7 +64,7 @@ function s3Driver(options: S3BackendOptions, owned: boolean, module: () => Promi
     throw new TypeError('Expected `bucket` to be a bucket name')
   const prefix = objectPrefix(options.prefix, DEFAULT_PREFIX)
   const id = options.id ?? `s3://${bucket}/${prefix}`
-  return new S3CasDriver({ client, bucket, prefix, id, owned, sdk: module })
+  return new S3CasAdapter({ client, bucket, prefix, id, owned, sdk: module })
 }
 
 /**
@@ -74,7 +74,7 @@ function s3Driver(options: S3BackendOptions, owned: boolean, module: () => Promi
  * const locks = createLockClient(s3Backend({ client: new S3Client({}), bucket: 'my-locks' }), { ttl: '30s' })
  */
 export function s3Backend(options: S3BackendOptions): LockBackend {
-  return casLeaseBackend(s3Driver(options, false, loadSdk))
+  return casLeaseBackend(s3Adapter(options, false, loadSdk))
 }
 
 /** The URL parameters of s3:// (its page in docs/backends/ is tested against this). */
@@ -107,7 +107,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
   })
   try {
     const prefix = decodeURIComponent(url.pathname)
-    return casLeaseBackend(s3Driver({ client, bucket, prefix, id: redact(url) }, true, async () => module))
+    return casLeaseBackend(s3Adapter({ client, bucket, prefix, id: redact(url) }, true, async () => module))
   } catch (error) {
     client.destroy()
     throw error

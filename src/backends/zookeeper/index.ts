@@ -1,8 +1,8 @@
 /**
  * The ZooKeeper backend: Apache Curator's `InterProcessMutex` recipe on the same nodes, so a Java service
- * using Curator and a fencelock client on the same lock path exclude each other. It is a driver for two
- * engines: the queue-lock engine (src/engines/queue-lock.ts: acquire, wait in line, extend, release,
- * abandon) and the session engine (src/engines/session.ts: sessions kept alive, pooled per lease length).
+ * using Curator and a fencelock client on the same lock path exclude each other. It is an adapter for two
+ * engines: the queue-lock engine (src/engines/queue/engine.ts: acquire, wait in line, extend, release,
+ * abandon) and the session engine (src/engines/session/pool.ts: sessions kept alive, pooled per lease length).
  *
  * - Layout (layout.ts): a lock named `k` is the node `<prefix>/<k escaped>` (`/`, `%` and the characters
  *   ZooKeeper refuses written `%XX`; default prefix `/fencelock`); each acquire adds one child, created
@@ -43,8 +43,8 @@
  * - Operations: `list` reads the prefix's children (one reply: ZooKeeper cannot page it), then each lock's
  *   first child; `break` deletes the holder's child at the version read (operations.ts).
  *
- * Files: queue.ts (the queue-lock driver: children, creates, watches), retire.ts (deleting unused lock
- * nodes), sessions.ts (the session driver:
+ * Files: queue.ts (the queue-lock adapter: children, creates, watches), retire.ts (deleting unused lock
+ * nodes), sessions.ts (the session adapter:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
  * and names, shared with the tests), operations.ts (inspect, list, break), diagnose.ts (what `inspect` and
@@ -63,8 +63,8 @@ import type {
 import { parseDuration } from '../../core/durations.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { QueueLock } from '../../engines/queue-lock.js'
-import { type QueuePrimitives, queuePrimitives } from '../../engines/queue-primitives.js'
+import { type QueueBackendMethods, queueBackendMethods } from '../../engines/queue/backend-methods.js'
+import { QueueLock } from '../../engines/queue/engine.js'
 import { CODE, children, closeClient, codeOf, stat, type ZkClient } from './client.js'
 import { sessionFinding, srvrFinding } from './diagnose.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
@@ -141,7 +141,7 @@ interface Setup {
 }
 
 /**
- * The contract's glue: the engine's steps, with ZooKeeper's failures said in words. The primitives are
+ * The contract's glue: the engine's steps, with ZooKeeper's failures said in words. The methods are
  * own properties (arrow functions), as on every backend object.
  */
 class ZooKeeperBackend implements LockBackend {
@@ -151,7 +151,7 @@ class ZooKeeperBackend implements LockBackend {
   readonly #setup: Setup
   readonly #prefix: string
   readonly #queue: QueueLock<ZkSession, ZkEntry>
-  readonly #driver: ZkQueue
+  readonly #adapter: ZkQueue
   /** From a URL: our connection for `inspect` and `doctor`, made at first use and again after expiry. */
   #reader: ZkClient | undefined
 
@@ -162,20 +162,20 @@ class ZooKeeperBackend implements LockBackend {
     const leases = setup.shared
       ? new SharedSession(setup.shared)
       : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
-    this.#driver = new ZkQueue(this.#prefix, setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
-    this.#queue = new QueueLock(this.#driver, leases)
+    this.#adapter = new ZkQueue(this.#prefix, setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+    this.#queue = new QueueLock(this.#adapter, leases)
     Object.assign(
       this,
-      queuePrimitives(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
+      queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
     )
   }
 
-  // The primitives are the engine's (queuePrimitives), assigned in the constructor.
-  declare readonly tryAcquire: QueuePrimitives['tryAcquire']
-  declare readonly waitForChange: QueuePrimitives['waitForChange']
-  declare readonly extend: QueuePrimitives['extend']
-  declare readonly release: QueuePrimitives['release']
-  declare readonly abandon: QueuePrimitives['abandon']
+  // The methods are the engine's (queueBackendMethods), assigned in the constructor.
+  declare readonly tryAcquire: QueueBackendMethods['tryAcquire']
+  declare readonly waitForChange: QueueBackendMethods['waitForChange']
+  declare readonly extend: QueueBackendMethods['extend']
+  declare readonly release: QueueBackendMethods['release']
+  declare readonly abandon: QueueBackendMethods['abandon']
 
   /** The first child in line (operations.ts): its data names the owner and its session timeout. */
   readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {

@@ -1,5 +1,5 @@
 /**
- * ZooKeeper as the queue-lock engine's driver (src/engines/queue-driver.ts): a lock's queue is the
+ * ZooKeeper as the queue-lock engine's adapter (src/engines/queue/adapter.ts): a lock's queue is the
  * children of its node, in Curator's order (layout.ts); each step is one request or two pipelined on one
  * connection.
  *
@@ -13,10 +13,10 @@ import type {
   Cancel,
   HeldEvents,
   OwnEntry,
-  QueueDriver,
+  QueueAdapter,
   QueueState,
   Watch,
-} from '../../engines/queue-driver.js'
+} from '../../engines/queue/adapter.js'
 import {
   CODE,
   children,
@@ -69,7 +69,21 @@ interface HeldWatch {
 
 const GONE = 'its node is gone from ZooKeeper (deleted, or its session expired)'
 
-export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
+/** The newest `looksBack` entries ahead of `node` in `line` (a queue's children in Curator's order), oldest first. */
+function ahead(
+  queue: string,
+  line: readonly string[],
+  node: string,
+  looksBack: number,
+  client: ZkClient,
+): ZkEntry[] {
+  const at = line.indexOf(posix.basename(node))
+  return line
+    .slice(Math.max(0, at - looksBack), Math.max(0, at))
+    .map((child) => ({ path: `${queue}/${child}`, client }))
+}
+
+export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
   readonly #prefix: string
   /** Our entries by name: the session that creates each one, and its node. Dropped by remove. */
   readonly #known = new Map<string, Known>()
@@ -106,7 +120,7 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
    * second, an `exists` of the node the create named, which also sets the watch a holder keeps on its node
    * (`watchHeld`): one request for both.
    */
-  async enqueue(queue: string, name: string, value: string, lease: ZkSession) {
+  async enqueue(queue: string, name: string, value: string, lease: ZkSession, looksBack: number) {
     const known = this.#known.get(name) ?? { session: lease }
     this.#known.set(name, known)
     this.#retirer.used(queue)
@@ -137,20 +151,14 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
         known.node = undefined
         known.held = undefined
       }
-      return { position: undefined, first: false }
+      return { position: undefined }
     }
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
-    // The listing was sent after our create (or found our node): the one before ours in it is the one
-    // a waiter watches first.
-    const line = inLine(names)
-    const at = line.indexOf(posix.basename(node))
-    return {
-      position,
-      first: at === 0,
-      ...(at > 0 ? { before: { path: `${queue}/${line[at - 1]}`, client } } : {}),
-    }
+    // The listing was sent after our create (or found our node): the entries ahead of ours in it are the
+    // ones the engine decides from (and a waiter watches one of them first).
+    return { position, ahead: ahead(queue, inLine(names), node, looksBack, client) }
   }
 
   /**
@@ -207,15 +215,14 @@ export class ZkQueue implements QueueDriver<ZkSession, ZkEntry> {
     return { node, names: names ?? [] }
   }
 
-  /** The entry before ours in Curator's order, and whether ours is still there: one listing. */
-  async check(entry: OwnEntry): Promise<QueueState<ZkEntry>> {
+  /** The entries ahead of ours in Curator's order, and whether ours is still there: one listing. */
+  async check(entry: OwnEntry, looksBack: number): Promise<QueueState<ZkEntry>> {
     const known = this.#known.get(entry.name)
-    if (!known?.node || known.session.ended) return { before: undefined, mine: false }
+    if (!known?.node || known.session.ended) return { ahead: [], mine: false }
     const { client } = known.session
     const line = inLine((await children(client, entry.queue)) ?? [])
-    const at = line.indexOf(posix.basename(known.node))
-    if (at < 0) return { before: undefined, mine: false }
-    return { before: at === 0 ? undefined : { path: `${entry.queue}/${line[at - 1]}`, client }, mine: true }
+    if (!line.includes(posix.basename(known.node))) return { ahead: [], mine: false }
+    return { ahead: ahead(entry.queue, line, known.node, looksBack, client), mine: true }
   }
 
   /**

@@ -1,5 +1,5 @@
 /**
- * ZooKeeper sessions as the session engine's driver (src/engines/session.ts). A lease is a session:
+ * ZooKeeper sessions as the session engine's adapter (src/engines/session/adapter.ts). A lease is a session:
  * everything on it (our ephemeral nodes) goes when the server expires it or we close it.
  *
  * - From a URL, each lease length is a session of its own (its own connection), asking the lock's ttl
@@ -22,7 +22,7 @@
  * validity and be given back).
  */
 import { now } from '../../core/clock.js'
-import type { Lease, LeaseDriver, LeaseEvents } from '../../engines/session.js'
+import type { Lease, LeaseEvents, SessionAdapter } from '../../engines/session/adapter.js'
 import { CODE, closeClient, codeOf, touchLeader, type ZkClient } from './client.js'
 import { LeaderEvidence } from './evidence.js'
 
@@ -157,7 +157,7 @@ async function firstEvidence(
 const keepAliveEvery = (grantedMs: number) => Math.max(50, Math.floor(grantedMs / 6))
 
 /** From a URL: one session (connection) per lease length. */
-export class OwnSessions implements LeaseDriver<ZkSession> {
+export class OwnSessions implements SessionAdapter<ZkSession> {
   readonly #connect: Connect
   readonly #fixedMs: number | undefined
 
@@ -189,7 +189,7 @@ export class OwnSessions implements LeaseDriver<ZkSession> {
 export const SHARED_LEASE_MS = 2 ** 31 - 1
 
 /** With the user's client: its one session for every ttl, never closed by us. */
-export class SharedSession implements LeaseDriver<ZkSession> {
+export class SharedSession implements SessionAdapter<ZkSession> {
   readonly #client: ZkClient
 
   constructor(client: ZkClient) {

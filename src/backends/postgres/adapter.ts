@@ -1,0 +1,344 @@
+/**
+ * The PostgreSQL adapter of the sql-lease engine: each primitive ONE statement on the lock table (the SQL
+ * is statements.ts's), on the server's clock (`clock_timestamp()`: `now()` is frozen at the start of a
+ * transaction, and a caller's transaction-pooling proxy may run our statement inside a longer one). Leases
+ * are sent as milliseconds and returned as numeric milliseconds, fences as text (bigint, whatever the
+ * client's type settings), never timestamps.
+ *
+ * Session settings: the statements need READ COMMITTED and a read-write transaction. The session
+ * defaults are read with the table check (once per client): while they are those, each statement is a
+ * prepared one; otherwise it goes out in ONE simple-protocol message behind `PIN`, which sets them for
+ * its own implicit transaction only (nothing of the session changes, and a client paused mid-message holds
+ * no row lock: the server runs nothing before the whole message is in), with literal values. A statement
+ * that meets a session the defaults did not tell of (someone's SET on a pooled connection) fails without
+ * applying anything (40001, 25006): it is sent again pinned, and the client pins from then on. Nothing
+ * else of the session matters (statements.ts).
+ */
+
+import { raceSignal } from '../../core/abort.js'
+import type { BackendLimits } from '../../core/backend.js'
+import { quoteKey } from '../../core/errors.js'
+import type {
+  SqlAcquired,
+  SqlAcquireRequest,
+  SqlAdapter,
+  SqlListedRow,
+  SqlListener,
+  SqlRow,
+} from '../../engines/sql/adapter.js'
+import type { PgSql } from './client.js'
+import { pgDoctor } from './doctor.js'
+import { droppedHandshake, tlsRefused, unavailable } from './faults.js'
+import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
+import { literals, PIN, parameters, statements, type Values } from './statements.js'
+import { acceptsTls, tlsTarget } from './tls-probe.js'
+
+/**
+ * Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room, and text cannot hold
+ * NUL (the server refuses it as an invalid byte sequence). Leases: 2^43 ms.
+ */
+export const POSTGRES_LIMITS: BackendLimits = { maxKeyBytes: 2048, maxTtlMs: 2 ** 43, nulInKeys: false }
+
+interface Options {
+  readonly sql: PgSql
+  readonly table: PgTable
+  readonly id: string
+  /** Whether `sql` is ours (made from a URL): `close` ends it. */
+  readonly owned: boolean
+  /**
+   * Whether the engine may create what is missing. Off, a table without its fence sequence (made by an
+   * earlier version) counts as there: the statements then fail naming the sequence, and doctor gives its DDL.
+   */
+  readonly createTable: boolean
+}
+
+type Row = {
+  granted?: boolean
+  fence: string
+  /** numeric, as text */
+  ms: string
+  owner: string
+  released: boolean
+  holder: string | null
+}
+
+/** The sql-lease engine's adapter for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
+export class PostgresAdapter implements SqlAdapter {
+  readonly id: string
+  readonly limits = POSTGRES_LIMITS
+  readonly table: string
+  readonly #sql: PgSql
+  readonly #t: PgTable
+  readonly #sequence: string
+  readonly #owned: boolean
+  readonly #createTable: boolean
+  readonly #channel: string
+  readonly #q: ReturnType<typeof statements>
+  /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
+  readonly #prepare: boolean
+  /** Whether the session defaults seen last need `PIN` (until seen: yes). */
+  #pinned = true
+  /** A statement met a session the defaults did not tell of: `PIN` for good. */
+  #pinnedForGood = false
+
+  constructor(options: Options) {
+    this.#sql = options.sql
+    this.#t = options.table
+    this.#owned = options.owned
+    this.#createTable = options.createTable
+    this.id = options.id
+    this.table = qualified(options.table)
+    this.#sequence = qualified(fenceSequence(options.table))
+    this.#channel = channelOf(options.table)
+    this.#q = statements(options.table)
+    this.#prepare = options.sql.options?.prepare !== false
+  }
+
+  async acquire(req: SqlAcquireRequest, _signal: AbortSignal): Promise<SqlAcquired> {
+    checkKey(req.key)
+    // Not raced against the signal: the attempt settles when the statement has, so that the clean-up of
+    // an acquire given up meanwhile (abandon) runs after it on the server, never before a grant it
+    // must undo (the core stops waiting for the attempt at once anyway).
+    const rows = await this.#run<Row>('acquire', req.key, (v) => this.#q.acquire(v, req), undefined)
+    const row = rows[0]
+    if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
+    return { granted: false, current: row === undefined ? undefined : toRow(row) }
+  }
+
+  async extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal) {
+    const rows = await this.#run<{ ms: string }>(
+      'renew',
+      key,
+      (v) => this.#q.extend(v, key, owner, fence, ttlMs),
+      signal,
+    )
+    return rows[0] === undefined ? undefined : Number(rows[0].ms)
+  }
+
+  async release(
+    key: string,
+    owner: string,
+    fence: bigint | undefined,
+    signal: AbortSignal,
+  ): Promise<boolean> {
+    const rows = await this.#run(
+      'release',
+      key,
+      (v) => this.#q.release(v, key, owner, fence, this.#channel),
+      signal,
+    )
+    return rows.length > 0
+  }
+
+  async read(key: string, signal: AbortSignal): Promise<SqlRow | undefined> {
+    checkKey(key)
+    const rows = await this.#run<Row>('read', key, (v) => this.#q.read(v, key), signal)
+    return rows[0] === undefined ? undefined : toRow(rows[0])
+  }
+
+  async listHeld(
+    prefix: string,
+    after: string | undefined,
+    limit: number,
+    signal: AbortSignal,
+  ): Promise<SqlListedRow[]> {
+    const rows = await this.#run<Row & { name: string }>(
+      `list the locks under ${quoteKey(prefix)}`,
+      undefined,
+      (v) => this.#q.list(v, prefix, after, limit),
+      signal,
+    )
+    return rows.map((row) => ({ key: row.name, ...toRow(row) }))
+  }
+
+  async breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean> {
+    const rows = await this.#run(
+      'break',
+      key,
+      (v) => this.#q.breakLease(v, key, owner, fence, this.#channel),
+      signal,
+    )
+    return rows.length > 0
+  }
+
+  async latestFence(signal: AbortSignal): Promise<bigint | undefined> {
+    const rows = await this.#run<{ fence: string | null }>(
+      'read the fence sequence',
+      undefined,
+      () => this.#q.latestFence(),
+      signal,
+    )
+    const fence = rows[0]?.fence
+    return fence === undefined || fence === null ? undefined : BigInt(fence)
+  }
+
+  async retire(endedMs: number, limit: number, signal: AbortSignal): Promise<number> {
+    const rows = await this.#run<{ retired: number }>(
+      'retire ended leases',
+      undefined,
+      (v) => this.#q.retire(v, endedMs, limit),
+      signal,
+    )
+    return rows[0]?.retired ?? 0
+  }
+
+  /**
+   * Whether the table and its fence sequence both exist (a table of an earlier version has no sequence:
+   * the engine then creates it, unless createTable is off).
+   */
+  async tableExists(signal: AbortSignal): Promise<boolean> {
+    const found = await this.#exists(signal)
+    return found.table && (found.sequence || !this.#createTable)
+  }
+
+  /**
+   * Creates what is missing: the table (IF NOT EXISTS), then the fence sequence with its first value (see
+   * `sequenceDdl`). Two clients creating them at once: CREATE can still fail on the catalog's unique
+   * index (23505), on the table's row type created a moment before by the other (42710, "type … already
+   * exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report it exists (42P07).
+   * Whichever, it is there now if the other creation committed (and the sequence was never set back: its
+   * value is set only in the transaction that made it).
+   */
+  async createTable(signal: AbortSignal): Promise<void> {
+    for (const [what, text] of [
+      ['table', tableDdl(this.#t)],
+      ['sequence', sequenceDdl(this.#t)],
+    ] as const) {
+      if ((await this.#exists(signal))[what]) continue
+      try {
+        await raceSignal(this.#sql.unsafe(text), signal)
+      } catch (error) {
+        const code = (error as { code?: unknown }).code
+        const raced = code === '23505' || code === '42710' || code === '42P07'
+        if (raced && (await this.#exists(signal))[what]) continue
+        const name =
+          what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
+        throw await this.#failure(error, `create ${name}`, undefined)
+      }
+    }
+  }
+
+  ddl(): string {
+    return ddl(this.#t)
+  }
+
+  /**
+   * Subscribes to the table's channel on postgres.js's dedicated listening connection (one per client;
+   * it re-subscribes by itself after a reconnect, which `onGap` reports), then proves delivery: an empty
+   * notification (no lock key is empty) sent through the pool must come back on it.
+   */
+  async listen(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener> {
+    let proven!: () => void
+    const proof = new Promise<void>((resolve) => {
+      proven = resolve
+    })
+    const meta = await raceSignal(
+      this.#sql.listen(this.#channel, (payload) => (payload === '' ? proven() : onKey(payload)), onGap),
+      signal,
+    )
+    const listener: SqlListener = { close: () => meta.unlisten() }
+    try {
+      await raceSignal(
+        this.#sql.unsafe('SELECT pg_catalog.pg_notify($1::text, $2::text)', [this.#channel, '']),
+        signal,
+      )
+      await raceSignal(proof, signal)
+    } catch (error) {
+      await listener.close().catch(() => {})
+      throw error
+    }
+    return listener
+  }
+
+  doctor(signal: AbortSignal) {
+    return pgDoctor(this.#sql, { id: this.id, table: this.#t, createTable: this.#createTable }, signal)
+  }
+
+  async close(): Promise<void> {
+    if (this.#owned) await this.#sql.end({ timeout: 1 })
+  }
+
+  /** Whether the table and the sequence exist; and the session defaults, which decide `#pinned`. */
+  async #exists(signal: AbortSignal): Promise<{ table: boolean; sequence: boolean }> {
+    try {
+      const rows = (await raceSignal(
+        this.#sql.unsafe(
+          `SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table,
+            pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence,
+            pg_catalog.current_setting('default_transaction_isolation') = 'read committed'
+              AND pg_catalog.current_setting('default_transaction_read_only') = 'off' AS plain`,
+          [this.table, this.#sequence],
+        ),
+        signal,
+      )) as unknown as { table: boolean; sequence: boolean; plain: boolean }[]
+      this.#pinned = rows[0]?.plain !== true
+      return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
+    } catch (error) {
+      if (signal.aborted && error === signal.reason) throw error
+      throw await this.#failure(error, 'check the lock table', undefined)
+    }
+  }
+
+  /**
+   * `error` in words (faults.ts); a dropped connection that required TLS is first asked about on a
+   * connection of its own (tls-probe.ts): a server that refuses TLS is a permanent error, said at once.
+   */
+  async #failure(error: unknown, what: string, key: string | undefined) {
+    const target = droppedHandshake(error) ? tlsTarget(this.#sql) : undefined
+    if (target && (await acceptsTls(target.host, target.port)) === false) {
+      return tlsRefused(error, what, key, this.id)
+    }
+    return unavailable(error, what, key, this.id)
+  }
+
+  /**
+   * One statement, raced against `signal` when given (the server may still run it: the engine settles
+   * that): prepared, with parameters, while the session's defaults are READ COMMITTED and read-write;
+   * else, or once one of them turned out otherwise (a session changed by a SET: the server refused the
+   * statement as a serialization failure or a write in a read-only transaction, applying nothing), in one
+   * message behind `PIN` with literal values, from then on.
+   */
+  async #run<R>(
+    what: string,
+    key: string | undefined,
+    build: (values: Values) => string,
+    signal: AbortSignal | undefined,
+  ): Promise<R[]> {
+    try {
+      if (!this.#pinned && !this.#pinnedForGood) {
+        const values = parameters()
+        const query = this.#sql.unsafe(build(values), values.params as never[], { prepare: this.#prepare })
+        try {
+          return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+        } catch (error) {
+          const code = (error as { code?: unknown }).code
+          if (code !== '40001' && code !== '25006') throw error
+          this.#pinnedForGood = true
+        }
+      }
+      const query = this.#sql.unsafe(`${PIN};\n${build(literals)}`).simple()
+      const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
+      return results[1] ?? []
+    } catch (error) {
+      if (signal?.aborted && error === signal.reason) throw error
+      throw await this.#failure(error, what, key)
+    }
+  }
+}
+
+function toRow(row: Row): SqlRow {
+  return {
+    owner: row.owner,
+    fence: BigInt(row.fence),
+    remainingMs: Number(row.ms),
+    released: row.released,
+    holder: row.holder ?? undefined,
+  }
+}
+
+/** Text columns cannot hold NUL: such a key is the caller's mistake, said before any statement. */
+function checkKey(key: string): void {
+  if (key.includes('\0')) {
+    throw new TypeError(`Expected \`key\` without NUL characters on PostgreSQL, got ${JSON.stringify(key)}`)
+  }
+}

@@ -1,0 +1,323 @@
+/**
+ * The cas-lease engine: a lock as ONE record per key on a store with conditional writes (S3, GCS,
+ * DynamoDB), replaced only by a write conditioned on the version we read. Model: the DynamoDB lock client
+ * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted by fencelock.
+ *
+ * - Record (record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
+ * - Grant: absent → create (a new record's fence); released → replace on its version (the next
+ *   fence); held by us (an earlier attempt of this acquire whose reply was lost) → replace on its
+ *   version, its fence kept or raised to a new record's, so the validity counts from this write; held
+ *   by another → a takeover (the next fence) only once this process has seen that same version
+ *   unchanged for the record's lease plus a margin, on its own monotonic clock (observe.ts says when
+ *   the observation starts, and why that is safe). No client's wall clock is read or written anywhere
+ *   (the server's only lifts fences): clocks may jump; only a waiter whose clock RATE runs faster than
+ *   the margin allows could take over early.
+ * - Fence (fence.ts): advanced by the very conditional write that grants, kept by renewals and
+ *   releases; every version of the record descends from the one before, so fences never go back while it
+ *   exists. Each grant also lifts it to an epoch of the SERVER's clock (the `Date` of the read that
+ *   decided it), so a record deleted behind our back and made again starts above every earlier fence.
+ * - Renewal: a replace on our last version (new nonce, same fence); the holder's validity counts from
+ *   before that write was sent (the core does it), which precedes every waiter's observation of it.
+ * - Uncertain outcomes (write.ts): re-read, and our owner with this write's nonce means it landed.
+ * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
+ * - List and break (operations.ts): the held records of a prefix, a page of the store at a time
+ *   (what a listed lease's `expiresInMs` can mean is said there); a break is a release's write without
+ *   the owner check, so the holder's next renewal fails.
+ * - Waiting: no notifications. Reads of a key held by another are paced per process: 100 ms, doubling
+ *   to `pollMaxMs` (1 s), and never later than the moment a takeover becomes possible; attempts in
+ *   between are answered from what was seen, without a request, and attempts that do read share one
+ *   read in flight per key (reads.ts), so the process's waiters of a key cost the reads of one. A
+ *   refused write whose re-read still shows the version it was conditioned on (a store whose reads lag
+ *   its writes) makes writes on that version back off: 100 ms doubling up to a third of the record's
+ *   lease (at least `pollMaxMs`), until a write of ours lands. A write of one key from this process is
+ *   never sent sooner than the adapter's `minWriteIntervalMs` (GCS: about one per second per object)
+ *   after the previous one was answered (the server may apply it until then): a write due sooner (a
+ *   release right after the grant) waits for it; 429/503 are the adapter's retryable errors, on which
+ *   the core backs off.
+ *
+ * Requests (R = strongly consistent read, W = conditional write), without faults:
+ * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
+ * - renewal (every ttl/3 by default): 1 W; release: 1 W;
+ * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
+ *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
+ *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
+ *   seen (one grant write of a key in flight per process: its other waiters wait for its outcome);
+ *   `inspect` is 1 R;
+ * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
+ * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
+ *   still land on the record found (hold.ts).
+ * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the adapter's listing (each
+ *   backend's header says what it reads).
+ *
+ * Adapter: `CasAdapter` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
+ */
+
+import { raceSignal } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  BackendCapabilities,
+  LockBackend,
+  LockInfo,
+} from '../../core/backend.js'
+import { BoundedMap } from '../../core/bounded-map.js'
+import { now } from '../../core/clock.js'
+import type { CasAdapter } from './adapter.js'
+import { grantFence, landedLate, newRecordFence, type ServerClock } from './fence.js'
+import { type CasHold, CasHolds } from './hold.js'
+import { type Observation, Observations } from './observe.js'
+import { CasOperations, recordView } from './operations.js'
+import { type CasRecord, heldBy, newNonce } from './record.js'
+import { CasIo } from './write.js'
+
+export type { CasHold } from './hold.js'
+
+export interface CasLeaseOptions {
+  /** The backend's id in errors and diagnostics. @default the adapter's id */
+  readonly id?: string | undefined
+  /**
+   * What a waiter adds to a record's lease before it takes over, in ms: covers the waiter's clock
+   * running faster than the holder's. @default 5 % of the lease, at least 200 ms
+   */
+  readonly marginMs?: number | undefined
+  /** The longest time between two reads of a key held by another. @default 1000 */
+  readonly pollMaxMs?: number | undefined
+}
+
+const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, fifo: false }
+const MARGIN_SHARE = 0.05
+const MARGIN_MIN_MS = 200
+const POLL_MAX_MS = 1000
+/**
+ * Owners of acquires remembered (whether they wrote, for abandon; whether they wait, for the pacing);
+ * forgetting one costs a request, never safety.
+ */
+const WRITERS_KEPT = 10_000
+
+/** A LockBackend over `adapter`: the cas-lease engine. */
+export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = {}): LockBackend {
+  const engine = new CasLease(adapter, options)
+  const backend: LockBackend = {
+    id: options.id ?? adapter.id,
+    capabilities: CAPABILITIES,
+    limits: adapter.limits,
+    tryAcquire: (req, signal) => engine.attempt(req, signal),
+    extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
+    release: (lease, signal) => engine.holds.release(lease, signal),
+    inspect: (key, signal) => engine.inspect(key, signal),
+    abandon: (req, signal) => engine.abandon(req, signal),
+    breakLock: (key, options) => engine.operations.breakLock(key, options),
+    close: () => adapter.close(),
+  }
+  const doctor = adapter.doctor?.bind(adapter)
+  // Only where the adapter can list its store: the client says so for one that cannot.
+  const list: LockBackend['list'] =
+    adapter.list && ((prefix, signal) => engine.operations.list(prefix, signal))
+  return { ...backend, ...(doctor ? { doctor } : {}), ...(list ? { list } : {}) }
+}
+
+export class CasLease {
+  /** Names the store in errors. */
+  readonly id: string
+  readonly #adapter: CasAdapter
+  readonly #seen: Observations
+  readonly #io: CasIo
+  /** Extend, release and abandon: what a holder (or a failed acquire) does to its own record. */
+  readonly holds: CasHolds
+  /** List and break: what an operator does (operations.ts). */
+  readonly operations: CasOperations
+  /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
+  readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
+  /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
+  readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
+  readonly #granting = new Map<string, Promise<void>>()
+
+  constructor(adapter: CasAdapter, options: CasLeaseOptions = {}) {
+    this.#adapter = adapter
+    this.id = options.id ?? adapter.id
+    const margin = options.marginMs
+    if (margin !== undefined && !(margin >= 0)) {
+      throw new TypeError(`Expected \`marginMs\` to be a number >= 0, got ${String(margin)}`)
+    }
+    if (options.pollMaxMs !== undefined && !(options.pollMaxMs > 0)) {
+      throw new TypeError(`Expected \`pollMaxMs\` to be a number > 0, got ${String(options.pollMaxMs)}`)
+    }
+    this.#seen = new Observations(options.pollMaxMs ?? POLL_MAX_MS, (leaseMs) =>
+      margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
+    )
+    this.#io = new CasIo(adapter, this.#seen)
+    this.holds = new CasHolds(this.#io, this.#writers)
+    this.operations = new CasOperations(this.#io)
+  }
+
+  /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
+  async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    const start = now()
+    const known = this.#seen.get(req.key)
+    const waiting = this.#waiting.has(req.owner)
+    if (waiting) {
+      // A write on what we see was refused while our reads kept showing it (a lagging store): nothing
+      // new to try before its backoff ends, and a read now would most likely show the same.
+      const lagging = this.#seen.laggingUntil(req.key, known?.version, start)
+      if (lagging !== undefined) return { granted: false, retryInMs: lagging - start }
+      // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
+      // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
+      if (known && start < known.nextReadAt && this.#othersHold(known, req.owner)) return this.#busy(known)
+    }
+    // The server's second of this read decides the fence of a grant made on what it returns (fence.ts).
+    // A waiter takes any read of the key in flight (what it shows is observed at its return, whoever sent
+    // it: observe.ts); a new acquire only one sent after it began, which a release before it shows.
+    const clock: ServerClock = {}
+    const notBefore = waiting ? Number.NEGATIVE_INFINITY : start
+    const { current, seen } = await this.#io.observe(req.key, signal, clock, notBefore)
+    if (!waiting) this.#waiting.set(req.owner, true)
+    const { id } = this
+    if (current === undefined || seen === undefined) {
+      return await this.#write(req, newRecordFence(clock.seconds, req.key, id), undefined, signal, clock)
+    }
+    const record = seen.record
+    // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
+    if (record === undefined) return this.#busy(seen)
+    const next = () => grantFence(record.fence, clock.seconds, req.key, id)
+    if (record.state === 'released') return await this.#write(req, next(), seen, signal, clock)
+    // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
+    // the core counts from this attempt's start is really the lease's (waiters restart their watch).
+    // That attempt may have been a create that landed late (fence.ts): the fence is made as a new
+    // record's would be now, which is never below the one it carries.
+    if (record.owner === req.owner) {
+      const renewed = newRecordFence(clock.seconds, req.key, id)
+      return await this.#write(req, renewed > record.fence ? renewed : record.fence, seen, signal, clock)
+    }
+    // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
+    // more (it counted its validity from before the write we have been watching), so it is taken over.
+    const takeoverAt = this.#seen.takeoverAt(seen)!
+    if (now() < takeoverAt) return this.#busy(seen)
+    return await this.#write(req, next(), seen, signal, clock)
+  }
+
+  /** `LockBackend.abandon`: the acquire is over; what it may have left is released (hold.ts). */
+  abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    this.#waiting.delete(req.owner)
+    return this.holds.abandon(req, signal)
+  }
+
+  /** `LockBackend.inspect`: the record as stored, with what this process has seen of it (operations.ts). */
+  async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
+    const { seen } = await this.#io.observe(key, signal)
+    if (seen === undefined) return null
+    return recordView(seen.record, now() - seen.since, this.#adapter.id)
+  }
+
+  /**
+   * A grant by writing our record (`fence`) over `seen` (undefined: a create), or why not. `decided` is
+   * the server's clock of the read that chose the fence.
+   */
+  async #write(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+    decided: ServerClock,
+  ): Promise<AttemptResult> {
+    // One grant write of a key in flight per process: the other acquires of the key wait for its outcome
+    // and try again (it landed: the record it left is held, and they are answered from it without a
+    // request; it did not: they read). All at once, every waiter that saw a release (or a takeover
+    // due) would write, and all but one be refused: 100 waiters, 100 writes and their re-reads.
+    const other = this.#granting.get(req.key)
+    if (other !== undefined) {
+      await raceSignal(other, signal)
+      return { granted: false, retryInMs: 0 }
+    }
+    const granting = this.#grant(req, fence, seen, signal, decided)
+    const settled = granting.then(
+      () => {},
+      () => {},
+    )
+    this.#granting.set(req.key, settled)
+    try {
+      return await granting
+    } finally {
+      if (this.#granting.get(req.key) === settled) this.#granting.delete(req.key)
+    }
+  }
+
+  /** `#write`, this process's only grant write of the key in flight. */
+  async #grant(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+    decided: ServerClock,
+  ): Promise<AttemptResult> {
+    // The store's write rate (GCS: about one write per second per object). If the record changes
+    // meanwhile, the write's condition says so.
+    await this.#io.paced(req.key, signal)
+    const record: CasRecord = {
+      owner: req.owner,
+      fence,
+      leaseMs: req.ttlMs,
+      state: 'held',
+      holder: req.holder,
+      nonce: newNonce(),
+    }
+    // Before it is sent: from here on it may land at any time, even after the core gave up on it.
+    const conditioned = this.#writers.get(req.owner) ?? new Set<string>()
+    if (seen !== undefined) conditioned.add(seen.version)
+    this.#writers.set(req.owner, conditioned)
+    const answered: ServerClock = {}
+    const out = await this.#io.write(req.key, record, seen?.version, signal, answered)
+    if (out.kind === 'written' && seen === undefined && landedLate(decided.seconds, answered.seconds)) {
+      // A create answered over a second after the read that chose its fence: it may have landed after
+      // another record of this key was made and deleted meanwhile. Made anew by a replace on its own
+      // version (which cannot land late on another record) with a new record's fence of the answer's
+      // second, before anyone is granted with the first (fence.ts).
+      const fresh = newRecordFence(answered.seconds, req.key, this.id)
+      return await this.#grant(req, fresh, { version: out.version }, signal, answered)
+    }
+    if (out.kind === 'written') {
+      this.#waiting.delete(req.owner)
+      const hold: CasHold = {
+        version: out.version,
+        leaseMs: req.ttlMs,
+        holder: req.holder,
+        nonces: new Set([record.nonce]),
+      }
+      return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
+    }
+    // It may still land: unknown to the core too, which counts a later grant's validity from here.
+    if (out.kind === 'unknown') throw out.error
+    // An earlier attempt of ours landed meanwhile: the next attempt writes it again (see `attempt`).
+    if (heldBy(out.record, req.owner)) return { granted: false, retryInMs: 0 }
+    if (out.lagging) {
+      // Refused, and the read behind it still shows what we wrote on: the store's reads lag its writes.
+      // The next write on that version waits, a little longer each time, up to the holder's renewal
+      // interval (a third of its lease; at least the longest poll): the record has moved on, and
+      // only reads that caught up can say to what (observe.ts).
+      const capMs = Math.max(this.#seen.pollMaxMs, (out.record?.leaseMs ?? 0) / 3)
+      const t = now()
+      return { granted: false, retryInMs: this.#seen.lagging(req.key, seen?.version, capMs, t) - t }
+    }
+    const after = this.#seen.get(req.key)
+    return after ? this.#busy(after) : { granted: false, retryInMs: 0 }
+  }
+
+  /** Whether `seen` is a record held by someone other than `owner` (or unreadable). */
+  #othersHold(seen: Observation, owner: string): boolean {
+    const record = seen.record
+    return record === undefined || (record.state === 'held' && record.owner !== owner)
+  }
+
+  /**
+   * Refused: come back at the next read this process allows itself, which is never later than the
+   * moment a takeover becomes possible, and not before the store allows a takeover write.
+   */
+  #busy(seen: Observation): AttemptResult {
+    const t = now()
+    const takeoverAt = this.#seen.takeoverAt(seen)
+    let at = seen.nextReadAt
+    if (takeoverAt !== undefined)
+      at = Math.min(at, Math.max(takeoverAt, t + this.#adapter.minWriteIntervalMs))
+    return { granted: false, retryInMs: Math.max(0, at - t) }
+  }
+}

@@ -1,0 +1,192 @@
+/**
+ * What a holder does to its own `cas-lease` record (extend, release), and what an acquire that gave up
+ * does to whatever it may have left there (abandon). Every write is conditioned on the version our latest
+ * known write left; a refusal is judged by the record as it is now (write.ts), so that a renewal of
+ * ours whose reply was lost, and which landed after all, is recognised as this hold's (owner, fence, and
+ * the nonce of one of its own writes) and not taken for a loss.
+ */
+import type { AcquireRequest, ExtendResult, HeldLease } from '../../core/backend.js'
+import type { BoundedMap } from '../../core/bounded-map.js'
+import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
+import { landedLate, newRecordFence, type ServerClock } from './fence.js'
+import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './record.js'
+import type { CasIo } from './write.js'
+
+/** The cookie of a cas-lease grant: what we know of our record. Updated in place by extend and release. */
+export interface CasHold {
+  /** The record's version as our latest write that we know of left it. */
+  version: string
+  /** The lease our latest known write asked for (a release writes it again). */
+  leaseMs: number
+  readonly holder: string | undefined
+  /**
+   * The nonces of this hold's writes since its last confirmed one (that one included): a record of our
+   * owner and fence is this hold's only with one of them. Another attempt of the same acquire may have
+   * written it again (a grant whose answer came too late, released by the core, while the next attempt
+   * found the record and took it): owner and fence alone would let the late grant's release, or its
+   * renewal, act on the lock the core took.
+   */
+  nonces: Set<string>
+}
+
+/** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
+const TRIES = 3
+
+export class CasHolds {
+  readonly #io: CasIo
+  /**
+   * Owners whose acquire sent a write (engine.ts), with the versions its replaces were conditioned on:
+   * only they can have left a record to abandon, or still have a write in flight that could land.
+   */
+  readonly #writers: BoundedMap<string, Set<string>>
+
+  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>) {
+    this.#io = io
+    this.#writers = writers
+  }
+
+  /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
+  async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
+    const hold = lease.cookie as CasHold
+    // Too soon after our last write's answer for the store's write rate: wait for it (the core's validity
+    // counts from before this call, before the write is sent, so the wait only makes it more
+    // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
+    // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
+    await this.#io.paced(lease.key, signal)
+    const record = this.#record(lease, hold, ttlMs, 'held')
+    const out = await this.#io.write(lease.key, record, hold.version, signal)
+    if (out.kind === 'written') {
+      // The core counts the renewed validity from before this call, which is before the write was sent.
+      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
+      return { renewed: true }
+    }
+    if (out.kind === 'unknown') throw out.error
+    const ours = stillOurs(out.record, lease, hold)
+    if (!ours) return { renewed: false }
+    // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
+    // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
+    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs })
+    throw unsettled(this.#io, lease.key, 'renew')
+  }
+
+  /** `LockBackend.release`: marks our record released (fence kept); false when it was no longer ours. */
+  async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
+    const hold = lease.cookie as CasHold
+    for (let i = 0; i < TRIES; i++) {
+      await this.#io.paced(lease.key, signal)
+      const out = await this.#io.write(
+        lease.key,
+        this.#record(lease, hold, hold.leaseMs, 'released'),
+        hold.version,
+        signal,
+      )
+      if (out.kind === 'written') return true
+      if (out.kind === 'unknown') throw out.error
+      // Not this hold's any more (taken over after our lease, or written over by another attempt of the
+      // same acquire): nothing to release.
+      if (!stillOurs(out.record, lease, hold)) return false
+      // Ours at a version a late renewal of ours left: release that one.
+      hold.version = out.current!.version
+    }
+    throw unsettled(this.#io, lease.key, 'release')
+  }
+
+  /**
+   * `LockBackend.abandon`: our acquire gave up, but a write of it may have landed (a lost reply, an abort
+   * racing it), or may still land: the core stops waiting for an attempt at once (the SDK call rejects on
+   * abort), while a request that had reached the server is committed after anything we do next.
+   * - A record held by its owner: marked released, conditionally on its version.
+   * - No record at all while a create of ours may still be in flight: a released record (with one less
+   *   than a new record's fence, so the next grant still gets at least that) is created, which makes that
+   *   create fail for good instead of leaving a lock nobody renews.
+   * - A record at a version one of our replaces was conditioned on (a released record taken, a takeover
+   *   after observed expiry): that replace has not landed and still could, granting a lock nobody renews
+   *   (waiters would sit out a whole lease). It is written over with a released record on that version
+   *   (same fence, a fresh nonce), so that our replace's condition fails for good. That changes no live
+   *   holder's lease: the engine conditions a write on version V only after deciding that the record at V
+   *   was free to take (released, or seen unchanged for its lease plus the margin), so "released" at V is
+   *   what V already meant to every waiter, and the fence, kept, still moves on with the next grant.
+   * - Any other version: none of our writes can land on it any more (versions never come back), nothing
+   *   to do. An owner that never sent a write costs no request.
+   */
+  async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
+    const conditioned = this.#writers.get(req.owner)
+    if (conditioned === undefined) return
+    const clock: ServerClock = {}
+    let current = await this.#io.read(req.key, signal, clock)
+    for (let i = 0; i < TRIES; i++) {
+      const found = current === undefined ? undefined : decodeRecord(current.body)
+      const pending = found !== undefined && conditioned.has(current!.version)
+      if (current !== undefined && !heldBy(found, req.owner) && !pending) {
+        this.#writers.delete(req.owner)
+        return
+      }
+      await this.#io.paced(req.key, signal)
+      const record = released(req, found, this.#io.adapter.id, clock.seconds)
+      const answered: ServerClock = {}
+      const out = await this.#io.write(req.key, record, current?.version, signal, answered)
+      if (out.kind === 'unknown') throw out.error
+      if (out.kind === 'written' && current === undefined && landedLate(clock.seconds, answered.seconds)) {
+        // Our released record was created late (fence.ts): its fence raised to the answer's second.
+        await this.#io.paced(req.key, signal)
+        const raised = released(req, undefined, this.#io.adapter.id, answered.seconds)
+        const again = { ...record, fence: maxFence(record.fence, raised.fence), nonce: newNonce() }
+        const redone = await this.#io.write(req.key, again, out.version, signal)
+        if (redone.kind === 'unknown') throw redone.error
+      }
+      if (out.kind === 'written') {
+        this.#writers.delete(req.owner)
+        return
+      }
+      current = out.current
+    }
+    throw unsettled(this.#io, req.key, 'clean up')
+  }
+
+  /** Our record with a fresh nonce, counted among the hold's writes before it is sent. */
+  #record(lease: HeldLease, hold: CasHold, leaseMs: number, state: CasState): CasRecord {
+    const nonce = newNonce()
+    hold.nonces.add(nonce)
+    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
+  }
+}
+
+/**
+ * The released record abandon writes over `found` (undefined: no record). The fence and lease are kept,
+ * and the owner and holder too: a released record's owner never matters for exclusion (only a held one
+ * is anyone's), and the fence it carries was theirs, not ours (`found` held by our owner is ours anyway).
+ * No record: ours, with one less than a new record's fence (fence.ts), which nobody held, so the
+ * next grant takes at least that fence; `seconds` is the server's clock of the read that found none.
+ */
+function released(
+  req: AcquireRequest,
+  found: CasRecord | undefined,
+  backend: string,
+  seconds: number | undefined,
+): CasRecord {
+  if (found !== undefined) return { ...found, state: 'released', nonce: newNonce() }
+  return {
+    owner: req.owner,
+    fence: newRecordFence(seconds, req.key, backend) - 1n,
+    leaseMs: req.ttlMs,
+    state: 'released',
+    holder: req.holder,
+    nonce: newNonce(),
+  }
+}
+
+/** `record` when it is held by `lease.owner` with `lease.fence`, written by one of `hold`'s writes. */
+function stillOurs(record: CasRecord | undefined, lease: HeldLease, hold: CasHold): CasRecord | undefined {
+  if (!heldBy(record, lease.owner) || record!.fence !== lease.fence) return undefined
+  return hold.nonces.has(record!.nonce) ? record : undefined
+}
+
+/** A write whose outcome stayed unclear because the record kept moving under our own late writes. */
+function unsettled(io: CasIo, key: string, what: string): BackendUnavailableError {
+  return new BackendUnavailableError(
+    `Could not ${what} lock ${quoteKey(key)} on ${io.adapter.id}: an earlier write of ours landed late; retrying`,
+    { key, backend: io.adapter.id, retryable: true },
+  )
+}
+
+const maxFence = (a: bigint, b: bigint): bigint => (a > b ? a : b)

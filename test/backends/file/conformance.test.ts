@@ -1,0 +1,4 @@
+import { defineConformanceSuite } from '../../conformance/suite.js'
+import { fileKit } from '../../kits/file.js'
+
+defineConformanceSuite(fileKit)

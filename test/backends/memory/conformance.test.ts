@@ -1,0 +1,4 @@
+import { defineConformanceSuite } from '../../conformance/suite.js'
+import { memoryKit } from '../../kits/memory.js'
+
+defineConformanceSuite(memoryKit)
