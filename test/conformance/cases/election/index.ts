@@ -4,11 +4,11 @@
  * campaign given up leaves no candidate behind to lead later. All through the public API.
  */
 import assert from 'node:assert/strict'
-import { type LeaderView, LockLostError, LockNotAcquiredError } from '../../../src/index.js'
-import { awaitLater } from '../../support/later.js'
-import { sleep } from '../../support/time.js'
-import { pollUntil } from '../../support/wait.js'
-import type { ConformanceCase } from '../harness.js'
+import { type LeaderView, LockLostError, LockNotAcquiredError } from '../../../../src/index.js'
+import { awaitLater } from '../../../support/later.js'
+import { sleep } from '../../../support/time.js'
+import { pollUntil } from '../../../support/wait.js'
+import type { ConformanceCase } from '../../harness.js'
 
 /** The generous bound of every wait: a liveness limit on a loaded machine, not a speed claim. */
 const WITHIN = { withinMs: 30_000, everyMs: 20 }
