@@ -7,19 +7,23 @@ export type {
   BreakResult,
   Busy,
   DoctorFinding,
+  ElectionFacet,
   ExpiryKind,
   ExtendOutcome,
   ExtendResult,
   Grant,
   HeldLease,
+  LeaseFacet,
   ListedLock,
   LockBackend,
   LockInfo,
+  ProclaimResult,
 } from './core/backend.js'
 export type { LockClient } from './core/client.js'
 export { channels, type LossReason } from './core/diagnostics.js'
 export type { Duration } from './core/durations.js'
 export { parseDuration } from './core/durations.js'
+export type { CampaignOptions, Election, Leadership, LeaderView } from './core/election.js'
 export {
   BackendUnavailableError,
   CapabilityError,

@@ -5,6 +5,7 @@ import { cliSchemes, UsageError } from './args.js'
 import { BREAK_HELP, breakCommand } from './break.js'
 import { DOCTOR_HELP, doctorCommand } from './doctor.js'
 import { driverSearchPaths } from './driver-paths.js'
+import { ELECT_HELP, electCommand, OBSERVE_HELP, observeCommand } from './elect.js'
 import { EXIT, exitCodeFor } from './exit-codes.js'
 import { HOLD_HELP, holdCommand } from './hold.js'
 import { INSPECT_HELP, inspectCommand } from './inspect.js'
@@ -31,6 +32,8 @@ Commands:
   break <key>             free a stuck lock, keeping its fence (asks first; --yes in scripts)
   doctor [<url>]          check a backend's settings and semantics (--strict: warnings fail)
   prune [<prefix>]        remove what a lock folder keeps for names whose locks have ended
+  elect <name> -- <cmd>   run a command while leading an election (FENCELOCK_TERM in its env)
+  observe <name>          print who leads an election, now and at every change
 
 Backends (--url URL, or $FENCELOCK_URL):
 ${backends.join('\n')}
@@ -55,6 +58,8 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help:
   break: { run: breakCommand, help: BREAK_HELP },
   doctor: { run: doctorCommand, help: DOCTOR_HELP },
   prune: { run: pruneCommand, help: PRUNE_HELP },
+  elect: { run: electCommand, help: ELECT_HELP },
+  observe: { run: observeCommand, help: OBSERVE_HELP },
 }
 
 async function main(argv: string[]): Promise<number> {

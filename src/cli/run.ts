@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { constants } from 'node:os'
 import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, type ParsedOptions, UsageError } from './args.js'
-import { holderOf, onLockLost, open, parseCommand, showWaiting, timeoutOf } from './context.js'
+import { holderOf, type Opened, onLockLost, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
 import { groupRunning } from './process-group.js'
 import { startCommand, startWatchdog, type Watchdog } from './watchdog.js'
@@ -36,6 +36,31 @@ Exit codes: the command's own; 64 usage, 69 backend unavailable, 75 not acquired
 76 lock lost while running, 126 command not executable, 127 command not found.`
 
 export async function runCommand(argv: string[]): Promise<number> {
+  const job = parseJob('run', argv, {}, RUN_HELP)
+  if (job === undefined) return EXIT.ok
+  return withWatchdog(job.killAfterMs, (watchdog) =>
+    runLocked(job.name, job.command, job.values, job.killAfterMs, watchdog),
+  )
+}
+
+/** A command line of `run` or `elect`: the name, the options, and the command after `--`. */
+export interface Job {
+  readonly name: string
+  readonly command: string[]
+  readonly values: ParsedOptions
+  readonly killAfterMs: number
+}
+
+/**
+ * Reads `fencelock <verb> <name> [options] -- <command>`; undefined after printing `help` (--help).
+ * @throws {UsageError} for a missing name or command
+ */
+export function parseJob(
+  verb: string,
+  argv: string[],
+  extra: Parameters<typeof parseCommand>[1],
+  help: string,
+): Job | undefined {
   const split = argv.indexOf('--')
   const own = split === -1 ? argv : argv.slice(0, split)
   const command = split === -1 ? [] : argv.slice(split + 1)
@@ -46,31 +71,52 @@ export async function runCommand(argv: string[]): Promise<number> {
       'kill-after': { type: 'string' },
       foreground: { type: 'boolean' },
       holder: { type: 'string' },
+      ...extra,
     },
-    RUN_HELP,
+    help,
   )
-  if (parsed === undefined) return EXIT.ok
+  if (parsed === undefined) return undefined
   const { values, positionals } = parsed
-  const [key, ...extra] = positionals
-  if (key === undefined)
-    throw new UsageError('missing <key>; usage: fencelock run <key> [options] -- <command>')
-  if (extra.length > 0 || command.length === 0) {
+  const [name, ...rest] = positionals
+  const what = verb === 'elect' ? '<election>' : '<key>'
+  if (name === undefined)
+    throw new UsageError(`missing ${what}; usage: fencelock ${verb} ${what} [options] -- <command>`)
+  if (rest.length > 0 || command.length === 0) {
     throw new UsageError(
-      `put the command after "--": fencelock run ${key} -- ${[...extra, ...command].join(' ') || '<command>'}`,
+      `put the command after "--": fencelock ${verb} ${name} -- ${[...rest, ...command].join(' ') || '<command>'}`,
     )
   }
   const killAfterMs = parseDuration('--kill-after', values['kill-after'] ?? '10s')
+  return { name, command, values, killAfterMs }
+}
+
+/** Runs `body` with a watchdog started (none on Windows), and ends the watchdog after it. */
+export async function withWatchdog<T>(
+  killAfterMs: number,
+  body: (watchdog: Watchdog | undefined) => Promise<T>,
+): Promise<T> {
   // Started first: the file backend records its pid with the grant, beside ours (see watchdog.ts).
   const watchdog = process.platform === 'win32' ? undefined : await startWatchdog(killAfterMs)
   try {
-    return await runLocked(key, command, values, killAfterMs, watchdog)
+    return await body(watchdog)
   } finally {
     watchdog?.done()
   }
 }
 
+/** What `run` and `elect` hold while their command runs: a lock, or a leadership. */
+export interface Holding {
+  /** Aborts when the lock or the leadership is lost. */
+  readonly signal: AbortSignal
+  /** The command's environment additions (FENCELOCK_KEY and FENCELOCK_FENCE, or the election's). */
+  readonly env: Readonly<Record<string, string>>
+  /** What --verbose says once it is held: "acquired deploy (fence 7)". */
+  readonly said: string
+  release(): Promise<void>
+}
+
 /** `run` once its arguments are read and its watchdog (if any) started. */
-async function runLocked(
+function runLocked(
   key: string,
   command: string[],
   values: ParsedOptions,
@@ -79,6 +125,34 @@ async function runLocked(
 ): Promise<number> {
   const timeout = timeoutOf(values)
   const verbose = values.verbose === true
+  return runHolding(command, values, killAfterMs, watchdog, async (opened, signal) => {
+    const stopStatus = showWaiting(opened.client, key, verbose)
+    try {
+      const lock = await opened.client.acquire(key, { ...(timeout === undefined ? {} : { timeout }), signal })
+      return {
+        signal: lock.signal,
+        env: { FENCELOCK_KEY: lock.key, FENCELOCK_FENCE: lock.fence.toString() },
+        said: `acquired ${key} (fence ${lock.fence})`,
+        release: () => lock.release(),
+      }
+    } finally {
+      stopStatus()
+    }
+  })
+}
+
+/**
+ * Takes what `take` takes (a Ctrl-C or SIGTERM while it waits ends the wait, exiting 128 + the signal),
+ * runs the command while it is held (see runChild), then releases it and exits with the command's status,
+ * or 76 when it was lost meanwhile.
+ */
+export async function runHolding(
+  command: string[],
+  values: ParsedOptions,
+  killAfterMs: number,
+  watchdog: Watchdog | undefined,
+  take: (opened: Opened, signal: AbortSignal) => Promise<Holding>,
+): Promise<number> {
   const holderPids = watchdog ? [process.pid, watchdog.pid] : undefined
   const opened = await open(values, holderOf(command), holderPids)
   const interrupted = new AbortController()
@@ -86,31 +160,25 @@ async function runLocked(
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   try {
-    const stopStatus = showWaiting(opened.client, key, verbose)
-    let lock: Awaited<ReturnType<typeof opened.client.acquire>>
+    let held: Holding
     try {
-      lock = await opened.client.acquire(key, {
-        ...(timeout === undefined ? {} : { timeout }),
-        signal: interrupted.signal,
-      })
+      held = await take(opened, interrupted.signal)
     } catch (error) {
       if (interrupted.signal.aborted)
         return 128 + constants.signals[interrupted.signal.reason as NodeJS.Signals]
       throw error
-    } finally {
-      stopStatus()
     }
-    if (verbose) process.stderr.write(`fencelock: acquired ${key} (fence ${lock.fence})\n`)
-    const job = runChild(command, lock, killAfterMs, values.foreground === true, watchdog)
+    if (values.verbose === true) process.stderr.write(`fencelock: ${held.said}\n`)
+    const job = runChild(command, held, killAfterMs, values.foreground === true, watchdog)
     // Only now that runChild listens: a signal meeting no listener would kill us outright.
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
     const status = await job
-    await lock.release().catch((error: Error) => {
+    await held.release().catch((error: Error) => {
       process.stderr.write(`fencelock: ${error.message}\n`)
     })
-    if (lock.signal.aborted) {
-      process.stderr.write(`fencelock: ${(lock.signal.reason as Error).message}\n`)
+    if (held.signal.aborted) {
+      process.stderr.write(`fencelock: ${(held.signal.reason as Error).message}\n`)
       return EXIT.lost
     }
     return status
@@ -122,7 +190,7 @@ async function runLocked(
 }
 
 /**
- * Runs the command with the fence in its environment; resolves with its exit status, shell-style.
+ * Runs the command with the fence (or term) in its environment; resolves with its exit status, shell-style.
  * By default the command leads a process group of its own (started through the starter, ./watchdog.ts),
  * and this resolves only once that whole group is gone: the lock is released after the last process the
  * command started, as flock(1)'s lock lives as long as the last holder of its descriptor. A lost lock stops
@@ -134,14 +202,14 @@ async function runLocked(
  */
 function runChild(
   command: string[],
-  lock: { key: string; fence: bigint; signal: AbortSignal },
+  lock: Pick<Holding, 'signal' | 'env'>,
   killAfterMs: number,
   foreground: boolean,
   watchdog: Watchdog | undefined,
 ): Promise<number> {
   return new Promise((resolve) => {
     const [file, ...args] = command as [string, ...string[]]
-    const env = { ...process.env, FENCELOCK_KEY: lock.key, FENCELOCK_FENCE: lock.fence.toString() }
+    const env = { ...process.env, ...lock.env }
     const started = watchdog
       ? startCommand(command, env, foreground)
       : { child: spawn(file, args, { stdio: 'inherit', env }), go: () => {} }

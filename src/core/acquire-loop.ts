@@ -7,10 +7,10 @@
  * step that changes it stay in one class, to be read together.)
  */
 import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
-import type { AcquireRequest, AttemptResult, Grant, LockBackend } from './backend.js'
+import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend.js'
 import { jitter, nap, now, sleep } from './clock.js'
 import { channels, publish } from './diagnostics.js'
-import { BackendUnavailableError, LockNotAcquiredError, quoteKey } from './errors.js'
+import { BackendUnavailableError, LockNotAcquiredError, type Primitive, quoteKey } from './errors.js'
 import { LockHandle } from './lock.js'
 import { type ResolvedAcquireOptions, validUntil } from './options.js'
 import { newOwnerId } from './owner.js'
@@ -53,7 +53,7 @@ const SETTLE_SLACK_MS = 500
 
 /** What an acquire needs from its client. */
 export interface AcquireContext {
-  readonly backend: LockBackend
+  readonly backend: LeaseFacet
   readonly driftFactor: number
   /** The client's held locks: a grant joins them, and leaves once released or lost. */
   readonly held: Set<LockHandle>
@@ -64,6 +64,8 @@ export interface AcquireContext {
    * (bounded) before closing the store.
    */
   readonly cleanups: Set<Promise<unknown>>
+  /** What is acquired, for messages: a lock (the default), or the leadership of an election. */
+  readonly primitive?: Primitive | undefined
 }
 
 /** Runs one acquire to its end: a held lock, or the error its caller hears (its clean-up under way). */
@@ -79,7 +81,7 @@ export function acquireLoop(
 /** One `acquire` call: its state (named fields, not captured variables) and the steps that change it. */
 class AcquireLoop {
   readonly #ctx: AcquireContext
-  readonly #backend: LockBackend
+  readonly #backend: LeaseFacet
   readonly #req: AcquireRequest
   readonly #opts: ResolvedAcquireOptions
   readonly #signal: AbortSignal
@@ -146,7 +148,13 @@ class AcquireLoop {
     this.#signal = signal
     this.#deadline = this.#startedAt + opts.timeoutMs
     // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
-    this.#req = { key, owner: newOwnerId(), ttlMs: opts.ttlMs, holder: opts.holder }
+    this.#req = {
+      key,
+      owner: newOwnerId(),
+      ttlMs: opts.ttlMs,
+      holder: opts.holder,
+      ...(opts.value === undefined ? {} : { value: opts.value }),
+    }
     this.#diag = { key, backend: ctx.backend.id, owner: this.#req.owner }
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
@@ -266,7 +274,13 @@ class AcquireLoop {
     const answering = this.#attempts > 1 && this.#unavailableSince === undefined
     if (answering && now() >= this.#attemptEnd && now() >= this.#deadline) this.#fail(this.#notAcquired())
     publish(channels.storeError, () => ({ ...this.#diag, operation: 'acquire', error }))
-    const wrapped = unavailableError(this.#backend, this.#req.key, error, 'acquire')
+    const wrapped = unavailableError(
+      this.#backend,
+      this.#req.key,
+      error,
+      this.#ctx.primitive === 'election' ? 'campaign for' : 'acquire',
+      this.#ctx.primitive,
+    )
     // The store's own refusal of the request (a key holding foreign data): it answers, and may clean up.
     if (!(wrapped instanceof BackendUnavailableError)) this.#fail(wrapped)
     this.#unavailableSince ??= this.#attemptStart
@@ -309,7 +323,7 @@ class AcquireLoop {
     const { backend, driftFactor, held, renewals } = this.#ctx
     const { key, owner } = this.#req
     const lock = new LockHandle(
-      { backend, driftFactor, renewals, onSettled: (l) => held.delete(l) },
+      { backend, driftFactor, renewals, onSettled: (l) => held.delete(l), primitive: this.#ctx.primitive },
       { key, owner, fence: grant.fence, cookie: grant.cookie },
       // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
       {
@@ -325,9 +339,13 @@ class AcquireLoop {
 
   #notAcquired(): LockNotAcquiredError {
     const { key } = this.#req
+    const waited = `gave up after ${Math.round(now() - this.#startedAt)} ms (timeout ${this.#opts.timeoutMs} ms)`
     return new LockNotAcquiredError(
-      `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; gave up after ${Math.round(now() - this.#startedAt)} ms ` +
-        `(timeout ${this.#opts.timeoutMs} ms). Use a longer timeout, or inspect the lock to see its holder`,
+      this.#ctx.primitive === 'election'
+        ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
+            'timeout, or observe the election to see its leader'
+        : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+            'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
   }

@@ -5,9 +5,9 @@
  * loop (acquire-loop.ts) strings attempts together.
  */
 import { attach } from './abort.js'
-import type { AcquireRequest, AttemptResult, Grant, LockBackend } from './backend.js'
+import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend.js'
 import { giveBack, sleep, takeController, timerDelay, withTimeout } from './clock.js'
-import { BackendUnavailableError, causeText, LockError, quoteKey } from './errors.js'
+import { BackendUnavailableError, causeText, LockError, type Primitive, subjectOf } from './errors.js'
 
 /** How long a timed-out attempt waits for the backend's own account of the failure. */
 const EXPLAIN_WAIT_MS = 100
@@ -28,7 +28,7 @@ export class AttemptTimeout extends Error {
  * a failed acquire waits for.
  */
 export function boundedAttempt(
-  backend: LockBackend,
+  backend: LeaseFacet,
   req: AcquireRequest,
   signal: AbortSignal,
   boundMs: number,
@@ -99,7 +99,7 @@ async function explainTimeout(attempt: Promise<AttemptResult>, timeout: AttemptT
 }
 
 /** Releases what an attempt whose caller stopped listening was granted after all. */
-function releaseLate(backend: LockBackend, req: AcquireRequest, attempt: Promise<AttemptResult>): void {
+function releaseLate(backend: LeaseFacet, req: AcquireRequest, attempt: Promise<AttemptResult>): void {
   attempt.then(
     (result) => (result.granted ? releaseQuietly(backend, req, result) : undefined),
     () => {},
@@ -107,22 +107,29 @@ function releaseLate(backend: LockBackend, req: AcquireRequest, attempt: Promise
 }
 
 /** Best effort: the lease ends by its ttl anyway if this fails. */
-export async function releaseQuietly(backend: LockBackend, req: AcquireRequest, grant: Grant): Promise<void> {
+export async function releaseQuietly(backend: LeaseFacet, req: AcquireRequest, grant: Grant): Promise<void> {
   const lease = { key: req.key, owner: req.owner, fence: grant.fence, cookie: grant.cookie }
   await withTimeout(grant.ttlMs, (s) => backend.release(lease, s)).catch(() => {})
 }
 
 /** What a failed call on the store means for the caller: its own `LockError`, or the store unavailable. */
-export function unavailableError(backend: LockBackend, key: string, error: unknown, what: string): LockError {
+export function unavailableError(
+  backend: LeaseFacet,
+  key: string,
+  error: unknown,
+  what: string,
+  primitive?: Primitive,
+): LockError {
   if (error instanceof LockError) return error
+  const subject = subjectOf(primitive, key)
   if (error instanceof AttemptTimeout) {
     return new BackendUnavailableError(
-      `Could not ${what} lock ${quoteKey(key)}: ${backend.id} did not answer within ${error.ms} ms`,
+      `Could not ${what} ${subject}: ${backend.id} did not answer within ${error.ms} ms`,
       { key, backend: backend.id, cause: error },
     )
   }
   return new BackendUnavailableError(
-    `Could not ${what} lock ${quoteKey(key)}: ${backend.id} failed (${causeText(error)})`,
+    `Could not ${what} ${subject}: ${backend.id} failed (${causeText(error)})`,
     { key, backend: backend.id, cause: error },
   )
 }
@@ -134,7 +141,7 @@ export function unavailableError(backend: LockBackend, key: string, error: unkno
  * never rejects, so a backend bug (even a synchronous throw) never replaces the acquire's error.
  */
 export function abandonAfter(
-  backend: LockBackend,
+  backend: LeaseFacet,
   req: AcquireRequest,
   last: Promise<unknown> | undefined,
 ): Promise<void> {

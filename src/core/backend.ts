@@ -50,6 +50,11 @@ export interface AcquireRequest {
    * decide anything: the owner id alone says who holds a key.
    */
   readonly holder?: string | undefined
+  /**
+   * An election candidate's value (its address, its id: at most `MAX_VALUE_BYTES` of UTF-8), stored with
+   * the grant and shown by `inspect` as `value`; what `proclaim` replaces. Absent on a mutex.
+   */
+  readonly value?: string | undefined
 }
 
 /** A successful attempt. */
@@ -119,6 +124,8 @@ export interface LockInfo {
   readonly expiresInMs?: number | undefined
   /** Anything unusual, said plainly (for example an unreadable record treated as held). */
   readonly note?: string | undefined
+  /** The leader's value, on an election's facet, while held (`AcquireRequest.value`, or the last proclaimed). */
+  readonly value?: string | undefined
 }
 
 /**
@@ -191,11 +198,15 @@ export interface DoctorFinding {
 }
 
 /**
- * Every primitive gets an AbortSignal. It aborts when the caller gives up (abort, deadline, client closed);
+ * The leased methods of one primitive: one attempt, extend, release, abandon, inspect and the wake-up
+ * hint. The core's acquire loop, renewal and handle run over any of them: the mutex (the backend
+ * itself) and the election facet are both one.
+ *
+ * Every method gets an AbortSignal. It aborts when the caller gives up (abort, deadline, client closed);
  * once the call has settled the core may hand the same signal to a later call, so detach any listener
  * you added when your call settles.
  */
-export interface LockBackend {
+export interface LeaseFacet {
   /** Names the store in errors and diagnostics, e.g. `file:///var/lock/fencelock`. Never contains secrets. */
   readonly id: string
   /** What the store can do: how leases expire, whether waiters are notified and served in order. */
@@ -244,6 +255,42 @@ export interface LockBackend {
    * never blind, whether or not any attempt reported a grant. Required: no backend may forget it.
    */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void>
+}
+
+/** What `proclaim` did: replaced the leader's value (with a new cookie, where the store's has one), or not. */
+export type ProclaimResult =
+  | { readonly proclaimed: true; readonly cookie?: unknown }
+  | { readonly proclaimed: false }
+
+/**
+ * Leader election: a lease on the election's name whose holder leads, with the candidate's value stored
+ * beside it (`AcquireRequest.value`). Names live apart from the mutex's, except where a peer's layout
+ * makes them one (etcd: Go's `Mutex` and `Election` share a prefix; see each backend's page). The fence
+ * of a grant is the leader's term.
+ */
+export interface ElectionFacet extends LeaseFacet {
+  /**
+   * Replaces the value stored with `lease`'s grant, only while that grant still holds it (owner and fence
+   * checked, never a blind write). Throw = outcome unknown.
+   */
+  proclaim(lease: HeldLease, value: string, signal: AbortSignal): Promise<ProclaimResult>
+  /**
+   * For an observer, who holds no lease: resolves when who leads `key`, or its value, may have changed after
+   * the call began (a release, an expiry, a grant, a proclaim), or when `signal` aborts. May resolve
+   * spuriously. Without it, observers poll `inspect`.
+   */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a hint, like waitForChange
+  watch?(key: string, signal: AbortSignal): Promise<void | undefined>
+}
+
+/**
+ * A backend: the mutex's leased methods on the backend object itself, the operator's methods (list,
+ * break, doctor), and one optional facet per further primitive. The client refuses a primitive whose
+ * facet is missing with a `CapabilityError`, before any I/O.
+ */
+export interface LockBackend extends LeaseFacet {
+  /** Leader election on this store; absent where the backend offers none. */
+  readonly election?: ElectionFacet | undefined
   /**
    * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
    * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.

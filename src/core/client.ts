@@ -9,9 +9,17 @@ import { setMaxListeners } from 'node:events'
 import { linkedAbort, raceSignal } from './abort.js'
 import { acquireLoop } from './acquire-loop.js'
 import { AttemptTimeout, unavailableError } from './attempt.js'
-import type { BreakResult, ListedLock, LockBackend, LockInfo } from './backend.js'
+import type { BreakResult, ElectionFacet, LeaseFacet, ListedLock, LockBackend, LockInfo } from './backend.js'
 import { sleep } from './clock.js'
-import { CapabilityError, ClientClosedError, LockError, LockNotAcquiredError, quoteKey } from './errors.js'
+import { type Election, ElectionImpl, type ElectionRuntime } from './election.js'
+import {
+  CapabilityError,
+  ClientClosedError,
+  LockError,
+  LockNotAcquiredError,
+  type Primitive,
+  quoteKey,
+} from './errors.js'
 import { type Lock, type LockHandle, lockRenewals } from './lock.js'
 import {
   type AcquireOptions,
@@ -68,6 +76,12 @@ export interface LockClient extends AsyncDisposable {
    * release then ends by its ttl.
    */
   close(): Promise<void>
+  /**
+   * The election called `name` (the same object for the same name): campaign to lead it, observe who leads.
+   * Names are checked as keys are; the store is first used by a campaign or a read.
+   * @throws {TypeError} for a bad name
+   */
+  election(name: string): Election
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
@@ -149,6 +163,8 @@ class Client implements LockClient {
    * task of the same client may well release a key this client holds.
    */
   readonly #insideWithLock = new AsyncLocalStorage<ReadonlySet<string>>()
+  /** One object per election name, so that `isMe` knows every leadership of this client. */
+  readonly #elections = new Map<string, ElectionImpl>()
 
   constructor(backend: Promise<LockBackend>, options: ResolvedClientOptions, backendId?: string) {
     this.#backendId = backendId
@@ -232,12 +248,13 @@ class Client implements LockClient {
    * signals: a silent store fails it as unavailable, the caller's abort rejects with its reason unchanged.
    */
   async #bounded<T>(
-    backend: LockBackend,
+    backend: LeaseFacet,
     key: string,
     what: string,
     ms: number,
     callerSignal: AbortSignal | undefined,
     run: (signal: AbortSignal) => Promise<T>,
+    primitive?: Primitive,
   ): Promise<T> {
     const link = linkedAbort(callerSignal, this.#closing.signal)
     const timer = setTimeout(() => link.abort(new AttemptTimeout(ms)), ms)
@@ -245,7 +262,7 @@ class Client implements LockClient {
       return await raceSignal(run(link.signal), link.signal)
     } catch (error) {
       if (callerSignal?.aborted && error === callerSignal.reason) throw error
-      throw unavailableError(backend, key, error, what)
+      throw unavailableError(backend, key, error, what, primitive)
     } finally {
       clearTimeout(timer)
       link.dispose()
@@ -319,6 +336,51 @@ class Client implements LockClient {
     )
   }
 
+  election(name: string): Election {
+    validateKey(name)
+    let election = this.#elections.get(name)
+    if (!election) {
+      election = new ElectionImpl(name, this.#electionRuntime)
+      this.#elections.set(name, election)
+    }
+    return election
+  }
+
+  /** What elections use of this client: its checks, its acquire loop and bounded reads, on the facet. */
+  readonly #electionRuntime: ElectionRuntime = {
+    facet: async (name, ttlMs) => this.#electionFacet(await this.#open(name, ttlMs), name),
+    campaign: async (name, options, value) => {
+      const { value: _value, ...acquireOptions } = options ?? {}
+      const opts = { ...resolveAcquireOptions(acquireOptions, this.#options, Infinity), value }
+      const facet = this.#electionFacet(await this.#open(name, opts.ttlMs), name)
+      return this.#acquire(name, opts, facet, 'election')
+    },
+    inspect: async (name, signal) => {
+      const facet = this.#electionFacet(await this.#open(name), name)
+      return normalized(
+        await this.#bounded(
+          facet,
+          name,
+          'read',
+          INSPECT_WAIT_MS,
+          signal,
+          (s) => facet.inspect(name, s),
+          'election',
+        ),
+      )
+    },
+    closing: this.#closing.signal,
+  }
+
+  #electionFacet(backend: LockBackend, name: string): ElectionFacet {
+    if (backend.election) return backend.election
+    throw new CapabilityError(
+      `Cannot run election ${quoteKey(name)} on ${backend.id}: this backend offers no leader election. ` +
+        'Use a backend that does (see docs/election.md), or a lock whose holder leads',
+      { key: name, backend: backend.id },
+    )
+  }
+
   async close(): Promise<void> {
     this.#closed ??= (async () => {
       const deadline = performance.now() + CLOSE_WAIT_MS
@@ -352,9 +414,17 @@ class Client implements LockClient {
     return backend
   }
 
-  /** Runs the acquire loop (acquire-loop.ts) on this client's backend, tracked for `close`. */
-  async #acquire(key: string, opts: ResolvedAcquireOptions): Promise<Lock> {
-    const backend = await this.#open(key, opts.ttlMs)
+  /**
+   * Runs the acquire loop (acquire-loop.ts) on this client's backend (or on `facet`, one of its
+   * primitives'), tracked for `close`.
+   */
+  async #acquire(
+    key: string,
+    opts: ResolvedAcquireOptions,
+    facet?: LeaseFacet,
+    primitive?: Primitive,
+  ): Promise<LockHandle> {
+    const backend = facet ?? (await this.#open(key, opts.ttlMs))
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
     const ctx = {
@@ -363,6 +433,7 @@ class Client implements LockClient {
       held: this.#held,
       renewals: this.#renewals,
       cleanups: this.#cleanups,
+      primitive,
     }
     const run = acquireLoop(ctx, key, opts, link?.signal ?? this.#closing.signal)
     // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up.

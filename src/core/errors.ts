@@ -16,6 +16,14 @@ export function quoteKey(key: string): string {
   return `${JSON.stringify(key.slice(0, KEY_SHOWN))}… (${Buffer.byteLength(key)} bytes)`
 }
 
+/** The primitives whose leases the core's handle and acquire loop run. */
+export type Primitive = 'lock' | 'election'
+
+/** What a message speaks of: "lock 'k'", or "leadership of election 'k'". */
+export function subjectOf(primitive: Primitive | undefined, key: string): string {
+  return primitive === 'election' ? `leadership of election ${quoteKey(key)}` : `lock ${quoteKey(key)}`
+}
+
 /** A driver's message, cut to one readable line (some quote whole requests back). */
 export function causeText(error: unknown, max = 300): string {
   const text = String((error as Error)?.message ?? error).replace(/\s+/g, ' ')

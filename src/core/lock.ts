@@ -4,10 +4,17 @@
  * and the renewals of a client's locks due together go out as one request where the backend has
  * `extendMany`.
  */
-import type { ExtendOutcome, HeldLease, LockBackend } from './backend.js'
+import type { ExtendOutcome, HeldLease, LeaseFacet } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, type LossReason, publish } from './diagnostics.js'
-import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
+import {
+  BackendUnavailableError,
+  LockError,
+  LockLostError,
+  LockReleasedError,
+  type Primitive,
+  subjectOf,
+} from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
 import { Renewals, Renewer } from './renewer.js'
 
@@ -58,12 +65,14 @@ export interface Lock extends AsyncDisposable {
 }
 
 export interface LockContext {
-  readonly backend: LockBackend
+  readonly backend: LeaseFacet
   readonly driftFactor: number
   /** The client's timer for every lock it holds (`lockRenewals()`). */
   readonly renewals: Renewals<LockHandle>
   /** Called once when the lock stops being held (released or lost). */
   readonly onSettled: (lock: LockHandle) => void
+  /** What the lease is, for messages: a lock (the default), or the leadership of an election. */
+  readonly primitive?: Primitive | undefined
 }
 
 type State = 'held' | 'lost' | 'released'
@@ -149,7 +158,7 @@ export class LockHandle implements Lock {
       const onLost = () =>
         this.#markLost(
           new LockLostError(
-            `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
+            `${this.#Subject} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
             this.#context(lost.reason),
           ),
           'session_ended',
@@ -182,6 +191,16 @@ export class LockHandle implements Lock {
     return this.#heldLease
   }
 
+  /** "lock 'k'", or "leadership of election 'k'": what the messages speak of. */
+  get #subject(): string {
+    return subjectOf(this.#ctx.primitive, this.key)
+  }
+
+  get #Subject(): string {
+    const subject = this.#subject
+    return subject[0]!.toUpperCase() + subject.slice(1)
+  }
+
   #context(cause?: unknown) {
     return { key: this.key, backend: this.#ctx.backend.id, cause }
   }
@@ -189,7 +208,7 @@ export class LockHandle implements Lock {
   /** The loss of a lock whose validity passed without a confirmed renewal. */
   #expired(): LockLostError {
     return new LockLostError(
-      `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
+      `${this.#Subject} on ${this.#ctx.backend.id} passed its validity without a confirmed renewal; ` +
         'treat it as lost (the store may be unreachable, or the process was paused)',
       this.#context(),
     )
@@ -287,7 +306,7 @@ export class LockHandle implements Lock {
       publish(channels.extend, () => ({ ...this.#diag(), outcome: 'lost' }))
       this.#markLost(
         new LockLostError(
-          `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
+          `${this.#Subject} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
             '(it expired or was taken over)',
           this.#context(),
         ),
@@ -356,7 +375,7 @@ export class LockHandle implements Lock {
    * from the batch's start. Every lock's queue holds the batch until it settles, so a release waits for
    * it, and no renewal is sent for a lock whose release has begun (its state is no longer 'held').
    */
-  static #extendBatch(backend: LockBackend, locks: LockHandle[]): void {
+  static #extendBatch(backend: LeaseFacet, locks: LockHandle[]): void {
     const count = locks.length
     const leases: HeldLease[] = new Array(count)
     const ttls: number[] = new Array(count)
@@ -393,10 +412,7 @@ export class LockHandle implements Lock {
     const ttlMs = ttl === undefined ? this.#ttlMs : parseTtl(ttl)
     checkLimits(this.#ctx.backend, this.key, ttlMs)
     if (this.#state === 'released') {
-      throw new LockReleasedError(
-        `Cannot extend lock ${quoteKey(this.key)}: it was already released`,
-        this.#context(),
-      )
+      throw new LockReleasedError(`Cannot extend ${this.#subject}: it was already released`, this.#context())
     }
     const outcome = await this.#extendOnce(ttlMs)
     if (typeof outcome === 'object' && 'grantedMs' in outcome) {
@@ -404,10 +420,7 @@ export class LockHandle implements Lock {
       return outcome.grantedMs
     }
     if (outcome === 'released') {
-      throw new LockReleasedError(
-        `Cannot extend lock ${quoteKey(this.key)}: it was released`,
-        this.#context(),
-      )
+      throw new LockReleasedError(`Cannot extend ${this.#subject}: it was released`, this.#context())
     }
     if (outcome === 'lost') throw this.signal.reason
     // The validity may have shrunk to what this extend asked: it may be over already (a short ttl whose
@@ -420,10 +433,69 @@ export class LockHandle implements Lock {
     const { error } = outcome
     if (error instanceof LockError) throw error
     throw new BackendUnavailableError(
-      `Could not extend lock ${quoteKey(this.key)} on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
+      `Could not extend ${this.#subject} on ${this.#ctx.backend.id}: the outcome is unknown, the lease stays ` +
         'valid until lock.validUntil (the earlier end of the old lease and the one asked for); retry or stop the work',
       this.#context(error),
     )
+  }
+
+  /**
+   * One owner-checked write beside the lease (an election's `proclaim`), run on the queue of extends so it
+   * carries the current cookie and no renewal overlaps it; bounded by the validity. `false` from the store
+   * means the grant is no longer ours: the lock is lost.
+   * @throws {LockReleasedError} after `release()`
+   * @throws {LockLostError} when the lease is no longer ours
+   * @throws {BackendUnavailableError} when the outcome is unknown (the store keeps the old value or the new)
+   */
+  async update(
+    what: string,
+    write: (
+      lease: HeldLease,
+      signal: AbortSignal,
+    ) => Promise<{ readonly done: boolean; readonly cookie?: unknown }>,
+  ): Promise<void> {
+    if (this.#state === 'released' || this.#releasing) {
+      throw new LockReleasedError(`Cannot ${what} ${this.#subject}: it was released`, this.#context())
+    }
+    type Outcome = { done: boolean; cookie?: unknown } | { error: unknown } | 'lost' | 'released'
+    const run = async (): Promise<Outcome> => {
+      if (this.#state !== 'held') return this.#state
+      try {
+        const lease = this.#lease
+        return await withTimeout(this.#validUntil - now(), (signal) => write(lease, signal))
+      } catch (error) {
+        return { error }
+      } finally {
+        if (this.#queue === result) this.#queue = undefined
+      }
+    }
+    const result = (this.#queue ?? Promise.resolve()).then(run)
+    this.#queue = result
+    const outcome = await result
+    if (outcome === 'released') {
+      throw new LockReleasedError(`Cannot ${what} ${this.#subject}: it was released`, this.#context())
+    }
+    if (outcome === 'lost' || (typeof outcome === 'object' && 'done' in outcome && !outcome.done)) {
+      this.#markLost(
+        new LockLostError(
+          `${this.#Subject} on ${this.#ctx.backend.id} was lost: the store no longer has it under our owner ` +
+            '(it expired or was taken over)',
+          this.#context(),
+        ),
+        'not_owner',
+      )
+      throw this.signal.reason
+    }
+    if ('error' in outcome) {
+      const { error } = outcome
+      if (error instanceof LockError) throw error
+      throw new BackendUnavailableError(
+        `Could not ${what} ${this.#subject} on ${this.#ctx.backend.id}: the outcome is unknown (the store keeps the ` +
+          'old value or the new one); retry, or stop the work',
+        this.#context(error),
+      )
+    }
+    if (outcome.cookie !== undefined) this.#cookie = outcome.cookie
   }
 
   release(): Promise<void> {
@@ -435,7 +507,7 @@ export class LockHandle implements Lock {
   closeWithClient(): Promise<void> {
     if (this.#state === 'held' && !this.#releasing) {
       const error = new LockLostError(
-        `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was released because its lock client was closed`,
+        `${this.#Subject} on ${this.#ctx.backend.id} was released because its lock client was closed`,
         this.#context(),
       )
       publish(channels.lost, () => ({ ...this.#diag(), reason: 'client_closed', error }))
@@ -478,7 +550,7 @@ export class LockHandle implements Lock {
       // A lost lease is not ours to clean up; a held one is, and the caller should know it will linger.
       if (wasHeld) {
         throw new BackendUnavailableError(
-          `Could not release lock ${quoteKey(this.key)} on ${this.#ctx.backend.id}; it will expire by itself within its ttl ` +
+          `Could not release ${this.#subject} on ${this.#ctx.backend.id}; it will expire by itself within its ttl ` +
             `(${this.#ttlMs} ms)`,
           this.#context(error),
         )

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import type { BackendLimits, LockBackend } from './backend.js'
+import type { BackendLimits, LeaseFacet } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
 /** Options of `createLockClient`; each is also the default for every call on that client. */
@@ -120,7 +120,7 @@ export function assertKnownKeys(what: string, value: object | undefined, known: 
  * Checks a key and a ttl against what the backend's store can represent, before any I/O.
  * @throws {TypeError} naming the backend and the limit it crossed
  */
-export function checkLimits(backend: LockBackend, key: string, ttlMs: number | undefined): void {
+export function checkLimits(backend: LeaseFacet, key: string, ttlMs: number | undefined): void {
   const limits = backend.limits ?? DEFAULT_LIMITS
   // Cheap first: a string of n UTF-16 units has at most 3n UTF-8 bytes.
   if (key.length * 3 > limits.maxKeyBytes) {
@@ -192,6 +192,8 @@ export interface ResolvedAcquireOptions {
   readonly renew: boolean
   readonly signal: AbortSignal | undefined
   readonly holder: string
+  /** An election candidate's value (`AcquireRequest.value`); absent on a mutex. */
+  readonly value?: string | undefined
 }
 
 export function resolveAcquireOptions(

@@ -3,7 +3,7 @@
  * lost locally (its validity passed without a confirmed renewal). Every lock of a client shares one
  * timer (`Renewals`, on scheduler.ts): a lock's renewer is its entry there, due at the earlier of its
  * next renewal and its validUntil. Renewals that come due together are handed over together, so a store
- * that can extend many leases in one request (`LockBackend.extendMany`) gets them as one batch. The lock
+ * that can extend many leases in one request (`LeaseFacet.extendMany`) gets them as one batch. The lock
  * handle (lock.ts) owns the lease and does the extending.
  */
 import { now } from './clock.js'

@@ -3,7 +3,7 @@
  * and disarmed. A hint is only ever news to re-check, or a grant a fair queue handed over.
  */
 import { type LinkedAbort, linkedAbort } from './abort.js'
-import type { AcquireRequest, Grant, LockBackend } from './backend.js'
+import type { AcquireRequest, Grant, LeaseFacet } from './backend.js'
 import { now } from './clock.js'
 
 /**
@@ -27,11 +27,11 @@ export class WakeHint {
   #disarmed = false
 
   /** A hint from `backend`, or undefined when it gives none (the loop then polls alone). */
-  static arm(backend: LockBackend, req: AcquireRequest, signal: AbortSignal): WakeHint | undefined {
+  static arm(backend: LeaseFacet, req: AcquireRequest, signal: AbortSignal): WakeHint | undefined {
     return backend.waitForChange ? new WakeHint(backend, req, signal) : undefined
   }
 
-  private constructor(backend: LockBackend, req: AcquireRequest, signal: AbortSignal) {
+  private constructor(backend: LeaseFacet, req: AcquireRequest, signal: AbortSignal) {
     this.#cancel = linkedAbort(signal)
     this.#armedAt = now()
     let promise: Promise<Grant | undefined>

@@ -1,8 +1,10 @@
+import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { after, afterEach, before, describe, it } from 'node:test'
-import { createLockClient, type LockClient } from '../../src/index.js'
+import { CapabilityError, createLockClient, type LockBackend, type LockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit.js'
+import { electionCases } from './cases/election/index.js'
 import { mutexCases } from './cases/mutex/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
@@ -12,7 +14,7 @@ import type { CaseContext, ConformanceCase } from './harness.js'
  */
 export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   mutex: mutexCases,
-  election: [],
+  election: electionCases,
   semaphore: [],
   rwlock: [],
   multikey: [],
@@ -22,14 +24,47 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
 export const refusalCaseName = (primitive: Primitive): string =>
   `${primitive}: the client refuses it before any I/O (CapabilityError)`
 
+/** A backend whose every method call is counted: a refusal must send nothing to the store. */
+function counted(backend: LockBackend): { backend: LockBackend; calls: string[] } {
+  const calls: string[] = []
+  const spy = new Proxy(backend, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver)
+      if (typeof value !== 'function' || name === 'close') return value
+      return (...args: unknown[]) => {
+        calls.push(String(name))
+        return value.apply(target, args)
+      }
+    },
+  })
+  return { backend: spy, calls }
+}
+
 /**
- * TODO(capability-refusal): the client does not refuse a primitive its backend lacks yet. Once it throws
- * `CapabilityError` for a missing facet, return here a case that asks `ctx.client()` for `primitive` and
- * asserts that error (the primitive, the store, the reason, the alternative) with no request sent; until
- * then the refusal is planned as a todo test.
+ * The case a kit gets for a primitive it does not declare: the client refuses it with a `CapabilityError`
+ * naming the primitive and the store, before any request. (A backend that offers the primitive after all
+ * fails it: the kit must then declare it.)
  */
-function refusalCase(_primitive: Primitive): ConformanceCase | undefined {
-  return undefined
+function refusalCase(primitive: Primitive): ConformanceCase | undefined {
+  if (primitive !== 'election') return undefined
+  return {
+    name: refusalCaseName(primitive),
+    async run(ctx) {
+      const { backend, calls } = counted(await ctx.backend())
+      const client = ctx.client(undefined, backend)
+      const election = client.election(ctx.key('refused'))
+      const refused = (error: unknown) => {
+        assert.ok(error instanceof CapabilityError, `expected a CapabilityError, got ${error}`)
+        assert.match(error.message, /election .* this backend offers no leader election/)
+        assert.ok(error.message.includes(backend.id), `the message names the store: ${error.message}`)
+        return true
+      }
+      await assert.rejects(election.campaign({ timeout: 0 }), refused)
+      await assert.rejects(election.leader(), refused)
+      await assert.rejects(election.observe()[Symbol.asyncIterator]().next(), refused)
+      assert.deepEqual(calls, [], 'a refused primitive sends nothing to the store')
+    },
+  }
 }
 
 /**

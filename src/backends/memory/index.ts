@@ -1,7 +1,8 @@
 /**
  * memory: — locks among the clients of ONE process (tests, single-process apps, the in-process floor).
  *
- * Layout: per store, a map key → { owner, fence, holder, expiresAt } plus a fence counter per key.
+ * Layout: per store, a map key → { owner, fence, holder, expiresAt } plus a fence counter per key; the
+ * store's elections in a second map of their own.
  * `memory:` is the process-wide default store; `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
  * Expiry: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since a refused
  * attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
@@ -11,11 +12,13 @@
  * Listing walks the map; breaking deletes the entry and keeps the fence counter.
  * Limits: nothing is shared with other processes, and nothing outlives the process (fences included).
  * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).
- * The folder: this shell wires each primitive into the backend; mutex.ts is the mutex (its store and
- * its methods), and another primitive is a module beside it plus one line here.
+ * The folder: this shell wires each primitive into the backend; leases.ts is the one algorithm (a table
+ * of leases by key), mutex.ts and election.ts each a table of it, and another primitive is a module
+ * beside them plus one line here.
  */
 import type { BreakOptions, BreakResult, ListedLock, LockBackend } from '../../core/backend.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
+import { type MemoryElection, memoryElection } from './election.js'
 import { memoryMutex } from './mutex.js'
 
 /** What `memoryBackend` is told. */
@@ -28,6 +31,7 @@ export interface MemoryBackendOptions {
 export interface MemoryBackend extends LockBackend {
   list(prefix: string): AsyncIterable<ListedLock>
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
+  readonly election: MemoryElection
 }
 
 /**
@@ -37,10 +41,14 @@ export interface MemoryBackend extends LockBackend {
  */
 export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend {
   const name = options.name ?? ''
-  return {
+  const shell = {
     id: `memory:${name}`,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
+  } as const
+  return {
+    ...shell,
     ...memoryMutex(name),
+    election: memoryElection(name, shell),
     async close() {},
   }
 }
