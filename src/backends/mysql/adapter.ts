@@ -25,6 +25,7 @@ import {
   freeBellSql,
   leaseLeftSql,
   listSql,
+  proclaimSql,
   readSql,
   releaseSql,
   retireDueSql,
@@ -44,6 +45,8 @@ function toRow(row: RowDataPacket): SqlRow {
     remainingMs: released ? -1 : Math.floor(Number(row.remaining_us) / 1000),
     released,
     holder: row.holder === null ? undefined : String(row.holder),
+    // An elections table's value: binary, its bytes the value's UTF-8 (like the key).
+    ...(row.value === undefined ? {} : { value: Buffer.from(row.value as Buffer).toString('utf8') }),
   }
 }
 
@@ -67,6 +70,8 @@ export interface MySqlDialectOptions {
   readonly owned: boolean
   /** Wake waiters with the GET_LOCK doorbell (doorbell.ts); off, waiters poll (the engine's pace). */
   readonly doorbell: boolean
+  /** `table` is an elections table (src/engines/sql-election.ts): its rows carry the leader's value. */
+  readonly election?: boolean | undefined
 }
 
 /** The sql-lease engine's adapter for MySQL/MariaDB (`mysqlBackend` builds one) over your mysql2 pool. */
@@ -86,6 +91,7 @@ export class MySqlAdapter implements SqlAdapter {
     read: string
     leaseLeft: string
     breakLease: string
+    proclaim: string
   }
   /** Where acquire, extend and release run: connections of their own (holding the bells), or the pool. */
   readonly #lease: LeaseConnections | undefined
@@ -106,15 +112,17 @@ export class MySqlAdapter implements SqlAdapter {
     this.table = options.table
     const t = options.table
     const bell = options.doorbell
+    const election = options.election ?? false
     this.#sql = {
-      acquire: acquireSql(t, bell),
-      acquireHolding: acquireSql(t, false),
+      acquire: acquireSql(t, bell, election),
+      acquireHolding: acquireSql(t, false, election),
       extend: extendSql(t, bell),
       release: releaseSql(t, true, bell),
       abandon: releaseSql(t, false, bell),
-      read: readSql(t),
+      read: readSql(t, election),
       leaseLeft: leaseLeftSql(t),
       breakLease: breakSql(t),
+      proclaim: proclaimSql(t),
     }
     if (bell) {
       // Of the pool's connections, a third (1 to 4) for lease statements and half of the rest for doorbell
@@ -166,10 +174,28 @@ export class MySqlAdapter implements SqlAdapter {
     // A key this client holds already has its bell on one of our connections: this statement leaves it alone.
     const holding = (this.#holding.get(key)?.size ?? 0) > 0
     const bell = this.#lease && !holding ? [this.#bell(key)] : []
+    // An elections table's value: after the insert's holder, and (owner, value) after the update's.
+    const value = this.#options.election ? [req.value ?? ''] : []
+    const ours = this.#options.election ? [owner, req.value ?? ''] : []
     const result = await this.#run<ResultSetHeader>(
       key,
       holding ? this.#sql.acquireHolding : this.#sql.acquire,
-      [key, owner, ttlMs, ...bell, ...bell, holder, owner, ...bell, holder, owner, owner, ttlMs],
+      [
+        key,
+        owner,
+        ttlMs,
+        ...bell,
+        ...bell,
+        holder,
+        ...value,
+        owner,
+        ...bell,
+        holder,
+        ...ours,
+        owner,
+        owner,
+        ttlMs,
+      ],
       'lease',
       signal,
       this.#bellUse(key, holding ? () => undefined : (r) => (r.affectedRows > 0 ? 'took' : undefined)),
@@ -296,6 +322,20 @@ export class MySqlAdapter implements SqlAdapter {
     return false
   }
 
+  /** An elections table's proclaim (statements.ts, `proclaimSql`); a lock table has no value to replace. */
+  async proclaim(key: string, owner: string, fence: bigint, value: string, signal?: AbortSignal) {
+    if (!this.#options.election)
+      throw new TypeError(`${this.table} is a lock table: it holds no election values`)
+    const result = await this.#run<ResultSetHeader>(
+      key,
+      this.#sql.proclaim,
+      [value, key, owner, String(fence)],
+      'lease',
+      signal,
+    )
+    return matched(result) > 0
+  }
+
   async read(key: string, _signal: AbortSignal): Promise<SqlRow | undefined> {
     const rows = await this.#run<RowDataPacket[]>(key, this.#sql.read, [key], 'prepared')
     return rows[0] === undefined ? undefined : toRow(rows[0])
@@ -365,7 +405,7 @@ export class MySqlAdapter implements SqlAdapter {
   }
 
   ddl(): string {
-    return tableDdl(this.table)
+    return tableDdl(this.table, this.#options.election)
   }
 
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {

@@ -29,6 +29,8 @@
  * - List and break: `list` pages through the held rows by their binary key; `break` marks the row
  *   released, conditioned on the owner and fence it read (row and fence kept); another client's bell
  *   stays with it, so its waiters wake within their doorbell wait's 5 s.
+ * - Elections (src/engines/sql-election.ts): the same engine over `<table>_elections` beside the lock table
+ *   (its columns plus `value`), without the doorbell: candidates and observers read at most once a second.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
  *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). With the doorbell, a client keeps up to a
  *   third of the pool's connections (1 to 4) for its lease statements and blocks at most half of the rest
@@ -43,15 +45,16 @@
 import type { Pool } from 'mysql2/promise'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { withSqlElections } from '../../engines/sql/election.js'
 import { sqlLeaseBackend } from '../../engines/sql/engine.js'
 import { MySqlAdapter } from './adapter.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
-import { DEFAULT_TABLE, quoteTable } from './layout.js'
+import { DEFAULT_TABLE, electionsTableName, quoteTable } from './layout.js'
 import { SESSION_SETTINGS } from './statements.js'
 
 export { MYSQL_LIMITS, MySqlAdapter } from './adapter.js'
 export { checkFoundRowsOff } from './faults.js'
-export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
+export { DEFAULT_TABLE, doorbellName, electionsTableName, quoteTable, tableDdl } from './layout.js'
 
 /** What `mysqlBackend` is told. */
 export interface MySqlBackendOptions {
@@ -86,21 +89,30 @@ function backendOf(
   pool: Pool,
   settings: { table: string; createTable: boolean; doorbell: boolean; id: string; owned: boolean },
 ): LockBackend {
-  const { table: tableName, doorbell } = settings
-  const table = quoteTable(tableName, 'as `table`')
-  const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
-  const adapter = new MySqlAdapter({
-    ...settings,
-    pool,
-    table,
-    tableName: name!,
-    database,
-    bellDatabase: database ?? poolDatabase(pool) ?? '',
-  })
-  return sqlLeaseBackend(adapter, {
+  const adapterOn = (tableName: string, more: { doorbell: boolean; owned: boolean; election?: boolean }) => {
+    const [database, name] = tableName.includes('.') ? tableName.split('.') : [undefined, tableName]
+    return new MySqlAdapter({
+      ...settings,
+      ...more,
+      pool,
+      table: quoteTable(tableName, 'as `table`'),
+      tableName: name!,
+      database,
+      bellDatabase: database ?? poolDatabase(pool) ?? '',
+    })
+  }
+  const mutex = sqlLeaseBackend(adapterOn(settings.table, settings), {
     createTable: settings.createTable,
-    ...(doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
+    ...(settings.doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
   })
+  // Elections: no doorbell (candidates poll once a second, observers too: docs/backends/mysql.md says
+  // why), so they take no connections of their own; the mutex's adapter alone ends the pool.
+  const elections = adapterOn(electionsTableName(settings.table), {
+    doorbell: false,
+    owned: false,
+    election: true,
+  })
+  return withSqlElections(mutex, elections, { createTable: settings.createTable })
 }
 
 /**

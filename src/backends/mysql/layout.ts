@@ -23,6 +23,20 @@ export function quoteTable(name: string, where: string): string {
     .join('.')
 }
 
+/**
+ * The elections table beside a lock table (src/engines/sql-election.ts), unquoted, in the same database:
+ * `<table>_elections`, or a hash of the table's name when that is longer than a MySQL identifier (64).
+ */
+export function electionsTableName(name: string): string {
+  const [database, table] = name.includes('.') ? name.split('.') : [undefined, name]
+  const plain = `${table}_elections`
+  const own =
+    plain.length <= 64
+      ? plain
+      : `fencelock_elections_${createHash('sha256').update(table!).digest('hex').slice(0, 40)}`
+  return database === undefined ? own : `${database}.${own}`
+}
+
 /** The longest key: the primary key column is VARBINARY(3072), InnoDB's longest index key. */
 export const MAX_KEY_BYTES = 3072
 
@@ -30,9 +44,10 @@ export const MAX_KEY_BYTES = 3072
  * The table: one row per lock held or recently held (statements.ts retires rows ended long ago).
  * `lock_key` is the key's UTF-8 bytes as is (binary, so names differing only in case stay distinct);
  * `expires_at` is the lease's end (or the release's time) in microseconds since the epoch on the server's
- * clock; `released` 1 marks a released row (free at once, whatever the clock does next).
+ * clock; `released` 1 marks a released row (free at once, whatever the clock does next). An elections table
+ * (`election`) has one more column: `value`, the leader's UTF-8 bytes (at most 1 KiB, binary like the key).
  */
-export function tableDdl(table: string): string {
+export function tableDdl(table: string, election = false): string {
   return [
     `CREATE TABLE IF NOT EXISTS ${table} (`,
     `  lock_key VARBINARY(${MAX_KEY_BYTES}) NOT NULL,`,
@@ -41,6 +56,7 @@ export function tableDdl(table: string): string {
     '  expires_at BIGINT NOT NULL,',
     '  released TINYINT NOT NULL,',
     '  holder VARCHAR(256) CHARACTER SET utf8mb4 NULL,',
+    ...(election ? ["  value VARBINARY(1024) NOT NULL DEFAULT '',"] : []),
     '  PRIMARY KEY (lock_key)',
     ') ENGINE=InnoDB',
   ].join('\n')

@@ -46,8 +46,9 @@ const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
 
 /**
  * Acquire. Params: key, owner, ttl ms, [bell, bell], holder, owner, [bell], holder, owner, owner, ttl ms
- * (bracketed: with the doorbell; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT … SELECT … ON
- * DUPLICATE KEY UPDATE:
+ * (bracketed: with the doorbell; on an elections table, also the value after the first holder, and owner,
+ * value after the second: sql-election.ts; no `VALUES()`, which MySQL 8.0.20 deprecated). One INSERT …
+ * SELECT … ON DUPLICATE KEY UPDATE:
  * - the clock is read ONCE (`n.now`, a one-row derived table the server materializes before the insert:
  *   its LIMIT keeps an optimizer from merging it into the statement, which would read the clock anew at
  *   every reference), so
@@ -73,18 +74,23 @@ const FREE_BELL = 'COALESCE(RELEASE_LOCK(?), 0)'
  *   commits, at no extra statement; a bell some other connection holds (a paused former holder) is not
  *   waited for: the grant goes on without it, and its waiters fall back to the lease's end.
  */
-export const acquireSql = (table: string, bell: boolean): string => {
+export const acquireSql = (table: string, bell: boolean, election = false): string => {
   const take = 'released = 1 OR expires_at <= n.now'
   return `INSERT INTO ${table}
-  (lock_key, owner, fence, expires_at, released, holder)
-  SELECT ?, ?, LAST_INSERT_ID(${FENCE_EPOCH('n.now')}), n.now + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?
+  (lock_key, owner, fence, expires_at, released, holder${election ? ', value' : ''})
+  SELECT ?, ?, LAST_INSERT_ID(${FENCE_EPOCH('n.now')}), n.now + ? * 1000, ${bell ? `0 * ${TAKE_BELL}` : '0'}, ?${election ? ', ?' : ''}
   FROM (SELECT ${NOW_US} AS now LIMIT 1) AS n
   ON DUPLICATE KEY UPDATE
     fence = CASE
       WHEN ${take} THEN LAST_INSERT_ID(GREATEST(fence + 1, ${FENCE_EPOCH(NOW_US)}))
       WHEN owner = ? THEN LAST_INSERT_ID(fence)
       ELSE fence + 0 * LAST_INSERT_ID(GREATEST(0, expires_at - n.now) DIV 1000)${bell ? ` + 0 * ${FREE_BELL}` : ''} END,
-    holder = IF(${take}, ?, holder),
+    holder = IF(${take}, ?, holder),${
+      election
+        ? `
+    value = IF(${take} OR owner = ?, ?, value),`
+        : ''
+    }
     owner = IF(${take}, ?, owner),
     expires_at = IF(${take} OR owner = ?, n.now + ? * 1000, expires_at),
     released = 0`
@@ -163,12 +169,21 @@ export const retireDueSql = (table: string, limit: number): string =>
 export const retireSql = (table: string, count: number): string =>
   `DELETE FROM ${table} WHERE expires_at < ${RETIRE_BEFORE} AND lock_key IN (${Array(count).fill('?').join(', ')})`
 
+/**
+ * Proclaim (an elections table's). Params: value, key, owner, fence. Replaces the leader's value only while
+ * the row is ours with our fence, not released, and its lease has not ended on the server's clock; the
+ * reply's "Rows matched" says whether it was (a value proclaimed twice changes no row, but matches).
+ */
+export const proclaimSql = (table: string): string =>
+  `UPDATE ${table} SET value = ?
+  WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0 AND expires_at > ${NOW_US}`
+
 /** Frees a bell outside a lease statement (a release or an extend that found the row not ours). Param: bell. */
 export const freeBellSql = `DO ${FREE_BELL}`
 
 /** Read. Param: key. The fence as text (exact past 2^53 whatever the pool's number settings). */
-export const readSql = (table: string): string =>
-  `SELECT owner, CAST(fence AS CHAR) AS fence, released, holder,
+export const readSql = (table: string, election = false): string =>
+  `SELECT owner, CAST(fence AS CHAR) AS fence, released, holder,${election ? ' value,' : ''}
     expires_at - ${NOW_US} AS remaining_us
   FROM ${table} WHERE lock_key = ?`
 

@@ -50,6 +50,11 @@ interface Options {
    * earlier version) counts as there: the statements then fail naming the sequence, and doctor gives its DDL.
    */
   readonly createTable: boolean
+  /**
+   * `table` is an elections table (src/engines/sql-election.ts): its rows carry the leader's value, and
+   * grants and proclaims are notified as releases are, for observers. @default false
+   */
+  readonly election?: boolean | undefined
 }
 
 type Row = {
@@ -60,6 +65,8 @@ type Row = {
   owner: string
   released: boolean
   holder: string | null
+  /** An elections table's. */
+  value?: string
 }
 
 /** The sql-lease engine's adapter for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
@@ -72,6 +79,7 @@ export class PostgresAdapter implements SqlAdapter {
   readonly #sequence: string
   readonly #owned: boolean
   readonly #createTable: boolean
+  readonly #election: boolean
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
   /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
@@ -86,11 +94,12 @@ export class PostgresAdapter implements SqlAdapter {
     this.#t = options.table
     this.#owned = options.owned
     this.#createTable = options.createTable
+    this.#election = options.election ?? false
     this.id = options.id
     this.table = qualified(options.table)
     this.#sequence = qualified(fenceSequence(options.table))
     this.#channel = channelOf(options.table)
-    this.#q = statements(options.table)
+    this.#q = statements(options.table, this.#election)
     this.#prepare = options.sql.options?.prepare !== false
   }
 
@@ -161,6 +170,18 @@ export class PostgresAdapter implements SqlAdapter {
     return rows.length > 0
   }
 
+  /** An elections table's proclaim (statements.ts); a lock table has no value to replace. */
+  async proclaim(key: string, owner: string, fence: bigint, value: string, signal: AbortSignal) {
+    if (!this.#election) throw new TypeError(`${this.table} is a lock table: it holds no election values`)
+    const rows = await this.#run(
+      'proclaim a value for',
+      key,
+      (v) => this.#q.proclaim(v, key, owner, fence, value),
+      signal,
+    )
+    return rows.length > 0
+  }
+
   async latestFence(signal: AbortSignal): Promise<bigint | undefined> {
     const rows = await this.#run<{ fence: string | null }>(
       'read the fence sequence',
@@ -201,7 +222,7 @@ export class PostgresAdapter implements SqlAdapter {
    */
   async createTable(signal: AbortSignal): Promise<void> {
     for (const [what, text] of [
-      ['table', tableDdl(this.#t)],
+      ['table', tableDdl(this.#t, this.#election)],
       ['sequence', sequenceDdl(this.#t)],
     ] as const) {
       if ((await this.#exists(signal))[what]) continue
@@ -219,7 +240,7 @@ export class PostgresAdapter implements SqlAdapter {
   }
 
   ddl(): string {
-    return ddl(this.#t)
+    return ddl(this.#t, this.#election)
   }
 
   /**
@@ -333,6 +354,7 @@ function toRow(row: Row): SqlRow {
     remainingMs: Number(row.ms),
     released: row.released,
     holder: row.holder ?? undefined,
+    ...(row.value === undefined ? {} : { value: row.value }),
   }
 }
 

@@ -27,6 +27,9 @@
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
  *   whatever the column's); `break` is the release statement (notification included) conditioned on
  *   the owner and fence it read.
+ * - Elections (src/engines/sql-election.ts): the same engine over `<table>_elections` beside the lock table
+ *   (its columns plus `value`, its own fence sequence and channel); grants and proclaims notify too, so
+ *   observers wake at every change.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
@@ -39,10 +42,11 @@
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
+import { withSqlElections } from '../../engines/sql/election.js'
 import { sqlLeaseBackend } from '../../engines/sql/engine.js'
 import { PostgresAdapter } from './adapter.js'
 import { isPgSql, type PgSql } from './client.js'
-import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
+import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE, electionsTable, type PgTable } from './layout.js'
 
 export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
 export { POSTGRES_LIMITS, PostgresAdapter } from './adapter.js'
@@ -51,6 +55,7 @@ export {
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
   ddl,
+  electionsTable,
   expireStatement,
   fenceSequence,
   qualified,
@@ -93,8 +98,25 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   const id =
     options.id ?? `postgres://${o?.host?.[0] ?? 'localhost'}:${o?.port?.[0] ?? 5432}/${o?.database ?? ''}`
   const createTable = options.createTable ?? true
-  const adapter = new PostgresAdapter({ sql, table, id, owned: false, createTable })
-  return sqlLeaseBackend(adapter, { createTable })
+  return backendOf({ sql, table, id, owned: false, createTable }, { createTable })
+}
+
+/**
+ * The mutex over the lock table, and elections over the elections table beside it (`electionsTable`):
+ * one engine each, on the same client, which only the mutex's adapter ends.
+ */
+function backendOf(
+  settings: { sql: PgSql; table: PgTable; id: string; owned: boolean; createTable: boolean },
+  options: { createTable: boolean; id?: string },
+): LockBackend {
+  const mutex = sqlLeaseBackend(new PostgresAdapter(settings), options)
+  const elections = new PostgresAdapter({
+    ...settings,
+    table: electionsTable(settings.table),
+    owned: false,
+    election: true,
+  })
+  return withSqlElections(mutex, elections, options)
 }
 
 /** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */
@@ -145,6 +167,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     connect_timeout: 10,
   })
   const id = redact(url)
-  const adapter = new PostgresAdapter({ sql, table, id, owned: true, createTable: params.createTable })
-  return sqlLeaseBackend(adapter, { createTable: params.createTable, id })
+  const createTable = params.createTable
+  return backendOf({ sql, table, id, owned: true, createTable }, { createTable, id })
 }

@@ -56,6 +56,18 @@ export function fenceSequence(t: PgTable): PgTable {
 }
 
 /**
+ * The elections table beside a lock table (src/engines/sql-election.ts): `<table>_elections` in the
+ * table's schema, or a hash of the table's name when that is longer than a PostgreSQL identifier. Its
+ * fence sequence, advisory class and channel follow from its name, as the lock table's do.
+ */
+export function electionsTable(t: PgTable): PgTable {
+  const plain = `${t.table}_elections`
+  if (Buffer.byteLength(plain) <= MAX_IDENTIFIER_BYTES) return { schema: t.schema, table: plain }
+  const hash = createHash('sha256').update(t.table).digest('hex').slice(0, 40)
+  return { schema: t.schema, table: `fencelock_elections_${hash}` }
+}
+
+/**
  * The class (first int4) of the advisory locks the acquire takes per key (the second is the key's
  * `hashtext`): a number of the table's own, so that it meets no application's advisory locks in practice
  * (a collision would only make an acquire wait its turn).
@@ -70,8 +82,9 @@ export function advisoryClass(t: PgTable): number {
  * database's deterministic collation, so case-only-different keys stay distinct); `expires_at` is on the
  * server's clock. `released` is set only by earlier versions (with an `expires_at` in 1970): such a row is
  * free whatever the server's clock does later. A name's fences only ever grow: the sequence outlives rows.
+ * An elections table (`election`) has one more column: `value`, the leader's (at most 1 KiB of UTF-8).
  */
-export function tableDdl(t: PgTable): string {
+export function tableDdl(t: PgTable, election = false): string {
   return [
     `CREATE TABLE IF NOT EXISTS ${qualified(t)} (`,
     '  name       text        PRIMARY KEY,',
@@ -79,7 +92,8 @@ export function tableDdl(t: PgTable): string {
     '  fence      bigint      NOT NULL,',
     '  expires_at timestamptz NOT NULL,',
     '  released   boolean     NOT NULL DEFAULT false,',
-    '  holder     text',
+    `  holder     text${election ? ',' : ''}`,
+    ...(election ? ["  value      text        NOT NULL DEFAULT ''"] : []),
     ')',
   ].join('\n')
 }
@@ -103,8 +117,8 @@ export function sequenceDdl(t: PgTable): string {
 }
 
 /** The DDL of the table and of its fence sequence, for migrations, errors and `doctor`. */
-export function ddl(t: PgTable): string {
-  return `${tableDdl(t)};\n${sequenceDdl(t)};`
+export function ddl(t: PgTable, election = false): string {
+  return `${tableDdl(t, election)};\n${sequenceDdl(t)};`
 }
 
 /**

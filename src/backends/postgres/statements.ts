@@ -6,7 +6,7 @@
  * reaches them. adapter.ts picks the way and sends them.
  */
 import type { SqlAcquireRequest } from '../../engines/sql/adapter.js'
-import { advisoryClass, fenceSequence, type PgTable, qualified } from './layout.js'
+import { advisoryClass, channelOf, fenceSequence, type PgTable, qualified } from './layout.js'
 import { bigintLiteral, floatLiteral, regclassLiteral, textLiteral } from './literals.js'
 
 /**
@@ -55,8 +55,12 @@ export const literals: Values = {
  */
 const REMAINING = `(extract(epoch from (expires_at - pg_catalog.clock_timestamp())) * 1000)::pg_catalog.numeric`
 
-/** The statements of one table. */
-export function statements(t: PgTable) {
+/**
+ * The statements of one table; of an elections table (`election`: src/engines/sql-election.ts), the
+ * acquire also stores the candidate's value and notifies the grant, reads return the value, and `proclaim`
+ * replaces it.
+ */
+export function statements(t: PgTable, election = false) {
   const table = qualified(t)
   const next = `pg_catalog.nextval(${regclassLiteral(qualified(fenceSequence(t)))})`
   const now = 'pg_catalog.clock_timestamp()'
@@ -81,21 +85,28 @@ export function statements(t: PgTable) {
     acquire: (v: Values, req: SqlAcquireRequest) => {
       const ttl = v.float(req.ttlMs)
       const owner = v.text(req.owner)
+      // An election's grant is news for its observers (sql-election.ts): notified at commit, as a release is.
+      const value = election
+        ? { column: ', value', given: `, ${v.text(req.value ?? '')}`, set: ',\n    value = excluded.value' }
+        : { column: '', given: '', set: '' }
+      const told = election
+        ? `, told AS (SELECT pg_catalog.pg_notify(${v.text(channelOf(t))}, ${v.text(req.key)}) FROM granted)`
+        : ''
       const drawn = `(SELECT CASE WHEN serialised.locked IS NOT NULL THEN ${next} END FROM (SELECT pg_catalog.pg_advisory_xact_lock(${lockClass}, pg_catalog.hashtext(${v.text(req.key)}))::text AS locked) AS serialised)`
       return `WITH granted AS (
-  INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder)
-  VALUES (${v.text(req.key)}, ${owner}, ${drawn}, ${now} + ${ttl} * interval '1 millisecond', false, ${v.text(req.holder)})
+  INSERT INTO ${table} AS l (name, owner, fence, expires_at, released, holder${value.column})
+  VALUES (${v.text(req.key)}, ${owner}, ${drawn}, ${now} + ${ttl} * interval '1 millisecond', false, ${v.text(req.holder)}${value.given})
   ON CONFLICT (name) DO UPDATE SET
     fence = CASE WHEN l.owner = excluded.owner AND NOT l.released AND l.expires_at > ${now}
                  THEN l.fence ELSE GREATEST(l.fence + 1, ${next}) END,
     owner = excluded.owner,
     expires_at = ${now} + ${ttl} * interval '1 millisecond',
     released = false,
-    holder = excluded.holder
+    holder = excluded.holder${value.set}
   WHERE l.released OR l.expires_at <= ${now} OR l.owner = excluded.owner
   RETURNING l.fence, l.expires_at
-)
-SELECT true AS granted, fence::text AS fence, ${ttl}::pg_catalog.numeric AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted
+)${told}
+SELECT true AS granted, fence::text AS fence, ${ttl}::pg_catalog.numeric AS ms, NULL::text AS owner, false AS released, NULL::text AS holder FROM granted${election ? ' CROSS JOIN told' : ''}
 UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
   WHERE name = ${v.text(req.key)} AND NOT EXISTS (SELECT 1 FROM granted)`
@@ -167,11 +178,24 @@ SELECT pg_catalog.pg_notify(${v.text(channel)}, name) FROM broken`,
 )
 SELECT pg_catalog.count(*)::int AS retired FROM retired`
     },
+    /**
+     * Proclaim (an elections table's): the leader's value replaced, only while the row is held by our owner
+     * and fence on the server's clock, and the key notified in the same statement (for observers). One row
+     * when it was.
+     */
+    proclaim: (v: Values, key: string, owner: string, fence: bigint, value: string) =>
+      `WITH proclaimed AS (
+  UPDATE ${table} SET value = ${v.text(value)}
+  WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
+    AND expires_at > ${now}
+  RETURNING name
+)
+SELECT pg_catalog.pg_notify(${v.text(channelOf(t))}, name) FROM proclaimed`,
     /** The sequence's last value (NULL before its first use): every fence granted is at most that. */
     latestFence: () =>
       `SELECT pg_catalog.pg_sequence_last_value(${regclassLiteral(qualified(fenceSequence(t)))})::text AS fence`,
     read: (v: Values, key: string) =>
-      `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder FROM ${table} WHERE name = ${v.text(key)}`,
+      `SELECT owner, fence::text AS fence, ${REMAINING} AS ms, released, holder${election ? ', value' : ''} FROM ${table} WHERE name = ${v.text(key)}`,
   }
 }
 

@@ -33,6 +33,8 @@ export interface SqlRow {
   /** Released by its owner (as opposed to expired); diagnostics only. */
   readonly released: boolean
   readonly holder?: string | undefined
+  /** The leader's value, on an elections table (sql-election.ts); absent on a lock table. */
+  readonly value?: string | undefined
 }
 
 /** A held row as `listHeld` finds it. */
@@ -46,6 +48,8 @@ export interface SqlAcquireRequest {
   readonly owner: string
   readonly ttlMs: number
   readonly holder?: string | undefined
+  /** The candidate's value, stored with the grant on an elections table. */
+  readonly value?: string | undefined
 }
 
 /**
@@ -133,6 +137,12 @@ export interface SqlAdapter {
    * where the adapter can).
    */
   breakLease(key: string, owner: string, fence: bigint, signal: AbortSignal): Promise<boolean>
+  /**
+   * An elections table's (sql-election.ts): replaces the value of `key`'s row, only while it is held by
+   * `owner` with `fence`, not released, and its lease has not ended on the server's clock; true when it
+   * was. A dialect with notifications notifies the key in the same statement, for observers.
+   */
+  proclaim?(key: string, owner: string, fence: bigint, value: string, signal: AbortSignal): Promise<boolean>
 
   /**
    * Deletes up to `limit` rows whose lease ended (expired, or released) more than `endedMs` ago on the

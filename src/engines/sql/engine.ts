@@ -62,6 +62,7 @@ import type {
   DoctorFinding,
   ExtendResult,
   HeldLease,
+  LeaseFacet,
   ListedLock,
   LockBackend,
   LockInfo,
@@ -116,8 +117,19 @@ const RETIRE_STATEMENT_MS = 10_000
 /** A LockBackend over `adapter`: the sql-lease engine. */
 export function sqlLeaseBackend(adapter: SqlAdapter, options: SqlLeaseOptions = {}): LockBackend {
   const engine = new SqlLease(adapter, options)
-  const backend: LockBackend = {
-    id: options.id ?? adapter.id,
+  return {
+    ...sqlLeaseFacet(engine, adapter, options.id ?? adapter.id),
+    list: (prefix, signal) => engine.list(prefix, signal),
+    breakLock: (key, options) => engine.breakLock(key, options),
+    doctor: (signal) => engine.doctor(signal),
+    close: () => engine.close(),
+  }
+}
+
+/** The leased methods of `engine` over `adapter`'s table: the mutex's, or an election's (election.ts). */
+export function sqlLeaseFacet(engine: SqlLease, adapter: SqlAdapter, id: string): LeaseFacet {
+  const facet: LeaseFacet = {
+    id,
     capabilities: { expiry: 'server-ttl', notify: engine.waiting.notifies, fifo: false },
     limits: adapter.limits,
     tryAcquire: (req, signal) => engine.attempt(req, signal),
@@ -125,14 +137,10 @@ export function sqlLeaseBackend(adapter: SqlAdapter, options: SqlLeaseOptions = 
     release: (lease, signal) => engine.release(lease, signal),
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
-    list: (prefix, signal) => engine.list(prefix, signal),
-    breakLock: (key, options) => engine.breakLock(key, options),
-    doctor: (signal) => engine.doctor(signal),
-    close: () => engine.close(),
   }
-  if (!engine.waiting.notifies) return backend
+  if (!engine.waiting.notifies) return facet
   return {
-    ...backend,
+    ...facet,
     waitForChange: (req, signal) => engine.waiting.waitForChange(req.key, req.owner, signal),
   }
 }
@@ -413,7 +421,14 @@ export class SqlLease {
 
 /** `inspect`'s view of a held row. */
 function heldView(row: SqlRow): LockInfo {
-  return { held: true, owner: row.owner, holder: row.holder, fence: row.fence, expiresInMs: row.remainingMs }
+  const view = {
+    held: true,
+    owner: row.owner,
+    holder: row.holder,
+    fence: row.fence,
+    expiresInMs: row.remainingMs,
+  }
+  return row.value === undefined ? view : { ...view, value: row.value }
 }
 
 /** Whether `row` is still held by `lease` (its owner and fence, not released). */

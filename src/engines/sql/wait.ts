@@ -22,6 +22,8 @@
  * - A doorbell (`watch`, per key): one watch per key per process, started while the key has waiters and
  *   no wake is out; it ends at a release (or its own bound) and wakes one, and starts again once that
  *   waiter's attempt answered, so a free row is not rung again and again before someone takes it.
+ * - Observers (an election's `watch`, sql-election.ts): woken by every notification of the key (an elections
+ *   table notifies grants and proclaims too) and by every gap; while no subscription works, after `pollMaxMs`.
  * - A subscription that cannot be made, or does not prove itself within `listenTimeoutMs` (a
  *   transaction-pooling proxy may accept LISTEN and deliver nothing), leaves waiters on the paced poll;
  *   it is tried again after `RETRY_LISTEN_MS`.
@@ -65,6 +67,8 @@ export class SqlWaiting {
    * forgotten one (an acquire that ended without telling us) costs waiters the paced poll, never safety.
    */
   readonly #woken = new BoundedMap<string, { readonly owner: string; readonly at: number }>(KEYS_KEPT)
+  /** The observers of each key (`observe`): every notification of the key wakes them all. */
+  readonly #observers = new Map<string, Set<() => void>>()
   /** The doorbell watch of each key being waited on (`watch` adapters), to stop when nobody waits. */
   readonly #watches = new Map<string, AbortController>()
   #listener: Promise<SqlListener | undefined> | undefined
@@ -197,6 +201,41 @@ export class SqlWaiting {
     })
   }
 
+  /**
+   * An election's observer of `key` (it holds no lease, so it takes no part in waking one): resolves at the
+   * next notification of the key, when notifications may have been missed, or when `signal` aborts; while
+   * no subscription works, after `pollMaxMs` (the observer then reads at a poll's pace). Registered before
+   * the subscription is asked for, so the gap its making reports wakes it too.
+   */
+  observe(key: string, signal: AbortSignal): Promise<void> {
+    if (signal.aborted || this.#closed) return Promise.resolve()
+    return new Promise<void>((resolve) => {
+      let set = this.#observers.get(key)
+      if (set === undefined) {
+        set = new Set()
+        this.#observers.set(key, set)
+      }
+      const observers = set
+      const wake = () => {
+        signal.removeEventListener('abort', wake)
+        observers.delete(wake)
+        if (observers.size === 0 && this.#observers.get(key) === observers) this.#observers.delete(key)
+        resolve()
+      }
+      observers.add(wake)
+      signal.addEventListener('abort', wake, { once: true })
+      void this.#subscribe().then((listener) => {
+        if (listener === undefined) void sleep(this.#pollMaxMs, signal).then(wake)
+      })
+    })
+  }
+
+  /** Wakes every observer of `key` (or of every key). */
+  #wakeObservers(key?: string): void {
+    const sets = key === undefined ? [...this.#observers.values()] : [this.#observers.get(key) ?? []]
+    for (const set of sets) for (const wake of [...set]) wake()
+  }
+
   /** `owner` got a definite answer for `key` (granted, or refused by a live holder): its wake is used. */
   #answered(key: string, owner: string): void {
     if (this.#woken.get(key)?.owner === owner) this.#woken.delete(key)
@@ -240,6 +279,7 @@ export class SqlWaiting {
 
   /** A release of `key` was notified (or its doorbell rang). */
   #notified = (key: string): void => {
+    this.#wakeObservers(key)
     this.#news.set(key, (this.#news.get(key) ?? 0) + 1)
     this.#woken.delete(key)
     this.#wakeOne(key)
@@ -256,6 +296,7 @@ export class SqlWaiting {
     this.#seen.clear()
     this.#woken.clear()
     for (const set of [...this.#waiters.values()]) for (const waiter of [...set]) waiter.wake()
+    this.#wakeObservers()
   }
 
   /** The client's one subscription, made on first need; undefined while it cannot be made. */
