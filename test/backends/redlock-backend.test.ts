@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
-import { redisLockKeys } from '../../src/backends/redis/layout.js'
+import { redisLockKeys } from '../../src/backends/redis/mutex/layout.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { redact } from '../../src/core/url.js'
 import { createLockClient } from '../../src/index.js'

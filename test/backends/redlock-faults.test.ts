@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, afterEach, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
-import { redisLockKeys } from '../../src/backends/redis/layout.js'
-import { ACQUIRE } from '../../src/backends/redis/scripts.js'
+import { redisLockKeys } from '../../src/backends/redis/mutex/layout.js'
+import { ACQUIRE } from '../../src/backends/redis/mutex/scripts.js'
 import { redlockBackend } from '../../src/backends/redlock/index.js'
 import { admissionMarker, freshMarker, nodeCounter } from '../../src/backends/redlock/layout.js'
 import {

@@ -4,7 +4,8 @@
  * fence counter stays, as it does through a real early expiry.
  */
 import { Cluster, Redis } from 'ioredis'
-import { DEFAULT_PREFIX, redisLockKeys } from '../../src/backends/redis/layout.js'
+import { DEFAULT_PREFIX } from '../../src/backends/redis/keys.js'
+import { redisLockKeys } from '../../src/backends/redis/mutex/layout.js'
 import { type RedisServer, startRedis, startRedisCluster } from '../servers/redis.js'
 import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 

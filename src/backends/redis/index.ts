@@ -1,7 +1,7 @@
 /**
  * redis://host:port[/db] and rediss:// (TLS) — one Redis primary, or a Redis Cluster (`?cluster=true`).
  *
- * Layout (layout.ts, scripts.ts): `<prefix>{<key>}` = owner id with the lease as PX expiry;
+ * Layout (mutex/layout.ts, mutex/scripts.ts): `<prefix>{<key>}` = owner id with the lease as PX expiry;
  * `<prefix>{<key>}:fence` = the last fence minted, kept an hour; `…:holder` = "<owner> <description>"
  * for `inspect`, with the lock's expiry; fair mode adds `…:queue`, `…:waiters`, `…:ttls`; releases publish
  * on `…:released`. Keys with a brace are hashed, so the hash tag stays intact and every
@@ -11,7 +11,7 @@
  * Expiry: the server expires the key (PX) on its own clock; a fair waiter that stops asking is skipped
  * after its liveness period (`waiterLiveness`, the server's TIME).
  * Fence: minted by the same script that grants, so it belongs to exactly one grant: the server's clock in
- * µs, or the last fence + 1 if larger (MINT in scripts.ts). It keeps rising when the fence key is lost (an
+ * µs, or the last fence + 1 if larger (MINT in mutex/scripts.ts). It keeps rising when the fence key is lost (an
  * operator, a restart without persistence): only the server's clock set back can undo it.
  * Waiting: one shared subscriber connection per backend; a waiter wakes on its key's release message and
  * re-attempts. Expiry of a crashed holder publishes nothing: the core then wakes at the holder's remaining
@@ -23,29 +23,38 @@
  * Failover to an asynchronous replica can too; `minReplicas` narrows that window (WAIT after acquiring).
  * `fencelock doctor` checks these settings.
  *
- * Files:
- * - layout.ts: the key and channel names of a lock (the tests use them too).
- * - scripts.ts: the Lua scripts, each one atomic step.
- * - store.ts: runs the scripts by SHA (NOSCRIPT falls back to the source) and explains failures.
- * - backend.ts: the contract (attempt, read-back, extend, release, inspect, wait), the same in both modes.
- * - plain.ts / fair.ts: what differs between the modes: the scripts of acquire, release and abandon.
+ * Files: one folder per primitive, holding all of it (its scripts, key names and modes); beside them, what
+ * every primitive shares. A new primitive is a folder beside mutex/ and one field in shell.ts (see the
+ * header of mutex/facet.ts).
+ * - mutex/: the lock. facet.ts: the contract (attempt, read-back, extend, release, inspect, list, break,
+ *   wait), the same in both modes; mode.ts, plain.ts, fair.ts: what differs between the modes (the
+ *   scripts of acquire, release and abandon); scripts.ts: its Lua, each script one atomic step;
+ *   layout.ts: the key and channel names of a lock (the tests use them too); listing.ts: `list`'s pattern
+ *   of the lock keys, and the user's key back from a key name (also Redlock's).
+ * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
+ *   they share.
+ * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a
+ *   script's SHA, and the Lua every primitive's scripts share.
+ * - keys.ts: the prefix and the hash tag of every key name, and the Cluster slot of a name.
  * - subscriptions.ts: one pub/sub connection shared by a backend's waiters.
- * - listing.ts: `list`'s SCAN of the lock keys, and the user's key back from a key name (also Redlock's).
+ * - scan.ts: SCAN of one server a page at a time, for `list` (also Redlock's).
  * - connect.ts: a URL to an ioredis client (also each Redlock node's).
  * - doctor.ts: `fencelock doctor`'s checks of the server's settings.
  */
 import { CapabilityError } from '../../core/errors.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { type RedisBackend, RedisLockBackend } from './backend.js'
 import { connect, type RedisClient } from './connect.js'
-import { FairMode } from './fair.js'
-import { DEFAULT_PREFIX } from './layout.js'
-import { PlainMode } from './plain.js'
+import { DEFAULT_PREFIX } from './keys.js'
+import { FairMode } from './mutex/fair.js'
+import { LockLayout } from './mutex/layout.js'
+import { PlainMode } from './mutex/plain.js'
+import { type RedisBackend, RedisLockBackend } from './shell.js'
 import { describeClient, isCluster, RedisStore } from './store.js'
 
-export { describedBy, REDIS_LIMITS, type RedisBackend } from './backend.js'
 export type { RedisClient } from './connect.js'
 export { parseInfo } from './doctor.js'
+export { describedBy } from './mutex/facet.js'
+export { REDIS_LIMITS, type RedisBackend } from './shell.js'
 
 /** What `redisBackend` is told. */
 export interface RedisBackendOptions {
@@ -120,11 +129,12 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[], 
     ready,
     owned,
   })
+  const layout = new LockLayout(store.prefix)
   const mode = options.fair
-    ? new FairMode(store, options.waiterLivenessMs ?? 5000)
-    : new PlainMode(store, starvationMs)
+    ? new FairMode(store, layout, options.waiterLivenessMs ?? 5000)
+    : new PlainMode(store, layout, starvationMs)
   const replicas = { min: minReplicas, timeoutMs: options.replicaTimeoutMs ?? 1000 }
-  return new RedisLockBackend(store, mode, replicas, owned)
+  return new RedisLockBackend(store, { layout, mode, replicas }, owned)
 }
 
 /** The URL parameters of redis:// and rediss:// (its page in docs/backends/ is tested against this). */

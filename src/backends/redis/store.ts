@@ -1,7 +1,8 @@
 /**
- * One Redis (or Cluster) as the backend speaks to it: the keys of a lock under the prefix, the scripts run
- * by their SHA (the commands of one turn of the event loop in one socket write), and a failure told in
- * plain words (what failed on the way to the server, not ioredis's bookkeeping).
+ * One Redis (or Cluster) as every primitive of the backend speaks to it: the prefix of its keys, the
+ * scripts run by their SHA (the commands of one turn of the event loop in one socket write), the servers
+ * a listing scans, and a failure told in plain words (what failed on the way to the server, not
+ * ioredis's bookkeeping).
  */
 import type { Cluster, Redis } from 'ioredis'
 import {
@@ -12,8 +13,7 @@ import {
   quoteKey,
 } from '../../core/errors.js'
 import type { RedisClient } from './connect.js'
-import { type RedisLockKeys, redisLockKeys } from './layout.js'
-import type { Script } from './scripts.js'
+import type { Script } from './lua.js'
 
 export const isReplyError = (error: unknown): error is Error =>
   error instanceof Error && error.name === 'ReplyError'
@@ -101,18 +101,6 @@ export class RedisStore {
     }
   }
 
-  /** The keys of the key used last: a lock is usually acquired and released by name, again and again. */
-  #last: RedisLockKeys | undefined
-  #lastKey: string | undefined
-
-  keysOf(key: string): RedisLockKeys {
-    if (key !== this.#lastKey || !this.#last) {
-      this.#last = redisLockKeys(key, this.#prefix)
-      this.#lastKey = key
-    }
-    return this.#last
-  }
-
   /**
    * Runs a script by its SHA; on NOSCRIPT (a restart, SCRIPT FLUSH, a failover) sends the source once. The
    * source goes out a round trip late, after whatever was sent meanwhile; an acquire whose `signal` has
@@ -150,15 +138,17 @@ export class RedisStore {
     return (await (this.client as Redis).call('WAIT', count, timeoutMs)) as number
   }
 
-  /** The error to throw for a failed `what` ("acquire", "release", …) of `key`. */
-  explain(key: string, what: string, error: unknown): LockError {
+  /**
+   * The error to throw for a failed `what` ("acquire", "release", …) of `key`, whose key names `names`
+   * (the primitive's, as its layout gives them) a conflict with another program's data names.
+   */
+  explain(key: string, what: string, error: unknown, names: readonly string[]): LockError {
     if (error instanceof LockError) return error
     const message = (error as Error)?.message ?? String(error)
     if (isReplyError(error) && /WRONGTYPE|not an integer/.test(message)) {
-      const k = this.keysOf(key)
       return new LockError(
         'FENCELOCK_KEY_CONFLICT',
-        `Redis key ${k.lock} or ${k.fence} on ${this.id} holds data that is not a fencelock lock (${message}). ` +
+        `Redis key ${names.join(' or ')} on ${this.id} holds data that is not a fencelock lock (${message}). ` +
           'Another program uses these names: pick another `prefix`, or remove the keys',
         { key, backend: this.id, cause: error },
       )

@@ -4,8 +4,8 @@
  * attempts, per-attempt owner ids, the fence write-back) over the single-node Redis backend, whose scripts
  * run unchanged on each node.
  *
- * - Layout: on each node, the Redis backend's keys (redis/layout.ts): `<prefix>{<key>}` = the owner id of
- *   one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = the hold's
+ * - Layout: on each node, the Redis backend's keys (redis/mutex/layout.ts): `<prefix>{<key>}` = the owner
+ *   id of one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = the hold's
  *   fence on that node, with the same expiry. The waiting line (layout.ts, scripts.ts):
  *   `<prefix>{<key>}:line` (waiter -> ticket) and `:alive` (waiter -> liveness deadline), expiring with
  *   their last waiter. A name keeps nothing once its holds and waiters are gone. Per node, for good:
@@ -67,7 +67,7 @@ import { MAX_NODES, Quorum } from '../../engines/quorum.js'
 import { breakQuorumLock } from '../../engines/quorum-break.js'
 import { ReleaseWaiting } from '../../engines/quorum-wait.js'
 import { connect } from '../redis/connect.js'
-import { DEFAULT_PREFIX } from '../redis/layout.js'
+import { DEFAULT_PREFIX } from '../redis/keys.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
 import { RedlockDriver } from './driver.js'

@@ -1,10 +1,10 @@
 /**
- * Where Redlock keeps its own state on each node, besides the Redis backend's lock keys (redis/layout.ts):
- * the node's fence counter, the admission marker, each lock's waiting line, and the channels its waiters
- * are woken on. The backend
- * and the tests both use this; nobody copies the format.
+ * Where Redlock keeps its own state on each node, besides the Redis backend's lock keys
+ * (redis/mutex/layout.ts): the node's fence counter, the admission marker, each lock's waiting line, and
+ * the channels its waiters are woken on. The backend and the tests both use this; nobody copies the format.
  */
-import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
+import { DEFAULT_PREFIX } from '../redis/keys.js'
+import { redisLockKeys } from '../redis/mutex/layout.js'
 
 /**
  * The node's admission marker under `prefix`: the run_id of the server process that was admitted, or

@@ -8,12 +8,20 @@
 import type { AcquireRequest, AttemptResult } from '../../core/backend.js'
 import { acquireOwner } from '../../engines/quorum-inspect.js'
 import type { NodeRequest } from '../../engines/quorum-line.js'
-import { type Mode, type RedisBackend, RedisLockBackend } from '../redis/backend.js'
 import type { RedisClient } from '../redis/connect.js'
-import { DEFAULT_PREFIX, named, nameOf } from '../redis/layout.js'
+import { DEFAULT_PREFIX } from '../redis/keys.js'
+import { LockLayout, named, nameOf } from '../redis/mutex/layout.js'
+import type { Mode } from '../redis/mutex/mode.js'
+import { RedisLockBackend } from '../redis/shell.js'
 import { describeClient, RedisStore } from '../redis/store.js'
 import { lineKeys, nodeCounter, wakePrefix } from './layout.js'
 import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE } from './scripts.js'
+
+/**
+ * The Redis backend of one node: its attempts and clean-ups take the engine's `NodeRequest` (the waiter
+ * and its ticket travel typed to LINE_ACQUIRE); its waits, extends and releases are the Redis backend's.
+ */
+export type LineBackend = RedisLockBackend<NodeRequest>
 
 /**
  * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
@@ -23,17 +31,19 @@ export function lineBackend(
   client: RedisClient,
   clientId: string,
   prefix = DEFAULT_PREFIX,
-): { backend: RedisBackend; line: LineMode } {
+): { backend: LineBackend; line: LineMode } {
   const store = new RedisStore(client, { prefix, id: describeClient(client), owned: [] })
-  const line = new LineMode(store, prefix, clientId)
-  return { backend: new RedisLockBackend(store, line, { min: 0, timeoutMs: 1000 }, []), line }
+  const layout = new LockLayout(prefix)
+  const line = new LineMode(store, layout, clientId)
+  const replicas = { min: 0, timeoutMs: 1000 }
+  return { backend: new RedisLockBackend(store, { layout, mode: line, replicas }, []), line }
 }
 
-export class LineMode implements Mode {
+export class LineMode implements Mode<NodeRequest> {
   /** One node grants in ticket order; the quorum is ordered as the engine says (quorum-line.ts). */
   readonly fifo = true
   readonly #store: RedisStore
-  readonly #prefix: string
+  readonly #layout: LockLayout
   readonly #clientId: string
   /** Where this client's waiters are named (layout.ts). */
   readonly #wakePrefix: string
@@ -41,9 +51,10 @@ export class LineMode implements Mode {
   /** The node's fence counter (layout.ts). */
   readonly #counter: string
 
-  constructor(store: RedisStore, prefix: string, clientId: string) {
+  constructor(store: RedisStore, layout: LockLayout, clientId: string) {
+    const { prefix } = layout
     this.#store = store
-    this.#prefix = prefix
+    this.#layout = layout
     this.#clientId = clientId
     this.#wakePrefix = wakePrefix(prefix)
     this.#channel = `${this.#wakePrefix}${clientId}`
@@ -57,8 +68,8 @@ export class LineMode implements Mode {
 
   /** KEYS of the LINE_* scripts, in their order (see scripts.ts). */
   #keys(key: string): string[] {
-    const k = this.#store.keysOf(key)
-    const l = lineKeys(key, this.#prefix)
+    const k = this.#layout.keysOf(key)
+    const l = lineKeys(key, this.#layout.prefix)
     return [k.lock, k.fence, k.holder, l.line, l.alive, this.#counter, ...named(k)]
   }
 
@@ -67,7 +78,7 @@ export class LineMode implements Mode {
    * hold's fence too while attempt `owner` holds `key` here. The counter afterwards.
    */
   async raiseFence(key: string, owner: string, atLeast: bigint): Promise<bigint> {
-    const k = this.#store.keysOf(key)
+    const k = this.#layout.keysOf(key)
     const reply = await this.#store.run(RAISE, [this.#counter, k.fence, k.lock], [String(atLeast), owner])
     return BigInt(reply as number)
   }
@@ -77,9 +88,9 @@ export class LineMode implements Mode {
     return BigInt((await this.#store.run(RAISE, [this.#counter], ['0'])) as number)
   }
 
-  /** `req` is the engine's NodeRequest: its owner is the attempt's, `waiter` the acquire's. */
-  acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
-    const { waiter, ticket, livenessMs } = req as NodeRequest
+  /** Its owner is the attempt's, `waiter` the acquire's. */
+  acquire(req: NodeRequest, signal: AbortSignal): Promise<unknown> {
+    const { waiter, ticket, livenessMs } = req
     return this.#store.run(
       LINE_ACQUIRE,
       this.#keys(req.key),
@@ -90,7 +101,7 @@ export class LineMode implements Mode {
         this.#waiter(waiter),
         ticket,
         livenessMs,
-        ...nameOf(this.#store.keysOf(req.key), req.key),
+        ...nameOf(this.#layout.keysOf(req.key), req.key),
       ],
       signal,
     )
@@ -123,7 +134,7 @@ export class LineMode implements Mode {
   }
 
   /** An acquire that gave up: its latest attempt's hold, if any, and its place in line go. */
-  abandon(req: AcquireRequest): Promise<unknown> {
+  abandon(req: NodeRequest): Promise<unknown> {
     const args = [req.owner, this.#wakePrefix, this.#waiter(req.owner)]
     return this.#store.run(LINE_LEAVE, this.#keys(req.key), args)
   }

@@ -25,13 +25,14 @@ import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
 import { now, sleep } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
-import { parseInfo, type RedisBackend } from '../redis/index.js'
-import { EXTEND, INSPECT, type Script } from '../redis/scripts.js'
+import { parseInfo } from '../redis/index.js'
+import type { Script } from '../redis/lua.js'
+import { EXTEND, INSPECT } from '../redis/mutex/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
 import { type FenceKeys, fenceKeys, firstFence, raiseCounter, readFences } from './fences.js'
 import { admissionMarker, freshMarker, IN_USE } from './layout.js'
-import type { LineMode } from './line.js'
+import type { LineBackend, LineMode } from './line.js'
 import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
@@ -101,7 +102,7 @@ export class RedlockNode {
     readonly index: number,
     readonly id: string,
     readonly client: Redis,
-    readonly backend: RedisBackend,
+    readonly backend: LineBackend,
     /** The mode of `backend`: the node's waiting line (its clean-up is not a primitive of the backend). */
     readonly line: LineMode,
     readonly catchUp: CatchUp,

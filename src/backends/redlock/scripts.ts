@@ -21,10 +21,7 @@
  * with their last waiter, so an idle lock keeps nothing of them. The `while true` loop is no waiting:
  * inside one atomic script it walks past dead waiters to the first live one (or the end of the line).
  */
-import { createHash } from 'node:crypto'
-import { CLOCK, type Script } from '../redis/scripts.js'
-
-const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
+import { CLOCK, script } from '../redis/lua.js'
 
 /** The run_id of the server process running the script. */
 const RUN_ID = `string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')`

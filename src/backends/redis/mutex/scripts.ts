@@ -1,5 +1,5 @@
 /**
- * The Lua scripts of the Redis backend. Each runs atomically on the server: no other command interleaves,
+ * The Lua scripts of the Redis mutex. Each runs atomically on the server: no other command interleaves,
  * so a check and the write that depends on it are one step. All keys of a lock share one hash tag, so
  * every script touches a single slot and runs unchanged on Redis Cluster.
  *
@@ -14,14 +14,7 @@
  * The `while true` loops of the fair scripts are no waiting: inside one atomic script they walk the queue
  * past dead waiters and stop at the first live one (or its end).
  */
-import { createHash } from 'node:crypto'
-
-export interface Script {
-  readonly source: string
-  readonly sha: string
-}
-
-const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
+import { CLOCK, script } from '../lua.js'
 
 /**
  * Records the lock's name, KEYS[k] = ARGV[a], where the key has a hashed tag (layout.ts `name`; the key is
@@ -122,22 +115,6 @@ if marked then redis.call('DEL', KEYS[3]) end
 if held or (marked and redis.call('EXISTS', KEYS[1]) == 0) then announce(ARGV[1]) end
 return held and 1 or 0
 `)
-
-/**
- * `clock()`: the server's clock in ms (TIME), read once per script and only when a waiter's deadline must
- * be judged: an uncontended fair acquire, and a release with nobody waiting, do without it. Redlock's
- * line scripts use it too.
- */
-export const CLOCK = `
-local now = false
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-`
 
 /**
  * Fair acquire. ARGV: owner, ttl ms, waiter liveness ms. Waiters are served in arrival order: only the

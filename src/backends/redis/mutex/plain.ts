@@ -8,11 +8,11 @@
  * waiter refused for longer than `starvationMs` marks itself starving on the server (ACQUIRE in
  * scripts.ts), a free lock then goes to it alone, and the release wakes it by name (">" .. its owner id).
  */
-import type { AcquireRequest } from '../../core/backend.js'
-import type { Mode } from './backend.js'
-import { named, nameOf } from './layout.js'
+import type { AcquireRequest } from '../../../core/backend.js'
+import type { RedisStore } from '../store.js'
+import { type LockLayout, named, nameOf } from './layout.js'
+import type { Mode } from './mode.js'
 import { ABANDON, ACQUIRE, BREAK, RELEASE } from './scripts.js'
-import type { RedisStore } from './store.js'
 
 /**
  * How long a starvation mark lives after its waiter's last attempt: how long a marked waiter that died
@@ -24,18 +24,20 @@ export const STARVING_MARK_MS = 1000
 export class PlainMode implements Mode {
   readonly fifo = false
   readonly #store: RedisStore
+  readonly #layout: LockLayout
   /** Refused for this long, a waiter marks itself starving (0: never). */
   readonly #starvationMs: number
   /** When each acquire's first attempt was sent: the same request object comes back for each attempt. */
   readonly #since = new WeakMap<AcquireRequest, number>()
 
-  constructor(store: RedisStore, starvationMs: number) {
+  constructor(store: RedisStore, layout: LockLayout, starvationMs: number) {
     this.#store = store
+    this.#layout = layout
     this.#starvationMs = starvationMs
   }
 
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
-    const k = this.#store.keysOf(req.key)
+    const k = this.#layout.keysOf(req.key)
     return this.#store.run(
       ACQUIRE,
       [k.lock, k.fence, k.holder, k.starving, ...named(k)],
@@ -56,14 +58,14 @@ export class PlainMode implements Mode {
   }
 
   async release(lease: { key: string; owner: string }): Promise<boolean> {
-    const k = this.#store.keysOf(lease.key)
+    const k = this.#layout.keysOf(lease.key)
     const reply = await this.#store.run(RELEASE, [k.lock, k.holder, k.starving], [lease.owner, k.channel])
     return reply === 1
   }
 
   /** Ends whichever lease holds `key` (only the grant of `fence`, when given): BREAK in scripts.ts. */
   breakLock(key: string, fence: bigint | undefined): Promise<unknown> {
-    const k = this.#store.keysOf(key)
+    const k = this.#layout.keysOf(key)
     return this.#store.run(
       BREAK,
       [k.lock, k.fence, k.holder, k.starving],
@@ -73,7 +75,7 @@ export class PlainMode implements Mode {
 
   /** An attempt whose outcome is unknown may hold the lock, or our starvation mark: remove both, owner-checked. */
   abandon(req: AcquireRequest): Promise<unknown> {
-    const k = this.#store.keysOf(req.key)
+    const k = this.#layout.keysOf(req.key)
     return this.#store.run(ABANDON, [k.lock, k.holder, k.starving], [req.owner, k.channel])
   }
 

@@ -1,11 +1,8 @@
 /**
- * Where a lock lives on Redis (also each Redlock node): the key names, in one place. The backend and the
- * tests (breaking a lease, reading a fence counter) both use these; nobody copies the format.
+ * Where a lock lives on Redis (also each Redlock node): the key names of the mutex, in one place. The
+ * backend and the tests (breaking a lease, reading a fence counter) both use these; nobody copies the format.
  */
-import { createHash } from 'node:crypto'
-
-/** The prefix of every key and channel unless the user picks another (`?prefix=`). */
-export const DEFAULT_PREFIX = 'fencelock:'
+import { DEFAULT_PREFIX, taggedName } from '../keys.js'
 
 /** The keys of one lock. All share the hash tag `{<key>}`, so they sit in one slot of a Redis Cluster. */
 export interface RedisLockKeys {
@@ -40,9 +37,7 @@ export const nameOf = (k: RedisLockKeys, key: string): string[] => (k.name === u
 
 /** The keys of the lock named `key` under `prefix`. */
 export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): RedisLockKeys {
-  // A brace in the key would end the hash tag early; hash such keys so lock and fence share a slot.
-  const tag = /[{}]/.test(key) ? `#${createHash('sha256').update(key).digest('hex')}` : key
-  const lock = `${prefix}{${tag}}`
+  const { name: lock, hashed } = taggedName(key, prefix)
   return {
     lock,
     fence: `${lock}:fence`,
@@ -52,20 +47,25 @@ export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): Red
     holder: `${lock}:holder`,
     starving: `${lock}:starving`,
     channel: `${lock}:released`,
-    ...(tag === key ? {} : { name: `${lock}:name` }),
+    ...(hashed ? { name: `${lock}:name` } : {}),
   }
 }
 
-/** The Cluster slot of a key name: CRC16 (XMODEM) of its hash tag, or of the whole name without one. */
-export function slotOf(name: string): number {
-  const open = name.indexOf('{')
-  const close = open < 0 ? -1 : name.indexOf('}', open + 1)
-  const hashed = close > open + 1 ? name.slice(open + 1, close) : name
-  let crc = 0
-  for (const byte of Buffer.from(hashed)) {
-    crc ^= byte << 8
-    for (let bit = 0; bit < 8; bit++)
-      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+/**
+ * The lock keys under one backend's prefix. The keys of the key used last are kept: a lock is usually
+ * acquired and released by name, again and again.
+ */
+export class LockLayout {
+  #last: RedisLockKeys | undefined
+  #lastKey: string | undefined
+
+  constructor(readonly prefix: string) {}
+
+  keysOf(key: string): RedisLockKeys {
+    if (key !== this.#lastKey || !this.#last) {
+      this.#last = redisLockKeys(key, this.prefix)
+      this.#lastKey = key
+    }
+    return this.#last
   }
-  return crc % 16_384
 }

@@ -1,18 +1,12 @@
 /**
- * Finding the locks under a prefix on one Redis server (also each Redlock node): SCAN for the lock keys,
- * a page at a time, and the user's key back from a lock key's name (layout.ts). SCAN walks the whole
- * keyspace of the server in steps of about `count` keys; MATCH only trims each step's reply, so a listing
- * costs one SCAN per step whatever the prefix.
+ * Finding the locks under a prefix on one Redis server (also each Redlock node): the SCAN pattern of the
+ * lock keys (its pages come from ../scan.ts), and the user's key back from a lock key's name (layout.ts).
  */
 import type { Redis } from 'ioredis'
-import { raceSignal } from '../../core/abort.js'
-import { within } from '../../core/within.js'
+import { raceSignal } from '../../../core/abort.js'
 import { redisLockKeys } from './layout.js'
 
-/** The SCAN COUNT hint of one step: about this many keys looked at per round trip. */
-export const SCAN_COUNT = 500
-
-/** A tag that layout.ts hashed (the key had a brace): `#` and the key's SHA-256 in hex. */
+/** A tag that ../keys.ts hashed (the key had a brace): `#` and the key's SHA-256 in hex. */
 const HASHED_TAG = /^#[0-9a-f]{64}$/
 
 /** The lock keys under a store prefix: the SCAN pattern, and the user's key from a key name. */
@@ -68,29 +62,9 @@ export function lockKeyMatch(prefix: string): LockKeyMatch {
     keyOf(name) {
       if (!name.startsWith(`${prefix}{`) || !name.endsWith('}')) return undefined
       const tag = name.slice(prefix.length + 1, -1)
-      // A tag never holds a brace (layout.ts hashes such keys): anything else is not one of our lock keys.
+      // A tag never holds a brace (../keys.ts hashes such keys): anything else is not one of our lock keys.
       if (/[{}]/.test(tag)) return undefined
       return { key: tag, hashed: HASHED_TAG.test(tag) }
     },
   }
-}
-
-/**
- * The key names matching `pattern` on one server, a SCAN step at a time (a step may find none). The loop
- * ends when the server says the scan is complete (cursor 0); each step is bounded by `signal`, and by
- * `stepMs` when given (a Redlock node that stopped answering must not hold up the listing).
- */
-export async function* scanPages(
-  server: Redis,
-  pattern: string,
-  signal: AbortSignal,
-  stepMs?: number,
-): AsyncGenerator<string[]> {
-  let cursor = '0'
-  do {
-    const step = (s: AbortSignal) => raceSignal(server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT), s)
-    const [next, names] = await (stepMs === undefined ? step(signal) : within(stepMs, signal, step))
-    if (names.length > 0) yield names
-    cursor = next
-  } while (cursor !== '0')
 }

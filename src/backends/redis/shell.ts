@@ -1,0 +1,86 @@
+/**
+ * The Redis backend's shell: what every primitive of one backend shares (its id, limits and capabilities,
+ * the store it speaks to, the one pub/sub connection of its waiters, `doctor` and `close`), with the
+ * primitives on top, each from its own folder (mutex/). The core's contract has the mutex's methods at the
+ * backend's top level, so the shell extends the mutex; another primitive is one field here, built from the
+ * same store and subscriptions (`readonly election = new RedisElection(store, subscriptions)`).
+ */
+import type { AcquireRequest, DoctorFinding, LockBackend } from '../../core/backend.js'
+import type { RedisClient } from './connect.js'
+import { doctor } from './doctor.js'
+import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
+import type { LockLayout } from './mutex/layout.js'
+import type { Mode } from './mutex/mode.js'
+import type { RedisStore } from './store.js'
+import { Subscriptions } from './subscriptions.js'
+
+/** The Redis backend. */
+export interface RedisBackend extends LockBackend {
+  /** The lock and fence key names of `key`, for operators. */
+  keysOf(key: string): { lock: string; fence: string }
+  /**
+   * Raises `key`'s fence counter to at least `atLeast` and returns its value afterwards: the single-node
+   * step of Redlock's fencing, which writes a minted token back to a majority.
+   */
+  raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<bigint>
+  /**
+   * `waitForChange`, resolving with the message that woke it: "-<owner>" when `owner` released the lock,
+   * `undefined` when no message did (abort, a fresh subscription). For Redlock, which hears each release
+   * once per node.
+   */
+  waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined>
+}
+
+/**
+ * Keys: the name goes into three key names and a channel name (Redis allows 512 MB; a lock name of more
+ * than 64 KiB is a mistake). Leases: PX is a signed 64-bit count of ms added to the server's clock; 2^43 ms
+ * (about 278 years) stays exact in a JavaScript number and far from that overflow.
+ */
+export const REDIS_LIMITS = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 } as const
+
+/** How the mutex of a backend is set up: its key names, its mode, its replica policy. */
+export interface MutexSetup<R extends AcquireRequest> {
+  readonly layout: LockLayout
+  readonly mode: Mode<R>
+  readonly replicas: ReplicaPolicy
+}
+
+/**
+ * One Redis backend. `R` is the request its mutex takes: the core's `AcquireRequest` for a backend of
+ * its own (`RedisBackend`), a Redlock node's request for a node (redlock/line.ts).
+ */
+export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends RedisMutex<R> {
+  readonly id: string
+  readonly capabilities: LockBackend['capabilities']
+  readonly limits = REDIS_LIMITS
+  readonly #store: RedisStore
+  readonly #minReplicas: number
+  readonly #subscriptions: Subscriptions
+  /** The clients this backend opened (from a URL, and the pub/sub duplicate): closed with it. */
+  readonly #owned: readonly RedisClient[]
+
+  /** `owned`: the clients made from a URL; the pub/sub connection joins them when it opens. */
+  constructor(store: RedisStore, mutex: MutexSetup<R>, owned: RedisClient[]) {
+    const subscriptions = new Subscriptions(store.client, owned)
+    super({ store, subscriptions, ...mutex })
+    this.id = store.id
+    // localHint: a wait only joins the subscriber connection's waiters (Subscriptions): a channel already
+    // subscribed hears every message handled after that, and a fresh SUBSCRIBE wakes its waiters once the
+    // server confirms it (a release published before then is caught by the re-attempt).
+    this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mutex.mode.fifo, localHint: true }
+    this.#store = store
+    this.#minReplicas = mutex.replicas.min
+    this.#subscriptions = subscriptions
+    this.#owned = owned
+  }
+
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return doctor(this.#store.client, this.id, this.#minReplicas, signal, this.#store.prefix)
+  }
+
+  async close(): Promise<void> {
+    await this.#subscriptions.close()
+    // disconnect, not QUIT: QUIT waits in the offline queue of a client that cannot connect.
+    for (const c of this.#owned) c.disconnect()
+  }
+}
