@@ -31,6 +31,10 @@
  *   scripts of acquire, release and abandon); scripts.ts: its Lua, each script one atomic step;
  *   layout.ts: the key and channel names of a lock (the tests use them too); listing.ts: `list`'s pattern
  *   of the lock keys, and the user's key back from a key name (also Redlock's).
+ * - election/: leader election (the `election` facet). facet.ts: campaign, proclaim, extend, resign,
+ *   inspect, and the waits of candidates and observers; scripts.ts: its Lua (terms minted by the mutex's
+ *   MINT); layout.ts: its keys `<prefix>!election{<name>}` (`:term`, `:value`, `:holder`), apart from
+ *   every lock's, and its channels.
  * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
  *   they share.
  * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a

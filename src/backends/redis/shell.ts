@@ -1,13 +1,14 @@
 /**
  * The Redis backend's shell: what every primitive of one backend shares (its id, limits and capabilities,
  * the store it speaks to, the one pub/sub connection of its waiters, `doctor` and `close`), with the
- * primitives on top, each from its own folder (mutex/). The core's contract has the mutex's methods at the
- * backend's top level, so the shell extends the mutex; another primitive is one field here, built from the
- * same store and subscriptions (`readonly election = new RedisElection(store, subscriptions)`).
+ * primitives on top, each from its own folder (mutex/, election/). The core's contract has the mutex's
+ * methods at the backend's top level, so the shell extends the mutex; another primitive is one field here,
+ * built from the same store and subscriptions (as `election`).
  */
 import type { AcquireRequest, DoctorFinding, LockBackend } from '../../core/backend.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
+import { RedisElection } from './election/facet.js'
 import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
 import type { LockLayout } from './mutex/layout.js'
 import type { Mode } from './mutex/mode.js'
@@ -53,6 +54,8 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
   readonly id: string
   readonly capabilities: LockBackend['capabilities']
   readonly limits = REDIS_LIMITS
+  /** Leader election on the same store (election/): the plain line, whatever the mutex's mode. */
+  readonly election: RedisElection
   readonly #store: RedisStore
   readonly #minReplicas: number
   readonly #subscriptions: Subscriptions
@@ -68,6 +71,12 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
     // subscribed hears every message handled after that, and a fresh SUBSCRIBE wakes its waiters once the
     // server confirms it (a release published before then is caught by the re-attempt).
     this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mutex.mode.fifo, localHint: true }
+    this.election = new RedisElection({
+      store,
+      subscriptions,
+      limits: REDIS_LIMITS,
+      replicas: mutex.replicas,
+    })
     this.#store = store
     this.#minReplicas = mutex.replicas.min
     this.#subscriptions = subscriptions

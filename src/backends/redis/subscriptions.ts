@@ -12,6 +12,8 @@ interface Waiter {
   readonly owner: string | undefined
   /** The owner id of the waiting acquire: a plain-mode ">" .. owner message wakes that waiter alone. */
   readonly self: string | undefined
+  /** An observer (`watch`): every message on its channel wakes it, whoever else it wakes. */
+  readonly every: boolean
   /** Wakes the waiter with the message that concerned it, or with nothing (abort, subscription ready). */
   wake(message?: string): void
 }
@@ -77,6 +79,10 @@ export class Subscriptions {
       return
     }
     for (const waiter of [...set]) {
+      if (waiter.every) {
+        waiter.wake(message)
+        continue
+      }
       const { owner } = waiter
       if (owner === undefined) {
         // One release frees the lock for one holder: wake this process's oldest waiter only, not a herd
@@ -92,12 +98,21 @@ export class Subscriptions {
     }
   }
 
+  /**
+   * Resolves at the next message on `channel` (or once its SUBSCRIBE is confirmed, or on abort): an
+   * observer's wait, which every message wakes, not one waiter per client as a release does.
+   */
+  async watch(channel: string, signal: AbortSignal): Promise<void> {
+    await this.wait(channel, undefined, signal, undefined, true)
+  }
+
   /** Resolves with the message that woke the waiter, if a message did. */
   wait(
     channel: string,
     owner: string | undefined,
     signal: AbortSignal,
     self?: string,
+    every?: boolean,
   ): Promise<string | undefined> {
     if (this.#closed || signal.aborted) return Promise.resolve(undefined)
     return new Promise<string | undefined>((resolve) => {
@@ -109,6 +124,7 @@ export class Subscriptions {
       const waiter: Waiter = {
         owner,
         self,
+        every: every === true,
         wake: (message) => {
           signal.removeEventListener('abort', onAbort)
           this.#leave(channel, waiter)

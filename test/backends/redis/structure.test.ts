@@ -1,8 +1,9 @@
 /**
- * The Redis backend's layout, read from its own sources: everything of the mutex sits in mutex/, and the
- * files beside that folder (what every primitive shares) import nothing from it, so a new primitive is a
- * folder of its own and a field in the shell. And a Redlock node's request reaches its script typed: the
- * sources cast no request, and the compiler refuses a node attempt without the engine's request.
+ * The Redis backend's layout, read from its own sources: everything of the mutex sits in mutex/, of the
+ * election in election/, and the files beside those folders (what every primitive shares) import nothing
+ * from them, so a new primitive is a folder of its own and a field in the shell. And a Redlock node's
+ * request reaches its script typed: the sources cast no request, and the compiler refuses a node attempt
+ * without the engine's request.
  */
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
@@ -29,6 +30,11 @@ function sources(dir: string): Array<{ file: string; text: string; imports: stri
     })
 }
 
+it('the Redis election keeps its scripts, key names and facet in election/', () => {
+  const election = readdirSync(join(redis, 'election')).sort()
+  assert.deepEqual(election, ['facet.ts', 'layout.ts', 'scripts.ts'])
+})
+
 it('the Redis mutex keeps its scripts, key names, modes and listing in mutex/', () => {
   const mutex = readdirSync(join(redis, 'mutex')).sort()
   for (const file of ['facet.ts', 'fair.ts', 'layout.ts', 'listing.ts', 'plain.ts', 'scripts.ts']) {
@@ -36,12 +42,14 @@ it('the Redis mutex keeps its scripts, key names, modes and listing in mutex/', 
   }
 })
 
-it("the Redis backend's shared files import nothing of the mutex (the shell and the entry aside)", () => {
+it("the Redis backend's shared files import no primitive's folder (the shell and the entry aside)", () => {
   const shells = new Set(['backends/redis/shell.ts', 'backends/redis/index.ts'])
+  // A primitive's folder may reuse another's algorithms (the election mints with the mutex's MINT).
+  const primitive = /^backends\/redis\/[^/]+\//
   const found = sources('backends/redis')
-    .filter(({ file }) => !file.startsWith('backends/redis/mutex/') && !shells.has(file))
+    .filter(({ file }) => !primitive.test(file) && !shells.has(file))
     .flatMap(({ file, imports }) =>
-      imports.filter((target) => target.startsWith('backends/redis/mutex/')).map((t) => `${file} -> ${t}`),
+      imports.filter((target) => primitive.test(target)).map((t) => `${file} -> ${t}`),
     )
   assert.ok(sources('backends/redis').length > 5, 'found no Redis sources')
   assert.deepEqual(found, [], `what every primitive shares must not depend on one:\n${found.join('\n')}`)

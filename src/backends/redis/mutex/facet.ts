@@ -13,9 +13,9 @@
  *
  * Adding a primitive (an election, a semaphore): a folder beside this one, built the same way (its
  * scripts with `script()` from ../lua.ts, its key names from `taggedName` in ../keys.ts, a class over the
- * backend's `RedisStore` and `Subscriptions`), and one field in ../shell.ts that builds it. No file of
- * this folder changes; no shared file but the shell and ../index.ts imports from here (a test holds
- * them to it).
+ * backend's `RedisStore` and `Subscriptions`), and one field in ../shell.ts that builds it. It may import
+ * an algorithm it shares with the mutex from here (../election/ mints terms with MINT and extends with
+ * EXTEND); no shared file but the shell and ../index.ts imports from here (a test holds them to it).
  */
 import { raceSignal } from '../../../core/abort.js'
 import type {

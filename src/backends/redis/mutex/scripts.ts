@@ -31,9 +31,10 @@ export const RECORD_NAME = (k: number, a: number, ttl: string) =>
  * only settles grants within one microsecond and small steps back of the clock; it outlives the lease
  * (max of an hour and the ttl), so storage is bounded by the names used in the last hour. What breaks
  * it: the server's clock set back by more than an hour, or past its last fence with the key deleted.
- * Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form.
+ * Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form. The election's scripts mint
+ * their terms with it too (../election/scripts.ts).
  */
-const MINT = `
+export const MINT = `
 local function mint(ttl)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
