@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { type ChildProcess, spawn } from 'node:child_process'
 import { after, before, describe, it } from 'node:test'
 import * as etcd3 from 'etcd3'
+import { EtcdElectionQueue } from '../../src/backends/etcd/election.js'
 import { etcdBackend } from '../../src/backends/etcd/index.js'
 import { electionPrefix, lockPrefix } from '../../src/backends/etcd/layout.js'
 import type { ElectionFacet, LockBackend } from '../../src/core/backend.js'
@@ -111,6 +112,22 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
       'the stale proclaim wrote nothing',
     )
     await next.resign()
+  })
+
+  it("guards a proclaim on the store by the key's create revision (Go's Proclaim)", async () => {
+    const queue = new EtcdElectionQueue(admin, 'fencelock/')
+    const name = `${electionPrefix('guarded')}1-owner`
+    const first = await admin.put(name).value('first').exec()
+    await admin.delete().key(name).exec()
+    // The same name made again (a new create revision): no longer the entry of that term.
+    await admin.put(name).value('second').exec()
+    const stale = { queue: electionPrefix('guarded'), name, position: BigInt(first.header.revision) }
+    assert.equal(await queue.proclaim(stale, 'stale'), false)
+    assert.equal((await keysUnder(electionPrefix('guarded')))[0]!.value, 'second')
+    const [now] = await keysUnder(electionPrefix('guarded'))
+    assert.equal(await queue.proclaim({ ...stale, position: now!.create }, 'proclaimed'), true)
+    assert.equal((await keysUnder(electionPrefix('guarded')))[0]!.value, 'proclaimed')
+    await admin.delete().key(name).exec()
   })
 
   it("wakes an observer by etcd's watch on each change, not by its fallback read", async () => {

@@ -30,7 +30,7 @@ import { EtcdQueue, firstOf } from './queue.js'
 const READS_KEPT = 1024
 
 /** A queue whose entries hold a candidate's value, and can be proclaimed. */
-class EtcdElectionQueue extends EtcdQueue {
+export class EtcdElectionQueue extends EtcdQueue {
   readonly #client: Etcd3
 
   constructor(client: Etcd3, prefix: string) {
