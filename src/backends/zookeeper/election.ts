@@ -42,7 +42,7 @@ function latchLine(names: readonly string[], path: string): string[] {
 }
 
 /** An election's queue: `latch-` children holding the candidate's value alone, as Curator's `LeaderLatch`. */
-const ELECTION_QUEUE: QueueKind = {
+export const ELECTION_QUEUE: QueueKind = {
   queueOf: electionPath,
   childName: LATCH_NAME,
   data: (value) => Buffer.from(value, 'utf8'),
@@ -50,7 +50,7 @@ const ELECTION_QUEUE: QueueKind = {
 }
 
 /** A queue whose entries hold a candidate's value, and can be proclaimed. */
-class ZkElectionQueue extends ZkQueue {
+export class ZkElectionQueue extends ZkQueue {
   entryValue(req: AcquireRequest): string {
     return req.value ?? ''
   }
