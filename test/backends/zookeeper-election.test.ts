@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict'
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
 import { after, before, describe, it } from 'node:test'
 import type { Client } from 'node-zookeeper-client'
 import { zookeeperBackend } from '../../src/backends/zookeeper/index.js'
@@ -13,24 +15,34 @@ import {
 } from '../../src/index.js'
 import { connectAdmin } from '../kits/zookeeper.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../servers/zookeeper.js'
+import { type CuratorBuild, compileCurator, javaCommand, LATCH_SOURCE } from '../support/curator.js'
+import { awaitLater } from '../support/later.js'
+import { pollUntil, waitUntil } from '../support/wait.js'
 
 /**
  * Leader election on ZooKeeper, what the conformance cases cannot see: the nodes on the store (Curator's
  * `LeaderLatch` layout, apart from the locks), a path holding a lock's children refused, proclaim refused
- * once the leader's node is gone, and observers woken by ZooKeeper's watches.
+ * once the leader's node is gone, observers woken by ZooKeeper's watches, and Curator 5.4's `LeaderLatch`
+ * (a Java child: test/fixtures/curator/CuratorLatch.java) and fencelock candidates in one line, both ways.
  */
+const WITHIN = { withinMs: 60_000, everyMs: 50 }
 const PREFIX = '/fencelock-election'
 
 describe('zookeeper: leader election', { timeout: 240_000 }, () => {
   let zk: ZooKeeperEnsemble
   let admin: Client
+  let build: CuratorBuild
   const open: LockClient[] = []
+  const javas: ChildProcessWithoutNullStreams[] = []
 
   before(async () => {
     zk = await startZooKeeper(1)
     admin = (await connectAdmin(zk.connectString, { sessionTimeout: 10_000 })) as Client
+    build = compileCurator(LATCH_SOURCE)
   })
   after(async () => {
+    for (const java of javas) if (java.exitCode === null && java.signalCode === null) java.kill('SIGKILL')
+    build.cleanup()
     await Promise.all(open.map((c) => c.close()))
     admin.close()
     await zk.destroy()
@@ -106,6 +118,83 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     assert.equal(nodes.length, 1)
     assert.equal(await dataOf(`${path}/${nodes[0]}`), 'next')
     await next.resign()
+  })
+
+  /** A JVM with one Curator client, its printed lines gathered; `ask` sends a command. */
+  const latch = async () => {
+    const [java, args] = javaCommand(build, 'CuratorLatch', [zk.connectString])
+    const child = spawn(java, args, { stdio: 'pipe' })
+    javas.push(child)
+    const lines: string[] = []
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line))
+    const said = (prefix: string) =>
+      waitUntil(
+        () => lines.some((l) => l.startsWith(prefix)),
+        () => `Curator to say ${prefix}: ${lines.join(' | ')} ${stderr}`,
+        WITHIN,
+      )
+    const ask = async (command: string, answer: string) => {
+      lines.length = 0
+      child.stdin.write(`${command}\n`)
+      await said(answer)
+      return lines.find((l) => l.startsWith(answer))!
+    }
+    await said('ready')
+    return { ask, said, lines, child }
+  }
+
+  it("Curator's LeaderLatch leads first: fencelock sees its id, waits in line, leads once it closes", async () => {
+    const name = 'curator-first'
+    const path = electionPath(name, PREFIX)
+    const java = await latch()
+    await java.ask(`start ${path} java-1`, 'started')
+    await java.said('isLeader')
+    const locks = clientOn(zk.url(PREFIX))
+    const view = await locks.election(name).leader()
+    assert.ok(
+      view.leader && view.value === 'java-1' && !view.isMe,
+      JSON.stringify(view, (_, v) => String(v)),
+    )
+    const campaign = awaitLater(locks.election(name).campaign({ value: 'fencelock' }))
+    await pollUntil(
+      () => childrenOf(path),
+      (nodes) => nodes.length === 2,
+      WITHIN,
+    )
+    assert.match(await java.ask('leader', 'leader'), /^leader true java-1$/, 'Curator still sees itself lead')
+    await java.ask('close', 'closed')
+    const lead = await campaign
+    assert.ok(view.leader && lead.term > view.term!)
+    java.child.stdin.write('quit\n')
+    await lead.resign()
+  })
+
+  it("fencelock leads first: Curator's LeaderLatch sees its value, waits, and leads once it resigns", async () => {
+    const name = 'fencelock-first'
+    const path = electionPath(name, PREFIX)
+    const locks = clientOn(zk.url(PREFIX))
+    const lead = await locks.election(name).campaign({ value: 'fencelock-1' })
+    // Proclaimed before Curator joins: a proclaim while a LeaderLatch waits behind our node would fire its
+    // watch with a data change, which LeaderLatch ignores, and it would no longer watch (see the docs).
+    await lead.proclaim('fencelock-2')
+    const java = await latch()
+    await java.ask(`start ${path} java-2`, 'started')
+    await pollUntil(
+      () => childrenOf(path),
+      (nodes) => nodes.length === 2,
+      WITHIN,
+    )
+    assert.equal(await java.ask('leader', 'leader'), 'leader true fencelock-2')
+    assert.ok(!java.lines.includes('isLeader'), 'Curator waits behind the fencelock leader')
+    await lead.resign()
+    await java.said('isLeader')
+    const view = await locks.election(name).leader()
+    assert.ok(view.leader && view.value === 'java-2' && view.term! > lead.term && !view.isMe)
+    java.child.stdin.write('quit\n')
   })
 
   it("wakes an observer by ZooKeeper's watches on each change, not by its fallback read", async () => {
