@@ -113,8 +113,12 @@ function nextChange(client: ZkClient, path: string): Promise<void> {
       data.delete(leader)
       fire()
     }
-    // Gone between the two reads: a change already.
-    if (!(await read(client, leader, onData))) onData()
+    // Gone between the two reads: a change already. Failed: no watch is known to be in place.
+    const found = await read(client, leader, onData).catch((error: unknown) => {
+      data.delete(leader)
+      throw error
+    })
+    if (!found) onData()
   }
   // A watch that could not be set (connection lost): a hint all the same; the observer reads again.
   watching().catch(fire)
