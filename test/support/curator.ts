@@ -30,14 +30,22 @@ const JARS = [
   'slf4j-nop',
 ].map((name) => `/usr/share/java/${name}.jar`)
 
+/** The LeaderLatch fixture (the election interop test drives it itself). */
+export const LATCH_SOURCE = fileURLToPath(
+  new URL('../../../test/fixtures/curator/CuratorLatch.java', import.meta.url),
+)
+
 /** The compiled fixture: its class folder. One per test file; `cleanup()` removes it. */
 export interface CuratorBuild {
   readonly classPath: string
   cleanup(): void
 }
 
-/** Compiles the fixture with `javac`; fails loudly (with the install line) when the JDK or a jar is missing. */
-export function compileCurator(): CuratorBuild {
+/**
+ * Compiles the fixture (or another Java file of test/fixtures/curator, named by `source`) with `javac`;
+ * fails loudly (with the install line) when the JDK or a jar is missing.
+ */
+export function compileCurator(source = SOURCE): CuratorBuild {
   const javac = requireBinary('javac', INSTALL)
   const missing = JARS.filter((jar) => !existsSync(jar))
   if (missing.length > 0) {
@@ -47,7 +55,7 @@ export function compileCurator(): CuratorBuild {
   }
   const out: TempDir = tempDir('curator')
   const classPath = JARS.join(':')
-  execFileSync(javac, ['-d', out.path, '-cp', classPath, SOURCE], { stdio: 'pipe' })
+  execFileSync(javac, ['-d', out.path, '-cp', classPath, source], { stdio: 'pipe' })
   return { classPath: `${out.path}:${classPath}`, cleanup: out.cleanup }
 }
 
@@ -72,6 +80,14 @@ export interface CuratorProcess {
   log(): string
   /** Asks it to quit; kills it by PID when it does not exit within a few seconds. */
   stop(): Promise<void>
+}
+
+/** The command line of a JVM running class `main` of `build` (the way `startCurator` starts its own). */
+export function javaCommand(build: CuratorBuild, main: string, args: string[]): [string, string[]] {
+  return [
+    requireBinary('java', INSTALL),
+    ['-Xmx128m', '-XX:TieredStopAtLevel=1', '-cp', build.classPath, main, ...args],
+  ]
 }
 
 /** Starts one Curator client on `connectString` with this session timeout; resolves once it is connected. */

@@ -55,6 +55,7 @@ import type {
   BreakOptions,
   BreakResult,
   DoctorFinding,
+  ElectionFacet,
   ListedLock,
   LockBackend,
   LockInfo,
@@ -63,6 +64,7 @@ import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { type QueueBackendMethods, queueBackendMethods } from '../../engines/queue/backend-methods.js'
 import { QueueLock } from '../../engines/queue/engine.js'
+import { etcdElection } from './election.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases, type LeaseId } from './leases.js'
@@ -121,6 +123,9 @@ class EtcdBackend implements LockBackend {
   readonly #queue: QueueLock<LeaseId, IKeyValue>
   /** Whether we made the client (from a URL), and so close it. */
   readonly #owned: boolean
+  /** Leader election (election.ts): its own queue engine, under the elections' prefix. */
+  readonly #elections: ReturnType<typeof etcdElection>
+  readonly election: ElectionFacet
 
   constructor(options: EtcdBackendOptions, owned: boolean) {
     const { client } = options
@@ -136,6 +141,10 @@ class EtcdBackend implements LockBackend {
       this,
       queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
     )
+    this.#elections = etcdElection(client, this.#prefix, this.id, ETCD_LIMITS, (key, what, error) =>
+      this.#unavailable(key, what, error, 'election'),
+    )
+    this.election = this.#elections.facet
   }
 
   // The methods are the engine's (queueBackendMethods), assigned in the constructor.
@@ -187,19 +196,22 @@ class EtcdBackend implements LockBackend {
 
   readonly close = async (): Promise<void> => {
     // Our own revokes delete our keys: not a loss (the core has told the holders already).
-    await this.#queue.close()
+    await Promise.all([this.#queue.close(), this.#elections.close()])
     if (this.#owned) this.#client.close()
   }
 
-  #unavailable(key: string, what: string, error: unknown) {
+  #unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election' = 'lock') {
     if (error instanceof BackendUnavailableError) return error
     const { text, retryable } = describeFailure(error)
-    return new BackendUnavailableError(`Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${text}`, {
-      key,
-      backend: this.id,
-      cause: error,
-      retryable,
-    })
+    return new BackendUnavailableError(
+      `Could not ${what} ${subject} ${quoteKey(key)} on ${this.id}: ${text}`,
+      {
+        key,
+        backend: this.id,
+        cause: error,
+        retryable,
+      },
+    )
   }
 }
 

@@ -22,6 +22,20 @@ export function unsegment(escaped: string): string | undefined {
 export const lockPrefix = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix}${segment(key)}/`
 
+/**
+ * The prefix under which elections live, apart from every lock: `<prefix>%election/`. No lock's segment
+ * starts with `%e` (the escaping writes `%` only as `%25` or `%2F`), so no lock name reaches it, and a lock
+ * `x` and an election `x` are independent, as on every backend.
+ */
+export const electionsPrefix = (prefix: string = DEFAULT_PREFIX): string => `${prefix}%election/`
+
+/**
+ * The prefix of the election named `name`: Go's `concurrency.NewElection(session, pfx)` and
+ * `etcdctl elect pfx` use `pfx + '/'`, so this without its last `/` is the name they take.
+ */
+export const electionPrefix = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  lockPrefix(name, electionsPrefix(prefix))
+
 /** The first key after every key with `prefix` (etcd's range_end for a prefix). */
 export function prefixEnd(prefix: string): Buffer {
   const end = Buffer.from(prefix)

@@ -58,7 +58,7 @@ function heldView(
 }
 
 /** The remaining time (ms) of lease `id`, undefined when it has none or is gone. */
-async function leaseLeft(client: Etcd3, id: string, signal: AbortSignal): Promise<number | undefined> {
+export async function leaseLeft(client: Etcd3, id: string, signal: AbortSignal): Promise<number | undefined> {
   if (id === '0') return undefined
   const ttl = await raceSignal(client.leaseClient.leaseTimeToLive({ ID: id }), signal)
   return Number(ttl.TTL) >= 0 ? Number(ttl.TTL) * 1000 : undefined

@@ -11,6 +11,7 @@ export type ZkClient = Pick<
   | 'create'
   | 'getChildren'
   | 'getData'
+  | 'setData'
   | 'exists'
   | 'remove'
   | 'mkdirp'
@@ -106,9 +107,17 @@ function request<T, F = never>(
 export const create = (client: ZkClient, path: string, data: Buffer, mode: number): Promise<string> =>
   request(client, (done) => client.create(path, data, mode, done))
 
-/** The children's names of `path`, or undefined when `path` does not exist. */
-export const children = (client: ZkClient, path: string): Promise<string[] | undefined> =>
-  request<string[], undefined>(client, (done) => client.getChildren(path, done), CODE.NO_NODE, undefined)
+/**
+ * The children's names of `path`, or undefined when `path` does not exist; `watch` is told of the next
+ * change of its children (or of its deletion); none is set when it does not exist.
+ */
+export const children = (client: ZkClient, path: string, watch?: Watcher): Promise<string[] | undefined> =>
+  request<string[], undefined>(
+    client,
+    (done) => (watch ? client.getChildren(path, watch, done) : client.getChildren(path, done)),
+    CODE.NO_NODE,
+    undefined,
+  )
 
 /** The Stat of `path`, or undefined when it does not exist; `watch` is told of its next change (or creation). */
 export const stat = (client: ZkClient, path: string, watch?: Watcher): Promise<Stat | undefined> =>
@@ -136,6 +145,26 @@ export const read = (
     CODE.NO_NODE,
     undefined,
   )
+
+/**
+ * Replaces the data of `path` only at data version `version`; false when it was gone. A newer version
+ * (someone else wrote it since) is the server's BAD_VERSION error.
+ */
+export async function setDataAt(
+  client: ZkClient,
+  path: string,
+  data: Buffer,
+  version: number,
+): Promise<boolean> {
+  try {
+    return await request<boolean>(client, (done) =>
+      client.setData(path, data, version, (error) => done(error, true)),
+    )
+  } catch (error) {
+    if (codeOf(error) === CODE.NO_NODE) return false
+    throw error
+  }
+}
 
 /** Deletes `path` (any version); false when it was gone already. */
 export const remove = (client: ZkClient, path: string): Promise<boolean> =>

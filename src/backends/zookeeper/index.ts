@@ -56,6 +56,7 @@ import type {
   BreakOptions,
   BreakResult,
   DoctorFinding,
+  ElectionFacet,
   ListedLock,
   LockBackend,
   LockInfo,
@@ -67,6 +68,7 @@ import { type QueueBackendMethods, queueBackendMethods } from '../../engines/que
 import { QueueLock } from '../../engines/queue/engine.js'
 import { CODE, children, closeClient, codeOf, stat, type ZkClient } from './client.js'
 import { sessionFinding, srvrFinding } from './diagnose.js'
+import { zookeeperElection } from './election.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { type ZkEntry, ZkQueue } from './queue.js'
@@ -154,6 +156,9 @@ class ZooKeeperBackend implements LockBackend {
   readonly #adapter: ZkQueue
   /** From a URL: our connection for `inspect` and `doctor`, made at first use and again after expiry. */
   #reader: ZkClient | undefined
+  /** Leader election (election.ts): its own queue engine, under the elections' node. */
+  readonly #elections: ReturnType<typeof zookeeperElection>
+  readonly election: ElectionFacet
 
   constructor(setup: Setup) {
     this.#setup = setup
@@ -168,6 +173,18 @@ class ZooKeeperBackend implements LockBackend {
       this,
       queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
     )
+    this.#elections = zookeeperElection(
+      {
+        prefix: this.#prefix,
+        retireAfterMs: setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS,
+        leases,
+        reader: () => this.#client(),
+      },
+      this.id,
+      ZOOKEEPER_LIMITS,
+      (key, what, error) => this.#unavailable(key, what, error, 'election'),
+    )
+    this.election = this.#elections.facet
   }
 
   // The methods are the engine's (queueBackendMethods), assigned in the constructor.
@@ -217,7 +234,7 @@ class ZooKeeperBackend implements LockBackend {
 
   readonly close = async (): Promise<void> => {
     // Our sessions' closes delete our nodes: not a loss (the core has told the holders already).
-    await this.#queue.close()
+    await Promise.all([this.#queue.close(), this.#elections.close()])
     if (this.#reader) closeClient(this.#reader)
     this.#reader = undefined
   }
@@ -230,10 +247,10 @@ class ZooKeeperBackend implements LockBackend {
     return this.#reader
   }
 
-  #unavailable(key: string, what: string, error: unknown) {
+  #unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election' = 'lock') {
     if (error instanceof BackendUnavailableError) return error
     return new BackendUnavailableError(
-      `Could not ${what} lock ${quoteKey(key)} on ${this.id}: ${describeFailure(error)}`,
+      `Could not ${what} ${subject} ${quoteKey(key)} on ${this.id}: ${describeFailure(error)}`,
       { key, backend: this.id, cause: error, retryable: true },
     )
   }

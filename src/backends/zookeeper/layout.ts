@@ -16,6 +16,9 @@ export const DEFAULT_PREFIX = '/fencelock'
 /** Curator's `InterProcessMutex` lock name (`LOCK_NAME`), the part before each child's sequence number. */
 export const LOCK_NAME = 'lock-'
 
+/** Curator's `LeaderLatch` name (`LOCK_NAME` there), the part before each candidate's sequence number. */
+export const LATCH_NAME = 'latch-'
+
 /** Curator's protected-mode prefix (`ProtectedUtils.PROTECTED_PREFIX`). */
 const PROTECTED_PREFIX = '_c_'
 
@@ -96,6 +99,14 @@ export function unsegment(escaped: string): string | undefined {
   return segment(key) === escaped ? key : undefined
 }
 
+/**
+ * The node of the election named `name`: `<prefix>/%election/<name escaped>`, apart from every lock (no
+ * lock's segment is `%election`: the escaping writes `%` as `%25`), so a lock `x` and an election `x` are
+ * independent. Curator's `LeaderLatch` on this path is a candidate of the same election.
+ */
+export const electionPath = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix === '/' ? '' : prefix}/%election/${segment(name)}`
+
 /** The node of the lock named `key`, whose children are its queue (Curator's lock path). */
 export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix === '/' ? '' : prefix}/${segment(key)}`
@@ -115,20 +126,29 @@ export function protectedId(owner: string): string {
  * The name of our child before ZooKeeper appends its sequence number: `_c_<id>-lock-` (Curator's
  * `withProtection()` on `<lock path>/lock-`). Only this acquire writes children that start with it.
  */
-export const protectedName = (owner: string): string =>
-  `${PROTECTED_PREFIX}${protectedId(owner)}-${LOCK_NAME}`
+export const protectedName = (owner: string, name: string = LOCK_NAME): string =>
+  `${PROTECTED_PREFIX}${protectedId(owner)}-${name}`
 
-/** What a child is ordered by (Curator's `standardFixForSorting`): the text after its last `lock-`. */
-export function sortKey(child: string): string {
-  const at = child.lastIndexOf(LOCK_NAME)
-  return at < 0 ? child : child.slice(at + LOCK_NAME.length)
+/** The owner id in a protected name made by `protectedName` (its UUID's hex digits), else undefined. */
+export function ownerOfProtected(child: string): string | undefined {
+  const match = /^_c_([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})-/.exec(child)
+  return match ? match.slice(1).join('') : undefined
+}
+
+/**
+ * What a child is ordered by (Curator's `standardFixForSorting`): the text after its last `lock-` (or
+ * `latch-`, an election's).
+ */
+export function sortKey(child: string, name: string = LOCK_NAME): string {
+  const at = child.lastIndexOf(name)
+  return at < 0 ? child : child.slice(at + name.length)
 }
 
 /** A lock's children in line order (Curator's `getSortedChildren`): the first holds the lock. */
-export function inLine(names: readonly string[]): string[] {
+export function inLine(names: readonly string[], name: string = LOCK_NAME): string[] {
   return [...names].sort((a, b) => {
-    const x = sortKey(a)
-    const y = sortKey(b)
+    const x = sortKey(a, name)
+    const y = sortKey(b, name)
     return x < y ? -1 : x > y ? 1 : 0
   })
 }

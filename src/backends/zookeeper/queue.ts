@@ -32,7 +32,7 @@ import {
   type ZkClient,
   zxidOf,
 } from './client.js'
-import { entryData, inLine, lockPath, protectedName } from './layout.js'
+import { entryData, inLine, LOCK_NAME, lockPath, protectedName } from './layout.js'
 import { NodeRetirer } from './retire.js'
 import type { ZkSession } from './sessions.js'
 
@@ -67,6 +67,29 @@ interface HeldWatch {
   listener?: Watcher | undefined
 }
 
+/**
+ * What kind of queue an adapter keeps: a lock's (Curator's `InterProcessMutex`: `lock-` children whose data
+ * is the owner, the holder and the session timeout), or an election's (election.ts).
+ */
+export interface QueueKind {
+  /** The node of the queue named `key` under `prefix`. */
+  queueOf(key: string, prefix: string): string
+  /** The word before each child's sequence number (`lock-`, `latch-`). */
+  readonly childName: string
+  /** Our child's data, for an entry of value `value` on a session of `sessionTimeoutMs`. */
+  data(value: string, sessionTimeoutMs: number): Buffer
+  /** The children of queue `queue` in line order; throws for children of another kind (a mixed path). */
+  line(names: readonly string[], queue: string): string[]
+}
+
+/** A lock's queue (Curator's `InterProcessMutex`). */
+export const LOCK_QUEUE: QueueKind = {
+  queueOf: lockPath,
+  childName: LOCK_NAME,
+  data: entryData,
+  line: (names) => inLine(names),
+}
+
 const GONE = 'its node is gone from ZooKeeper (deleted, or its session expired)'
 
 /** The newest `looksBack` entries ahead of `node` in `line` (a queue's children in Curator's order), oldest first. */
@@ -94,19 +117,28 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
 
   /** Deletes the lock nodes this client stopped using (retire.ts). */
   readonly #retirer: NodeRetirer
+  readonly #kind: QueueKind
 
-  constructor(prefix: string, retireAfterMs: number) {
+  constructor(prefix: string, retireAfterMs: number, kind: QueueKind = LOCK_QUEUE) {
     this.#prefix = prefix
     this.#retirer = new NodeRetirer(retireAfterMs)
+    this.#kind = kind
   }
 
   queueOf(key: string): string {
-    return lockPath(key, this.#prefix)
+    return this.#kind.queueOf(key, this.#prefix)
+  }
+
+  /** Our entry's node and the connection of its session, while it is known (an election proclaims on it). */
+  nodeOf(entry: OwnEntry): { readonly client: ZkClient; readonly path: string } | undefined {
+    const known = this.#known.get(entry.name)
+    if (!known?.node || known.session.ended) return undefined
+    return { client: known.session.client, path: known.node }
   }
 
   /** Curator's protected name, its id made of our owner id: unique to the acquire. */
   nameOf(queue: string, lease: ZkSession, owner: string): string {
-    const name = `${queue}/${protectedName(owner)}`
+    const name = `${queue}/${protectedName(owner, this.#kind.childName)}`
     const known = this.#known.get(name)
     // A new session (the old one was lost) creates a new node under the same name.
     if (known?.session !== lease) this.#known.set(name, { session: lease })
@@ -158,7 +190,7 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     if (!held && known.held === undefined) known.held = { position }
     // The listing was sent after our create (or found our node): the entries ahead of ours in it are the
     // ones the engine decides from (and a waiter watches one of them first).
-    return { position, ahead: ahead(queue, inLine(names), node, looksBack, client) }
+    return { position, ahead: ahead(queue, this.#kind.line(names, queue), node, looksBack, client) }
   }
 
   /**
@@ -193,7 +225,8 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const send = async () => {
       const sentAt = now()
       // Connected (the session's id is known): the timeout is the one the server negotiated.
-      const made = create(client, name, entryData(value, client.getSessionTimeout()), EPHEMERAL_SEQUENTIAL)
+      const data = this.#kind.data(value, client.getSessionTimeout())
+      const made = create(client, name, data, EPHEMERAL_SEQUENTIAL)
       const listed = children(client, queue)
       // The listing fails with the create when the lock node is missing: only the create's error counts.
       listed.catch(() => {})
@@ -220,7 +253,7 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const known = this.#known.get(entry.name)
     if (!known?.node || known.session.ended) return { ahead: [], mine: false }
     const { client } = known.session
-    const line = inLine((await children(client, entry.queue)) ?? [])
+    const line = this.#kind.line((await children(client, entry.queue)) ?? [], entry.queue)
     if (!line.includes(posix.basename(known.node))) return { ahead: [], mine: false }
     return { ahead: ahead(entry.queue, line, known.node, looksBack, client), mine: true }
   }

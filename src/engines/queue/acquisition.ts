@@ -9,8 +9,11 @@ import type { Cancel, OwnEntry, QueueAdapter } from './adapter.js'
 
 export class Acquisition<Id> {
   readonly owner: string
-  /** Our entry's value: "<owner> <description>", or the owner alone (see `AcquireRequest.holder`). */
-  readonly value: string
+  /**
+   * Our entry's value: "<owner> <description>", or the owner alone (see `AcquireRequest.holder`); an
+   * election's is the candidate's value (`QueueAdapter.entryValue`), replaced by each proclaim.
+   */
+  value: string
   /** The lock's name as the user gave it (for messages) and its queue on the store. */
   readonly key: string
   readonly queue: string
@@ -38,9 +41,9 @@ export class Acquisition<Id> {
    */
   attemptedAt = Number.NEGATIVE_INFINITY
 
-  constructor(req: AcquireRequest, queue: string) {
+  constructor(req: AcquireRequest, queue: string, value?: string) {
     this.owner = req.owner
-    this.value = req.holder === undefined ? req.owner : `${req.owner} ${req.holder}`
+    this.value = value ?? (req.holder === undefined ? req.owner : `${req.owner} ${req.holder}`)
     this.key = req.key
     this.queue = queue
   }
@@ -73,7 +76,7 @@ export class Acquisitions<Id, Entry> {
   of(req: AcquireRequest): Acquisition<Id> {
     const existing = this.#byOwner.get(req.owner)
     if (existing && !existing.ended) return existing
-    const acq = new Acquisition<Id>(req, this.#adapter.queueOf(req.key))
+    const acq = new Acquisition<Id>(req, this.#adapter.queueOf(req.key), this.#adapter.entryValue?.(req))
     this.#byOwner.set(req.owner, acq)
     return acq
   }

@@ -7,6 +7,7 @@
  * Every method is one request (or one watch) on the store; none waits for other holders, retries or
  * keeps timers: the engine does that.
  */
+import type { AcquireRequest } from '../../core/backend.js'
 
 /** Our entry in a lock's queue, once a reply told us its position. */
 export interface OwnEntry {
@@ -109,6 +110,17 @@ export interface QueueAdapter<Id, Entry> {
    * when it was gone.
    */
   move?(entry: OwnEntry, value: string, lease: Id): Promise<boolean>
+  /**
+   * Optional: the value our entry is written with. Without it, "<owner> <holder>" (the mutex's: the owner
+   * and the holder's description); an election's adapter writes the candidate's value (`req.value`), as its
+   * interop peers do (etcd's `Election`, Curator's `LeaderLatch`).
+   */
+  entryValue?(req: AcquireRequest): string
+  /**
+   * Optional (elections): replaces our entry's value, only if the entry is still ours (same position),
+   * keeping its lease and position. False when it was gone.
+   */
+  proclaim?(entry: OwnEntry, value: string): Promise<boolean>
   /** Says in words that our entry is gone, found missing at position `at` when known. */
   goneReason(at?: bigint): string
   /**

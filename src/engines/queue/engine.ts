@@ -286,6 +286,23 @@ export class QueueLock<Id, Entry> {
     }
   }
 
+  /**
+   * An election's proclaim: replaces our entry's value, only while it is ours (the adapter checks its
+   * position, the fence). Run on the lock's queue of extends (the core's), so no move overlaps it; the new
+   * value is kept for a later move, which writes the entry again.
+   */
+  async proclaim(acq: Acquisition<Id>, value: string, signal: AbortSignal): Promise<boolean> {
+    const write = this.#adapter.proclaim
+    if (!write) throw new Error('this queue keeps no election: its adapter cannot proclaim')
+    if (acq.ended || acq.session!.lost.aborted) return false
+    if (!(await raceSignal(write.call(this.#adapter, acq.entry!, value), signal))) {
+      this.#acqs.markLost(acq, this.#adapter.goneReason())
+      return false
+    }
+    acq.value = value
+    return true
+  }
+
   /** `LockBackend.abandon`: deletes whatever `req.owner` may have put, once its writes have settled. */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     const acq = this.#acqs.get(req.owner)
