@@ -30,7 +30,9 @@ function counted(backend: LockBackend): { backend: LockBackend; calls: string[] 
   const spy = new Proxy(backend, {
     get(target, name, receiver) {
       const value = Reflect.get(target, name, receiver)
-      if (typeof value !== 'function' || name === 'close') return value
+      if (typeof value !== 'function') return value
+      // Bound to the backend itself: a class's private fields are not reachable through a proxy.
+      if (name === 'close') return value.bind(target)
       return (...args: unknown[]) => {
         calls.push(String(name))
         return value.apply(target, args)
