@@ -26,6 +26,7 @@ export const ELECTION_FOLDER = '.elections'
 
 /** The election facet, with `breakLock` for tests and operators that end a leadership behind its back. */
 export interface FileElection extends ElectionFacet {
+  watch(key: string, signal: AbortSignal): Promise<void>
   breakLock(name: string, options?: BreakOptions): Promise<BreakResult>
 }
 
