@@ -101,7 +101,7 @@ export interface FileBackend extends LockBackend {
    * a live client's background sweep does a minute after the end. Live leases stay; fences never go back.
    */
   prune(prefix?: string): Promise<PruneResult>
-  /** Leader election: the mutex's lease with a value, in a root of its own (election/). */
+  /** Leader election: the mutex's lease with the leader's value, kept apart in `<dir>/.elections/`. */
   readonly election: FileElection
 }
 
