@@ -18,6 +18,7 @@
  * (the next grant starts from a new epoch, after the removal: the argument is in retire.ts and the docs).
  * Waiting: fs.watch on the key's folder (watch.ts), the core's poll as the fallback.
  * Limits: one host (not NFS); keys up to 64 KiB, ttls up to 2^43 ms (FILE_LIMITS); epochs below 2^42.
+ * Elections: the same leases with the leader's value, in a root of their own, <dir>/.elections/ (election/).
  *
  * The folder: the shell (this file) makes the root and wires each primitive's facet into the backend;
  * each primitive is a folder of its records and operations (mutex/, whose header says how another one is
@@ -35,6 +36,7 @@
  *   sweep.ts         removing the key folders nobody will release (a crashed holder's, a broken lock's),
  *                    a few at a time after grants and releases; `prune`
  *   diagnostics.ts   doctor
+ *   election/        leader election: the mutex's lease with a value, in <dir>/.elections/
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -42,6 +44,7 @@ import type { BackendLimits, BreakOptions, BreakResult, LockBackend } from '../.
 import { BoundedMap } from '../../core/bounded-map.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor } from './diagnostics.js'
+import { electionRoot, type FileElection, fileElection } from './election/index.js'
 import { type Durability, seenEpochs, startsOf } from './epochs.js'
 import { guarded } from './errors.js'
 import { isSharedRoot } from './folders.js'
@@ -98,6 +101,8 @@ export interface FileBackend extends LockBackend {
    * a live client's background sweep does a minute after the end. Live leases stay; fences never go back.
    */
   prune(prefix?: string): Promise<PruneResult>
+  /** Leader election: the mutex's lease with the leader's value, kept apart in `<dir>/.elections/`. */
+  readonly election: FileElection
 }
 
 /**
@@ -161,16 +166,26 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
   }
   const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
   const sweeper = sweeperOf(root, hooks)
-  return {
+  // Elections: a root of their own inside this one, with its own housekeeping (election/index.ts).
+  const elections = electionRoot(root, options.unreadableHoldMs ?? 60_000)
+  const electionRetirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const electionSweeper = sweeperOf(elections, hooks)
+  const shell = {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
+  } as const
+  return {
+    ...shell,
     ...fileMutex(root, { retirer, sweeper }),
+    election: fileElection(dir, elections, { retirer: electionRetirer, sweeper: electionSweeper }, shell),
     prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, LEASE_RECORDS, prefix)),
     doctor: () => fileDoctor(root, LEASE_RECORDS),
     async close() {
       sweeper?.close()
       retirer.close()
+      electionSweeper?.close()
+      electionRetirer.close()
     },
   }
 }

@@ -185,7 +185,7 @@ async function readAndTake(
  */
 async function take(
   root: Root,
-  { key, owner, ttlMs, holder }: AcquireRequest,
+  { key, owner, ttlMs, holder, value }: AcquireRequest,
   folder: string,
   pending: Pending,
   state: { readonly gen: bigint; readonly stamp: Stamp } | undefined,
@@ -203,7 +203,7 @@ async function take(
     // No flush within a boot (unless the host has no boot id): see epochs.ts and `carriedBase`.
     const { processes } = root
     const record = newRecord(
-      { key, state: 'held', owner, fence, base, deadline, holder, processes },
+      { key, state: 'held', owner, fence, base, deadline, holder, processes, value },
       root.boot,
     )
     const stamp = await pending.write(record, grantFlush(root))

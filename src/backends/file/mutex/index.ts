@@ -4,7 +4,8 @@
  * primitive of the backend shares lives beside it (the root, the host clock, generations, epochs, the
  * holders' processes, the watch, the sweep and the retirer). So another primitive (an election, a
  * semaphore) is one new folder beside this one, with its own records and operations and a facet like
- * `fileMutex`, plus one line in the shell (../index.ts) wiring it: no file of this folder changes. (The
+ * `fileMutex`, plus one line in the shell (../index.ts) wiring it. (An election is this very lease with
+ * a value, on a root of its own: ../election/ reuses these records and operations.) (The
  * sweep and doctor judge the root's folders by the mutex's records, `LEASE_RECORDS`; a primitive with
  * records of another shape also teaches sweep.ts to tell them apart.)
  *
@@ -12,7 +13,7 @@
  *                  successor goes on from, and what the sweep and doctor ask of it (`LEASE_RECORDS`)
  *   written.ts     what this process wrote last in each key folder (the hot path: no listing, no read)
  *   acquire.ts     one attempt of acquire
- *   transition.ts  extend, release and abandon: our record to the next generation, owner-checked
+ *   transition.ts  extend, release, abandon and proclaim: our record to the next generation, owner-checked
  *   break.ts       breakLock
  *   inspect.ts     inspect and list
  */

@@ -54,6 +54,7 @@ function heldView(r: RecordV1): LockInfo {
     ...(r.holder === undefined ? {} : { holder: r.holder }),
     fence: BigInt(r.fence),
     expiresInMs: r.deadline - monotonicMs(),
+    ...(r.value === undefined ? {} : { value: r.value }),
   }
 }
 

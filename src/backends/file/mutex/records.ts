@@ -33,6 +33,8 @@ export interface RecordV1 {
    * Read as `unknown` shape: `checkable` checks it before use.
    */
   readonly processes?: HolderProcesses
+  /** An election leader's value (`AcquireRequest.value`, or the last proclaimed); a mutex never sets it. */
+  readonly value?: string
 }
 
 const DECIMAL = /^-?\d{1,60}$/
@@ -49,7 +51,8 @@ export function parseRecord(text: string): RecordV1 | undefined {
       typeof r.boot === 'string' &&
       typeof r.deadline === 'number' &&
       typeof r.key === 'string' &&
-      (r.holder === undefined || typeof r.holder === 'string')
+      (r.holder === undefined || typeof r.holder === 'string') &&
+      (r.value === undefined || typeof r.value === 'string')
     ) {
       return r as RecordV1
     }
@@ -74,11 +77,12 @@ export interface RecordFields {
   readonly deadline: number
   readonly holder?: string | undefined
   readonly processes?: HolderProcesses | undefined
+  readonly value?: string | undefined
 }
 
 /** A record written by this boot (`boot`, from host-clock.ts). */
 export function newRecord(fields: RecordFields, boot: string): RecordV1 {
-  const { key, state, owner, fence, base, deadline, holder, processes } = fields
+  const { key, state, owner, fence, base, deadline, holder, processes, value } = fields
   return {
     v: 1,
     key,
@@ -90,6 +94,7 @@ export function newRecord(fields: RecordFields, boot: string): RecordV1 {
     deadline,
     ...(holder === undefined ? {} : { holder }),
     ...(processes === undefined ? {} : { processes }),
+    ...(value === undefined ? {} : { value }),
   }
 }
 

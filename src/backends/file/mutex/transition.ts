@@ -1,7 +1,7 @@
 /**
  * The mutex's transitions of a lease it holds: extend and release (our record to the next generation, a
- * compare-and-swap on the very file we wrote), and abandon (an attempt's possible grant freed,
- * owner-checked).
+ * compare-and-swap on the very file we wrote), abandon (an attempt's possible grant freed,
+ * owner-checked), and an election leader's proclaim (the same transition, with a new value).
  */
 import type { AcquireRequest, ExtendResult, HeldLease } from '../../../core/backend.js'
 import { nextBase } from '../epochs.js'
@@ -16,7 +16,7 @@ import { WRITTEN, type Written, writtenId } from './written.js'
 export async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise<ExtendResult> {
   const start = monotonicMs()
   const { key, owner, fence } = lease
-  // The holder's description goes on from the record we extend (it was written by our own grant).
+  // The holder's description (and an election's value) goes on from the record we extend (our own).
   const cookie = await transition(root, lease, (base, current) =>
     newRecord(
       {
@@ -28,6 +28,7 @@ export async function extendLease(root: Root, lease: HeldLease, ttlMs: number): 
         deadline: start + ttlMs,
         holder: current.holder,
         processes: root.processes,
+        value: current.value,
       },
       root.boot,
     ),
@@ -61,6 +62,29 @@ export async function abandonAttempt(root: Root, { key, owner }: AcquireRequest)
   const fence = BigInt(current.record.fence)
   const cookie: Written = { folder, gen: current.gen, record: current.record, stamp: current.stamp }
   await transition(root, { key, owner, fence, cookie }, (base) => freeRecord(key, fence, base, root.boot))
+}
+
+/**
+ * An election leader's new value: our record to the next generation with `value`, its deadline unchanged
+ * (not a renewal). The same compare-and-swap as extend: undefined when the grant is no longer ours.
+ */
+export function proclaimValue(root: Root, lease: HeldLease, value: string): Promise<Written | undefined> {
+  return transition(root, lease, (base, current) =>
+    newRecord({ ...fieldsOf(current), base, value }, root.boot),
+  )
+}
+
+/** A record's fields as `newRecord` takes them. */
+function fieldsOf(r: RecordV1) {
+  return {
+    key: r.key,
+    state: r.state,
+    owner: r.owner,
+    fence: BigInt(r.fence),
+    deadline: r.deadline,
+    holder: r.holder,
+    processes: r.processes,
+  }
 }
 
 /**
