@@ -13,15 +13,15 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { after, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
-import { ELECTION_FOLDER } from '../../src/backends/file/election/index.js'
-import { highest, keyFolderName } from '../../src/backends/file/generations.js'
-import { type FileTestHooks, fileBackend } from '../../src/backends/file/index.js'
-import { createLockClient, LockLostError } from '../../src/index.js'
-import { tempDir } from '../support/temp.js'
-import { sleep } from '../support/time.js'
-import { waitUntil } from '../support/wait.js'
+import { ELECTION_FOLDER } from '../../../src/backends/file/election/index.js'
+import { highest, keyFolderName } from '../../../src/backends/file/generations.js'
+import { type FileTestHooks, fileBackend } from '../../../src/backends/file/index.js'
+import { createLockClient, LockLostError } from '../../../src/index.js'
+import { tempDir } from '../../support/temp.js'
+import { sleep } from '../../support/time.js'
+import { waitUntil } from '../../support/wait.js'
 
-const LEADER = fileURLToPath(new URL('../fixtures/election-leader.js', import.meta.url))
+const LEADER = fileURLToPath(new URL('../../fixtures/election-leader.js', import.meta.url))
 
 const dir = tempDir('file-election')
 after(() => dir.cleanup())
