@@ -87,6 +87,12 @@ export interface Scenario {
   readonly ttlMs: number
   readonly holdMs: readonly [number, number]
   /**
+   * What the workers take: the lock (the default), or the leadership of an election of the same name
+   * (campaign with a value, a proclaim while leading, resign). The checker's rules are the same: one
+   * valid leader at a time, terms that increase, stale writes refused by term.
+   */
+  readonly primitive?: 'election' | undefined
+  /**
    * Workers abort half of their acquires after a random delay below this many ms: the abort lands at any
    * await point of an attempt or a wait. The checker's idle rule (A7) is then on: a grant left behind by
    * an aborted acquire would keep the waiters out for a whole ttl.
@@ -199,6 +205,7 @@ export async function runScenario(
         ? {}
         : { abortWithinMs: scenario.abortAcquiresWithinMs }),
       resourcePort: resource.port,
+      ...(scenario.primitive === undefined ? {} : { primitive: scenario.primitive }),
     }
     const env = faked
       ? { ...process.env, LD_PRELOAD: libfaketime(), FAKETIME_NO_CACHE: '1', ...faked.env }

@@ -478,6 +478,38 @@ export const scenarios: Scenario[] = [
         }),
       ),
   },
+  // Leader election under the nemeses that matter most to a leader: paused past its lease, killed,
+  // campaigns given up at any await point. The same rules as a lock's: one valid leader at a time, terms
+  // that increase, a paused ex-leader's late write refused by its term.
+  {
+    id: 'L2',
+    title: 'election: the leader paused 2.5 x ttl every 3 x ttl',
+    ...FENCED,
+    primitive: 'election',
+    applies: (t) => t.primitives.has('election'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'L7',
+    title: 'election: the leader killed (SIGKILL) every 2 x ttl; a new candidate takes its place',
+    ...FENCED,
+    primitive: 'election',
+    applies: (t) => t.primitives.has('election'),
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
+      }),
+  },
+  {
+    id: 'L15',
+    title: 'election: half of all campaigns given up at a random await point',
+    ...FENCED,
+    primitive: 'election',
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('election'),
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */
@@ -499,4 +531,7 @@ export const CI_SCENARIOS = [
   'S19',
   'S20',
   'S21',
+  'L2',
+  'L7',
+  'L15',
 ]

@@ -5,7 +5,7 @@
  * one client's traffic; the file backend has no network.
  */
 import { KITS } from '../kits/index.js'
-import type { ChaosFeature, ChaosVariant, Kit, StoreFaults } from '../kits/kit.js'
+import type { ChaosFeature, ChaosVariant, Kit, Primitive, StoreFaults } from '../kits/kit.js'
 
 export interface Store {
   /** The server ports a worker's proxies forward to (one proxy per port, per worker). */
@@ -41,6 +41,8 @@ export interface Target {
   readonly features: ReadonlySet<ChaosFeature>
   /** The shortest ttl the backend accepts (0: the scenario's own always goes). */
   readonly minTtlMs: number
+  /** The primitives its backend offers (the kit's): an election scenario runs where 'election' is one. */
+  readonly primitives: ReadonlySet<Primitive>
   start(dir: string): Promise<Store>
 }
 
@@ -51,6 +53,7 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
     networked: kit.networked,
     features: new Set(variant.features),
     minTtlMs: variant.minTtlMs ?? 0,
+    primitives: new Set(kit.primitives),
     async start(dir) {
       // The workers inherit them (the harness spawns them with this process's environment).
       const restoreEnv = setEnv(variant.env ?? {})

@@ -14,6 +14,7 @@ import {
   BackendUnavailableError,
   createLockClient,
   type Lock,
+  type LockClient,
   LockNotAcquiredError,
 } from '../../src/index.js'
 import { monotonicMs, sleep } from '../support/time.js'
@@ -32,6 +33,39 @@ export interface WorkerConfig {
   readonly resourcePort: number
   /** Abort half of the acquires after a random delay below this (ms): at any await point. */
   readonly abortWithinMs?: number
+  /** Take the leadership of an election named `key` instead of the lock (see Scenario.primitive). */
+  readonly primitive?: 'election'
+}
+
+/** What a worker holds: a lock, or a leadership seen as one (its term is its fence). */
+type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'>
+
+/**
+ * Takes the lock, or campaigns for the election: a leader also proclaims a new value as it steps down,
+ * so proclaims meet the same faults (one refused after a takeover aborts the signal: a `lost`).
+ */
+async function take(
+  locks: LockClient,
+  config: WorkerConfig,
+  op: string,
+  options: { timeout: number; signal?: AbortSignal },
+): Promise<Held> {
+  if (config.primitive !== 'election') return locks.acquire(config.key, options)
+  const lead = await locks.election(config.key).campaign({ ...options, value: op })
+  return {
+    owner: lead.owner,
+    fence: lead.term,
+    get validUntil() {
+      return lead.validUntil
+    },
+    get signal() {
+      return lead.signal
+    },
+    release: async () => {
+      await lead.proclaim(`${op}:leaving`).catch(() => {})
+      await lead.resign()
+    },
+  }
 }
 
 /** One history line, without `t` and `client` (the harness adds both). */
@@ -73,7 +107,7 @@ async function main(config: WorkerConfig): Promise<void> {
     if (line.trim() === 'stop') stopping = true
   })
   /** The lock held now, by owner, so a renewal (reported on a diagnostics channel) finds its op. */
-  const held = new Map<string, { op: string; lock: Lock }>()
+  const held = new Map<string, { op: string; lock: Held }>()
   /** What the library said of each release (`release()` itself resolves with nothing). */
   const releases = new Map<string, boolean>()
   subscribe('fencelock:release', (message) => {
@@ -91,7 +125,7 @@ async function main(config: WorkerConfig): Promise<void> {
   for (let n = 1; !stopping; n++) {
     const op = `${config.id}-${n}`
     emit({ ev: 'acquire-invoke', op, key: config.key, ttlMs: config.ttlMs })
-    let lock: Lock
+    let lock: Held
     try {
       // Half of the acquires are aborted (when the scenario asks): a quarter one event-loop turn after the
       // call (the attempt's request is out, its reply not yet read: the race a timer of >= 1 ms would almost
@@ -102,7 +136,7 @@ async function main(config: WorkerConfig): Promise<void> {
       else if (controller && dice < 0.5) {
         setTimeout(() => controller.abort(new Error('aborted')), Math.random() * config.abortWithinMs!)
       }
-      lock = await locks.acquire(config.key, {
+      lock = await take(locks, config, op, {
         timeout: config.timeoutMs,
         ...(controller ? { signal: controller.signal } : {}),
       })
