@@ -137,7 +137,8 @@ class RunningMember extends FolderServer implements ZooKeeperMember {
       'clientPortAddress=127.0.0.1',
       // Its admin web server listens on 8080 by default: members would clash (and we do not use it).
       'admin.enableServer=false',
-      '4lw.commands.whitelist=srvr,ruok,mntr,cons',
+      // `wchp` lists the sessions watching each path (a test waits for a Curator watch to be in place).
+      '4lw.commands.whitelist=srvr,ruok,mntr,cons,wchp',
       `maxSessionTimeout=${settings.maxSessionMs}`,
       // No snapshot purging, no fsync wait warnings worth having in a test's log.
       'forceSync=no',

@@ -166,6 +166,30 @@ export async function setDataAt(
   }
 }
 
+/**
+ * Replaces the data of `path` only while `guard` exists, in one multi (a `check` of `guard` at any version,
+ * then the `setData`); false when `guard` was gone.
+ */
+export async function setDataWhile(
+  client: ZkClient,
+  guard: string,
+  path: string,
+  data: Buffer,
+): Promise<boolean> {
+  try {
+    return await request<boolean>(client, (done) =>
+      client
+        .transaction()
+        .check(guard, -1)
+        .setData(path, data, -1)
+        .commit((error) => done(error, true)),
+    )
+  } catch (error) {
+    if (codeOf(error) === CODE.NO_NODE) return false
+    throw error
+  }
+}
+
 /** Deletes `path` (any version); false when it was gone already. */
 export const remove = (client: ZkClient, path: string): Promise<boolean> =>
   request<boolean, boolean>(

@@ -9,11 +9,17 @@
  *   candidate's value (Curator's participant id). The child first by the sequence after `latch-` leads;
  *   its czxid is the term. A path holding `lock-` children is a lock (Curator's `InterProcessMutex`):
  *   campaigning or reading there is refused, as a mixed line has no defined leader.
- * - Proclaim: `setData` on our own child at the version read with it, if its czxid is still the term.
- * - Observers: `inspect` orders the children (after a write the leader orders, as the lock's inspect)
- *   and reads the first one's data; `watch` sets a children watch on the election's node (an `exists`
- *   watch while it does not exist) and a data watch on its first child (a proclaim), one per path and
- *   connection until it fires, shared by this backend's observers.
+ * - Proclaim: the election node's own data becomes the value tagged with our term (layout.ts,
+ *   `proclaimedData`), in a multi that checks our child still exists, once a read found its czxid is the
+ *   term. Never a write to our child: a `LeaderLatch` waiting behind it watches it for its deletion alone,
+ *   and a data change would spend that one-shot watch without waking it, so it would never take over.
+ *   Curator reads a leader's participant id from its child: to Curator, a fencelock leader's value is the
+ *   one it campaigned with.
+ * - Observers: `inspect` orders the children (after a write the leader orders, as the lock's inspect),
+ *   reads the election node and the first child: the value is the proclaimed one when its tag is the first
+ *   child's czxid, else the child's data. `watch` sets a children watch and a data watch on the election's
+ *   node (an `exists` watch while it does not exist), one of each per path and connection until it fires,
+ *   shared by this backend's observers.
  */
 import { raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, BackendLimits, ElectionFacet, LockInfo } from '../../core/backend.js'
@@ -22,8 +28,16 @@ import type { OwnEntry } from '../../engines/queue/adapter.js'
 import { queueElection } from '../../engines/queue/election.js'
 import { QueueLock } from '../../engines/queue/engine.js'
 import type { SessionAdapter } from '../../engines/session/adapter.js'
-import { children, read, setDataAt, stat, touchLeader, type ZkClient, zxidOf } from './client.js'
-import { electionPath, inLine, LATCH_NAME, LOCK_NAME, ownerOfProtected } from './layout.js'
+import { children, read, setDataWhile, stat, touchLeader, type ZkClient, zxidOf } from './client.js'
+import {
+  electionPath,
+  inLine,
+  LATCH_NAME,
+  LOCK_NAME,
+  ownerOfProtected,
+  proclaimedData,
+  proclaimedValue,
+} from './layout.js'
 import { type QueueKind, type ZkEntry, ZkQueue } from './queue.js'
 import type { ZkSession } from './sessions.js'
 
@@ -55,29 +69,33 @@ export class ZkElectionQueue extends ZkQueue {
     return req.value ?? ''
   }
 
-  /** `setData` on our child at the version read, if its czxid is still the term; false when it is gone. */
+  /**
+   * Writes the value, tagged with our term, to the election's node while our child exists, once a read
+   * found its czxid is the term; false when it is gone. The child's name (our protected id and its
+   * sequence) is this acquire's alone, so the child the multi checks is the one the read found.
+   */
   async proclaim(entry: OwnEntry, value: string): Promise<boolean> {
     const node = this.nodeOf(entry)
     if (!node) return false
     const s = await stat(node.client, node.path)
     if (!s || zxidOf(s.czxid) !== entry.position) return false
-    return await setDataAt(node.client, node.path, Buffer.from(value, 'utf8'), s.version)
+    return await setDataWhile(node.client, node.path, entry.queue, proclaimedData(entry.position, value))
   }
 }
 
 /** Per connection: the next change of each election path a watch waits for, and its data watches in place. */
 interface Watches {
   readonly next: Map<string, { readonly change: Promise<void>; readonly resolve: () => void }>
-  /** Leaders' children with a data watch in place (ZooKeeper keeps it until the node changes). */
+  /** Election nodes with a data watch in place (ZooKeeper keeps it until the node changes). */
   readonly data: Set<string>
 }
 const watches = new WeakMap<ZkClient, Watches>()
 
 /**
- * Resolves at the next change of who leads `path` or of the leader's data: a children watch (sent at once,
- * so it is in place before any read sent after it on the connection), then a data watch on the first child
- * (unless one is in place: this protocol cannot remove a watch, so none is set twice). Either one's event
- * wakes whoever waits on the path then.
+ * Resolves at the next change of who leads `path` or of its proclaimed value: a children watch (sent at
+ * once, so it is in place before any read sent after it on the connection), then a data watch on the
+ * election's node (unless one is in place: this protocol cannot remove a watch, so none is set twice).
+ * Either one's event wakes whoever waits on the path then.
  */
 function nextChange(client: ZkClient, path: string): Promise<void> {
   let w = watches.get(client)
@@ -105,17 +123,15 @@ function nextChange(client: ZkClient, path: string): Promise<void> {
       if (await stat(client, path, fire)) fire()
       return
     }
-    const first = inLine(names, LATCH_NAME)[0]
-    if (first === undefined || data.has(`${path}/${first}`)) return
-    const leader = `${path}/${first}`
-    data.add(leader)
+    if (data.has(path)) return
+    data.add(path)
     const onData = () => {
-      data.delete(leader)
+      data.delete(path)
       fire()
     }
     // Gone between the two reads: a change already. Failed: no watch is known to be in place.
-    const found = await read(client, leader, onData).catch((error: unknown) => {
-      data.delete(leader)
+    const found = await read(client, path, onData).catch((error: unknown) => {
+      data.delete(path)
       throw error
     })
     if (!found) onData()
@@ -146,15 +162,21 @@ export function zookeeperElection(
     const path = electionPath(name, setup.prefix)
     try {
       await raceSignal(touchLeader(client), signal)
-      const names = (await raceSignal(children(client, path), signal)) ?? []
+      // Pipelined: the election node is read after the listing, so a value it holds is at least as new.
+      const listed = children(client, path)
+      const election = read(client, path)
+      election.catch(() => {})
+      const names = (await raceSignal(listed, signal)) ?? []
+      const proclaimed = (await raceSignal(election, signal))?.data
       for (const child of latchLine(names, path)) {
         const found = await raceSignal(read(client, `${path}/${child}`), signal)
         if (!found || found.stat.ephemeralOwner.every((byte) => byte === 0)) continue
+        const term = zxidOf(found.stat.czxid)
         return {
           held: true,
           owner: ownerOfProtected(child) ?? child,
-          fence: zxidOf(found.stat.czxid),
-          value: found.data.toString('utf8'),
+          fence: term,
+          value: (proclaimed && proclaimedValue(proclaimed, term)) ?? found.data.toString('utf8'),
         }
       }
       const node = await raceSignal(stat(client, path), signal)

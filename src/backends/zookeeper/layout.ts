@@ -159,3 +159,20 @@ export function inLine(names: readonly string[], name: string = LOCK_NAME): stri
  */
 export const entryData = (value: string, sessionTimeoutMs: number): Buffer =>
   Buffer.from(`${value}\nsession timeout ${sessionTimeoutMs} ms`, 'utf8')
+
+/** The start of an election node's data once a leader proclaimed; the leader's term follows it. */
+const PROCLAIMED = 'proclaimed by term '
+
+/**
+ * The election node's data after a proclaim: the value, tagged with the proclaiming leader's term (its
+ * child's czxid), so that no reader takes it for another leader's value.
+ */
+export const proclaimedData = (term: bigint, value: string): Buffer =>
+  Buffer.from(`${PROCLAIMED}${term}\n${value}`, 'utf8')
+
+/** The value proclaimed by the leader of term `term`, if the election node's data holds one; else undefined. */
+export function proclaimedValue(data: Buffer, term: bigint): string | undefined {
+  const text = data.toString('utf8')
+  const tag = `${PROCLAIMED}${term}\n`
+  return text.startsWith(tag) ? text.slice(tag.length) : undefined
+}

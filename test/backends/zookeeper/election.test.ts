@@ -3,8 +3,9 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { after, before, describe, it } from 'node:test'
 import type { Client } from 'node-zookeeper-client'
+import { fourLetterWord } from '../../../src/backends/zookeeper/four-letter.js'
 import { zookeeperBackend } from '../../../src/backends/zookeeper/index.js'
-import { electionPath, lockPath } from '../../../src/backends/zookeeper/layout.js'
+import { electionPath, inLine, LATCH_NAME, lockPath } from '../../../src/backends/zookeeper/layout.js'
 import type { ElectionFacet, LockBackend } from '../../../src/core/backend.js'
 import {
   BackendUnavailableError,
@@ -57,6 +58,16 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     new Promise<T>((resolve, reject) => send((error, value) => (error ? reject(error) : resolve(value))))
   const childrenOf = (path: string) =>
     call<string[]>((done) => admin.getChildren(path, done)).catch(() => [] as string[])
+  /** The sessions watching `path`, as the server's `wchp` lists them. */
+  const watchersOf = async (path: string) => {
+    const member = zk.members[0]!
+    const text = await fourLetterWord('127.0.0.1', member.clientPort, 'wchp', AbortSignal.timeout(10_000))
+    const lines = text.split('\n')
+    const sessions: bigint[] = []
+    for (let at = lines.indexOf(path) + 1; at > 0 && lines[at]?.startsWith('\t'); at++)
+      sessions.push(BigInt(lines[at]!.trim()))
+    return sessions
+  }
   const dataOf = (path: string) =>
     call<Buffer>((done) => admin.getData(path, (error, data) => done(error, data))).then((b) => b.toString())
 
@@ -79,7 +90,10 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     )
     assert.equal((await childrenOf(lockPath(name, PREFIX))).length, 1, "the lock's node is its own")
     await lead.proclaim('v2')
-    assert.equal(await dataOf(`${path}/${nodes[0]}`), 'v2')
+    // The proclaim goes to the election's node, tagged with the term; the candidate's child is left alone
+    // (a Curator LeaderLatch behind it watches it for its deletion only).
+    assert.equal(await dataOf(path), `proclaimed by term ${lead.term}\nv2`)
+    assert.equal(await dataOf(`${path}/${nodes[0]}`), 'http://[::1]:8080/é')
     const view = await locks.election(name).leader()
     assert.ok(view.leader && view.owner === lead.owner && view.term === lead.term && view.value === 'v2')
     await Promise.all([lead.resign(), lock.release()])
@@ -104,11 +118,12 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     await call((done) => admin.remove(made, -1, (error) => done(error, undefined)))
   })
 
-  it('refuses a proclaim once the leader lost its node, and a stale proclaim writes nothing', async () => {
+  it("refuses a proclaim once the leader lost its node; a stale proclaim writes nothing, an old one isn't shown", async () => {
     const [a, b] = [clientOn(zk.url(PREFIX)), clientOn(zk.url(PREFIX))]
     const name = 'taken-over'
     const path = electionPath(name, PREFIX)
     const old = await a.election(name).campaign({ value: 'old' })
+    await old.proclaim('old-2')
     const [node] = await childrenOf(path)
     await call((done) => admin.remove(`${path}/${node}`, -1, (error) => done(error, undefined)))
     const next = await b.election(name).campaign({ value: 'next', timeout: '30s' })
@@ -117,6 +132,13 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     const nodes = await childrenOf(path)
     assert.equal(nodes.length, 1)
     assert.equal(await dataOf(`${path}/${nodes[0]}`), 'next')
+    // The old leader's proclaimed value is tagged with its term: not taken for the new leader's.
+    assert.equal(await dataOf(path), `proclaimed by term ${old.term}\nold-2`)
+    const view = await b.election(name).leader()
+    assert.ok(
+      view.leader && view.term === next.term && view.value === 'next',
+      JSON.stringify(view, (_, v) => String(v)),
+    )
     await next.resign()
   })
 
@@ -144,7 +166,8 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
       return lines.find((l) => l.startsWith(answer))!
     }
     await said('ready')
-    return { ask, said, lines, child }
+    const sessionId = BigInt(`0x${lines.find((l) => l.startsWith('ready'))!.split(' ')[1]}`)
+    return { ask, said, lines, child, sessionId }
   }
 
   it("Curator's LeaderLatch leads first: fencelock sees its id, waits in line, leads once it closes", async () => {
@@ -178,8 +201,6 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
     const path = electionPath(name, PREFIX)
     const locks = clientOn(zk.url(PREFIX))
     const lead = await locks.election(name).campaign({ value: 'fencelock-1' })
-    // Proclaimed before Curator joins: a proclaim while a LeaderLatch waits behind our node would fire its
-    // watch with a data change, which LeaderLatch ignores, and it would no longer watch (see the docs).
     await lead.proclaim('fencelock-2')
     const java = await latch()
     await java.ask(`start ${path} java-2`, 'started')
@@ -188,12 +209,47 @@ describe('zookeeper: leader election', { timeout: 240_000 }, () => {
       (nodes) => nodes.length === 2,
       WITHIN,
     )
-    assert.equal(await java.ask('leader', 'leader'), 'leader true fencelock-2')
+    // Curator reads the participant id from the leader's child: the value it campaigned with.
+    assert.equal(await java.ask('leader', 'leader'), 'leader true fencelock-1')
     assert.ok(!java.lines.includes('isLeader'), 'Curator waits behind the fencelock leader')
     await lead.resign()
     await java.said('isLeader')
     const view = await locks.election(name).leader()
     assert.ok(view.leader && view.value === 'java-2' && view.term! > lead.term && !view.isMe)
+    java.child.stdin.write('quit\n')
+  })
+
+  it("proclaims while Curator's LeaderLatch waits behind: it still leads once fencelock resigns", async () => {
+    const name = 'proclaim-before-curator'
+    const path = electionPath(name, PREFIX)
+    const locks = clientOn(zk.url(PREFIX))
+    const lead = await locks.election(name).campaign({ value: 'fencelock-1' })
+    const java = await latch()
+    await java.ask(`start ${path} java-3`, 'started')
+    await pollUntil(
+      () => childrenOf(path),
+      (nodes) => nodes.length === 2,
+      WITHIN,
+    )
+    // LeaderLatch sets its watch on our node in the background, after its listing: the proclaim must come
+    // after it (the server lists the sessions watching each path).
+    const [leaderNode] = await childrenOf(path).then((nodes) => inLine(nodes, LATCH_NAME))
+    await pollUntil(
+      () => watchersOf(`${path}/${leaderNode}`),
+      (sessions) => sessions.includes(java.sessionId),
+      WITHIN,
+    )
+    await lead.proclaim('fencelock-2')
+    const seen = await locks.election(name).leader()
+    assert.ok(
+      seen.leader && seen.value === 'fencelock-2' && seen.isMe,
+      'fencelock observers see the proclaim',
+    )
+    assert.ok(!java.lines.includes('isLeader'), 'Curator waits behind the fencelock leader')
+    await lead.resign()
+    await java.said('isLeader')
+    const view = await locks.election(name).leader()
+    assert.ok(view.leader && view.value === 'java-3' && view.term! > lead.term && !view.isMe)
     java.child.stdin.write('quit\n')
   })
 
