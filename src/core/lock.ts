@@ -240,10 +240,15 @@ export class LockHandle implements Lock {
     return { key: this.key, backend: this.#ctx.backend.id, owner: this.owner, fence: this.fence }
   }
 
-  /** One extend against the store, serialised on the queue. Returns the outcome; never rejects. */
-  #extendOnce(ttlMs: number): Promise<ExtendSettled> {
+  /**
+   * One extend against the store, serialised on the queue. Returns the outcome; never rejects. Without
+   * `ttlMs` (a renewal), it asks for the lock's ttl as of when it runs: a renewal that came due while a
+   * caller's extend to another ttl was under way must not undo it.
+   */
+  #extendOnce(askedMs?: number): Promise<ExtendSettled> {
     const run = async (): Promise<ExtendSettled> => {
       if (this.#state !== 'held') return this.#state
+      const ttlMs = askedMs ?? this.#ttlMs
       const start = now()
       const deadline = this.#validUntil
       let outcome: ExtendOutcome
@@ -337,7 +342,7 @@ export class LockHandle implements Lock {
 
   /** The renewal the renewer asked for: one extend of its own. */
   #renewOnce(): void {
-    this.#extendOnce(this.#ttlMs).then((outcome) => this.#renewed(outcome))
+    this.#extendOnce().then((outcome) => this.#renewed(outcome))
   }
 
   /** A renewal's outcome, for the renewer: the next one in ttl/3, or soon after an unknown outcome. */

@@ -195,6 +195,39 @@ describe('renewal', { timeout: 20_000 }, () => {
     assert.equal(release.result, true, 'the release was the last word, and it found the lease ours')
   })
 
+  it('a renewal that comes due during an extend to a longer ttl asks for that ttl', async () => {
+    const ttl = 12_000
+    const longer = 60_000
+    const asked: number[] = []
+    let opened!: () => void
+    const gate = new Promise<void>((resolve) => {
+      opened = resolve
+    })
+    const backend = scripted({
+      extend: async (lease, ttlMs, signal, inner) => {
+        asked.push(ttlMs)
+        if (ttlMs === longer) await gate
+        return inner.extend(lease, ttlMs, signal)
+      },
+    })
+    const lock = await createLockClient(backend, { ttl }).acquire(uniqueKey())
+    const acquiredAt = performance.now()
+    const extended = awaitLater(lock.extend(longer))
+    // Held past the renewal due at ttl/3: its timer was set first and is due first, so it has fired (and
+    // queued its renewal behind this extend) before this one, however late both run.
+    await delay(acquiredAt + ttl / 3 + 500 - performance.now())
+    opened()
+    assert.equal(await extended, longer)
+    await waitFor(
+      () => backend.of('extend')[1]?.endedAt !== undefined,
+      'the renewal queued behind the extend',
+    )
+    await settle()
+    assert.deepEqual(asked.slice(0, 2), [longer, longer], 'the renewal asks for the ttl the extend set')
+    assert.ok(lock.validUntil - performance.now() > ttl, 'the longer lease is still believed')
+    await lock.release()
+  })
+
   it('refuses, or renews at a sane pace, a ttl longer than a Node timer can hold (~24.8 days)', async () => {
     const overflows: Error[] = []
     const onWarning = (warning: Error) => {
