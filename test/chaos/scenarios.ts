@@ -45,6 +45,22 @@ async function pauseHolder(ctx: NemesisContext, ms: number, type = 'pause-holder
   })
 }
 
+/** Every 4 x ttl, cuts the holder off from the store (blackhole) for 2 x ttl, then resets its links. */
+const cutOffHolder = (ctx: NemesisContext) =>
+  every(ctx, 4 * TTL, async () => {
+    const worker = await holderOf(ctx)
+    if (!worker) return
+    await ctx.fault('partition', worker.id, async () => {
+      for (const p of worker.proxies) p.mode = 'blackhole'
+      await ctx.sleep(2 * TTL)
+      // Connections that lost bytes are reset, as a real partition's would time out.
+      for (const p of worker.proxies) {
+        p.mode = 'pass'
+        p.cut()
+      }
+    })
+  })
+
 const networked: Scenario['applies'] = (t) => t.networked
 
 /**
@@ -126,20 +142,7 @@ export const scenarios: Scenario[] = [
     title: 'holder cut off from the store (blackhole) for 2 x ttl every 4 x ttl',
     ...FENCED,
     applies: networked,
-    nemesis: (ctx) =>
-      every(ctx, 4 * TTL, async () => {
-        const worker = await holderOf(ctx)
-        if (!worker) return
-        await ctx.fault('partition', worker.id, async () => {
-          for (const p of worker.proxies) p.mode = 'blackhole'
-          await ctx.sleep(2 * TTL)
-          // Connections that lost bytes are reset, as a real partition's would time out.
-          for (const p of worker.proxies) {
-            p.mode = 'pass'
-            p.cut()
-          }
-        })
-      }),
+    nemesis: cutOffHolder,
   },
   {
     id: 'S5',
@@ -490,6 +493,14 @@ export const scenarios: Scenario[] = [
     nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
   },
   {
+    id: 'L4',
+    title: 'election: the leader cut off from the store (blackhole) for 2 x ttl every 4 x ttl',
+    ...FENCED,
+    primitive: 'election',
+    applies: (t) => t.networked && t.primitives.has('election'),
+    nemesis: cutOffHolder,
+  },
+  {
     id: 'L7',
     title: 'election: the leader killed (SIGKILL) every 2 x ttl; a new candidate takes its place',
     ...FENCED,
@@ -532,6 +543,7 @@ export const CI_SCENARIOS = [
   'S20',
   'S21',
   'L2',
+  'L4',
   'L7',
   'L15',
 ]

@@ -45,9 +45,11 @@ const STORES: Record<string, string[]> = {
   S20: ['file'],
   S19: ['redis', 'etcd'],
   S21: ['redlock'],
-  // Leader election: a paused ex-leader's late write refused by its term (file), a killed leader replaced
-  // (Redis), campaigns given up at any await point leave no candidate that leads later (file).
+  // Leader election: a paused ex-leader's late write refused by its term (file), a leader cut off from its
+  // session's store (etcd), a killed leader replaced (Redis), campaigns given up at any await point leave no
+  // candidate that leads later (file).
   L2: ['file'],
+  L4: ['etcd'],
   L7: ['redis'],
   L15: ['file'],
 }
