@@ -170,7 +170,7 @@ function zookeeperBackendOf(setup: Setup): LockBackend {
       breakLock: (key, options) => breakLock(client(), prefix, key, options),
       doctor: (signal) => doctor(setup, client, prefix, signal),
       close: async () => {
-        // After the engines: our sessions' closes delete our nodes, not a loss (the core has told the holders).
+        // Called once the engines are closed (their sessions' closes delete our nodes): our reader connection.
         if (reader) closeClient(reader)
         reader = undefined
       },
