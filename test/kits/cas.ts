@@ -5,7 +5,7 @@
  */
 
 import type { CasAdapter } from '../../src/engines/cas/adapter.js'
-import { casLeaseBackend } from '../../src/engines/cas/engine.js'
+import { casLeaseBackend } from '../../src/engines/cas/backend.js'
 import type { FakeServer, FaultMatch } from '../servers/http-fake.js'
 import { type ChaosVariant, type Kit, type KitStore, RACE, type StoreFaults } from './kit.js'
 

@@ -36,7 +36,7 @@ import type { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { casLeaseBackend } from '../../engines/cas/backend.js'
 import { DynamoDbCasAdapter } from './adapter.js'
 import type { DynamoDbSdk } from './table.js'
 

@@ -1,6 +1,6 @@
 /**
  * Leader election on etcd: Go's `concurrency.Election` layout, so `etcdctl elect` and Go services see
- * fencelock's leaders and fencelock sees theirs. The queue-lock engine runs it (queue-election.ts); this
+ * fencelock's leaders and fencelock sees theirs. The queue-lock engine runs it (src/engines/queue/election.ts); this
  * file gives the layout, the leader's read and the observers' watch.
  *
  * - Layout: the election named `e` is the set of keys under `<prefix>%election/<e escaped>/` (layout.ts,
@@ -16,13 +16,12 @@
  */
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
-import type { AcquireRequest, BackendLimits, ElectionFacet, LockInfo } from '../../core/backend.js'
+import type { AcquireRequest, LockInfo } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import type { OwnEntry } from '../../engines/queue/adapter.js'
-import { queueElection } from '../../engines/queue/election.js'
-import { QueueLock } from '../../engines/queue/engine.js'
+import type { QueueElectionParts } from '../../engines/queue/election.js'
 import { electionPrefix, electionsPrefix } from './layout.js'
-import { EtcdLeases } from './leases.js'
+import { EtcdLeases, type LeaseId } from './leases.js'
 import { leaseLeft } from './operations.js'
 import { EtcdQueue, firstOf } from './queue.js'
 
@@ -62,15 +61,15 @@ function ownerOf(kv: IKeyValue, queue: string): string {
   return dash < 0 ? key : rest.slice(dash + 1)
 }
 
-/** The election facet of an etcd backend, and what its close must end. */
+/**
+ * What the queue engine's elections need of etcd (src/engines/queue/election.ts): the elections' queue, the
+ * leader's read and the observers' watch. Failures of the read are said by `unavailable`.
+ */
 export function etcdElection(
   client: Etcd3,
   prefix: string,
-  id: string,
-  limits: BackendLimits,
   unavailable: (key: string, what: string, error: unknown) => Error,
-): { readonly facet: ElectionFacet; close(): Promise<void> } {
-  const queue = new QueueLock(new EtcdElectionQueue(client, prefix), new EtcdLeases(client))
+): QueueElectionParts<LeaseId, IKeyValue> {
   /** The revision of this backend's latest read of each election: an observer's next watch starts after it. */
   const reads = new BoundedMap<string, bigint>(READS_KEPT)
   const watchers = new Set<Watcher>()
@@ -118,25 +117,16 @@ export function etcdElection(
       signal.addEventListener('abort', done, { once: true })
     })
 
-  const facet = queueElection(
-    queue,
-    {
-      id,
-      limits,
-      capabilities: { expiry: 'session', notify: true, fifo: true },
-      inspect,
-      watch,
-    },
-    unavailable,
-  )
   return {
-    facet,
-    async close() {
+    queue: new EtcdElectionQueue(client, prefix),
+    leases: new EtcdLeases(client),
+    inspect,
+    watch,
+    close() {
       for (const watcher of [...watchers]) {
         watchers.delete(watcher)
         watcher.cancel().catch(() => {})
       }
-      await queue.close()
     },
   }
 }

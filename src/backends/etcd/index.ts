@@ -48,26 +48,16 @@
  * session adapter: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
  * tests), operations.ts (inspect, list, break), faults.ts (etcd3 client options and error words).
  */
-import type { Etcd3, IKeyValue, IOptions } from 'etcd3'
+import type { Etcd3, IOptions } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
-import type {
-  BackendLimits,
-  BreakOptions,
-  BreakResult,
-  DoctorFinding,
-  ElectionFacet,
-  ListedLock,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { BackendLimits, DoctorFinding, LockBackend } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { type QueueBackendMethods, queueBackendMethods } from '../../engines/queue/backend-methods.js'
-import { QueueLock } from '../../engines/queue/engine.js'
+import { queueLockBackend } from '../../engines/queue/backend.js'
 import { etcdElection } from './election.js'
 import { describeFailure, etcdClientOptions } from './faults.js'
 import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
-import { EtcdLeases, type LeaseId } from './leases.js'
+import { EtcdLeases } from './leases.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { EtcdQueue } from './queue.js'
 
@@ -106,113 +96,68 @@ export const ETCD_LIMITS: BackendLimits = { maxKeyBytes: 32 * 1024, maxTtlMs: 2_
  * const locks = createLockClient(etcdBackend({ client }))
  */
 export function etcdBackend(options: EtcdBackendOptions): LockBackend {
-  return new EtcdBackend(options, false)
+  return etcdBackendOf(options, false)
 }
 
 /**
- * The contract's glue: the engine's steps, with etcd's failures said in words. The methods are own
- * properties (arrow functions), as on every backend object: a caller may wrap one by spreading it
- * (`{ ...etcdBackend({ client }), tryAcquire }`), which copies no prototype method.
+ * The backend: the queue-lock engine over etcd's lock queues and elections (src/engines/queue/backend.ts),
+ * with etcd's own reads and its failures said in words. `owned`: we made the client (from a URL), and so
+ * close it.
  */
-class EtcdBackend implements LockBackend {
-  readonly id: string
-  readonly capabilities = { expiry: 'session', notify: true, fifo: true } as const
-  readonly limits = ETCD_LIMITS
-  readonly #client: Etcd3
-  readonly #prefix: string
-  readonly #queue: QueueLock<LeaseId, IKeyValue>
-  /** Whether we made the client (from a URL), and so close it. */
-  readonly #owned: boolean
-  /** Leader election (election.ts): its own queue engine, under the elections' prefix. */
-  readonly #elections: ReturnType<typeof etcdElection>
-  readonly election: ElectionFacet
-
-  constructor(options: EtcdBackendOptions, owned: boolean) {
-    const { client } = options
-    if (!client || typeof client.lease !== 'function') {
-      throw new TypeError('Expected `client` to be an Etcd3 instance of the etcd3 package')
-    }
-    this.#client = client
-    this.#prefix = options.prefix ?? DEFAULT_PREFIX
-    this.id = options.id ?? 'etcd'
-    this.#owned = owned
-    this.#queue = new QueueLock(new EtcdQueue(client, this.#prefix), new EtcdLeases(client))
-    Object.assign(
-      this,
-      queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
-    )
-    this.#elections = etcdElection(client, this.#prefix, this.id, ETCD_LIMITS, (key, what, error) =>
-      this.#unavailable(key, what, error, 'election'),
-    )
-    this.election = this.#elections.facet
+function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend {
+  const { client } = options
+  if (!client || typeof client.lease !== 'function') {
+    throw new TypeError('Expected `client` to be an Etcd3 instance of the etcd3 package')
   }
-
-  // The methods are the engine's (queueBackendMethods), assigned in the constructor.
-  declare readonly tryAcquire: QueueBackendMethods['tryAcquire']
-  declare readonly waitForChange: QueueBackendMethods['waitForChange']
-  declare readonly extend: QueueBackendMethods['extend']
-  declare readonly release: QueueBackendMethods['release']
-  declare readonly abandon: QueueBackendMethods['abandon']
-
-  readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
-    try {
-      return await inspectLock(this.#client, this.#prefix, key, signal)
-    } catch (error) {
-      throw this.#unavailable(key, 'inspect', error)
-    }
-  }
-
-  readonly list = (prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> =>
-    listLocks(this.#client, this.#prefix, prefix, signal)
-
-  readonly breakLock = async (key: string, options?: BreakOptions): Promise<BreakResult> => {
-    try {
-      return await breakLock(this.#client, this.#prefix, key, options)
-    } catch (error) {
-      if (options?.signal?.aborted) throw options.signal.reason
-      throw this.#unavailable(key, 'break', error)
-    }
-  }
-
-  readonly doctor = async (signal: AbortSignal): Promise<DoctorFinding[]> => {
-    const status = await raceSignal(this.#client.maintenance.status(), signal)
-    // Keys live only while held or waited for (each is bound to its session's lease): a count, no listing.
-    const under = Buffer.from(this.#prefix)
-    const { count } = await raceSignal(
-      this.#client.kv.range({ key: under, range_end: prefixEnd(this.#prefix), count_only: true }),
-      signal,
-    )
-    return [
-      {
-        level: 'info',
-        message: `etcd ${status.version}, leader ${status.leader}, raft term ${status.raftTerm}`,
-      },
-      {
-        level: 'info',
-        message: `keys under "${this.#prefix}": ${count} (one per holder and waiter; a released or expired lock keeps none)`,
-      },
-    ]
-  }
-
-  readonly close = async (): Promise<void> => {
-    // Our own revokes delete our keys: not a loss (the core has told the holders already).
-    await Promise.all([this.#queue.close(), this.#elections.close()])
-    if (this.#owned) this.#client.close()
-  }
-
-  #unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election' = 'lock') {
+  const prefix = options.prefix ?? DEFAULT_PREFIX
+  const id = options.id ?? 'etcd'
+  const unavailable = (key: string, what: string, error: unknown, subject: 'lock' | 'election') => {
     if (error instanceof BackendUnavailableError) return error
     const { text, retryable } = describeFailure(error)
-    return new BackendUnavailableError(
-      `Could not ${what} ${subject} ${quoteKey(key)} on ${this.id}: ${text}`,
-      {
-        key,
-        backend: this.id,
-        cause: error,
-        retryable,
-      },
-    )
+    return new BackendUnavailableError(`Could not ${what} ${subject} ${quoteKey(key)} on ${id}: ${text}`, {
+      key,
+      backend: id,
+      cause: error,
+      retryable,
+    })
   }
+  return queueLockBackend(
+    {
+      id,
+      limits: ETCD_LIMITS,
+      unavailable,
+      inspect: (key, signal) => inspectLock(client, prefix, key, signal),
+      list: (under, signal) => listLocks(client, prefix, under, signal),
+      breakLock: (key, breakOptions) => breakLock(client, prefix, key, breakOptions),
+      doctor: (signal) => doctor(client, prefix, signal),
+      close: async () => {
+        if (owned) client.close()
+      },
+    },
+    { queue: new EtcdQueue(client, prefix), leases: new EtcdLeases(client) },
+    etcdElection(client, prefix, (key, what, error) => unavailable(key, what, error, 'election')),
+  )
+}
+
+/** `fencelock doctor`: the cluster's version and leader, and how many keys fencelock keeps now. */
+async function doctor(client: Etcd3, prefix: string, signal: AbortSignal): Promise<DoctorFinding[]> {
+  const status = await raceSignal(client.maintenance.status(), signal)
+  // Keys live only while held or waited for (each is bound to its session's lease): a count, no listing.
+  const under = Buffer.from(prefix)
+  const { count } = await raceSignal(
+    client.kv.range({ key: under, range_end: prefixEnd(prefix), count_only: true }),
+    signal,
+  )
+  return [
+    {
+      level: 'info',
+      message: `etcd ${status.version}, leader ${status.leader}, raft term ${status.raftTerm}`,
+    },
+    {
+      level: 'info',
+      message: `keys under "${prefix}": ${count} (one per holder and waiter; a released or expired lock keeps none)`,
+    },
+  ]
 }
 
 /** etcd:// takes no URL parameters (tested against its page in docs/backends/, like the others). */
@@ -237,7 +182,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
       : {}),
   }
   const client = new etcd3.Etcd3(etcdClientOptions(etcd3, options))
-  return new EtcdBackend(
+  return etcdBackendOf(
     { client, ...(path ? { prefix: path.endsWith('/') ? path : `${path}/` } : {}), id: redact(url) },
     true,
   )

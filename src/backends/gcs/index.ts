@@ -30,7 +30,7 @@
 import type { Storage } from '@google-cloud/storage'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { casLeaseBackend } from '../../engines/cas/backend.js'
 import { objectPrefix } from '../../engines/cas/objects.js'
 import { GcsCasAdapter } from './adapter.js'
 import { DEFAULT_PREFIX } from './layout.js'

@@ -45,8 +45,7 @@
 import type { Pool } from 'mysql2/promise'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { withSqlElections } from '../../engines/sql/election.js'
-import { sqlLeaseBackend } from '../../engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { MySqlAdapter } from './adapter.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, electionsTableName, quoteTable } from './layout.js'
@@ -101,10 +100,7 @@ function backendOf(
       bellDatabase: database ?? poolDatabase(pool) ?? '',
     })
   }
-  const mutex = sqlLeaseBackend(adapterOn(settings.table, settings), {
-    createTable: settings.createTable,
-    ...(settings.doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}),
-  })
+  const mutex = adapterOn(settings.table, settings)
   // Elections: no doorbell (candidates poll once a second, observers too: docs/backends/mysql.md says
   // why), so they take no connections of their own; the mutex's adapter alone ends the pool.
   const elections = adapterOn(electionsTableName(settings.table), {
@@ -112,7 +108,11 @@ function backendOf(
     owned: false,
     election: true,
   })
-  return withSqlElections(mutex, elections, { createTable: settings.createTable })
+  return sqlLeaseBackend(
+    mutex,
+    { createTable: settings.createTable, ...(settings.doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}) },
+    { adapter: elections, options: { createTable: settings.createTable } },
+  )
 }
 
 /**

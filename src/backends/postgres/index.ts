@@ -27,7 +27,7 @@
  * - List and break: `list` pages through the held rows by name under the "C" collation (byte order,
  *   whatever the column's); `break` is the release statement (notification included) conditioned on
  *   the owner and fence it read.
- * - Elections (src/engines/sql-election.ts): the same engine over `<table>_elections` beside the lock table
+ * - Elections (src/engines/sql/election.ts): the same engine over `<table>_elections` beside the lock table
  *   (its columns plus `value`, its own fence sequence and channel); grants and proclaims notify too, so
  *   observers wake at every change.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
@@ -42,8 +42,7 @@
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { withSqlElections } from '../../engines/sql/election.js'
-import { sqlLeaseBackend } from '../../engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { PostgresAdapter } from './adapter.js'
 import { isPgSql, type PgSql } from './client.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE, electionsTable, type PgTable } from './layout.js'
@@ -109,14 +108,14 @@ function backendOf(
   settings: { sql: PgSql; table: PgTable; id: string; owned: boolean; createTable: boolean },
   options: { createTable: boolean; id?: string },
 ): LockBackend {
-  const mutex = sqlLeaseBackend(new PostgresAdapter(settings), options)
+  const mutex = new PostgresAdapter(settings)
   const elections = new PostgresAdapter({
     ...settings,
     table: electionsTable(settings.table),
     owned: false,
     election: true,
   })
-  return withSqlElections(mutex, elections, options)
+  return sqlLeaseBackend(mutex, options, { adapter: elections, options })
 }
 
 /** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */

@@ -49,21 +49,10 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  BreakOptions,
-  BreakResult,
-  DoctorFinding,
-  ExtendResult,
-  HeldLease,
-  ListedLock,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { LockBackend } from '../../core/backend.js'
 import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
-import { breakQuorumLock } from '../../engines/quorum/break.js'
+import { quorumBackend } from '../../engines/quorum/backend.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum/engine.js'
 import { ReleaseWaiting } from '../../engines/quorum/wait.js'
 import { connect } from '../redis/connect.js'
@@ -125,7 +114,7 @@ export function redlockBackend(options: RedlockBackendOptions): LockBackend {
       )
     }
   }
-  return new RedlockBackend(options, [])
+  return redlockBackendOf(options, [])
 }
 
 /** `redlock://[user:password@]host1:port1,host2:port2,host3:port3[?prefix=app:&nodeTimeout=50ms&restartDelay=30s]` */
@@ -146,7 +135,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
       }).client as Redis,
   )
   try {
-    return new RedlockBackend(
+    return redlockBackendOf(
       {
         clients,
         prefix: params.prefix,
@@ -162,7 +151,6 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
   }
 }
 
-/** The backend: the quorum engine and release waiting over one RedlockNode per client. */
 /** Whether this process was told that a two-node set has no fault tolerance (once is enough). */
 let warnedTwoNodes = false
 
@@ -181,101 +169,50 @@ function warnTwoNodes(): void {
   )
 }
 
-class RedlockBackend implements LockBackend {
-  readonly id: string
-  readonly capabilities = { expiry: 'server-ttl', notify: true, fifo: false } as const
-  readonly #nodes: readonly RedlockNode[]
-  readonly #quorum: Quorum
-  readonly #waiting: ReleaseWaiting
-  readonly #restartDelayMs: number | undefined
-  /** The clients fromUrl made, closed with the backend (never the user's). */
-  readonly #owned: readonly Redis[]
-  readonly #prefix: string
-
-  constructor(options: RedlockBackendOptions, owned: readonly Redis[]) {
-    const clients = options.clients ?? []
-    if (clients.length === 0 || clients.length > MAX_NODES) {
-      throw new TypeError(`Expected 1 to ${MAX_NODES} Redis clients in \`clients\`, got ${clients.length}`)
-    }
-    this.#owned = owned
-    this.#prefix = options.prefix ?? DEFAULT_PREFIX
-    this.#restartDelayMs = options.restartDelayMs
-    if (clients.length === 2) warnTwoNodes()
-    const q = Math.floor(clients.length / 2) + 1
-    // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
-    const clientId = randomBytes(8).toString('hex')
-    const nodes: RedlockNode[] = clients.map((client, i) => {
-      const { backend, line } = lineBackend(client, clientId, options.prefix)
-      return new RedlockNode(
-        i,
-        backend.id,
-        client,
-        backend,
-        line,
-        (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
-        // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
-        // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
-        () => options.restartDelayMs ?? (this.#quorum.largestTtlMs || DEFAULT_TTL_MS),
-      )
-    })
-    this.#nodes = nodes
-    this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
-    const adapters = nodes.map((node) => new RedlockAdapter(node, () => this.#restartDelay()))
-    this.#quorum = new Quorum(adapters, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
-    this.#waiting = new ReleaseWaiting(adapters, q)
+/**
+ * The backend: the quorum engine and its release waiting (src/engines/quorum/backend.ts) over one
+ * RedlockNode per client. `owned`: the clients fromUrl made, closed with the backend (never the user's).
+ */
+function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[]): LockBackend {
+  const clients = options.clients ?? []
+  if (clients.length === 0 || clients.length > MAX_NODES) {
+    throw new TypeError(`Expected 1 to ${MAX_NODES} Redis clients in \`clients\`, got ${clients.length}`)
   }
-
-  tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
-    return this.#quorum.tryAcquire(request, signal)
-  }
-
-  extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
-    return this.#quorum.extend(lease, ttlMs, signal)
-  }
-
-  release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
-    return this.#quorum.release(lease, signal)
-  }
-
-  abandon(request: AcquireRequest, signal: AbortSignal): Promise<void> {
-    return this.#quorum.abandon(request, signal)
-  }
-
-  inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    return this.#quorum.inspect(key, signal)
-  }
-
-  list(prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> {
-    return listQuorum(this.#quorum, this.#nodes, this.#prefix, prefix, signal, this.id)
-  }
-
-  breakLock(key: string, options?: BreakOptions): Promise<BreakResult> {
-    const signal = options?.signal ?? new AbortController().signal
-    return breakQuorumLock(this.#quorum, key, options?.fence, signal)
-  }
-
-  waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<undefined> {
-    return this.#waiting.waitForChange(req, signal)
-  }
-
-  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    const ctx = {
-      nodes: this.#nodes,
-      q: this.#quorum.q,
-      restartDelayMs: this.#restartDelayMs,
-      largestTtlMs: () => this.#quorum.largestTtlMs,
-    }
-    return doctor(ctx, signal)
-  }
-
-  async close(): Promise<void> {
-    for (const node of this.#nodes) node.dispose()
-    await Promise.allSettled(this.#nodes.map((node) => node.backend.close()))
-    for (const c of this.#owned) c.disconnect()
-  }
-
-  /** A node votes once its server has been up this long (the spec's delayed restart; see node.ts). */
-  #restartDelay(): number {
-    return this.#restartDelayMs ?? this.#quorum.largestTtlMs
-  }
+  const prefix = options.prefix ?? DEFAULT_PREFIX
+  const { restartDelayMs } = options
+  if (clients.length === 2) warnTwoNodes()
+  const q = Math.floor(clients.length / 2) + 1
+  // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
+  const clientId = randomBytes(8).toString('hex')
+  const nodes: RedlockNode[] = clients.map((client, i) => {
+    const { backend, line } = lineBackend(client, clientId, options.prefix)
+    return new RedlockNode(
+      i,
+      backend.id,
+      client,
+      backend,
+      line,
+      (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
+      // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
+      // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
+      (): number => restartDelayMs ?? (quorum.largestTtlMs || DEFAULT_TTL_MS),
+    )
+  })
+  const id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
+  // A node votes once its server has been up this long (the spec's delayed restart; see node.ts).
+  const adapters = nodes.map(
+    (node) => new RedlockAdapter(node, (): number => restartDelayMs ?? quorum.largestTtlMs),
+  )
+  const quorum: Quorum = new Quorum(adapters, { id, nodeTimeoutMs: options.nodeTimeoutMs })
+  return quorumBackend(quorum, new ReleaseWaiting(adapters, q), {
+    id,
+    list: (under, signal) => listQuorum(quorum, nodes, prefix, under, signal, id),
+    doctor: (signal) =>
+      doctor({ nodes, q: quorum.q, restartDelayMs, largestTtlMs: () => quorum.largestTtlMs }, signal),
+    close: async () => {
+      for (const node of nodes) node.dispose()
+      await Promise.allSettled(nodes.map((node) => node.backend.close()))
+      for (const c of owned) c.disconnect()
+    },
+  })
 }

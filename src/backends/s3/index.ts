@@ -28,7 +28,7 @@
 import type { S3Client } from '@aws-sdk/client-s3'
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { casLeaseBackend } from '../../engines/cas/engine.js'
+import { casLeaseBackend } from '../../engines/cas/backend.js'
 import { objectPrefix } from '../../engines/cas/objects.js'
 import { S3CasAdapter, type S3Module } from './adapter.js'
 import { DEFAULT_PREFIX } from './layout.js'

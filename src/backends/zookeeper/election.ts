@@ -1,7 +1,7 @@
 /**
  * Leader election on ZooKeeper: Curator's `LeaderLatch` layout, so a Java service's latch and fencelock
  * candidates on the same path compete in one line and see each other's leader. The queue-lock engine runs
- * it (queue-election.ts); this file gives the layout, the leader's read and the observers' watch.
+ * it (src/engines/queue/election.ts); this file gives the layout, the leader's read and the observers' watch.
  *
  * - Layout: the election named `e` is the node `<prefix>/%election/<e escaped>` (layout.ts,
  *   `electionPath`: apart from every lock); each candidate is a child created EPHEMERAL_SEQUENTIAL in
@@ -22,11 +22,10 @@
  *   shared by this backend's observers.
  */
 import { raceSignal } from '../../core/abort.js'
-import type { AcquireRequest, BackendLimits, ElectionFacet, LockInfo } from '../../core/backend.js'
+import type { AcquireRequest, LockInfo } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import type { OwnEntry } from '../../engines/queue/adapter.js'
-import { queueElection } from '../../engines/queue/election.js'
-import { QueueLock } from '../../engines/queue/engine.js'
+import type { QueueElectionParts } from '../../engines/queue/election.js'
 import type { SessionAdapter } from '../../engines/session/adapter.js'
 import { children, read, setDataWhile, stat, touchLeader, type ZkClient, zxidOf } from './client.js'
 import {
@@ -141,7 +140,11 @@ function nextChange(client: ZkClient, path: string): Promise<void> {
   return change
 }
 
-/** The election facet of a ZooKeeper backend, and what its close must end. */
+/**
+ * What the queue engine's elections need of ZooKeeper (src/engines/queue/election.ts): the elections' queue
+ * (on the lock's sessions), the leader's read and the observers' watch. Failures of the read are said by
+ * `unavailable`.
+ */
 export function zookeeperElection(
   setup: {
     readonly prefix: string
@@ -150,13 +153,8 @@ export function zookeeperElection(
     /** The connection for reads outside any lease (yours, or the backend's reader). */
     readonly reader: () => ZkClient
   },
-  id: string,
-  limits: BackendLimits,
   unavailable: (key: string, what: string, error: unknown) => Error,
-): { readonly facet: ElectionFacet; close(): Promise<void> } {
-  const adapter = new ZkElectionQueue(setup.prefix, setup.retireAfterMs, ELECTION_QUEUE)
-  const queue = new QueueLock<ZkSession, ZkEntry>(adapter, setup.leases)
-
+): QueueElectionParts<ZkSession, ZkEntry> {
   const inspect = async (name: string, signal: AbortSignal): Promise<LockInfo | null> => {
     const client = setup.reader()
     const path = electionPath(name, setup.prefix)
@@ -190,10 +188,10 @@ export function zookeeperElection(
     await raceSignal(nextChange(setup.reader(), electionPath(name, setup.prefix)), signal).catch(() => {})
   }
 
-  const facet = queueElection(
-    queue,
-    { id, limits, capabilities: { expiry: 'session', notify: true, fifo: true }, inspect, watch },
-    unavailable,
-  )
-  return { facet, close: () => queue.close() }
+  return {
+    queue: new ZkElectionQueue(setup.prefix, setup.retireAfterMs, ELECTION_QUEUE),
+    leases: setup.leases,
+    inspect,
+    watch,
+  }
 }

@@ -51,28 +51,18 @@
  * `doctor` say), four-letter.ts (`srvr`).
  */
 import { raceSignal } from '../../core/abort.js'
-import type {
-  BackendLimits,
-  BreakOptions,
-  BreakResult,
-  DoctorFinding,
-  ElectionFacet,
-  ListedLock,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { BackendLimits, DoctorFinding, LockBackend } from '../../core/backend.js'
 import { parseDuration } from '../../core/durations.js'
 import { BackendUnavailableError, causeText, quoteKey } from '../../core/errors.js'
 import { hostsOf, loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
-import { type QueueBackendMethods, queueBackendMethods } from '../../engines/queue/backend-methods.js'
-import { QueueLock } from '../../engines/queue/engine.js'
+import { queueLockBackend } from '../../engines/queue/backend.js'
 import { CODE, children, closeClient, codeOf, stat, type ZkClient } from './client.js'
 import { sessionFinding, srvrFinding } from './diagnose.js'
 import { zookeeperElection } from './election.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
-import { type ZkEntry, ZkQueue } from './queue.js'
-import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sessions.js'
+import { ZkQueue } from './queue.js'
+import { type Connect, OwnSessions, SharedSession } from './sessions.js'
 
 export type { ZkClient } from './client.js'
 
@@ -123,7 +113,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
     throw new TypeError('Expected `client` to be a Client of the node-zookeeper-client package')
   }
   const { retireAfter, ...rest } = options
-  return new ZooKeeperBackend({
+  return zookeeperBackendOf({
     ...rest,
     shared: client,
     ...(retireAfter === undefined ? {} : { retireAfterMs: parseDuration('retireAfter', retireAfter) }),
@@ -143,117 +133,76 @@ interface Setup {
 }
 
 /**
- * The contract's glue: the engine's steps, with ZooKeeper's failures said in words. The methods are
- * own properties (arrow functions), as on every backend object.
+ * The backend: the queue-lock engine over ZooKeeper's lock nodes and elections (src/engines/queue/backend.ts),
+ * on one set of sessions, with ZooKeeper's own reads and its failures said in words.
  */
-class ZooKeeperBackend implements LockBackend {
-  readonly id: string
-  readonly capabilities = { expiry: 'session', notify: true, fifo: true } as const
-  readonly limits = ZOOKEEPER_LIMITS
-  readonly #setup: Setup
-  readonly #prefix: string
-  readonly #queue: QueueLock<ZkSession, ZkEntry>
-  readonly #adapter: ZkQueue
-  /** From a URL: our connection for `inspect` and `doctor`, made at first use and again after expiry. */
-  #reader: ZkClient | undefined
-  /** Leader election (election.ts): its own queue engine, under the elections' node. */
-  readonly #elections: ReturnType<typeof zookeeperElection>
-  readonly election: ElectionFacet
-
-  constructor(setup: Setup) {
-    this.#setup = setup
-    this.#prefix = normalizePrefix(setup.prefix ?? DEFAULT_PREFIX)
-    this.id = setup.id ?? 'zookeeper'
-    const leases = setup.shared
-      ? new SharedSession(setup.shared)
-      : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
-    this.#adapter = new ZkQueue(this.#prefix, setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
-    this.#queue = new QueueLock(this.#adapter, leases)
-    Object.assign(
-      this,
-      queueBackendMethods(this.#queue, (key, what, error) => this.#unavailable(key, what, error)),
-    )
-    this.#elections = zookeeperElection(
-      {
-        prefix: this.#prefix,
-        retireAfterMs: setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS,
-        leases,
-        reader: () => this.#client(),
-      },
-      this.id,
-      ZOOKEEPER_LIMITS,
-      (key, what, error) => this.#unavailable(key, what, error, 'election'),
-    )
-    this.election = this.#elections.facet
-  }
-
-  // The methods are the engine's (queueBackendMethods), assigned in the constructor.
-  declare readonly tryAcquire: QueueBackendMethods['tryAcquire']
-  declare readonly waitForChange: QueueBackendMethods['waitForChange']
-  declare readonly extend: QueueBackendMethods['extend']
-  declare readonly release: QueueBackendMethods['release']
-  declare readonly abandon: QueueBackendMethods['abandon']
-
-  /** The first child in line (operations.ts): its data names the owner and its session timeout. */
-  readonly inspect = async (key: string, signal: AbortSignal): Promise<LockInfo | null> => {
-    try {
-      return await inspectLock(this.#client(), this.#prefix, key, signal)
-    } catch (error) {
-      throw this.#unavailable(key, 'inspect', error)
-    }
-  }
-
-  readonly list = (prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> =>
-    listLocks(this.#client(), this.#prefix, prefix, signal)
-
-  readonly breakLock = async (key: string, options?: BreakOptions): Promise<BreakResult> => {
-    try {
-      return await breakLock(this.#client(), this.#prefix, key, options)
-    } catch (error) {
-      if (options?.signal?.aborted) throw options.signal.reason
-      throw this.#unavailable(key, 'break', error)
-    }
-  }
-
-  readonly doctor = async (signal: AbortSignal): Promise<DoctorFinding[]> => {
-    const findings: DoctorFinding[] = []
-    for (const host of this.#setup.hosts ?? []) findings.push(await srvrFinding(host, signal))
-    const client = this.#client()
-    // A request answered: the session is established and its timeout negotiated.
-    await raceSignal(children(client, '/'), signal)
-    const asked = this.#setup.shared ? undefined : (this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
-    findings.push(sessionFinding(asked, client.getSessionTimeout()))
-    // One node per lock in use or released in the last retireAfter (retire.ts), and any left behind.
-    const prefix = await raceSignal(stat(client, this.#prefix), signal)
-    findings.push({
-      level: 'info',
-      message: `lock names kept: ${prefix?.numChildren ?? 0} (nodes under ${this.#prefix}${prefix ? '' : ', which does not exist yet'})`,
-    })
-    return findings
-  }
-
-  readonly close = async (): Promise<void> => {
-    // Our sessions' closes delete our nodes: not a loss (the core has told the holders already).
-    await Promise.all([this.#queue.close(), this.#elections.close()])
-    if (this.#reader) closeClient(this.#reader)
-    this.#reader = undefined
-  }
-
+function zookeeperBackendOf(setup: Setup): LockBackend {
+  const prefix = normalizePrefix(setup.prefix ?? DEFAULT_PREFIX)
+  const id = setup.id ?? 'zookeeper'
+  const retireAfterMs = setup.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS
+  const leases = setup.shared
+    ? new SharedSession(setup.shared)
+    : new OwnSessions(setup.connect!, setup.sessionTimeoutMs)
+  /** From a URL: our connection for requests outside any lease, made at first use and again after expiry. */
+  let reader: ZkClient | undefined
   /** The client for requests outside any lease: yours, or our reader connection (new after an expiry). */
-  #client(): ZkClient {
-    if (this.#setup.shared) return this.#setup.shared
-    if (this.#reader?.getState().name === 'EXPIRED') this.#reader = undefined
-    this.#reader ??= this.#setup.connect!(this.#setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
-    return this.#reader
+  const client = (): ZkClient => {
+    if (setup.shared) return setup.shared
+    if (reader?.getState().name === 'EXPIRED') reader = undefined
+    reader ??= setup.connect!(setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
+    return reader
   }
-
-  #unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election' = 'lock') {
+  const unavailable = (key: string, what: string, error: unknown, subject: 'lock' | 'election') => {
     if (error instanceof BackendUnavailableError) return error
     return new BackendUnavailableError(
-      `Could not ${what} ${subject} ${quoteKey(key)} on ${this.id}: ${describeFailure(error)}`,
-      { key, backend: this.id, cause: error, retryable: true },
+      `Could not ${what} ${subject} ${quoteKey(key)} on ${id}: ${describeFailure(error)}`,
+      { key, backend: id, cause: error, retryable: true },
     )
   }
+  return queueLockBackend(
+    {
+      id,
+      limits: ZOOKEEPER_LIMITS,
+      unavailable,
+      // The first child in line (operations.ts): its data names the owner and its session timeout.
+      inspect: (key, signal) => inspectLock(client(), prefix, key, signal),
+      list: (under, signal) => listLocks(client(), prefix, under, signal),
+      breakLock: (key, options) => breakLock(client(), prefix, key, options),
+      doctor: (signal) => doctor(setup, client, prefix, signal),
+      close: async () => {
+        // Called once the engines are closed (their sessions' closes delete our nodes): our reader connection.
+        if (reader) closeClient(reader)
+        reader = undefined
+      },
+    },
+    { queue: new ZkQueue(prefix, retireAfterMs), leases },
+    zookeeperElection({ prefix, retireAfterMs, leases, reader: client }, (key, what, error) =>
+      unavailable(key, what, error, 'election'),
+    ),
+  )
+}
+
+/** `fencelock doctor`: each member's `srvr`, the session negotiated, and how many lock nodes are kept. */
+async function doctor(
+  setup: Setup,
+  clientOf: () => ZkClient,
+  prefix: string,
+  signal: AbortSignal,
+): Promise<DoctorFinding[]> {
+  const findings: DoctorFinding[] = []
+  for (const host of setup.hosts ?? []) findings.push(await srvrFinding(host, signal))
+  const client = clientOf()
+  // A request answered: the session is established and its timeout negotiated.
+  await raceSignal(children(client, '/'), signal)
+  const asked = setup.shared ? undefined : (setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
+  findings.push(sessionFinding(asked, client.getSessionTimeout()))
+  // One node per lock in use or released in the last retireAfter (retire.ts), and any left behind.
+  const node = await raceSignal(stat(client, prefix), signal)
+  findings.push({
+    level: 'info',
+    message: `lock names kept: ${node?.numChildren ?? 0} (nodes under ${prefix}${node ? '' : ', which does not exist yet'})`,
+  })
+  return findings
 }
 
 /** A ZooKeeper error in words. */
@@ -319,7 +268,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     client.connect()
     return client
   }
-  return new ZooKeeperBackend({
+  return zookeeperBackendOf({
     ...(path && path !== '/' ? { prefix: path } : {}),
     id: redact(url),
     connect,

@@ -53,13 +53,7 @@
  */
 
 import { raceSignal } from '../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  BackendCapabilities,
-  LockBackend,
-  LockInfo,
-} from '../../core/backend.js'
+import type { AcquireRequest, AttemptResult, LockInfo } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
 import type { CasAdapter } from './adapter.js'
@@ -84,7 +78,6 @@ export interface CasLeaseOptions {
   readonly pollMaxMs?: number | undefined
 }
 
-const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, fifo: false }
 const MARGIN_SHARE = 0.05
 const MARGIN_MIN_MS = 200
 const POLL_MAX_MS = 1000
@@ -93,28 +86,6 @@ const POLL_MAX_MS = 1000
  * forgetting one costs a request, never safety.
  */
 const WRITERS_KEPT = 10_000
-
-/** A LockBackend over `adapter`: the cas-lease engine. */
-export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = {}): LockBackend {
-  const engine = new CasLease(adapter, options)
-  const backend: LockBackend = {
-    id: options.id ?? adapter.id,
-    capabilities: CAPABILITIES,
-    limits: adapter.limits,
-    tryAcquire: (req, signal) => engine.attempt(req, signal),
-    extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
-    release: (lease, signal) => engine.holds.release(lease, signal),
-    inspect: (key, signal) => engine.inspect(key, signal),
-    abandon: (req, signal) => engine.abandon(req, signal),
-    breakLock: (key, options) => engine.operations.breakLock(key, options),
-    close: () => adapter.close(),
-  }
-  const doctor = adapter.doctor?.bind(adapter)
-  // Only where the adapter can list its store: the client says so for one that cannot.
-  const list: LockBackend['list'] =
-    adapter.list && ((prefix, signal) => engine.operations.list(prefix, signal))
-  return { ...backend, ...(doctor ? { doctor } : {}), ...(list ? { list } : {}) }
-}
 
 export class CasLease {
   /** Names the store in errors. */

@@ -8,6 +8,7 @@
  * keeps timers: the engine does that.
  */
 import type { AcquireRequest } from '../../core/backend.js'
+import type { SessionAdapter } from '../session/adapter.js'
 
 /** Our entry in a lock's queue, once a reply told us its position. */
 export interface OwnEntry {
@@ -129,4 +130,10 @@ export interface QueueAdapter<Id, Entry> {
    * watch left behind may keep the store's client, and the process, alive.
    */
   close(): Promise<void>
+}
+
+/** A queue: its entries' adapter, and the session adapter whose leases they live on. */
+export interface QueueAdapters<Id, Entry> {
+  readonly queue: QueueAdapter<Id, Entry>
+  readonly leases: SessionAdapter<Id>
 }

@@ -29,7 +29,7 @@
  * (attempt, wait, extend, release, abandon) share its state and are read together.
  *
  * Adapter: `QueueAdapter` (adapter.ts) for the queue, `SessionAdapter` (session/adapter.ts) for the leases.
- * The `LockBackend` methods that forward to it: backend-methods.ts.
+ * The leased methods that forward to it: leased-methods.ts; the backend object: backend.ts.
  * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../../core/abort.js'

@@ -21,7 +21,7 @@
  * Statements, without faults: campaign 1, renewal 1, proclaim 1, resign 1, a read 1; an observer 1 per
  * change (PostgreSQL) or 1 per second (MySQL/MariaDB).
  */
-import type { ElectionFacet, HeldLease, LockBackend, ProclaimResult } from '../../core/backend.js'
+import type { ElectionFacet, HeldLease, ProclaimResult } from '../../core/backend.js'
 import type { SqlAdapter } from './adapter.js'
 import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
 
@@ -29,35 +29,22 @@ import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
 export type SqlElectionAdapter = SqlAdapter & Required<Pick<SqlAdapter, 'proclaim'>>
 
 /**
- * `backend` (the mutex, over the lock table) with an election facet over `adapter`'s elections table. Its
- * `close` closes the elections' engine first (its subscription), then the backend (which may end the
- * client both share).
+ * The election facet over `adapter`'s elections table: a sql-lease engine of its own, and what its close
+ * must end (that engine's subscription). backend.ts puts it beside the mutex.
  */
-export function withSqlElections(
-  backend: LockBackend,
+export function sqlElection(
   adapter: SqlElectionAdapter,
   options: SqlLeaseOptions = {},
-): LockBackend {
+): { readonly facet: ElectionFacet; close(): Promise<void> } {
   const engine = new SqlLease(adapter, options)
-  const facet = sqlLeaseFacet(engine, adapter, options.id ?? adapter.id)
-  const election: ElectionFacet = {
-    ...facet,
+  const facet: ElectionFacet = {
+    ...sqlLeaseFacet(engine, adapter, options.id ?? adapter.id),
     proclaim: (lease, value, signal) => proclaim(adapter, lease, value, signal),
     ...(adapter.listen === undefined
       ? {}
       : { watch: (key: string, signal: AbortSignal) => engine.waiting.observe(key, signal) }),
   }
-  return {
-    ...backend,
-    election,
-    async close() {
-      try {
-        await engine.close()
-      } finally {
-        await backend.close()
-      }
-    },
-  }
+  return { facet, close: () => engine.close() }
 }
 
 /** `ElectionFacet.proclaim`: the adapter's UPDATE; an uncertain outcome settled by a read. */

@@ -64,7 +64,6 @@ import type {
   HeldLease,
   LeaseFacet,
   ListedLock,
-  LockBackend,
   LockInfo,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
@@ -113,18 +112,6 @@ const RETIRE_AFTER_MS = 60_000
 const RETIRE_EVERY_MS = 10_000
 const RETIRE_BATCH = 500
 const RETIRE_STATEMENT_MS = 10_000
-
-/** A LockBackend over `adapter`: the sql-lease engine. */
-export function sqlLeaseBackend(adapter: SqlAdapter, options: SqlLeaseOptions = {}): LockBackend {
-  const engine = new SqlLease(adapter, options)
-  return {
-    ...sqlLeaseFacet(engine, adapter, options.id ?? adapter.id),
-    list: (prefix, signal) => engine.list(prefix, signal),
-    breakLock: (key, options) => engine.breakLock(key, options),
-    doctor: (signal) => engine.doctor(signal),
-    close: () => engine.close(),
-  }
-}
 
 /** The leased methods of `engine` over `adapter`'s table: the mutex's, or an election's (election.ts). */
 export function sqlLeaseFacet(engine: SqlLease, adapter: SqlAdapter, id: string): LeaseFacet {

@@ -5,7 +5,7 @@
 import { after, before, describe } from 'node:test'
 import { createPool } from 'mysql2/promise'
 import { DEFAULT_TABLE, MySqlAdapter, quoteTable } from '../../../src/backends/mysql/index.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/backend.js'
 import { expireRow, mariaDbQuery } from '../../kits/mysql.js'
 import { MARIADB_DATABASE, type MariaDbServer, startMariaDb } from '../../servers/mariadb.js'
 import { operationTests } from '../sql/operation-cases.js'

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { casLeaseBackend } from '../../../src/engines/cas/engine.js'
+import { casLeaseBackend } from '../../../src/engines/cas/backend.js'
 import { decodeRecord, encodeRecord } from '../../../src/engines/cas/record.js'
 import { BackendUnavailableError, createLockClient, type ListedLock } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { HeldLease } from '../../../src/core/backend.js'
 import type { SqlRow } from '../../../src/engines/sql/adapter.js'
-import { type SqlElectionAdapter, withSqlElections } from '../../../src/engines/sql/election.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/backend.js'
+import type { SqlElectionAdapter } from '../../../src/engines/sql/election.js'
 import { SqlWaiting } from '../../../src/engines/sql/wait.js'
 import { BackendUnavailableError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
@@ -89,7 +89,7 @@ describe('sql-lease engine: proclaim with an unknown outcome', () => {
       },
       read: async () => row,
     } as unknown as SqlElectionAdapter
-    return withSqlElections(sqlLeaseBackend(new FakeSqlDialect(server)), dialect).election!
+    return sqlLeaseBackend(new FakeSqlDialect(server), {}, { adapter: dialect }).election!
   }
   const held = { owner: 'me', fence: 7n, remainingMs: 5000, released: false }
   const signal = new AbortController().signal

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { AcquireRequest } from '../../../src/core/backend.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/backend.js'
 import { BackendUnavailableError } from '../../../src/index.js'
 import { waitUntil } from '../../support/wait.js'
 import { FakeSqlDialect, FakeSqlServer } from './fake-store.js'

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { SqlAdapter } from '../../../src/engines/sql/adapter.js'
-import { sqlLeaseBackend } from '../../../src/engines/sql/engine.js'
+import { sqlLeaseBackend } from '../../../src/engines/sql/backend.js'
 import { createLockClient, LockNotAcquiredError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
 import { sleep } from '../../support/time.js'

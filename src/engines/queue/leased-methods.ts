@@ -1,12 +1,13 @@
 /**
- * The `LockBackend` methods of a backend on the queue-lock engine (engine.ts), the same for every
- * store (etcd, ZooKeeper): each forwards to the engine, and says a failure in the backend's words.
+ * The leased methods of a primitive on the queue-lock engine (engine.ts), the same for every store (etcd,
+ * ZooKeeper) and primitive (the mutex: backend.ts; an election: election.ts): each forwards to the engine,
+ * and says a failure in the backend's words.
  */
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant, HeldLease } from '../../core/backend.js'
 import type { Acquisition, QueueLock } from './engine.js'
 
-/** The `LockBackend` methods a queue-lock backend forwards to its engine. */
-export interface QueueBackendMethods {
+/** The leased methods of a primitive on a queue engine. */
+export interface QueueLeasedMethods {
   tryAcquire(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult>
   /** Never fails: a wait that cannot go on ends, and the core's next attempt says why. */
   waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined>
@@ -16,14 +17,13 @@ export interface QueueBackendMethods {
 }
 
 /**
- * The methods of a backend on `queue` (etcd, ZooKeeper), the same for every store: an abort rethrows
- * its reason unchanged; any other failure becomes the error `unavailable(key, what, error)` makes, in the
- * backend's words for its store ("Could not <what> lock …").
+ * The leased methods over `queue`, the same for every store and primitive: an abort rethrows its reason
+ * unchanged; any other failure becomes the error `unavailable(key, what, error)` makes.
  */
-export function queueBackendMethods<Id, Entry>(
+export function queueLeasedMethods<Id, Entry>(
   queue: QueueLock<Id, Entry>,
   unavailable: (key: string, what: string, error: unknown) => Error,
-): QueueBackendMethods {
+): QueueLeasedMethods {
   const guard = async <T>(key: string, what: string, signal: AbortSignal, step: () => Promise<T>) => {
     try {
       return await step()

@@ -1,0 +1,75 @@
+/**
+ * How a store plugs into the queue-lock engine (engine.ts), the same for every store on it (etcd,
+ * ZooKeeper): `queueLockBackend` returns the backend object. The mutex's leased methods forward to one
+ * engine over the store's lock queue, the election facet (election.ts) to another over its elections'
+ * queue, and the store's own methods (who holds a lock, the operator's list, break and doctor, its close)
+ * are taken as given. A failure of a step is said in the backend's words ("Could not <what> lock …").
+ */
+import type { BackendLimits, LockBackend, LockInfo } from '../../core/backend.js'
+import type { QueueAdapters } from './adapter.js'
+import { type QueueElectionParts, queueElection } from './election.js'
+import { QueueLock } from './engine.js'
+import { queueLeasedMethods } from './leased-methods.js'
+
+/** What a store on the queue engine gives beside its adapters: its name, limits, own methods and words. */
+export interface QueueStore extends Required<Pick<LockBackend, 'list' | 'breakLock' | 'doctor'>> {
+  /** Names the store in errors. */
+  readonly id: string
+  readonly limits: BackendLimits
+  /** The error for a failed step: "Could not <what> <subject> <key> on <id>: <why, in the store's words>". */
+  unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election'): Error
+  /** Who holds `key`: the store's read of its lock queue (a failure is said by `unavailable`). */
+  inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
+  /** Closes what the store itself opened; called once both engines are closed. */
+  close(): Promise<void>
+}
+
+/** Every store on the engine: leases live on sessions, waiters are woken by a watch, in line. */
+const CAPABILITIES = { expiry: 'session', notify: true, fifo: true } as const
+
+/**
+ * The backend of a store on the queue engine: the mutex over `locks`, elections over `elections`, and
+ * `store`'s own methods. Its close closes both engines, then the store.
+ */
+export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry>(
+  store: QueueStore,
+  locks: QueueAdapters<LockId, LockEntry>,
+  elections: QueueElectionParts<ElectionId, ElectionEntry>,
+): LockBackend {
+  const { id, limits } = store
+  const mutex = new QueueLock(locks.queue, locks.leases)
+  const unavailable = (key: string, what: string, error: unknown) =>
+    store.unavailable(key, what, error, 'lock')
+  const election = queueElection(elections, { id, capabilities: CAPABILITIES, limits }, (key, what, error) =>
+    store.unavailable(key, what, error, 'election'),
+  )
+  return {
+    id,
+    capabilities: CAPABILITIES,
+    limits,
+    ...queueLeasedMethods(mutex, unavailable),
+    inspect: async (key, signal) => {
+      try {
+        return await store.inspect(key, signal)
+      } catch (error) {
+        throw unavailable(key, 'inspect', error)
+      }
+    },
+    list: store.list,
+    breakLock: async (key, options) => {
+      try {
+        return await store.breakLock(key, options)
+      } catch (error) {
+        if (options?.signal?.aborted) throw options.signal.reason
+        throw unavailable(key, 'break', error)
+      }
+    },
+    doctor: store.doctor,
+    election: election.facet,
+    close: async () => {
+      // Our own revokes delete our entries: not a loss (the core has told the holders already).
+      await Promise.all([mutex.close(), election.close()])
+      await store.close()
+    },
+  }
+}

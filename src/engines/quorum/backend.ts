@@ -1,0 +1,41 @@
+/**
+ * How a store plugs into the quorum engine (engine.ts; Redlock): `quorumBackend` returns the backend
+ * object, the mutex's leased methods forwarded to the engine, the wake-ups to its release waiting
+ * (wait.ts), an operator's break to break.ts, and the store's own methods (list, doctor, close) taken as
+ * given. Unlike the other engines' factories, it takes the engine built: the store's own methods read it
+ * too (list every node's holds, doctor the majority and the largest ttl).
+ */
+import type { LockBackend } from '../../core/backend.js'
+import { breakQuorumLock } from './break.js'
+import type { Quorum } from './engine.js'
+import type { ReleaseWaiting } from './wait.js'
+
+/** What a store on the quorum engine gives beside the engine: its name and its own methods. */
+export interface QuorumStore extends Required<Pick<LockBackend, 'list' | 'doctor'>> {
+  /** Names the store in errors. */
+  readonly id: string
+  /** Closes the nodes' connections the store opened. */
+  close(): Promise<void>
+}
+
+/** Leases expire on each node's clock; a release wakes the first waiter of each node's line, not in FIFO. */
+const CAPABILITIES = { expiry: 'server-ttl', notify: true, fifo: false } as const
+
+/** The backend of a store on the quorum engine: the mutex over `quorum`, woken by `waiting`. */
+export function quorumBackend(quorum: Quorum, waiting: ReleaseWaiting, store: QuorumStore): LockBackend {
+  return {
+    id: store.id,
+    capabilities: CAPABILITIES,
+    tryAcquire: (request, signal) => quorum.tryAcquire(request, signal),
+    extend: (lease, ttlMs, signal) => quorum.extend(lease, ttlMs, signal),
+    release: (lease, signal) => quorum.release(lease, signal),
+    abandon: (request, signal) => quorum.abandon(request, signal),
+    inspect: (key, signal) => quorum.inspect(key, signal),
+    waitForChange: (request, signal) => waiting.waitForChange(request, signal),
+    list: store.list,
+    breakLock: (key, options) =>
+      breakQuorumLock(quorum, key, options?.fence, options?.signal ?? new AbortController().signal),
+    doctor: store.doctor,
+    close: () => store.close(),
+  }
+}
