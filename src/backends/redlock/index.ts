@@ -55,6 +55,7 @@ import type {
   BreakOptions,
   BreakResult,
   DoctorFinding,
+  ElectionFacet,
   ExtendResult,
   HeldLease,
   ListedLock,
@@ -64,13 +65,15 @@ import type {
 import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
 import { breakQuorumLock } from '../../engines/quorum/break.js'
+import { quorumElection } from '../../engines/quorum/election.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum/engine.js'
 import { ReleaseWaiting } from '../../engines/quorum/wait.js'
 import { connect } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/keys.js'
-import { RedlockAdapter } from './adapter.js'
+import { mutexLock, RedlockAdapter, RedlockElectionAdapter } from './adapter.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
+import type { ElectionLine } from './election/line.js'
 import { lineBackend } from './line.js'
 import { listQuorum } from './listing.js'
 import { RedlockNode } from './node.js'
@@ -186,6 +189,10 @@ class RedlockBackend implements LockBackend {
   readonly capabilities = { expiry: 'server-ttl', notify: true, fifo: false } as const
   readonly #nodes: readonly RedlockNode[]
   readonly #quorum: Quorum
+  /** The quorum of the elections, over the same nodes (their election in line). */
+  readonly #elections: Quorum
+  /** Leader election (src/engines/quorum/election.ts). */
+  readonly election: ElectionFacet
   readonly #waiting: ReleaseWaiting
   readonly #restartDelayMs: number | undefined
   /** The clients fromUrl made, closed with the backend (never the user's). */
@@ -204,8 +211,10 @@ class RedlockBackend implements LockBackend {
     const q = Math.floor(clients.length / 2) + 1
     // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
     const clientId = randomBytes(8).toString('hex')
+    const elections: ElectionLine[] = []
     const nodes: RedlockNode[] = clients.map((client, i) => {
-      const { backend, line } = lineBackend(client, clientId, options.prefix)
+      const { backend, line, election } = lineBackend(client, clientId, options.prefix)
+      elections.push(election)
       return new RedlockNode(
         i,
         backend.id,
@@ -215,14 +224,24 @@ class RedlockBackend implements LockBackend {
         (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
         // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
         // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
-        () => options.restartDelayMs ?? (this.#quorum.largestTtlMs || DEFAULT_TTL_MS),
+        () => options.restartDelayMs ?? (this.#restartDelay() || DEFAULT_TTL_MS),
       )
     })
     this.#nodes = nodes
     this.id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
-    const adapters = nodes.map((node) => new RedlockAdapter(node, () => this.#restartDelay()))
-    this.#quorum = new Quorum(adapters, { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs })
+    const delay = () => this.#restartDelay()
+    const adapters = nodes.map((node) => new RedlockAdapter(node, delay, mutexLock(node)))
+    const quorum = { id: this.id, nodeTimeoutMs: options.nodeTimeoutMs }
+    this.#quorum = new Quorum(adapters, quorum)
     this.#waiting = new ReleaseWaiting(adapters, q)
+    // The election: a second quorum over each node's election in line, minting from the same node
+    // counters, so a term never goes back on a node restarted empty (admission catches them up).
+    const candidates = nodes.map((node, i) => new RedlockElectionAdapter(node, delay, elections[i]!))
+    this.#elections = new Quorum(candidates, quorum)
+    this.election = quorumElection(this.#elections, candidates, new ReleaseWaiting(candidates, q), {
+      id: this.id,
+      capabilities: this.capabilities,
+    })
   }
 
   tryAcquire(request: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
@@ -263,7 +282,7 @@ class RedlockBackend implements LockBackend {
       nodes: this.#nodes,
       q: this.#quorum.q,
       restartDelayMs: this.#restartDelayMs,
-      largestTtlMs: () => this.#quorum.largestTtlMs,
+      largestTtlMs: () => Math.max(this.#quorum.largestTtlMs, this.#elections.largestTtlMs),
     }
     return doctor(ctx, signal)
   }
@@ -276,6 +295,6 @@ class RedlockBackend implements LockBackend {
 
   /** A node votes once its server has been up this long (the spec's delayed restart; see node.ts). */
   #restartDelay(): number {
-    return this.#restartDelayMs ?? this.#quorum.largestTtlMs
+    return this.#restartDelayMs ?? Math.max(this.#quorum.largestTtlMs, this.#elections.largestTtlMs)
   }
 }
