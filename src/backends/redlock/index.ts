@@ -27,12 +27,15 @@
  * - Waiting: in line (src/engines/quorum/line.ts): a node grants a free lock only to the first live waiter
  *   of its line, ordered by a ticket all nodes agree on; a release wakes that waiter alone, on its client's
  *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (src/engines/quorum/wait.ts).
+ * - Election: a second quorum over each node's election in line (election/, src/engines/quorum/election.ts):
+ *   `<prefix>!election{<name>}` and its value beside it; terms minted from the same node counter.
  * - Limits: 1 to 256 nodes (use an odd number); the Redis backend's key and ttl limits; safety assumes the
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
  *   FLUSHALL or eviction of the node's counter, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
  * - adapter.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - election/: one node's election in line (line.ts) and its scripts (scripts.ts).
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counter from the others, and why fences stay increasing.
