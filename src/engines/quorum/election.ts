@@ -8,7 +8,8 @@
  *   attempt holds it there; proclaimed once a majority took it, lost once so many refused that no majority
  *   can hold it, unknown otherwise (as an extend).
  * - Read (`inspect`): the majority's view (inspect.ts): a leader only where one attempt holds a majority,
- *   with the value most of its nodes show. Approximate for observers: the nodes are read one by one, not at
+ *   with the value most of its nodes show, and its term (the holder's own token in the leader's client; in
+ *   another, the M most of its nodes show, with the first such node's index); a vacancy with no term. Approximate for observers: the nodes are read one by one, not at
  *   one instant, so a change under way (a new leader still being granted, a proclaim reaching the nodes)
  *   may show as a vacancy or the older value for a moment; a campaign or a proclaim that resolved is shown
  *   once it has reached the nodes that answer.
@@ -66,7 +67,14 @@ export function quorumElection(
     extend: (lease, ttlMs, signal) => quorum.extend(lease, ttlMs, signal),
     release: (lease, signal) => quorum.release(lease, signal),
     abandon: (req, signal) => quorum.abandon(req, signal),
-    inspect: (key, signal) => quorum.inspect(key, signal),
+    inspect: async (key, signal) => {
+      const info = await quorum.inspect(key, signal)
+      if (info === null || info.held) return info
+      // A vacancy shows no term: the nodes' counters serve every name, so theirs would change with any
+      // lock's grant, and observers would report a new vacancy each time.
+      const { fence: _counter, ...vacant } = info
+      return vacant
+    },
     waitForChange: (req, signal) => waiting.waitForChange(req, signal),
     proclaim: (lease, value, signal) => proclaim(quorum, nodes, lease, value, signal),
     watch: (key, signal) => watch(nodes, key, signal),

@@ -133,6 +133,17 @@ describe('redlock election (3 nodes)', { timeout: 120_000 }, () => {
     await next.resign()
   })
 
+  it("shows a vacancy without a term: the nodes' counters move with every lock's grant", async () => {
+    const client = set.client('?restartDelay=0', { ttl: '20s' })
+    const name = 'vacant'
+    await (await client.election(name).campaign({ value: 'v' })).resign()
+    const before = await client.election(name).leader()
+    await (await client.acquire('some lock')).release()
+    const after = await client.election(name).leader()
+    assert.deepEqual(before, { leader: false })
+    assert.deepEqual(after, before, 'a lock granted meanwhile changes nothing an observer would report')
+  })
+
   it("shows the majority's view when one node disagrees on the value or on who leads", async () => {
     const client = set.client('?restartDelay=0', { ttl: '20s' })
     const name = 'disagree'
