@@ -45,7 +45,7 @@
  * Why fences keep increasing. q = floor(n/2) + 1; NA = the number of nodes not admitted; for a past grant
  * value m of a key K, H(m) = the admitted nodes whose counter for K is at least m. A node's counter for K
  * is the larger of its own counter and K's counter of an earlier version, if it still has one: its next
- * grant of K mints more (scripts.ts MINT). A name's keys going with its holds lower no such counter: a
+ * grant of K mints more (scripts.ts NODE_MINT). A name's keys going with its holds lower no such counter: a
  * hold's fence is never above the node's counter, and a name's old counter is replaced only by a grant,
  * which raises the node's counter past it first. Invariant J:
  *     |H(m)| >= q - NA    for every past grant value m of every key.

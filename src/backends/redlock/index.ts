@@ -27,12 +27,15 @@
  * - Waiting: in line (src/engines/quorum/line.ts): a node grants a free lock only to the first live waiter
  *   of its line, ordered by a ticket all nodes agree on; a release wakes that waiter alone, on its client's
  *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (src/engines/quorum/wait.ts).
+ * - Election: a second quorum over each node's election in line (election/, src/engines/quorum/election.ts):
+ *   `<prefix>!election{<name>}` and its value beside it; terms minted from the same node counter.
  * - Limits: 1 to 256 nodes (use an odd number); the Redis backend's key and ttl limits; safety assumes the
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
  *   FLUSHALL or eviction of the node's counter, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
  * - adapter.ts: the quorum engine's node over one master (each operation gated on the node's admission).
+ * - election/: one node's election in line (line.ts) and its scripts (scripts.ts).
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
  * - admission.ts: the catch-up of a node's fence counter from the others, and why fences stay increasing.
@@ -52,14 +55,16 @@ import type { Redis } from 'ioredis'
 import type { LockBackend } from '../../core/backend.js'
 import { DEFAULT_TTL_MS } from '../../core/options.js'
 import { loadDriver, readParams, redact } from '../../core/url.js'
-import { quorumBackend } from '../../engines/quorum/backend.js'
+import { QUORUM_CAPABILITIES, quorumBackend } from '../../engines/quorum/backend.js'
+import { quorumElection } from '../../engines/quorum/election.js'
 import { MAX_NODES, Quorum } from '../../engines/quorum/engine.js'
 import { ReleaseWaiting } from '../../engines/quorum/wait.js'
 import { connect } from '../redis/connect.js'
 import { DEFAULT_PREFIX } from '../redis/keys.js'
-import { RedlockAdapter } from './adapter.js'
+import { mutexLock, RedlockAdapter, RedlockElectionAdapter } from './adapter.js'
 import { catchUp } from './admission.js'
 import { doctor } from './doctor.js'
+import type { ElectionLine } from './election/line.js'
 import { lineBackend } from './line.js'
 import { listQuorum } from './listing.js'
 import { RedlockNode } from './node.js'
@@ -171,7 +176,8 @@ function warnTwoNodes(): void {
 
 /**
  * The backend: the quorum engine and its release waiting (src/engines/quorum/backend.ts) over one
- * RedlockNode per client. `owned`: the clients fromUrl made, closed with the backend (never the user's).
+ * RedlockNode per client, and the election, a second quorum over each node's election in line.
+ * `owned`: the clients fromUrl made, closed with the backend (never the user's).
  */
 function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[]): LockBackend {
   const clients = options.clients ?? []
@@ -184,8 +190,14 @@ function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[
   const q = Math.floor(clients.length / 2) + 1
   // Names this client's waiters on the nodes (they are woken on its own channel: line.ts).
   const clientId = randomBytes(8).toString('hex')
+  const elections: ElectionLine[] = []
+  // A node votes once its server has been up this long (the spec's delayed restart; see node.ts): the
+  // largest ttl this client used, on locks or elections.
+  const largestTtlMs = (): number => Math.max(quorum.largestTtlMs, electionQuorum.largestTtlMs)
+  const restartDelay = (): number => restartDelayMs ?? largestTtlMs()
   const nodes: RedlockNode[] = clients.map((client, i) => {
-    const { backend, line } = lineBackend(client, clientId, options.prefix)
+    const { backend, line, election } = lineBackend(client, clientId, options.prefix)
+    elections.push(election)
     return new RedlockNode(
       i,
       backend.id,
@@ -193,22 +205,26 @@ function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[
       backend,
       line,
       (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
-      // restartDelay; when it is not set and this client has used no ttl yet (an inspect or the doctor),
-      // the default ttl: a catch-up must come after every grant a restarted node voted in has ended.
-      (): number => restartDelayMs ?? (quorum.largestTtlMs || DEFAULT_TTL_MS),
+      // When this client has used no ttl yet (an inspect or the doctor), the default ttl: a catch-up must
+      // come after every grant a restarted node voted in has ended.
+      (): number => restartDelay() || DEFAULT_TTL_MS,
     )
   })
   const id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
-  // A node votes once its server has been up this long (the spec's delayed restart; see node.ts).
-  const adapters = nodes.map(
-    (node) => new RedlockAdapter(node, (): number => restartDelayMs ?? quorum.largestTtlMs),
-  )
+  const adapters = nodes.map((node) => new RedlockAdapter(node, restartDelay, mutexLock(node)))
   const quorum: Quorum = new Quorum(adapters, { id, nodeTimeoutMs: options.nodeTimeoutMs })
+  // The election mints from the same node counters, so a term never goes back on a node restarted empty
+  // (admission catches them up).
+  const candidates = nodes.map((node, i) => new RedlockElectionAdapter(node, restartDelay, elections[i]!))
+  const electionQuorum: Quorum = new Quorum(candidates, { id, nodeTimeoutMs: options.nodeTimeoutMs })
   return quorumBackend(quorum, new ReleaseWaiting(adapters, q), {
     id,
+    election: quorumElection(electionQuorum, candidates, new ReleaseWaiting(candidates, q), {
+      id,
+      capabilities: QUORUM_CAPABILITIES,
+    }),
     list: (under, signal) => listQuorum(quorum, nodes, prefix, under, signal, id),
-    doctor: (signal) =>
-      doctor({ nodes, q: quorum.q, restartDelayMs, largestTtlMs: () => quorum.largestTtlMs }, signal),
+    doctor: (signal) => doctor({ nodes, q: quorum.q, restartDelayMs, largestTtlMs }, signal),
     close: async () => {
       for (const node of nodes) node.dispose()
       await Promise.allSettled(nodes.map((node) => node.backend.close()))

@@ -3,6 +3,8 @@
  * (redis/mutex/layout.ts): the node's fence counter, the admission marker, each lock's waiting line, and
  * the channels its waiters are woken on. The backend and the tests both use this; nobody copies the format.
  */
+
+import { redisElectionKeys } from '../redis/election/layout.js'
 import { DEFAULT_PREFIX } from '../redis/keys.js'
 import { redisLockKeys } from '../redis/mutex/layout.js'
 
@@ -43,3 +45,15 @@ export function lineKeys(key: string, prefix: string = DEFAULT_PREFIX): { line: 
  * a line now.
  */
 export const wakePrefix = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!wake:`
+
+/**
+ * The keys of the election named `name` on a node: the Redis election's names (redis/election/layout.ts,
+ * so a node's own `watch` hears the `changed` channel the election scripts publish to), used Redlock's
+ * way: `term` is the hold's term on this node (what it minted from the node's counter, or the token
+ * written back to it), expiring with the hold, not a counter; and the election's waiting line, `line`
+ * and `alive`, as a lock's (`lineKeys`).
+ */
+export function electionKeys(name: string, prefix: string = DEFAULT_PREFIX) {
+  const keys = redisElectionKeys(name, prefix)
+  return { ...keys, line: `${keys.leader}:line`, alive: `${keys.leader}:alive` }
+}

@@ -14,6 +14,7 @@ import { LockLayout, named, nameOf } from '../redis/mutex/layout.js'
 import type { Mode } from '../redis/mutex/mode.js'
 import { RedisLockBackend } from '../redis/shell.js'
 import { describeClient, RedisStore } from '../redis/store.js'
+import { ElectionLine } from './election/line.js'
 import { lineKeys, nodeCounter, wakePrefix } from './layout.js'
 import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE } from './scripts.js'
 
@@ -24,19 +25,21 @@ import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAIS
 export type LineBackend = RedisLockBackend<NodeRequest>
 
 /**
- * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
- * `clientId` names the Redlock backend, the same on every node: its waiters' channel.
+ * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up); and
+ * the node's election in line (election/line.ts) over the same store. `clientId` names the Redlock backend,
+ * the same on every node: its waiters' channel.
  */
 export function lineBackend(
   client: RedisClient,
   clientId: string,
   prefix = DEFAULT_PREFIX,
-): { backend: LineBackend; line: LineMode } {
+): { backend: LineBackend; line: LineMode; election: ElectionLine } {
   const store = new RedisStore(client, { prefix, id: describeClient(client), owned: [] })
   const layout = new LockLayout(prefix)
   const line = new LineMode(store, layout, clientId)
   const replicas = { min: 0, timeoutMs: 1000 }
-  return { backend: new RedisLockBackend(store, { layout, mode: line, replicas }, []), line }
+  const backend = new RedisLockBackend(store, { layout, mode: line, replicas }, [])
+  return { backend, line, election: new ElectionLine(store, clientId) }
 }
 
 export class LineMode implements Mode<NodeRequest> {

@@ -30,6 +30,7 @@ import type { Script } from '../redis/lua.js'
 import { EXTEND, INSPECT } from '../redis/mutex/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
+import { ELECTION_SCRIPTS } from './election/scripts.js'
 import { type FenceKeys, fenceKeys, firstFence, raiseCounter, readFences } from './fences.js'
 import { admissionMarker, freshMarker, IN_USE } from './layout.js'
 import type { LineBackend, LineMode } from './line.js'
@@ -46,6 +47,7 @@ const REDLOCK_SCRIPTS = [
   INSPECT,
   STATE,
   ADMIT,
+  ...ELECTION_SCRIPTS,
 ]
 
 /** The shortest pause between two catch-ups of a node that failed (they run when the node is needed). */

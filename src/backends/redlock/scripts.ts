@@ -1,6 +1,6 @@
 /**
  * The scripts only Redlock runs. Extend and inspect are the Redis backend's, unchanged; the fence comes from
- * the node's counter (MINT, RAISE), not from one counter per name as on a single Redis.
+ * the node's counter (NODE_MINT, RAISE), not from one counter per name as on a single Redis.
  *
  * The admission scripts (STATE, ADMIT) read the server's run_id with `INFO server` inside the script, so the
  * run_id and what the script reads or writes belong to one and the same server process: no restart can
@@ -58,7 +58,7 @@ return 1
  * nothing. `wake(prefix, waiter)` publishes the waiter's owner id on its client's channel. Redis < 5 needs
  * `replicate_commands` to write after TIME.
  */
-const FIRST = `
+export const FIRST = `
 if redis.replicate_commands then redis.replicate_commands() end${CLOCK}local function wake(prefix, waiter)
   local at = string.find(waiter, '@', 1, true)
   redis.call('PUBLISH', prefix .. string.sub(waiter, at + 1), string.sub(waiter, 1, at - 1))
@@ -83,7 +83,7 @@ end
  * the name's fences go on from there; the grant then replaces it with the hold's own fence, which goes
  * with the hold. Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form.
  */
-const MINT = `
+export const NODE_MINT = `
 local function mint()
   local fence = redis.call('INCR', KEYS[6])
   local before = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -92,6 +92,32 @@ local function mint()
     redis.call('SET', KEYS[6], string.format('%.0f', fence))
   end
   return fence
+end
+`
+
+/**
+ * `stand(owner, head)`: a refused attempt stands in line (ARGV 4 the waiter, 5 its ticket, 6 the waiter
+ * liveness ms; KEYS 1 the lock, 4 the line, 5 the deadlines) and gets the refusal {0, ms worth waiting,
+ * ticket} (LINE_ACQUIRE says how). `owner` is the lock's holder (or false), `head` the first live waiter.
+ * Shared by every primitive in line on a node (the lock, the election: election/scripts.ts).
+ */
+export const STAND = `
+local function stand(owner, head)
+  local ticket = tonumber(ARGV[5])
+  if ticket == 0 then
+    ticket = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[4]))
+    if not ticket then
+      local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+      ticket = (tonumber(last[2]) or 0) + 1
+    end
+  end
+  local liveness = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[4], ticket, ARGV[4])
+  redis.call('ZADD', KEYS[5], clock() + liveness, ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], liveness)
+  redis.call('PEXPIRE', KEYS[5], liveness)
+  if owner then return {0, redis.call('PTTL', KEYS[1]), ticket} end
+  return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[5], head)) - clock()), ticket}
 end
 `
 
@@ -107,7 +133,7 @@ end
  * next attempt then passes it). A grant leaves the waiter in line, first: an attempt that loses the round
  * keeps its place, and the holder leaves the line when it releases (LINE_RELEASE), or by its deadline.
  */
-export const LINE_ACQUIRE = script(`${FIRST}${MINT}
+export const LINE_ACQUIRE = script(`${FIRST}${NODE_MINT}${STAND}
 local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -124,21 +150,7 @@ if not owner and (not head or head == ARGV[4]) then
   if KEYS[7] then redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[2]) end
   return {1, fence}
 end
-local ticket = tonumber(ARGV[5])
-if ticket == 0 then
-  ticket = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[4]))
-  if not ticket then
-    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-    ticket = (tonumber(last[2]) or 0) + 1
-  end
-end
-local liveness = tonumber(ARGV[6])
-redis.call('ZADD', KEYS[4], ticket, ARGV[4])
-redis.call('ZADD', KEYS[5], clock() + liveness, ARGV[4])
-redis.call('PEXPIRE', KEYS[4], liveness)
-redis.call('PEXPIRE', KEYS[5], liveness)
-if owner then return {0, redis.call('PTTL', KEYS[1]), ticket} end
-return {0, math.max(1, tonumber(redis.call('ZSCORE', KEYS[5], head)) - clock()), ticket}
+return stand(owner, head)
 `)
 
 /**

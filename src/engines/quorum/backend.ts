@@ -5,7 +5,7 @@
  * given. Unlike the other engines' factories, it takes the engine built: the store's own methods read it
  * too (list every node's holds, doctor the majority and the largest ttl).
  */
-import type { LockBackend } from '../../core/backend.js'
+import type { ElectionFacet, LockBackend } from '../../core/backend.js'
 import { breakQuorumLock } from './break.js'
 import type { Quorum } from './engine.js'
 import type { ReleaseWaiting } from './wait.js'
@@ -14,18 +14,21 @@ import type { ReleaseWaiting } from './wait.js'
 export interface QuorumStore extends Required<Pick<LockBackend, 'list' | 'doctor'>> {
   /** Names the store in errors. */
   readonly id: string
+  /** Leader election, where the store has one (election.ts builds it over a second quorum). */
+  readonly election?: ElectionFacet
   /** Closes the nodes' connections the store opened. */
   close(): Promise<void>
 }
 
 /** Leases expire on each node's clock; a release wakes the first waiter of each node's line, not in FIFO. */
-const CAPABILITIES = { expiry: 'server-ttl', notify: true, fifo: false } as const
+export const QUORUM_CAPABILITIES = { expiry: 'server-ttl', notify: true, fifo: false } as const
 
 /** The backend of a store on the quorum engine: the mutex over `quorum`, woken by `waiting`. */
 export function quorumBackend(quorum: Quorum, waiting: ReleaseWaiting, store: QuorumStore): LockBackend {
   return {
     id: store.id,
-    capabilities: CAPABILITIES,
+    capabilities: QUORUM_CAPABILITIES,
+    ...(store.election === undefined ? {} : { election: store.election }),
     tryAcquire: (request, signal) => quorum.tryAcquire(request, signal),
     extend: (lease, ttlMs, signal) => quorum.extend(lease, ttlMs, signal),
     release: (lease, signal) => quorum.release(lease, signal),

@@ -75,7 +75,7 @@ const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum
 const mayHold = (vote: Vote<NodeAttempt>): boolean => !vote.ok || vote.value.granted
 
 /** The lease as the nodes know it: owned by the granting attempt's owner id (the grant's cookie). */
-const onNodes = (lease: HeldLease): HeldLease =>
+export const onNodes = (lease: HeldLease): HeldLease =>
   typeof lease.cookie === 'string' ? { ...lease, owner: lease.cookie } : lease
 
 export class Quorum {

@@ -2,7 +2,8 @@
  * `inspect` of a quorum lock, reconstructed from what each node holds: held when one attempt's owner id
  * holds a majority of the nodes, valid until the q-th longest of those leases ends; the fence is the
  * holder's own token when this client is the holder, else the counter most of the holding nodes show
- * (`grantCounter`). Pure: the votes in, the answer out (engine.ts runs the round).
+ * (`grantCounter`); an election leader's value, the one most of them show (`majorityValue`). Pure: the
+ * votes in, the answer out (engine.ts runs the round).
  */
 import type { LockInfo } from '../../core/backend.js'
 
@@ -69,6 +70,23 @@ function grantCounter(infos: ReadonlyArray<LockInfo | null | undefined>, held: r
 }
 
 /**
+ * An election leader's value as the holding nodes show it: the value most of them show (ties: the
+ * earliest node's). A proclaim counts once a majority of the nodes took it, so when every holding node
+ * answers, this is the last proclaim that counted; a proclaim still under way, or unknown, may show on a
+ * minority only (its outcome is not known yet). Undefined on a lock (no node shows a value).
+ */
+function majorityValue(infos: ReadonlyArray<LockInfo | null | undefined>, held: readonly number[]) {
+  const count = new Map<string, number>()
+  for (const i of held) {
+    const value = infos[i]?.value
+    if (value !== undefined) count.set(value, (count.get(value) ?? 0) + 1)
+  }
+  let best: [string, number] | undefined
+  for (const entry of count) if (!best || entry[1] > best[1]) best = entry
+  return best?.[0]
+}
+
+/**
  * The lock as the nodes' answers show it. `infos[i]` is node i's answer (undefined: it had none);
  * `tokenOf` gives the token of a hold this client has, by the acquire's owner id.
  */
@@ -98,10 +116,12 @@ export function inspectVotes(
     const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
     const fence = tokenOf(owner) ?? grantCounter(infos, held)
     const holder = held.map((i) => infos[i]!.holder).find((h) => h !== undefined)
+    const value = majorityValue(infos, held)
     return {
       held: true,
       owner,
       ...(holder === undefined ? {} : { holder }),
+      ...(value === undefined ? {} : { value }),
       ...(fence === undefined ? {} : { fence }),
       expiresInMs: remaining[q - 1]!,
       ...(held.length < n ? { note: partialNote(held.length, n, q) } : {}),

@@ -542,6 +542,17 @@ describe('quorum engine: inspect', () => {
     assert.equal(inspectVotes(silent, 2, () => undefined)?.fence, 6n << NODE_BITS)
   })
 
+  it("an election's value: the one most holding nodes show, not a minority's; a lock shows none", () => {
+    const valued = (value: string): LockInfo => ({ ...info(attempt, 5n, 900), value })
+    // A proclaim that reached one node only (its outcome unknown), or a node left with a stale value.
+    const infos = [valued('new'), valued('old'), valued('old'), undefined, null]
+    assert.equal(inspectVotes(infos, 3, () => undefined)?.value, 'old')
+    assert.equal(
+      inspectVotes([info(attempt, 5n, 900), info(attempt, 5n, 900)], 2, () => undefined)?.value,
+      undefined,
+    )
+  })
+
   it('held without a majority, or free: not held, with the latest counter; nothing at all: null', () => {
     const infos = [info(attempt, 5n, 900), { held: false, fence: 12n }, null]
     assert.deepEqual(
