@@ -20,7 +20,7 @@ export interface BenchEnv {
 }
 
 /** Starts the stores `selected` run on (and only those: a run matched to a few adapters starts no JVM it does not need). */
-export async function startEnv(selected: readonly Adapter[]): Promise<BenchEnv> {
+export async function startEnv(selected: readonly Pick<Adapter, 'store'>[]): Promise<BenchEnv> {
   // Credentials first, before any kit sets its own with `??=`: DynamoDB Local refuses an access key id that is
   // not letters and digits, and the S3 and GCS test servers take any.
   useLocalCredentials()

@@ -20,14 +20,16 @@ const ROOT = '/bench-floor'
 const SESSION_MS = 30_000
 
 /** node-zookeeper-client's callback calls as promises. */
-const call = <T>(run: (done: (error: Error | Exception | null, value: T) => void) => void): Promise<T> =>
+export const call = <T>(
+  run: (done: (error: Error | Exception | null, value: T) => void) => void,
+): Promise<T> =>
   new Promise<T>((resolve, reject) =>
     run((error, value) => (error ? reject(error as Error) : resolve(value))),
   )
-const isNoNode = (error: unknown) => (error as Exception).code === zookeeper.Exception.NO_NODE
+export const isNoNode = (error: unknown) => (error as Exception).code === zookeeper.Exception.NO_NODE
 
 /** The sequence ZooKeeper appended: the 10 digits after the last `-`. */
-const sequence = (name: string) => name.slice(name.lastIndexOf('-') + 1)
+export const sequence = (name: string) => name.slice(name.lastIndexOf('-') + 1)
 
 async function connected(env: Env): Promise<Client> {
   if (env.zookeeper === '') throw new Error('no zookeeper store was started')

@@ -73,3 +73,26 @@ it('the scale runner runs s1–s4 and writes its tables and JSON', { timeout: 12
     out.cleanup()
   }
 })
+
+const ELECTION = fileURLToPath(new URL('../bench/election-run.js', import.meta.url))
+
+// A smoke run of the election runner (one round, one store): the table and the JSON must come out whole, so
+// the runner cannot rot. The figures themselves are measured by `npm run bench:election`.
+it('the election runner times a new leader after a kill and a resign', { timeout: 120_000 }, async () => {
+  const out = tempDir('bench-election-smoke')
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      ...[ELECTION, '--rounds', '1', '--ttl', '2000', '--settle', '300'],
+      ...['--match', 'fencelock file', '--out', out.path],
+    ])
+    assert.match(stdout, /### e — /)
+    assert.match(stdout, /\| fencelock file \| file \| yes \| \d+\.\d+ \|/)
+    const results = JSON.parse(readFileSync(join(out.path, 'results', 'election-latest.json'), 'utf8'))
+    const [row] = results.scenarios[0].rows
+    assert.equal(row.error, undefined, JSON.stringify(row))
+    for (const metric of ['killP50', 'resignP50'])
+      assert.ok(row.metrics[metric] >= 0, `${metric}: ${row.metrics[metric]}`)
+  } finally {
+    out.cleanup()
+  }
+})
