@@ -207,7 +207,7 @@ function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[
       (node, delayMs, closed) => catchUp(node, nodes, q, delayMs, closed),
       // When this client has used no ttl yet (an inspect or the doctor), the default ttl: a catch-up must
       // come after every grant a restarted node voted in has ended.
-      (): number => restartDelay() || DEFAULT_TTL_MS,
+      (): number => restartDelayMs ?? (largestTtlMs() || DEFAULT_TTL_MS),
     )
   })
   const id = options.id ?? `redlock://${nodes.map((node) => node.address).join(',')}`
