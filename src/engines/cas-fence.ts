@@ -24,9 +24,10 @@
  *   used and deleted in between) would carry an old T: a create whose answer shows more than a second
  *   after its read (`LATE_CREATE_S`) is written again at once, by a replace on its own version, with
  *   the fence of a record made at the second of that answer, before anyone is granted with it.
- * What is left (the README's guarantees say so): a record deleted less than about three seconds after
- * its creation and made again within those seconds may repeat the fences of the one deleted, since T0
- * and T2 can then be the same second. Nothing shorter can be told apart on a one-second clock.
+ * What is left (the README's guarantees say so): a record deleted behind fencelock's back (its own
+ * retires wait for the rule below) less than about three seconds after its creation and made again
+ * within those seconds may repeat the fences of the one deleted, since T0 and T2 can then be the same
+ * second. Nothing shorter can be told apart on a one-second clock.
  *
  * E stays below 2^53 until the year 2242 (exact in a JSON number or a double) and a server second beyond
  * 2^40 is refused as a broken clock, so every fence stays far below 2^63 (a SQL `bigint`). Records written
@@ -34,9 +35,20 @@
  * Without a `Date` in the answers (a store that sends none) the fence is the record's counter alone, as
  * those versions did, and `doctor` says so.
  *
- * The same rule will let fencelock delete released records itself (storage bounded by the locks in use):
- * a released record whose fence is below E(T - 1), T the second of the read before its conditional
- * delete, can go, since any record made after that delete starts above it.
+ * Retiring a released record (cas-retire.ts): fencelock deletes it, conditioned on the version it last
+ * wrote, once its fence F is below E(S + 1), S any server second shown by an answer received before the
+ * delete is sent (`retirable`). Why every later record of the key starts above F:
+ * - A record made after the delete was decided by a read served after it, so after the request that
+ *   showed S: its second T2 >= S - 1 (as above), its fence E(T2 + 3) >= E(S + 2) > F.
+ * - A create decided by a read BEFORE the deleted record existed, which lands only after the delete (its
+ *   condition "no record" holds again then): its answer shows at least S - 1. If that is over a second
+ *   after its read, it is made again at the answer's second (above): E(S + 2) at least. If not, its read
+ *   saw T2 >= S - 2, and its fence E(T2 + 3) >= E(S + 1) > F.
+ * - A write conditioned on the deleted record's version can never land (versions never come back).
+ * So a record whose last grant was on an existing record (F < E(T + 1), T that grant's read) can go at
+ * once, while a record made new (F = E(T0 + 3) + grants since) waits until the store's clock shows
+ * T0 + 3: about three seconds after its creation. Without a `Date` in the answers nothing is retired: a
+ * counter kept only in the record would start again at 1.
  */
 import { BackendUnavailableError } from '../core/errors.js'
 
@@ -94,6 +106,11 @@ export function grantFence(
 /** The fence of a new record, decided by a read at server second `seconds` that found none. */
 export function newRecordFence(seconds: number | undefined, key: string, backend: string): bigint {
   return seconds === undefined ? 1n : epochFence(seconds + NEW_RECORD_LEAD_S, key, backend)
+}
+
+/** Whether a record whose fence is `fence` may be deleted by a request sent after an answer showing `seconds` (above). */
+export function retirable(fence: bigint, seconds: number | undefined): boolean {
+  return seconds !== undefined && fence < BigInt(seconds + 1) << GRANTS_PER_SECOND_SHIFT
 }
 
 /** Whether a create decided at `readSeconds` and answered at `answeredSeconds` may have landed late. */

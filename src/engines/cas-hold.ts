@@ -8,8 +8,9 @@
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../core/errors.js'
-import { landedLate, newRecordFence, type ServerClock } from './cas-fence.js'
+import { landedLate, newRecordFence, retirable, type ServerClock } from './cas-fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
+import type { CasRetirer } from './cas-retire.js'
 import type { CasIo } from './cas-write.js'
 
 /** The cookie of a cas-lease grant: what we know of our record. Updated in place by extend and release. */
@@ -39,10 +40,13 @@ export class CasHolds {
    * only they can have left a record to abandon, or still have a write in flight that could land.
    */
   readonly #writers: BoundedMap<string, Set<string>>
+  /** Where a released record waits until the store's clock allows its delete (cas-retire.ts). */
+  readonly #retirer: CasRetirer
 
-  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>) {
+  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>, retirer: CasRetirer) {
     this.#io = io
     this.#writers = writers
+    this.#retirer = retirer
   }
 
   /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
@@ -69,18 +73,33 @@ export class CasHolds {
     throw unsettled(this.#io, lease.key, 'renew')
   }
 
-  /** `LockBackend.release`: marks our record released (fence kept); false when it was no longer ours. */
+  /**
+   * `LockBackend.release`: deletes our record, conditioned on our last version, when the fence rule
+   * allows it already (cas-fence.ts); else marks it released (fence kept) and leaves its delete to the
+   * retirer (cas-retire.ts). False when it was no longer ours.
+   */
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     const hold = lease.cookie as CasHold
     for (let i = 0; i < TRIES; i++) {
       await this.#io.paced(lease.key, signal)
+      if (this.#retirer.enabled && retirable(lease.fence, this.#io.serverSecond)) {
+        const out = await this.#io.remove(lease.key, hold.version, signal)
+        if (out.kind === 'gone') return true
+        if (out.kind === 'unknown') throw out.error
+        if (!stillOurs(decodeRecord(out.current.body), lease, hold)) return false
+        hold.version = out.current.version
+        continue
+      }
       const out = await this.#io.write(
         lease.key,
         this.#record(lease, hold, hold.leaseMs, 'released'),
         hold.version,
         signal,
       )
-      if (out.kind === 'written') return true
+      if (out.kind === 'written') {
+        this.#retirer.schedule(lease.key, out.version, lease.fence)
+        return true
+      }
       if (out.kind === 'unknown') throw out.error
       // Not this hold's any more (taken over after our lease, or written over by another attempt of the
       // same acquire): nothing to release.

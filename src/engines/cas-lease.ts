@@ -1,7 +1,7 @@
 /**
  * The cas-lease engine: a lock as ONE record per key on a store with conditional writes (S3, GCS,
  * DynamoDB), replaced only by a write conditioned on the version we read. Model: the DynamoDB lock client
- * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted by fencelock.
+ * (`amazon-dynamodb-lock-client`), with a fence added and released records retired (deleted) once the fence rule allows it.
  *
  * - Record (cas-record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
  * - Grant: absent → create (a new record's fence); released → replace on its version (the next
@@ -19,7 +19,10 @@
  * - Renewal: a replace on our last version (new nonce, same fence); the holder's validity counts from
  *   before that write was sent (the core does it), which precedes every waiter's observation of it.
  * - Uncertain outcomes (cas-write.ts): re-read, and our owner with this write's nonce means it landed.
- * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
+ * - Release: a delete conditioned on our last version when the fence rule already allows it (cas-fence.ts:
+ *   a grant over an earlier record), else a replace that marks the record released (fence kept), free at
+ *   once for the next writer, and deleted by the retirer about three seconds after the record's creation
+ *   (cas-retire.ts): the store keeps the locks held or recently held, not every name ever used.
  * - List and break (cas-operations.ts): the held records of a prefix, a page of the store at a time
  *   (what a listed lease's `expiresInMs` can mean is said there); a break is a release's write without
  *   the owner check, so the holder's next renewal fails.
@@ -37,7 +40,8 @@
  *
  * Requests (R = strongly consistent read, W = conditional write), without faults:
  * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
- * - renewal (every ttl/3 by default): 1 W; release: 1 W;
+ * - renewal (every ttl/3 by default): 1 W; release: 1 D (conditional delete) or 1 W, then for a record
+ *   made less than ~3 s before, 1 D when the store's clock allows (+ 1 R per sweep that must read it);
  * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
  *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
  *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
@@ -68,6 +72,7 @@ import type { CasDriver } from './cas-lease-driver.js'
 import { type Observation, Observations } from './cas-observe.js'
 import { CasOperations, recordView } from './cas-operations.js'
 import { type CasRecord, heldBy, newNonce } from './cas-record.js'
+import { CasRetirer } from './cas-retire.js'
 import { CasIo } from './cas-write.js'
 
 export type { CasHold } from './cas-hold.js'
@@ -107,7 +112,10 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
-    close: () => driver.close(),
+    close: async () => {
+      await engine.retirer.close()
+      await driver.close()
+    },
   }
   const doctor = driver.doctor?.bind(driver)
   // Only where the driver can list its store: the client says so for one that cannot.
@@ -126,6 +134,8 @@ export class CasLease {
   readonly holds: CasHolds
   /** List and break: what an operator does (cas-operations.ts). */
   readonly operations: CasOperations
+  /** Deletes of released records the fence rule does not allow yet (cas-retire.ts). */
+  readonly retirer: CasRetirer
   /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
@@ -147,13 +157,16 @@ export class CasLease {
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )
     this.#io = new CasIo(driver, this.#seen)
-    this.holds = new CasHolds(this.#io, this.#writers)
+    this.retirer = new CasRetirer(this.#io)
+    this.holds = new CasHolds(this.#io, this.#writers, this.retirer)
     this.operations = new CasOperations(this.#io)
   }
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const start = now()
+    // Taken again here: its released record is written over, not deleted.
+    this.retirer.cancel(req.key)
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
     if (waiting) {

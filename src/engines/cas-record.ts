@@ -10,7 +10,7 @@
  *   waiter's observation, or a stale conditional write, pass over a write it never saw.
  * - `key` is the lock's key, so that `list` can name a record whose object name is a hash of it
  *   (cas-objects.ts); records written by versions of fencelock before it lack it (decoded all the same).
- * - `state: 'released'` marks a free lock; fencelock never deletes a record. One deleted behind its back
+ * - `state: 'released'` marks a free lock, until fencelock retires it (cas-retire.ts). One deleted behind its back
  *   is made again with a fence above the old ones, from the server's clock (cas-fence.ts).
  */
 import { randomBytes } from 'node:crypto'

@@ -40,7 +40,9 @@ describe('gcs backend', { timeout: 120_000 }, () => {
       const second = await client.acquire('job')
       assert.ok(second.fence > first.fence)
       await second.release()
-      assert.equal(decodeRecord(server.peek(BUCKET, name)!.body.toString())?.state, 'released')
+      // Released, or already retired (deleted) when the store's clock allowed it by then.
+      const left = server.peek(BUCKET, name)
+      assert.ok(left === undefined || decodeRecord(left.body.toString())?.state === 'released')
     } finally {
       await client.close()
     }

@@ -188,6 +188,23 @@ export class GcsCasDriver implements CasDriver {
     return this.#upload(key, body, version, signal, clock)
   }
 
+  /**
+   * objects.delete with `ifGenerationMatch=<generation>`: 412 (or 409) is a refusal (someone wrote since),
+   * 404 means it is gone. The SDK retries a delete with a generation precondition (idempotent): a retry
+   * after one that was applied answers 404, gone.
+   */
+  async delete(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean> {
+    try {
+      const [response] = await raceSignal(this.#file(key).delete({ ifGenerationMatch: version }), signal)
+      noteClock(clock, httpDateSeconds(headerOf(response, 'date')))
+      return true
+    } catch (error) {
+      if (noObject(error) && !signal.aborted) return true
+      if (refused(error, false) && !signal.aborted) return false
+      throw this.#failure('objects.delete', key, error, signal)
+    }
+  }
+
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     try {
@@ -203,7 +220,7 @@ export class GcsCasDriver implements CasDriver {
       )
       return [...findings, await this.#lifecycleFinding(signal)]
     } finally {
-      // Doctor's own probe object only: a lock's object is never deleted (its record carries the fence).
+      // Doctor's own probe object, unconditionally (a lock's object is only ever deleted on its generation).
       await raceSignal(this.#file(key).delete({ ignoreNotFound: true }), signal).catch(() => {})
     }
   }
