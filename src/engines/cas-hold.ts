@@ -8,7 +8,7 @@
 import type { AcquireRequest, ExtendResult, HeldLease } from '../core/backend.js'
 import type { BoundedMap } from '../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../core/errors.js'
-import { landedLate, newRecordFence, retirable, type ServerClock } from './cas-fence.js'
+import { newRecordFence, type ServerClock } from './cas-fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './cas-record.js'
 import type { CasRetirer } from './cas-retire.js'
 import type { CasIo } from './cas-write.js'
@@ -74,22 +74,14 @@ export class CasHolds {
   }
 
   /**
-   * `LockBackend.release`: deletes our record, conditioned on our last version, when the fence rule
-   * allows it already (cas-fence.ts); else marks it released (fence kept) and leaves its delete to the
-   * retirer (cas-retire.ts). False when it was no longer ours.
+   * `LockBackend.release`: marks our record released (fence kept), free at once for the next writer,
+   * and leaves its delete to the retirer (cas-retire.ts), which sends it once nobody here took it again
+   * for a while. False when it was no longer ours.
    */
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     const hold = lease.cookie as CasHold
     for (let i = 0; i < TRIES; i++) {
       await this.#io.paced(lease.key, signal)
-      if (this.#retirer.enabled && retirable(lease.fence, this.#io.serverSecond)) {
-        const out = await this.#io.remove(lease.key, hold.version, signal)
-        if (out.kind === 'gone') return true
-        if (out.kind === 'unknown') throw out.error
-        if (!stillOurs(decodeRecord(out.current.body), lease, hold)) return false
-        hold.version = out.current.version
-        continue
-      }
       const out = await this.#io.write(
         lease.key,
         this.#record(lease, hold, hold.leaseMs, 'released'),
@@ -97,7 +89,7 @@ export class CasHolds {
         signal,
       )
       if (out.kind === 'written') {
-        this.#retirer.schedule(lease.key, out.version, lease.fence)
+        this.#retirer.schedule(lease.key, out.version)
         return true
       }
       if (out.kind === 'unknown') throw out.error
@@ -142,17 +134,8 @@ export class CasHolds {
       }
       await this.#io.paced(req.key, signal)
       const record = released(req, found, this.#io.driver.id, clock.seconds)
-      const answered: ServerClock = {}
-      const out = await this.#io.write(req.key, record, current?.version, signal, answered)
+      const out = await this.#io.write(req.key, record, current?.version, signal)
       if (out.kind === 'unknown') throw out.error
-      if (out.kind === 'written' && current === undefined && landedLate(clock.seconds, answered.seconds)) {
-        // Our released record was created late (cas-fence.ts): its fence raised to the answer's second.
-        await this.#io.paced(req.key, signal)
-        const raised = released(req, undefined, this.#io.driver.id, answered.seconds)
-        const again = { ...record, fence: maxFence(record.fence, raised.fence), nonce: newNonce() }
-        const redone = await this.#io.write(req.key, again, out.version, signal)
-        if (redone.kind === 'unknown') throw redone.error
-      }
       if (out.kind === 'written') {
         this.#writers.delete(req.owner)
         return
@@ -175,7 +158,8 @@ export class CasHolds {
  * and the owner and holder too: a released record's owner never matters for exclusion (only a held one
  * is anyone's), and the fence it carries was theirs, not ours (`found` held by our owner is ours anyway).
  * No record: ours, with one less than a new record's fence (cas-fence.ts), which nobody held, so the
- * next grant takes at least that fence; `seconds` is the server's clock of the read that found none.
+ * next grant takes at least that fence; `seconds` is the server's clock of the read that found none. It
+ * is a create, so marked fresh like any (it may land late): the next grant lifts its fence first.
  */
 function released(
   req: AcquireRequest,
@@ -191,6 +175,7 @@ function released(
     state: 'released',
     holder: req.holder,
     nonce: newNonce(),
+    ...(seconds === undefined ? {} : { fresh: true as const }),
   }
 }
 
@@ -207,5 +192,3 @@ function unsettled(io: CasIo, key: string, what: string): BackendUnavailableErro
     { key, backend: io.driver.id, retryable: true },
   )
 }
-
-const maxFence = (a: bigint, b: bigint): bigint => (a > b ? a : b)

@@ -1,35 +1,38 @@
 /**
  * Retiring released `cas-lease` records, so that the store keeps one record per lock held or recently
  * held, not one per name ever used. A record goes by a delete conditioned on the version this process
- * last wrote (never a blind one: a refusal means someone wrote since, and the record stays), and only
- * once its fence is below the epoch of a server second seen before the delete (`retirable`,
- * cas-fence.ts says why every later record of the key then starts above it).
- * - A release whose fence the rule already allows IS the delete (cas-hold.ts): one request, as before.
- * - Otherwise (a record made new less than about three seconds ago) the release marks it released and
- *   it waits here: a bounded set of pending retires, swept by ONE unref'd timer of the engine (an engine
- *   may keep a timer: nothing in the core owns this store-specific clean-up). A sweep without a recent
- *   enough server second reads one pending record first (its answer shows the store's clock), then sends
- *   the deletes the rule allows. An acquire of the key in this process cancels its pending retire.
- * - `close()` stops the timer and sends what the rule allows at once, within `CLOSE_CAP_MS`; what is
- *   left (a record released less than about three seconds before) stays released in the store, as
- *   every record did before fencelock retired any, and is free to take.
+ * last wrote (never a blind one: a refusal means someone wrote since, and the record stays). A delete is
+ * safe at any age of the record (cas-fence.ts: no fence is handed out before it is settled, so a record
+ * made again starts above every one of them); when it is sent is only a matter of cost: a name taken
+ * again after its record went pays a new record's wait (the store's clock ticking twice).
+ * - A release marks the record released (free at once for the next writer) and it waits here for
+ *   `IDLE_MS`: a lock taken again soon, as most are, keeps its record. A bounded set of pending
+ *   retires, swept by ONE unref'd timer of the engine (an engine may keep a timer: nothing in the core
+ *   owns this store-specific clean-up). An acquire of the key in this process cancels its retire.
+ * - `close()` stops the timer and sends every pending delete at once, within `CLOSE_CAP_MS`; what is
+ *   left stays released in the store, free to take, and is retired by its next holder's release.
+ * - Without a server clock in the answers nothing is retired: the fence is then the record's counter
+ *   alone, which a delete would start again at 1.
  * A record whose holder crashed is not retired here (nobody in this process released it): it stays
- * released or held until someone takes it over, and its next holder's release retires it.
+ * until someone takes it over, and its next holder's release retires it.
  */
 import { setMaxListeners } from 'node:events'
 import { BoundedMap } from '../core/bounded-map.js'
-import { retirable } from './cas-fence.js'
+import { now } from '../core/clock.js'
 import type { CasIo } from './cas-write.js'
 
-/** A released record of ours waiting for the store's clock to allow its delete. */
+/** A released record of ours waiting to be deleted. */
 interface PendingRetire {
   readonly version: string
-  readonly fence: bigint
+  /** When it is due, on the monotonic clock. */
+  readonly dueAt: number
 }
 
 /** Pending retires kept; forgetting one leaves a released record in the store, never a safety issue. */
 const PENDING_KEPT = 100_000
-/** Between sweeps: the rule advances with the store's clock, one second at a time. */
+/** How long a released record stays for a next grant of its name before it is deleted. */
+export const IDLE_MS = 5000
+/** Between sweeps. */
 const SWEEP_EVERY_MS = 1000
 /** Deletes of a sweep in flight at once. */
 const SWEEP_PARALLEL = 16
@@ -49,9 +52,9 @@ export class CasRetirer {
     this.#io = io
   }
 
-  /** Whether this store can retire records at all (a driver with a conditional delete). */
+  /** Whether this store can retire records (a conditional delete, and a server clock in its answers). */
   get enabled(): boolean {
-    return this.#io.driver.delete !== undefined
+    return this.#io.driver.delete !== undefined && this.#io.serverSecond !== undefined
   }
 
   /** Pending retires (tests, diagnostics). */
@@ -59,10 +62,10 @@ export class CasRetirer {
     return this.#pending.size
   }
 
-  /** Retires `key`'s released record at `version` once the rule allows it. */
-  schedule(key: string, version: string, fence: bigint): void {
+  /** Retires `key`'s released record at `version` once it has stayed released for `IDLE_MS`. */
+  schedule(key: string, version: string): void {
     if (!this.enabled || this.#closed) return
-    this.#pending.set(key, { version, fence })
+    this.#pending.set(key, { version, dueAt: now() + IDLE_MS })
     this.#arm()
   }
 
@@ -71,7 +74,7 @@ export class CasRetirer {
     this.#pending.delete(key)
   }
 
-  /** Stops the timer and sends the deletes the rule allows now, within `CLOSE_CAP_MS`. */
+  /** Stops the timer and sends every pending delete now, within `CLOSE_CAP_MS`. */
   async close(): Promise<void> {
     this.#closed = true
     clearTimeout(this.#timer)
@@ -80,7 +83,7 @@ export class CasRetirer {
     await this.#sweeping
     if (this.#pending.size === 0) return
     const signal = AbortSignal.timeout(CLOSE_CAP_MS)
-    await this.#sweep(signal).catch(() => {})
+    await this.#sweep(signal, Number.POSITIVE_INFINITY).catch(() => {})
     this.#pending.clear()
   }
 
@@ -89,7 +92,7 @@ export class CasRetirer {
     this.#timer = setTimeout(() => {
       this.#timer = undefined
       const signal = AbortSignal.any([AbortSignal.timeout(10 * SWEEP_EVERY_MS), this.#stop.signal])
-      this.#sweeping = this.#sweep(signal)
+      this.#sweeping = this.#sweep(signal, now())
         .catch(() => {})
         .finally(() => {
           this.#sweeping = undefined
@@ -99,20 +102,12 @@ export class CasRetirer {
     this.#timer.unref()
   }
 
-  /** One pass: the store's clock refreshed if no pending retire is allowed yet, then every allowed delete. */
-  async #sweep(signal: AbortSignal): Promise<void> {
+  /** One pass: every delete due by `at`. */
+  async #sweep(signal: AbortSignal, at: number): Promise<void> {
     // Its deletes in flight each listen to it (the SDK, the store's pacing): more than Node's default of 10.
     setMaxListeners(0, signal)
     const io = this.#io
-    const allowed = () => [...this.#pending].filter(([, p]) => retirable(p.fence, io.serverSecond))
-    let due = allowed()
-    const first = this.#pending.keys().next()
-    if (due.length === 0 && !first.done) {
-      // A read of a pending record: its answer shows the store's clock (and it is a request we would
-      // otherwise not make: the sweep's only cost beyond the deletes).
-      await io.read(first.value, signal)
-      due = allowed()
-    }
+    const due = [...this.#pending].filter(([, p]) => p.dueAt <= at)
     for (let i = 0; i < due.length && !signal.aborted; i += SWEEP_PARALLEL) {
       await Promise.all(
         due.slice(i, i + SWEEP_PARALLEL).map(async ([key, p]) => {

@@ -80,6 +80,21 @@ export class FakeCasStore implements CasDriver {
     this.id = id
   }
 
+  /**
+   * A server clock from second `base` that moves one second per second of the test's monotonic clock,
+   * as a store's does; `jump(s)` moves it `s` seconds forward at once.
+   */
+  ticking(base: number): { jump(seconds: number): void } {
+    const start = performance.now()
+    let jumped = 0
+    this.clock = () => base + jumped + Math.floor((performance.now() - start) / 1000)
+    return {
+      jump: (seconds) => {
+        jumped += seconds
+      },
+    }
+  }
+
   /** Queues `fault` for the next operation `op` ('write': a create or a replace), after `skip` of them. */
   next(op: Op | 'write', fault: Fault, skip = 0): this {
     this.#faults.push({ op, fault, skip })
