@@ -1,12 +1,13 @@
 /**
  * Released lock records are retired on the real cas-lease stores (S3 and GCS test servers, DynamoDB
- * Local): the store keeps nothing for a name once its lock is released and the store's clock allows the
- * delete (src/engines/cas-retire.ts), a retire never removes a grant another client made meanwhile, and
+ * Local): the store keeps nothing for a name once its lock is released and not taken again for a few
+ * seconds (src/engines/cas-retire.ts), a retire never removes a grant another client made meanwhile, and
  * the next grant after a retire has a greater fence. `inspect` tells a retired name (nothing stored:
  * `{ held: false }` without a fence) from a released record (`{ held: false, fence }`).
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { IDLE_MS } from '../../src/engines/cas-retire.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import { dynamodbKit } from '../kits/dynamodb.js'
 import { gcsKit } from '../kits/gcs.js'
@@ -14,8 +15,8 @@ import type { Kit, KitStore } from '../kits/kit.js'
 import { s3Kit } from '../kits/s3.js'
 import { waitUntil } from '../support/wait.js'
 
-/** A new record waits for the store's clock to pass its creation second + 3; generous under load. */
-const RETIRED_WITHIN_MS = 20_000
+/** A released record stays `IDLE_MS`, then the retirer's next sweep deletes it; generous under load. */
+const RETIRED_WITHIN_MS = IDLE_MS + 20_000
 
 function retireSuite(kit: Kit): void {
   describe(`${kit.id}: released records are retired`, { timeout: 180_000 }, () => {
@@ -63,8 +64,8 @@ function retireSuite(kit: Kit): void {
         await waitUntil(async () => (await locks.inspect('retire/race')).held, 'the grant seen', {
           withinMs: 5000,
         })
-        // Past the moment the first retire was due (its record's creation + 3 s on the store's clock).
-        await new Promise((resolve) => setTimeout(resolve, 5000))
+        // Past the moment the first retire was due (IDLE_MS after its release), and its sweep.
+        await new Promise((resolve) => setTimeout(resolve, IDLE_MS + 3000))
         const info = await locks.inspect('retire/race')
         assert.equal(info.held, true, 'the other client still holds it')
         assert.equal(info.fence, taken.fence)
