@@ -147,6 +147,7 @@ describe('gcs backend', { timeout: 120_000 }, () => {
     const good = await runCli(['doctor', urlOf('doctor')])
     assert.equal(good.code, 0, good.stdout + good.stderr)
     assert.match(good.stdout, /^ok +.*enforces ifGenerationMatch=0 and ifGenerationMatch=<generation>/m)
+    assert.match(good.stdout, /^info +lock names kept: 0 \(objects under "doctor\/"\)/m)
     server.lax(true)
     const lax = await runCli(['doctor', urlOf('doctor')])
     assert.equal(lax.code, 69, lax.stdout + lax.stderr)

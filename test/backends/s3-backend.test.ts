@@ -100,13 +100,21 @@ describe('s3 backend', { timeout: 120_000 }, () => {
   })
 
   it('fencelock doctor counts the lock objects under the prefix, not its own probe', async () => {
-    for (const k of ['a', 'b']) {
-      const ran = await runCli(['run', k, '--url', urlOf('doctor-count'), '--', 'true'])
-      assert.equal(ran.code, 0, ran.stderr)
+    // A run's lock is retired when it exits (its client closes): nothing is kept for it.
+    const ran = await runCli(['run', 'gone', '--url', urlOf('doctor-count'), '--', 'true'])
+    assert.equal(ran.code, 0, ran.stderr)
+    const client = createLockClient(urlOf('doctor-count'), { ttl: '30s' })
+    try {
+      const held = [await client.acquire('a'), await client.acquire('b')]
+      const r = await runCli(['doctor', urlOf('doctor-count')])
+      assert.equal(r.code, 0, r.stdout + r.stderr)
+      assert.match(r.stdout, /^info +lock names kept: 2 \(objects under "doctor-count\/"\)/m)
+      for (const lock of held) await lock.release()
+    } finally {
+      await client.close()
     }
-    const r = await runCli(['doctor', urlOf('doctor-count')])
-    assert.equal(r.code, 0, r.stdout + r.stderr)
-    assert.match(r.stdout, /^info +lock names kept: 2 \(objects under "doctor-count\/"\)/m)
+    const after = await runCli(['doctor', urlOf('doctor-count')])
+    assert.match(after.stdout, /^info +lock names kept: 0 \(objects under "doctor-count\/"\)/m)
   })
 
   it('fencelock doctor: ok on the test server, an error naming the store when it ignores conditions', async () => {

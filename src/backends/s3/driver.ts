@@ -186,7 +186,7 @@ export class S3CasDriver implements CasDriver {
   }
 
   /**
-   * How many lock objects the prefix holds (one per name, kept after use: it carries the fence), from a
+   * How many lock objects the prefix holds (one per lock held or recently released), from a
    * listing of at most COUNT_PAGES pages; doctor's own probe objects are not counted.
    */
   async #countFinding(signal: AbortSignal): Promise<DoctorFinding> {
