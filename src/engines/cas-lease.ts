@@ -321,22 +321,22 @@ export class CasLease {
     const answered: ServerClock = {}
     const placed = await this.#put(req, { fence: grant.fence, leaseMs, fresh: true }, seen, signal, answered)
     if (placed.kind !== 'written') return placed.result
-    let heardAt = now()
     // A create may have landed long after its read (cas-fence.ts): the fence of its answer's second.
     const byAnswer = seen === undefined ? newRecordFence(answered.seconds, req.key, this.id) : 0n
     const fence = byAnswer > grant.fence ? byAnswer : grant.fence
-    let second = answered.seconds ?? decided.seconds!
     let version = placed.version
-    // The store's clock, asked again until it shows a second where the fence is settled. It shows at
-    // least `second` when we heard it, so it reaches the fence's second at most that many seconds later.
-    while (!settled(fence, second)) {
-      await sleep(Math.max(SETTLE_POLL_MIN_MS, heardAt + (settlesAt(fence) - second) * 1000 - now()), signal)
+    // The store's clock as any answer of this process showed it (all came before the grant is sent),
+    // asked again until it shows a second where the fence is settled. It showed at least that second
+    // since it was first seen, so it reaches the fence's second at most that many seconds later.
+    const io = this.#io
+    while (io.serverSecond === undefined || !settled(fence, io.serverSecond)) {
+      const second = io.serverSecond ?? decided.seconds!
+      const due = io.serverSecondSince + (settlesAt(fence) - second) * 1000
+      await sleep(Math.max(SETTLE_POLL_MIN_MS, due - now()), signal)
       const clock: ServerClock = {}
-      const { current } = await this.#io.observe(req.key, signal, clock)
-      heardAt = now()
+      const { current } = await io.observe(req.key, signal, clock)
       // Taken (after a whole lease) or deleted meanwhile: no grant; the next attempt reads it again.
       if (current?.version !== version || clock.seconds === undefined) return { granted: false, retryInMs: 0 }
-      second = Math.max(second, clock.seconds)
     }
     const sentAt = now()
     const out = await this.#put(req, { fence, leaseMs: req.ttlMs }, { version }, signal)

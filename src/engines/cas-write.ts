@@ -49,9 +49,11 @@ export class CasIo {
   readonly #reads: SharedReads<ReadAnswer>
   /**
    * The latest server second any answer of this process showed (undefined: none showed one). Every
-   * request sent from now on is served after that answer: what a retire's delete counts on (cas-fence.ts).
+   * request sent from now on is served after that answer: what settles a fence (cas-fence.ts).
    */
   serverSecond: number | undefined
+  /** When (monotonic) an answer first showed `serverSecond`: the store's clock was at least that then. */
+  serverSecondSince = 0
 
   constructor(
     readonly driver: CasDriver,
@@ -204,8 +206,10 @@ export class CasIo {
   /** Notes the server second of an answer, when it is later than any seen. */
   #heard(clock: ServerClock): void {
     const { seconds } = clock
-    if (seconds !== undefined && !(this.serverSecond !== undefined && this.serverSecond >= seconds))
+    if (seconds !== undefined && !(this.serverSecond !== undefined && this.serverSecond >= seconds)) {
       this.serverSecond = seconds
+      this.serverSecondSince = now()
+    }
   }
 
   /**
