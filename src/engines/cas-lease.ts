@@ -110,6 +110,8 @@ const POLL_MAX_MS = 1000
 const WRITERS_KEPT = 10_000
 /** A fresh record's placeholder lease is longer by this: the store's clock ticks twice before its grant. */
 const SETTLE_ALLOWANCE_MS = 3000
+/** The least time an attempt gets: a new record's clock wait (up to 2 s) and its four round trips. */
+const SETTLE_ATTEMPT_MS = 5000
 /** The least wait between two reads of the store's clock while a fresh record settles. */
 const SETTLE_POLL_MIN_MS = 100
 
@@ -126,7 +128,9 @@ export function casLeaseBackend(driver: CasDriver, options: CasLeaseOptions = {}
   const backend: LockBackend = {
     id: options.id ?? driver.id,
     capabilities: CAPABILITIES,
-    limits: driver.limits,
+    // A grant on a new record waits for the store's clock (up to 2 s) and sends four requests: a
+    // `tryAcquire` must be given that long at least.
+    limits: { ...driver.limits, minAttemptMs: Math.max(driver.limits.minAttemptMs ?? 0, SETTLE_ATTEMPT_MS) },
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
     release: (lease, signal) => engine.holds.release(lease, signal),
