@@ -28,6 +28,12 @@ export interface CasHold {
    * renewal, act on the lock the core took.
    */
   nonces: Set<string>
+  /**
+   * A grant whose lease the core counts from its attempt's start (a new record's, after the clock wait)
+   * is reported longer than the lease written; the core then renews with that longer figure. Those
+   * renewals write the lease asked instead, and say so (the core keeps the shorter).
+   */
+  readonly reported?: { readonly ttlMs: number; readonly askedMs: number } | undefined
 }
 
 /** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
@@ -57,12 +63,13 @@ export class CasHolds {
     // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
     // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
     await this.#io.paced(lease.key, signal)
-    const record = this.#record(lease, hold, ttlMs, 'held')
+    const asked = hold.reported?.ttlMs === ttlMs ? hold.reported.askedMs : ttlMs
+    const record = this.#record(lease, hold, asked, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
       // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
-      return { renewed: true }
+      Object.assign(hold, { version: out.version, leaseMs: asked, nonces: new Set([record.nonce]) })
+      return asked === ttlMs ? { renewed: true } : { renewed: true, ttlMs: asked }
     }
     if (out.kind === 'unknown') throw out.error
     const ours = stillOurs(out.record, lease, hold)

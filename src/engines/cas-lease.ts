@@ -348,12 +348,14 @@ export class CasLease {
     version = out.version
     // The lease runs from before this write was sent (waiters watch its version from after it landed):
     // the core counts validity from the attempt's start, so the time since is added to it.
+    // Renewals write the lease asked, not this longer figure (cas-hold.ts).
     return this.#granted(req, fence, version, out.nonce, req.ttlMs + (sentAt - grant.start))
   }
 
   #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string, ttlMs: number): AttemptResult {
     this.#waiting.delete(req.owner)
     const hold: CasHold = { version, leaseMs: req.ttlMs, holder: req.holder, nonces: new Set([nonce]) }
+    if (ttlMs !== req.ttlMs) Object.assign(hold, { reported: { ttlMs, askedMs: req.ttlMs } })
     return { granted: true, fence, ttlMs, cookie: hold }
   }
 

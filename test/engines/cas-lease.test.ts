@@ -679,6 +679,27 @@ describe("cas-lease: fences lifted to the server's clock (cas-fence.ts)", () => 
     await client.close()
   })
 
+  it("a new record's grant after the clock wait: its lease and its renewals' are the ttl asked", async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const { client, backend } = processOn(store)
+    const acquiring = client.acquire('k', { ttl: 2000, renew: false, timeout: 30_000 })
+    acquiring.catch(() => {})
+    await waitUntil(() => store.json('k')?.fresh === true, 'the placeholder written')
+    await sleep(1500)
+    now = 1_002
+    const lock = await acquiring
+    const leaseOf = () => Number(store.json('k')!.leaseMs)
+    assert.equal(leaseOf(), 2000, 'the grant writes the ttl asked')
+    const info = await backend.inspect('k', signal())
+    assert.ok(info?.expiresInMs !== undefined && info.expiresInMs <= 2000, `expiresInMs ${info?.expiresInMs}`)
+    await lock.extend()
+    assert.equal(leaseOf(), 2000, 'a renewal writes the ttl asked, not the one counted from the attempt')
+    await lock.release()
+    await client.close()
+  })
+
   it('a grant on a record younger than its fence waits until the store clock settles it', async () => {
     const store = new FakeCasStore()
     let now = 1_000
