@@ -108,7 +108,12 @@ const POLL_MAX_MS = 1000
  * forgetting one costs a request, never safety.
  */
 const WRITERS_KEPT = 10_000
-/** A fresh record's placeholder lease is longer by this: the store's clock ticks twice before its grant. */
+/**
+ * A placeholder's lease is the ttl, and at least this: its creator waits for the store's clock to tick
+ * twice (up to 2 s, and round trips) before the grant, and a shorter lease would let a waiter take the
+ * placeholder over meanwhile, only to wait likewise. No longer than that: a creator cut off during its
+ * wait leaves the placeholder held, and every waiter sits out its lease.
+ */
 const SETTLE_ALLOWANCE_MS = 3000
 /** The least time an attempt gets: a new record's clock wait (up to 2 s) and its four round trips. */
 const SETTLE_ATTEMPT_MS = 5000
@@ -310,7 +315,7 @@ export class CasLease {
 
   /**
    * `#write` on a record made new (or still marked fresh): a placeholder marked fresh (no grant, a lease
-   * longer by `SETTLE_ALLOWANCE_MS` so that nobody takes it while we wait), then, once an answer shows
+   * of the ttl and at least `SETTLE_ALLOWANCE_MS`, so that nobody takes it while we wait), then, once an answer shows
    * the store's clock at a second where the fence is settled, a replace of that placeholder unmarked,
    * which is the grant (cas-fence.ts says why nothing shorter is safe).
    */
@@ -321,7 +326,7 @@ export class CasLease {
     signal: AbortSignal,
     decided: ServerClock,
   ): Promise<AttemptResult> {
-    const leaseMs = req.ttlMs + SETTLE_ALLOWANCE_MS
+    const leaseMs = Math.max(req.ttlMs, SETTLE_ALLOWANCE_MS)
     const answered: ServerClock = {}
     const placed = await this.#put(req, { fence: grant.fence, leaseMs, fresh: true }, seen, signal, answered)
     if (placed.kind !== 'written') return placed.result

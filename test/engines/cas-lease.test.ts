@@ -700,6 +700,43 @@ describe("cas-lease: fences lifted to the server's clock (cas-fence.ts)", () => 
     await client.close()
   })
 
+  it('an acquire given up during its clock wait leaves the key free for the next waiter', async () => {
+    const store = new FakeCasStore()
+    store.ticking(1_000)
+    const a = processOn(store)
+    const b = processOn(store)
+    const gaveUp = new AbortController()
+    const acquiring = a.client.acquire('k', { ttl: 30_000, renew: false, signal: gaveUp.signal })
+    const refused = assert.rejects(acquiring)
+    await waitUntil(() => store.json('k')?.fresh === true, "a's placeholder")
+    gaveUp.abort(new Error('gave up'))
+    await refused
+    // The placeholder's lease is the ttl (30 s) and more: sitting it out would fail this timeout.
+    const lock = await b.client.acquire('k', { ttl: 30_000, renew: false, timeout: 15_000 })
+    await lock.release()
+    await Promise.all([a.client.close(), b.client.close()])
+  })
+
+  // A creator cut off during its clock wait leaves its placeholder held: waiters sit out its lease, so
+  // it is the ttl (the lease any holder leaves behind), with room for the clock wait under a short ttl.
+  for (const [ttl, placeholderMs] of [
+    [30_000, 30_000],
+    [1_000, 3_000],
+  ] as const) {
+    it(`a placeholder's lease for a ttl of ${ttl} ms is ${placeholderMs} ms`, async () => {
+      const store = new FakeCasStore()
+      store.clock = () => 1_000
+      const a = processOn(store)
+      const acquiring = a.client.acquire('k', { ttl, renew: false, timeout: 30_000 })
+      acquiring.catch(() => {})
+      await waitUntil(() => store.json('k')?.fresh === true, 'the placeholder')
+      assert.equal(Number(store.json('k')!.leaseMs), placeholderMs)
+      store.clock = () => 1_002
+      await (await acquiring).release()
+      await a.client.close()
+    })
+  }
+
   it('a grant on a record younger than its fence waits until the store clock settles it', async () => {
     const store = new FakeCasStore()
     let now = 1_000
