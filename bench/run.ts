@@ -5,7 +5,7 @@
  * Machines here are shared and noisy: read ratios from one run, never a lone absolute number.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
-import { arch, cpus, totalmem } from 'node:os'
+import { arch, cpus, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -35,10 +35,20 @@ const median = (xs: number[]) => {
 
 const selected = ADAPTERS.filter((a) => !match || match.some((m) => a.name.includes(m)))
 const { env, close } = await startEnv(selected)
+// The machine's load when the run started and ended: the figures of a loaded machine are read as such.
+const load = { start: loadavg(), end: [] as number[] }
 const results: Results = {
   date: new Date().toISOString(),
   machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'} (${arch()}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
   runs,
+  command: [
+    ...Object.entries(process.env)
+      .filter(([name]) => name.startsWith('BENCH_'))
+      .map(([name, value]) => `${name}=${value}`),
+    'node build/bench/run.js',
+    ...process.argv.slice(2).map((a) => (/^[\w,.=/-]+$/.test(a) ? a : JSON.stringify(a))),
+  ].join(' '),
+  loadAverage: load,
   scenarios: [],
 }
 
@@ -97,6 +107,7 @@ try {
 
 const out = values.out ?? fileURLToPath(new URL('../../bench/', import.meta.url))
 mkdirSync(join(out, 'results'), { recursive: true })
+load.end.push(...loadavg())
 writeFileSync(join(out, 'results', 'latest.json'), `${JSON.stringify(results, null, 2)}\n`)
 writeReport(results, join(out, 'report.html'))
 process.stderr.write(`\nwrote ${join(out, 'results', 'latest.json')} and ${join(out, 'report.html')}\n`)

@@ -6,7 +6,7 @@ const locks = createLockClient('file:///tmp/fencelock-example', { ttl: '15s' })
   // Waits up to 10 s, renews the lease while held, releases at the end of the block.
   await using lock = await locks.acquire('reports:nightly', { timeout: '10s' })
   console.log(`holding ${lock.key} with fence ${lock.fence}`)
-  // Hand lock.fence to what you write (e.g. UPDATE … WHERE fence < $1) so it rejects a stale holder,
+  // Hand lock.fence to what you write (docs/fence-guards.md) so it rejects a stale holder,
   // and lock.signal to work that must stop if the lease is lost.
 }
 

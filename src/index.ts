@@ -17,7 +17,7 @@ export type {
   LockInfo,
 } from './core/backend.js'
 export type { LockClient } from './core/client.js'
-export { channels } from './core/diagnostics.js'
+export { channels, type LossReason } from './core/diagnostics.js'
 export type { Duration } from './core/durations.js'
 export { parseDuration } from './core/durations.js'
 export {

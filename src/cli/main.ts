@@ -10,6 +10,7 @@ import { HOLD_HELP, holdCommand } from './hold.js'
 import { INSPECT_HELP, inspectCommand } from './inspect.js'
 import { LIST_HELP, listCommand } from './list.js'
 import { perUserFolder, sharedFolder } from './lock-folder.js'
+import { PRUNE_HELP, pruneCommand } from './prune.js'
 import { RUN_HELP, runCommand } from './run.js'
 
 /** The top-level help; the backends and the default folder are this build's and this host's. */
@@ -29,6 +30,7 @@ Commands:
   list [<prefix>]         print the locks held now, with holder, fence and lease left
   break <key>             free a stuck lock, keeping its fence (asks first; --yes in scripts)
   doctor [<url>]          check a backend's settings and semantics (--strict: warnings fail)
+  prune [<prefix>]        remove what a lock folder keeps for names whose locks have ended
 
 Backends (--url URL, or $FENCELOCK_URL):
 ${backends.join('\n')}
@@ -52,6 +54,7 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<number>; help:
   list: { run: listCommand, help: LIST_HELP },
   break: { run: breakCommand, help: BREAK_HELP },
   doctor: { run: doctorCommand, help: DOCTOR_HELP },
+  prune: { run: pruneCommand, help: PRUNE_HELP },
 }
 
 async function main(argv: string[]): Promise<number> {

@@ -4,6 +4,7 @@ import { parseDuration } from '../core/durations.js'
 import { COMMON_OPTIONS, type ParsedOptions, UsageError } from './args.js'
 import { holderOf, onLockLost, open, parseCommand, showWaiting, timeoutOf } from './context.js'
 import { EXIT } from './exit-codes.js'
+import { groupRunning } from './process-group.js'
 import { startCommand, startWatchdog, type Watchdog } from './watchdog.js'
 
 export const RUN_HELP = `Usage: fencelock run <key> [options] -- <command> [args...]
@@ -199,9 +200,13 @@ function runChild(
     })
     child.once('exit', (code, signal) => {
       const status = code ?? 128 + (signal ? constants.signals[signal] : 0)
-      // The command's children may still run in its group: the lock is theirs too until they end.
+      // The command's children may still run in its group: the lock is theirs too until they end. Most
+      // looks cost one kill(-g, 0); the /proc walk that tells zombies apart runs every tenth look.
+      let looks = 0
       const poll = () => {
-        if (group !== undefined && send(0)) pollTimer = setTimeout(poll, GROUP_POLL_MS)
+        const running =
+          group !== undefined && (looks++ % ZOMBIE_CHECK_EVERY === 0 ? groupRunning(group, send) : send(0))
+        if (running) pollTimer = setTimeout(poll, GROUP_POLL_MS)
         else done(status)
       }
       poll()
@@ -211,3 +216,5 @@ function runChild(
 
 /** How often the command's group is checked for members once the command has exited (one kill(-g, 0)). */
 const GROUP_POLL_MS = 50
+/** Every how many looks the group's members are read from /proc, so that zombies alone end the wait. */
+const ZOMBIE_CHECK_EVERY = 10

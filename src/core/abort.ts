@@ -1,7 +1,8 @@
 /**
  * Settles like `promise`, or rejects with `signal.reason` as soon as `signal` aborts. The operation itself
  * goes on (clients such as ioredis cannot cancel a sent command); callers that may have been granted
- * something by it must clean up themselves.
+ * something by it must clean up themselves. Listens through `attach`: a signal (most are pooled,
+ * clock.ts) gets one 'abort' listener for all the races it is ever in, not one added and removed per call.
  */
 export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
@@ -9,15 +10,14 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise
     return Promise.reject(signal.reason)
   }
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
+    const detach = attach(signal, { abort: reject })
     promise.then(
       (value) => {
-        signal.removeEventListener('abort', onAbort)
+        detach()
         resolve(value)
       },
       (error: unknown) => {
-        signal.removeEventListener('abort', onAbort)
+        detach()
         reject(error)
       },
     )

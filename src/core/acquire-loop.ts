@@ -47,7 +47,7 @@ const LAST_ATTEMPT_MS = 300
 /**
  * A failed acquire rejects at most this long after its deadline (after ATTEMPT_MIN_MS for a shorter
  * timeout), or after its give-up time: the last attempt's overrun, the backend's account of a timeout
- * (EXPLAIN_WAIT_MS) and the wait for the clean-up all fit in it. The README promises it.
+ * (EXPLAIN_WAIT_MS) and the wait for the clean-up all fit in it. docs/api.md promises it.
  */
 const SETTLE_SLACK_MS = 500
 
@@ -88,7 +88,7 @@ class AcquireLoop {
   readonly #giveUpAfterMs: number
   /** ATTEMPT_MIN_MS, or the backend's longer `limits.minAttemptMs`. */
   readonly #attemptMinMs: number
-  readonly #diag: { readonly key: string; readonly backend: string }
+  readonly #diag: { readonly key: string; readonly backend: string; readonly owner: string }
 
   #attempts = 0
   /** Where the latest attempt's bound ends (`#startAttempt`). */
@@ -134,6 +134,8 @@ class AcquireLoop {
    */
   #handed: Grant | undefined
   #attemptStart = now()
+  /** When the latest attempt started, or the latest hand-over was taken: a grant's `attemptMs` counts from there. */
+  #roundStart = now()
   /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
   #abandoning: Promise<unknown> | undefined
 
@@ -145,7 +147,7 @@ class AcquireLoop {
     this.#deadline = this.#startedAt + opts.timeoutMs
     // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
     this.#req = { key, owner: newOwnerId(), ttlMs: opts.ttlMs, holder: opts.holder }
-    this.#diag = { key, backend: ctx.backend.id }
+    this.#diag = { key, backend: ctx.backend.id, owner: this.#req.owner }
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
   }
@@ -206,6 +208,7 @@ class AcquireLoop {
   /** The grant handed over while we waited, taken like an attempt's answer. */
   #takeHanded(handed: Grant): Grant {
     this.#handed = undefined
+    this.#roundStart = now()
     return this.#answered(handed)
   }
 
@@ -231,6 +234,7 @@ class AcquireLoop {
   #startAttempt(): number {
     this.#attempts++
     this.#attemptStart = now()
+    this.#roundStart = this.#attemptStart
     // Every attempt is bounded by the deadline (ATTEMPT_MIN_MS from the acquire's start at least, and
     // LAST_ATTEMPT_MS for one that starts at it) and by the give-up time, so an unreachable store is
     // reported on time, never waited on past them.
@@ -261,6 +265,7 @@ class AcquireLoop {
     // attempt before): the lock is, as far as anyone knows, still held elsewhere. Contention, not an outage.
     const answering = this.#attempts > 1 && this.#unavailableSince === undefined
     if (answering && now() >= this.#attemptEnd && now() >= this.#deadline) this.#fail(this.#notAcquired())
+    publish(channels.storeError, () => ({ ...this.#diag, operation: 'acquire', error }))
     const wrapped = unavailableError(this.#backend, this.#req.key, error, 'acquire')
     // The store's own refusal of the request (a key holding foreign data): it answers, and may clean up.
     if (!(wrapped instanceof BackendUnavailableError)) this.#fail(wrapped)
@@ -287,13 +292,16 @@ class AcquireLoop {
     }
     const lock = this.#handle(grant, until)
     this.#hint?.disarm()
-    publish(channels.acquireOk, () => ({
-      ...this.#diag,
-      owner: this.#req.owner,
-      fence: lock.fence,
-      attempts: this.#attempts,
-      waitedMs: now() - this.#startedAt,
-    }))
+    publish(channels.acquireOk, () => {
+      const at = now()
+      return {
+        ...this.#diag,
+        fence: lock.fence,
+        attempts: this.#attempts,
+        waitedMs: at - this.#startedAt,
+        attemptMs: at - this.#roundStart,
+      }
+    })
     return lock
   }
 
@@ -383,6 +391,7 @@ class AcquireLoop {
       ...this.#diag,
       attempts: this.#attempts,
       waitedMs: now() - this.#startedAt,
+      aborted: this.#signal.aborted,
       error,
     }))
     throw error

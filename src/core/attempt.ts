@@ -57,22 +57,23 @@ export function boundedAttempt(
     return Promise.reject(link.signal.reason)
   }
   return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      done()
-      releaseLate(backend, req, attempt)
-      const reason = link.signal.reason
-      if (!(reason instanceof AttemptTimeout)) return reject(reason)
-      void explainTimeout(attempt, reason).then(reject)
-    }
-    link.signal.addEventListener('abort', onAbort, { once: true })
+    // Through `attach`, like the backend's own race: the pooled signal keeps one listener for good.
+    const stopListening = attach(link.signal, {
+      abort(reason: unknown) {
+        done()
+        releaseLate(backend, req, attempt)
+        if (!(reason instanceof AttemptTimeout)) return reject(reason)
+        void explainTimeout(attempt, reason).then(reject)
+      },
+    })
     attempt.then(
       (result) => {
-        link.signal.removeEventListener('abort', onAbort)
+        stopListening()
         done()
         resolve(result)
       },
       (error) => {
-        link.signal.removeEventListener('abort', onAbort)
+        stopListening()
         done()
         reject(error)
       },

@@ -13,7 +13,9 @@ export type ExpiryKind =
   /** Waiters observe the record unchanged for a whole lease on their own monotonic clock (S3, GCS, DynamoDB). */
   | 'observed'
 
+/** What a backend can do, which the core adapts to (how it waits, what it promises). */
 export interface BackendCapabilities {
+  /** How the lease of a holder that died is freed. */
   readonly expiry: ExpiryKind
   /** `waitForChange` delivers real notifications (not just a poll). */
   readonly notify: boolean
@@ -33,12 +35,14 @@ export interface BackendCapabilities {
 
 /** One attempt to take `key` for `owner` with a lease of `ttlMs`. */
 export interface AcquireRequest {
+  /** The lock's name, as the caller gave it. */
   readonly key: string
   /**
    * A random 128-bit id, the same for every attempt of one `acquire()` call. A backend that finds `key`
    * already held by `owner` (an earlier attempt whose reply was lost) must treat it as granted.
    */
   readonly owner: string
+  /** The lease asked for, in ms. */
   readonly ttlMs: number
   /**
    * Who asks, in words ("build-7 (pid 4121, `./deploy.sh`)"; at most 256 bytes, no control characters),
@@ -50,6 +54,7 @@ export interface AcquireRequest {
 
 /** A successful attempt. */
 export interface Grant {
+  /** Tells a grant from a `Busy`. */
   readonly granted: true
   /** Strictly greater than every fence granted before for this key. */
   readonly fence: bigint
@@ -67,6 +72,7 @@ export interface Grant {
 
 /** A refused attempt: someone else holds the key. */
 export interface Busy {
+  /** Tells a refusal from a `Grant`. */
   readonly granted: false
   /** When the current holder's lease ends if it is not renewed, when the backend knows: caps the next sleep. */
   readonly retryInMs?: number | undefined
@@ -77,12 +83,16 @@ export interface Busy {
   readonly queued?: boolean | undefined
 }
 
+/** What one attempt of `tryAcquire` ends with: the key, or the word that someone else holds it. */
 export type AttemptResult = Grant | Busy
 
 /** What the core hands back to extend and release. */
 export interface HeldLease {
+  /** The key held. */
   readonly key: string
+  /** The owner id of the `AcquireRequest` that was granted. */
   readonly owner: string
+  /** The fence of the grant. */
   readonly fence: bigint
   /** The cookie of the grant, or of the latest extend that returned a new one. */
   readonly cookie: unknown
@@ -90,7 +100,9 @@ export interface HeldLease {
 
 /** Diagnostic view of a key. Never use it to decide who may act: only a grant does that. */
 export interface LockInfo {
+  /** Whether a lease holds the key now. */
   readonly held: boolean
+  /** The holder's owner id, while held. */
   readonly owner?: string | undefined
   /** The holder's description (`AcquireRequest.holder`), when the store keeps one. */
   readonly holder?: string | undefined
@@ -145,6 +157,7 @@ export interface BackendLimits {
 
 /** One held lock, as `list` finds it: `inspect`'s view of its key, with the key. */
 export interface ListedLock extends LockInfo {
+  /** The lock's key. */
   readonly key: string
 }
 
@@ -155,6 +168,7 @@ export interface BreakOptions {
    * lease ended and someone else took it), leave it alone. Without it, whoever holds the key.
    */
   readonly fence?: bigint | undefined
+  /** Gives up on the call when it aborts. */
   readonly signal?: AbortSignal | undefined
 }
 
@@ -170,7 +184,9 @@ export interface BreakResult {
 
 /** One finding of `doctor`. */
 export interface DoctorFinding {
+  /** How much it matters: `error` means locks are not safe on this store as it is set up. */
   readonly level: 'ok' | 'info' | 'warn' | 'error'
+  /** What was found, and what to do about it. */
   readonly message: string
 }
 
@@ -182,6 +198,7 @@ export interface DoctorFinding {
 export interface LockBackend {
   /** Names the store in errors and diagnostics, e.g. `file:///var/lock/fencelock`. Never contains secrets. */
   readonly id: string
+  /** What the store can do: how leases expire, whether waiters are notified and served in order. */
   readonly capabilities: BackendCapabilities
   /** Key and ttl limits; without them the core applies `DEFAULT_LIMITS` (src/core/options.ts). */
   readonly limits?: BackendLimits | undefined
@@ -208,6 +225,7 @@ export interface LockBackend {
   ): Promise<readonly ExtendOutcome[]>
   /** Releases only if `lease.owner` still holds it; `false` when it was no longer ours. */
   release(lease: HeldLease, signal: AbortSignal): Promise<boolean>
+  /** A diagnostic view of `key`, read without changing anything; `null` when the store keeps nothing of it. */
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
   /**
    * A wake-up hint: resolves when `key` may have changed (released, expired, taken over) after the call

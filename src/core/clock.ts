@@ -75,6 +75,11 @@ export function timerDelay(ms: number): number {
  * never-aborted controllers are reused, and backends detach their listeners when an operation settles.
  */
 const spare: AbortController[] = []
+/**
+ * As many as a busy client has operations under way: one that runs 256 acquires and their releases at
+ * once has some 500 controllers out, and a pool of 64 made most of them anew.
+ */
+const MAX_SPARE = 1024
 
 /** A never-aborted controller from the pool (or a new one). Hand it back with `giveBack` once its operation settled. */
 export function takeController(): AbortController {
@@ -83,7 +88,7 @@ export function takeController(): AbortController {
 
 /** Returns a controller to the pool, unless it aborted (its signal's listeners then matter to someone). */
 export function giveBack(controller: AbortController): void {
-  if (!controller.signal.aborted && spare.length < 64) spare.push(controller)
+  if (!controller.signal.aborted && spare.length < MAX_SPARE) spare.push(controller)
 }
 
 /**

@@ -85,8 +85,11 @@ export type FencelockErrorCode =
 
 /** Context carried by every fencelock error. */
 export interface LockErrorContext {
+  /** The lock key concerned. */
   readonly key?: string | undefined
+  /** The backend's id (`LockBackend.id`). */
   readonly backend?: string | undefined
+  /** The error underneath, kept as the error's `cause`. */
   readonly cause?: unknown
 }
 
@@ -156,7 +159,9 @@ export class BackendUnavailableError extends LockError {
 
 /** One node's failure inside a {@link QuorumError}. */
 export interface NodeFailure {
+  /** The node's id, as its backend names it in errors. */
   readonly node: string
+  /** What it failed with. */
   readonly error: unknown
 }
 

@@ -6,13 +6,14 @@
  */
 import type { ExtendOutcome, HeldLease, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
-import { channels, publish } from './diagnostics.js'
+import { channels, type LossReason, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockError, LockLostError, LockReleasedError, quoteKey } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
 import { Renewals, Renewer } from './renewer.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
+  /** The key this lock holds. */
   readonly key: string
   /** A random 128-bit id naming this holder. */
   readonly owner: string
@@ -73,6 +74,15 @@ interface Renewed {
 }
 
 type ExtendSettled = Renewed | 'lost' | 'released' | { error: unknown }
+
+/**
+ * The most renewals sent in one turn of the event loop. A client holding tens of thousands of locks can
+ * have them all come due at once (renewal slots merge behind a stalled event loop): sent and settled in
+ * one synchronous burst, they stalled it again for hundreds of ms, long enough for the next slots to
+ * merge too. A turn sends this many (a few EXTEND_MANY on Redis), and the rest follow turn by turn, each
+ * chunk's validity counted from its own start; a lock released or lost meanwhile is skipped.
+ */
+const RENEW_CHUNK = 1000
 
 /** The renewal timer of one client's locks: one per client, shared by every lock it holds. */
 export function lockRenewals(): Renewals<LockHandle> {
@@ -142,6 +152,7 @@ export class LockHandle implements Lock {
             `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was lost: ${(lost.reason as Error)?.message ?? 'its session ended'}`,
             this.#context(lost.reason),
           ),
+          'session_ended',
         )
       lost.addEventListener('abort', onLost, { once: true })
       this.#detachLost = () => lost.removeEventListener('abort', onLost)
@@ -186,7 +197,7 @@ export class LockHandle implements Lock {
 
   /** The renewer saw validUntil pass without a confirmed renewal. */
   #expireLocally(): void {
-    this.#markLost(this.#expired())
+    this.#markLost(this.#expired(), 'expired')
     // We no longer count on it, so nobody should wait for it: where the store still keeps it (a session
     // that stays alive while this process does, as etcd's; a store clock a little slower than ours), take
     // it back. Owner-checked, so it never touches a later holder; in the background, errors ignored.
@@ -194,14 +205,14 @@ export class LockHandle implements Lock {
     withTimeout(this.#ttlMs, (signal) => this.#ctx.backend.release(lease, signal)).catch(() => {})
   }
 
-  #markLost(error: LockLostError): void {
+  #markLost(error: LockLostError, reason: LossReason): void {
     if (this.#state !== 'held') return
     this.#state = 'lost'
     this.#renewer.stop()
     this.#stopRenewal?.abort(error)
     this.#detachLost?.()
     this.#ctx.onSettled(this)
-    publish(channels.lost, () => ({ ...this.#diag(), error }))
+    publish(channels.lost, () => ({ ...this.#diag(), reason, error }))
     this.#lost ??= new AbortController()
     this.#lost.abort(error)
   }
@@ -261,6 +272,7 @@ export class LockHandle implements Lock {
       // The store may now keep this ttl: renewals ask for it, and make the outcome known again.
       this.#ttlMs = ttlMs
       publish(channels.extend, () => ({ ...this.#diag(), outcome: 'unknown', error }))
+      publish(channels.storeError, () => ({ ...this.#diag(), operation: 'extend', error }))
       return { error }
     }
     // The timeout above and the reply can become due in the same turn of a busy event loop, and the
@@ -279,6 +291,7 @@ export class LockHandle implements Lock {
             '(it expired or was taken over)',
           this.#context(),
         ),
+        'not_owner',
       )
       return 'lost'
     }
@@ -291,7 +304,15 @@ export class LockHandle implements Lock {
     // a time, so this is the store's latest word.
     this.#validUntil = validUntil(start, kept, this.#ctx.driftFactor)
     const grantedMs = Math.floor(kept)
-    publish(channels.extend, () => ({ ...this.#diag(), outcome: 'renewed', grantedMs }))
+    // Built in one piece: with a subscriber, this runs once per renewal of every held lock.
+    publish(channels.extend, () => ({
+      key: this.key,
+      backend: this.#ctx.backend.id,
+      owner: this.owner,
+      fence: this.fence,
+      outcome: 'renewed',
+      grantedMs,
+    }))
     return { grantedMs }
   }
 
@@ -311,8 +332,14 @@ export class LockHandle implements Lock {
    * The renewals of a client's locks that came due together: one request where the backend has
    * `extendMany` (and more than one lock has no extend of its own under way), else one extend each.
    */
-  static #renewAll(locks: LockHandle[]): void {
-    const backend = locks[0]!.#ctx.backend
+  static #renewAll(due: LockHandle[]): void {
+    const backend = due[0]!.#ctx.backend
+    let locks = due
+    if (due.length > RENEW_CHUNK) {
+      // The rest in a later turn, after the replies and other work that came in meanwhile.
+      setImmediate(() => LockHandle.#renewAll(due.slice(RENEW_CHUNK)))
+      locks = due.slice(0, RENEW_CHUNK)
+    }
     const batch: LockHandle[] = []
     for (const lock of locks) {
       if (lock.#state !== 'held') continue
@@ -411,7 +438,7 @@ export class LockHandle implements Lock {
         `Lock ${quoteKey(this.key)} on ${this.#ctx.backend.id} was released because its lock client was closed`,
         this.#context(),
       )
-      publish(channels.lost, () => ({ ...this.#diag(), error }))
+      publish(channels.lost, () => ({ ...this.#diag(), reason: 'client_closed', error }))
       this.#lost ??= new AbortController()
       this.#lost.abort(error)
     }
@@ -430,7 +457,7 @@ export class LockHandle implements Lock {
     // The validity passed and the expiry timer has not fired yet (a busy event loop runs timers late): the
     // lock was lost before this release, and its holder hears so now rather than never. (Measured: a
     // hand-over with 9 ms of validity left, released 2 ms after it ended, its timer not yet run.)
-    if (this.#state === 'held' && now() >= this.#validUntil) this.#markLost(this.#expired())
+    if (this.#state === 'held' && now() >= this.#validUntil) this.#markLost(this.#expired(), 'expired')
     const wasHeld = this.#state === 'held'
     if (wasHeld) this.#state = 'released'
     // From the moment the release is sent the store may free the lease (a waiter may be granted before the
@@ -447,6 +474,7 @@ export class LockHandle implements Lock {
       publish(channels.release, () => ({ ...this.#diag(), released }))
     } catch (error) {
       publish(channels.release, () => ({ ...this.#diag(), released: false, error }))
+      publish(channels.storeError, () => ({ ...this.#diag(), operation: 'release', error }))
       // A lost lease is not ours to clean up; a held one is, and the caller should know it will linger.
       if (wasHeld) {
         throw new BackendUnavailableError(

@@ -60,8 +60,9 @@ export class Scheduler<T extends Scheduled> {
       this.#up(i)
       this.#down(last.heapIndex)
     }
-    // An empty heap leaves nothing to keep a timer for; a timer armed early otherwise just re-arms.
-    if (heap.length === 0) this.#disarm()
+    // The timer stays armed, even with the heap empty: a timer that fires early just re-arms (or, with
+    // nothing left, stops), and the next entry is usually due later still (a lock acquired and released
+    // in a loop would otherwise clear its timer at each release and set a new one at each grant).
   }
 
   #arm(at: number): void {
@@ -69,12 +70,6 @@ export class Scheduler<T extends Scheduled> {
     this.#timerAt = at
     this.#timer = setTimeout(this.#fire, timerDelay(at - now()))
     this.#timer.unref()
-  }
-
-  #disarm(): void {
-    clearTimeout(this.#timer)
-    this.#timer = undefined
-    this.#timerAt = Number.POSITIVE_INFINITY
   }
 
   #run(): void {

@@ -119,7 +119,7 @@ export function checkParams(url: URL, known: readonly string[]): void {
   }
 }
 
-/** One URL parameter of a backend: its type, its default and what it does (for help and the README). */
+/** One URL parameter of a backend: its type, its default and what it does (for help and the docs). */
 export type ParamSpec =
   | { readonly type: 'bool'; readonly default?: boolean; readonly doc: string }
   | { readonly type: 'int'; readonly min?: number; readonly default?: number; readonly doc: string }
@@ -132,7 +132,7 @@ export type ParamSpec =
       readonly doc: string
     }
 
-/** A backend's URL parameters, declared once: `readParams` applies it, the README is tested against it. */
+/** A backend's URL parameters, declared once: `readParams` applies it, each backend's docs page is tested against it. */
 export type ParamSchema = Readonly<Record<string, ParamSpec>>
 
 type ValueOf<S extends ParamSpec> = S extends { type: 'bool' }

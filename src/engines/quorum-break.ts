@@ -10,26 +10,20 @@
  *   majority, which every later majority shares a node with, so the next grant mints more than M (and a
  *   node restarted empty is caught up before it votes, admission as ever).
  * - `fence`: a grant is named by M, the token without its node index (grants never share an M: each
- *   later majority mints more). The nodes show M as the largest counter among the holding nodes; the
- *   index they show may differ from the holder's (a node written back to M that comes first), so only M is
- *   compared. The token reported is the nodes' view (inspect's), or `fence` itself when it matched.
+ *   later majority mints more). The nodes show M as the counter most holding nodes have (inspect's
+ *   `grantCounter`); the index they show may differ from the holder's (a node written back to M that comes
+ *   first), so only M is compared. The token reported is the nodes' view (inspect's), or `fence` itself when it matched.
  * - A round that finds the hold gone on some nodes (released or expired meanwhile) reads again, a bounded
  *   number of times (the core's `retryRounds`).
  */
 import type { BreakResult } from '../core/backend.js'
 import { retryRounds } from '../core/retry.js'
-import type { Quorum } from './quorum.js'
+import { OPERATOR_NODE_TIMEOUT_MS, type Quorum } from './quorum.js'
 import { majorityHold, NODE_BITS } from './quorum-inspect.js'
 import { round, tally } from './quorum-round.js'
 
 /** How many times a break reads again after the lock changed under it. */
 const BREAK_ROUNDS = 3
-
-/**
- * How long a node may take to answer an operator's read or break (`list`, `break`): no lease is timed by
- * them, so a node is given longer than the acquire path's `nodeTimeout` before it counts as failed.
- */
-export const OPERATOR_NODE_TIMEOUT_MS = 2000
 
 /** Breaks the lock `key` (only the grant of `fence`, when given) on `quorum`'s nodes. */
 export function breakQuorumLock(
@@ -52,7 +46,7 @@ async function breakOnce(
   fence: bigint | undefined,
   signal: AbortSignal,
 ): Promise<BreakResult | undefined> {
-  const infos = await quorum.holds(key, signal, OPERATOR_NODE_TIMEOUT_MS)
+  const infos = await quorum.holds(key, signal)
   const hold = majorityHold(infos, quorum.q)
   const view = quorum.viewOf(infos)
   if (!hold || !view?.held || view.owner === undefined) return { broken: false }

@@ -1,8 +1,8 @@
 /**
  * `inspect` of a quorum lock, reconstructed from what each node holds: held when one attempt's owner id
  * holds a majority of the nodes, valid until the q-th longest of those leases ends; the fence is the
- * holder's own token when this client is the holder, else the largest counter the holding nodes show.
- * Pure: the votes in, the answer out (quorum.ts runs the round).
+ * holder's own token when this client is the holder, else the counter most of the holding nodes show
+ * (`grantCounter`). Pure: the votes in, the answer out (quorum.ts runs the round).
  */
 import type { LockInfo } from '../core/backend.js'
 
@@ -44,6 +44,31 @@ export function majorityHold(
 }
 
 /**
+ * The token M of the grant held on nodes `held`, from their counters: the value most of them show (ties:
+ * the larger), with the first such node's index. Not their largest: a node whose part of the grant landed
+ * after the verdict (its answer came late) minted from its own counter, which may be ahead of M (a waiter's
+ * attempt was granted there alone and taken back), while at least q holding nodes show M itself (those
+ * that minted it and those it was written back to) and fewer than q anything else. So with every holding
+ * node answering this is exactly M; with some silent, the best guess.
+ */
+function grantCounter(infos: ReadonlyArray<LockInfo | null | undefined>, held: readonly number[]) {
+  const count = new Map<bigint, { nodes: number; first: number }>()
+  for (const i of held) {
+    const f = infos[i]?.fence
+    if (f === undefined) continue
+    const seen = count.get(f)
+    if (seen) seen.nodes++
+    else count.set(f, { nodes: 1, first: i })
+  }
+  let best: [bigint, { nodes: number; first: number }] | undefined
+  for (const entry of count) {
+    if (!best || entry[1].nodes > best[1].nodes || (entry[1].nodes === best[1].nodes && entry[0] > best[0]))
+      best = entry
+  }
+  return best === undefined ? undefined : (best[0] << NODE_BITS) | BigInt(best[1].first)
+}
+
+/**
  * The lock as the nodes' answers show it. `infos[i]` is node i's answer (undefined: it had none);
  * `tokenOf` gives the token of a hold this client has, by the acquire's owner id.
  */
@@ -71,7 +96,7 @@ export function inspectVotes(
     const owner = acquireOwner(onNode)
     // Valid while a majority holds it: until the q-th longest remaining lease ends.
     const remaining = held.map((i) => infos[i]!.expiresInMs ?? 0).sort((a, b) => b - a)
-    const fence = tokenOf(owner) ?? fenceOf(held)
+    const fence = tokenOf(owner) ?? grantCounter(infos, held)
     const holder = held.map((i) => infos[i]!.holder).find((h) => h !== undefined)
     return {
       held: true,

@@ -63,8 +63,11 @@ export interface QuorumNode {
    * `req.ticket`, or, while that is 0, where it stood or behind everyone: that place is the answer's ticket.
    */
   acquire(req: NodeRequest, signal: AbortSignal): Promise<NodeAttempt>
-  /** Raises `key`'s counter on this node to at least `atLeast` (never lowers it). */
-  raiseFence(key: string, atLeast: bigint, signal: AbortSignal): Promise<unknown>
+  /**
+   * Raises `key`'s counter on this node to at least `atLeast` (never lowers it), and the fence this node
+   * shows for the hold of attempt `owner`, if it holds `key` here.
+   */
+  raiseFence(key: string, owner: string, atLeast: bigint, signal: AbortSignal): Promise<unknown>
   /** Extends the lease if `lease.owner` holds it here (waiting first, if it must, until the node may vote). */
   extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<{ readonly renewed: boolean }>
   /**
@@ -98,6 +101,14 @@ export interface QuorumOptions {
 
 /** The most nodes a quorum may have: the node index of a token has 8 bits. */
 export const MAX_NODES = 1 << Number(NODE_BITS)
+
+/**
+ * How long a node may take to answer an operator's read (`inspect`, `list`, `break`): no lease is timed by
+ * them, so a node is given longer than a vote's `nodeTimeout` before it counts as failed. This also covers
+ * a new client's first use, whose reply waits for the connection and its check (ready check, INFO, script
+ * load): past a vote's 20-200 ms on a loaded machine, so `fencelock doctor`'s first inspect failed.
+ */
+export const OPERATOR_NODE_TIMEOUT_MS = 2000
 
 /** The reason given to the node operations the engine stops itself (a cheap shared value, no stack). */
 const STOPPED = Object.freeze({ name: 'Stopped', message: 'stopped by the quorum engine' })
@@ -143,7 +154,7 @@ export class Quorum {
     return this.#largestTtlMs
   }
 
-  /** The timeout of rounds that are not tied to one lease (release, inspect). */
+  /** The timeout of rounds that are not tied to one lease but run on the acquire path (release). */
   get defaultTimeoutMs(): number {
     return this.#nodeTimeout(this.#largestTtlMs || 10_000)
   }
@@ -153,6 +164,8 @@ export class Quorum {
     const timeoutMs = this.#nodeTimeout(request.ttlMs)
     // This attempt's own owner id on the nodes (see the top of this file), and its acquire's ticket.
     const req = this.#line.next(request)
+    // The token's M once a won round decided it: a node whose grant comes later and below M is raised.
+    const decided: { m?: bigint } = {}
     const { verdict, votes } = await round(
       this.n,
       timeoutMs,
@@ -170,10 +183,13 @@ export class Quorum {
         stop: (verdict) => verdict === 'yes',
         late: (i, vote, verdict) => {
           if (verdict !== 'yes' && mayHold(vote)) void this.#cleanUp(req, [this.nodes[i]!])
+          if (verdict === 'yes' && vote.ok && vote.value.granted && decided.m !== undefined) {
+            if (vote.value.fence < decided.m) this.#raiseBehind(req, decided.m, [i])
+          }
         },
       },
     )
-    if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, timeoutMs, signal)
+    if (verdict === 'yes') return this.#recordFence(request.owner, req, votes, decided, timeoutMs, signal)
     // Draws the ticket, if the acquire has none yet, and decides when to try again.
     const retry = this.#line.lost(request.owner, votes, verdict === 'split', () => this.#freedIn(votes))
     // Take back what this attempt got on every node that may hold it: those that granted and those that
@@ -254,16 +270,12 @@ export class Quorum {
 
   /**
    * What each node holds for `key` (undefined: no answer), from one round that waits for every node (each
-   * bounded by `timeoutMs`). Throws when more than n - q nodes failed: nothing can be said then.
+   * bounded by OPERATOR_NODE_TIMEOUT_MS). Throws when more than n - q nodes failed: nothing can be said then.
    */
-  async holds(
-    key: string,
-    signal: AbortSignal,
-    timeoutMs = this.defaultTimeoutMs,
-  ): Promise<Array<LockInfo | null | undefined>> {
+  async holds(key: string, signal: AbortSignal): Promise<Array<LockInfo | null | undefined>> {
     const { votes } = await round(
       this.n,
-      timeoutMs,
+      OPERATOR_NODE_TIMEOUT_MS,
       signal,
       (i, s) => this.nodes[i]!.inspect(key, s),
       (v) => (v.includes(undefined) ? undefined : true),
@@ -286,20 +298,24 @@ export class Quorum {
     owner: string,
     req: AcquireRequest,
     votes: Votes<NodeAttempt>,
+    decided: { m?: bigint },
     timeoutMs: number,
     signal: AbortSignal,
   ): Promise<AttemptResult> {
     let m = -1n
     for (const v of votes) if (v?.ok && v.value.granted && v.value.fence > m) m = v.value.fence
+    decided.m = m
     const atM: number[] = []
     const behind: number[] = []
     votes.forEach((v, i) => {
       if (v?.ok && v.value.granted) (v.value.fence === m ? atM : behind).push(i)
     })
     const needed = this.q - atM.length
+    // Not needed for this grant, but nodes left behind would make later grants write back.
+    if (needed <= 0) this.#raiseBehind(req, m, behind)
     if (
       needed <= 0 ||
-      (await this.#writeBack(req.key, m, behind, needed, timeoutMs, signal).catch(() => false))
+      (await this.#writeBack(req, m, behind, needed, timeoutMs, signal).catch(() => false))
     ) {
       this.#line.done(owner)
       const fence = (m << NODE_BITS) | BigInt(atM[0]!)
@@ -318,7 +334,7 @@ export class Quorum {
 
   /** Raises the fence counter to `m` on nodes `behind` until `needed` of them have it; false if they cannot. */
   async #writeBack(
-    key: string,
+    req: AcquireRequest,
     m: bigint,
     behind: number[],
     needed: number,
@@ -329,7 +345,7 @@ export class Quorum {
       behind.length,
       timeoutMs,
       signal,
-      (i, s) => this.nodes[behind[i]!]!.raiseFence(key, m, s),
+      (i, s) => this.nodes[behind[i]!]!.raiseFence(req.key, req.owner, m, s),
       (votes) => {
         const t = tally(votes, () => true)
         if (t.yes >= needed) return true
@@ -338,6 +354,17 @@ export class Quorum {
       },
     )
     return verdict
+  }
+
+  /**
+   * Raises nodes `which`, whose grant of `req` minted less than M, to M without waiting: a node's counter
+   * serves every name (Redlock), and nodes left out of step would make later grants of any name pay a
+   * write-back round trip. Bounded like a clean-up.
+   */
+  #raiseBehind(req: AcquireRequest, m: bigint, which: readonly number[]): void {
+    if (which.length === 0) return
+    const stop = AbortSignal.timeout(this.defaultTimeoutMs * 5)
+    for (const i of which) void this.nodes[i]!.raiseFence(req.key, req.owner, m, stop).catch(() => {})
   }
 
   /** Held on a majority: it frees up when all but q-1 of those holds have expired. */

@@ -145,7 +145,7 @@ export interface SqlDialect {
   tableExists(signal: AbortSignal): Promise<boolean>
   /** Creates the table (and what it needs); safe when another client creates it at the same time. */
   createTable(signal: AbortSignal): Promise<void>
-  /** The DDL that creates the table, for errors, `doctor` and the README. */
+  /** The DDL that creates the table, for errors, `doctor` and the docs. */
   ddl(): string
 
   /**

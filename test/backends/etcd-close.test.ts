@@ -10,7 +10,7 @@ import { type EtcdCluster, startEtcd } from '../servers/etcd.js'
 import { abortedWithin } from '../support/wait.js'
 
 /**
- * The README's bound on `close()` while etcd does not answer (about 10 s: releases within etcd3's 5 s call
+ * The bound docs/backends/etcd.md gives on `close()` while etcd does not answer (about 10 s: releases within etcd3's 5 s call
  * deadline, the core's 3 s for clean-ups, 2 s for the revokes), with room for a loaded machine. Without
  * a bound, close() waited for as long as the server stayed paused (633 s in a review).
  */

@@ -148,7 +148,8 @@ describe('file backend: epochs for new keys', () => {
     const a = client(root)
     // This process takes an epoch, for another key.
     await (await a.acquire(key('first'))).release()
-    // Another process starts `k` with a newer epoch, and its folder is removed afterwards.
+    // Another process starts `k` with a newer epoch, and its folder is removed afterwards (by that
+    // process's own retire at its close, or here).
     const log = join(dir.path, `log-${randomBytes(3).toString('hex')}`)
     const marker = join(dir.path, `inside-${randomBytes(3).toString('hex')}`)
     const code = await new Promise<number | null>((resolve) => {
@@ -159,7 +160,7 @@ describe('file backend: epochs for new keys', () => {
     })
     assert.equal(code, 0)
     const theirs = BigInt(readFileSync(log, 'utf8').trim().split(' ')[0]!)
-    rmSync(join(root, keyFolderName(k)), { recursive: true })
+    rmSync(join(root, keyFolderName(k)), { recursive: true, force: true })
     // Our epoch is below theirs: starting `k` again with it would give a lower fence.
     const lock = await a.acquire(k)
     assert.ok(lock.fence > theirs, `fence ${lock.fence} after ${theirs}, granted by the other process`)

@@ -23,13 +23,18 @@ after(() => dir.cleanup())
 chmodSync(dir.path, 0o755)
 
 const INDEX = pathToFileURL(join(import.meta.dirname, '../../src/index.js')).href
+const FILE = pathToFileURL(join(import.meta.dirname, '../../src/backends/file/index.js')).href
+/** Folders stay after their release (no retire), so that the test can look at each one's mode. */
+const KEEP = { retireAfterMs: Number.POSITIVE_INFINITY }
 const NOBODY = 65534
 
 /** Takes each key once as user `uid` in a process of its own; its fences, or its exit code and stderr. */
 function acquireAs(uid: number, root: string, keys: string[]): Promise<bigint[]> {
   const script = `
     import { createLockClient } from ${JSON.stringify(INDEX)}
-    const client = createLockClient(${JSON.stringify(pathToFileURL(root).href)}, { ttl: '5s' })
+    import { fileBackend } from ${JSON.stringify(FILE)}
+    const backend = fileBackend({ dir: ${JSON.stringify(root)} }, { retireAfterMs: Number.POSITIVE_INFINITY })
+    const client = createLockClient(backend, { ttl: '5s' })
     const fences = []
     for (const key of ${JSON.stringify(keys)}) {
       const lock = await client.acquire(key, { timeout: '10s' })
@@ -62,7 +67,7 @@ function acquireAs(uid: number, root: string, keys: string[]): Promise<bigint[]>
 
 /** Takes each key once in this process (root); the fences. */
 async function acquireHere(root: string, keys: string[]): Promise<bigint[]> {
-  const client = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+  const client = createLockClient(fileBackend({ dir: root }, KEEP), { ttl: '5s' })
   const fences: bigint[] = []
   for (const key of keys) {
     const lock = await client.acquire(key)

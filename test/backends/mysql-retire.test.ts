@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { fromUrl } from '../../src/backends/mysql/index.js'
 import { createLockClient, type LockClient } from '../../src/index.js'
 import type { Kit, KitStore } from '../kits/kit.js'
 import { expireRow, mariaDbQuery, mysqlAnsiKit, mysqlKit, mysqlOracleKit } from '../kits/mysql.js'
@@ -96,6 +97,35 @@ const retireSuite = (kit: Kit, all: boolean) =>
       const next = await client().acquire('crashed', { timeout: '20s' })
       assert.ok(next.fence > crashed.fence, `fence ${next.fence} after the retired ${crashed.fence}`)
       await next.release()
+    })
+
+    it('doctor warns when the user may not DELETE: ended rows would never be retired', async () => {
+      await (await client().acquire('made', { timeout: '20s' })).release()
+      await mariaDbQuery(port(), "DROP USER IF EXISTS 'fl_nodelete'@'%'")
+      await mariaDbQuery(port(), "CREATE USER 'fl_nodelete'@'%'")
+      await mariaDbQuery(port(), "GRANT SELECT, INSERT, UPDATE ON fencelock_locks TO 'fl_nodelete'@'%'")
+      const findingsOf = async (user: string) => {
+        const url = new URL(store.url())
+        url.username = user
+        const backend = await fromUrl(url)
+        try {
+          return await backend.doctor!(AbortSignal.timeout(20_000))
+        } finally {
+          await backend.close()
+        }
+      }
+      const denied = await findingsOf('fl_nodelete')
+      assert.ok(
+        denied.some(
+          (f) => f.level === 'warn' && /fl_nodelete.* may not DELETE.*GRANT DELETE ON/.test(f.message),
+        ),
+        JSON.stringify(denied),
+      )
+      const allowed = await findingsOf('root')
+      assert.ok(
+        allowed.some((f) => f.level === 'ok' && /may DELETE/.test(f.message)),
+        JSON.stringify(allowed),
+      )
     })
 
     it('a row released or expired a moment ago stays', async () => {

@@ -1,8 +1,8 @@
 /**
  * PostgreSQL fences outlive the lock rows: an operator's DELETE or TRUNCATE (the kit's `deleteState`),
  * the table dropped and made again, the sequence dropped, and a table made by an earlier version (fences
- * from its rows alone, no sequence) upgraded on first use, by many clients at once. The fence guard the
- * README gives still holds with these fences.
+ * from its rows alone, no sequence) upgraded on first use, by many clients at once. The fence guard that
+ * docs/backends/postgres.md gives still holds with these fences.
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
@@ -208,7 +208,7 @@ describe(
       }
     })
 
-    it("the README's fence guard, with these fences as bigint parameters", async () => {
+    it('the documented fence guard, with these fences as bigint parameters', async () => {
       const sql = postgres(server.url(), { max: 2, onnotice: () => {} })
       const locks = createLockClient(server.url(), { ttl: 500 })
       try {

@@ -3,7 +3,7 @@
  * listens on), (b) accepting connections but never answering (a socket of ours), (c) not speaking the
  * protocol (an HTTP server answering everything with 200 and a page of HTML; for the HTTP stores S3, GCS
  * and DynamoDB that is a web server at the endpoint, not theirs). Each case measures
- * `acquire({ timeout: '1s' })`, `tryAcquire` and `close()`: the first two must end as the README promises
+ * `acquire({ timeout: '1s' })`, `tryAcquire` and `close()`: the first two must end as docs/api.md promises
  * (within max(timeout, 1 s) + 0.5 s) with a `BackendUnavailableError` that names the server, and `close()`
  * within its ~3 s. The assertions leave room for a loaded machine; each case prints what it measured.
  *
@@ -18,7 +18,7 @@ import { BackendUnavailableError, createLockClient } from '../../src/index.js'
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { freePorts } from '../servers/ports.js'
 
-/** The README's bounds: an acquire or tryAcquire ends within max(timeout, 1 s) + 0.5 s; close() in ~3 s. */
+/** The bounds of docs/api.md: an acquire or tryAcquire ends within max(timeout, 1 s) + 0.5 s; close() in ~3 s. */
 const SETTLE_MS = 1500
 const CLOSE_MS = 3500
 /** Room for a loaded 2-core machine on top of them. */
@@ -139,7 +139,7 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`
 describe('a store that cannot serve: timeouts and close() hold', { timeout: 600_000 }, () => {
   const measured: string[] = []
   after(() => {
-    // The figures, for the README and for a reader of the test log.
+    // The figures, for docs/api.md and for a reader of the test log.
     process.stdout.write(
       `# acquire(1s) / tryAcquire / close, per backend and case:\n${measured.join('\n')}\n`,
     )

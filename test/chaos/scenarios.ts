@@ -76,7 +76,7 @@ const GCS_CLOCK = {
 } as const
 
 const fastClock = (t: Target) => ({
-  ...(t.name === 'file' ? FILE_CLOCK : {}),
+  ...(t.name.startsWith('file') ? FILE_CLOCK : {}),
   ...(t.name === 'gcs' ? { A1: GCS_CLOCK.fast } : {}),
 })
 
@@ -85,7 +85,7 @@ const slowClock = (t: Target) => ({
     t.name === 'gcs'
       ? GCS_CLOCK.slow
       : 'a client clock at half speed is far beyond driftFactor: it believes in its lease past its end',
-  ...(t.name === 'file' ? FILE_CLOCK : {}),
+  ...(t.name.startsWith('file') ? FILE_CLOCK : {}),
 })
 
 export const scenarios: Scenario[] = [

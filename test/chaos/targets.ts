@@ -52,6 +52,8 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
     features: new Set(variant.features),
     minTtlMs: variant.minTtlMs ?? 0,
     async start(dir) {
+      // The workers inherit them (the harness spawns them with this process's environment).
+      const restoreEnv = setEnv(variant.env ?? {})
       const store = await kit.start({ dir })
       const { crash, killLeader, urlVia, storeFaults, deleteState, isolateMember, reboot } = store
       const missing = [
@@ -65,6 +67,7 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
         ...(variant.features.includes('reboot') && !reboot ? ['reboot'] : []),
       ]
       if (missing.length > 0) {
+        restoreEnv()
         await store.close()
         throw new Error(`chaos target ${variant.name}: kit ${kit.id} lacks ${missing.join(', ')}`)
       }
@@ -80,9 +83,24 @@ function targetOf(kit: Kit, variant: ChaosVariant): Target {
         ...(isolateMember ? { isolateMember: (node: number) => isolateMember(node) } : {}),
         ...(reboot ? { reboot: () => reboot() } : {}),
         expireEarly: (key) => store.breakLease(key),
-        close: () => store.close(),
+        close: async () => {
+          restoreEnv()
+          await store.close()
+        },
       }
     },
+  }
+}
+
+/** Sets `vars` in this process's environment; returns what puts the previous values back. */
+function setEnv(vars: Readonly<Record<string, string>>): () => void {
+  const before = Object.entries(vars).map(([name]) => [name, process.env[name]] as const)
+  Object.assign(process.env, vars)
+  return () => {
+    for (const [name, value] of before) {
+      if (value === undefined) delete process.env[name]
+      else process.env[name] = value
+    }
   }
 }
 

@@ -95,7 +95,7 @@ describe('fencelock run --timeout 3s against a Redis that cannot serve', () => {
     return { ...r, ms: performance.now() - started - startUp }
   }
 
-  // The promise: the acquire ends within 3.5 s (README), then close() returns and the process exits at
+  // The promise: the acquire ends within 3.5 s (docs/api.md), then close() returns and the process exits at
   // once; 1.5 s more for a loaded machine.
   const BOUND_MS = 5000
 

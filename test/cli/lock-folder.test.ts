@@ -136,26 +136,46 @@ describe('the default lock folder', () => {
 })
 
 describe('a shared root (mode 1777)', () => {
-  const run = (root: string, key: string) =>
-    promisify(execFile)(process.execPath, [CLI, 'run', key, '--url', pathToFileURL(root).href, '--', 'true'])
+  /**
+   * Runs `fencelock run <key>` with a command that reports, while the lock is held, the mode of the key's
+   * folder and of each file in it: once released, the folder is retired (the backend removes it).
+   */
+  const modesWhileHeld = async (root: string, key: string) => {
+    const folder = join(root, keyFolderName(key))
+    const report =
+      "const fs = require('node:fs'); const f = process.argv[1]; const mode = (p) => fs.statSync(p).mode & 0o7777; " +
+      'console.log(JSON.stringify({ folder: mode(f), files: fs.readdirSync(f).map((n) => mode(f + "/" + n)) }))'
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      CLI,
+      'run',
+      key,
+      '--url',
+      pathToFileURL(root).href,
+      '--',
+      process.execPath,
+      '-e',
+      report,
+      folder,
+    ])
+    return JSON.parse(stdout) as { folder: number; files: number[] }
+  }
 
   it("gets the epoch and reservation folders and each key's folder made 1777, so other users can take them", async () => {
     const root = join(dir.path, 'shared-root')
     mkdirSync(root)
     chmodSync(root, 0o1777)
-    await run(root, 'nightly backup')
+    const modes = await modesWhileHeld(root, 'nightly backup')
     assert.equal(modeOf(join(root, EPOCH_FOLDER)), 0o1777)
     assert.equal(modeOf(join(root, BOOT_FOLDER)), 0o1777)
-    const folder = join(root, keyFolderName('nightly backup'))
-    assert.equal(modeOf(folder), 0o1777)
-    for (const name of readdirSync(folder))
-      assert.equal(modeOf(join(folder, name)) & 0o004, 0o004, 'readable by all')
+    assert.equal(modes.folder, 0o1777)
+    assert.ok(modes.files.length > 0, 'the held key has its record')
+    for (const mode of modes.files) assert.equal(mode & 0o004, 0o004, 'readable by all')
   })
 
   it('is left to the backend when it is not shared', async () => {
     const root = join(dir.path, 'private-root')
     mkdirSync(root, { mode: 0o755 })
-    await run(root, 'k')
-    assert.notEqual(modeOf(join(root, keyFolderName('k'))) & 0o1000, 0o1000)
+    const modes = await modesWhileHeld(root, 'k')
+    assert.notEqual(modes.folder & 0o1000, 0o1000)
   })
 })

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict'
+import { getEventListeners } from 'node:events'
 import { describe, it } from 'node:test'
+import { raceSignal } from '../../src/core/abort.js'
+import { giveBack, takeController } from '../../src/core/clock.js'
 import { createLockClient } from '../../src/index.js'
 import { awaitLater } from '../support/later.js'
 import { delay, freshMemory, scripted, uniqueKey, waitFor } from './fakes.js'
@@ -118,5 +121,26 @@ describe('abort', { timeout: 20_000 }, () => {
     await delay(30)
     controller.abort(reason)
     await assert.rejects(pending, (e) => e === reason)
+  })
+
+  it('races many operations on one signal through one listener, each rejected with its reason', async () => {
+    const controller = new AbortController()
+    const forever = new Promise<never>(() => {})
+    const races = Array.from({ length: 5 }, () => awaitLater(raceSignal(forever, controller.signal)))
+    // One listener however many races: adding and removing one per call was a large share of a cycle.
+    assert.equal(getEventListeners(controller.signal, 'abort').length, 1)
+    const settled = await raceSignal(Promise.resolve('answered'), controller.signal)
+    assert.equal(settled, 'answered')
+    const reason = new Error('stop')
+    controller.abort(reason)
+    for (const race of races) await assert.rejects(race, (e) => e === reason)
+  })
+
+  it('keeps as many spare controllers as a busy client has operations under way', () => {
+    const taken = Array.from({ length: 600 }, () => takeController())
+    for (const c of taken) giveBack(c)
+    const again = new Set(Array.from({ length: 600 }, () => takeController()))
+    assert.equal(taken.filter((c) => again.has(c)).length, 600)
+    for (const c of again) giveBack(c)
   })
 })

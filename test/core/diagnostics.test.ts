@@ -8,7 +8,7 @@ import {
   LockLostError,
   LockNotAcquiredError,
 } from '../../src/index.js'
-import { aborted, freshMemory, scripted, uniqueKey } from './fakes.js'
+import { aborted, delay, freshMemory, scripted, uniqueKey } from './fakes.js'
 
 type Message = Record<string, unknown>
 
@@ -19,6 +19,7 @@ const names = [
   'fencelock:extend',
   'fencelock:release',
   'fencelock:lost',
+  'fencelock:store:error',
 ] as const
 type Name = (typeof names)[number]
 
@@ -62,7 +63,7 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     await lock.release()
 
     assert.deepEqual(seen['fencelock:acquire:start'], [
-      { key, backend: backend.id, ttlMs: 5000, timeoutMs: 1000 },
+      { key, backend: backend.id, owner: lock.owner, ttlMs: 5000, timeoutMs: 1000 },
     ])
     const [ok] = seen['fencelock:acquire:ok']
     assert.equal(seen['fencelock:acquire:ok'].length, 1)
@@ -72,6 +73,7 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.equal(ok?.fence, lock.fence)
     assert.equal(ok?.attempts, 1)
     assert.equal(typeof ok?.waitedMs, 'number')
+    assert.ok((ok?.attemptMs as number) >= 0 && (ok?.attemptMs as number) <= (ok?.waitedMs as number))
     assert.deepEqual(seen['fencelock:extend'], [
       { key, backend: backend.id, owner: lock.owner, fence: lock.fence, outcome: 'renewed', grantedMs: 5000 },
     ])
@@ -100,6 +102,7 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.equal(lost?.fence, lock.fence)
     assert.ok(lost?.error instanceof LockLostError)
     assert.equal(lost?.error, reason)
+    assert.equal(lost?.reason, 'not_owner')
     assert.ok(seen['fencelock:extend'].some((m) => m.outcome === 'lost'))
     assert.deepEqual(
       seen['fencelock:release'].map((m) => m.released),
@@ -119,6 +122,15 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     assert.equal(fail?.backend, backend.id)
     assert.ok(fail?.error instanceof LockNotAcquiredError)
     assert.ok((fail?.attempts as number) >= 2)
+    assert.equal(typeof fail?.owner, 'string')
+    assert.equal(fail?.owner, seen['fencelock:acquire:start'][0]?.owner)
+    assert.equal(fail?.aborted, false)
+    const stop = new AbortController()
+    const gaveUp = client.acquire(key, { signal: stop.signal })
+    gaveUp.catch(() => {})
+    stop.abort()
+    await assert.rejects(gaveUp)
+    assert.equal(seen['fencelock:acquire:fail'][1]?.aborted, true)
     await holder.release()
   })
 
@@ -143,5 +155,85 @@ describe('diagnostics_channel', { timeout: 20_000 }, () => {
     const [release] = seen['fencelock:release']
     assert.equal(release?.released, false)
     assert.match(String((release?.error as Error).message), /ECONNRESET/)
+    assert.deepEqual(
+      seen['fencelock:store:error'].map((m) => [m.operation, (m.error as Error).message, m.owner]),
+      [
+        ['extend', 'ETIMEDOUT', lock.owner],
+        ['release', 'ECONNRESET', lock.owner],
+      ],
+    )
+  })
+
+  it('publishes store:error for each failed acquire attempt, retried or not', async () => {
+    let failures = 2
+    const backend = scripted({
+      tryAcquire: async (req, signal, inner) => {
+        if (failures-- > 0) throw Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+        return inner.tryAcquire(req, signal)
+      },
+    })
+    const key = uniqueKey()
+    const seen = listen(key)
+    const client = createLockClient(backend)
+    const lock = await client.acquire(key, { timeout: '10s' })
+    await lock.release()
+    const errors = seen['fencelock:store:error']
+    assert.deepEqual(
+      errors.map((m) => [m.operation, (m.error as { code?: string }).code, m.backend, m.owner]),
+      [
+        ['acquire', 'ECONNREFUSED', backend.id, lock.owner],
+        ['acquire', 'ECONNREFUSED', backend.id, lock.owner],
+      ],
+    )
+    assert.equal(seen['fencelock:acquire:ok'][0]?.attempts, 3)
+  })
+
+  it('says how long a granted acquire waited for the holder (waitedMs - attemptMs)', async () => {
+    const backend = freshMemory()
+    const key = uniqueKey()
+    const client = createLockClient(backend)
+    const holder = await client.acquire(key)
+    const seen = listen(key)
+    const waiter = client.acquire(key, { timeout: '20s' })
+    waiter.catch(() => {})
+    await delay(300)
+    await holder.release()
+    const lock = await waiter
+    await lock.release()
+    const [ok] = seen['fencelock:acquire:ok']
+    const waited = (ok?.waitedMs as number) - (ok?.attemptMs as number)
+    // The granting round began after the release, at least 300 ms after the waiter started.
+    assert.ok(waited >= 250, `waited ${waited} ms (waitedMs ${ok?.waitedMs}, attemptMs ${ok?.attemptMs})`)
+    assert.ok((ok?.attemptMs as number) >= 0)
+  })
+
+  it('publishes why a lock was lost: its validity passed, its session ended, its client closed', async () => {
+    const session = new AbortController()
+    const backend = scripted({
+      // The first key's extends never answer: its validity passes ('expired').
+      extend: (lease, ttlMs, signal, inner) =>
+        lease.key.endsWith(':hang') ? new Promise(() => {}) : inner.extend(lease, ttlMs, signal),
+      tryAcquire: async (req, signal, inner) => {
+        const result = await inner.tryAcquire(req, signal)
+        return result.granted && req.key.endsWith(':session') ? { ...result, lost: session.signal } : result
+      },
+    })
+    const base = uniqueKey()
+    const reasons: Record<string, unknown> = {}
+    const onLost = (message: unknown) => {
+      const { key, reason } = message as Message
+      if (String(key).startsWith(base)) reasons[String(key).slice(base.length)] = reason
+    }
+    diagnosticsChannel.subscribe('fencelock:lost', onLost)
+    unsubscribe.push(() => diagnosticsChannel.unsubscribe('fencelock:lost', onLost))
+    const client = createLockClient(backend, { ttl: 1000 })
+    const expiring = await client.acquire(`${base}:hang`)
+    const ending = await client.acquire(`${base}:session`)
+    await client.acquire(`${base}:closed`)
+    session.abort(new Error('session expired'))
+    await aborted(expiring.signal, 20_000)
+    await aborted(ending.signal)
+    await client.close()
+    assert.deepEqual(reasons, { ':hang': 'expired', ':session': 'session_ended', ':closed': 'client_closed' })
   })
 })

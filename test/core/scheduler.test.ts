@@ -129,6 +129,83 @@ describe('scheduler', { timeout: 60_000 }, () => {
     assert.ok(timers < entries.length / 4, `${timers} timers`)
   })
 
+  it('sends a round of thousands of renewals a chunk per turn of the event loop', async () => {
+    const backend = batching()
+    // Which turn of the event loop each batch went out in.
+    let turns = 0
+    let ticking = true
+    const tick = () => {
+      turns++
+      if (ticking) setImmediate(tick)
+    }
+    tick()
+    const turnOf: number[] = []
+    const extendMany = backend.extendMany!.bind(backend)
+    backend.extendMany = (leases, ttlMs, signal) => {
+      turnOf.push(turns)
+      return extendMany(leases, ttlMs, signal)
+    }
+    const client = createLockClient(backend, { ttl: 8000 })
+    try {
+      const locks = await acquireMany(client, 2500)
+      // A stalled event loop: every lock's renewal (due ttl/3 after its grant) comes due in one round.
+      const stalledUntil = performance.now() + 3500
+      while (performance.now() < stalledUntil) {}
+      // The first renewal of every lock: the batches until 2500 keys went out.
+      const firstRound = () => {
+        let keys = 0
+        for (const [i, batch] of backend.batches.entries()) {
+          keys += batch.keys.length
+          if (keys >= locks.length) return backend.batches.slice(0, i + 1)
+        }
+        return undefined
+      }
+      await waitFor(() => firstRound() !== undefined, 'every lock renewed once', { withinMs: 20_000 })
+      const round = firstRound()!
+      const sizes = round.map((b) => b.keys.length)
+      assert.ok(
+        sizes.every((n) => n <= 1000),
+        `batch sizes ${sizes}`,
+      )
+      const turnsOfRound = turnOf.slice(0, round.length)
+      assert.equal(new Set(turnsOfRound).size, round.length, `turns ${turnsOfRound}`)
+      await waitFor(() => round.every((b) => b.endedAt !== undefined), 'the round answered', {
+        withinMs: 20_000,
+      })
+      for (const lock of locks) assert.equal(lock.signal.aborted, false, lock.key)
+      await Promise.all(locks.map((l) => l.release()))
+    } finally {
+      ticking = false
+      await client.close()
+    }
+  })
+
+  it('keeps its timer when the last entry leaves, for the next one due later', async () => {
+    const ran: Scheduled[] = []
+    const scheduler = new Scheduler<Scheduled>((entries) => {
+      ran.push(...entries)
+    })
+    const start = performance.now()
+    const entry = (): Scheduled => ({ dueAt: Number.POSITIVE_INFINITY, heapIndex: -1 })
+    // A lock acquired and released in a loop: each grant's expiry is due a little later than the last.
+    const timers = await countTimers(async () => {
+      for (let i = 0; i < 100; i++) {
+        const e = entry()
+        scheduler.schedule(e, start + 60_000 + i)
+        scheduler.cancel(e)
+      }
+    })
+    assert.equal(timers, 1)
+    // Still on time for an entry due sooner than the timer kept, and for the one due after it.
+    const soon = entry()
+    const later = entry()
+    scheduler.schedule(later, performance.now() + 300)
+    scheduler.schedule(soon, performance.now() + 100)
+    await waitFor(() => ran.length === 2, 'both run', { withinMs: 10_000 })
+    assert.deepEqual(ran, [soon, later])
+    assert.equal(scheduler.size, 0)
+  })
+
   it('renews many locks on one timer, gathered into batches', async () => {
     const backend = batching()
     const client = createLockClient(backend, { ttl: 3000 })

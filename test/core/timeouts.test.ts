@@ -10,7 +10,7 @@ import { describe, it } from 'node:test'
 import { BackendUnavailableError, createLockClient, LockNotAcquiredError } from '../../src/index.js'
 import { scripted, uniqueKey, waitFor } from './fakes.js'
 
-/** Room for a loaded machine on top of a documented bound (the bound itself is what the README says). */
+/** Room for a loaded machine on top of a documented bound (the bound itself is what docs/api.md says). */
 const LOAD_MS = 2500
 
 const never = () => new Promise<never>(() => {})

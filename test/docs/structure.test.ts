@@ -1,7 +1,8 @@
 /**
  * The layering CONTRIBUTING.md promises, read from the sources' own imports: the core imports no engine,
  * no backend and not the scheme table; an engine imports only the core and other engines; a backend never
- * imports another backend, except Redlock, which is built from Redis nodes.
+ * imports another backend, except Redlock, which is built from Redis nodes; a fence guard imports
+ * only other guards.
  */
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
@@ -56,4 +57,21 @@ it('a backend imports no other backend (Redlock aside: it is built from Redis no
     return own === other || (own === 'redlock' && other === 'redis')
   })
   assert.deepEqual(found, [], `backends importing each other:\n${found.join('\n')}`)
+})
+
+it('src/guards imports only other guards: a guard works with any lock, and loads no backend', () => {
+  const found = offending('guards', (target) => target.startsWith('guards/'))
+  assert.ok(importsUnder('guards').length > 3, 'found no guard sources')
+  assert.deepEqual(found, [], `a guard importing outside src/guards:\n${found.join('\n')}`)
+})
+
+it('src/otel imports only the core (the only place that imports @opentelemetry/api)', () => {
+  const found = offending('otel', (target) => target.startsWith('core/') || target.startsWith('otel/'))
+  assert.deepEqual(found, [], `the OpenTelemetry entry must stay beside the backends:\n${found.join('\n')}`)
+  const others = ['core', 'engines', 'backends', 'cli'].flatMap((dir) =>
+    importsUnder(dir)
+      .filter(({ file }) => readFileSync(join(src, file), 'utf8').includes("'@opentelemetry/"))
+      .map(({ file }) => file),
+  )
+  assert.deepEqual(others, [], 'only src/otel may import @opentelemetry packages')
 })

@@ -91,7 +91,7 @@ class FakeNode implements QuorumNode, ReleaseListener {
     })
   }
 
-  raiseFence(key: string, atLeast: bigint, s: AbortSignal) {
+  raiseFence(key: string, _owner: string, atLeast: bigint, s: AbortSignal) {
     return this.#reply(`raise ${key} ${atLeast}`, s, () => {
       if (this.raiseFails) throw new Error(`${this.id}: out of memory`)
       const value = (this.counters.get(key) ?? 0n) > atLeast ? this.counters.get(key)! : atLeast
@@ -232,6 +232,17 @@ describe('quorum engine: acquire', () => {
         node.log.filter((l) => l.startsWith('raise')),
         [],
       )
+  })
+
+  it('raises, without waiting, the nodes a grant left behind although its majority needed none of them', async () => {
+    // A node's counter serves every name: a node left behind would make later grants write back.
+    const { nodes, quorum } = fakeQuorum(3, 10_000, [9n, 9n, 2n])
+    nodes[2]!.delayMs = 50
+    const grant = await quorum.tryAcquire(request('k'), signal())
+    assert.ok(grant.granted)
+    assert.equal(grant.fence >> NODE_BITS, 10n)
+    // Node 2 minted 3, in the round or after it: either way it is raised to M.
+    await waitUntil(() => nodes[2]!.counters.get('k') === 10n, 'node 2 raised to M')
   })
 
   it('a grant whose token cannot be written back is released everywhere and reported as a QuorumError', async () => {
@@ -502,7 +513,7 @@ describe('quorum engine: inspect', () => {
   })
   const attempt = `${OWNER}.7`
 
-  it('held on a majority: the acquire owner, valid until the q-th longest lease, the largest counter or our token', () => {
+  it('held on a majority: the acquire owner, valid until the q-th longest lease, a counter or our token', () => {
     const infos = [
       info(attempt, 5n, 900),
       info(attempt, 9n, 300),
@@ -519,6 +530,15 @@ describe('quorum engine: inspect', () => {
       note: 'held on 3 of 5 nodes: a bare majority, so each extend needs every one of them to renew',
     })
     assert.equal(inspectVotes(infos, 3, (o) => (o === OWNER ? 77n : undefined))?.fence, 77n)
+  })
+
+  it("held: the counter most holding nodes show, not a late node's larger one; ties go to the larger", () => {
+    // Nodes 1 and 2 decided the grant at 5 (node 2 written back); node 0's part landed late and minted 6.
+    const late = [info(attempt, 6n, 900), info(attempt, 5n, 900), info(attempt, 5n, 900)]
+    assert.equal(inspectVotes(late, 2, () => undefined)?.fence, (5n << NODE_BITS) | 1n)
+    // Node 1 silent: one node shows each value, and the larger is the guess.
+    const silent = [info(attempt, 6n, 900), undefined, info(attempt, 5n, 900)]
+    assert.equal(inspectVotes(silent, 2, () => undefined)?.fence, 6n << NODE_BITS)
   })
 
   it('held without a majority, or free: not held, with the latest counter; nothing at all: null', () => {

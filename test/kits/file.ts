@@ -5,9 +5,10 @@ import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../src/backends/file/generations.js'
 import { TEST_BOOT_ID } from '../../src/backends/file/host-clock.js'
+import { TEST_SWEEP_MS } from '../../src/backends/file/sweep.js'
 import { tempDir } from '../support/temp.js'
 import { sleep } from '../support/time.js'
-import { type Kit, type KitStore, RACE, ttlStore } from './kit.js'
+import { type ChaosFeature, type Kit, type KitStore, RACE, ttlStore } from './kit.js'
 
 /**
  * What a tmp cleaner or an operator does: the key's whole folder (its hashed name) removed, `rm -rf`. The
@@ -29,6 +30,9 @@ async function removeFolder(folder: string): Promise<void> {
     }
   }
 }
+
+/** The server faults the file backend's chaos targets apply. */
+const FILE_CHAOS: readonly ChaosFeature[] = ['expire', 'delete-state', 'reboot', 'process-lease']
 
 export const fileKit: Kit = {
   id: 'file',
@@ -75,7 +79,11 @@ export const fileKit: Kit = {
       },
     }
   },
-  chaos: [{ name: 'file', features: ['expire', 'delete-state', 'reboot', 'process-lease'] }],
+  chaos: [
+    { name: 'file', features: FILE_CHAOS },
+    // Every worker sweeps the root after each of its grants, whatever just ended: removals race acquires.
+    { name: 'file-sweep', features: FILE_CHAOS, env: { [TEST_SWEEP_MS]: '0' } },
+  ],
   bench: [
     { name: 'fencelock file', store: 'file', note: 'fsync once per boot' },
     { name: 'fencelock file (fsync=false)', store: 'file', query: '?fsync=false', separate: true },

@@ -74,6 +74,8 @@ export interface ChaosVariant {
   readonly query?: string
   /** The backend refuses shorter ttls (`BackendLimits.minTtlMs`): scenarios with a shorter one use this. */
   readonly minTtlMs?: number
+  /** Variables the workers see (a backend's test settings), set while the target runs. */
+  readonly env?: Readonly<Record<string, string>>
 }
 
 /** A fencelock adapter of the bench served by a kit. */

@@ -19,15 +19,15 @@ export async function deleteLockKey(port: number, key: string): Promise<void> {
 }
 
 /**
- * What an operator's clean-up does: every key of the lock `key` (lease, fence, holder, fair queue), or
+ * What an operator's clean-up does: every key of the lock `key` (lease, fence, holder, fair queue, starvation mark), or
  * with `key` undefined every key under the backend's default prefix (SCAN + DEL, as a script would).
  */
 export async function deleteRedisState(port: number, key?: string): Promise<void> {
   const admin = new Redis(port, '127.0.0.1')
   try {
     if (key !== undefined) {
-      const { lock, fence, queue, waiters, ttls, holder } = redisLockKeys(key)
-      await admin.del(lock, fence, queue, waiters, ttls, holder)
+      const { lock, fence, queue, waiters, ttls, holder, starving } = redisLockKeys(key)
+      await admin.del(lock, fence, queue, waiters, ttls, holder, starving)
       return
     }
     let cursor = '0'

@@ -4,6 +4,8 @@
  * port), and every readiness error carries the member's log tail.
  */
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { get } from 'node:https'
 import { tempDir } from '../support/temp.js'
 import { waitUntil } from '../support/wait.js'
 import { type PeerLinks, startPeerLinks } from './etcd-peers.js'
@@ -62,13 +64,36 @@ export interface EtcdOptions {
   readonly raft?: RaftTiming
   /** Member-to-member links through proxies the tests can cut (`EtcdCluster.isolate`). @default false */
   readonly peerLinks?: boolean
+  /**
+   * Clients over TLS only (`--cert-file/--key-file`, https client URLs; peers stay plain): `endpoints` are
+   * then `https://`, and the readiness check trusts `caFile`. `leader()` asks over plain HTTP: not for these.
+   */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string; readonly caFile: string }
 }
 
-async function health(port: number): Promise<boolean> {
+async function health(port: number, ca: Buffer | undefined): Promise<boolean> {
+  if (ca) return (await httpsGet(`https://127.0.0.1:${port}/health`, ca)).includes('"health":"true"')
   const reply = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })
   if (!reply.ok) return false
   const body = (await reply.json()) as { health?: string }
   return body.health === 'true'
+}
+
+/** The body of a GET over TLS trusting `ca` (fetch takes no CA), within 1 s. */
+function httpsGet(url: string, ca: Buffer): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const request = get(url, { ca, timeout: 1000 }, (reply) => {
+      let body = ''
+      reply.setEncoding('utf8')
+      reply.on('data', (chunk: string) => {
+        body += chunk
+      })
+      reply.on('end', () => resolve(body))
+      reply.on('error', reject)
+    })
+    request.on('timeout', () => request.destroy(new Error(`no answer from ${url} within 1 s`)))
+    request.on('error', reject)
+  })
 }
 
 /** What every member of one cluster shares: the binary, the peer list, the cluster token, raft's timing. */
@@ -77,6 +102,9 @@ interface ClusterSpec {
   readonly initialCluster: string
   readonly token: string
   readonly raft: RaftTiming
+  readonly tls: EtcdOptions['tls']
+  /** `tls`'s CA, read once. */
+  readonly ca: Buffer | undefined
 }
 
 /** The flags of each timing (etcd's defaults need none). */
@@ -106,7 +134,8 @@ class RunningMember extends FolderServer implements EtcdMember {
   }
 
   #launch(): ServerProcess {
-    const client = `http://${this.endpoint}`
+    const { tls } = this.#spec
+    const client = `${tls ? 'https' : 'http'}://${this.endpoint}`
     const peer = `http://127.0.0.1:${this.peerPort}`
     const advertised = `http://127.0.0.1:${this.advertisedPeerPort}`
     const proc = new ServerProcess(
@@ -119,6 +148,7 @@ class RunningMember extends FolderServer implements EtcdMember {
         ...['--initial-cluster', this.#spec.initialCluster, '--initial-cluster-state', this.#state],
         ...['--initial-cluster-token', this.#spec.token],
         ...RAFT_FLAGS[this.#spec.raft],
+        ...(tls ? ['--cert-file', tls.certFile, '--key-file', tls.keyFile] : []),
         ...['--logger', 'zap', '--log-level', 'error'],
       ],
       this.dir,
@@ -129,7 +159,7 @@ class RunningMember extends FolderServer implements EtcdMember {
 
   /** Waits until it answers /health (which needs a leader, so a quorum of its cluster). */
   untilHealthy(withinMs: number): Promise<void> {
-    return this.proc.untilReady(() => health(this.clientPort), withinMs)
+    return this.proc.untilReady(() => health(this.clientPort, this.#spec.ca), withinMs)
   }
 
   async restart(): Promise<void> {
@@ -149,7 +179,7 @@ class RunningMember extends FolderServer implements EtcdMember {
   }
 
   healthy(): Promise<boolean> {
-    return health(this.clientPort).catch(() => false)
+    return health(this.clientPort, this.#spec.ca).catch(() => false)
   }
 }
 
@@ -177,6 +207,7 @@ async function startMembers(
   size: number,
   ports: number[],
   raft: RaftTiming,
+  tls: EtcdOptions['tls'],
   links: PeerLinks | undefined,
   onSpawned: (members: RunningMember[]) => void,
 ): Promise<RunningMember[]> {
@@ -192,6 +223,8 @@ async function startMembers(
     initialCluster: named.map((m) => `${m.name}=http://127.0.0.1:${m.advertisedPeerPort}`).join(','),
     token: `fencelock-${randomBytes(4).toString('hex')}`,
     raft,
+    tls,
+    ca: tls ? readFileSync(tls.caFile) : undefined,
   }
   const members = named.map(
     (m) => new RunningMember(m.name, m.clientPort, m.peerPort, m.advertisedPeerPort, spec),
@@ -218,7 +251,7 @@ export async function startEtcd(size = 1, options: EtcdOptions = {}): Promise<Et
     size === 1 ? 'etcd' : `a ${size}-member etcd cluster`,
     2 * size,
     (ports) =>
-      startMembers(binary, size, ports, options.raft ?? 'fast', links, (m) => {
+      startMembers(binary, size, ports, options.raft ?? 'fast', options.tls, links, (m) => {
         spawned = m
       }),
     options.pickPorts,
@@ -229,7 +262,7 @@ export async function startEtcd(size = 1, options: EtcdOptions = {}): Promise<Et
   return {
     members,
     url: (rest = '') => `etcd://${members.map((m) => m.endpoint).join(',')}${rest}`,
-    endpoints: members.map((m) => `http://${m.endpoint}`).join(','),
+    endpoints: members.map((m) => `${options.tls ? 'https' : 'http'}://${m.endpoint}`).join(','),
     async leader() {
       let found: EtcdMember | undefined
       const elected = async () => {

@@ -6,7 +6,7 @@
  * error; a restart keeps the data and the port. Stopped by SIGINT (fast shutdown).
  */
 import { execFile } from 'node:child_process'
-import { chownSync, existsSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import postgres from 'postgres'
@@ -36,6 +36,8 @@ export interface PostgresOptions {
   readonly pickPorts?: PickPorts
   /** Server settings (`-c name=value`), e.g. a non-default `default_transaction_isolation`. */
   readonly settings?: Readonly<Record<string, string>>
+  /** TLS on (`ssl=on`) with this certificate and key (copied into the server's folder, owned by it). */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string }
 }
 
 /** The `postgres` user's ids: the server refuses to run as root. */
@@ -51,6 +53,21 @@ function requireServer(): void {
       `PostgreSQL 15 is not installed (${BIN}/postgres). Run "npm run test:all", which installs it (${INSTALL}).`,
     )
   }
+}
+
+/** `ssl=on` with copies of the certificate and key the server may read (it refuses a key others can). */
+function tlsSettings(
+  dir: string,
+  as: { uid: number; gid: number },
+  tls: NonNullable<PostgresOptions['tls']>,
+): Record<string, string> {
+  const cert = join(dir, 'server.pem')
+  const key = join(dir, 'server.key')
+  copyFileSync(tls.certFile, cert)
+  copyFileSync(tls.keyFile, key)
+  for (const file of [cert, key]) chownSync(file, as.uid, as.gid)
+  chmodSync(key, 0o600)
+  return { ssl: 'on', ssl_cert_file: cert, ssl_key_file: key }
 }
 
 /** Whether OUR server answers on `port`: its data directory is the one we made. */
@@ -157,7 +174,10 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
           ],
           { ...as, cwd: folder.path },
         )
-        const settings = options.settings ?? {}
+        const settings = {
+          ...options.settings,
+          ...(options.tls && tlsSettings(folder.path, as, options.tls)),
+        }
         const proc = await launch(port!, data, folder.path, as, settings)
         return new RunningPostgres(port!, folder, data, as, settings, proc)
       } catch (error) {

@@ -4,6 +4,7 @@
  * start is retried on fresh ports (see ports.ts), and every error carries the server's log tail.
  */
 import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
@@ -38,15 +39,18 @@ export interface RedisServerOptions {
   readonly port?: number
   /** Where fresh ports come from. @default freePorts (the OS's) */
   readonly pickPorts?: PickPorts
+  /** TLS only (`--tls-port`, no plain port), with this certificate and key; `url` is then `rediss://`. */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string; readonly caFile: string }
 }
 
 /**
  * Whether the redis-server with PID `pid` answers on `port`: INFO names the process that answered, so a
  * squatter on the port never passes for ours. A server that asks for a password is up too.
  */
-async function answers(port: number, pid: number): Promise<boolean> {
+async function answers(port: number, pid: number, ca: Buffer | undefined): Promise<boolean> {
   const client = new Redis({
     port,
+    ...(ca ? { tls: { ca } } : {}),
     host: '127.0.0.1',
     lazyConnect: true,
     maxRetriesPerRequest: 0,
@@ -71,10 +75,16 @@ async function answers(port: number, pid: number): Promise<boolean> {
 }
 
 /** Runs redis-server and waits until it answers; stops it and throws (with its log) if it never does. */
-async function launch(binary: string, port: number, args: string[], dir: string): Promise<ServerProcess> {
+async function launch(
+  binary: string,
+  port: number,
+  args: string[],
+  dir: string,
+  ca: Buffer | undefined,
+): Promise<ServerProcess> {
   const proc = new ServerProcess(`redis-server on port ${port}`, binary, args, dir)
   try {
-    await proc.untilReady(() => answers(port, proc.pid), 10_000)
+    await proc.untilReady(() => answers(port, proc.pid, ca), 10_000)
     return proc
   } catch (error) {
     await proc.stop()
@@ -84,25 +94,25 @@ async function launch(binary: string, port: number, args: string[], dir: string)
 
 class RunningRedis extends FolderServer implements RedisServer {
   readonly url: string
-  readonly #command: { binary: string; args: string[] }
+  readonly #command: { binary: string; args: string[]; ca: Buffer | undefined }
 
   constructor(
     readonly port: number,
     folder: TempDir,
-    command: { binary: string; args: string[] },
+    command: { binary: string; args: string[]; ca: Buffer | undefined },
     proc: ServerProcess,
   ) {
     super(folder)
-    this.url = `redis://127.0.0.1:${port}`
+    this.url = `${command.ca ? 'rediss' : 'redis'}://127.0.0.1:${port}`
     this.#command = command
     this.proc = proc
   }
 
   async restart(): Promise<void> {
     await this.proc.stop()
-    const { binary, args } = this.#command
+    const { binary, args, ca } = this.#command
     this.proc = await againOnPort(`redis-server on port ${this.port}`, () =>
-      launch(binary, this.port, args, this.dir),
+      launch(binary, this.port, args, this.dir, ca),
     )
   }
 }
@@ -118,15 +128,24 @@ async function startRedisServer(
   const binary = requireBinary('redis-server', INSTALL)
   const attempt = async ([port, ...extra]: number[]) => {
     const folder = tempDir('redis')
+    const { tls } = options
+    const ca = tls ? readFileSync(tls.caFile) : undefined
+    const listen = tls
+      ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile]
+      : ['--port', String(port)]
     const args = [
-      ...['--port', String(port), '--bind', '127.0.0.1', '--dir', folder.path],
+      ...listen,
+      ...(tls
+        ? ['--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no']
+        : []),
+      ...['--bind', '127.0.0.1', '--dir', folder.path],
       ...['--save', '', '--appendonly', 'no', '--protected-mode', 'no'],
       ...(options.args ?? []),
       ...more.args(extra),
     ]
     try {
-      const proc = await launch(binary, port!, args, folder.path)
-      return new RunningRedis(port!, folder, { binary, args }, proc)
+      const proc = await launch(binary, port!, args, folder.path, ca)
+      return new RunningRedis(port!, folder, { binary, args, ca }, proc)
     } catch (error) {
       folder.cleanup()
       throw error

@@ -61,6 +61,7 @@ function versioned(item: Item | undefined): CasVersioned | undefined {
   return { body: item[ATTR.record]?.S ?? '', version: item[ATTR.version]?.S ?? '' }
 }
 
+/** The cas-lease engine's driver over DynamoDB (`dynamodbBackend` builds one): one item per lock. */
 export class DynamoDbDriver implements CasDriver {
   readonly id: string
   readonly limits = DYNAMODB_LIMITS

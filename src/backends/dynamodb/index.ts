@@ -44,6 +44,7 @@ import type { DynamoDbSdk } from './table.js'
 export { DYNAMODB_LIMITS, DynamoDbDriver } from './driver.js'
 export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
 
+/** What `dynamodbBackend` is told. */
 export interface DynamoDbBackendOptions {
   /** A `DynamoDBClient` of `@aws-sdk/client-dynamodb` (its region, credentials, endpoint, retries). fencelock never closes it. */
   readonly client: DynamoDBClient
@@ -93,7 +94,7 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   return casLeaseBackend(driver)
 }
 
-/** The URL parameters of `dynamodb://table` (tested against the README like every backend's). */
+/** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   region: {
     type: 'string',

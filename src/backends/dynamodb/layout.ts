@@ -36,7 +36,7 @@ export interface TablePlace {
 }
 
 /**
- * The AWS CLI command that creates the table, for messages and the README; with the region (and the
+ * The AWS CLI command that creates the table, for messages and the docs; with the region (and the
  * endpoint of a DynamoDB Local) the client uses, so the table is made where this client looks.
  */
 export const createTableCommand = (table: string, place: TablePlace = {}): string =>

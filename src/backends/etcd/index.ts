@@ -71,6 +71,7 @@ import { EtcdQueue } from './queue.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
 
+/** What `etcdBackend` is told. */
 export interface EtcdBackendOptions {
   /**
    * An `Etcd3` client of the `etcd3` package. fencelock never closes it. Build it with `etcdClientOptions`, or
@@ -202,7 +203,7 @@ class EtcdBackend implements LockBackend {
   }
 }
 
-/** etcd:// takes no URL parameters (tested against the README like the others). */
+/** etcd:// takes no URL parameters (tested against its page in docs/backends/, like the others). */
 export const PARAMS = {} as const satisfies ParamSchema
 
 /** `etcd://host1:2379,host2:2379[/prefix]` — the path (if any) replaces the default prefix `fencelock/`. */

@@ -2,11 +2,11 @@
  * What the file backend tells people: `inspect` (one key, read only: it never creates a folder), `list`
  * (every key folder's current record, read only) and
  * `doctor` (the lock root: boot id, whether link() works, where the fences' epochs live, fsync, how many
- * keys it keeps). Doctor creates nothing: a missing root is reported with the command that makes it, and
+ * keys it keeps and how many are held). Doctor creates nothing: a missing root is reported with the command that makes it, and
  * its one write, the link() probe, is two files of its own in the root, removed at once.
  */
 import { randomBytes } from 'node:crypto'
-import { linkSync, opendirSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
+import { linkSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
 import { opendir } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, sep } from 'node:path'
@@ -16,6 +16,7 @@ import { readCurrent } from './generations.js'
 import { monotonicMs } from './host-clock.js'
 import { holderGone, isLive, type RecordV1 } from './records.js'
 import { folderOf, type Root } from './root.js'
+import { DEFAULT_SWEEP_AFTER_MS, stateOf } from './sweep.js'
 
 /** Who holds `key`, as its folder says now. */
 export async function inspectKey(root: Root, key: string): Promise<LockInfo> {
@@ -114,7 +115,7 @@ export async function fileDoctor(root: Root): Promise<DoctorFinding[]> {
       : { level: 'ok', message: `boot id ${boot}` },
   )
   findings.push(probeLink(dir))
-  findings.push(countKeys(dir))
+  findings.push(await countKeys(root))
   const epochs = join(dir, EPOCH_FOLDER)
   const temporary = ['/tmp', '/var/tmp', '/dev/shm', tmpdir()].some(
     (t) => dir === t || dir.startsWith(t.endsWith(sep) ? t : `${t}${sep}`),
@@ -175,21 +176,34 @@ function probeLink(dir: string): DoctorFinding {
   }
 }
 
-/** How many key folders doctor counts at most: a listing of the root, bounded. */
+/** How many key folders doctor counts at most: a listing of the root and a read of each, bounded. */
 const COUNT_LIMIT = 100_000
 
-/** How many keys the root keeps a folder for (a key's folder stays after its release: it holds the fence). */
-function countKeys(dir: string): DoctorFinding {
-  const listing = opendirSync(dir)
+/**
+ * How many keys the root keeps a folder for, and how many of them are held: the others are in use lately,
+ * or ended and waiting for a live client's sweep (sweep.ts) or `fencelock prune`.
+ */
+async function countKeys(root: Root): Promise<DoctorFinding> {
+  const listing = await opendir(root.dir)
   let keys = 0
-  try {
-    // Key folders are the only entries with a `~` in their name (`.epoch`, `.boot`, temp names have none).
-    for (let entry = listing.readSync(); entry !== null && keys < COUNT_LIMIT; entry = listing.readSync()) {
-      if (entry.name.includes('~') && entry.isDirectory()) keys++
-    }
-  } finally {
-    listing.closeSync()
+  let held = 0
+  let ended = 0
+  // Key folders are the only entries with a `~` in their name (`.epoch`, `.boot`, temp names have none).
+  for await (const entry of listing) {
+    if (!entry.name.includes('~') || !entry.isDirectory()) continue
+    const state = stateOf(root, await readCurrent(join(root.dir, entry.name)))
+    keys++
+    if (state.kind === 'held') held++
+    else if (state.kind === 'ended' && state.endedMs >= DEFAULT_SWEEP_AFTER_MS) ended++
+    if (keys >= COUNT_LIMIT) break
   }
-  const count = keys < COUNT_LIMIT ? `${keys}` : `at least ${COUNT_LIMIT}`
-  return { level: 'info', message: `lock names kept: ${count} (key folders in ${dir})` }
+  const at = (n: number) => (keys < COUNT_LIMIT ? `${n}` : `at least ${n}`)
+  return {
+    level: 'info',
+    message:
+      `lock names kept: ${at(keys)} (key folders in ${root.dir}), ${held} of them held` +
+      (ended > 0
+        ? `; ${ended} ended over a minute ago (a live client's sweep removes them, or \`fencelock prune\` now)`
+        : ''),
+  }
 }

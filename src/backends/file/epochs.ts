@@ -2,7 +2,7 @@
  * The lock root's epoch counter: `<root>/.epoch/`, a generation store of its own whose highest name is the
  * latest epoch issued. An epoch is taken whenever a key folder must start a fence range afresh (a new or
  * removed folder, an unreadable record, a range used up): the range of epoch E is (E·2^21, (E+1)·2^21), so
- * every fence minted in it is above every fence of an earlier epoch. See index.ts for the argument.
+ * every fence minted in it is above every fence of an earlier epoch. See docs/backends/file.md for the argument.
  *
  * Why epochs never go back, whatever of the root is lost: EPOCHS ARE USED ONLY IN THE PAST. A new epoch is
  * at least the wall clock in ms, and nobody mints a fence from epoch E until the wall clock has passed E:

@@ -1,6 +1,6 @@
 /**
  * The generation store under one folder: the highest generation file is the state, and a new state is
- * created exclusively as generation N+1 (see index.ts for the whole design: fences, epochs, removals).
+ * created exclusively as generation N+1 (see docs/backends/file.md for the whole design: fences, epochs, removals).
  * Everything here is one atomic step or a read; the backend composes them.
  *
  * Metadata calls (list, read, stat, create, link, unlink) are synchronous on purpose: on a local file

@@ -1,113 +1,23 @@
 /**
  * file:///dir — the embedded default: locks shared by every process on ONE host through a directory.
- * (The header is long on purpose: the whole fence argument lives here, once; the other files point to it.)
+ * The design (layout, expiry, the fence argument with epochs and per-boot reservations, the race with a
+ * removal, durability, the hot path, limits) is told for users in docs/backends/file.md; this header keeps
+ * the facts the code leans on.
  *
- * Layout, under the lock root `<dir>`:
- *   <dir>/<readable-prefix>~<sha256(key), 32 hex>/   one folder per key (hashed, so any key works and keys
- *                                                    differing only in case stay distinct everywhere)
- *       00000000000000000007                         generation files: the highest is the state
- *       .tmp-<process id>-<n>                        a record being written (or a crashed writer's); the
- *                                                    random id is drawn once per process, n counts
- *   <dir>/.epoch/00000000000000000003                the root's epoch counter: the highest name is the
- *                                                    latest epoch issued (see epochs.ts)
- *   <dir>/.boot/00000000001764000065536              epochs reserved: the highest name R, its record says
- *                                                    which boot issues epochs below R (epochs.ts)
- * A generation file is a JSON record `{ v: 1, key, state: 'held' | 'free', owner, fence, base, boot, deadline }`.
- * Every transition (acquire, extend, release) creates generation N+1 *exclusively*: the record is written
- * to a temp file, then `link()`ed to the name N+1. link() fails with EEXIST if the name exists, so of
- * several contenders that all read state N exactly one wins: a compare-and-swap on the generation, with no
- * lock files to go stale and no partial records (a record is complete before its name appears).
- *
- * Expiry: the record's `deadline` is on the host's monotonic clock (CLOCK_MONOTONIC via process.hrtime,
- * shared by all processes of one boot and immune to wall-clock steps), tagged with the boot id; a record
- * from another boot has expired. A grant also records the processes its lease lives with (`holderPids`:
- * this process by default; `fencelock run` names its watchdog too), each by pid and start time: once all
- * of them are certainly gone, the lease is over at once, as flock(1)'s lock ends with its holder
- * (holders.ts says when that is certain; in doubt the deadline decides). A waiter learns of it by looking:
- * a dead process writes nothing, so no watch event comes, and a refusal over such a record asks the core to
- * try again within HOLDER_CHECK_MS. An unreadable record (corrupt, or from a newer version) is treated as
- * held until this process has seen it unchanged for `unreadableHoldMs`.
- *
- * Fence: every record carries a `base`, and the fence of generation g is `base + g`.
- * A transition copies the base of the state it succeeds, so within a folder fences grow with generations,
- * for free. A folder with no generation (a new key, or one whose folder or files were removed: the two look
- * the same) starts afresh: the contender takes a new epoch E from `<dir>/.epoch` and races, like everyone,
- * for the name 1, with the base that makes its fence E·2^21 + 1. Epochs only grow, and a range holds
- * 2^21 fences, so the new folder's fences exceed every fence minted before for that key, whatever folder
- * held them. A process may start many folders with the epoch it took last, each key once, while nothing
- * was issued since (`.epoch` still ends with it, and its record is the one this process's bump wrote):
- * every earlier fence of those keys lies in a range of an epoch at most E, and none of them in E's but the
- * ones this process started (epochs.ts, `startAgain`). A new key costs a listing of `.epoch`, not a new epoch. The same fresh start is taken over an unreadable record (its base is unknown) and when a
- * range is used up (2^21 generations; the next one takes a new epoch: there is no "beyond", and the
- * generation names themselves stay far below 20 digits: fences are never names). Losers of
- * the race for name 1 merely leave gaps in the epochs. An epoch is issued once, and a power loss must not
- * issue it again. Records from before epochs have no base: it is 0.
- *
- * Durability (epochs.ts has the details): a power loss or a kernel crash, the only things that lose
- * page-cache writes, are a reboot, after which every lease has ended. So nothing a boot writes is fsynced
- * but a reservation of epochs (`<dir>/.boot/`), once per boot (and when a busy boot runs past it), before
- * the first epoch of the boot is issued from it: every epoch of a boot exceeds every epoch of the boots
- * before, whatever of their writes the disk kept. And a record written in another boot never passes its
- * base on (`carriedBase`): its successor takes a new epoch of this boot, since the old boot may have
- * granted, in its page cache, fences past the record the disk kept. Within a boot, the page cache is one
- * coherent disk for every process, and the argument above holds unchanged. Where the host has no kernel
- * boot id to tell boots apart for certain (macOS, Windows), each grant's record, its folder and each new
- * epoch are fsynced instead (`durability: 'acquire'`).
- *
- * What could reset fences: removing the whole lock root, or its `.epoch` folder (a reboot of a root on
- * tmpfs, a tmp cleaner, also right after a quick reboot): the epochs start over, but at the wall clock in
- * ms, which is past every epoch a fence came from, since none is used before the clock has passed it
- * (epochs.ts), unless the clock went back. Removing a key's folder never does.
- * Removing only its newest generation file while older ones remain lets the next grant repeat that
- * generation's fence: the holder's cookie names its record's file (inode and mtime), so the new grant,
- * another file under the same name, is never taken for its own.
- *
- * The race with a removal, and why it is closed: a contender reads state N of folder F, F is removed (and
- * recreated, maybe advanced to the same N by others), and the contender links N+1 with F's base into the
- * new folder — a stale fence, and a second holder. Two things stop it. (1) Before linking, the writer
- * creates its temp file in the folder and then checks, with one stat, that the name N it read is still the
- * same file (inode and mtime, taken for free when it read the record): the same file means the same folder.
- * From then on the temp file PINS that folder: a folder holding a file cannot be removed, and `rm -rf`,
- * which unlinks the temp file first, makes the link fail with ENOENT (the link finds the temp file by its
- * path, and its random name exists in no other folder). So the link lands in the folder that was read, or
- * nowhere. (2) A contender that found no generation first pins the folder with its temp file, reads it
- * again, and only then takes its epoch: the link lands in the pinned folder (or fails), and the epoch is
- * taken after every removal that preceded the pin, so it exceeds every epoch any earlier folder used.
- * (Comparing the folder's own inode before the read and after the link would not do: ext4 and XFS reuse
- * a removed directory's inode number at once, and an undo after the link comes too late for a reader
- * that already acted on the stale record.) Where a removal's
- * `rm -rf` deletes files one by one during a transition, the check after the link (the predecessor N must
- * still be there, and no higher name) makes the writer stand back. The residual risk is a name reused with
- * the same inode number AND the same mtime tick (a few ms), by a folder removed, recreated and advanced to
- * that generation inside that tick: not a thing a cleaner or an operator does.
- *
- * The hot path: a transition after this process's own write reads nothing. Extend and release know their
- * record by the cookie (generation, record, stamp), an acquire of a key this process wrote last by a table
- * of those (`root.written`, one per process); each pins the folder and checks with one stat that the name
- * is still that very file, which is all a read of the folder would have told it: a successor N+1 fails
- * the link (the acquire then reads the folder, in the same attempt), and the check after the link (its
- * listing is also what `collect` deletes from) refuses the rest. Per transition: open, stat, write, fstat,
- * close, link, unlink of the temp name, one listing, unlink of the predecessor; no fsync, no `.epoch`. A
- * key this process never wrote in has its folder made first (one mkdir, which also says whether it is new:
- * a new one needs no read). Every call is synchronous: a few microseconds each, less than a hop through
- * libuv's thread pool. Not the first use of a root, where many acquires may start at once on a loaded
- * disk: the root, `.epoch` and `.boot` are made asynchronously, once per process (folders.ts), every
- * fsync is asynchronous, and new keys share one epoch bump (epochs.ts, `sharedStart`): 64 first acquires
- * cost one epoch and one reservation, not 64 racing writers fsyncing a copy each. An attempt the core
- * stopped waiting for (its signal) links nothing, and a take lost to another writer reads the folder
- * again, so a refusal always says what the folder holds.
- *
- * Waiting: fs.watch on the key's folder (watch.ts), with the core's poll as the fallback. An event wakes the
- * waiter only for a generation above the one its latest attempt read (or the folder itself going).
- *
- * Limits: one host only (not NFS: link() and watch semantics differ there). The monotonic clock stops while
- * the machine sleeps, so leases stretch across a suspend. Keys up to 64 KiB, ttls up to 2^43 ms
- * (FILE_LIMITS). Fences stay below 2^63: an epoch at or past 2^42 (a clock beyond the year 2109), or one
- * more than MAX_LEAD_MS ahead of the wall clock, is refused (epochs.ts: the error says what to do); the
- * first fence range of a boot that follows the last one within seconds waits, up to RESERVE ms, for the
- * clock to pass the end of that boot's reservation. All the processes sharing a root must run a version with epochs: an older one numbers
- * fences by generation only. A folder that cannot be created or written (EACCES, EPERM, ENOTDIR, EROFS,
- * ENOSPC, …) is a setting, not an outage: the acquire fails at once, naming the path and the reason.
+ * Layout: <dir>/<readable-prefix>~<sha256(key), 32 hex>/ holds generation files (20-digit names, the
+ * highest is the state) and `.tmp-<process id>-<n>` records being written; <dir>/.epoch/ is the root's
+ * epoch counter and <dir>/.boot/ the epochs reserved per boot (epochs.ts). A record is
+ * `{ v: 1, key, state: 'held' | 'free', owner, fence, base, boot, deadline }`; every transition writes a
+ * temp file and link()s it as generation N+1: EEXIST means another contender won (a compare-and-swap).
+ * Expiry: `deadline` on CLOCK_MONOTONIC, tagged with the boot id; a grant ends early once all of its
+ * `holderPids` are certainly gone (holders.ts); an unreadable record counts as held for `unreadableHoldMs`.
+ * Fence: `base + generation`; a folder without a generation starts from a new epoch E (base E·2^21), taken
+ * only after its temp file pins the folder; a record from another boot never passes its base on.
+ * Storage: a folder per lock in use or recently released, not per name ever used: retire.ts removes
+ * this process's released folders, sweep.ts those nobody will release; removing one never lowers a fence
+ * (the next grant starts from a new epoch, after the removal: the argument is in retire.ts and the docs).
+ * Waiting: fs.watch on the key's folder (watch.ts), the core's poll as the fallback.
+ * Limits: one host (not NFS); keys up to 64 KiB, ttls up to 2^43 ms (FILE_LIMITS); epochs below 2^42.
  *
  * The other files:
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
@@ -121,6 +31,9 @@
  *   errors.ts        a failed file operation as the error to report (a setting, or an outage)
  *   watch.ts         waitForChange: fs.watch on the key's folder
  *   diagnostics.ts   inspect and doctor
+ *   retire.ts        removing the key folders this process released and stopped using
+ *   sweep.ts         removing the key folders nobody will release (a crashed holder's, a broken lock's),
+ *                    a few at a time after grants and releases; `prune`
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -161,6 +74,7 @@ import {
   newRecord,
   type RecordV1,
 } from './records.js'
+import { DEFAULT_RETIRE_AFTER_MS, FolderRetirer } from './retire.js'
 import {
   folderOf,
   grantFlush,
@@ -171,8 +85,17 @@ import {
   type Written,
   writtenId,
 } from './root.js'
+import {
+  DEFAULT_SWEEP_AFTER_MS,
+  DEFAULT_SWEEP_EVERY_MS,
+  type PruneResult,
+  prune,
+  RootSweeper,
+  testSweepMs,
+} from './sweep.js'
 import { folderChanged } from './watch.js'
 
+/** What `fileBackend` is told. */
 export interface FileBackendOptions {
   /** The folder holding the locks; created if missing. Every process that shares locks must use the same one. */
   readonly dir: string
@@ -205,6 +128,11 @@ export interface FileBackendOptions {
 /** The file backend: it breaks a lease by writing a free record; its holder finds out on its next renewal. */
 export interface FileBackend extends LockBackend {
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
+  /**
+   * Removes now every key folder under `prefix` (of the key) whose lease has ended, whatever its age: what
+   * a live client's background sweep does a minute after the end. Live leases stay; fences never go back.
+   */
+  prune(prefix?: string): Promise<PruneResult>
 }
 
 /**
@@ -239,6 +167,12 @@ export interface FileTestHooks {
   readonly clock?: (() => number) | undefined
   /** How a bump waits for `clock` to pass its epoch (epochs.ts): a test's own clock advances here. */
   readonly sleep?: ((ms: number) => Promise<void>) | undefined
+  /** How long a released key folder stays before its removal (retire.ts); Infinity keeps every one. */
+  readonly retireAfterMs?: number | undefined
+  /** How long after its lease ended a folder may be swept (sweep.ts); Infinity sweeps none. */
+  readonly sweepAfterMs?: number | undefined
+  /** How often the backend sweeps at most (sweep.ts). */
+  readonly sweepEveryMs?: number | undefined
 }
 
 /**
@@ -271,13 +205,17 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     seen: seenEpochs(dir),
     starts: startsOf(dir, boot, durability),
   }
+  const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const sweeper = sweeperOf(root, hooks)
   return {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
     limits: FILE_LIMITS,
-    tryAcquire: (req, signal) => guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal)),
+    tryAcquire: (req, signal) =>
+      guarded(root, req.key, 'acquire', () => acquireOnce(root, req, signal, sweeper)),
     extend: (lease, ttlMs) => guarded(root, lease.key, 'extend', () => extendLease(root, lease, ttlMs)),
-    release: (lease) => guarded(root, lease.key, 'release', () => releaseLease(root, lease)),
+    release: (lease) =>
+      guarded(root, lease.key, 'release', () => releaseLease(root, lease, retirer, sweeper)),
     abandon: (req) => guarded(root, req.key, 'abandon', () => abandonAttempt(root, req)),
     inspect: (key) => guarded(root, key, 'inspect', () => inspectKey(root, key)),
     waitForChange: ({ key, owner }, signal) =>
@@ -285,9 +223,21 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     list: (prefix) => listHeld(root, prefix),
     breakLock: (key, options) =>
       guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
+    prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, prefix)),
     doctor: () => fileDoctor(root),
-    async close() {},
+    async close() {
+      sweeper?.close()
+      retirer.close()
+    },
   }
+}
+
+/** The backend's sweep (sweep.ts), with the tests' settings if any; none when it never sweeps. */
+function sweeperOf(root: Root, hooks: FileTestHooks | undefined): RootSweeper | undefined {
+  const test = testSweepMs()
+  const afterMs = hooks?.sweepAfterMs ?? test ?? DEFAULT_SWEEP_AFTER_MS
+  if (afterMs === Number.POSITIVE_INFINITY) return undefined
+  return new RootSweeper(root, afterMs, hooks?.sweepEveryMs ?? test ?? DEFAULT_SWEEP_EVERY_MS)
 }
 
 /** `holderPids`, checked: pids are positive integers. */
@@ -313,10 +263,19 @@ type Plan =
  * this process wrote last in the folder, when it still stands (one stat), else what a read of the folder
  * finds. `signal`: the core stopped waiting for this attempt (its bound passed, or the caller aborted).
  */
-async function acquireOnce(root: Root, req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+async function acquireOnce(
+  root: Root,
+  req: AcquireRequest,
+  signal: AbortSignal,
+  sweeper: RootSweeper | undefined,
+): Promise<AttemptResult> {
   const result = await attempt(root, req, signal)
   // A grant ends the wait; a refusal's reading stays for the wake-up hint (acquireRead notes it).
-  if (result.granted) root.seenBy.delete(req.owner)
+  if (result.granted) {
+    root.seenBy.delete(req.owner)
+    // A client that takes locks sweeps the root now and then: what nobody will release goes too.
+    sweeper?.used()
+  }
   return result
 }
 
@@ -540,9 +499,18 @@ async function extendLease(root: Root, lease: HeldLease, ttlMs: number): Promise
   return cookie === undefined ? { renewed: false } : { renewed: true, cookie }
 }
 
-async function releaseLease(root: Root, lease: HeldLease): Promise<boolean> {
+async function releaseLease(
+  root: Root,
+  lease: HeldLease,
+  retirer: FolderRetirer,
+  sweeper: RootSweeper | undefined,
+): Promise<boolean> {
   const cookie = await transition(root, lease, (base) => freeRecord(lease.key, lease.fence, base, root.boot))
-  return cookie !== undefined
+  if (cookie === undefined) return false
+  // Its folder goes once the key stays unused a while (retire.ts): the root keeps what is in use.
+  retirer.released(cookie.folder, cookie.gen, cookie.stamp)
+  sweeper?.used()
+  return true
 }
 
 async function abandonAttempt(root: Root, { key, owner }: AcquireRequest): Promise<void> {
@@ -657,7 +625,7 @@ async function breakOnce(
   return { broken: true, lease }
 }
 
-/** The URL parameters of file:// (the README's table is tested against this). */
+/** The URL parameters of file:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   fsync: {
     type: 'bool',

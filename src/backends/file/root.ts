@@ -54,7 +54,7 @@ export interface Written {
  * (more for long keys or holder descriptions), and the oldest is forgotten first. A forgotten or stale
  * entry costs one listing and one read: what every acquire paid before.
  */
-const WRITTEN_LIMIT = 16_384
+export const WRITTEN_LIMIT = 16_384
 
 /**
  * The last state this process wrote in each key folder, by root and key (`writtenId`: no hash to compute):

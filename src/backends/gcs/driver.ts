@@ -133,6 +133,7 @@ function deletesUnder(rule: GcsLifecycleRule, prefix: string): boolean {
   return prefixes.length === 0 || prefixes.some((p) => prefix.startsWith(p) || p.startsWith(prefix))
 }
 
+/** The cas-lease engine's driver over GCS (`gcsBackend` builds one): one object per lock. */
 export class GcsCasDriver implements CasDriver {
   readonly id: string
   readonly limits = GCS_LIMITS

@@ -39,9 +39,11 @@ import { DEFAULT_PREFIX } from './layout.js'
 export { GCS_LIMITS, GcsCasDriver } from './driver.js'
 export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
 
+/** What `gcsBackend` is told. */
 export interface GcsBackendOptions {
   /** Your `Storage` of @google-cloud/storage 7.x (credentials and project as you configured them). */
   readonly client: Storage
+  /** The bucket the lock objects live in (it must exist). */
   readonly bucket: string
   /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
   readonly prefix?: string | undefined
@@ -70,7 +72,7 @@ export function gcsBackend(options: GcsBackendOptions): LockBackend {
   return casLeaseBackend(gcsDriver(options))
 }
 
-/** The URL parameters of gs:// (the README's table is tested against this). */
+/** The URL parameters of gs:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   endpoint: {
     type: 'string',

@@ -61,6 +61,7 @@ function viewOf(entry: Entry): LockInfo {
   }
 }
 
+/** What `memoryBackend` is told. */
 export interface MemoryBackendOptions {
   /** Clients whose backends share a name share their locks. @default '' (the process-wide store) */
   readonly name?: string | undefined

@@ -14,7 +14,7 @@ import type {
   SqlListedRow,
   SqlRow,
 } from '../../engines/sql-lease-driver.js'
-import { countFinding, mysqlDoctor } from './doctor.js'
+import { countFinding, deleteFinding, mysqlDoctor } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
@@ -69,6 +69,7 @@ export interface MySqlDialectOptions {
   readonly doorbell: boolean
 }
 
+/** The sql-lease engine's dialect for MySQL/MariaDB (`mysqlBackend` builds one) over your mysql2 pool. */
 export class MySqlDialect implements SqlDialect {
   readonly id: string
   readonly limits = MYSQL_LIMITS
@@ -371,7 +372,9 @@ export class MySqlDialect implements SqlDialect {
     const query = (sql: string) => this.#run<RowDataPacket[]>(undefined, sql, [])
     const findings = await mysqlDoctor(query)
     // No table: the engine says so, with its DDL.
-    if (await this.tableExists(signal)) findings.push(await countFinding(query, this.table))
+    if (await this.tableExists(signal)) {
+      findings.push(await countFinding(query, this.table), await deleteFinding(query, this.table))
+    }
     return findings
   }
 

@@ -1,7 +1,8 @@
 /**
  * `fencelock doctor` for MySQL/MariaDB: the server's version, its `sql_mode`, its clock's time zone, and the
- * replication settings that decide whether a failover or a replica can see a lease differently, and how many
- * lock names the table keeps (the engine adds the table's presence and its DDL).
+ * replication settings that decide whether a failover or a replica can see a lease differently, how many
+ * lock names the table keeps and whether this user may retire them (the engine adds the table's presence
+ * and its DDL).
  */
 import type { DoctorFinding } from '../../core/backend.js'
 import { NOW_US, SESSION_SQL_MODE } from './statements.js'
@@ -84,5 +85,34 @@ export async function countFinding(query: Query, table: string): Promise<DoctorF
       `the table keeps ${String(row?.n ?? '?')} lock name(s), ${String(row?.held ?? '?')} held now; a released ` +
       'or expired row is retired by a later grant once it ended over a minute ago (and over twice ' +
       'innodb_lock_wait_timeout)',
+  }
+}
+
+/**
+ * Whether this user may DELETE from `table` (quoted): the clean-up that retires ended rows needs it, and
+ * without it the table keeps every name ever locked. `EXPLAIN DELETE` is privilege-checked like the
+ * statement itself but deletes nothing, so doctor keeps its promise of no side effects (roles and
+ * column grants included, which reading the grant tables would miss).
+ */
+export async function deleteFinding(query: Query, table: string): Promise<DoctorFinding> {
+  try {
+    await query(`EXPLAIN DELETE FROM ${table} WHERE 1 = 0`)
+    return { level: 'ok', message: `this user may DELETE from ${table}: ended rows are retired` }
+  } catch (error) {
+    // ER_TABLEACCESS_DENIED_ERROR (the dialect wraps the driver's error as the cause): the only answer
+    // that means "no"; anything else is reported as it is.
+    const { errno, message } = ((error as { cause?: unknown }).cause ?? error) as {
+      errno?: number
+      message?: string
+    }
+    if (errno !== 1142) throw error
+    const [who] = await query('SELECT CURRENT_USER() AS user')
+    return {
+      level: 'warn',
+      message:
+        `the user ${String(who?.user ?? '?')} may not DELETE from ${table} (${message ?? 'denied'}): releases ` +
+        'work, but ended rows are never retired and the table keeps every lock name ever used. Run ' +
+        `GRANT DELETE ON ${table} TO ${String(who?.user ?? '<user>').replace(/^([^@]*)@(.*)$/, "'$1'@'$2'")}`,
+    }
   }
 }

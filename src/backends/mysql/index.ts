@@ -53,6 +53,7 @@ export { MYSQL_LIMITS, MySqlDialect } from './dialect.js'
 export { checkFoundRowsOff } from './faults.js'
 export { DEFAULT_TABLE, doorbellName, quoteTable, tableDdl } from './layout.js'
 
+/** What `mysqlBackend` is told. */
 export interface MySqlBackendOptions {
   /**
    * Your mysql2 pool (`mysql2/promise`'s `createPool`), made with `flags: ['-FOUND_ROWS']`. fencelock
@@ -106,7 +107,7 @@ function backendOf(
  * Creates a MySQL/MariaDB backend over your mysql2 pool.
  * @example
  * import mysql from 'mysql2/promise'
- * const pool = mysql.createPool({ uri: process.env.DATABASE_URL, flags: ['-FOUND_ROWS'] })
+ * const pool = mysql.createPool({ uri: 'mysql://app@db.internal/app', flags: ['-FOUND_ROWS'] })
  * const locks = createLockClient(mysqlBackend({ pool }))
  * @throws {TypeError} when the pool has FOUND_ROWS on (mysql2's default)
  */
@@ -125,7 +126,7 @@ export function mysqlBackend(options: MySqlBackendOptions): LockBackend {
   })
 }
 
-/** The URL parameters of `mysql://` and `mariadb://` (tested against the README like every backend's). */
+/** The URL parameters of `mysql://` and `mariadb://` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   table: {
     type: 'string',

@@ -27,10 +27,11 @@ import type {
   SqlRow,
 } from '../../engines/sql-lease-driver.js'
 import { pgDoctor } from './doctor.js'
-import { unavailable } from './faults.js'
+import { droppedHandshake, tlsRefused, unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
 import type { PgSql } from './sql.js'
 import { literals, PIN, parameters, statements, type Values } from './statements.js'
+import { acceptsTls, tlsTarget } from './tls-probe.js'
 
 /**
  * Keys: a btree index entry holds at most ~2.7 kB; 2048 bytes of text leaves room, and text cannot hold
@@ -61,6 +62,7 @@ type Row = {
   holder: string | null
 }
 
+/** The sql-lease engine's dialect for PostgreSQL (`postgresBackend` builds one) over your `postgres` instance. */
 export class PostgresDialect implements SqlDialect {
   readonly id: string
   readonly limits = POSTGRES_LIMITS
@@ -211,7 +213,7 @@ export class PostgresDialect implements SqlDialect {
         if (raced && (await this.#exists(signal))[what]) continue
         const name =
           what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
-        throw unavailable(error, `create ${name}`, undefined, this.id)
+        throw await this.#failure(error, `create ${name}`, undefined)
       }
     }
   }
@@ -273,8 +275,20 @@ export class PostgresDialect implements SqlDialect {
       return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
     } catch (error) {
       if (signal.aborted && error === signal.reason) throw error
-      throw unavailable(error, 'check the lock table', undefined, this.id)
+      throw await this.#failure(error, 'check the lock table', undefined)
     }
+  }
+
+  /**
+   * `error` in words (faults.ts); a dropped connection that required TLS is first asked about on a
+   * connection of its own (tls-probe.ts): a server that refuses TLS is a permanent error, said at once.
+   */
+  async #failure(error: unknown, what: string, key: string | undefined) {
+    const target = droppedHandshake(error) ? tlsTarget(this.#sql) : undefined
+    if (target && (await acceptsTls(target.host, target.port)) === false) {
+      return tlsRefused(error, what, key, this.id)
+    }
+    return unavailable(error, what, key, this.id)
   }
 
   /**
@@ -307,7 +321,7 @@ export class PostgresDialect implements SqlDialect {
       return results[1] ?? []
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
-      throw unavailable(error, what, key, this.id)
+      throw await this.#failure(error, what, key)
     }
   }
 }

@@ -2,7 +2,7 @@
  * PostgreSQL errors in words, and which ones waiting can help: every failure of a statement becomes a
  * `BackendUnavailableError` naming the key, the server and the cause, `retryable` unless it repeats until
  * someone changes a setting (a wrong password, a missing database, no privilege, a schema that does not
- * exist).
+ * exist), or a server that does not accept the TLS the client requires.
  */
 import { BackendUnavailableError, causeText, describeNetworkError, quoteKey } from '../../core/errors.js'
 
@@ -28,6 +28,27 @@ export function retryable(error: unknown): boolean {
   if (typeof code !== 'string') return true
   if (CLIENT_PERMANENT.has(code)) return false
   return !PERMANENT.some((p) => p.test(code))
+}
+
+/** Whether `error` could be the server dropping our TLS handshake (what a server without TLS does). */
+export function droppedHandshake(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown } | undefined
+  return e?.code === 'ECONNRESET' || /TLS/.test(String(e?.message ?? ''))
+}
+
+/** The server answered the TLS request with "no": permanent until its `ssl` setting or the URL changes. */
+export function tlsRefused(
+  error: unknown,
+  what: string,
+  key: string | undefined,
+  backend: string,
+): BackendUnavailableError {
+  const subject = key === undefined ? '' : ` lock ${quoteKey(key)}`
+  return new BackendUnavailableError(
+    `Could not ${what}${subject} on ${backend}: the server does not accept TLS (ssl is off on it). ` +
+      'Turn ssl on in its postgresql.conf, or connect without TLS (sslmode=disable, or prefer)',
+    { key, backend, cause: error, retryable: false },
+  )
 }
 
 /**

@@ -34,8 +34,8 @@
  *
  * Files: dialect.ts (the engine's dialect), statements.ts (the SQL), literals.ts (values in it),
  * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
- * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used), guard.ts (the
- * fence guard for the protected resource).
+ * doctor.ts (version, settings, replication, sequence), sql.ts (the client methods used). The fence guard
+ * for a protected row lives in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
@@ -44,8 +44,8 @@ import { PostgresDialect } from './dialect.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE } from './layout.js'
 import { isPgSql, type PgSql } from './sql.js'
 
+export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
 export { POSTGRES_LIMITS, PostgresDialect } from './dialect.js'
-export { type GuardedUpdate, guardedUpdate } from './guard.js'
 export {
   channelOf,
   DEFAULT_SCHEMA,
@@ -56,6 +56,7 @@ export {
   qualified,
 } from './layout.js'
 
+/** What `postgresBackend` is told. */
 export interface PostgresBackendOptions {
   /** Your `postgres` (porsager, 3.4.x) instance: `postgres(url, options)`. fencelock never ends it. */
   readonly sql: PgSql
@@ -75,7 +76,7 @@ const PKG = 'postgres'
  * Creates a PostgreSQL backend over your `postgres` instance.
  * @example
  * import postgres from 'postgres'
- * const locks = createLockClient(postgresBackend({ sql: postgres(process.env.DATABASE_URL) }))
+ * const locks = createLockClient(postgresBackend({ sql: postgres('postgres://app@db.internal/app') }))
  */
 export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   const { sql } = options
@@ -96,7 +97,7 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
   return sqlLeaseBackend(dialect, { createTable })
 }
 
-/** The URL parameters of `postgres://` (tested against the README like every backend's). */
+/** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */
 export const PARAMS = {
   table: { type: 'string', default: DEFAULT_TABLE, doc: 'the lock table' },
   schema: { type: 'string', default: DEFAULT_SCHEMA, doc: "the lock table's schema" },

@@ -6,7 +6,9 @@
 import { createHash } from 'node:crypto'
 import { regclassLiteral } from './literals.js'
 
+/** The lock table when the URL or the options name none. */
 export const DEFAULT_TABLE = 'fencelock_locks'
+/** The lock table's schema when the URL or the options name none. */
 export const DEFAULT_SCHEMA = 'public'
 
 /** PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes: longer names are cut silently by the server. */

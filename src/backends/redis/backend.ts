@@ -325,7 +325,7 @@ export class RedisLockBackend implements RedisBackend {
 
   waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined> {
     const channel = this.#mode.channel ? this.#mode.channel(req) : this.#store.keysOf(req.key).channel
-    return this.#subscriptions.wait(channel, this.#mode.listener(req), signal)
+    return this.#subscriptions.wait(channel, this.#mode.listener(req), signal, req.owner)
   }
 
   async waitForChange(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> {

@@ -15,13 +15,20 @@ export interface IORedis {
   readonly Cluster: typeof Cluster
 }
 
+/**
+ * The ioredis options we set. ioredis 6 adds `replyMapping` (`| undefined`) to RedisOptions but its
+ * constructors take it without `undefined`: under exactOptionalPropertyTypes a whole RedisOptions fits
+ * none of them. fencelock never sets it (replies keep the RESP2 shapes the scripts expect).
+ */
+export type ClientOptions = Omit<RedisOptions, 'replyMapping'>
+
 export interface ConnectOptions {
   /** Which server of the URL, as "host:port" (Redlock: one of `hostsOf(url)`). @default the URL's host */
   readonly node?: string | undefined
   /** The server is a seed of a Redis Cluster (which finds the other nodes itself). @default false */
   readonly cluster?: boolean | undefined
   /** ioredis options this use adds (Redlock: `enableOfflineQueue: false`, …); they win over the defaults. */
-  readonly extra?: RedisOptions | undefined
+  readonly extra?: ClientOptions | undefined
 }
 
 /** A client made from a URL, for the caller to own (and `disconnect()`). */
@@ -44,7 +51,7 @@ export interface RedisConnection {
 export function connect(ioredis: IORedis, url: URL, options: ConnectOptions = {}): RedisConnection {
   const db = databaseOf(url)
   const { host, port } = addressOf(options.node === undefined ? url : new URL(`redis://${options.node}`))
-  const common: RedisOptions = { ...serverOptions(url), ...options.extra }
+  const common: ClientOptions = { ...serverOptions(url), ...options.extra }
   const client: RedisClient = options.cluster
     ? new ioredis.Cluster([{ host, port }], { redisOptions: common })
     : new ioredis.Redis({ ...common, host, port, db })
@@ -54,7 +61,7 @@ export function connect(ioredis: IORedis, url: URL, options: ConnectOptions = {}
 }
 
 /** What every server of a URL shares: credentials, TLS, and how a command fails while disconnected. */
-function serverOptions(url: URL): RedisOptions {
+function serverOptions(url: URL): ClientOptions {
   return {
     // Fail a command after one reconnect attempt instead of queueing it forever: the core decides
     // whether to retry, and a waiting acquire must see "unavailable", not hang.

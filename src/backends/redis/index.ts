@@ -47,6 +47,7 @@ export { describedBy, REDIS_LIMITS, type RedisBackend } from './backend.js'
 export type { RedisClient } from './connect.js'
 export { parseInfo } from './doctor.js'
 
+/** What `redisBackend` is told. */
 export interface RedisBackendOptions {
   /** Your ioredis client (`Redis` or `Cluster`). fencelock never closes it; it opens one duplicate for pub/sub. */
   readonly client: RedisClient
@@ -62,6 +63,12 @@ export interface RedisBackendOptions {
    * @default 5000
    */
   readonly waiterLivenessMs?: number | undefined
+  /**
+   * Plain mode: a waiter refused for this long marks itself starving on the server, and the lock, once
+   * free, goes to it before anyone else (one marked waiter at a time). 0 turns the bound off.
+   * @default 1000
+   */
+  readonly starvationMs?: number | undefined
   /**
    * After acquiring, require this many replicas to acknowledge the write (`WAIT`), or release and fail.
    * Narrows (does not close) the window in which a failover to a replica loses the lock. Not on Cluster.
@@ -103,24 +110,35 @@ function createRedisBackend(options: RedisBackendOptions, owned: RedisClient[], 
         'which ioredis does not expose for Cluster. Use it with a primary and its replicas',
     )
   }
+  const starvationMs = options.starvationMs ?? 1000
+  if (!Number.isFinite(starvationMs) || starvationMs < 0) {
+    throw new TypeError(`Expected \`starvationMs\` to be a number of ms >= 0, got ${starvationMs}`)
+  }
   const store = new RedisStore(client, {
     prefix: options.prefix ?? DEFAULT_PREFIX,
     id: options.id ?? describeClient(client),
     ready,
     owned,
   })
-  const mode = options.fair ? new FairMode(store, options.waiterLivenessMs ?? 5000) : new PlainMode(store)
+  const mode = options.fair
+    ? new FairMode(store, options.waiterLivenessMs ?? 5000)
+    : new PlainMode(store, starvationMs)
   const replicas = { min: minReplicas, timeoutMs: options.replicaTimeoutMs ?? 1000 }
   return new RedisLockBackend(store, mode, replicas, owned)
 }
 
-/** The URL parameters of redis:// and rediss:// (the README's table is tested against this). */
+/** The URL parameters of redis:// and rediss:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   fair: { type: 'bool', default: false, doc: 'serve waiters in arrival order (a queue on the server)' },
   waiterLiveness: {
     type: 'duration',
     min: 100,
     doc: 'fair mode: how long a queued waiter that stopped asking keeps its place (default 5s)',
+  },
+  starvation: {
+    type: 'duration',
+    min: 0,
+    doc: 'plain mode: how long a refused waiter waits before the lock, once free, goes to it first (default 1s; 0 turns this off)',
   },
   minReplicas: {
     type: 'int',
@@ -134,7 +152,7 @@ export const PARAMS = {
 } as const satisfies ParamSchema
 
 /**
- * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:]`,
+ * `redis://[user:password@]host:port[/db][?fair=true&minReplicas=1&replicaTimeout=1s&prefix=app:&starvation=1s]`,
  * `rediss://…` for TLS, `redis://host:port?cluster=true` for a Cluster (the node seeds the rest).
  */
 export async function fromUrl(url: URL): Promise<RedisBackend> {
@@ -149,6 +167,7 @@ export async function fromUrl(url: URL): Promise<RedisBackend> {
         minReplicas: params.minReplicas,
         replicaTimeoutMs: params.replicaTimeout,
         waiterLivenessMs: params.waiterLiveness,
+        starvationMs: params.starvation,
         prefix: params.prefix,
         id: redact(url),
       },

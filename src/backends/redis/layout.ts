@@ -21,6 +21,8 @@ export interface RedisLockKeys {
   readonly ttls: string
   /** The holder's description (`inspect`), written and deleted with the lock. */
   readonly holder: string
+  /** Plain mode: the one waiter refused for too long, which a free lock goes to (scripts.ts ACQUIRE). */
+  readonly starving: string
   /** Published to on release (and fair hand-over). */
   readonly channel: string
   /**
@@ -48,6 +50,7 @@ export function redisLockKeys(key: string, prefix: string = DEFAULT_PREFIX): Red
     waiters: `${lock}:waiters`,
     ttls: `${lock}:ttls`,
     holder: `${lock}:holder`,
+    starving: `${lock}:starving`,
     channel: `${lock}:released`,
     ...(tag === key ? {} : { name: `${lock}:name` }),
   }

@@ -1,46 +1,80 @@
 /**
  * Plain mode (the default): a released lock goes to whoever asks first. Acquire is one script, one round
  * trip (SET NX PX + mint: the fence is minted by the grant itself); release compares the owner, deletes,
- * and publishes "-<owner>" on the key's channel, which wakes the oldest waiter of each client.
+ * and publishes on the key's channel, which wakes the oldest waiter of each client.
+ *
+ * Whoever asks first is most often the releasing worker itself (it asks again at once, while a waiter
+ * elsewhere first hears of the release), so plain mode bounds starvation as Go's sync.Mutex does: a
+ * waiter refused for longer than `starvationMs` marks itself starving on the server (ACQUIRE in
+ * scripts.ts), a free lock then goes to it alone, and the release wakes it by name (">" .. its owner id).
  */
 import type { AcquireRequest } from '../../core/backend.js'
 import type { Mode } from './backend.js'
 import { named, nameOf } from './layout.js'
-import { ACQUIRE, BREAK, RELEASE } from './scripts.js'
+import { ABANDON, ACQUIRE, BREAK, RELEASE } from './scripts.js'
 import type { RedisStore } from './store.js'
+
+/**
+ * How long a starvation mark lives after its waiter's last attempt: how long a marked waiter that died
+ * can keep a free lock from the others. The marked waiter asks again within a third of it (ACQUIRE), so
+ * a live one keeps its mark through two late polls of a loaded event loop.
+ */
+export const STARVING_MARK_MS = 1000
 
 export class PlainMode implements Mode {
   readonly fifo = false
   readonly #store: RedisStore
+  /** Refused for this long, a waiter marks itself starving (0: never). */
+  readonly #starvationMs: number
+  /** When each acquire's first attempt was sent: the same request object comes back for each attempt. */
+  readonly #since = new WeakMap<AcquireRequest, number>()
 
-  constructor(store: RedisStore) {
+  constructor(store: RedisStore, starvationMs: number) {
     this.#store = store
+    this.#starvationMs = starvationMs
   }
 
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
     const k = this.#store.keysOf(req.key)
     return this.#store.run(
       ACQUIRE,
-      [k.lock, k.fence, k.holder, ...named(k)],
-      [req.owner, req.ttlMs, req.holder ?? '', ...nameOf(k, req.key)],
+      [k.lock, k.fence, k.holder, k.starving, ...named(k)],
+      [req.owner, req.ttlMs, req.holder ?? '', this.#markMs(req), ...nameOf(k, req.key)],
       signal,
     )
   }
 
+  /** The mark's PX when `req` has waited past the bound, else 0. */
+  #markMs(req: AcquireRequest): number {
+    if (this.#starvationMs <= 0) return 0
+    const since = this.#since.get(req)
+    if (since === undefined) {
+      this.#since.set(req, performance.now())
+      return 0
+    }
+    return performance.now() - since >= this.#starvationMs ? STARVING_MARK_MS : 0
+  }
+
   async release(lease: { key: string; owner: string }): Promise<boolean> {
     const k = this.#store.keysOf(lease.key)
-    return (await this.#store.run(RELEASE, [k.lock, k.holder], [lease.owner, k.channel])) === 1
+    const reply = await this.#store.run(RELEASE, [k.lock, k.holder, k.starving], [lease.owner, k.channel])
+    return reply === 1
   }
 
   /** Ends whichever lease holds `key` (only the grant of `fence`, when given): BREAK in scripts.ts. */
   breakLock(key: string, fence: bigint | undefined): Promise<unknown> {
     const k = this.#store.keysOf(key)
-    return this.#store.run(BREAK, [k.lock, k.fence, k.holder], [fence?.toString() ?? '', k.channel])
+    return this.#store.run(
+      BREAK,
+      [k.lock, k.fence, k.holder, k.starving],
+      [fence?.toString() ?? '', k.channel],
+    )
   }
 
-  /** An attempt whose outcome is unknown may hold the lock: release it, owner-checked as always. */
+  /** An attempt whose outcome is unknown may hold the lock, or our starvation mark: remove both, owner-checked. */
   abandon(req: AcquireRequest): Promise<unknown> {
-    return this.release(req)
+    const k = this.#store.keysOf(req.key)
+    return this.#store.run(ABANDON, [k.lock, k.holder, k.starving], [req.owner, k.channel])
   }
 
   /** Any message on the channel concerns every waiter (one per client wakes: see Subscriptions). */

@@ -58,25 +58,69 @@ end
 `
 
 /**
- * Acquire. KEYS: lock, fence[, holder[, name]]. ARGV: owner, ttl ms[, description[, key]]. Returns {1, fence} when granted
- * — also when the key is already ours: an earlier attempt of the same acquire ran but its reply was lost —
- * and {0, pttl} when held by another. Granting and minting the fence in one script is what makes the fence
- * belong to exactly this grant.
+ * Acquire (plain mode). KEYS: lock, fence[, holder[, starving[, name]]]. ARGV: owner, ttl ms[, description[,
+ * mark ms[, key]]]. Returns {1, fence} when granted — also when the key is already ours: an earlier attempt
+ * of the same acquire ran but its reply was lost — and {0, ms worth waiting} when refused. Granting and
+ * minting the fence in one script is what makes the fence belong to exactly this grant.
+ * The starvation bound: KEYS[4] `…:starving` names one waiter that has been refused for too long. While
+ * it lives, a free lock goes to that waiter only (the others are told to wait out the mark), and its grant
+ * deletes it. A waiter that counts as starving (ARGV[4] > 0) sets it when nobody else holds it, and
+ * refreshes it (PX ARGV[4]) at each attempt: a marked waiter that dies or stops asking blocks a free lock
+ * for no longer than that. A marked waiter is told to ask again within a third of it, so its mark lives.
+ * The mark is read only when the lock is free or the caller is starving: a held lock costs nothing more.
  */
 export const ACQUIRE = script(`${MINT}
 local owner = redis.call('GET', KEYS[1])
-if not owner then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
-  ${RECORD_NAME(4, 4, 'ARGV[2]')}
-  return {1, mint(ARGV[2])}
-end
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
+local markMs = tonumber(ARGV[4] or '0') or 0
+local marked = false
+if KEYS[4] and (not owner or markMs > 0) then marked = redis.call('GET', KEYS[4]) end
+if not owner and (not marked or marked == ARGV[1]) then
+  if marked then redis.call('DEL', KEYS[4]) end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
+  ${RECORD_NAME(5, 5, 'ARGV[2]')}
+  return {1, mint(ARGV[2])}
+end
+if markMs > 0 and (not marked or marked == ARGV[1]) then
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', markMs)
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 0 then left = markMs end
+  return {0, math.max(1, math.min(left, math.floor(markMs / 3)))}
+end
+if not owner then return {0, math.max(1, redis.call('PTTL', KEYS[4]))} end
 return {0, redis.call('PTTL', KEYS[1])}
+`)
+
+/**
+ * `announce(released)`, once a plain lock is free (RELEASE, BREAK, ABANDON): publishes ">" .. the marked
+ * waiter while a starvation mark (KEYS[k]) lives, so that only it wakes (no other waiter could take the
+ * lock), else "-<released owner>", which wakes the oldest waiter of each client. ARGV[c] is the channel.
+ */
+const ANNOUNCE = (k: number, c: number) => `
+local function announce(released)
+  local marked = KEYS[${k}] and redis.call('GET', KEYS[${k}])
+  if marked then redis.call('PUBLISH', ARGV[${c}], '>' .. marked) else redis.call('PUBLISH', ARGV[${c}], '-' .. released) end
+end
+`
+
+/**
+ * Plain give-up (an acquire failed or timed out). KEYS: lock, holder, starving. ARGV: owner, channel.
+ * Releases the lock if an attempt of ours took it after all, and deletes our starvation mark (only ours):
+ * a mark that outlived its waiter would keep a free lock from the others until it expires. Either way,
+ * a lock left free is announced.
+ */
+export const ABANDON = script(`${ANNOUNCE(3, 2)}
+local held = redis.call('GET', KEYS[1]) == ARGV[1]
+local marked = redis.call('GET', KEYS[3]) == ARGV[1]
+if held then redis.call('DEL', KEYS[1], KEYS[2]) end
+if marked then redis.call('DEL', KEYS[3]) end
+if held or (marked and redis.call('EXISTS', KEYS[1]) == 0) then announce(ARGV[1]) end
+return held and 1 or 0
 `)
 
 /**
@@ -184,15 +228,16 @@ redis.call('DEL', KEYS[1], KEYS[6])
 ${HAND_OVER}`)
 
 /**
- * Release. KEYS: lock[, holder]. ARGV: owner, channel. Deletes the key only if we still own it (never a
- * blind DEL), then publishes "-<owner>" on the key's channel so blocked waiters re-attempt at once. Naming
- * the released owner lets a Redlock waiter, which hears the same release from every node, react to it once.
+ * Release. KEYS: lock[, holder[, starving]]. ARGV: owner, channel. Deletes the key only if we still own it
+ * (never a blind DEL), then publishes on the key's channel so blocked waiters re-attempt at once: "-<owner>"
+ * (naming the released owner lets a Redlock waiter, which hears the same release from every node, react
+ * to it once), or ">" .. the starving waiter when one is marked (ANNOUNCE).
  */
-export const RELEASE = script(`
+export const RELEASE = script(`${ANNOUNCE(3, 2)}
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if KEYS[2] then redis.call('DEL', KEYS[2]) end
-redis.call('PUBLISH', ARGV[2], '-' .. ARGV[1])
+announce(ARGV[1])
 return 1
 `)
 
@@ -253,13 +298,13 @@ redis.call('DEL', KEYS[1], KEYS[${h}])
 
 /**
  * Break: ends whichever lease holds the lock (with ARGV[1], only the grant of that fence), an operator's
- * way out of a stuck holder. KEYS: lock, fence, holder. ARGV: fence or '', channel. The fence key stays, so
- * the next grant mints a larger fence; the message is a release's ("-<owner>"), so waiters wake alike.
+ * way out of a stuck holder. KEYS: lock, fence, holder[, starving]. ARGV: fence or '', channel. The fence key stays, so
+ * the next grant mints a larger fence; the message is a release's (ANNOUNCE), so waiters wake alike.
  * Returns {1, owner, fence, holder record} when it ended the lease, {2, …} when another grant holds it,
  * {0} when free. One script: the lease it ends is the lease it read.
  */
-export const BREAK = script(`${BREAK_HEAD(3)}
-redis.call('PUBLISH', ARGV[2], '-' .. owner)
+export const BREAK = script(`${ANNOUNCE(4, 2)}${BREAK_HEAD(3)}
+announce(owner)
 return {1, owner, fence, described}
 `)
 

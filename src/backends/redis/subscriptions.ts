@@ -10,6 +10,8 @@ type Client = Redis | Cluster
 interface Waiter {
   /** In fair mode, only a message naming this owner (or naming nobody) wakes it. */
   readonly owner: string | undefined
+  /** The owner id of the waiting acquire: a plain-mode ">" .. owner message wakes that waiter alone. */
+  readonly self: string | undefined
   /** Wakes the waiter with the message that concerned it, or with nothing (abort, subscription ready). */
   wake(message?: string): void
 }
@@ -50,7 +52,7 @@ export class Subscriptions {
       const client = this.#client
       const subscriber = (
         (client as { isCluster?: boolean }).isCluster
-          ? client.duplicate()
+          ? (client as Cluster).duplicate()
           : (client as Redis).duplicate({ enableOfflineQueue: true })
       ) as Client
       subscriber.on('error', () => {})
@@ -64,6 +66,16 @@ export class Subscriptions {
   #deliver(channel: string, message: string): void {
     const set = this.#waiters.get(channel)
     if (!set) return
+    if (message[0] === '>') {
+      // A free lock reserved for one starving waiter (plain mode): any other would be refused.
+      const named = message.slice(1)
+      for (const waiter of set) {
+        if (waiter.self !== named) continue
+        waiter.wake(message)
+        return
+      }
+      return
+    }
     for (const waiter of [...set]) {
       const { owner } = waiter
       if (owner === undefined) {
@@ -81,7 +93,12 @@ export class Subscriptions {
   }
 
   /** Resolves with the message that woke the waiter, if a message did. */
-  wait(channel: string, owner: string | undefined, signal: AbortSignal): Promise<string | undefined> {
+  wait(
+    channel: string,
+    owner: string | undefined,
+    signal: AbortSignal,
+    self?: string,
+  ): Promise<string | undefined> {
     if (this.#closed || signal.aborted) return Promise.resolve(undefined)
     return new Promise<string | undefined>((resolve) => {
       let set = this.#waiters.get(channel)
@@ -91,6 +108,7 @@ export class Subscriptions {
       }
       const waiter: Waiter = {
         owner,
+        self,
         wake: (message) => {
           signal.removeEventListener('abort', onAbort)
           this.#leave(channel, waiter)

@@ -58,11 +58,11 @@ export interface CatchUpNode {
   readonly sawUse: boolean
   /** The run_id and the admission marker, in one atomic step (the STATE script). */
   readState(signal: AbortSignal): Promise<NodeState>
-  /** Every fence counter under the prefix. */
+  /** The node's counter and every name's fence key under the prefix. */
   readFences(closed: AbortSignal): Promise<Map<string, bigint>>
-  /** The name of one fence counter under the prefix, if there is any. */
+  /** The name of one fence counter under the prefix (the node's own first), if there is any. */
   firstFence(closed: AbortSignal): Promise<string | undefined>
-  /** Raises the node's counters to `values` (never lowers one). */
+  /** Raises the node's counter to the largest of `values` (never lowers it). */
   raiseFences(values: ReadonlyMap<string, bigint>, closed: AbortSignal): Promise<void>
   /**
    * Writes `runId` as the marker if, and only if, the server still runs as `runId` (the ADMIT script); as

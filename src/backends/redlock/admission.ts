@@ -15,10 +15,12 @@
  *   of INFO and SCRIPT LOAD the node makes anyway (node.ts): the acquire path has no extra round trip.
  * - Catch-up of X: (0) read X's run_id R: what follows is for that server process only; (1) read every
  *   other node's state and keep the admitted ones: s = n - q + 1 are needed (q for an odd n), and only
- *   once R has been up for restartDelay (see below); (2) read all their fence counters (SCAN MATCH
- *   `<prefix>{*}:fence`, then one MGET per page); (3) read their state again and drop any whose run_id
- *   changed (it restarted during the read); (4) raise X's counters to the per-key maximum (RAISE_FENCE,
- *   pipelined); (5) ADMIT: write R as X's marker, in a script that does so only if X still runs as R.
+ *   once R has been up for restartDelay (see below); (2) read all their fence counters: the node's own
+ *   `<prefix>!fence`, and the names' `<prefix>{*}:fence` (SCAN MATCH, one MGET per page: holds' fences,
+ *   never above the node's counter, and the counters one per name of earlier versions); (3) read their
+ *   state again and drop any whose run_id changed (it restarted during the read); (4) raise X's counter to
+ *   the largest of them all (RAISE); (5) ADMIT: write R as X's marker, in a script that does so only if X
+ *   still runs as R.
  *   Each of steps 1-3 starts once the previous one is over on every node.
  * - Bootstrap: a fresh set has no trace anywhere: no marker, no fence counter. When a majority of the nodes
  *   answers, none of them has a marker or a fence counter under the prefix, and a second look still finds no
@@ -27,8 +29,8 @@
  *   without the delayed restart (node.ts). A node that did not answer (down from the start) joins later like
  *   a restarted one: caught up from the others once it has been up for restartDelay. Anything else is not a
  *   fresh set: the node waits (unavailable: liveness lost, never safety).
- * - Why a traceless majority may be taken for fresh: a grant writes a fence counter on q nodes, and every
- *   admission writes a marker; neither is ever removed (no FLUSHALL, no eviction, below). So after any use
+ * - Why a traceless majority may be taken for fresh: a grant writes the node's counter on q nodes, and
+ *   every admission writes a marker; neither is ever removed (no FLUSHALL, no eviction, below). So after any use
  *   of the set, every majority holds a trace, unless its nodes lost their memory (restarted empty) or never
  *   had any (they were not reachable by anyone since the set's first use). Two things keep the second
  *   case narrow: a node that is not admitted gets a trace (`IN_USE` as its marker) from the first catch-up
@@ -41,7 +43,11 @@
  *   new client sees A (a marker), B (empty) and C (empty). A's marker shows the set in use: B and C wait to
  *   be caught up from admitted nodes, B only once it has been up for restartDelay (and the lock is over).
  * Why fences keep increasing. q = floor(n/2) + 1; NA = the number of nodes not admitted; for a past grant
- * value m of a key K, H(m) = the admitted nodes whose counter for K is at least m. Invariant J:
+ * value m of a key K, H(m) = the admitted nodes whose counter for K is at least m. A node's counter for K
+ * is the larger of its own counter and K's counter of an earlier version, if it still has one: its next
+ * grant of K mints more (scripts.ts MINT). A name's keys going with its holds lower no such counter: a
+ * hold's fence is never above the node's counter, and a name's old counter is replaced only by a grant,
+ * which raises the node's counter past it first. Invariant J:
  *     |H(m)| >= q - NA    for every past grant value m of every key.
  * - A grant writes M back to q admitted nodes before it counts: J holds for M. (A voter that restarts
  *   before the grant counts is in NA then: its new process catches up only once it has been up for
@@ -69,8 +75,9 @@
  * Availability: grants need q admitted nodes that answer, a catch-up s admitted other nodes that answer.
  * If more than n - q nodes restart (empty, or from their files) before the first of them has caught up,
  * no node can know the counters the lost ones held, and the set stays unavailable until an operator acts.
- * Cost: a catch-up reads every fence key (one per distinct lock name) on s nodes and writes them on X:
- * once per restart, by each client connected then (or connecting before it is admitted).
+ * Cost: a catch-up reads each of s nodes' counter and the names' fence keys (one per held lock, plus the
+ * counters earlier versions left, one per name they used), and writes one value on X: once per restart,
+ * by each client connected then (or connecting before it is admitted).
  */
 import { NodeTimeoutError, round } from '../../engines/quorum-round.js'
 import {
@@ -213,7 +220,7 @@ async function copyFrom(
         `(${summary(sources, again)}); tries again`,
     )
   }
-  // (4) X's counters up to the maximum. Raising never lowers a counter, so a concurrent grant, or
+  // (4) X's counter up to the maximum. Raising never lowers a counter, so a concurrent grant, or
   // another client catching X up at the same time, is never undone.
   await x.raiseFences(highest, closed)
   // (5) Admitted only if X is still the process of step 0: had it restarted since, the counters just
@@ -231,6 +238,6 @@ function cannotCopy({ n, q }: Found, admittedOthers: number): AdmissionError {
     'catching-up',
     `not caught up: needs ${need} admitted other node${need === 1 ? '' : 's'} to copy fence counters from, ` +
       `has ${admittedOthers} ` +
-      '(see "Fences across restarts" in the README)',
+      '(see "Fences across restarts" in docs/backends/redlock.md)',
   )
 }

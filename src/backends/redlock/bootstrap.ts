@@ -55,7 +55,7 @@ export async function bootstrap(
     throw new AdmissionError(
       'bootstrap',
       `no node admitted, yet ${everyone[holder]!.address} holds fence counters (${found[holder]}): this is ` +
-        'not a fresh set; see "Fences across restarts" in the README',
+        'not a fresh set; see "Fences across restarts" in docs/backends/redlock.md',
     )
   }
   // (B3) Still no marker anywhere, same processes: nobody was admitted while (B2) looked, so nothing was

@@ -38,8 +38,8 @@ export class RedlockDriver implements QuorumNode, ReleaseListener {
     })
   }
 
-  raiseFence(key: string, atLeast: bigint, s: AbortSignal): Promise<bigint> {
-    return this.node.backend.raiseFence(key, atLeast, s)
+  raiseFence(key: string, owner: string, atLeast: bigint, s: AbortSignal): Promise<bigint> {
+    return raceSignal(this.node.line.raiseFence(key, owner, atLeast), s)
   }
 
   extend(lease: HeldLease, ttlMs: number, s: AbortSignal) {
@@ -66,8 +66,16 @@ export class RedlockDriver implements QuorumNode, ReleaseListener {
     await this.node.backend.abandon?.(req, s)
   }
 
-  inspect(key: string, s: AbortSignal): Promise<LockInfo | null> {
-    return this.node.checked(s).then(() => this.node.backend.inspect(key, s))
+  /**
+   * The node's hold of `key`, with its fence; for a free key, which keeps nothing once its holds are over,
+   * the node's counter: every later grant here mints more (null on a node that never granted).
+   */
+  async inspect(key: string, s: AbortSignal): Promise<LockInfo | null> {
+    await this.node.checked(s)
+    const info = await this.node.backend.inspect(key, s)
+    if (info !== null) return info
+    const counter = await raceSignal(this.node.line.counter(), s)
+    return counter > 0n ? { held: false, fence: counter } : null
   }
 
   /** Waits for the connection's check, as a release does: an operator's break reaches every node it can. */

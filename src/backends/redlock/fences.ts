@@ -1,16 +1,23 @@
 /**
- * The fence counters of one node, in bulk, for a catch-up (admission.ts): find them under the prefix (SCAN
- * MATCH, then one MGET per page) and raise them (RAISE_FENCE, pipelined). Each round trip is bounded by
- * STEP_MS; the SCAN cursor loops end when the server says the scan is complete.
+ * The fence counters of one node, in bulk, for a catch-up (admission.ts): the node's counter
+ * `<prefix>!fence`, and the counters one per name that earlier versions kept (and each hold's own fence,
+ * which is never above the node's counter), found under the prefix with SCAN MATCH and one MGET per page;
+ * and raising the node's counter to the largest of them (RAISE). Each round trip is bounded by STEP_MS; the
+ * SCAN cursor loops end when the server says the scan is complete.
  */
 import type { Redis } from 'ioredis'
 import { raceSignal } from '../../core/abort.js'
 import { within } from '../../core/within.js'
-import { RAISE_FENCE } from '../redis/scripts.js'
 import { STEP_MS } from './admission-state.js'
+import { nodeCounter } from './layout.js'
+import { RAISE } from './scripts.js'
 
-/** The redis glob pattern of the fence keys under a prefix, and the exact test of one key name. */
+/**
+ * The node's counter under a prefix, the redis glob pattern of the names' fence keys, and the exact test of
+ * one key name.
+ */
 export interface FenceKeys {
+  readonly counter: string
   readonly pattern: string
   readonly test: (key: string) => boolean
 }
@@ -20,16 +27,18 @@ export function fenceKeys(prefix: string): FenceKeys {
   const glob = prefix.replace(/[*?[\]\\]/g, '\\$&')
   const exact = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\{[^{}]*\\}:fence$`)
   // A tag never holds a brace (keys with one are hashed, see the Redis backend), so this is exact.
-  return { pattern: `${glob}{*}:fence`, test: (key) => exact.test(key) }
+  return { counter: nodeCounter(prefix), pattern: `${glob}{*}:fence`, test: (key) => exact.test(key) }
 }
 
-/** Every fence counter under the prefix: SCAN MATCH, one MGET per page. */
+/** The node's counter and every name's fence key under the prefix: SCAN MATCH, one MGET per page. */
 export async function readFences(
   client: Redis,
   fences: FenceKeys,
   closed: AbortSignal,
 ): Promise<Map<string, bigint>> {
   const out = new Map<string, bigint>()
+  const counter = await within(STEP_MS, closed, (s) => raceSignal(client.get(fences.counter), s))
+  if (typeof counter === 'string' && /^\d+$/.test(counter)) out.set(fences.counter, BigInt(counter))
   let cursor = '0'
   do {
     const page = await within(STEP_MS, closed, async (s) => {
@@ -54,6 +63,8 @@ export async function firstFence(
   fences: FenceKeys,
   closed: AbortSignal,
 ): Promise<string | undefined> {
+  const counter = await within(STEP_MS, closed, (s) => raceSignal(client.exists(fences.counter), s))
+  if (counter > 0) return fences.counter
   let cursor = '0'
   do {
     const [next, keys] = await within(STEP_MS, closed, (s) =>
@@ -66,32 +77,27 @@ export async function firstFence(
   return undefined
 }
 
-/** Raises each counter of `values` on `client` (RAISE_FENCE, never lowers), in pipelined batches. */
-export async function raiseAll(client: Redis, values: ReadonlyMap<string, bigint>, signal: AbortSignal) {
-  const entries = [...values]
-  for (let i = 0; i < entries.length; i += 500) await raiseBatch(client, entries.slice(i, i + 500), signal)
-}
-
-async function raiseBatch(client: Redis, batch: ReadonlyArray<[string, bigint]>, signal: AbortSignal) {
-  const failed = await raiseOnce(client, batch, signal)
-  if (!failed) return
-  // A server that lost its scripts (a restart: then its run_id changed too, and ADMIT will refuse) or had
-  // them flushed: load it and raise the batch again, once (raising is idempotent).
-  if (!/NOSCRIPT/.test(failed.message)) throw failed
-  await within(STEP_MS, signal, () => client.script('LOAD', RAISE_FENCE.source))
-  const again = await raiseOnce(client, batch, signal)
-  if (again) throw again
-}
-
-/** One pipelined raise of `batch`: the first error among the replies, if any. */
-async function raiseOnce(
+/**
+ * Raises the node's counter to the largest of `values` (RAISE, never lowers it): every value some node
+ * held, whether in its own counter or in a name's, is then below what this node mints next.
+ */
+export async function raiseCounter(
   client: Redis,
-  batch: ReadonlyArray<[string, bigint]>,
+  fences: FenceKeys,
+  values: ReadonlyMap<string, bigint>,
   signal: AbortSignal,
-): Promise<Error | undefined> {
-  if (signal.aborted) throw signal.reason
-  const pipeline = client.pipeline()
-  for (const [key, value] of batch) pipeline.evalsha(RAISE_FENCE.sha, 1, key, String(value))
-  const replies = (await within(STEP_MS, signal, () => pipeline.exec())) ?? []
-  return replies.find(([error]) => error)?.[0] ?? undefined
+): Promise<void> {
+  let highest = 0n
+  for (const value of values.values()) if (value > highest) highest = value
+  const raise = () =>
+    within(STEP_MS, signal, () => client.evalsha(RAISE.sha, 1, fences.counter, String(highest)))
+  try {
+    await raise()
+  } catch (error) {
+    // A server that lost its scripts (a restart: then its run_id changed too, and ADMIT will refuse) or had
+    // them flushed: load it and raise again, once (raising is idempotent).
+    if (!/NOSCRIPT/.test((error as Error)?.message ?? '')) throw error
+    await within(STEP_MS, signal, () => client.script('LOAD', RAISE.source))
+    await raise()
+  }
 }

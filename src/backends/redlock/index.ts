@@ -5,17 +5,21 @@
  * run unchanged on each node.
  *
  * - Layout: on each node, the Redis backend's keys (redis/layout.ts): `<prefix>{<key>}` = the owner id of
- *   one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = that node's
- *   counter. The waiting line (layout.ts, scripts.ts): `<prefix>{<key>}:line` (waiter -> ticket) and
- *   `:alive` (waiter -> liveness deadline), expiring with their last waiter. Plus one admission marker per
- *   node, `<prefix>!admitted` = the run_id of the server process that was admitted (or `in-use`: not
- *   admitted yet, in a set in use), and `<prefix>!fresh` = that run_id if a fresh set's bootstrap admitted
- *   it (admission.ts).
+ *   one attempt, `<owner>.<attempt>`, with the lease as PX expiry; `<prefix>{<key>}:fence` = the hold's
+ *   fence on that node, with the same expiry. The waiting line (layout.ts, scripts.ts):
+ *   `<prefix>{<key>}:line` (waiter -> ticket) and `:alive` (waiter -> liveness deadline), expiring with
+ *   their last waiter. A name keeps nothing once its holds and waiters are gone. Per node, for good:
+ *   `<prefix>!fence` = the node's fence counter, one for every name; the admission marker
+ *   `<prefix>!admitted` = the run_id of the server process that was admitted (or `in-use`: not admitted
+ *   yet, in a set in use), and `<prefix>!fresh` = that run_id if a fresh set's bootstrap admitted it
+ *   (admission.ts).
  * - Expiry: each node's own clock expires its hold (PX); the lock is free once all but q-1 of the majority's
  *   holds have expired. Validity is counted by the core from before the first request, less the drift.
- * - Fence: the largest counter M of the granting majority, written back to the majority's nodes that were
- *   behind before the grant counts, so any later majority (which shares a node with this one) mints more;
- *   the node index in the low 8 bits. It never goes back while nodes remember: a node restarted empty
+ * - Fence: each node mints from its own counter, one for every name (so a name's next grant mints more
+ *   than its last one however long ago, with nothing kept per name); the token is the largest value M of
+ *   the granting majority, written back to the majority's nodes that were behind before the grant counts,
+ *   so any later majority (which shares a node with this one) mints more; the node index in the low 8 bits.
+ *   It never goes back while nodes remember: a node restarted empty
  *   votes only once admitted, that is, once its counters have been caught up from the other nodes after it
  *   (re)started (admission.ts for how and why: invariant J; node.ts for where it is checked: once per
  *   connection, off the acquire path). Delayed restart: a node votes only once its server has been up for
@@ -25,19 +29,20 @@
  *   own channel `<prefix>!wake:<client id>`, on the n - q + 1 nodes it listens to (quorum-wait.ts).
  * - Limits: 1 to 256 nodes (use an odd number); the Redis backend's key and ttl limits; safety assumes the
  *   nodes' clocks advance at about our rate (the drift term), nodes that are independent masters, no
- *   FLUSHALL or eviction of fence counters, and restartDelay at least the largest ttl any client uses.
+ *   FLUSHALL or eviction of the node's counter, and restartDelay at least the largest ttl any client uses.
  *
  * Files:
  * - driver.ts: the quorum engine's node over one master (each operation gated on the node's admission).
  * - line.ts: one node's lock in line mode (the Redis backend with the LINE_* scripts, wake-ups by client).
  * - node.ts: one master: restart checks once per connection, admission state, catch-up scheduling.
- * - admission.ts: the catch-up of a node's fence counters from the others, and why fences stay increasing.
+ * - admission.ts: the catch-up of a node's fence counter from the others, and why fences stay increasing.
  * - bootstrap.ts: the admission of a fresh set: the majority (or more) that answers, at once.
  * - admission-state.ts: admission's states, errors and shared helpers.
- * - fences.ts: a node's fence counters in bulk (SCAN/MGET, pipelined raises).
+ * - fences.ts: a node's fence counters for a catch-up (its own, and names' from earlier versions).
  * - listing.ts: `list`, the locks a majority holds, from each node's SCAN.
- * - scripts.ts: the lock scripts with the waiting line (LINE_*), and the STATE and ADMIT scripts.
- * - layout.ts: the admission marker's key name, the line's keys, the wake channels.
+ * - scripts.ts: the lock scripts with the waiting line (LINE_*), the node's counter (RAISE), and the STATE
+ *   and ADMIT scripts.
+ * - layout.ts: the node's counter and admission markers, the line's keys, the wake channels.
  * - connection.ts: waiting for a node's connection.
  * - doctor.ts: `fencelock doctor redlock://…`.
  * - url.ts: redlock:// parameters, node list, and each node's ioredis options.
@@ -73,6 +78,7 @@ import { nodeHosts, PARAMS } from './url.js'
 
 export { PARAMS }
 
+/** What `redlockBackend` is told. */
 export interface RedlockBackendOptions {
   /**
    * One ioredis client per independent Redis master (use an odd number: 3, 5, 7). Create them with
@@ -105,6 +111,7 @@ export interface RedlockBackendOptions {
 /**
  * Creates a Redlock backend over your ioredis clients (the backend never closes them).
  * @example
+ * import { Redis } from 'ioredis'
  * const nodes = [6379, 6380, 6381].map((port) => new Redis({ port, autoResendUnfulfilledCommands: false }))
  * const locks = createLockClient(redlockBackend({ clients: nodes }), { ttl: '10s' })
  */

@@ -1,6 +1,7 @@
 /**
  * Where Redlock keeps its own state on each node, besides the Redis backend's lock keys (redis/layout.ts):
- * the admission marker, each lock's waiting line, and the channels its waiters are woken on. The backend
+ * the node's fence counter, the admission marker, each lock's waiting line, and the channels its waiters
+ * are woken on. The backend
  * and the tests both use this; nobody copies the format.
  */
 import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
@@ -10,6 +11,13 @@ import { DEFAULT_PREFIX, redisLockKeys } from '../redis/layout.js'
  * IN_USE (a trace: the set was in use when a client first reached this process; admitted it is not).
  */
 export const admissionMarker = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!admitted`
+
+/**
+ * The node's fence counter under `prefix`, one for every lock name: each grant on the node mints the next
+ * value, and a grant's token is written back into it (scripts.ts). It never expires: it is what lets a
+ * name's own keys go with its last hold while every later grant, of any name, still mints more.
+ */
+export const nodeCounter = (prefix: string = DEFAULT_PREFIX): string => `${prefix}!fence`
 
 /** A marker that names no process: written on a node that is not admitted yet, once the set is in use. */
 export const IN_USE = 'in-use'

@@ -12,8 +12,8 @@ import { type Mode, type RedisBackend, RedisLockBackend } from '../redis/backend
 import type { RedisClient } from '../redis/connect.js'
 import { DEFAULT_PREFIX, named, nameOf } from '../redis/layout.js'
 import { describeClient, RedisStore } from '../redis/store.js'
-import { lineKeys, wakePrefix } from './layout.js'
-import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE } from './scripts.js'
+import { lineKeys, nodeCounter, wakePrefix } from './layout.js'
+import { LINE_ACQUIRE, LINE_BREAK, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE } from './scripts.js'
 
 /**
  * A node's lock: the Redis backend over `client` in line mode, and the mode itself (for the clean-up).
@@ -38,6 +38,8 @@ export class LineMode implements Mode {
   /** Where this client's waiters are named (layout.ts). */
   readonly #wakePrefix: string
   readonly #channel: string
+  /** The node's fence counter (layout.ts). */
+  readonly #counter: string
 
   constructor(store: RedisStore, prefix: string, clientId: string) {
     this.#store = store
@@ -45,6 +47,7 @@ export class LineMode implements Mode {
     this.#clientId = clientId
     this.#wakePrefix = wakePrefix(prefix)
     this.#channel = `${this.#wakePrefix}${clientId}`
+    this.#counter = nodeCounter(prefix)
   }
 
   /** A waiter as it stands in line: its acquire's owner id and this client's id. */
@@ -56,7 +59,22 @@ export class LineMode implements Mode {
   #keys(key: string): string[] {
     const k = this.#store.keysOf(key)
     const l = lineKeys(key, this.#prefix)
-    return [k.lock, k.fence, k.holder, l.line, l.alive, ...named(k)]
+    return [k.lock, k.fence, k.holder, l.line, l.alive, this.#counter, ...named(k)]
+  }
+
+  /**
+   * The write-back of a grant's token M (scripts.ts RAISE): the node's counter to at least M, and the
+   * hold's fence too while attempt `owner` holds `key` here. The counter afterwards.
+   */
+  async raiseFence(key: string, owner: string, atLeast: bigint): Promise<bigint> {
+    const k = this.#store.keysOf(key)
+    const reply = await this.#store.run(RAISE, [this.#counter, k.fence, k.lock], [String(atLeast), owner])
+    return BigInt(reply as number)
+  }
+
+  /** The node's counter (0n before its first grant): every later grant on the node mints more. */
+  async counter(): Promise<bigint> {
+    return BigInt((await this.#store.run(RAISE, [this.#counter], ['0'])) as number)
   }
 
   /** `req` is the engine's NodeRequest: its owner is the attempt's, `waiter` the acquire's. */

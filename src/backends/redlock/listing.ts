@@ -11,7 +11,6 @@ import type { ListedLock } from '../../core/backend.js'
 import { BackendUnavailableError, QuorumError } from '../../core/errors.js'
 import { within } from '../../core/within.js'
 import type { Quorum } from '../../engines/quorum.js'
-import { OPERATOR_NODE_TIMEOUT_MS } from '../../engines/quorum-break.js'
 import { majorityHold } from '../../engines/quorum-inspect.js'
 import { keysOf, lockKeyMatch, scanPages } from '../redis/listing.js'
 import { STEP_MS } from './admission-state.js'
@@ -39,9 +38,7 @@ export async function* listQuorum(
         const found = await within(STEP_MS, signal, (s) =>
           keysOf(node.client, match, storePrefix, names, prefix, s),
         )
-        const holds = await Promise.all(
-          found.map(({ key }) => quorum.holds(key, signal, OPERATOR_NODE_TIMEOUT_MS)),
-        )
+        const holds = await Promise.all(found.map(({ key }) => quorum.holds(key, signal)))
         for (const [k, infos] of holds.entries()) {
           const hold = majorityHold(infos, quorum.q)
           // Listed from the first node scanned to the end that holds it.

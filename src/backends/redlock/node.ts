@@ -26,13 +26,13 @@ import { raceSignal } from '../../core/abort.js'
 import { now, sleep } from '../../core/clock.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import { parseInfo, type RedisBackend } from '../redis/index.js'
-import { EXTEND, INSPECT, RAISE_FENCE, type Script } from '../redis/scripts.js'
+import { EXTEND, INSPECT, type Script } from '../redis/scripts.js'
 import { AdmissionError, type AdmissionState, type NodeState } from './admission-state.js'
 import { connected, reachable } from './connection.js'
-import { type FenceKeys, fenceKeys, firstFence, raiseAll, readFences } from './fences.js'
+import { type FenceKeys, fenceKeys, firstFence, raiseCounter, readFences } from './fences.js'
 import { admissionMarker, freshMarker, IN_USE } from './layout.js'
 import type { LineMode } from './line.js'
-import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, STATE } from './scripts.js'
+import { ADMIT, LINE_ACQUIRE, LINE_CLEAN_UP, LINE_LEAVE, LINE_RELEASE, RAISE, STATE } from './scripts.js'
 
 /** The scripts Redlock runs on each node. */
 const REDLOCK_SCRIPTS = [
@@ -41,7 +41,7 @@ const REDLOCK_SCRIPTS = [
   LINE_CLEAN_UP,
   LINE_LEAVE,
   EXTEND,
-  RAISE_FENCE,
+  RAISE,
   INSPECT,
   STATE,
   ADMIT,
@@ -248,7 +248,7 @@ export class RedlockNode {
     await raceSignal(this.client.set(this.#marker, IN_USE, 'NX'), signal)
   }
 
-  /** Every fence counter under the prefix: SCAN MATCH, one MGET per page. */
+  /** The node's counter and every name's fence key under the prefix (fences.ts). */
   readFences(closed: AbortSignal): Promise<Map<string, bigint>> {
     return readFences(this.client, this.#fences, closed)
   }
@@ -258,9 +258,9 @@ export class RedlockNode {
     return firstFence(this.client, this.#fences, closed)
   }
 
-  /** Raises this node's counters to `values` (never lowers one). */
+  /** Raises this node's counter to the largest of `values` (never lowers it). */
   raiseFences(values: ReadonlyMap<string, bigint>, closed: AbortSignal): Promise<void> {
-    return raiseAll(this.client, values, closed)
+    return raiseCounter(this.client, this.#fences, values, closed)
   }
 
   /**

@@ -4,7 +4,7 @@
  */
 import { hostsOf, type ParamSchema, redact } from '../../core/url.js'
 
-/** The URL parameters of redlock:// (the README's table is tested against this). */
+/** The URL parameters of redlock:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   prefix: { type: 'string', doc: 'prefix of every key on every node (default fencelock:)' },
   nodeTimeout: {

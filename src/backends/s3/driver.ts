@@ -35,6 +35,7 @@ export type S3Module = Pick<
 /** How many pages of a listing (1000 objects each) doctor's count reads at most. */
 const COUNT_PAGES = 10
 
+/** The keys and ttls an S3 lock object can hold. */
 export const S3_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 31 - 1 }
 
 /** Where the driver keeps its objects, and whether it owns the client. */
@@ -87,6 +88,7 @@ function expiresUnder(rule: LifecycleRule, prefix: string): boolean {
   return prefix.startsWith(ruled) || ruled.startsWith(prefix)
 }
 
+/** The cas-lease engine's driver over S3 (`s3Backend` builds one): one object per lock. */
 export class S3CasDriver implements CasDriver {
   readonly id: string
   readonly limits = S3_LIMITS

@@ -37,9 +37,11 @@ import { DEFAULT_PREFIX } from './layout.js'
 export { S3_LIMITS, S3CasDriver } from './driver.js'
 export { DEFAULT_PREFIX, lockObjectKey } from './layout.js'
 
+/** What `s3Backend` is told. */
 export interface S3BackendOptions {
   /** Your `S3Client` (credentials and region as you configured them). fencelock never closes it. */
   readonly client: S3Client
+  /** The bucket the lock objects live in (it must exist). */
   readonly bucket: string
   /** Prefix of every lock object; a '/' is added when missing. @default 'fencelock/' */
   readonly prefix?: string | undefined
@@ -76,7 +78,7 @@ export function s3Backend(options: S3BackendOptions): LockBackend {
   return casLeaseBackend(s3Driver(options, false, loadSdk))
 }
 
-/** The URL parameters of s3:// (the README's table is tested against this). */
+/** The URL parameters of s3:// (its page in docs/backends/ is tested against this). */
 export const PARAMS = {
   region: { type: 'string', doc: "the bucket's region (default: the SDK's chain, e.g. AWS_REGION)" },
   endpoint: { type: 'string', doc: 'an S3-compatible server instead of AWS, e.g. http://127.0.0.1:9000' },

@@ -74,6 +74,7 @@ import { type Connect, OwnSessions, SharedSession, type ZkSession } from './sess
 
 export type { ZkClient } from './client.js'
 
+/** What `zookeeperBackend` is told. */
 export interface ZooKeeperBackendOptions {
   /**
    * A `Client` of the `node-zookeeper-client` package, connected or connecting. fencelock never closes it.
@@ -263,7 +264,7 @@ function normalizePrefix(prefix: string): string {
   return out
 }
 
-/** The URL's parameters (tested against the README like the others). */
+/** The URL's parameters (tested against its page in docs/backends/, like the others). */
 export const PARAMS = {
   sessionTimeout: {
     type: 'duration',

@@ -1,0 +1,169 @@
+/**
+ * The file backend's retire (retire.ts): a released key folder is removed once the key stays unused, so
+ * the lock root keeps what is in use, not every name ever locked; and the fences of a key whose folder
+ * went still only grow, in this process and in others, with removals racing other processes' acquires.
+ * Real folders and processes; no mocks.
+ */
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { after, describe, it } from 'node:test'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { keyFolderName } from '../../src/backends/file/generations.js'
+import { fileBackend } from '../../src/backends/file/index.js'
+import { retireFolder } from '../../src/backends/file/retire.js'
+import { createLockClient } from '../../src/index.js'
+import { tempDir } from '../support/temp.js'
+import { sleep } from '../support/time.js'
+
+const CONTENDER = fileURLToPath(new URL('../fixtures/contender.js', import.meta.url))
+const RETIRING = fileURLToPath(new URL('../fixtures/retire-contender.js', import.meta.url))
+
+const dir = tempDir('file-retire')
+after(() => dir.cleanup())
+
+const newRoot = () => join(dir.path, randomBytes(4).toString('hex'))
+const key = (label: string) => `${label}:${randomBytes(3).toString('hex')}`
+/** The key folders in a lock root (`.epoch` and `.boot` are not). */
+const keyFolders = (root: string) => readdirSync(root).filter((name) => name.includes('~'))
+
+/** Runs `script` with `args` to its end; its exit code. */
+const run = (script: string, args: string[]) =>
+  new Promise<number | null>((resolve) => {
+    const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'inherit', 'inherit'] })
+    child.on('exit', (code) => resolve(code))
+  })
+
+/** Waits, up to `ms`, for `done()`; whether it came true. */
+async function eventually(done: () => boolean, ms: number): Promise<boolean> {
+  for (const end = performance.now() + ms; performance.now() < end; await sleep(20)) if (done()) return true
+  return done()
+}
+
+describe('file backend: released key folders are retired', () => {
+  it('names acquired and released leave no folder behind once they stay unused', async () => {
+    const root = newRoot()
+    const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 50 }), { ttl: '5s' })
+    for (let i = 0; i < 200; i++) await (await client.acquire(key(`name-${i}`))).release()
+    assert.ok(
+      await eventually(() => keyFolders(root).length === 0, 20_000),
+      `${keyFolders(root).length} of 200 key folders left`,
+    )
+    await client.close()
+  })
+
+  it('closing the client retires every folder it released, at once', async () => {
+    const root = newRoot()
+    const client = createLockClient(fileBackend({ dir: root }), { ttl: '5s' })
+    for (let i = 0; i < 100; i++) await (await client.acquire(key(`close-${i}`))).release()
+    const held = await client.acquire(key('held'))
+    await client.close()
+    // The lease still held at close is released by close; every other folder is gone.
+    assert.ok(keyFolders(root).length <= 1, `${keyFolders(root).length} key folders left`)
+    assert.ok(held.fence > 0n)
+  })
+
+  it('a key used over and over keeps its folder (and its fence range)', async () => {
+    const root = newRoot()
+    const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 60_000 }), { ttl: '5s' })
+    const k = key('hot')
+    const first = await client.acquire(k)
+    await first.release()
+    const second = await client.acquire(k)
+    await second.release()
+    assert.equal(second.fence, first.fence + 2n, 'the same folder: fences go on by generation')
+    assert.deepEqual(keyFolders(root), [keyFolderName(k)])
+    await client.close()
+  })
+
+  it(
+    'keys released lately keep their folders, up to as many as the hot path remembers',
+    { timeout: 300_000 },
+    async () => {
+      const root = newRoot()
+      const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 600_000 }), { ttl: '5s' })
+      // More than 10,000: a bound that low removed folders of keys still in use (and made them again).
+      const count = 11_000
+      for (let i = 0; i < count; i++) await (await client.acquire(`many-${i}`)).release()
+      assert.equal(keyFolders(root).length, count, 'no folder removed before its time')
+      await client.close()
+      assert.equal(keyFolders(root).length, 0, 'closing retires them all')
+    },
+  )
+
+  it('after a retire, the next grant of the key has a greater fence, here and in another process', async () => {
+    const root = newRoot()
+    const k = key('again')
+    const folder = join(root, keyFolderName(k))
+    const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 0 }), { ttl: '5s' })
+    const fences: bigint[] = []
+    for (let i = 0; i < 3; i++) {
+      const lock = await client.acquire(k)
+      fences.push(lock.fence)
+      await lock.release()
+      assert.ok(await eventually(() => !existsSync(folder), 10_000), 'the folder should be retired')
+    }
+    const log = join(dir.path, `log-${randomBytes(3).toString('hex')}`)
+    const marker = join(dir.path, `marker-${randomBytes(3).toString('hex')}`)
+    assert.equal(await run(CONTENDER, [pathToFileURL(root).href, k, '1', log, marker]), 0)
+    fences.push(BigInt(readFileSync(log, 'utf8').trim().split(' ')[0]!))
+    const last = await client.acquire(k)
+    fences.push(last.fence)
+    await last.release()
+    for (let i = 1; i < fences.length; i++) {
+      assert.ok(fences[i]! > fences[i - 1]!, `fence ${fences[i]} granted after ${fences[i - 1]}`)
+    }
+    await client.close()
+  })
+
+  it('a folder with another writer in it (its temp file) is left alone', async () => {
+    const root = newRoot()
+    const k = key('alone')
+    const folder = join(root, keyFolderName(k))
+    const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: 60_000 }), { ttl: '5s' })
+    const lock = await client.acquire(k)
+    const [name] = readdirSync(folder)
+    const info = statSync(join(folder, name!), { bigint: true })
+    const stamp = { dev: info.dev, ino: info.ino, mtimeNs: info.mtimeNs }
+    // A writer between its pin and its link: whatever it links must find its predecessor in place.
+    writeFileSync(join(folder, '.tmp-someone-else-0'), '')
+    assert.equal(retireFolder(folder, BigInt(name!), stamp), false, 'another writer is in it')
+    await lock.release()
+    await client.close()
+    assert.ok(existsSync(folder), 'a folder with another writer in it stays')
+  })
+
+  it(
+    'processes retiring the folder while others acquire it: never two holders, fences only grow',
+    { timeout: 180_000 },
+    async () => {
+      const root = newRoot()
+      const k = key('race')
+      const log = join(dir.path, `log-${randomBytes(3).toString('hex')}`)
+      const marker = join(dir.path, `marker-${randomBytes(3).toString('hex')}`)
+      const processes = 4
+      const iterations = 25
+      const codes = await Promise.all(
+        Array.from({ length: processes }, () => run(RETIRING, [root, k, String(iterations), log, marker])),
+      )
+      assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')
+      const lines = readFileSync(log, 'utf8').trim().split('\n')
+      assert.deepEqual(
+        lines.filter((l) => l.startsWith('OVERLAP')),
+        [],
+      )
+      const fences = lines.map((l) => BigInt(l.split(' ')[0]!))
+      assert.equal(fences.length, processes * iterations)
+      // Removed and made again while the others contended: each time a fresh fence range (epoch).
+      const epochs = new Set(fences.map((fence) => fence >> 21n))
+      assert.ok(epochs.size > 1, 'the folder should have been retired and made again')
+      for (let i = 1; i < fences.length; i++) {
+        assert.ok(fences[i]! > fences[i - 1]!, `fence ${fences[i]} granted after ${fences[i - 1]}`)
+      }
+      // Each process retired its last release at close, unless another one was in the folder then.
+      assert.ok(keyFolders(root).length <= 1)
+    },
+  )
+})
