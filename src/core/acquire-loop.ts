@@ -183,7 +183,7 @@ class AcquireLoop {
           const lock = await this.#take(result)
           if (lock) return lock
         }
-        if (now() >= this.#deadline) this.#fail(this.#notAcquired())
+        if (now() >= this.#waitEnd(result)) this.#fail(this.#notAcquired(result))
         if (result === undefined) {
           await this.#backOff()
           continue
@@ -337,14 +337,17 @@ class AcquireLoop {
     return lock
   }
 
-  #notAcquired(): LockNotAcquiredError {
+  #notAcquired(last?: AttemptResult): LockNotAcquiredError {
     const { key } = this.#req
     const waited = `gave up after ${Math.round(now() - this.#startedAt)} ms (timeout ${this.#opts.timeoutMs} ms)`
     return new LockNotAcquiredError(
-      this.#ctx.primitive === 'election'
-        ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
+      last?.granted === false && last.pending
+        ? `Lock ${quoteKey(key)} on ${this.#backend.id} was free, but the store did not settle its grant in ` +
+            `time; ${waited}. Use a longer timeout, or check the store's clock and latency with doctor`
+        : this.#ctx.primitive === 'election'
+          ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
             'timeout, or observe the election to see its leader'
-        : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+          : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
             'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
@@ -374,7 +377,7 @@ class AcquireLoop {
     let wait = jitter(this.#poll)
     this.#poll = Math.min(this.#poll * 2, cap)
     if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
-    wait = Math.max(0, Math.min(wait, this.#deadline - now()))
+    wait = Math.max(0, Math.min(wait, this.#waitEnd(result) - now()))
     const slept = nap(wait, this.#signal)
     // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
     // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
@@ -399,6 +402,15 @@ class AcquireLoop {
         else this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
       }
     }
+  }
+
+  /**
+   * Until when the acquire waits after `result`: its deadline; for a grant under way (`Busy.pending`),
+   * at least the time it gives the store (`#attemptMinMs`), as it would give one slow attempt.
+   */
+  #waitEnd(result: AttemptResult | undefined): number {
+    if (result?.granted !== false || !result.pending) return this.#deadline
+    return Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
   }
 
   /** Ends the acquire with `error`; after any attempt, its clean-up starts first. */

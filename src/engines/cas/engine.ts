@@ -4,9 +4,11 @@
  * (`amazon-dynamodb-lock-client`), with a fence added and released records retired (deleted).
  *
  * - Record (record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
- * - Grant: absent → create a placeholder marked fresh, wait until the store's clock settles its fence,
- *   then replace it unmarked: that write is the grant (fence.ts: a record deleted and made again at
- *   any age never repeats a fence); released → replace on its version (the next fence, once settled);
+ * - Grant: absent → create a placeholder marked fresh and answer "not yet" (`pending`): the same
+ *   acquire's next attempt, once the store's clock settles the placeholder's fence, replaces it
+ *   unmarked, and that write is the grant (fence.ts: a record deleted and made again at any age never
+ *   repeats a fence). No attempt waits for the clock: the core's loop does, between attempts, as it
+ *   waits for a holder. Released → replace on its version (the next fence, once settled);
  *   held by us (an earlier attempt of this acquire whose reply was lost) → replace on its version, its
  *   fence kept (lifted, when still fresh), so the validity counts from this write; held
  *   by another → a takeover (the next fence) only once this process has seen that same version
@@ -41,8 +43,8 @@
  *   the core backs off.
  *
  * Requests (R = strongly consistent read, W = conditional write), without faults:
- * - acquire, released key: 1 R + 1 W; new key (none, or retired): 2 R + 2 W and 1 to 2 s, while the
- *   store's clock ticks twice; takeover after a crash: the waiting reads + 1 W;
+ * - acquire, released key: 1 R + 1 W; new key (none, or retired): 2 R + 2 W in two attempts, 1 to 2 s
+ *   apart, while the store's clock ticks twice; takeover after a crash: the waiting reads + 1 W;
  * - renewal (every ttl/3 by default): 1 W; release: 1 W, then 1 D (conditional delete) if the key is
  *   not taken again here within a few seconds;
  * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
@@ -68,7 +70,7 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
-import { now, sleep } from '../../core/clock.js'
+import { now } from '../../core/clock.js'
 import type { CasAdapter } from './adapter.js'
 import { freshGrantFence, grantFence, newRecordFence, type ServerClock, settled, settlesAt } from './fence.js'
 import { type CasHold, CasHolds } from './hold.js'
@@ -102,22 +104,36 @@ const POLL_MAX_MS = 1000
  */
 const WRITERS_KEPT = 10_000
 /**
- * A placeholder's lease is the ttl, and at least this: its creator waits for the store's clock to tick
- * twice (up to 2 s, and round trips) before the grant, and a shorter lease would let a waiter take the
+ * A placeholder's lease is the ttl, and at least this: its creator comes back once the store's clock has
+ * ticked twice (up to 2 s, and round trips) to grant, and a shorter lease would let a waiter take the
  * placeholder over meanwhile, only to wait likewise. No longer than that: a creator cut off during its
  * wait leaves the placeholder held, and every waiter sits out its lease.
  */
 const SETTLE_ALLOWANCE_MS = 3000
-/** The least time an attempt gets: a new record's clock wait (up to 2 s) and its four round trips. */
-const SETTLE_ATTEMPT_MS = 5000
-/** The least wait between two reads of the store's clock while a fresh record settles. */
+/**
+ * The least time an acquire gives the store: a new record's grant is two attempts (four requests) with the
+ * store's clock ticking twice between them (up to 2 s), also for a `tryAcquire` (see `Busy.pending`).
+ */
+const SETTLE_ACQUIRE_MS = 5000
+/** The least wait between two reads of the store's clock while a placeholder of ours settles. */
 const SETTLE_POLL_MIN_MS = 100
 
-/** A grant to write: its fence, whether it is made on a new (or still fresh) record, the attempt's start. */
+/** A grant to write: its fence, and whether it is made on a new (or still fresh) record. */
 interface Grant {
   readonly fence: bigint
   readonly fresh: boolean
-  readonly start: number
+}
+
+/** A placeholder this acquire wrote (marked fresh), to be replaced by the grant once its fence settles. */
+interface Placeholder {
+  readonly key: string
+  readonly version: string
+  /** The fence its grant takes (fence.ts): at least the placeholder's own. */
+  readonly fence: bigint
+  /** When its write was answered: the read that decides its grant is sent after. */
+  readonly placedAt: number
+  /** No read of it before this: the store's clock cannot have settled its fence sooner. */
+  readonly readAt: number
 }
 
 /** A LockBackend over `adapter`: the cas-lease engine. */
@@ -126,11 +142,11 @@ export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = 
   const backend: LockBackend = {
     id: options.id ?? adapter.id,
     capabilities: CAPABILITIES,
-    // A grant on a new record waits for the store's clock (up to 2 s) and sends four requests: a
+    // A grant on a new record waits for the store's clock (up to 2 s) between its two attempts: a
     // `tryAcquire` must be given that long at least.
     limits: {
       ...adapter.limits,
-      minAttemptMs: Math.max(adapter.limits.minAttemptMs ?? 0, SETTLE_ATTEMPT_MS),
+      minAttemptMs: Math.max(adapter.limits.minAttemptMs ?? 0, SETTLE_ACQUIRE_MS),
     },
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
@@ -166,6 +182,8 @@ export class CasLease {
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** Owners whose acquire wrote a placeholder its next attempt turns into the grant (see `attempt`). */
+  readonly #placed = new BoundedMap<string, Placeholder>(WRITERS_KEPT)
   /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
   readonly #granting = new Map<string, Promise<void>>()
 
@@ -193,6 +211,9 @@ export class CasLease {
     const start = now()
     // Taken again here: its released record is written over, not deleted.
     this.retirer.cancel(req.key)
+    const placed = this.#placed.get(req.owner)
+    // Our placeholder, whose fence the store's clock cannot have settled yet: nothing to ask.
+    if (placed !== undefined && start < placed.readAt) return settling(placed.readAt - start)
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
     if (waiting) {
@@ -207,8 +228,10 @@ export class CasLease {
     // The server's second of this read decides the fence of a grant made on what it returns (fence.ts).
     // A waiter takes any read of the key in flight (what it shows is observed at its return, whoever sent
     // it: observe.ts); a new acquire only one sent after it began, which a release before it shows.
+    // Our placeholder's grant is decided by a read sent after it was written (one in flight before
+    // could show the key as it was).
     const clock: ServerClock = {}
-    const notBefore = waiting ? Number.NEGATIVE_INFINITY : start
+    const notBefore = placed?.placedAt ?? (waiting ? Number.NEGATIVE_INFINITY : start)
     const { current, seen } = await this.#io.observe(req.key, signal, clock, notBefore)
     if (!waiting) this.#waiting.set(req.owner, true)
     const { id } = this
@@ -216,10 +239,16 @@ export class CasLease {
     const lift = seconds !== undefined
     // None: a create, marked fresh when the store shows its clock (a grant only once settled: fence.ts).
     if (current === undefined || seen === undefined) {
+      this.#placed.delete(req.owner)
       const fence = newRecordFence(seconds, req.key, id)
-      return await this.#write(req, { fence, fresh: lift, start }, undefined, signal, clock)
+      return await this.#write(req, { fence, fresh: lift }, undefined, signal)
     }
     const record = seen.record
+    // Our placeholder as we left it: the grant, with the fence we chose for it, once that is settled.
+    if (placed !== undefined && seen.version === placed.version && heldBy(record, req.owner)) {
+      return await this.#write(req, { fence: placed.fence, fresh: false }, seen, signal)
+    }
+    this.#placed.delete(req.owner)
     // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
     if (record === undefined) return this.#busy(seen)
     // A record still marked fresh may carry the fence of a create that landed late: lifted first.
@@ -227,25 +256,26 @@ export class CasLease {
     const next = (): Grant => ({
       fence: (fresh ? freshGrantFence : grantFence)(record.fence, seconds, req.key, id),
       fresh,
-      start,
     })
-    if (record.state === 'released') return await this.#write(req, next(), seen, signal, clock)
+    if (record.state === 'released') return await this.#write(req, next(), seen, signal)
     // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
     // the core counts from this attempt's start is really the lease's (waiters restart their watch).
+    // Still fresh (a placeholder whose answer we never heard): its fence is lifted as a new record's.
     if (record.owner === req.owner) {
       const fence = fresh ? freshGrantFence(record.fence, seconds, req.key, id) : record.fence
-      return await this.#write(req, { fence, fresh, start }, seen, signal, clock)
+      return await this.#write(req, { fence, fresh }, seen, signal)
     }
     // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
     // more (it counted its validity from before the write we have been watching), so it is taken over.
     const takeoverAt = this.#seen.takeoverAt(seen)!
     if (now() < takeoverAt) return this.#busy(seen)
-    return await this.#write(req, next(), seen, signal, clock)
+    return await this.#write(req, next(), seen, signal)
   }
 
   /** `LockBackend.abandon`: the acquire is over; what it may have left is released (hold.ts). */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     this.#waiting.delete(req.owner)
+    this.#placed.delete(req.owner)
     return this.holds.abandon(req, signal)
   }
 
@@ -257,15 +287,14 @@ export class CasLease {
   }
 
   /**
-   * A grant by writing our record (`grant.fence`) over `seen` (undefined: a create), or why not.
-   * `decided` is the server's clock of the read that chose the fence.
+   * A grant by writing our record (`grant.fence`) over `seen` (undefined: a create), or, on a record
+   * made new or still marked fresh, our placeholder; or why not.
    */
   async #write(
     req: AcquireRequest,
     grant: Grant,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
-    decided: ServerClock,
   ): Promise<AttemptResult> {
     // One grant write of a key in flight per process: the other acquires of the key wait for its outcome
     // and try again (it landed: the record it left is held, and they are answered from it without a
@@ -277,8 +306,8 @@ export class CasLease {
       return { granted: false, retryInMs: 0 }
     }
     const granting = grant.fresh
-      ? this.#grantFresh(req, grant, seen, signal, decided)
-      : this.#grant(req, grant.fence, seen, signal, decided)
+      ? this.#place(req, grant.fence, seen, signal)
+      : this.#grant(req, grant.fence, seen, signal)
     const done = granting.then(
       () => {},
       () => {},
@@ -297,67 +326,63 @@ export class CasLease {
     fence: bigint,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
-    decided: ServerClock,
   ): Promise<AttemptResult> {
-    // A record younger than its fence (granted on less than about 2 s ago): its next grant waits until
-    // the store's clock has caught up with the fence (fence.ts).
-    if (!settled(fence, decided.seconds)) {
-      return { granted: false, retryInMs: (settlesAt(fence) - decided.seconds!) * 1000 }
+    // A fence the store's clock has not settled yet (a record granted on less than about 2 s ago, or
+    // our placeholder): the grant waits until an answer shows it settled (fence.ts), any answer of this
+    // process, since every one came before this write would be sent.
+    if (!settled(fence, this.#io.serverSecond)) {
+      const readAt = this.#settlesBy(fence)
+      const placed = this.#placed.get(req.owner)
+      if (placed !== undefined) this.#placed.set(req.owner, { ...placed, readAt })
+      return settling(readAt - now())
     }
     const out = await this.#put(req, { fence, leaseMs: req.ttlMs }, seen, signal)
     if (out.kind !== 'written') return out.result
-    return this.#granted(req, fence, out.version, out.nonce, req.ttlMs)
+    return this.#granted(req, fence, out.version, out.nonce)
   }
 
   /**
    * `#write` on a record made new (or still marked fresh): a placeholder marked fresh (no grant, a lease
-   * of the ttl and at least `SETTLE_ALLOWANCE_MS`, so that nobody takes it while we wait), then, once an answer shows
-   * the store's clock at a second where the fence is settled, a replace of that placeholder unmarked,
-   * which is the grant (fence.ts says why nothing shorter is safe).
+   * of the ttl and at least `SETTLE_ALLOWANCE_MS`, so that nobody takes it while we wait), remembered
+   * for this acquire's next attempt, which replaces it unmarked once the store's clock has settled its
+   * fence: that is the grant (fence.ts says why nothing shorter is safe).
    */
-  async #grantFresh(
+  async #place(
     req: AcquireRequest,
-    grant: Grant,
+    fence: bigint,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
-    decided: ServerClock,
   ): Promise<AttemptResult> {
     const leaseMs = Math.max(req.ttlMs, SETTLE_ALLOWANCE_MS)
     const answered: ServerClock = {}
-    const placed = await this.#put(req, { fence: grant.fence, leaseMs, fresh: true }, seen, signal, answered)
-    if (placed.kind !== 'written') return placed.result
+    const out = await this.#put(req, { fence, leaseMs, fresh: true }, seen, signal, answered)
+    if (out.kind !== 'written') return out.result
     // A create may have landed long after its read (fence.ts): the fence of its answer's second.
     const byAnswer = seen === undefined ? newRecordFence(answered.seconds, req.key, this.id) : 0n
-    const fence = byAnswer > grant.fence ? byAnswer : grant.fence
-    let version = placed.version
-    // The store's clock as any answer of this process showed it (all came before the grant is sent),
-    // asked again until it shows a second where the fence is settled. It showed at least that second
-    // since it was first seen, so it reaches the fence's second at most that many seconds later.
-    const io = this.#io
-    while (io.serverSecond === undefined || !settled(fence, io.serverSecond)) {
-      const second = io.serverSecond ?? decided.seconds!
-      const due = io.serverSecondSince + (settlesAt(fence) - second) * 1000
-      await sleep(Math.max(SETTLE_POLL_MIN_MS, due - now()), signal)
-      const clock: ServerClock = {}
-      const { current } = await io.observe(req.key, signal, clock)
-      // Taken (after a whole lease) or deleted meanwhile: no grant; the next attempt reads it again.
-      if (current?.version !== version || clock.seconds === undefined) return { granted: false, retryInMs: 0 }
-    }
-    const sentAt = now()
-    const out = await this.#put(req, { fence, leaseMs: req.ttlMs }, { version }, signal)
-    if (out.kind !== 'written') return out.result
-    version = out.version
-    // The lease runs from before this write was sent (waiters watch its version from after it landed):
-    // the core counts validity from the attempt's start, so the time since is added to it.
-    // Renewals write the lease asked, not this longer figure (hold.ts).
-    return this.#granted(req, fence, version, out.nonce, req.ttlMs + (sentAt - grant.start))
+    const granted = byAnswer > fence ? byAnswer : fence
+    const placedAt = now()
+    const readAt = this.#settlesBy(granted)
+    this.#placed.set(req.owner, { key: req.key, version: out.version, fence: granted, placedAt, readAt })
+    return settling(readAt - placedAt)
   }
 
-  #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string, ttlMs: number): AttemptResult {
+  /**
+   * When the store's clock has settled `fence` at the latest, on our monotonic clock (never sooner than
+   * `SETTLE_POLL_MIN_MS` from now): it showed at least `serverSecond` when an answer first showed it,
+   * so it reaches the fence's second at most that many seconds later.
+   */
+  #settlesBy(fence: bigint): number {
+    const { serverSecond, serverSecondSince } = this.#io
+    const t = now()
+    if (serverSecond === undefined) return t
+    return Math.max(t + SETTLE_POLL_MIN_MS, serverSecondSince + (settlesAt(fence) - serverSecond) * 1000)
+  }
+
+  #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string): AttemptResult {
     this.#waiting.delete(req.owner)
+    this.#placed.delete(req.owner)
     const hold: CasHold = { version, leaseMs: req.ttlMs, holder: req.holder, nonces: new Set([nonce]) }
-    if (ttlMs !== req.ttlMs) Object.assign(hold, { reported: { ttlMs, askedMs: req.ttlMs } })
-    return { granted: true, fence, ttlMs, cookie: hold }
+    return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
   }
 
   /** One write of our record held over `seen` (undefined: a create): its version, or the attempt's answer. */
@@ -423,4 +448,9 @@ export class CasLease {
       at = Math.min(at, Math.max(takeoverAt, t + this.#adapter.minWriteIntervalMs))
     return { granted: false, retryInMs: Math.max(0, at - t) }
   }
+}
+
+/** Not granted yet, and not for want of a holder: our own grant waits `retryInMs` for the store's clock. */
+function settling(retryInMs: number): AttemptResult {
+  return { granted: false, pending: true, retryInMs: Math.max(0, retryInMs) }
 }

@@ -10,8 +10,8 @@
  *   - a grant on a record: f = max(previous + 1, E(T)), T the second of the read that decided it;
  *     settled at T unless the record is younger than its fence (then the attempt comes back later);
  *   - a new record (a create, after a read at T that found none) is NOT a grant: it is written marked
- *     `fresh` with E(T + 2), then the creator waits until an answer shows a second at which
- *     F = max(E(T + 2), E(Tc + 2)) is settled (Tc: the create's answer) and replaces its own version
+ *     `fresh` with E(T + 2); a later attempt of its creator, once an answer shows a second at which
+ *     F = max(E(T + 2), E(Tc + 2)) is settled (Tc: the create's answer), replaces that version of it
  *     with F, unmarked: that write is the grant. Whoever else takes a record still marked fresh (an
  *     abandoned one, or one held past its lease) does the same with F = max(previous + 1, E(T + 2)).
  *

@@ -28,12 +28,6 @@ export interface CasHold {
    * renewal, act on the lock the core took.
    */
   nonces: Set<string>
-  /**
-   * A grant whose lease the core counts from its attempt's start (a new record's, after the clock wait)
-   * is reported longer than the lease written; the core then renews with that longer figure. Those
-   * renewals write the lease asked instead, and say so (the core keeps the shorter).
-   */
-  readonly reported?: { readonly ttlMs: number; readonly askedMs: number } | undefined
 }
 
 /** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
@@ -63,13 +57,12 @@ export class CasHolds {
     // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
     // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
     await this.#io.paced(lease.key, signal)
-    const asked = hold.reported?.ttlMs === ttlMs ? hold.reported.askedMs : ttlMs
-    const record = this.#record(lease, hold, asked, 'held')
+    const record = this.#record(lease, hold, ttlMs, 'held')
     const out = await this.#io.write(lease.key, record, hold.version, signal)
     if (out.kind === 'written') {
       // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, { version: out.version, leaseMs: asked, nonces: new Set([record.nonce]) })
-      return asked === ttlMs ? { renewed: true } : { renewed: true, ttlMs: asked }
+      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
+      return { renewed: true }
     }
     if (out.kind === 'unknown') throw out.error
     const ours = stillOurs(out.record, lease, hold)
@@ -126,6 +119,7 @@ export class CasHolds {
    *   what V already meant to every waiter, and the fence, kept, still moves on with the next grant.
    * - Any other version: none of our writes can land on it any more (versions never come back), nothing
    *   to do. An owner that never sent a write costs no request.
+   * What it wrote (a placeholder of ours, marked released, among others) is retired like a release's.
    */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     const conditioned = this.#writers.get(req.owner)
@@ -145,6 +139,7 @@ export class CasHolds {
       if (out.kind === 'unknown') throw out.error
       if (out.kind === 'written') {
         this.#writers.delete(req.owner)
+        this.#retirer.schedule(req.key, out.version)
         return
       }
       current = out.current

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import type { AcquireRequest } from '../../../src/core/backend.js'
+import type { AcquireRequest, AttemptResult } from '../../../src/core/backend.js'
 import { type CasLeaseOptions, casLeaseBackend } from '../../../src/engines/cas/engine.js'
 import { encodeRecord } from '../../../src/engines/cas/record.js'
 import { BackendUnavailableError, createLockClient, type Lock, LockError } from '../../../src/index.js'
@@ -676,6 +676,58 @@ describe("cas-lease: fences lifted to the server's clock (cas/fence.ts)", () => 
     const third = await client.acquire('k', { renew: false })
     assert.equal(third.fence, epoch(2_000), 'the epoch is above the counter: lifted')
     await third.release()
+    await client.close()
+  })
+
+  // A new record's grant waits for the store's clock to tick twice. Inside one attempt that wait (1 to 2 s,
+  // longer on a slow store) ran into the attempt's bound under load: the acquire failed as unavailable.
+  it("no attempt waits for the store's clock: the placeholder's attempt answers, a later one grants", async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const { backend } = processOn(store)
+    const answered: AttemptResult[] = []
+    const client = createLockClient(
+      {
+        ...backend,
+        tryAcquire: async (req, signal) => {
+          const result = await backend.tryAcquire(req, signal)
+          answered.push(result)
+          return result
+        },
+      },
+      { ttl: 2000 },
+    )
+    const acquiring = client.acquire('k', { renew: false, timeout: 60_000 })
+    acquiring.catch(() => {})
+    // The store's clock stands still: an attempt that waited for it would not answer at all.
+    await waitUntil(() => answered.length >= 3, 'attempts answered while the store clock stands still', {
+      withinMs: 20_000,
+    })
+    assert.ok(
+      answered.every((r) => !r.granted && r.pending === true && r.retryInMs! > 0),
+      JSON.stringify(answered.slice(0, 3), (_, v) => (typeof v === 'bigint' ? String(v) : v)),
+    )
+    assert.equal(store.json('k')!.fresh, true, 'the placeholder waits, ungranted')
+    // Still for longer than one attempt may take (5 s): a slow store's clock, as seen by its clients.
+    await sleep(6000)
+    assert.deepEqual(writes(store), ['create'])
+    now = 1_002
+    const lock = await acquiring
+    assert.equal(lock.fence, epoch(1_002))
+    assert.deepEqual(writes(store), ['create', 'replace'])
+    await lock.release()
+    await client.close()
+  })
+
+  it('a tryAcquire of a new name is granted: the core tries again while the grant settles', async () => {
+    const store = new FakeCasStore()
+    store.ticking(1_000)
+    const { client } = processOn(store)
+    const lock = await client.tryAcquire('new', { renew: false })
+    assert.ok(lock, 'a free name is granted to a tryAcquire')
+    assert.equal(store.json('new')!.fresh, undefined)
+    await lock.release()
     await client.close()
   })
 
