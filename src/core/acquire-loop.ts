@@ -138,6 +138,11 @@ class AcquireLoop {
   #attemptStart = now()
   /** When the latest attempt started, or the latest hand-over was taken: a grant's `attemptMs` counts from there. */
   #roundStart = now()
+  /**
+   * Until when a grant under way (`Busy.pending`) is waited for, past a shorter deadline: the time the
+   * first such answer asked for plus one attempt's (`#attemptMinMs`). Fixed then: never moved again.
+   */
+  #pendingUntil: number | undefined
   /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
   #abandoning: Promise<unknown> | undefined
 
@@ -248,7 +253,12 @@ class AcquireLoop {
     // reported on time, never waited on past them.
     const giveUpAt = (this.#unavailableSince ?? this.#attemptStart) + this.#giveUpAfterMs
     const end = Math.min(
-      Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs, this.#attemptStart + LAST_ATTEMPT_MS),
+      Math.max(
+        this.#deadline,
+        this.#pendingUntil ?? 0,
+        this.#startedAt + this.#attemptMinMs,
+        this.#attemptStart + LAST_ATTEMPT_MS,
+      ),
       giveUpAt,
     )
     this.#attemptEnd = end
@@ -260,7 +270,7 @@ class AcquireLoop {
    * ATTEMPT_MIN_MS after its start), or after its give-up time if the store has been unreachable.
    */
   #settleBy(): number {
-    const deadline = Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
+    const deadline = Math.max(this.#deadline, this.#pendingUntil ?? 0, this.#startedAt + this.#attemptMinMs)
     const giveUpAt = (this.#unavailableSince ?? Number.POSITIVE_INFINITY) + this.#giveUpAfterMs
     return Math.min(deadline, giveUpAt) + SETTLE_SLACK_MS
   }
@@ -404,13 +414,11 @@ class AcquireLoop {
     }
   }
 
-  /**
-   * Until when the acquire waits after `result`: its deadline; for a grant under way (`Busy.pending`),
-   * at least the time it gives the store (`#attemptMinMs`), as it would give one slow attempt.
-   */
+  /** Until when the acquire waits after `result`: its deadline, or for a grant under way, `#pendingUntil`. */
   #waitEnd(result: AttemptResult | undefined): number {
     if (result?.granted !== false || !result.pending) return this.#deadline
-    return Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
+    this.#pendingUntil ??= now() + (result.retryInMs ?? 0) + this.#attemptMinMs
+    return Math.max(this.#deadline, this.#pendingUntil)
   }
 
   /** Ends the acquire with `error`; after any attempt, its clean-up starts first. */

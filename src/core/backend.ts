@@ -89,8 +89,8 @@ export interface Busy {
   /**
    * Nobody else holds the key: this acquire's own grant is under way and waits only for the store (a new
    * record's fence settling on the store's clock), about `retryInMs` from now. The acquire keeps trying
-   * until `limits.minAttemptMs` from its start even when its timeout is shorter, as it gives one slow
-   * attempt that long: a `tryAcquire` of a free key is granted.
+   * for that long and one attempt's time more (`minAttemptMs`) even when its timeout is shorter: a
+   * `tryAcquire` of a free key is granted.
    */
   readonly pending?: boolean | undefined
 }

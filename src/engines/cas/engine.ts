@@ -110,11 +110,6 @@ const WRITERS_KEPT = 10_000
  * wait leaves the placeholder held, and every waiter sits out its lease.
  */
 const SETTLE_ALLOWANCE_MS = 3000
-/**
- * The least time an acquire gives the store: a new record's grant is two attempts (four requests) with the
- * store's clock ticking twice between them (up to 2 s), also for a `tryAcquire` (see `Busy.pending`).
- */
-const SETTLE_ACQUIRE_MS = 5000
 /** The least wait between two reads of the store's clock while a placeholder of ours settles. */
 const SETTLE_POLL_MIN_MS = 100
 
@@ -142,12 +137,9 @@ export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = 
   const backend: LockBackend = {
     id: options.id ?? adapter.id,
     capabilities: CAPABILITIES,
-    // A grant on a new record waits for the store's clock (up to 2 s) between its two attempts: a
-    // `tryAcquire` must be given that long at least.
-    limits: {
-      ...adapter.limits,
-      minAttemptMs: Math.max(adapter.limits.minAttemptMs ?? 0, SETTLE_ACQUIRE_MS),
-    },
+    // A new record's grant waits for the store's clock between its two attempts: the core gives it that
+    // time also past a shorter timeout (`Busy.pending`), so every attempt keeps the adapter's own bound.
+    limits: adapter.limits,
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
     release: (lease, signal) => engine.holds.release(lease, signal),
