@@ -121,7 +121,6 @@ interface Grant {
 
 /** A placeholder this acquire wrote (marked fresh), to be replaced by the grant once its fence settles. */
 interface Placeholder {
-  readonly key: string
   readonly version: string
   /** The fence its grant takes (fence.ts): at least the placeholder's own. */
   readonly fence: bigint
@@ -354,7 +353,7 @@ export class CasLease {
     const granted = byAnswer > fence ? byAnswer : fence
     const placedAt = now()
     const readAt = this.#settlesBy(granted)
-    this.#placed.set(req.owner, { key: req.key, version: out.version, fence: granted, placedAt, readAt })
+    this.#placed.set(req.owner, { version: out.version, fence: granted, placedAt, readAt })
     return settling(readAt - placedAt)
   }
 
