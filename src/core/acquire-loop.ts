@@ -138,6 +138,11 @@ class AcquireLoop {
   #attemptStart = now()
   /** When the latest attempt started, or the latest hand-over was taken: a grant's `attemptMs` counts from there. */
   #roundStart = now()
+  /**
+   * Until when a grant under way (`Busy.pending`) is waited for, past a shorter deadline: the time the
+   * first such answer asked for plus one attempt's (`#attemptMinMs`). Fixed then: never moved again.
+   */
+  #pendingUntil: number | undefined
   /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
   #abandoning: Promise<unknown> | undefined
 
@@ -183,7 +188,7 @@ class AcquireLoop {
           const lock = await this.#take(result)
           if (lock) return lock
         }
-        if (now() >= this.#deadline) this.#fail(this.#notAcquired())
+        if (now() >= this.#waitEnd(result)) this.#fail(this.#notAcquired(result))
         if (result === undefined) {
           await this.#backOff()
           continue
@@ -248,7 +253,12 @@ class AcquireLoop {
     // reported on time, never waited on past them.
     const giveUpAt = (this.#unavailableSince ?? this.#attemptStart) + this.#giveUpAfterMs
     const end = Math.min(
-      Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs, this.#attemptStart + LAST_ATTEMPT_MS),
+      Math.max(
+        this.#deadline,
+        this.#pendingUntil ?? 0,
+        this.#startedAt + this.#attemptMinMs,
+        this.#attemptStart + LAST_ATTEMPT_MS,
+      ),
       giveUpAt,
     )
     this.#attemptEnd = end
@@ -260,7 +270,7 @@ class AcquireLoop {
    * ATTEMPT_MIN_MS after its start), or after its give-up time if the store has been unreachable.
    */
   #settleBy(): number {
-    const deadline = Math.max(this.#deadline, this.#startedAt + this.#attemptMinMs)
+    const deadline = Math.max(this.#deadline, this.#pendingUntil ?? 0, this.#startedAt + this.#attemptMinMs)
     const giveUpAt = (this.#unavailableSince ?? Number.POSITIVE_INFINITY) + this.#giveUpAfterMs
     return Math.min(deadline, giveUpAt) + SETTLE_SLACK_MS
   }
@@ -337,14 +347,17 @@ class AcquireLoop {
     return lock
   }
 
-  #notAcquired(): LockNotAcquiredError {
+  #notAcquired(last?: AttemptResult): LockNotAcquiredError {
     const { key } = this.#req
     const waited = `gave up after ${Math.round(now() - this.#startedAt)} ms (timeout ${this.#opts.timeoutMs} ms)`
     return new LockNotAcquiredError(
-      this.#ctx.primitive === 'election'
-        ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
+      last?.granted === false && last.pending
+        ? `Lock ${quoteKey(key)} on ${this.#backend.id} was free, but the store did not settle its grant in ` +
+            `time; ${waited}. Use a longer timeout, or check the store's clock and latency with doctor`
+        : this.#ctx.primitive === 'election'
+          ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
             'timeout, or observe the election to see its leader'
-        : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+          : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
             'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
@@ -374,7 +387,7 @@ class AcquireLoop {
     let wait = jitter(this.#poll)
     this.#poll = Math.min(this.#poll * 2, cap)
     if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
-    wait = Math.max(0, Math.min(wait, this.#deadline - now()))
+    wait = Math.max(0, Math.min(wait, this.#waitEnd(result) - now()))
     const slept = nap(wait, this.#signal)
     // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
     // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
@@ -399,6 +412,13 @@ class AcquireLoop {
         else this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
       }
     }
+  }
+
+  /** Until when the acquire waits after `result`: its deadline, or for a grant under way, `#pendingUntil`. */
+  #waitEnd(result: AttemptResult | undefined): number {
+    if (result?.granted !== false || !result.pending) return this.#deadline
+    this.#pendingUntil ??= now() + (result.retryInMs ?? 0) + this.#attemptMinMs
+    return Math.max(this.#deadline, this.#pendingUntil)
   }
 
   /** Ends the acquire with `error`; after any attempt, its clean-up starts first. */

@@ -86,6 +86,13 @@ export interface Busy {
    * the core then polls only as a slow fallback (for a lost notification), not from 10 ms up.
    */
   readonly queued?: boolean | undefined
+  /**
+   * Nobody else holds the key: this acquire's own grant is under way and waits only for the store (a new
+   * record's fence settling on the store's clock), about `retryInMs` from now. The acquire keeps trying
+   * for that long and one attempt's time more (`minAttemptMs`) even when its timeout is shorter: a
+   * `tryAcquire` of a free key is granted.
+   */
+  readonly pending?: boolean | undefined
 }
 
 /** What one attempt of `tryAcquire` ends with: the key, or the word that someone else holds it. */

@@ -71,6 +71,35 @@ describe('acquire', { timeout: 20_000 }, () => {
     await next.release()
   })
 
+  // A store whose grant of a free key takes more than one attempt (S3, GCS, DynamoDB: a new record waits
+  // for the store's clock between two attempts) says so: the acquire keeps trying for the time it asks
+  // and one attempt's more (limits.minAttemptMs), also past a shorter timeout.
+  it("a grant under way (Busy.pending) is tried again past a tryAcquire's deadline, for the time it asks", async () => {
+    let refusals = 3
+    const backend = {
+      ...scripted({
+        tryAcquire: async (req, signal, inner) =>
+          refusals-- > 0 ? { granted: false, pending: true, retryInMs: 100 } : inner.tryAcquire(req, signal),
+      }),
+      limits: { maxKeyBytes: 1024, maxTtlMs: 60_000, minAttemptMs: 3000 },
+    }
+    const client = createLockClient(backend)
+    const lock = await client.tryAcquire(uniqueKey())
+    assert.ok(lock, 'granted on the fourth attempt')
+    assert.equal(backend.of('tryAcquire').length, 4)
+    await lock.release()
+    // One that never completes ends as not acquired, no sooner than minAttemptMs, saying why.
+    refusals = Number.POSITIVE_INFINITY
+    const started = performance.now()
+    await assert.rejects(client.acquire(uniqueKey(), { timeout: 0 }), (error: unknown) => {
+      assert.ok(error instanceof LockNotAcquiredError, String(error))
+      assert.match(error.message, /was free, but the store did not settle its grant in time/)
+      return true
+    })
+    assert.ok(performance.now() - started >= 3100, 'tried for the time asked and minAttemptMs')
+    await client.close()
+  })
+
   it('rejects with LockNotAcquiredError naming the key and the backend after the timeout', async () => {
     const backend = freshMemory()
     const client = createLockClient(backend)

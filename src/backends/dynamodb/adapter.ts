@@ -166,6 +166,34 @@ export class DynamoDbCasAdapter implements CasAdapter {
     return this.#put(key, body, condition, signal, clock)
   }
 
+  /**
+   * DeleteItem conditioned on our version attribute: a refusal (another version, or no item: the
+   * comparison is false then too) is false; the engine reads to tell them apart.
+   */
+  async delete(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean> {
+    try {
+      await this.#call(key, 'delete', signal, (sdk) =>
+        this.#client.send(
+          withServerClock(
+            new sdk.DeleteItemCommand({
+              TableName: this.#table,
+              Key: itemKey(key),
+              ConditionExpression: '#v = :v',
+              ExpressionAttributeNames: { '#v': ATTR.version },
+              ExpressionAttributeValues: { ':v': { S: version } },
+            }),
+            clock,
+          ),
+          { abortSignal: signal },
+        ),
+      )
+      return true
+    } catch (error) {
+      if (isConditionFailed(error)) return false
+      throw error
+    }
+  }
+
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     return await runDoctor(this, {
       table: this.#table,

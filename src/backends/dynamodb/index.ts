@@ -1,7 +1,8 @@
 /**
  * The DynamoDB backend: the cas-lease engine (src/engines/cas/engine.ts) over one item per lock, written
  * only by conditional PutItems, in the way of Amazon's own lock client (`amazon-dynamodb-lock-client`),
- * with a fence added and the item never deleted by fencelock.
+ * with a fence added and a released item deleted (conditioned on its version) once the fence rule allows
+ * it (src/engines/cas/retire.ts).
  *
  * - Layout: a table whose only key is the string partition key `pk`, created by you (the AWS CLI command
  *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use, again if it is deleted
@@ -15,14 +16,14 @@
  *   client's rule). DynamoDB's TTL deletes items up to days late and would reset the fence: not used.
  * - Fence: in the record, advanced by the same conditional write that grants, and lifted to an epoch of
  *   DynamoDB's clock (the HTTP `Date` of the read that decided it, src/engines/cas/fence.ts), so an item
- *   deleted, or a table made again, starts above every earlier fence; renewals and releases keep it;
- *   fencelock never deletes an item.
+ *   deleted, or a table made again, starts above every earlier fence; renewals and releases keep it,
+ *   and a retire (a conditional DeleteItem) waits until DynamoDB's clock keeps the next one above it.
  * - Waiting: no notifications: a waiting process reads the item at a pace that grows to once a second,
  *   and never later than the moment a takeover becomes possible. A refused write returns the item as it
  *   is (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), so it costs no extra read.
  * - Limits: lock names up to 2048 bytes of UTF-8 (DynamoDB's partition key limit), leases up to 24.8 days
- *   (Node timers), one item per lock name ever used (released items stay, holding the fence; each is a
- *   few hundred bytes). A write rounds up to 1 KB units, a strongly consistent read to 4 KB units.
+ *   (Node timers), one item per lock held or recently released (an abandoned one stays until
+ *   taken over; each is a few hundred bytes). A write rounds up to 1 KB units, a strongly consistent read to 4 KB units.
  *   `list` is a Scan of the whole table filtered by `begins_with(pk, …)` after reading (no sort key, so no
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.

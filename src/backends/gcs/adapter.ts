@@ -12,11 +12,15 @@
 import type { File, Storage } from '@google-cloud/storage'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
+import { causeText } from '../../core/errors.js'
 import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
 import { probeConditionalWrites, probeKey } from '../../engines/cas/doctor.js'
 import { httpDateSeconds, noteClock, type ServerClock } from '../../engines/cas/fence.js'
 import { listedNamePrefixes, readListedPage, storeUnavailable } from '../../engines/cas/objects.js'
 import { lockObjectName } from './layout.js'
+
+/** How many pages of a listing (1000 objects each) doctor's count reads at most. */
+const COUNT_PAGES = 10
 
 /** GCS sustains about one write per second to one object name; faster may get 429 (cloud.google.com/storage/quotas). */
 const MIN_WRITE_INTERVAL_MS = 1000
@@ -189,6 +193,23 @@ export class GcsCasAdapter implements CasAdapter {
     return this.#upload(key, body, version, signal, clock)
   }
 
+  /**
+   * objects.delete with `ifGenerationMatch=<generation>`: 412 (or 409) is a refusal (someone wrote since),
+   * 404 means it is gone. The SDK retries a delete with a generation precondition (idempotent): a retry
+   * after one that was applied answers 404, gone.
+   */
+  async delete(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean> {
+    try {
+      const [response] = await raceSignal(this.#file(key).delete({ ifGenerationMatch: version }), signal)
+      noteClock(clock, httpDateSeconds(headerOf(response, 'date')))
+      return true
+    } catch (error) {
+      if (noObject(error) && !signal.aborted) return true
+      if (refused(error, false) && !signal.aborted) return false
+      throw this.#failure('objects.delete', key, error, signal)
+    }
+  }
+
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     try {
@@ -202,11 +223,39 @@ export class GcsCasAdapter implements CasAdapter {
         },
         signal,
       )
-      return [...findings, await this.#lifecycleFinding(signal)]
+      return [...findings, await this.#countFinding(signal), await this.#lifecycleFinding(signal)]
     } finally {
-      // Doctor's own probe object only: a lock's object is never deleted (its record carries the fence).
+      // Doctor's own probe object, unconditionally (a lock's object is only ever deleted on its generation).
       await raceSignal(this.#file(key).delete({ ignoreNotFound: true }), signal).catch(() => {})
     }
+  }
+
+  /**
+   * How many lock objects the prefix holds (one per lock held or recently released: released ones are
+   * retired, src/engines/cas/retire.ts), from at most COUNT_PAGES pages of a listing; doctor's own probes not counted.
+   */
+  async #countFinding(signal: AbortSignal): Promise<DoctorFinding> {
+    const { storage, bucket, prefix } = this.#place
+    const sample = lockObjectName(probeKey(), prefix)
+    const probes = sample.slice(0, sample.lastIndexOf('/') + 1)
+    let names = 0
+    let pages = 0
+    let pageToken: string | undefined
+    try {
+      // Page by page, bounded: a loop over the store's own page tokens, as `list`'s.
+      do {
+        const query = { prefix, maxResults: 1000, autoPaginate: false, ...(pageToken ? { pageToken } : {}) }
+        const [files, next] = await raceSignal(storage.bucket(bucket).getFiles(query), signal)
+        names += files.filter((file) => !file.name.startsWith(probes)).length
+        pageToken = (next as { pageToken?: string } | null)?.pageToken
+        pages++
+      } while (pageToken !== undefined && pages < COUNT_PAGES)
+    } catch (error) {
+      return { level: 'info', message: `lock names kept: not counted (listing refused: ${causeText(error)})` }
+    }
+    const count =
+      pageToken === undefined ? `${names}` : `at least ${names} (listing stopped after ${pages} pages)`
+    return { level: 'info', message: `lock names kept: ${count} (objects under "${prefix}")` }
   }
 
   /**

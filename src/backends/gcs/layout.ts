@@ -10,8 +10,8 @@ export const DEFAULT_PREFIX = 'fencelock/'
 /**
  * The object name of lock `key`: `<prefix><name>`, the name being the key itself when it is plain
  * (letters, digits, '.', '_', '-' in '/'-separated segments, up to 256 bytes), else `~<sha256 hex>`.
- * One object per lock, never deleted by fencelock (its record carries the fence; a new object would also
- * restart the generation chain).
+ * One object per lock, deleted by fencelock only once released, on its generation, when the fence rule
+ * allows it (src/engines/cas/retire.ts).
  */
 export const lockObjectName = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix}${objectNameOf(key)}`

@@ -154,6 +154,24 @@ export class S3CasAdapter implements CasAdapter {
     return this.#put(key, body, { IfMatch: version }, signal, clock)
   }
 
+  /**
+   * DeleteObject with `If-Match: <ETag>` (AWS general purpose buckets): 412 or 409 is a refusal (someone
+   * wrote since); 404, or a 204 for an absent object, means it is gone. On a versioned bucket a delete
+   * leaves a delete marker and the old versions (a lifecycle rule for noncurrent versions frees them).
+   */
+  async delete(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean> {
+    const { DeleteObjectCommand } = await this.#place.sdk()
+    try {
+      const command = new DeleteObjectCommand({ ...this.#object(key), IfMatch: version })
+      await this.#place.client.send(withServerClock(command, clock), { abortSignal: signal })
+      return true
+    } catch (error) {
+      if (isNoSuchKey(error)) return true
+      if (refused(error, false)) return false
+      throw this.#failure('DeleteObject', key, error, signal)
+    }
+  }
+
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const key = probeKey()
     const server = await this.#serverName(key, signal)
@@ -170,7 +188,7 @@ export class S3CasAdapter implements CasAdapter {
   }
 
   /**
-   * How many lock objects the prefix holds (one per name, kept after use: it carries the fence), from a
+   * How many lock objects the prefix holds (one per lock held or recently released), from a
    * listing of at most COUNT_PAGES pages; doctor's own probe objects are not counted.
    */
   async #countFinding(signal: AbortSignal): Promise<DoctorFinding> {
@@ -302,7 +320,7 @@ export class S3CasAdapter implements CasAdapter {
     return 'unnamed'
   }
 
-  /** Deletes doctor's probe object (never a lock's: fencelock deletes none, their records carry the fences). */
+  /** Deletes doctor's probe object, unconditionally (a lock's record is only ever deleted on its version). */
   async #remove(key: string, signal: AbortSignal): Promise<void> {
     const { DeleteObjectCommand } = await this.#place.sdk()
     await this.#place.client.send(new DeleteObjectCommand(this.#object(key)), { abortSignal: signal })

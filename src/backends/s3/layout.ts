@@ -10,7 +10,7 @@ export const DEFAULT_PREFIX = 'fencelock/'
 /**
  * The object key of lock `key`: `<prefix><name>`, the name being the key itself when it is plain
  * (letters, digits, '.', '_', '-' in '/'-separated segments, up to 256 bytes), else `~<sha256 hex>`.
- * One object per lock, never deleted by fencelock (its record carries the fence).
+ * One object per lock, deleted by fencelock only once released and the fence rule allows it (src/engines/cas/retire.ts).
  */
 export const lockObjectKey = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix}${objectNameOf(key)}`

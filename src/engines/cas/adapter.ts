@@ -63,6 +63,14 @@ export interface CasAdapter {
     clock?: ServerClock,
   ): Promise<CasWrite>
   /**
+   * Deletes the record of `key` only if its version is still `version` (S3 `If-Match: <ETag>`, GCS
+   * `ifGenerationMatch`, a DynamoDB condition on the version attribute), never unconditionally: true when
+   * the store says it is gone (deleted now, or already absent), false when the condition failed (another
+   * version is there: someone wrote since, and the record stays). Notes the clock as `read` does. An adapter
+   * without it keeps every record (the engine then never retires one).
+   */
+  delete?(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean>
+  /**
    * The records of lock keys that may start with `prefix` (a store that can only filter after reading
    * returns more; the engine filters), read-only, a page of the store at a time: never the whole store in
    * one reply. Each with its lock key: from the store's name for the record where it says it, else from

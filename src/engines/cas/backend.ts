@@ -17,6 +17,8 @@ export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = 
   const backend: LockBackend = {
     id: options.id ?? adapter.id,
     capabilities: CAPABILITIES,
+    // A new record's grant waits for the store's clock between its two attempts: the core gives it that
+    // time also past a shorter timeout (`Busy.pending`), so every attempt keeps the adapter's own bound.
     limits: adapter.limits,
     tryAcquire: (req, signal) => engine.attempt(req, signal),
     extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
@@ -24,7 +26,10 @@ export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = 
     inspect: (key, signal) => engine.inspect(key, signal),
     abandon: (req, signal) => engine.abandon(req, signal),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
-    close: () => adapter.close(),
+    close: async () => {
+      await engine.retirer.close()
+      await adapter.close()
+    },
   }
   const doctor = adapter.doctor?.bind(adapter)
   // Only where the adapter can list its store: the client says so for one that cannot.

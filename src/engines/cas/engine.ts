@@ -1,12 +1,16 @@
 /**
  * The cas-lease engine: a lock as ONE record per key on a store with conditional writes (S3, GCS,
  * DynamoDB), replaced only by a write conditioned on the version we read. Model: the DynamoDB lock client
- * (`amazon-dynamodb-lock-client`), with a fence added and the record never deleted by fencelock.
+ * (`amazon-dynamodb-lock-client`), with a fence added and released records retired (deleted).
  *
  * - Record (record.ts): owner, fence, lease, held/released, holder, and a fresh nonce per write.
- * - Grant: absent → create (a new record's fence); released → replace on its version (the next
- *   fence); held by us (an earlier attempt of this acquire whose reply was lost) → replace on its
- *   version, its fence kept or raised to a new record's, so the validity counts from this write; held
+ * - Grant: absent → create a placeholder marked fresh and answer "not yet" (`pending`): the same
+ *   acquire's next attempt, once the store's clock settles the placeholder's fence, replaces it
+ *   unmarked, and that write is the grant (fence.ts: a record deleted and made again at any age never
+ *   repeats a fence). No attempt waits for the clock: the core's loop does, between attempts, as it
+ *   waits for a holder. Released → replace on its version (the next fence, once settled);
+ *   held by us (an earlier attempt of this acquire whose reply was lost) → replace on its version, its
+ *   fence kept (lifted, when still fresh), so the validity counts from this write; held
  *   by another → a takeover (the next fence) only once this process has seen that same version
  *   unchanged for the record's lease plus a margin, on its own monotonic clock (observe.ts says when
  *   the observation starts, and why that is safe). No client's wall clock is read or written anywhere
@@ -15,11 +19,14 @@
  * - Fence (fence.ts): advanced by the very conditional write that grants, kept by renewals and
  *   releases; every version of the record descends from the one before, so fences never go back while it
  *   exists. Each grant also lifts it to an epoch of the SERVER's clock (the `Date` of the read that
- *   decided it), so a record deleted behind our back and made again starts above every earlier fence.
+ *   decided it), and is sent only once that clock has caught up with it, so a record deleted (by us
+ *   or behind our back) and made again starts above every earlier fence.
  * - Renewal: a replace on our last version (new nonce, same fence); the holder's validity counts from
  *   before that write was sent (the core does it), which precedes every waiter's observation of it.
  * - Uncertain outcomes (write.ts): re-read, and our owner with this write's nonce means it landed.
- * - Release: a replace that marks the record released (fence kept): free at once for the next writer.
+ * - Release: a replace that marks the record released (fence kept), free at once for the next writer,
+ *   and deleted by the retirer when nobody here took it again for a few seconds (retire.ts): the
+ *   store keeps the locks held or recently held, not every name ever used.
  * - List and break (operations.ts): the held records of a prefix, a page of the store at a time
  *   (what a listed lease's `expiresInMs` can mean is said there); a break is a release's write without
  *   the owner check, so the holder's next renewal fails.
@@ -36,8 +43,10 @@
  *   the core backs off.
  *
  * Requests (R = strongly consistent read, W = conditional write), without faults:
- * - acquire, free or released key: 1 R + 1 W; takeover after a crash: the waiting reads + 1 W;
- * - renewal (every ttl/3 by default): 1 W; release: 1 W;
+ * - acquire, released key: 1 R + 1 W; new key (none, or retired): 2 R + 2 W in two attempts, 1 to 2 s
+ *   apart, while the store's clock ticks twice; takeover after a crash: the waiting reads + 1 W;
+ * - renewal (every ttl/3 by default): 1 W; release: 1 W, then 1 D (conditional delete) if the key is
+ *   not taken again here within a few seconds;
  * - waiting, per minute, per process and key, however many of its acquires wait for it (a burst of new
  *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
  *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
@@ -57,11 +66,12 @@ import type { AcquireRequest, AttemptResult, LockInfo } from '../../core/backend
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
 import type { CasAdapter } from './adapter.js'
-import { grantFence, landedLate, newRecordFence, type ServerClock } from './fence.js'
+import { freshGrantFence, grantFence, newRecordFence, type ServerClock, settled, settlesAt } from './fence.js'
 import { type CasHold, CasHolds } from './hold.js'
 import { type Observation, Observations } from './observe.js'
 import { CasOperations, recordView } from './operations.js'
 import { type CasRecord, heldBy, newNonce } from './record.js'
+import { CasRetirer } from './retire.js'
 import { CasIo } from './write.js'
 
 export type { CasHold } from './hold.js'
@@ -86,6 +96,32 @@ const POLL_MAX_MS = 1000
  * forgetting one costs a request, never safety.
  */
 const WRITERS_KEPT = 10_000
+/**
+ * A placeholder's lease is the ttl, and at least this: its creator comes back once the store's clock has
+ * ticked twice (up to 2 s, and round trips) to grant, and a shorter lease would let a waiter take the
+ * placeholder over meanwhile, only to wait likewise. No longer than that: a creator cut off during its
+ * wait leaves the placeholder held, and every waiter sits out its lease.
+ */
+const SETTLE_ALLOWANCE_MS = 3000
+/** The least wait between two reads of the store's clock while a placeholder of ours settles. */
+const SETTLE_POLL_MIN_MS = 100
+
+/** A grant to write: its fence, and whether it is made on a new (or still fresh) record. */
+interface Grant {
+  readonly fence: bigint
+  readonly fresh: boolean
+}
+
+/** A placeholder this acquire wrote (marked fresh), to be replaced by the grant once its fence settles. */
+interface Placeholder {
+  readonly version: string
+  /** The fence its grant takes (fence.ts): at least the placeholder's own. */
+  readonly fence: bigint
+  /** When its write was answered: the read that decides its grant is sent after. */
+  readonly placedAt: number
+  /** No read of it before this: the store's clock cannot have settled its fence sooner. */
+  readonly readAt: number
+}
 
 export class CasLease {
   /** Names the store in errors. */
@@ -97,10 +133,14 @@ export class CasLease {
   readonly holds: CasHolds
   /** List and break: what an operator does (operations.ts). */
   readonly operations: CasOperations
+  /** Deletes of released records the fence rule does not allow yet (retire.ts). */
+  readonly retirer: CasRetirer
   /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
+  /** Owners whose acquire wrote a placeholder its next attempt turns into the grant (see `attempt`). */
+  readonly #placed = new BoundedMap<string, Placeholder>(WRITERS_KEPT)
   /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
   readonly #granting = new Map<string, Promise<void>>()
 
@@ -118,13 +158,19 @@ export class CasLease {
       margin !== undefined ? margin : Math.max(MARGIN_MIN_MS, leaseMs * MARGIN_SHARE),
     )
     this.#io = new CasIo(adapter, this.#seen)
-    this.holds = new CasHolds(this.#io, this.#writers)
+    this.retirer = new CasRetirer(this.#io)
+    this.holds = new CasHolds(this.#io, this.#writers, this.retirer)
     this.operations = new CasOperations(this.#io)
   }
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const start = now()
+    // Taken again here: its released record is written over, not deleted.
+    this.retirer.cancel(req.key)
+    const placed = this.#placed.get(req.owner)
+    // Our placeholder, whose fence the store's clock cannot have settled yet: nothing to ask.
+    if (placed !== undefined && start < placed.readAt) return settling(placed.readAt - start)
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
     if (waiting) {
@@ -139,37 +185,54 @@ export class CasLease {
     // The server's second of this read decides the fence of a grant made on what it returns (fence.ts).
     // A waiter takes any read of the key in flight (what it shows is observed at its return, whoever sent
     // it: observe.ts); a new acquire only one sent after it began, which a release before it shows.
+    // Our placeholder's grant is decided by a read sent after it was written (one in flight before
+    // could show the key as it was).
     const clock: ServerClock = {}
-    const notBefore = waiting ? Number.NEGATIVE_INFINITY : start
+    const notBefore = placed?.placedAt ?? (waiting ? Number.NEGATIVE_INFINITY : start)
     const { current, seen } = await this.#io.observe(req.key, signal, clock, notBefore)
     if (!waiting) this.#waiting.set(req.owner, true)
     const { id } = this
+    const seconds = clock.seconds
+    const lift = seconds !== undefined
+    // None: a create, marked fresh when the store shows its clock (a grant only once settled: fence.ts).
     if (current === undefined || seen === undefined) {
-      return await this.#write(req, newRecordFence(clock.seconds, req.key, id), undefined, signal, clock)
+      this.#placed.delete(req.owner)
+      const fence = newRecordFence(seconds, req.key, id)
+      return await this.#write(req, { fence, fresh: lift }, undefined, signal)
     }
     const record = seen.record
+    // Our placeholder as we left it: the grant, with the fence we chose for it, once that is settled.
+    if (placed !== undefined && seen.version === placed.version && heldBy(record, req.owner)) {
+      return await this.#write(req, { fence: placed.fence, fresh: false }, seen, signal)
+    }
+    this.#placed.delete(req.owner)
     // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
     if (record === undefined) return this.#busy(seen)
-    const next = () => grantFence(record.fence, clock.seconds, req.key, id)
-    if (record.state === 'released') return await this.#write(req, next(), seen, signal, clock)
+    // A record still marked fresh may carry the fence of a create that landed late: lifted first.
+    const fresh = lift && record.fresh === true
+    const next = (): Grant => ({
+      fence: (fresh ? freshGrantFence : grantFence)(record.fence, seconds, req.key, id),
+      fresh,
+    })
+    if (record.state === 'released') return await this.#write(req, next(), seen, signal)
     // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
     // the core counts from this attempt's start is really the lease's (waiters restart their watch).
-    // That attempt may have been a create that landed late (fence.ts): the fence is made as a new
-    // record's would be now, which is never below the one it carries.
+    // Still fresh (a placeholder whose answer we never heard): its fence is lifted as a new record's.
     if (record.owner === req.owner) {
-      const renewed = newRecordFence(clock.seconds, req.key, id)
-      return await this.#write(req, renewed > record.fence ? renewed : record.fence, seen, signal, clock)
+      const fence = fresh ? freshGrantFence(record.fence, seconds, req.key, id) : record.fence
+      return await this.#write(req, { fence, fresh }, seen, signal)
     }
     // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
     // more (it counted its validity from before the write we have been watching), so it is taken over.
     const takeoverAt = this.#seen.takeoverAt(seen)!
     if (now() < takeoverAt) return this.#busy(seen)
-    return await this.#write(req, next(), seen, signal, clock)
+    return await this.#write(req, next(), seen, signal)
   }
 
   /** `LockBackend.abandon`: the acquire is over; what it may have left is released (hold.ts). */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     this.#waiting.delete(req.owner)
+    this.#placed.delete(req.owner)
     return this.holds.abandon(req, signal)
   }
 
@@ -181,15 +244,14 @@ export class CasLease {
   }
 
   /**
-   * A grant by writing our record (`fence`) over `seen` (undefined: a create), or why not. `decided` is
-   * the server's clock of the read that chose the fence.
+   * A grant by writing our record (`grant.fence`) over `seen` (undefined: a create), or, on a record
+   * made new or still marked fresh, our placeholder; or why not.
    */
   async #write(
     req: AcquireRequest,
-    fence: bigint,
+    grant: Grant,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
-    decided: ServerClock,
   ): Promise<AttemptResult> {
     // One grant write of a key in flight per process: the other acquires of the key wait for its outcome
     // and try again (it landed: the record it left is held, and they are answered from it without a
@@ -200,66 +262,118 @@ export class CasLease {
       await raceSignal(other, signal)
       return { granted: false, retryInMs: 0 }
     }
-    const granting = this.#grant(req, fence, seen, signal, decided)
-    const settled = granting.then(
+    const granting = grant.fresh
+      ? this.#place(req, grant.fence, seen, signal)
+      : this.#grant(req, grant.fence, seen, signal)
+    const done = granting.then(
       () => {},
       () => {},
     )
-    this.#granting.set(req.key, settled)
+    this.#granting.set(req.key, done)
     try {
       return await granting
     } finally {
-      if (this.#granting.get(req.key) === settled) this.#granting.delete(req.key)
+      if (this.#granting.get(req.key) === done) this.#granting.delete(req.key)
     }
   }
 
-  /** `#write`, this process's only grant write of the key in flight. */
+  /** `#write` of a settled fence: the grant is this one write (else a later attempt, once it settles). */
   async #grant(
     req: AcquireRequest,
     fence: bigint,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
-    decided: ServerClock,
   ): Promise<AttemptResult> {
+    // A fence the store's clock has not settled yet (a record granted on less than about 2 s ago, or
+    // our placeholder): the grant waits until an answer shows it settled (fence.ts), any answer of this
+    // process, since every one came before this write would be sent.
+    if (!settled(fence, this.#io.serverSecond)) {
+      const readAt = this.#settlesBy(fence)
+      const placed = this.#placed.get(req.owner)
+      if (placed !== undefined) this.#placed.set(req.owner, { ...placed, readAt })
+      return settling(readAt - now())
+    }
+    const out = await this.#put(req, { fence, leaseMs: req.ttlMs }, seen, signal)
+    if (out.kind !== 'written') return out.result
+    return this.#granted(req, fence, out.version, out.nonce)
+  }
+
+  /**
+   * `#write` on a record made new (or still marked fresh): a placeholder marked fresh (no grant, a lease
+   * of the ttl and at least `SETTLE_ALLOWANCE_MS`, so that nobody takes it while we wait), remembered
+   * for this acquire's next attempt, which replaces it unmarked once the store's clock has settled its
+   * fence: that is the grant (fence.ts says why nothing shorter is safe).
+   */
+  async #place(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+  ): Promise<AttemptResult> {
+    const leaseMs = Math.max(req.ttlMs, SETTLE_ALLOWANCE_MS)
+    const answered: ServerClock = {}
+    const out = await this.#put(req, { fence, leaseMs, fresh: true }, seen, signal, answered)
+    if (out.kind !== 'written') return out.result
+    // A create may have landed long after its read (fence.ts): the fence of its answer's second.
+    const byAnswer = seen === undefined ? newRecordFence(answered.seconds, req.key, this.id) : 0n
+    const granted = byAnswer > fence ? byAnswer : fence
+    const placedAt = now()
+    const readAt = this.#settlesBy(granted)
+    this.#placed.set(req.owner, { version: out.version, fence: granted, placedAt, readAt })
+    return settling(readAt - placedAt)
+  }
+
+  /**
+   * When the store's clock has settled `fence` at the latest, on our monotonic clock (never sooner than
+   * `SETTLE_POLL_MIN_MS` from now): it showed at least `serverSecond` when an answer first showed it,
+   * so it reaches the fence's second at most that many seconds later.
+   */
+  #settlesBy(fence: bigint): number {
+    const { serverSecond, serverSecondSince } = this.#io
+    const t = now()
+    if (serverSecond === undefined) return t
+    return Math.max(t + SETTLE_POLL_MIN_MS, serverSecondSince + (settlesAt(fence) - serverSecond) * 1000)
+  }
+
+  #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string): AttemptResult {
+    this.#waiting.delete(req.owner)
+    this.#placed.delete(req.owner)
+    const hold: CasHold = { version, leaseMs: req.ttlMs, holder: req.holder, nonces: new Set([nonce]) }
+    return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
+  }
+
+  /** One write of our record held over `seen` (undefined: a create): its version, or the attempt's answer. */
+  async #put(
+    req: AcquireRequest,
+    fields: Pick<CasRecord, 'fence' | 'leaseMs' | 'fresh'>,
+    seen: Pick<Observation, 'version'> | undefined,
+    signal: AbortSignal,
+    answered?: ServerClock,
+  ): Promise<
+    | { readonly kind: 'written'; readonly version: string; readonly nonce: string }
+    | { readonly kind: 'not'; readonly result: AttemptResult }
+  > {
     // The store's write rate (GCS: about one write per second per object). If the record changes
     // meanwhile, the write's condition says so.
     await this.#io.paced(req.key, signal)
     const record: CasRecord = {
       owner: req.owner,
-      fence,
-      leaseMs: req.ttlMs,
       state: 'held',
       holder: req.holder,
       nonce: newNonce(),
+      ...fields,
     }
     // Before it is sent: from here on it may land at any time, even after the core gave up on it.
     const conditioned = this.#writers.get(req.owner) ?? new Set<string>()
     if (seen !== undefined) conditioned.add(seen.version)
     this.#writers.set(req.owner, conditioned)
-    const answered: ServerClock = {}
     const out = await this.#io.write(req.key, record, seen?.version, signal, answered)
-    if (out.kind === 'written' && seen === undefined && landedLate(decided.seconds, answered.seconds)) {
-      // A create answered over a second after the read that chose its fence: it may have landed after
-      // another record of this key was made and deleted meanwhile. Made anew by a replace on its own
-      // version (which cannot land late on another record) with a new record's fence of the answer's
-      // second, before anyone is granted with the first (fence.ts).
-      const fresh = newRecordFence(answered.seconds, req.key, this.id)
-      return await this.#grant(req, fresh, { version: out.version }, signal, answered)
-    }
-    if (out.kind === 'written') {
-      this.#waiting.delete(req.owner)
-      const hold: CasHold = {
-        version: out.version,
-        leaseMs: req.ttlMs,
-        holder: req.holder,
-        nonces: new Set([record.nonce]),
-      }
-      return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
-    }
+    if (out.kind === 'written') return { kind: 'written', version: out.version, nonce: record.nonce }
     // It may still land: unknown to the core too, which counts a later grant's validity from here.
     if (out.kind === 'unknown') throw out.error
+    const not = (result: AttemptResult) => ({ kind: 'not' as const, result })
     // An earlier attempt of ours landed meanwhile: the next attempt writes it again (see `attempt`).
-    if (heldBy(out.record, req.owner)) return { granted: false, retryInMs: 0 }
+    if (heldBy(out.record, req.owner)) return not({ granted: false, retryInMs: 0 })
     if (out.lagging) {
       // Refused, and the read behind it still shows what we wrote on: the store's reads lag its writes.
       // The next write on that version waits, a little longer each time, up to the holder's renewal
@@ -267,10 +381,10 @@ export class CasLease {
       // only reads that caught up can say to what (observe.ts).
       const capMs = Math.max(this.#seen.pollMaxMs, (out.record?.leaseMs ?? 0) / 3)
       const t = now()
-      return { granted: false, retryInMs: this.#seen.lagging(req.key, seen?.version, capMs, t) - t }
+      return not({ granted: false, retryInMs: this.#seen.lagging(req.key, seen?.version, capMs, t) - t })
     }
     const after = this.#seen.get(req.key)
-    return after ? this.#busy(after) : { granted: false, retryInMs: 0 }
+    return not(after ? this.#busy(after) : { granted: false, retryInMs: 0 })
   }
 
   /** Whether `seen` is a record held by someone other than `owner` (or unreadable). */
@@ -291,4 +405,9 @@ export class CasLease {
       at = Math.min(at, Math.max(takeoverAt, t + this.#adapter.minWriteIntervalMs))
     return { granted: false, retryInMs: Math.max(0, at - t) }
   }
+}
+
+/** Not granted yet, and not for want of a holder: our own grant waits `retryInMs` for the store's clock. */
+function settling(retryInMs: number): AttemptResult {
+  return { granted: false, pending: true, retryInMs: Math.max(0, retryInMs) }
 }

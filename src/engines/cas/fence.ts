@@ -1,51 +1,50 @@
 /**
  * Where a `cas-lease` fence comes from, so that it outlives the record that carries it. A record can be
- * deleted behind fencelock's back (an S3 or GCS lifecycle rule, `aws s3 rm --recursive`, a DynamoDB item
- * deleted or its table made again); a counter kept only in the record would then start again at 1, below
- * fences already handed out. These stores keep nothing else a fence could lean on (no sequence; a per-prefix
- * high-water object would be one more write per grant, GCS takes about one write per second per object,
- * and a deletion of the prefix takes it too), but every answer they give carries the SERVER's clock: the
- * HTTP `Date` header, in whole seconds. The fence folds it in:
+ * deleted at any moment: by fencelock once released (retire.ts), by a lifecycle rule, by an operator
+ * (`aws s3 rm --recursive`, a DynamoDB table made again). These stores keep nothing else a fence could
+ * lean on, but every answer carries the SERVER's clock: the HTTP `Date`, in whole seconds. So:
  *
- *   E(T) = T × 2^20, T the server's Unix second in the answer to the read that decided the grant;
- *   a grant on a record:  fence = max(previous + 1, E(T));
- *   a new record:         fence = E(T + 3).
+ *   E(T) = T × 2^20; a fence f is SETTLED at server second S when f < E(S + 1).
+ *   A fence is handed to a holder only by a write sent after an answer (any request's) showing an S at
+ *   which it is settled, and conditioned on the record's version, so it lands before any delete of it.
+ *   - a grant on a record: f = max(previous + 1, E(T)), T the second of the read that decided it;
+ *     settled at T unless the record is younger than its fence (then the attempt comes back later);
+ *   - a new record (a create, after a read at T that found none) is NOT a grant: it is written marked
+ *     `fresh` with E(T + 2); a later attempt of its creator, once an answer shows a second at which
+ *     F = max(E(T + 2), E(Tc + 2)) is settled (Tc: the create's answer), replaces that version of it
+ *     with F, unmarked: that write is the grant. Whoever else takes a record still marked fresh (an
+ *     abandoned one, or one held past its lease) does the same with F = max(previous + 1, E(T + 2)).
  *
- * Why a new record's fence is above every earlier one of the key (the clock rate bound: fewer than 2^20
- * grants of one key in a second, far above what any of these stores takes on one record):
- * - A grant's fence is below E(T + 1) for the second T of its own read, or below E(T0 + 4) for a record
- *   whose creation read saw T0 and which has seen no grant whose E won since. Every write is conditioned
- *   on the version it read, so a grant always lands on the same record it read, never on one made again.
- * - A record made again after a deletion was decided by a read (second T2) served after that deletion,
- *   so after every earlier grant's read: T2 >= T - 1 (one second for the truncation of `Date` and the
- *   clocks of the store's front ends, which agree far closer than that). Its fence E(T2 + 3) is then at
- *   least E(T + 2), above E(T + 1).
- * - A create that arrives late (sent long after its read, while another record of the key was made,
- *   used and deleted in between) would carry an old T: a create whose answer shows more than a second
- *   after its read (`LATE_CREATE_S`) is written again at once, by a replace on its own version, with
- *   the fence of a record made at the second of that answer, before anyone is granted with it.
- * What is left (docs/guarantees.md says so): a record deleted less than about three seconds after
- * its creation and made again within those seconds may repeat the fences of the one deleted, since T0
- * and T2 can then be the same second. Nothing shorter can be told apart on a one-second clock.
+ * Why a record R2 made after a record R1 of the key was deleted starts above every fence f granted on
+ * R1 (one second of slack: an answer served after another shows at least that one's second - 1, for the
+ * truncation of `Date` and the clocks of the store's front ends, which agree far closer than that). The
+ * grant of f was settled at an S with f < E(S + 1) by an answer before its write, which landed on R1
+ * before R1's delete, so before R2's create landed:
+ * - R2's read came after that delete: T >= S - 1, and R2's fences are at least E(T + 2) >= E(S + 1) > f.
+ * - R2's read came before R1 existed (a create in flight all through R1's life): its answer came after
+ *   the delete, Tc >= S - 1, and R2's first grant is at least E(Tc + 2) > f. If the creator never heard
+ *   Tc (a lost reply), R2 is still marked fresh, and whoever grants on it next lifts the fence to
+ *   E(T + 2) from a read made after it landed: above f likewise.
+ * Within a record every version's fence is at least the one before it, +1 with each grant. So a delete
+ * is safe at ANY age of the record: nothing depends on when it happens, or on who sends it. A record
+ * deleted and made again within the same second (the case no fence rule can tell apart on a
+ * one-second clock) costs its creator the wait, never a repeated fence. What it costs: a grant on a
+ * new record waits for the store's clock to tick twice (1 to 2 s) and sends 1 R + 1 W more; a grant on
+ * an existing one is 1 R + 1 W as before. Never a client's clock: only the store's, and the waiting
+ * client's own monotonic clock to know when to look again.
  *
  * E stays below 2^53 until the year 2242 (exact in a JSON number or a double) and a server second beyond
  * 2^40 is refused as a broken clock, so every fence stays far below 2^63 (a SQL `bigint`). Records written
  * by versions of fencelock that counted from 1 keep working: their next grant jumps to E(T), forward.
- * Without a `Date` in the answers (a store that sends none) the fence is the record's counter alone, as
- * those versions did, and `doctor` says so.
- *
- * The same rule will let fencelock delete released records itself (storage bounded by the locks in use):
- * a released record whose fence is below E(T - 1), T the second of the read before its conditional
- * delete, can go, since any record made after that delete starts above it.
+ * Without a `Date` in the answers (a store that sends none) the fence is the record's counter alone, a new
+ * record is granted at once, nothing is retired, and `doctor` says so.
  */
 import { BackendUnavailableError } from '../../core/errors.js'
 
 /** Grants of one key per second that the epoch leaves room for (2^20: no store here takes 1,000). */
 export const GRANTS_PER_SECOND_SHIFT = 20n
-/** A new record's epoch is this many seconds past its read (see above). */
-export const NEW_RECORD_LEAD_S = 3
-/** A create whose answer came more than this many seconds after its read is written again (see above). */
-export const LATE_CREATE_S = 1
+/** A new record's fence is the epoch of this many seconds past its read (see above). */
+export const NEW_RECORD_LEAD_S = 2
 /** Server seconds beyond this are a broken clock (year 36812): refused rather than turned into a fence. */
 const MAX_SERVER_SECONDS = 2 ** 40
 
@@ -91,18 +90,31 @@ export function grantFence(
   return epoch > next ? epoch : next
 }
 
-/** The fence of a new record, decided by a read at server second `seconds` that found none. */
+/** The fence of a new record, decided by an answer at server second `seconds` (its read, or its create's answer). */
 export function newRecordFence(seconds: number | undefined, key: string, backend: string): bigint {
   return seconds === undefined ? 1n : epochFence(seconds + NEW_RECORD_LEAD_S, key, backend)
 }
 
-/** Whether a create decided at `readSeconds` and answered at `answeredSeconds` may have landed late. */
-export function landedLate(readSeconds: number | undefined, answeredSeconds: number | undefined): boolean {
-  return (
-    readSeconds !== undefined &&
-    answeredSeconds !== undefined &&
-    answeredSeconds > readSeconds + LATE_CREATE_S
-  )
+/** The fence of a grant on a record still marked fresh, decided at `seconds`: lifted as a new record's. */
+export function freshGrantFence(
+  previous: bigint,
+  seconds: number | undefined,
+  key: string,
+  backend: string,
+): bigint {
+  const next = previous + 1n
+  const lifted = newRecordFence(seconds, key, backend)
+  return seconds !== undefined && lifted > next ? lifted : next
+}
+
+/** Whether `fence` is settled at server second `seconds` (above); without a server clock, always. */
+export function settled(fence: bigint, seconds: number | undefined): boolean {
+  return seconds === undefined || fence < BigInt(seconds + 1) << GRANTS_PER_SECOND_SHIFT
+}
+
+/** The first server second at which `fence` is settled. */
+export function settlesAt(fence: bigint): number {
+  return Number(fence >> GRANTS_PER_SECOND_SHIFT)
 }
 
 /**

@@ -8,8 +8,9 @@
 import type { AcquireRequest, ExtendResult, HeldLease } from '../../core/backend.js'
 import type { BoundedMap } from '../../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import { landedLate, newRecordFence, type ServerClock } from './fence.js'
+import { newRecordFence, type ServerClock } from './fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './record.js'
+import type { CasRetirer } from './retire.js'
 import type { CasIo } from './write.js'
 
 /** The cookie of a cas-lease grant: what we know of our record. Updated in place by extend and release. */
@@ -39,10 +40,13 @@ export class CasHolds {
    * only they can have left a record to abandon, or still have a write in flight that could land.
    */
   readonly #writers: BoundedMap<string, Set<string>>
+  /** Where a released record waits until the store's clock allows its delete (retire.ts). */
+  readonly #retirer: CasRetirer
 
-  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>) {
+  constructor(io: CasIo, writers: BoundedMap<string, Set<string>>, retirer: CasRetirer) {
     this.#io = io
     this.#writers = writers
+    this.#retirer = retirer
   }
 
   /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
@@ -69,7 +73,11 @@ export class CasHolds {
     throw unsettled(this.#io, lease.key, 'renew')
   }
 
-  /** `LockBackend.release`: marks our record released (fence kept); false when it was no longer ours. */
+  /**
+   * `LockBackend.release`: marks our record released (fence kept), free at once for the next writer,
+   * and leaves its delete to the retirer (retire.ts), which sends it once nobody here took it again
+   * for a while. False when it was no longer ours.
+   */
   async release(lease: HeldLease, signal: AbortSignal): Promise<boolean> {
     const hold = lease.cookie as CasHold
     for (let i = 0; i < TRIES; i++) {
@@ -80,7 +88,10 @@ export class CasHolds {
         hold.version,
         signal,
       )
-      if (out.kind === 'written') return true
+      if (out.kind === 'written') {
+        this.#retirer.schedule(lease.key, out.version)
+        return true
+      }
       if (out.kind === 'unknown') throw out.error
       // Not this hold's any more (taken over after our lease, or written over by another attempt of the
       // same acquire): nothing to release.
@@ -108,6 +119,7 @@ export class CasHolds {
    *   what V already meant to every waiter, and the fence, kept, still moves on with the next grant.
    * - Any other version: none of our writes can land on it any more (versions never come back), nothing
    *   to do. An owner that never sent a write costs no request.
+   * What it wrote (a placeholder of ours, marked released, among others) is retired like a release's.
    */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     const conditioned = this.#writers.get(req.owner)
@@ -123,19 +135,11 @@ export class CasHolds {
       }
       await this.#io.paced(req.key, signal)
       const record = released(req, found, this.#io.adapter.id, clock.seconds)
-      const answered: ServerClock = {}
-      const out = await this.#io.write(req.key, record, current?.version, signal, answered)
+      const out = await this.#io.write(req.key, record, current?.version, signal)
       if (out.kind === 'unknown') throw out.error
-      if (out.kind === 'written' && current === undefined && landedLate(clock.seconds, answered.seconds)) {
-        // Our released record was created late (fence.ts): its fence raised to the answer's second.
-        await this.#io.paced(req.key, signal)
-        const raised = released(req, undefined, this.#io.adapter.id, answered.seconds)
-        const again = { ...record, fence: maxFence(record.fence, raised.fence), nonce: newNonce() }
-        const redone = await this.#io.write(req.key, again, out.version, signal)
-        if (redone.kind === 'unknown') throw redone.error
-      }
       if (out.kind === 'written') {
         this.#writers.delete(req.owner)
+        this.#retirer.schedule(req.key, out.version)
         return
       }
       current = out.current
@@ -156,7 +160,8 @@ export class CasHolds {
  * and the owner and holder too: a released record's owner never matters for exclusion (only a held one
  * is anyone's), and the fence it carries was theirs, not ours (`found` held by our owner is ours anyway).
  * No record: ours, with one less than a new record's fence (fence.ts), which nobody held, so the
- * next grant takes at least that fence; `seconds` is the server's clock of the read that found none.
+ * next grant takes at least that fence; `seconds` is the server's clock of the read that found none. It
+ * is a create, so marked fresh like any (it may land late): the next grant lifts its fence first.
  */
 function released(
   req: AcquireRequest,
@@ -172,6 +177,7 @@ function released(
     state: 'released',
     holder: req.holder,
     nonce: newNonce(),
+    ...(seconds === undefined ? {} : { fresh: true as const }),
   }
 }
 
@@ -188,5 +194,3 @@ function unsettled(io: CasIo, key: string, what: string): BackendUnavailableErro
     { key, backend: io.adapter.id, retryable: true },
   )
 }
-
-const maxFence = (a: bigint, b: bigint): bigint => (a > b ? a : b)

@@ -10,8 +10,10 @@
  *   waiter's observation, or a stale conditional write, pass over a write it never saw.
  * - `key` is the lock's key, so that `list` can name a record whose object name is a hash of it
  *   (objects.ts); records written by versions of fencelock before it lack it (decoded all the same).
- * - `state: 'released'` marks a free lock; fencelock never deletes a record. One deleted behind its back
- *   is made again with a fence above the old ones, from the server's clock (fence.ts).
+ * - `state: 'released'` marks a free lock, until fencelock retires it (retire.ts). One deleted, by
+ *   fencelock or behind its back, is made again with a fence above the old ones (fence.ts).
+ * - `fresh: true` marks a record made by a create whose fence is not granted yet (fence.ts): whoever
+ *   grants on it lifts the fence from the store's clock first. Absent in every other record.
  */
 import { randomBytes } from 'node:crypto'
 
@@ -29,6 +31,8 @@ export interface CasRecord {
   readonly nonce: string
   /** The lock's key, as every write names it (write.ts); absent in records of older versions. */
   readonly key?: string | undefined
+  /** Made by a create, its fence not granted to anyone yet (fence.ts). */
+  readonly fresh?: true | undefined
 }
 
 /** The record format's version: a record of another version is unreadable, never guessed at. */
@@ -49,6 +53,7 @@ export function encodeRecord(record: CasRecord): string {
     ...(record.holder === undefined ? {} : { holder: record.holder }),
     nonce: record.nonce,
     ...(record.key === undefined ? {} : { key: record.key }),
+    ...(record.fresh ? { fresh: true } : {}),
   })
 }
 
@@ -65,14 +70,24 @@ export function decodeRecord(body: string): CasRecord | undefined {
     return undefined
   }
   if (typeof raw !== 'object' || raw === null || raw.v !== FORMAT) return undefined
-  const { owner, fence, leaseMs, state, holder, nonce, key } = raw
+  const { owner, fence, leaseMs, state, holder, nonce, key, fresh } = raw
   if (typeof owner !== 'string' || typeof nonce !== 'string') return undefined
   if (typeof fence !== 'string' || !/^\d{1,40}$/.test(fence)) return undefined
   if (typeof leaseMs !== 'number' || !Number.isFinite(leaseMs) || leaseMs < 0) return undefined
   if (state !== 'held' && state !== 'released') return undefined
   if (holder !== undefined && typeof holder !== 'string') return undefined
   if (key !== undefined && typeof key !== 'string') return undefined
-  return { owner, fence: BigInt(fence), leaseMs, state, holder, nonce, ...(key === undefined ? {} : { key }) }
+  if (fresh !== undefined && fresh !== true) return undefined
+  return {
+    owner,
+    fence: BigInt(fence),
+    leaseMs,
+    state,
+    holder,
+    nonce,
+    ...(key === undefined ? {} : { key }),
+    ...(fresh ? { fresh } : {}),
+  }
 }
 
 /** Whether `record` is held by `owner`. */

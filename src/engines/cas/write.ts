@@ -31,6 +31,12 @@ export type WriteOutcome =
   /** It threw, and the record still matches its condition: it may land yet. `error` is the adapter's. */
   | { readonly kind: 'unknown'; readonly error: unknown }
 
+/** What a conditional delete came to: gone (ours or not), another version (`current`), or unknown. */
+export type DeleteOutcome =
+  | { readonly kind: 'gone' }
+  | { readonly kind: 'other'; readonly current: CasVersioned }
+  | { readonly kind: 'unknown'; readonly error: unknown }
+
 /** What a read returned, and the observation it made of it (undefined: no record). */
 export interface ReadAnswer {
   readonly current: CasVersioned | undefined
@@ -41,15 +47,61 @@ export interface ReadAnswer {
 export class CasIo {
   /** Every read goes through here: one request per key at a time serves every caller that can use it. */
   readonly #reads: SharedReads<ReadAnswer>
+  /**
+   * The latest server second any answer of this process showed (undefined: none showed one). Every
+   * request sent from now on is served after that answer: what settles a fence (fence.ts).
+   */
+  serverSecond: number | undefined
+  /** When (monotonic) an answer first showed `serverSecond`: the store's clock was at least that then. */
+  serverSecondSince = 0
 
   constructor(
     readonly adapter: CasAdapter,
     readonly seen: Observations,
   ) {
     this.#reads = new SharedReads(async (key, signal, clock) => {
-      const current = await this.adapter.read(key, signal, clock)
-      return { current, seen: this.#saw(key, current) }
+      try {
+        const current = await this.adapter.read(key, signal, clock)
+        return { current, seen: this.#saw(key, current) }
+      } finally {
+        this.#heard(clock)
+      }
     })
+  }
+
+  /**
+   * Deletes the record of `key` if it is still at `version` (the adapter's `delete`, which must exist),
+   * settled by the record as it is now when the answer does not say: a delete that threw and whose
+   * version is still there may land yet (unknown); none there, it is gone.
+   */
+  async remove(key: string, version: string, signal: AbortSignal): Promise<DeleteOutcome> {
+    let error: unknown
+    this.seen.writing(key, now())
+    try {
+      const clock: ServerClock = {}
+      try {
+        if (await this.adapter.delete!(key, version, signal, clock)) {
+          this.seen.forget(key)
+          return { kind: 'gone' }
+        }
+      } finally {
+        this.#heard(clock)
+      }
+    } catch (thrown) {
+      error = thrown
+    } finally {
+      this.seen.writing(key, now())
+    }
+    this.seen.stale(key)
+    let current: CasVersioned | undefined
+    try {
+      current = await this.read(key, signal)
+    } catch (thrown) {
+      return { kind: 'unknown', error: error ?? thrown }
+    }
+    if (current === undefined) return { kind: 'gone' }
+    if (error !== undefined && current.version === version) return { kind: 'unknown', error }
+    return { kind: 'other', current }
   }
 
   /**
@@ -139,12 +191,24 @@ export class CasIo {
     clock: ServerClock | undefined,
   ): Promise<CasWrite> {
     this.seen.writing(key, now())
+    const answered: ServerClock = {}
     try {
       return version === undefined
-        ? await this.adapter.create(key, body, signal, clock)
-        : await this.adapter.replace(key, body, version, signal, clock)
+        ? await this.adapter.create(key, body, signal, answered)
+        : await this.adapter.replace(key, body, version, signal, answered)
     } finally {
       this.seen.writing(key, now())
+      noteClock(clock, answered.seconds)
+      this.#heard(answered)
+    }
+  }
+
+  /** Notes the server second of an answer, when it is later than any seen. */
+  #heard(clock: ServerClock): void {
+    const { seconds } = clock
+    if (seconds !== undefined && !(this.serverSecond !== undefined && this.serverSecond >= seconds)) {
+      this.serverSecond = seconds
+      this.serverSecondSince = now()
     }
   }
 

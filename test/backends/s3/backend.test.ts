@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, beforeEach, describe, it } from 'node:test'
-import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3'
+import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3'
 import { fromUrl, lockObjectKey, PARAMS, s3Backend } from '../../../src/backends/s3/index.js'
 import { decodeRecord } from '../../../src/engines/cas/record.js'
 import { BackendUnavailableError, createLockClient } from '../../../src/index.js'
@@ -71,8 +71,9 @@ describe('s3 backend', { timeout: 120_000 }, () => {
     const lock = await client.acquire('x')
     await lock.release()
     await client.close()
-    const out = await own.send(new GetObjectCommand({ Bucket: BUCKET, Key: lockObjectKey('x', 'own/') }))
-    assert.ok(out.ETag, 'the client still works after the backend closed')
+    // The released record was retired at close: a listing shows the client still works.
+    const out = await own.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: 'own/' }))
+    assert.equal(out.$metadata.httpStatusCode, 200, 'the client still works after the backend closed')
     own.destroy()
   })
 
@@ -100,13 +101,21 @@ describe('s3 backend', { timeout: 120_000 }, () => {
   })
 
   it('fencelock doctor counts the lock objects under the prefix, not its own probe', async () => {
-    for (const k of ['a', 'b']) {
-      const ran = await runCli(['run', k, '--url', urlOf('doctor-count'), '--', 'true'])
-      assert.equal(ran.code, 0, ran.stderr)
+    // A run's lock is retired when it exits (its client closes): nothing is kept for it.
+    const ran = await runCli(['run', 'gone', '--url', urlOf('doctor-count'), '--', 'true'])
+    assert.equal(ran.code, 0, ran.stderr)
+    const client = createLockClient(urlOf('doctor-count'), { ttl: '30s' })
+    try {
+      const held = [await client.acquire('a'), await client.acquire('b')]
+      const r = await runCli(['doctor', urlOf('doctor-count')])
+      assert.equal(r.code, 0, r.stdout + r.stderr)
+      assert.match(r.stdout, /^info +lock names kept: 2 \(objects under "doctor-count\/"\)/m)
+      for (const lock of held) await lock.release()
+    } finally {
+      await client.close()
     }
-    const r = await runCli(['doctor', urlOf('doctor-count')])
-    assert.equal(r.code, 0, r.stdout + r.stderr)
-    assert.match(r.stdout, /^info +lock names kept: 2 \(objects under "doctor-count\/"\)/m)
+    const after = await runCli(['doctor', urlOf('doctor-count')])
+    assert.match(after.stdout, /^info +lock names kept: 0 \(objects under "doctor-count\/"\)/m)
   })
 
   it('fencelock doctor: ok on the test server, an error naming the store when it ignores conditions', async () => {

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import type { AcquireRequest } from '../../../src/core/backend.js'
+import type { AcquireRequest, AttemptResult } from '../../../src/core/backend.js'
 import { casLeaseBackend } from '../../../src/engines/cas/backend.js'
 import type { CasLeaseOptions } from '../../../src/engines/cas/engine.js'
 import { encodeRecord } from '../../../src/engines/cas/record.js'
@@ -646,19 +646,32 @@ describe('cas-lease: waiting and the store rates', () => {
 
 describe("cas-lease: fences lifted to the server's clock (cas/fence.ts)", () => {
   const epoch = (seconds: number) => BigInt(seconds) << 20n
+  const writes = (store: FakeCasStore) =>
+    store.log.filter((l) => l.op !== 'read' && l.applied).map((l) => l.op)
 
-  it('a new record takes E(T + 3); later grants max(previous + 1, E(T)); renewals and releases keep it', async () => {
+  it('a new record is a fresh placeholder until the store clock settles E(T + 2); then replaced: the grant', async () => {
     const store = new FakeCasStore()
     let now = 1_000
     store.clock = () => now
     const { client } = processOn(store)
-    const first = await client.acquire('k', { renew: false })
-    assert.equal(first.fence, epoch(1_003))
+    const acquiring = client.acquire('k', { renew: false, timeout: 30_000 })
+    acquiring.catch(() => {})
+    await waitUntil(() => store.records.has('k'), 'the placeholder written')
+    assert.deepEqual([store.json('k')!.fresh, store.json('k')!.fence], [true, String(epoch(1_002))])
+    // The store's clock still shows 1001: E(1002) is not settled, so nobody is granted with it.
+    now = 1_001
+    await sleep(1500)
+    assert.equal(store.json('k')!.fresh, true, 'no grant before the store shows second 1002')
+    now = 1_002
+    const first = await acquiring
+    assert.equal(first.fence, epoch(1_002))
+    assert.deepEqual(writes(store), ['create', 'replace'])
+    assert.equal(store.json('k')!.fresh, undefined, 'the grant is the unmarked replace')
     await first.extend()
     await first.release()
-    assert.equal(store.json('k')!.fence, String(epoch(1_003)))
+    assert.equal(store.json('k')!.fence, String(epoch(1_002)))
     const second = await client.acquire('k', { renew: false })
-    assert.equal(second.fence, epoch(1_003) + 1n, 'the epoch is below the counter: counted')
+    assert.equal(second.fence, epoch(1_002) + 1n, 'the epoch is below the counter: counted')
     await second.release()
     now = 2_000
     const third = await client.acquire('k', { renew: false })
@@ -667,23 +680,185 @@ describe("cas-lease: fences lifted to the server's clock (cas/fence.ts)", () => 
     await client.close()
   })
 
-  it('a record deleted behind our back is made again above every earlier fence', async () => {
+  // A new record's grant waits for the store's clock to tick twice. Inside one attempt that wait (1 to 2 s,
+  // longer on a slow store) ran into the attempt's bound under load: the acquire failed as unavailable.
+  it("no attempt waits for the store's clock: the placeholder's attempt answers, a later one grants", async () => {
     const store = new FakeCasStore()
     let now = 1_000
     store.clock = () => now
-    const { client } = processOn(store)
-    const fences: bigint[] = []
-    for (let i = 0; i < 5; i++) {
-      const lock = await client.acquire('k', { renew: false })
-      fences.push(lock.fence)
-      await lock.release()
-    }
-    now += 3 // the deletion comes at least three seconds after the record's creation
-    store.records.delete('k')
-    const again = await client.acquire('k', { renew: false })
-    assert.ok(again.fence > fences.at(-1)!, `${again.fence} > ${fences.at(-1)}`)
-    await again.release()
+    const { backend } = processOn(store)
+    const answered: AttemptResult[] = []
+    const client = createLockClient(
+      {
+        ...backend,
+        tryAcquire: async (req, signal) => {
+          const result = await backend.tryAcquire(req, signal)
+          answered.push(result)
+          return result
+        },
+      },
+      { ttl: 2000 },
+    )
+    const acquiring = client.acquire('k', { renew: false, timeout: 60_000 })
+    acquiring.catch(() => {})
+    // The store's clock stands still: an attempt that waited for it would not answer at all.
+    await waitUntil(() => answered.length >= 3, 'attempts answered while the store clock stands still', {
+      withinMs: 20_000,
+    })
+    assert.ok(
+      answered.every((r) => !r.granted && r.pending === true && r.retryInMs! > 0),
+      JSON.stringify(answered.slice(0, 3), (_, v) => (typeof v === 'bigint' ? String(v) : v)),
+    )
+    assert.equal(store.json('k')!.fresh, true, 'the placeholder waits, ungranted')
+    // Still for longer than one attempt may take (5 s): a slow store's clock, as seen by its clients.
+    await sleep(6000)
+    assert.deepEqual(writes(store), ['create'])
+    now = 1_002
+    const lock = await acquiring
+    assert.equal(lock.fence, epoch(1_002))
+    assert.deepEqual(writes(store), ['create', 'replace'])
+    await lock.release()
     await client.close()
+  })
+
+  it('a tryAcquire of a new name is granted: the core tries again while the grant settles', async () => {
+    const store = new FakeCasStore()
+    store.ticking(1_000)
+    const { client } = processOn(store)
+    const lock = await client.tryAcquire('new', { renew: false })
+    assert.ok(lock, 'a free name is granted to a tryAcquire')
+    assert.equal(store.json('new')!.fresh, undefined)
+    await lock.release()
+    await client.close()
+  })
+
+  it("a new record's grant after the clock wait: its lease and its renewals' are the ttl asked", async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const { client, backend } = processOn(store)
+    const acquiring = client.acquire('k', { ttl: 2000, renew: false, timeout: 30_000 })
+    acquiring.catch(() => {})
+    await waitUntil(() => store.json('k')?.fresh === true, 'the placeholder written')
+    await sleep(1500)
+    now = 1_002
+    const lock = await acquiring
+    const leaseOf = () => Number(store.json('k')!.leaseMs)
+    assert.equal(leaseOf(), 2000, 'the grant writes the ttl asked')
+    const info = await backend.inspect('k', signal())
+    assert.ok(info?.expiresInMs !== undefined && info.expiresInMs <= 2000, `expiresInMs ${info?.expiresInMs}`)
+    await lock.extend()
+    assert.equal(leaseOf(), 2000, 'a renewal writes the ttl asked, not the one counted from the attempt')
+    await lock.release()
+    await client.close()
+  })
+
+  it('an acquire given up during its clock wait leaves the key free for the next waiter', async () => {
+    const store = new FakeCasStore()
+    store.ticking(1_000)
+    const a = processOn(store)
+    const b = processOn(store)
+    const gaveUp = new AbortController()
+    const acquiring = a.client.acquire('k', { ttl: 30_000, renew: false, signal: gaveUp.signal })
+    const refused = assert.rejects(acquiring)
+    await waitUntil(() => store.json('k')?.fresh === true, "a's placeholder")
+    gaveUp.abort(new Error('gave up'))
+    await refused
+    // The placeholder's lease is the ttl (30 s) and more: sitting it out would fail this timeout.
+    const lock = await b.client.acquire('k', { ttl: 30_000, renew: false, timeout: 15_000 })
+    await lock.release()
+    await Promise.all([a.client.close(), b.client.close()])
+  })
+
+  // A creator cut off during its clock wait leaves its placeholder held: waiters sit out its lease, so
+  // it is the ttl (the lease any holder leaves behind), with room for the clock wait under a short ttl.
+  for (const [ttl, placeholderMs] of [
+    [30_000, 30_000],
+    [1_000, 3_000],
+  ] as const) {
+    it(`a placeholder's lease for a ttl of ${ttl} ms is ${placeholderMs} ms`, async () => {
+      const store = new FakeCasStore()
+      store.clock = () => 1_000
+      const a = processOn(store)
+      const acquiring = a.client.acquire('k', { ttl, renew: false, timeout: 30_000 })
+      acquiring.catch(() => {})
+      await waitUntil(() => store.json('k')?.fresh === true, 'the placeholder')
+      assert.equal(Number(store.json('k')!.leaseMs), placeholderMs)
+      store.clock = () => 1_002
+      await (await acquiring).release()
+      await a.client.close()
+    })
+  }
+
+  it('a grant on a record younger than its fence waits until the store clock settles it', async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    released(store, 'k', epoch(1_002) + 5n)
+    const { client } = processOn(store)
+    const acquiring = client.acquire('k', { renew: false, timeout: 30_000 })
+    acquiring.catch(() => {})
+    await sleep(1500)
+    assert.equal(store.json('k')!.state, 'released', 'E(1002) + 6 is not granted at second 1000')
+    now = 1_002
+    const lock = await acquiring
+    assert.equal(lock.fence, epoch(1_002) + 6n)
+    await lock.release()
+    await client.close()
+  })
+
+  // What the fence rule is for: an operator (or fencelock's own retire) may delete a record at any age,
+  // also within the second of its creation, and the next grant of the key must still be greater.
+  for (const wipe of ['the record', 'every record'] as const) {
+    it(`${wipe} deleted right after a grant (a young record): the next fence is still greater`, async () => {
+      const store = new FakeCasStore()
+      store.ticking(1_000)
+      const a = processOn(store)
+      const b = processOn(store)
+      const fences: bigint[] = []
+      for (let i = 0; i < 3; i++) {
+        const lock = await a.client.acquire('k', { renew: false, timeout: 30_000 })
+        fences.push(lock.fence)
+        if (wipe === 'the record') store.records.delete('k')
+        else store.records.clear()
+        const next = await b.client.acquire('k', { renew: false, timeout: 30_000 })
+        fences.push(next.fence)
+        assert.ok(next.fence > lock.fence, `${next.fence} > ${lock.fence} (fences ${fences.join(', ')})`)
+        store.records.clear()
+      }
+      await Promise.all([a.client.close(), b.client.close()])
+    })
+  }
+
+  it('a placeholder deleted while its creator waits: the creator is not granted with it', async () => {
+    const store = new FakeCasStore()
+    let now = 1_000
+    store.clock = () => now
+    const a = processOn(store)
+    const b = processOn(store)
+    const holds: Array<{ who: string; fence: bigint }> = []
+    const first = a.client.acquire('k', { renew: false, timeout: 30_000 }).then(async (lock) => {
+      holds.push({ who: 'a', fence: lock.fence })
+      await lock.release()
+    })
+    first.catch(() => {})
+    await waitUntil(() => store.json('k')?.fresh === true, "a's placeholder")
+    store.records.delete('k')
+    const second = b.client.acquire('k', { renew: false, timeout: 30_000 }).then(async (lock) => {
+      holds.push({ who: 'b', fence: lock.fence })
+      await lock.release()
+    })
+    second.catch(() => {})
+    await waitUntil(() => store.json('k')?.fresh === true, "b's placeholder")
+    now = 1_002
+    await Promise.all([first, second])
+    assert.deepEqual(
+      holds.map((h) => h.who),
+      ['b', 'a'],
+      "a's placeholder is gone: b is granted first",
+    )
+    assert.ok(holds[1]!.fence > holds[0]!.fence, `${holds[1]!.fence} > ${holds[0]!.fence}`)
+    await Promise.all([a.client.close(), b.client.close()])
   })
 
   it('a record of an older version (a fence counted from 1) keeps working: its next fence jumps forward', async () => {
@@ -697,33 +872,33 @@ describe("cas-lease: fences lifted to the server's clock (cas/fence.ts)", () => 
     await client.close()
   })
 
-  it('a create answered over a second after its read is made again with the fence of its answer', async () => {
+  it('a create answered over a second after its read is granted with the fence of its answer', async () => {
     const store = new FakeCasStore()
     // The read answers at 1000, the create at 1005 (sent late): it may have landed after another record
-    // of the key was made, used and deleted in between, so its fence E(1003) is not handed out.
-    store.clock = (op) => (op === 'create' ? 1_005 : op === 'replace' ? 1_005 : 1_000)
+    // of the key was made, used and deleted in between, so its placeholder's E(1002) is not handed out.
+    store.clock = (op) => (op === 'create' ? 1_005 : store.count('create') > 0 ? 1_007 : 1_000)
     const { client } = processOn(store)
     const lock = await client.acquire('k', { renew: false })
-    assert.equal(lock.fence, epoch(1_008))
-    assert.deepEqual(
-      store.log.filter((l) => l.op !== 'read').map((l) => l.op),
-      ['create', 'replace'],
-    )
-    assert.equal(store.json('k')!.fence, String(epoch(1_008)))
+    assert.equal(lock.fence, epoch(1_007))
+    assert.deepEqual(writes(store), ['create', 'replace'])
+    assert.equal(store.json('k')!.fence, String(epoch(1_007)))
     assert.equal(store.json('k')!.owner, lock.owner)
     await lock.release()
     await client.close()
   })
 
-  it('an earlier attempt of ours found in place (maybe a late create) is granted with a fence made now', async () => {
+  it('an earlier attempt of ours found in place, still fresh (maybe a late create), is granted with a fence made now', async () => {
     const store = new FakeCasStore()
-    // The next attempt's read (the third) comes ten seconds later.
-    store.clock = () => (store.count('read') >= 3 ? 1_010 : 1_000)
+    const clock = store.ticking(1_000)
     store.next('create', 'lose-reply')
     store.next('read', 'throw-before', 1) // the re-read after the lost reply fails too: outcome unknown
     const { client } = processOn(store)
-    const lock = await client.acquire('k', { renew: false, timeout: 10_000 })
-    assert.equal(lock.fence, epoch(1_013))
+    const acquiring = client.acquire('k', { renew: false, timeout: 30_000 })
+    acquiring.catch(() => {})
+    await waitUntil(() => store.records.has('k'), 'the lost create landed')
+    clock.jump(10) // the next attempt's read comes ten seconds later, on the store's clock
+    const lock = await acquiring
+    assert.ok(lock.fence >= epoch(1_012), `${lock.fence} lifted to at least E(1012)`)
     await lock.release()
     await client.close()
   })

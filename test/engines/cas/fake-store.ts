@@ -14,7 +14,7 @@ import { noteClock, type ServerClock } from '../../../src/engines/cas/fence.js'
 import { BackendUnavailableError } from '../../../src/index.js'
 import { sleep } from '../../support/time.js'
 
-export type Op = 'read' | 'create' | 'replace'
+export type Op = 'read' | 'create' | 'replace' | 'delete'
 
 export type Fault =
   /** Applied, then the reply is lost (the adapter throws a retryable error). */
@@ -69,6 +69,8 @@ export class FakeCasStore implements CasAdapter {
    */
   clock: (op: Op) => number | undefined = () => undefined
   closed = false
+  /** Whether it has a conditional delete (`view()` leaves it out otherwise; call `delete` directly anyway). */
+  deletes = true
   /** Records per page of `list`; `pages` counts the pages listed. */
   pageSize = 3
   pages = 0
@@ -77,6 +79,21 @@ export class FakeCasStore implements CasAdapter {
 
   constructor(id = 'fake-cas://test') {
     this.id = id
+  }
+
+  /**
+   * A server clock from second `base` that moves one second per second of the test's monotonic clock,
+   * as a store's does; `jump(s)` moves it `s` seconds forward at once.
+   */
+  ticking(base: number): { jump(seconds: number): void } {
+    const start = performance.now()
+    let jumped = 0
+    this.clock = () => base + jumped + Math.floor((performance.now() - start) / 1000)
+    return {
+      jump: (seconds) => {
+        jumped += seconds
+      },
+    }
   }
 
   /** Queues `fault` for the next operation `op` ('write': a create or a replace), after `skip` of them. */
@@ -116,6 +133,12 @@ export class FakeCasStore implements CasAdapter {
       create: (key, body, signal, clock) => (crashed ? dead(signal) : this.create(key, body, signal, clock)),
       replace: (key, body, version, signal, clock) =>
         crashed ? dead(signal) : this.replace(key, body, version, signal, clock),
+      ...(this.deletes
+        ? {
+            delete: (key: string, version: string, signal: AbortSignal, clock?: ServerClock) =>
+              crashed ? dead(signal) : this.delete(key, version, signal, clock),
+          }
+        : {}),
       close: async () => {},
       crash: () => {
         crashed = true
@@ -177,6 +200,32 @@ export class FakeCasStore implements CasAdapter {
     clock?: ServerClock,
   ): Promise<CasWrite> {
     return this.#write('replace', key, body, version, signal, clock)
+  }
+
+  /**
+   * Deletes the record of `key` if it is at `version` (a conditional delete): true when gone (also when
+   * there was none, as S3 may answer), false when another version is there. A store made with
+   * `deletes = false` has no delete (`view()` and `driver()` leave it out).
+   */
+  delete(key: string, version: string, signal: AbortSignal, clock?: ServerClock): Promise<boolean> {
+    const entry = this.#enter('delete', key)
+    const fault = this.#take(entry)
+    const done = (async () => {
+      try {
+        await this.#before(entry, fault, signal)
+        const current = this.records.get(key)
+        if (fault === 'refuse' || (current !== undefined && current.version !== version && !this.lax))
+          return false
+        this.records.delete(key)
+        entry.applied = performance.now()
+        if (fault === 'lose-reply') throw unavailable(key, 'the reply was lost')
+        return true
+      } finally {
+        entry.done = performance.now()
+      }
+    })()
+    done.then(() => noteClock(clock, this.clock('delete'))).catch(() => {})
+    return done
   }
 
   async close(): Promise<void> {
@@ -266,7 +315,7 @@ export class FakeCasStore implements CasAdapter {
 }
 
 function matches(wanted: Op | 'write', op: Op): boolean {
-  return wanted === op || (wanted === 'write' && op !== 'read')
+  return wanted === op || (wanted === 'write' && (op === 'create' || op === 'replace'))
 }
 
 function unavailable(key: string, what: string): BackendUnavailableError {
