@@ -42,9 +42,11 @@ describe('a failing store', { timeout: 30_000 }, () => {
       ),
     )
     // Generous bounds: the abort at 100 ms is honoured within a second (it was ignored for 5 s before), the
-    // 5 ms interval kept ticking, and attempts were spaced by a backoff, not made by the thousand.
+    // 5 ms interval ticked (a loop spinning on microtasks starves every timer), and attempts were spaced by
+    // a backoff, not made by the thousand. How many ticks is the machine's load, not the loop's doing: a
+    // process the OS does not schedule for 100 ms ticks once.
     assert.ok(ms < 1000, `the abort at 100 ms took effect after ${Math.round(ms)} ms`)
-    assert.ok(ticks >= 5, `only ${ticks} timer ticks ran in ${Math.round(ms)} ms of outage`)
+    assert.ok(ticks >= 1, `no timer tick ran in ${Math.round(ms)} ms of outage`)
     const attempts = backend.of('tryAcquire').length
     assert.ok(attempts >= 1 && attempts <= 10, `${attempts} attempts in ${Math.round(ms)} ms`)
     await client.close()

@@ -22,7 +22,10 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
     const started = performance.now()
     await assert.rejects(client.tryAcquire(uniqueKey()), (error: unknown) => {
       assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
-      assert.match(error.message, /did not answer within (99\d|1000) ms/)
+      // 1 s from the acquire's start: the attempt's own bound is that less what came before it (a loaded
+      // machine can take tens of ms to start it).
+      const bound = Number(/did not answer within (\d+) ms/.exec(error.message)?.[1])
+      assert.ok(bound > 500 && bound <= 1000, error.message)
       return true
     })
     const ms = performance.now() - started
