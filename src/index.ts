@@ -17,7 +17,11 @@ export type {
   ListedLock,
   LockBackend,
   LockInfo,
+  PermitHolder,
+  PermitRequest,
   ProclaimResult,
+  SemaphoreFacet,
+  SemaphoreInfo,
 } from './core/backend.js'
 export type { LockClient } from './core/client.js'
 export { channels, type LossReason } from './core/diagnostics.js'
@@ -30,6 +34,7 @@ export {
   ClientClosedError,
   DriverMissingError,
   type FencelockErrorCode,
+  LimitMismatchError,
   LockError,
   type LockErrorContext,
   LockLostError,
@@ -40,3 +45,12 @@ export {
 } from './core/errors.js'
 export type { Lock } from './core/lock.js'
 export type { AcquireOptions, ClientOptions } from './core/options.js'
+export {
+  type HeldPermits,
+  MAX_SEMAPHORE_LIMIT,
+  type PermitOptions,
+  type Semaphore,
+  type SemaphoreHolder,
+  type SemaphoreOptions,
+  type SemaphoreView,
+} from './core/semaphore.js'

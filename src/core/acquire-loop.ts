@@ -82,7 +82,7 @@ export function acquireLoop(
 class AcquireLoop {
   readonly #ctx: AcquireContext
   readonly #backend: LeaseFacet
-  readonly #req: AcquireRequest
+  #req: AcquireRequest
   readonly #opts: ResolvedAcquireOptions
   readonly #signal: AbortSignal
   readonly #startedAt = now()
@@ -159,6 +159,7 @@ class AcquireLoop {
       ttlMs: opts.ttlMs,
       holder: opts.holder,
       ...(opts.value === undefined ? {} : { value: opts.value }),
+      ...(opts.semaphore === undefined ? {} : { semaphore: opts.semaphore }),
     }
     this.#diag = { key, backend: ctx.backend.id, owner: this.#req.owner }
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
@@ -189,6 +190,12 @@ class AcquireLoop {
           if (lock) return lock
         }
         if (now() >= this.#waitEnd(result)) this.#fail(this.#notAcquired(result))
+        // A semaphore's store compared its limit with ours on that refusal: from now on this acquire
+        // follows the stored limit, so a `setLimit` while it waits admits it rather than refusing it.
+        const permits = this.#req.semaphore
+        if (result?.granted === false && permits && !permits.limitCompared) {
+          this.#req = { ...this.#req, semaphore: { ...permits, limitCompared: true } }
+        }
         if (result === undefined) {
           await this.#backOff()
           continue
@@ -357,8 +364,12 @@ class AcquireLoop {
         : this.#ctx.primitive === 'election'
           ? `Election ${quoteKey(key)} on ${this.#backend.id} is led by another candidate; ${waited}. Use a longer ` +
             'timeout, or observe the election to see its leader'
-          : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
-            'or inspect the lock to see its holder',
+          : this.#req.semaphore
+            ? `Semaphore ${quoteKey(key)} on ${this.#backend.id} had no ${this.#req.semaphore.permits} of its ` +
+              `${this.#req.semaphore.limit} permits free for this acquire; ${waited}. Use a longer timeout, or ` +
+              'inspect the semaphore to see its holders'
+            : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+              'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
   }

@@ -55,9 +55,27 @@ export interface AcquireRequest {
    * the grant and shown by `inspect` as `value`; what `proclaim` replaces. Absent on a mutex.
    */
   readonly value?: string | undefined
+  /** A semaphore's acquire: the limit this client opened it with, and the permits asked for. Absent elsewhere. */
+  readonly semaphore?: PermitRequest | undefined
 }
 
-/** A successful attempt. */
+/** What a semaphore's acquire asks for (`AcquireRequest.semaphore`). */
+export interface PermitRequest {
+  /**
+   * The semaphore's limit as this client opened it (1 to `MAX_SEMAPHORE_LIMIT`). The store keeps the limit
+   * of the semaphore while any permit of it is held or waited for; an acquire with another limit is refused
+   * with a `LimitMismatchError`, not granted under either limit.
+   */
+  readonly limit: number
+  /** How many permits this lease holds (1 to `limit`): granted all at once or not at all. */
+  readonly permits: number
+  /**
+   * Set on an acquire's attempts after one the store refused for want of permits: its limit was compared
+   * then, so the store follows its own limit without comparing (a `setLimit` while it waits admits it).
+   */
+  readonly limitCompared?: boolean | undefined
+}
+
 export interface Grant {
   /** Tells a grant from a `Busy`. */
   readonly granted: true
@@ -290,6 +308,51 @@ export interface ElectionFacet extends LeaseFacet {
   watch?(key: string, signal: AbortSignal): Promise<void | undefined>
 }
 
+/** One lease holding permits of a semaphore, as `SemaphoreFacet.holders` finds it. */
+export interface PermitHolder {
+  /** The owner id of the acquire that was granted (`HeldPermits.owner`). */
+  readonly owner: string
+  /** The holder's description (`AcquireRequest.holder`), when the store keeps one. */
+  readonly holder?: string | undefined
+  /** How many permits this lease holds. */
+  readonly permits: number
+  /** The grant's sequence (its `Grant.fence`): unique and increasing per semaphore, not a fence. */
+  readonly sequence?: bigint | undefined
+  /** Remaining lease as the store sees it, in whole ms. */
+  readonly expiresInMs?: number | undefined
+}
+
+/** A semaphore as the store keeps it now. Diagnostic: only a grant admits. */
+export interface SemaphoreInfo {
+  /** The stored limit. */
+  readonly limit: number
+  /** The permits held by valid leases (at most `limit`, unless `setLimit` lowered it under them). */
+  readonly held: number
+  /** The leases holding them. */
+  readonly holders: readonly PermitHolder[]
+  /** How many acquires wait in the store's line, where it keeps one. */
+  readonly waiting?: number | undefined
+}
+
+/**
+ * A counting semaphore: at most `limit` permits held by valid leases at any moment, each lease renewed,
+ * released and lost as a lock's is. The leased methods take requests with `semaphore` set and leases whose
+ * `key` is the semaphore's name and `owner` the acquire's; `tryAcquire` grants `permits` at once when they
+ * fit under the stored limit (and, where the store keeps a line, no earlier waiter is ahead), with the grant's
+ * `fence` the permit's sequence: unique and increasing, but not a fence (several leases are valid at once).
+ * It throws a `LimitMismatchError` when the store keeps another limit. Expiry on the store's clock only.
+ * `inspect(name)` says `held` while any permit is held, with the latest sequence as `fence`.
+ */
+export interface SemaphoreFacet extends LeaseFacet {
+  /** The semaphore's stored limit and valid leases; `null` when the store keeps nothing of it. */
+  holders(name: string, signal: AbortSignal): Promise<SemaphoreInfo | null>
+  /**
+   * Stores `limit` as the semaphore's limit, whatever it was (creating the semaphore if needed), and wakes
+   * its waiters. Leases held beyond a lowered limit stay valid; no new permit is granted until they fit.
+   */
+  setLimit(name: string, limit: number, signal: AbortSignal): Promise<void>
+}
+
 /**
  * A backend: the mutex's leased methods on the backend object itself, the operator's methods (list,
  * break, doctor), and one optional facet per further primitive. The client refuses a primitive whose
@@ -298,6 +361,8 @@ export interface ElectionFacet extends LeaseFacet {
 export interface LockBackend extends LeaseFacet {
   /** Leader election on this store; absent where the backend offers none. */
   readonly election?: ElectionFacet | undefined
+  /** Counting semaphores on this store; absent where the backend offers none. */
+  readonly semaphore?: SemaphoreFacet | undefined
   /**
    * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
    * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.

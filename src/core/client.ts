@@ -9,8 +9,17 @@ import { setMaxListeners } from 'node:events'
 import { linkedAbort, raceSignal } from './abort.js'
 import { acquireLoop } from './acquire-loop.js'
 import { AttemptTimeout, unavailableError } from './attempt.js'
-import type { BreakResult, ElectionFacet, LeaseFacet, ListedLock, LockBackend, LockInfo } from './backend.js'
+import type {
+  BreakResult,
+  ElectionFacet,
+  LeaseFacet,
+  ListedLock,
+  LockBackend,
+  LockInfo,
+  SemaphoreFacet,
+} from './backend.js'
 import { sleep } from './clock.js'
+import { describeValue } from './durations.js'
 import { type Election, ElectionImpl, type ElectionRuntime } from './election.js'
 import {
   CapabilityError,
@@ -22,7 +31,9 @@ import {
 } from './errors.js'
 import { type Lock, type LockHandle, lockRenewals } from './lock.js'
 import {
+  ACQUIRE_OPTIONS,
   type AcquireOptions,
+  assertKnownKeys,
   type ClientOptions,
   checkLimits,
   type ResolvedAcquireOptions,
@@ -32,6 +43,13 @@ import {
   validateKey,
   validateListPrefix,
 } from './options.js'
+import {
+  parseLimit,
+  type Semaphore,
+  SemaphoreImpl,
+  type SemaphoreOptions,
+  type SemaphoreRuntime,
+} from './semaphore.js'
 
 /** A lock client over one backend. Create it with `createLockClient` (src/client.ts). */
 export interface LockClient extends AsyncDisposable {
@@ -82,6 +100,13 @@ export interface LockClient extends AsyncDisposable {
    * @throws {TypeError} for a bad name
    */
   election(name: string): Election
+  /**
+   * The counting semaphore called `name`, allowing `limit` permits at once: acquire permits, inspect its
+   * holders, change its limit. Every client must open it with the limit the store keeps while it is in use.
+   * Names are checked as keys are; the store is first used by an acquire or a read.
+   * @throws {TypeError} for a bad name or limit
+   */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
@@ -98,6 +123,9 @@ const CLOSE_WAIT_MS = 3000
  * that never answers.
  */
 const INSPECT_WAIT_MS = 5000
+
+/** The options a semaphore's acquire knows: an acquire's, and how many permits. */
+const PERMIT_OPTIONS = [...ACQUIRE_OPTIONS, 'permits']
 /** How long `break` waits for the store: a read and a conditional write, again if the lock changed meanwhile. */
 const BREAK_WAIT_MS = 15_000
 
@@ -165,6 +193,8 @@ class Client implements LockClient {
   readonly #insideWithLock = new AsyncLocalStorage<ReadonlySet<string>>()
   /** One object per election name, so that `isMe` knows every leadership of this client. */
   readonly #elections = new Map<string, ElectionImpl>()
+  /** One object per semaphore name (the latest limit it was opened with), so that `isMe` knows this client's leases. */
+  readonly #semaphores = new Map<string, SemaphoreImpl>()
 
   constructor(backend: Promise<LockBackend>, options: ResolvedClientOptions, backendId?: string) {
     this.#backendId = backendId
@@ -370,6 +400,53 @@ class Client implements LockClient {
       )
     },
     closing: this.#closing.signal,
+  }
+
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    validateKey(name)
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(
+        `Expected semaphore ${quoteKey(name)}'s options to be an object with its \`limit\`, got ${describeValue(options)}`,
+      )
+    }
+    assertKnownKeys('semaphore options', options, ['limit'])
+    const limit = parseLimit(name, options?.limit)
+    // The same object for the same name and limit, so that `isMe` knows every lease of this client.
+    let semaphore = this.#semaphores.get(name)
+    if (semaphore?.limit !== limit) {
+      semaphore = new SemaphoreImpl(name, limit, this.#semaphoreRuntime)
+      this.#semaphores.set(name, semaphore)
+    }
+    return semaphore
+  }
+
+  /** What semaphores use of this client: its checks, its acquire loop and bounded calls, on the facet. */
+  readonly #semaphoreRuntime: SemaphoreRuntime = {
+    facet: async (name, ttlMs) => this.#semaphoreFacet(await this.#open(name, ttlMs), name),
+    acquire: async (name, options, request, defaultTimeoutMs) => {
+      assertKnownKeys('semaphore acquire options', options, PERMIT_OPTIONS)
+      const { permits: _permits, ...acquireOptions } = options ?? {}
+      const opts = {
+        ...resolveAcquireOptions(acquireOptions, this.#options, defaultTimeoutMs),
+        semaphore: request,
+      }
+      const facet = this.#semaphoreFacet(await this.#open(name, opts.ttlMs), name)
+      return this.#acquire(name, opts, facet, 'semaphore')
+    },
+    call: async (name, kind, signal, fn) => {
+      const facet = this.#semaphoreFacet(await this.#open(name), name)
+      const [what, waitMs] = kind === 'read' ? ['read', INSPECT_WAIT_MS] : ['write', BREAK_WAIT_MS]
+      return this.#bounded(facet, name, what, waitMs, signal, (s) => fn(facet, s), 'semaphore')
+    },
+  }
+
+  #semaphoreFacet(backend: LockBackend, name: string): SemaphoreFacet {
+    if (backend.semaphore) return backend.semaphore
+    throw new CapabilityError(
+      `Cannot use semaphore ${quoteKey(name)} on ${backend.id}: this backend offers no counting semaphore. ` +
+        'Use a backend that does (see docs/semaphore.md)',
+      { key: name, backend: backend.id },
+    )
   }
 
   #electionFacet(backend: LockBackend, name: string): ElectionFacet {

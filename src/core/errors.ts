@@ -17,11 +17,13 @@ export function quoteKey(key: string): string {
 }
 
 /** The primitives whose leases the core's handle and acquire loop run. */
-export type Primitive = 'lock' | 'election'
+export type Primitive = 'lock' | 'election' | 'semaphore'
 
-/** What a message speaks of: "lock 'k'", or "leadership of election 'k'". */
+/** What a message speaks of: "lock 'k'", "leadership of election 'k'" or "permits of semaphore 'k'". */
 export function subjectOf(primitive: Primitive | undefined, key: string): string {
-  return primitive === 'election' ? `leadership of election ${quoteKey(key)}` : `lock ${quoteKey(key)}`
+  if (primitive === 'election') return `leadership of election ${quoteKey(key)}`
+  if (primitive === 'semaphore') return `permits of semaphore ${quoteKey(key)}`
+  return `lock ${quoteKey(key)}`
 }
 
 /** A driver's message, cut to one readable line (some quote whole requests back). */
@@ -90,6 +92,8 @@ export type FencelockErrorCode =
   | 'FENCELOCK_KEY_CONFLICT'
   /** An acquire of a key inside `withLock` of the same key: it would wait for itself for ever. */
   | 'FENCELOCK_SELF_DEADLOCK'
+  /** A semaphore opened with a limit other than the one its store keeps. */
+  | 'FENCELOCK_LIMIT_MISMATCH'
 
 /** Context carried by every fencelock error. */
 export interface LockErrorContext {
@@ -191,6 +195,30 @@ export class CapabilityError extends LockError {
   declare readonly code: 'FENCELOCK_CAPABILITY'
   constructor(message: string, context: LockErrorContext = {}) {
     super('FENCELOCK_CAPABILITY', message, context)
+  }
+}
+
+/**
+ * A semaphore was opened with a limit other than the one its store keeps: both cannot be honoured, so the
+ * acquire is refused rather than granted under either. `setLimit` changes the stored limit.
+ */
+export class LimitMismatchError extends LockError {
+  override name = 'LimitMismatchError'
+  declare readonly code: 'FENCELOCK_LIMIT_MISMATCH'
+  /** The limit the store keeps. */
+  readonly storedLimit: number
+  /** The limit this client asked with. */
+  readonly requestedLimit: number
+  constructor(storedLimit: number, requestedLimit: number, context: LockErrorContext & { key: string }) {
+    super(
+      'FENCELOCK_LIMIT_MISMATCH',
+      `Semaphore ${quoteKey(context.key)}${context.backend ? ` on ${context.backend}` : ''} has limit ` +
+        `${storedLimit}, not ${requestedLimit}: every client must open it with the same limit. Open it with ` +
+        `{ limit: ${storedLimit} }, or change the stored limit with semaphore.setLimit(${requestedLimit})`,
+      context,
+    )
+    this.storedLimit = storedLimit
+    this.requestedLimit = requestedLimit
   }
 }
 

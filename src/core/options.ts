@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import type { BackendLimits, LeaseFacet } from './backend.js'
+import type { BackendLimits, LeaseFacet, PermitRequest } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
 /** Options of `createLockClient`; each is also the default for every call on that client. */
@@ -66,7 +66,7 @@ export const DEFAULT_TTL_MS = 30_000
 export const DEFAULT_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 ** 43 }
 
 const CLIENT_OPTIONS = ['ttl', 'timeout', 'renew', 'driftFactor', 'holder'] as const
-const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew', 'holder'] as const
+export const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew', 'holder'] as const
 
 function assertObject(name: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null)) {
@@ -194,6 +194,8 @@ export interface ResolvedAcquireOptions {
   readonly holder: string
   /** An election candidate's value (`AcquireRequest.value`); absent on a mutex. */
   readonly value?: string | undefined
+  /** A semaphore's limit and permits (`AcquireRequest.semaphore`); absent on a mutex. */
+  readonly semaphore?: PermitRequest | undefined
 }
 
 export function resolveAcquireOptions(

@@ -6,6 +6,7 @@ import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit.js'
 import { electionCases } from './cases/election/index.js'
 import { mutexCases } from './cases/mutex/index.js'
+import { semaphoreCases } from './cases/semaphore/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
 /**
@@ -15,7 +16,7 @@ import type { CaseContext, ConformanceCase } from './harness.js'
 export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   mutex: mutexCases,
   election: electionCases,
-  semaphore: [],
+  semaphore: semaphoreCases,
   rwlock: [],
   multikey: [],
 }
@@ -48,25 +49,47 @@ function counted(backend: LockBackend): { backend: LockBackend; calls: string[] 
  * fails it: the kit must then declare it.)
  */
 function refusalCase(primitive: Primitive): ConformanceCase | undefined {
-  if (primitive !== 'election') return undefined
+  const refuse = REFUSED[primitive]
+  if (!refuse) return undefined
   return {
     name: refusalCaseName(primitive),
     async run(ctx) {
       const { backend, calls } = counted(await ctx.backend())
       const client = ctx.client(undefined, backend)
-      const election = client.election(ctx.key('refused'))
       const refused = (error: unknown) => {
         assert.ok(error instanceof CapabilityError, `expected a CapabilityError, got ${error}`)
-        assert.match(error.message, /election .* this backend offers no leader election/)
+        assert.match(error.message, refuse.says)
         assert.ok(error.message.includes(backend.id), `the message names the store: ${error.message}`)
         return true
       }
-      await assert.rejects(election.campaign({ timeout: 0 }), refused)
-      await assert.rejects(election.leader(), refused)
-      await assert.rejects(election.observe()[Symbol.asyncIterator]().next(), refused)
+      for (const call of refuse.calls(client, ctx.key('refused'))) await assert.rejects(call, refused)
       assert.deepEqual(calls, [], 'a refused primitive sends nothing to the store')
     },
   }
+}
+
+/** Per primitive the client refuses: every entry point, and what the refusal says. */
+const REFUSED: Partial<
+  Record<Primitive, { says: RegExp; calls(client: LockClient, name: string): Promise<unknown>[] }>
+> = {
+  election: {
+    says: /election .* this backend offers no leader election/,
+    calls: (client, name) => {
+      const election = client.election(name)
+      return [
+        election.campaign({ timeout: 0 }),
+        election.leader(),
+        election.observe()[Symbol.asyncIterator]().next(),
+      ]
+    },
+  },
+  semaphore: {
+    says: /semaphore .* this backend offers no counting semaphore/,
+    calls: (client, name) => {
+      const semaphore = client.semaphore(name, { limit: 2 })
+      return [semaphore.acquire({ timeout: 0 }), semaphore.inspect(), semaphore.setLimit(3)]
+    },
+  },
 }
 
 /**

@@ -2,7 +2,8 @@
  * memory: — locks among the clients of ONE process (tests, single-process apps, the in-process floor).
  *
  * Layout: per store, a map key → { owner, fence, holder, expiresAt } plus a fence counter per key; the
- * store's elections in a second map of their own.
+ * store's elections in a second map of their own; its semaphores in a third (semaphore.ts: limit, leases,
+ * a line of waiters, a sequence counter per name).
  * `memory:` is the process-wide default store; `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
  * Expiry: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since a refused
  * attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
@@ -13,13 +14,15 @@
  * Limits: nothing is shared with other processes, and nothing outlives the process (fences included).
  * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).
  * The folder: this shell wires each primitive into the backend; leases.ts is the one algorithm (a table
- * of leases by key), mutex.ts and election.ts each a table of it, and another primitive is a module
- * beside them plus one line here.
+ * of leases by key), mutex.ts and election.ts each a table of it, semaphore.ts its own table (permits
+ * per lease, a line), wakeups.ts the in-process notifications; another primitive is a module beside them
+ * plus one line here.
  */
 import type { BreakOptions, BreakResult, ListedLock, LockBackend } from '../../core/backend.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { type MemoryElection, memoryElection } from './election.js'
 import { memoryMutex } from './mutex.js'
+import { memorySemaphore } from './semaphore.js'
 
 /** What `memoryBackend` is told. */
 export interface MemoryBackendOptions {
@@ -49,6 +52,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
     ...shell,
     ...memoryMutex(name),
     election: memoryElection(name, shell),
+    semaphore: memorySemaphore(name, shell),
     async close() {},
   }
 }

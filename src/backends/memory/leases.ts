@@ -16,6 +16,7 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
+import { type Wakeups, waitOn, wakeAll } from './wakeups.js'
 
 interface Entry {
   readonly owner: string
@@ -29,7 +30,7 @@ interface Entry {
 interface Store {
   readonly entries: Map<string, Entry>
   readonly fences: Map<string, bigint>
-  readonly waiters: Map<string, Set<() => void>>
+  readonly waiters: Wakeups
 }
 
 /** The state of each named table, for the life of the process. */
@@ -91,12 +92,7 @@ export function leaseTable(
     if (entry && entry.expiresAt > now()) return entry
     return undefined
   }
-  const notify = (key: string) => {
-    const set = store.waiters.get(key)
-    if (!set) return
-    store.waiters.delete(key)
-    for (const wake of set) wake()
-  }
+  const notify = (key: string): void => wakeAll(store.waiters, key)
   const ours = (lease: HeldLease): Entry | undefined => {
     const entry = live(lease.key)
     return entry && entry.owner === lease.owner && entry.fence === lease.fence ? entry : undefined
@@ -147,23 +143,7 @@ export function leaseTable(
     },
 
     waitForChange({ key }, signal) {
-      return new Promise<void>((resolve) => {
-        if (signal.aborted) return resolve()
-        let set = store.waiters.get(key)
-        if (!set) {
-          set = new Set()
-          store.waiters.set(key, set)
-        }
-        const wake = () => {
-          signal.removeEventListener('abort', wake)
-          const current = store.waiters.get(key)
-          current?.delete(wake)
-          if (current?.size === 0) store.waiters.delete(key)
-          resolve()
-        }
-        set.add(wake)
-        signal.addEventListener('abort', wake, { once: true })
-      })
+      return waitOn(store.waiters, key, signal)
     },
 
     async abandon({ key, owner }) {
