@@ -1,6 +1,8 @@
 import {
   BackendUnavailableError,
+  CapabilityError,
   DriverMissingError,
+  LimitMismatchError,
   LockLostError,
   LockNotAcquiredError,
 } from '../core/errors.js'
@@ -12,7 +14,10 @@ import {
  */
 export const EXIT = {
   ok: 0,
-  /** Bad arguments, malformed or unsupported URL, missing driver package (sysexits EX_USAGE). */
+  /**
+   * Bad arguments, malformed or unsupported URL, missing driver package, a primitive the store lacks, a
+   * semaphore's --limit other than the stored one (sysexits EX_USAGE).
+   */
   usage: 64,
   /** The store could not be reached (EX_UNAVAILABLE). */
   unavailable: 69,
@@ -31,7 +36,14 @@ export const EXIT = {
 export function exitCodeFor(error: unknown): number {
   if (error instanceof LockNotAcquiredError) return EXIT.notAcquired
   if (error instanceof LockLostError) return EXIT.lost
-  if (error instanceof DriverMissingError || error instanceof TypeError) return EXIT.usage
+  if (
+    error instanceof DriverMissingError ||
+    error instanceof CapabilityError ||
+    error instanceof LimitMismatchError ||
+    error instanceof TypeError
+  ) {
+    return EXIT.usage
+  }
   if (error instanceof BackendUnavailableError) return EXIT.unavailable
   return EXIT.unavailable
 }

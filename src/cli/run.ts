@@ -29,6 +29,10 @@ Options:
                        its signals; then only the command itself (not its children) is stopped on loss
   --holder <text>      who holds the lock, as inspect and waiters show it
                        (default: "<host> (pid <pid>, \`<command>\`)")
+  --limit <n>          make <key> a semaphore of n permits: up to n commands run at once, on every host
+                       that uses the store (every one must give the same n); the command gets
+                       FENCELOCK_SEMAPHORE, FENCELOCK_PERMITS and FENCELOCK_SEQUENCE (an order, not a fence)
+  --permits <k>        with --limit, how many of its permits this command takes at once (default: 1)
   -v, --verbose        say on stderr when waiting and acquiring even when stderr is not a terminal
   -h, --help           this help
 
@@ -36,11 +40,64 @@ Exit codes: the command's own; 64 usage, 69 backend unavailable, 75 not acquired
 76 lock lost while running, 126 command not executable, 127 command not found.`
 
 export async function runCommand(argv: string[]): Promise<number> {
-  const job = parseJob('run', argv, {}, RUN_HELP)
+  const job = parseJob('run', argv, { limit: { type: 'string' }, permits: { type: 'string' } }, RUN_HELP)
   if (job === undefined) return EXIT.ok
+  const permits = permitsOf(job.values)
   return withWatchdog(job.killAfterMs, (watchdog) =>
-    runLocked(job.name, job.command, job.values, job.killAfterMs, watchdog),
+    permits
+      ? runWithPermits(job.name, job.command, job.values, job.killAfterMs, watchdog, permits)
+      : runLocked(job.name, job.command, job.values, job.killAfterMs, watchdog),
   )
+}
+
+/** --limit and --permits, checked; undefined without --limit. @throws {UsageError} */
+function permitsOf(values: ParsedOptions): { limit: number; permits: number } | undefined {
+  const whole = (flag: string, raw: unknown): number => {
+    const n = Number(raw)
+    if (typeof raw !== 'string' || !/^[0-9]+$/.test(raw) || n < 1) {
+      throw new UsageError(`${flag} must be a whole number of at least 1, got ${JSON.stringify(raw)}`)
+    }
+    return n
+  }
+  if (values.limit === undefined) {
+    if (values.permits !== undefined)
+      throw new UsageError('--permits needs --limit: how many permits the semaphore has')
+    return undefined
+  }
+  const limit = whole('--limit', values.limit)
+  const permits = values.permits === undefined ? 1 : whole('--permits', values.permits)
+  if (permits > limit)
+    throw new UsageError(`--permits ${permits} is more than --limit ${limit}: it could never run`)
+  return { limit, permits }
+}
+
+/** `run --limit`: the command runs holding permits of the semaphore <key>. */
+function runWithPermits(
+  name: string,
+  command: string[],
+  values: ParsedOptions,
+  killAfterMs: number,
+  watchdog: Watchdog | undefined,
+  { limit, permits }: { limit: number; permits: number },
+): Promise<number> {
+  const timeout = timeoutOf(values)
+  return runHolding(command, values, killAfterMs, watchdog, async (opened, signal) => {
+    if (values.verbose === true)
+      process.stderr.write(`fencelock: waiting for ${permits} of ${limit} permits of ${name}\n`)
+    const held = await opened.client
+      .semaphore(name, { limit })
+      .acquire({ permits, signal, ...(timeout === undefined ? {} : { timeout }) })
+    return {
+      signal: held.signal,
+      env: {
+        FENCELOCK_SEMAPHORE: name,
+        FENCELOCK_PERMITS: String(held.permits),
+        FENCELOCK_SEQUENCE: held.sequence.toString(),
+      },
+      said: `holding ${held.permits} of ${limit} permits of ${name} (sequence ${held.sequence})`,
+      release: () => held.release(),
+    }
+  })
 }
 
 /** A command line of `run` or `elect`: the name, the options, and the command after `--`. */

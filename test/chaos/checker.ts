@@ -52,6 +52,12 @@ export interface CheckOptions {
    * a hold nobody knows of (a leaked grant) kept the waiters out.
    */
   readonly idleBoundMs?: number
+  /**
+   * A semaphore's run: each hold is one permit of `limit`. A1 then counts grants made while `limit` other
+   * holds were valid; A3 and A4, whose rules assume one holder at a time (a lost update, a release after
+   * another owner's grant), do not apply and count nothing.
+   */
+  readonly limit?: number
 }
 
 /** Every hard rule: a run passes when `violationsOf` is zero for each. */
@@ -162,10 +168,11 @@ export function checkHistory(events: readonly HistoryEvent[], options: CheckOpti
     a1: checkA1(
       byKey,
       groupByKey(maybeHoldsOf(history, findings), (m) => m.start),
+      options.limit ?? 1,
     ),
     a2: checkA2(byKey),
-    a3: checkA3(history, options.fenced, findings),
-    a4: checkA4(byKey),
+    a3: options.limit === undefined ? checkA3(history, options.fenced, findings) : notApplicable(A3_NONE),
+    a4: options.limit === undefined ? checkA4(byKey) : notApplicable(A4_NONE),
     a5: checkA5(holds, history, options.lostGraceMs ?? DEFAULT_LOST_GRACE_MS),
     a7: checkA7(history, options.ttlMs + options.recoveryMs, findings, options.idleBoundMs),
     i1: checkI1(byKey),
@@ -481,13 +488,33 @@ function quantile(samples: number[], p: number): number | undefined {
 // ---------------------------------------------------------------------------------------------------------
 // The rules.
 
-/** A1: no grant inside another hold's validity; a grant inside a maybe-hold's window is only *potential*. */
-function checkA1(byKey: Map<string, Hold[]>, maybeByKey: Map<string, MaybeHold[]>): ChaosReport['a1'] {
+/**
+ * A1: no grant inside another hold's validity (of a semaphore: no grant while `limit` other holds are
+ * valid); a grant inside a maybe-hold's window is only *potential*.
+ */
+function checkA1(
+  byKey: Map<string, Hold[]>,
+  maybeByKey: Map<string, MaybeHold[]>,
+  limit: number,
+): ChaosReport['a1'] {
   let overlaps = 0
   let potential = 0
   const examples: string[] = []
   const notes: string[] = []
   for (const [key, holds] of byKey) {
+    if (limit > 1) {
+      for (const b of holds) {
+        const valid = holds.filter((a) => a !== b && a.okT <= b.okT && b.okT < a.validEnd)
+        if (valid.length < limit) continue
+        overlaps++
+        note(
+          examples,
+          `${key}: ${holdText(b)} granted while ${valid.length} holds of ${limit} permits were valid: ` +
+            valid.map(holdText).join('; '),
+        )
+      }
+      continue
+    }
     for (const a of holds) {
       for (const b of grantsIn(holds, a.okT, a.validEnd)) {
         if (b === a) continue
@@ -553,6 +580,21 @@ function runningHighest(holds: readonly Hold[]): Hold[] {
 function highestBefore(holds: readonly Hold[], highestUpTo: readonly Hold[], t: number): Hold | undefined {
   const count = firstGrantFrom(holds, t)
   return count > 0 ? highestUpTo[count - 1] : undefined
+}
+
+const A3_NONE = {
+  acceptedOutOfOrder: 0,
+  staleRejected: 0,
+  staleAccepted: 0,
+  lostUpdates: 0,
+  outOfOrderAccepted: 0,
+}
+const A4_NONE = { releases: 0, renewals: 0 }
+
+/** A rule that does not apply to the run (a semaphore's several holders): nothing counted, and why. */
+function notApplicable<T extends object>(counts: T): T & RuleReport {
+  const why = 'not applicable: several holders are valid at once (a semaphore)'
+  return { ...counts, violations: 0, examples: [], notes: [why] }
 }
 
 /** A3: the resource's view. Fenced mode shows the protection, unfenced mode the impact (lost updates). */

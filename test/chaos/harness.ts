@@ -91,7 +91,9 @@ export interface Scenario {
    * (campaign with a value, a proclaim while leading, resign). The checker's rules are the same: one
    * valid leader at a time, terms that increase, stale writes refused by term.
    */
-  readonly primitive?: 'election' | undefined
+  readonly primitive?: 'election' | 'semaphore' | undefined
+  /** A semaphore's limit (`primitive: 'semaphore'`): each worker takes one permit of it. @default 2 */
+  readonly limit?: number | undefined
   /**
    * Workers abort half of their acquires after a random delay below this many ms: the abort lands at any
    * await point of an attempt or a wait. The checker's idle rule (A7) is then on: a grant left behind by
@@ -206,6 +208,7 @@ export async function runScenario(
         : { abortWithinMs: scenario.abortAcquiresWithinMs }),
       resourcePort: resource.port,
       ...(scenario.primitive === undefined ? {} : { primitive: scenario.primitive }),
+      ...(scenario.primitive === 'semaphore' ? { limit: scenario.limit ?? 2 } : {}),
     }
     const env = faked
       ? { ...process.env, LD_PRELOAD: libfaketime(), FAKETIME_NO_CACHE: '1', ...faked.env }
@@ -327,6 +330,7 @@ export async function runScenario(
     // Well under a ttl: only a hold nobody knows of (or a stall) keeps a waiter out that long.
     ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: ttlMs / 2 }),
     ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: ttlMs * scenario.idleBoundTtls }),
+    ...(scenario.primitive === 'semaphore' ? { limit: scenario.limit ?? 2 } : {}),
   })
   const violations = violationsOf(report) as Record<Rule, number>
   const expected = scenario.expected?.(target) ?? {}

@@ -13,6 +13,19 @@ const HOLD: readonly [number, number] = [5, 40]
 /** What most scenarios share: four workers on a fenced resource, ttl 1 s, short holds. */
 const FENCED = { mode: 'fenced', workers: 4, ttlMs: TTL, holdMs: HOLD } as const
 
+/**
+ * A semaphore's scenarios: four workers taking one permit each of a limit of 2, on an unfenced resource (a
+ * permit's sequence is no fence: two holders write at once by design).
+ */
+const SEMAPHORE = {
+  mode: 'unfenced',
+  workers: 4,
+  ttlMs: TTL,
+  holdMs: HOLD,
+  primitive: 'semaphore',
+  limit: 2,
+} as const
+
 /** Repeats `fault` every `everyMs` (first after a random part of it) until the run ends. */
 async function every(ctx: NemesisContext, everyMs: number, fault: () => Promise<void>): Promise<void> {
   await ctx.sleep(everyMs * (0.5 + ctx.rng() / 2))
@@ -523,6 +536,34 @@ export const scenarios: Scenario[] = [
     ttlMs: 4 * TTL,
     abortAcquiresWithinMs: 20,
     applies: (t) => t.primitives.has('election'),
+  },
+  // Semaphores: four workers on a limit of 2, each taking one permit. The rule that matters is A1 counted:
+  // never a grant while 2 other permits are valid; sequences unique and increasing (A2); no stuck waiter.
+  {
+    id: 'M2',
+    title: 'semaphore (limit 2): a holder paused 2.5 x ttl every 3 x ttl',
+    ...SEMAPHORE,
+    applies: (t) => t.primitives.has('semaphore'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'M7',
+    title: 'semaphore (limit 2): a holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
+    ...SEMAPHORE,
+    applies: (t) => t.primitives.has('semaphore'),
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
+      }),
+  },
+  {
+    id: 'M15',
+    title: 'semaphore (limit 2): half of all acquires given up at a random await point',
+    ...SEMAPHORE,
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('semaphore'),
   },
 ]
 

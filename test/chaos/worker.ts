@@ -33,8 +33,12 @@ export interface WorkerConfig {
   readonly resourcePort: number
   /** Abort half of the acquires after a random delay below this (ms): at any await point. */
   readonly abortWithinMs?: number
-  /** Take the leadership of an election named `key` instead of the lock (see Scenario.primitive). */
-  readonly primitive?: 'election'
+  /**
+   * Take the leadership of an election named `key`, or one permit of a semaphore named `key` of `limit`,
+   * instead of the lock (see Scenario.primitive).
+   */
+  readonly primitive?: 'election' | 'semaphore'
+  readonly limit?: number
 }
 
 /** What a worker holds: a lock, or a leadership seen as one (its term is its fence). */
@@ -50,6 +54,20 @@ async function take(
   op: string,
   options: { timeout: number; signal?: AbortSignal },
 ): Promise<Held> {
+  if (config.primitive === 'semaphore') {
+    const held = await locks.semaphore(config.key, { limit: config.limit ?? 2 }).acquire(options)
+    return {
+      owner: held.owner,
+      fence: held.sequence,
+      get validUntil() {
+        return held.validUntil
+      },
+      get signal() {
+        return held.signal
+      },
+      release: () => held.release(),
+    }
+  }
   if (config.primitive !== 'election') return locks.acquire(config.key, options)
   const lead = await locks.election(config.key).campaign({ ...options, value: op })
   return {
