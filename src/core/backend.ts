@@ -76,6 +76,7 @@ export interface PermitRequest {
   readonly limitCompared?: boolean | undefined
 }
 
+/** A successful attempt. */
 export interface Grant {
   /** Tells a grant from a `Busy`. */
   readonly granted: true
