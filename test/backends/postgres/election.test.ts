@@ -146,10 +146,26 @@ describe('postgres: elections on the store', { timeout: 240_000 }, () => {
     await assert.rejects(
       locks.election('x').campaign({ timeout: '5s' }),
       (error: Error) =>
-        /elect_nocreate_elections/.test(error.message) &&
+        /^The elections table \S*elect_nocreate_elections\S* does not exist/.test(error.message) &&
         /CREATE TABLE/.test(error.message) &&
         /value/.test(error.message),
     )
+  })
+
+  it('errors speak of the leadership of the election and of the elections table, not of a lock', async () => {
+    const locks = client()
+    await (await locks.election('words').campaign({ timeout: '20s' })).resign()
+    await admin(`DROP TABLE ${ELECTIONS}`)
+    try {
+      await assert.rejects(locks.election('words').campaign({ timeout: '5s' }), (error: Error) => {
+        assert.match(error.message, /^Could not acquire leadership of election "words" on /)
+        assert.match(error.message, /The elections table or its fence sequence is missing/)
+        return true
+      })
+    } finally {
+      // The next client's first campaign makes the table again (the lock table is untouched).
+      await (await client().election('words').campaign({ timeout: '20s' })).resign()
+    }
   })
 
   it('watch wakes at a grant, a proclaim and a release, and not while nothing changes', async () => {
