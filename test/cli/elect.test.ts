@@ -74,20 +74,30 @@ function fencelock(args: string[]): Running {
   }
 }
 
+/** `fencelock elect <name> [flags] -- sh -c <script>`. */
+const elect = (name: string, script: string, flags: string[] = []): Running =>
+  fencelock(['elect', name, ...flags, '--', 'sh', '-c', script])
+
+/**
+ * A leader whose command runs until `stop()`, then runs `then` (a shell line, with the election in its
+ * environment) and exits; resolves once the command has started.
+ */
+async function leading(name: string, then = 'true'): Promise<{ run: Running; stop: () => void }> {
+  const [started, stop] = [file('started'), file('stop')]
+  const run = elect(name, `touch ${started}; while [ ! -e ${stop} ]; do sleep 0.05; done; ${then}`)
+  await waitUntil(() => existsSync(started), 'the first command to start', { withinMs: 20_000 })
+  return { run, stop: () => writeFileSync(stop, '') }
+}
+
 describe('fencelock elect', () => {
   it('runs the command with the election, term, fence and value in its environment, exiting with its status', async () => {
     const name = election('env')
     const out = file('env')
-    const run = fencelock([
-      'elect',
+    const run = elect(
       name,
-      '--value',
-      'http://10.0.0.7:8080 é',
-      '--',
-      'sh',
-      '-c',
       `printf '%s|%s|%s|%s' "$FENCELOCK_ELECTION" "$FENCELOCK_TERM" "$FENCELOCK_FENCE" "$FENCELOCK_VALUE" > ${out}; exit 7`,
-    ])
+      ['--value', 'http://10.0.0.7:8080 é'],
+    )
     assert.equal(await run.exited, 7, run.stderr())
     const [seenName, term, fence, value] = readFileSync(out, 'utf8').split('|')
     assert.equal(seenName, name)
@@ -98,31 +108,14 @@ describe('fencelock elect', () => {
 
   it("a second candidate waits until the first's command has exited, then leads with a greater term", async () => {
     const name = election('wait')
-    const [started, stop, log] = [file('started'), file('stop'), file('log')]
-    const first = fencelock([
-      'elect',
-      name,
-      '--',
-      'sh',
-      '-c',
-      `touch ${started}; while [ ! -e ${stop} ]; do sleep 0.05; done; echo "first $FENCELOCK_TERM" >> ${log}`,
-    ])
-    await waitUntil(() => existsSync(started), 'the first command to start', { withinMs: 20_000 })
-    const second = fencelock([
-      'elect',
-      name,
-      '--timeout',
-      '60s',
-      '--',
-      'sh',
-      '-c',
-      `echo "second $FENCELOCK_TERM" >> ${log}`,
-    ])
+    const log = file('log')
+    const first = await leading(name, `echo "first $FENCELOCK_TERM" >> ${log}`)
+    const second = elect(name, `echo "second $FENCELOCK_TERM" >> ${log}`, ['--timeout', '60s'])
     // However long it waits, the second command cannot run while the first leads.
     await sleep(500)
     assert.equal(existsSync(log), false, 'the second command ran while the first led')
-    writeFileSync(stop, '')
-    assert.equal(await first.exited, 0, first.stderr())
+    first.stop()
+    assert.equal(await first.run.exited, 0, first.run.stderr())
     assert.equal(await second.exited, 0, second.stderr())
     const lines = readFileSync(log, 'utf8').trim().split('\n')
     assert.deepEqual(
@@ -135,41 +128,20 @@ describe('fencelock elect', () => {
 
   it('exits 75 with --timeout 0 while another candidate leads', async () => {
     const name = election('busy')
-    const started = file('started')
-    const stop = file('stop')
-    const first = fencelock([
-      'elect',
-      name,
-      '--',
-      'sh',
-      '-c',
-      `touch ${started}; while [ ! -e ${stop} ]; do sleep 0.05; done`,
-    ])
+    const first = await leading(name)
     try {
-      await waitUntil(() => existsSync(started), 'the first command to start', { withinMs: 20_000 })
-      const second = fencelock(['elect', name, '--timeout', '0', '--', 'true'])
+      const second = elect(name, 'true', ['--timeout', '0'])
       assert.equal(await second.exited, 75, second.stderr())
     } finally {
-      writeFileSync(stop, '')
-      assert.equal(await first.exited, 0, first.stderr())
+      first.stop()
+      assert.equal(await first.run.exited, 0, first.run.stderr())
     }
   })
 
   it('exits 76 when leadership is lost while the command runs', async () => {
     const name = election('lost')
     const started = file('started')
-    const run = fencelock([
-      'elect',
-      name,
-      '--ttl',
-      '3s',
-      '--kill-after',
-      '2s',
-      '--',
-      'sh',
-      '-c',
-      `touch ${started}; sleep 60`,
-    ])
+    const run = elect(name, `touch ${started}; sleep 60`, ['--ttl', '3s', '--kill-after', '2s'])
     await waitUntil(() => existsSync(started), 'the command to start', { withinMs: 20_000 })
     // Ended behind its back; its next renewal (a second later) finds it gone.
     const backend = fileBackend({ dir: locks })

@@ -9,8 +9,8 @@ import type { Kit, KitStore } from './kit.js'
 export interface SuiteStore {
   /** The started store. */
   store(): KitStore
-  /** A new client of the store's URL with the block's options, closed after the block. */
-  client(): LockClient
+  /** A new client of the store's URL with the block's options (`overrides` on top), closed after the block. */
+  client(overrides?: ClientOptions): LockClient
 }
 
 /** Starts `kit`'s store for the describe block it is called in; its clients take `options`. */
@@ -31,8 +31,8 @@ export function suiteStore(kit: Kit, options: ClientOptions): SuiteStore {
   })
   return {
     store,
-    client() {
-      const c = createLockClient(store().url(), options)
+    client(overrides = {}) {
+      const c = createLockClient(store().url(), { ...options, ...overrides })
       open.push(c)
       return c
     },

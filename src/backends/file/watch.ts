@@ -1,4 +1,7 @@
-/** `waitForChange` of the file backend: fs.watch on the key's folder, a hint and never a grant. */
+/**
+ * `waitForChange` of the file backend: fs.watch on the key's folder, a hint and never a grant; and
+ * `untilNews`, the watch itself, which the elections' watch (election/watch.ts) arms too.
+ */
 import { watch } from 'node:fs'
 import { GEN_NAME } from './generations.js'
 
@@ -22,12 +25,34 @@ export function isNews(name: string | null, seen: bigint | undefined): boolean {
 
 /**
  * Resolves when `folder` may have changed since the waiter's latest read (`seen()`, asked at each event:
- * the read may follow the arming), or when `signal` aborts.
+ * the read may follow the arming), or when `signal` aborts. No folder: the key has no record, so it is
+ * free: this resolves at once, and the core's next attempt recreates it.
  */
 export async function folderChanged(
   folder: string,
   signal: AbortSignal,
   seen: () => bigint | undefined = () => undefined,
+): Promise<void> {
+  await untilNews([{ folder, isNews: (name) => isNews(name, seen()) }], signal, 'wake')
+}
+
+/** A folder to watch, and which events in it (a name, or null) are news. */
+export interface WatchTarget {
+  readonly folder: string
+  readonly isNews: (name: string | null) => boolean
+}
+
+/**
+ * Resolves at the first news from an fs.watch on the first of `targets` whose folder exists, at that
+ * watch's error, or when `signal` aborts: a hint, never a grant. Where no target's folder exists,
+ * `noneExists` says whether to resolve at once ('wake') or stay pending ('wait'). Where a watch cannot be
+ * armed for another reason (some network or FUSE file systems), it stays pending: resolving now would make
+ * the core spin; its poll timer takes over and aborts this wait.
+ */
+export async function untilNews(
+  targets: readonly WatchTarget[],
+  signal: AbortSignal,
+  noneExists: 'wake' | 'wait',
 ): Promise<void> {
   if (signal.aborted) return
   await new Promise<void>((done) => {
@@ -38,17 +63,18 @@ export async function folderChanged(
       done()
     }
     signal.addEventListener('abort', finish, { once: true })
-    try {
-      // A new generation (or the folder removed): a hint, never a grant.
-      watcher = watch(folder, { persistent: false }, (_event, name) => {
-        if (isNews(name, seen())) finish()
-      })
-      watcher.on('error', finish)
-    } catch (error) {
-      // No folder: the key has no record, so it is free: wake the core, whose next attempt recreates it.
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') finish()
-      // Otherwise no watch support here (some network or FUSE file systems): resolving now would make
-      // the core spin, so stay pending; its poll timer takes over and aborts this wait.
+    for (const { folder, isNews } of targets) {
+      try {
+        watcher = watch(folder, { persistent: false }, (_event, name) => {
+          if (isNews(name)) finish()
+        })
+        watcher.on('error', finish)
+        return
+      } catch (error) {
+        // Not there (yet): the next target. Any other error: no watch here.
+        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') return
+      }
     }
+    if (noneExists === 'wake') finish()
   })
 }

@@ -14,13 +14,14 @@ import type {
   SqlListedRow,
   SqlRow,
 } from '../../engines/sql/adapter.js'
-import { countFinding, deleteFinding, mysqlDoctor } from './doctor.js'
+import { countFinding, deleteFinding, mysqlDoctor, valueColumnFinding } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
 import { doorbellName, MAX_KEY_BYTES, tableDdl } from './layout.js'
 import {
   acquireSql,
   breakSql,
+  columnExistsSql,
   extendSql,
   freeBellSql,
   leaseLeftSql,
@@ -408,15 +409,30 @@ export class MySqlAdapter implements SqlAdapter {
     return tableDdl(this.table, this.#options.election)
   }
 
-  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    const query = (sql: string) => this.#run<RowDataPacket[]>(undefined, sql, [])
-    const findings = await mysqlDoctor(query)
-    // No table: the engine says so, with its DDL.
-    if (await this.tableExists(signal)) {
-      findings.push(await countFinding(query, this.table), await deleteFinding(query, this.table))
+  doctor(_signal: AbortSignal): Promise<DoctorFinding[]> {
+    return mysqlDoctor(this.#query)
+  }
+
+  async tableDoctor(_signal: AbortSignal): Promise<DoctorFinding[]> {
+    const { election } = this.#options
+    const findings = [
+      await countFinding(this.#query, this.table, election),
+      await deleteFinding(this.#query, this.table),
+    ]
+    if (election) {
+      const rows = await this.#run<RowDataPacket[]>(
+        undefined,
+        columnExistsSql,
+        [this.#options.database ?? null, this.#options.tableName, 'value'],
+        'prepared',
+      )
+      findings.push(valueColumnFinding(this.table, Number(rows[0]?.n) > 0, this.ddl()))
     }
     return findings
   }
+
+  /** A plain query of doctor's, on the pool. */
+  readonly #query = (sql: string) => this.#run<RowDataPacket[]>(undefined, sql, [])
 
   /** Idempotent: the client and its caller may both close (ending a pool twice throws). */
   close(): Promise<void> {

@@ -1,8 +1,8 @@
 /**
  * `fencelock doctor` for MySQL/MariaDB: the server's version, its `sql_mode`, its clock's time zone, and the
- * replication settings that decide whether a failover or a replica can see a lease differently, how many
- * lock names the table keeps and whether this user may retire them (the engine adds the table's presence
- * and its DDL).
+ * replication settings that decide whether a failover or a replica can see a lease differently; of a
+ * table, how many names it keeps, whether this user may retire them, and an elections table's value column
+ * (the engine adds the table's presence and its DDL).
  */
 import type { DoctorFinding } from '../../core/backend.js'
 import { NOW_US, SESSION_SQL_MODE } from './statements.js'
@@ -72,19 +72,34 @@ export async function mysqlDoctor(query: Query): Promise<DoctorFinding[]> {
 }
 
 /**
- * How many lock names `table` (quoted) keeps, and how many of them are held now: the others (released or
- * expired) wait to be retired (statements.ts, `RETIRE_BEFORE`).
+ * How many names `table` (quoted; an elections table's when `election`) keeps, and how many of them are
+ * held now: the others (released or expired) wait to be retired (statements.ts, `RETIRE_BEFORE`).
  */
-export async function countFinding(query: Query, table: string): Promise<DoctorFinding> {
+export async function countFinding(query: Query, table: string, election = false): Promise<DoctorFinding> {
   const [row] = await query(
     `SELECT COUNT(*) AS n, COALESCE(SUM(released = 0 AND expires_at > ${NOW_US}), 0) AS held FROM ${table}`,
   )
+  const [kept, held] = [String(row?.n ?? '?'), String(row?.held ?? '?')]
   return {
     level: 'info',
     message:
-      `the table keeps ${String(row?.n ?? '?')} lock name(s), ${String(row?.held ?? '?')} held now; a released ` +
+      `${election ? `the elections table ${table} keeps ${kept} election name(s), ${held} with a leader now` : `the table keeps ${kept} lock name(s), ${held} held now`}; a released ` +
       'or expired row is retired by a later grant once it ended over a minute ago (and over twice ' +
       'innodb_lock_wait_timeout)',
+  }
+}
+
+/**
+ * An elections table's shape: its `value` column (the leader's), which a table made from the lock table's
+ * DDL lacks, so that every campaign would fail. `hasValue`: whether information_schema shows the column.
+ */
+export function valueColumnFinding(table: string, hasValue: boolean, ddl: string): DoctorFinding {
+  if (hasValue) return { level: 'ok', message: `the elections table ${table} has its value column` }
+  return {
+    level: 'error',
+    message:
+      `the elections table ${table} has no value column (was it made from the lock table's DDL?): every ` +
+      `campaign fails. Drop it and let the first campaign make it, or make it with:\n${ddl}`,
   }
 }
 

@@ -219,6 +219,10 @@ export const ringSql = `SELECT IF(IS_FREE_LOCK(?) = 0 OR (SLEEP(LEAST(0.02, ?)) 
     GET_LOCK(?, LEAST(CEIL(?), ${DOORBELL_WAIT_MAX_S})) + COALESCE(RELEASE_LOCK(?), 0),
     IF(? = 1, SLEEP(LEAST(1.98, ?)), -1)) AS rang`
 
+/** Whether the table has a column. Params: its database (or NULL for the connection's), its name, the column's. */
+export const columnExistsSql = `SELECT COUNT(*) AS n FROM information_schema.columns
+  WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`
+
 /** The table exists? Param: the table's name, and its database (or NULL for the connection's). */
 export const tableExistsSql = `SELECT COUNT(*) AS n FROM information_schema.tables
   WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`

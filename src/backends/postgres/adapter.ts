@@ -17,7 +17,7 @@
 
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits } from '../../core/backend.js'
-import { quoteKey } from '../../core/errors.js'
+import { type Primitive, quoteKey } from '../../core/errors.js'
 import type {
   SqlAcquired,
   SqlAcquireRequest,
@@ -27,8 +27,8 @@ import type {
   SqlRow,
 } from '../../engines/sql/adapter.js'
 import type { PgSql } from './client.js'
-import { pgDoctor } from './doctor.js'
-import { droppedHandshake, tlsRefused, unavailable } from './faults.js'
+import { pgDoctor, pgTableDoctor } from './doctor.js'
+import { droppedHandshake, tableNoun, tlsRefused, unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
 import { literals, PIN, parameters, statements, type Values } from './statements.js'
 import { acceptsTls, tlsTarget } from './tls-probe.js'
@@ -80,6 +80,8 @@ export class PostgresAdapter implements SqlAdapter {
   readonly #owned: boolean
   readonly #createTable: boolean
   readonly #election: boolean
+  /** What this table's rows are leases of, for messages. */
+  readonly #primitive: Primitive
   readonly #channel: string
   readonly #q: ReturnType<typeof statements>
   /** Named prepared statements unless the user's instance turned them off (`prepare: false`, for PgBouncer). */
@@ -95,6 +97,7 @@ export class PostgresAdapter implements SqlAdapter {
     this.#owned = options.owned
     this.#createTable = options.createTable
     this.#election = options.election ?? false
+    this.#primitive = this.#election ? 'election' : 'lock'
     this.id = options.id
     this.table = qualified(options.table)
     this.#sequence = qualified(fenceSequence(options.table))
@@ -233,7 +236,9 @@ export class PostgresAdapter implements SqlAdapter {
         const raced = code === '23505' || code === '42710' || code === '42P07'
         if (raced && (await this.#exists(signal))[what]) continue
         const name =
-          what === 'table' ? `the lock table ${this.table}` : `the fence sequence ${this.#sequence}`
+          what === 'table'
+            ? `the ${tableNoun(this.#primitive)} ${this.table}`
+            : `the fence sequence ${this.#sequence}`
         throw await this.#failure(error, `create ${name}`, undefined)
       }
     }
@@ -272,7 +277,15 @@ export class PostgresAdapter implements SqlAdapter {
   }
 
   doctor(signal: AbortSignal) {
-    return pgDoctor(this.#sql, { id: this.id, table: this.#t, createTable: this.#createTable }, signal)
+    return pgDoctor(this.#sql, this.#doctorStore, signal)
+  }
+
+  tableDoctor(signal: AbortSignal) {
+    return pgTableDoctor(this.#sql, this.#doctorStore, signal)
+  }
+
+  get #doctorStore() {
+    return { id: this.id, table: this.#t, createTable: this.#createTable, election: this.#election }
   }
 
   async close(): Promise<void> {
@@ -296,7 +309,7 @@ export class PostgresAdapter implements SqlAdapter {
       return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
     } catch (error) {
       if (signal.aborted && error === signal.reason) throw error
-      throw await this.#failure(error, 'check the lock table', undefined)
+      throw await this.#failure(error, `check the ${tableNoun(this.#primitive)}`, undefined)
     }
   }
 
@@ -307,9 +320,9 @@ export class PostgresAdapter implements SqlAdapter {
   async #failure(error: unknown, what: string, key: string | undefined) {
     const target = droppedHandshake(error) ? tlsTarget(this.#sql) : undefined
     if (target && (await acceptsTls(target.host, target.port)) === false) {
-      return tlsRefused(error, what, key, this.id)
+      return tlsRefused(error, what, key, this.id, this.#primitive)
     }
-    return unavailable(error, what, key, this.id)
+    return unavailable(error, what, key, this.id, this.#primitive)
   }
 
   /**

@@ -1,7 +1,8 @@
 /**
  * `fencelock doctor` for PostgreSQL: reachability, the server's version, the session settings the
- * statements meet (they pin what they need: adapter.ts), the replication it can see, and the fence
- * sequence. A lease lives in one row of the primary: a failover to an asynchronous standby can lose the
+ * statements meet (they pin what they need: adapter.ts) and the replication it can see; of a table
+ * (`pgTableDoctor`), its rows, privileges, fence sequence and (an elections table's) value column. A
+ * lease lives in one row of the primary: a failover to an asynchronous standby can lose the
  * latest grants (and fences), which is said plainly where standbys stream from this server. The engine
  * adds the table and notification findings.
  */
@@ -10,12 +11,14 @@ import { raceSignal } from '../../core/abort.js'
 import type { DoctorFinding } from '../../core/backend.js'
 import type { PgSql } from './client.js'
 import { unavailable } from './faults.js'
-import { fenceSequence, type PgTable, qualified, sequenceDdl } from './layout.js'
+import { fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
 
 interface Store {
   readonly id: string
   readonly table: PgTable
   readonly createTable: boolean
+  /** An elections table (its rows have a `value`). */
+  readonly election?: boolean | undefined
 }
 
 interface Settings {
@@ -35,6 +38,8 @@ interface Fences {
   last_value: string | null
   cache_size: string | null
   has_sequence: boolean
+  /** Whether the table has a `value` column (an elections table must). */
+  has_value: boolean
   rows: string | null
   /** Rows held now (unreleased, unexpired on the server's clock). */
   held: string | null
@@ -55,6 +60,7 @@ const SHOWN = [
   'lock_timeout',
 ]
 
+/** The server's findings (the table's are `pgTableDoctor`'s). */
 export async function pgDoctor(sql: PgSql, store: Store, signal: AbortSignal): Promise<DoctorFinding[]> {
   let s: Settings
   try {
@@ -94,7 +100,6 @@ export async function pgDoctor(sql: PgSql, store: Store, signal: AbortSignal): P
       'transaction and depends on none of the others',
   })
   findings.push(...replication(s))
-  findings.push(...(await fences(sql, store, signal)))
   return findings
 }
 
@@ -146,10 +151,12 @@ function replication(s: Settings): DoctorFinding[] {
 }
 
 /**
- * The fence sequence: present, uncached, and ahead of every fence in the table. Behind them (set back,
- * or restored from an older backup), a deleted row's next grant could repeat a fence.
+ * The table's findings, once the engine found it: its rows, the DELETE its releases need, an elections
+ * table's `value` column, and the fence sequence: present, uncached, and ahead of every fence in the
+ * table. Behind them (set back, or restored from an older backup), a deleted row's next grant could
+ * repeat a fence.
  */
-async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<DoctorFinding[]> {
+export async function pgTableDoctor(sql: PgSql, store: Store, signal: AbortSignal): Promise<DoctorFinding[]> {
   const seq = fenceSequence(store.table)
   const name = qualified(seq)
   let f: Fences
@@ -168,6 +175,8 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
           (SELECT count(*)::text FROM ${qualified(store.table)}) AS rows,
           (SELECT count(*)::text FROM ${qualified(store.table)} WHERE NOT released AND expires_at > pg_catalog.clock_timestamp()) AS held,
           (SELECT max(fence)::text FROM ${qualified(store.table)}) AS max_fence,
+          EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($3::text)
+            AND attname = 'value' AND NOT attisdropped) AS has_value,
           pg_catalog.has_table_privilege($3::text, 'DELETE') AS can_delete, current_user AS role`,
         [seq.schema, seq.table, qualified(store.table)],
       ),
@@ -182,14 +191,18 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
       },
     ]
   }
+  const kept = store.election
+    ? `the elections table ${qualified(store.table)} keeps ${f.rows} election name(s), ${f.held} with a leader now`
+    : `the table keeps ${f.rows} lock name(s), ${f.held} held now`
   const findings: DoctorFinding[] = [
     {
       level: 'ok',
       message:
-        `the table keeps ${f.rows} lock name(s), ${f.held} held now, the largest fence ${f.max_fence ?? 'none yet'}; ` +
+        `${kept}, the largest fence ${f.max_fence ?? 'none yet'}; ` +
         'a release deletes its row, and a row whose lease ended over a minute ago is retired by a later grant',
     },
   ]
+  if (store.election) findings.push(valueColumn(store, f.has_value))
   if (!f.can_delete) {
     findings.push({
       level: 'error',
@@ -225,4 +238,16 @@ async function fences(sql: PgSql, store: Store, signal: AbortSignal): Promise<Do
     })
   }
   return findings
+}
+
+/** An elections table's shape: the leader's `value`, which a table made from the lock table's DDL lacks. */
+function valueColumn(store: Store, hasValue: boolean): DoctorFinding {
+  const name = qualified(store.table)
+  if (hasValue) return { level: 'ok', message: `the elections table ${name} has its value column` }
+  return {
+    level: 'error',
+    message:
+      `the elections table ${name} has no value column (was it made from the lock table's DDL?): every ` +
+      `campaign fails. Drop it and let the first campaign make it, or make it with:\n${tableDdl(store.table, true)}`,
+  }
 }

@@ -4,7 +4,13 @@
  * someone changes a setting (a wrong password, a missing database, no privilege, a schema that does not
  * exist), or a server that does not accept the TLS the client requires.
  */
-import { BackendUnavailableError, causeText, describeNetworkError, quoteKey } from '../../core/errors.js'
+import {
+  BackendUnavailableError,
+  causeText,
+  describeNetworkError,
+  type Primitive,
+  subjectOf,
+} from '../../core/errors.js'
 
 /** SQLSTATE classes and codes that waiting does not cure. */
 const PERMANENT = [
@@ -42,8 +48,9 @@ export function tlsRefused(
   what: string,
   key: string | undefined,
   backend: string,
+  primitive: Primitive = 'lock',
 ): BackendUnavailableError {
-  const subject = key === undefined ? '' : ` lock ${quoteKey(key)}`
+  const subject = key === undefined ? '' : ` ${subjectOf(primitive, key)}`
   return new BackendUnavailableError(
     `Could not ${what}${subject} on ${backend}: the server does not accept TLS (ssl is off on it). ` +
       'Turn ssl on in its postgresql.conf, or connect without TLS (sslmode=disable, or prefer)',
@@ -52,25 +59,28 @@ export function tlsRefused(
 }
 
 /**
- * A statement's failure as the error the core expects: "Could not <what>[ lock <key>] on <backend>: <why>".
- * `what` is the action alone ("acquire", "check the lock table"): this adds " on <backend>" itself.
+ * A statement's failure as the error the core expects: "Could not <what>[ <subject>] on <backend>: <why>",
+ * the subject being "lock <key>" or, on an elections table (`primitive` 'election'), "leadership of
+ * election <key>". `what` is the action alone ("acquire", "check the lock table"): this adds " on
+ * <backend>" itself.
  */
 export function unavailable(
   error: unknown,
   what: string,
   key: string | undefined,
   backend: string,
+  primitive: Primitive = 'lock',
 ): BackendUnavailableError {
   if (error instanceof BackendUnavailableError) return error
   const sqlstate = (error as { code?: unknown } | undefined)?.code
   const reason =
     describeNetworkError(error) ??
     `${causeText(error)}${typeof sqlstate === 'string' && /^[0-9A-Z]{5}$/.test(sqlstate) ? ` (SQLSTATE ${sqlstate})` : ''}`
-  const subject = key === undefined ? '' : ` lock ${quoteKey(key)}`
+  const subject = key === undefined ? '' : ` ${subjectOf(primitive, key)}`
   // A relation missing after the first use: the table or its fence sequence dropped, or made by hand without the sequence.
   const hint =
     sqlstate === '42P01'
-      ? '. The lock table or its fence sequence is missing: `fencelock doctor` gives the DDL that makes them'
+      ? `. The ${tableNoun(primitive)} or its fence sequence is missing: \`fencelock doctor\` gives the DDL that makes them`
       : ''
   return new BackendUnavailableError(`Could not ${what}${subject} on ${backend}: ${reason}${hint}`, {
     key,
@@ -78,4 +88,9 @@ export function unavailable(
     cause: error,
     retryable: retryable(error),
   })
+}
+
+/** What the table of `primitive`'s rows is called in messages. */
+export function tableNoun(primitive: Primitive): string {
+  return primitive === 'election' ? 'elections table' : 'lock table'
 }

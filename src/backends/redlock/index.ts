@@ -216,7 +216,11 @@ function redlockBackendOf(options: RedlockBackendOptions, owned: readonly Redis[
   // The election mints from the same node counters, so a term never goes back on a node restarted empty
   // (admission catches them up).
   const candidates = nodes.map((node, i) => new RedlockElectionAdapter(node, restartDelay, elections[i]!))
-  const electionQuorum: Quorum = new Quorum(candidates, { id, nodeTimeoutMs: options.nodeTimeoutMs })
+  const electionQuorum: Quorum = new Quorum(candidates, {
+    id,
+    primitive: 'election',
+    nodeTimeoutMs: options.nodeTimeoutMs,
+  })
   return quorumBackend(quorum, new ReleaseWaiting(adapters, q), {
     id,
     election: quorumElection(electionQuorum, candidates, new ReleaseWaiting(candidates, q), {

@@ -41,7 +41,7 @@
  */
 import type { AcquireRequest, AttemptResult, ExtendResult, HeldLease, LockInfo } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
-import { LockError, type NodeFailure, QuorumError } from '../../core/errors.js'
+import { LockError, type NodeFailure, type Primitive, QuorumError, subjectOf } from '../../core/errors.js'
 import type { QuorumAdapter } from './adapter.js'
 import { inspectVotes, NODE_BITS } from './inspect.js'
 import { type NodeAttempt, Tickets } from './line.js'
@@ -53,6 +53,8 @@ const NO_REPLY_YET = 'no reply yet'
 export interface QuorumOptions {
   /** Names the store in errors. */
   readonly id: string
+  /** What the nodes' holds are, for errors: a lock, or the leadership of an election. @default 'lock' */
+  readonly primitive?: Primitive | undefined
   /** How long one node may take to answer. @default ttl / 100, between 20 ms and 200 ms */
   readonly nodeTimeoutMs?: number | undefined
 }
@@ -82,6 +84,7 @@ export class Quorum {
   readonly n: number
   readonly q: number
   readonly #id: string
+  readonly #primitive: Primitive
   readonly #nodeTimeoutMs: number | undefined
   /** The acquires still going: each one's latest attempt and its place in the nodes' lines. */
   readonly #tickets: Tickets
@@ -103,6 +106,7 @@ export class Quorum {
     this.n = nodes.length
     this.q = Math.floor(this.n / 2) + 1
     this.#id = options.id
+    this.#primitive = options.primitive ?? 'lock'
     this.#nodeTimeoutMs = options.nodeTimeoutMs
     this.#tickets = new Tickets(this.q)
   }
@@ -283,7 +287,7 @@ export class Quorum {
     }
     void this.#cleanUp(req)
     throw new QuorumError(
-      `Could not record the fence of lock "${req.key}" on a majority of the Redlock nodes (${this.#id}); released it. ` +
+      `Could not record the fence of ${subjectOf(this.#primitive, req.key)} on a majority of the Redlock nodes (${this.#id}); released it. ` +
         'Check that these Redis servers are up and reachable',
       [],
       { key: req.key, backend: this.#id },
@@ -385,7 +389,7 @@ export class Quorum {
       ? '. Check that they are up and reachable'
       : ''
     return new QuorumError(
-      `Could not ${what} lock "${key}": ${list.length} of ${this.n} Redlock nodes failed, a majority (${this.q}) ` +
+      `Could not ${what} ${subjectOf(this.#primitive, key)}: ${list.length} of ${this.n} Redlock nodes failed, a majority (${this.q}) ` +
         `is needed. ${reasons}${hint}`,
       list,
       { key, backend: this.#id },

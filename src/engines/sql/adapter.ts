@@ -174,8 +174,13 @@ export interface SqlAdapter {
    */
   watch?(key: string, signal: AbortSignal): Promise<void>
 
-  /** Server version, replication settings, table presence and its DDL (`fencelock doctor`). */
+  /** The server's findings for `fencelock doctor`: version, settings, replication (nothing of the table). */
   doctor?(signal: AbortSignal): Promise<DoctorFinding[]>
+  /**
+   * The table's findings for `fencelock doctor`, asked only once the engine found the table: its rows,
+   * its shape, the privileges and fence source its statements need.
+   */
+  tableDoctor?(signal: AbortSignal): Promise<DoctorFinding[]>
   /** Closes only what the adapter itself opened (a client made from a URL, never the user's). */
   close(): Promise<void>
 }

@@ -2,8 +2,8 @@
  * How a store plugs into the sql-lease engine (engine.ts; PostgreSQL, MySQL/MariaDB): `sqlLeaseBackend`
  * returns the backend object. The mutex's leased methods and the operator's (list, break, doctor) forward
  * to one engine over the adapter's lock table; the election facet (election.ts), where the store gives an
- * elections table, to another engine over it. The adapters are the whole store part: the engine reads,
- * lists and diagnoses through them.
+ * elections table, to another engine over it, whose table findings doctor adds. The adapters are the
+ * whole store part: the engine reads, lists and diagnoses through them.
  */
 import type { LockBackend } from '../../core/backend.js'
 import type { SqlAdapter } from './adapter.js'
@@ -39,6 +39,7 @@ export function sqlLeaseBackend(
   return {
     ...mutex,
     election: election.facet,
+    doctor: async (signal) => [...(await engine.doctor(signal)), ...(await election.doctor(signal))],
     async close() {
       try {
         await election.close()

@@ -21,7 +21,7 @@
  * Statements, without faults: campaign 1, renewal 1, proclaim 1, resign 1, a read 1; an observer 1 per
  * change (PostgreSQL) or 1 per second (MySQL/MariaDB).
  */
-import type { ElectionFacet, HeldLease, ProclaimResult } from '../../core/backend.js'
+import type { DoctorFinding, ElectionFacet, HeldLease, ProclaimResult } from '../../core/backend.js'
 import type { SqlAdapter } from './adapter.js'
 import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
 
@@ -29,14 +29,19 @@ import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
 export type SqlElectionAdapter = SqlAdapter & Required<Pick<SqlAdapter, 'proclaim'>>
 
 /**
- * The election facet over `adapter`'s elections table: a sql-lease engine of its own, and what its close
- * must end (that engine's subscription). backend.ts puts it beside the mutex.
+ * The election facet over `adapter`'s elections table: a sql-lease engine of its own, the table's part of
+ * `doctor`, and what its close must end (that engine's subscription). backend.ts puts it beside the mutex.
  */
 export function sqlElection(
   adapter: SqlElectionAdapter,
   options: SqlLeaseOptions = {},
-): { readonly facet: ElectionFacet; close(): Promise<void> } {
-  const engine = new SqlLease(adapter, options)
+): {
+  readonly facet: ElectionFacet
+  /** The elections table's `doctor` findings (the server's are the mutex's). */
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]>
+  close(): Promise<void>
+} {
+  const engine = new SqlLease(adapter, options, 'election')
   const facet: ElectionFacet = {
     ...sqlLeaseFacet(engine, adapter, options.id ?? adapter.id),
     proclaim: (lease, value, signal) => proclaim(adapter, lease, value, signal),
@@ -44,7 +49,11 @@ export function sqlElection(
       ? {}
       : { watch: (key: string, signal: AbortSignal) => engine.waiting.observe(key, signal) }),
   }
-  return { facet, close: () => engine.close() }
+  return {
+    facet,
+    doctor: async (signal) => (await engine.tableDoctor(signal)).findings,
+    close: () => engine.close(),
+  }
 }
 
 /** `ElectionFacet.proclaim`: the adapter's UPDATE; an uncertain outcome settled by a read. */

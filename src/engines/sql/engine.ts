@@ -68,7 +68,7 @@ import type {
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now, withTimeout } from '../../core/clock.js'
-import { BackendUnavailableError } from '../../core/errors.js'
+import { BackendUnavailableError, type Primitive } from '../../core/errors.js'
 import { retryRounds } from '../../core/retry.js'
 import type { SqlAdapter, SqlRow } from './adapter.js'
 import { SqlWaiting } from './wait.js'
@@ -136,6 +136,8 @@ export class SqlLease {
   readonly #adapter: SqlAdapter
   readonly #createTable: boolean
   readonly #listPageSize: number
+  /** What the table is called in messages: "the lock table", or an election's "the elections table". */
+  readonly #tableNoun: string
   readonly waiting: SqlWaiting
   /** The table check of this client: made once, before the first statement (again after a failure). */
   #ready: Promise<void> | undefined
@@ -148,8 +150,10 @@ export class SqlLease {
   #retiredAt = Number.NEGATIVE_INFINITY
   #retiring = false
 
-  constructor(adapter: SqlAdapter, options: SqlLeaseOptions = {}) {
+  /** `primitive`: what the table's rows are leases of (election.ts makes the elections' engine). */
+  constructor(adapter: SqlAdapter, options: SqlLeaseOptions = {}, primitive: Primitive = 'lock') {
     this.#adapter = adapter
+    this.#tableNoun = primitive === 'election' ? 'elections table' : 'lock table'
     this.#createTable = options.createTable ?? true
     this.#listPageSize = options.listPageSize ?? LIST_PAGE_SIZE
     for (const name of ['pollMaxMs', 'listenTimeoutMs', 'listPageSize'] as const) {
@@ -301,23 +305,40 @@ export class SqlLease {
     )
   }
 
-  /** `LockBackend.doctor`: the adapter's findings, the table, and whether notifications arrive. */
+  /** `LockBackend.doctor`: the server's findings, the table's, and whether notifications arrive. */
   async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
     const findings = [...((await this.#adapter.doctor?.(signal)) ?? [])]
-    const { table } = this.#adapter
-    if (await this.#adapter.tableExists(signal)) {
-      findings.push({ level: 'ok', message: `the lock table ${table} exists` })
-    } else {
-      findings.push({
-        level: this.#createTable ? 'info' : 'error',
-        message: this.#createTable
-          ? `the lock table ${table} does not exist yet; the first lock creates it with:\n${this.#adapter.ddl()}`
-          : `the lock table ${table} does not exist and createTable is off; create it with:\n${this.#adapter.ddl()}`,
-      })
-      return findings
-    }
-    findings.push(...(await this.waiting.doctor()))
+    const table = await this.tableDoctor(signal)
+    findings.push(...table.findings)
+    if (table.exists) findings.push(...(await this.waiting.doctor()))
     return findings
+  }
+
+  /**
+   * The table's part of `doctor` (an election's is added to the backend's: election.ts): present with the
+   * adapter's findings on it, or missing with its DDL (fine until the first use makes it, unless
+   * createTable is off).
+   */
+  async tableDoctor(signal: AbortSignal): Promise<{ exists: boolean; findings: DoctorFinding[] }> {
+    const { table } = this.#adapter
+    const noun = this.#tableNoun
+    if (!(await this.#adapter.tableExists(signal))) {
+      const first = noun === 'lock table' ? 'the first lock' : 'the first campaign'
+      return {
+        exists: false,
+        findings: [
+          {
+            level: this.#createTable ? 'info' : 'error',
+            message: this.#createTable
+              ? `the ${noun} ${table} does not exist yet; ${first} creates it with:\n${this.#adapter.ddl()}`
+              : `the ${noun} ${table} does not exist and createTable is off; create it with:\n${this.#adapter.ddl()}`,
+          },
+        ],
+      }
+    }
+    const findings: DoctorFinding[] = [{ level: 'ok', message: `the ${noun} ${table} exists` }]
+    findings.push(...((await this.#adapter.tableDoctor?.(signal)) ?? []))
+    return { exists: true, findings }
   }
 
   async close(): Promise<void> {
@@ -397,7 +418,7 @@ export class SqlLease {
     if (await adapter.tableExists(signal)) return
     if (!this.#createTable) {
       throw new BackendUnavailableError(
-        `The lock table ${adapter.table} does not exist on ${adapter.id}, and createTable is off. ` +
+        `The ${this.#tableNoun} ${adapter.table} does not exist on ${adapter.id}, and createTable is off. ` +
           `Create it (e.g. in a migration) with:\n${adapter.ddl()}`,
         { backend: adapter.id, retryable: false },
       )

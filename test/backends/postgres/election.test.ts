@@ -1,11 +1,12 @@
 /**
- * PostgreSQL elections, as the store sees them (the conformance cases see them through the API only): the
- * elections table beside the lock table and its rows, a lock and an election of one name apart, a proclaim
- * refused on the store after a takeover, terms past retired and deleted rows, the DDL when the table may
- * not be made, and the notifications observers wake on (counted in reads, not timed).
+ * PostgreSQL elections, as the store sees them: the cases every sql-lease store shares
+ * (test/backends/sql/election-cases.ts: the elections table and its rows, a lock and an election of one
+ * name apart, a proclaim refused after a takeover, terms past resigns, deletes and retired rows, the DDL
+ * when the table may not be made), errors that name the election, and the notifications observers wake on
+ * (counted in reads, not timed).
  */
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { after, describe, it } from 'node:test'
 import postgres from 'postgres'
 import { postgresBackend } from '../../../src/backends/postgres/index.js'
 import {
@@ -15,12 +16,12 @@ import {
   qualified,
 } from '../../../src/backends/postgres/layout.js'
 import type { ElectionFacet, LockBackend } from '../../../src/core/backend.js'
-import { createLockClient, type LeaderView, type LockClient, LockLostError } from '../../../src/index.js'
-import type { KitStore } from '../../kits/kit.js'
+import { createLockClient, type LeaderView, type LockClient } from '../../../src/index.js'
 import { postgresKit } from '../../kits/postgres.js'
+import { suiteStore } from '../../kits/suite-store.js'
 import { awaitLater } from '../../support/later.js'
 import { sleep } from '../../support/time.js'
-import { waitUntil } from '../../support/wait.js'
+import { type ElectionRow, electionTests } from '../sql/election-cases.js'
 
 const LOCKS = qualified({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE })
 const ELECTIONS = qualified(electionsTable({ schema: DEFAULT_SCHEMA, table: DEFAULT_TABLE }))
@@ -42,119 +43,64 @@ async function within<T>(promise: Promise<T>, what: string): Promise<T> {
 }
 
 describe('postgres: elections on the store', { timeout: 240_000 }, () => {
-  let store: KitStore
-  let sql: postgres.Sql
+  let sql: postgres.Sql | undefined
   const open: LockClient[] = []
   const backends: LockBackend[] = []
-  const client = (options: { ttl?: string; renew?: boolean } = {}) => {
-    const c = createLockClient(store.url(), { ttl: '20s', ...options })
-    open.push(c)
-    return c
-  }
-  const admin = <T>(text: string, params: string[] = []) =>
-    sql.unsafe(text, params) as unknown as Promise<T[]>
-  const electionRows = (name: string) =>
-    admin<{ owner: string; fence: string; value: string }>(
-      `SELECT owner, fence::text AS fence, value FROM ${ELECTIONS} WHERE name = $1`,
-      [name],
-    )
-
-  before(async () => {
-    store = await postgresKit.start()
-    sql = postgres(store.url(), { onnotice: () => {}, fetch_types: false })
-  })
+  // Registered before the store's own, so it runs first: all of this ends while the server still runs.
   after(async () => {
     await Promise.all(open.map((c) => c.close().catch(() => {})))
     await Promise.all(backends.map((b) => b.close().catch(() => {})))
     await sql?.end({ timeout: 1 })
-    await store?.close()
   })
+  const { store, client } = suiteStore(postgresKit, { ttl: '20s' })
+  const admin = <T>(text: string, params: string[] = []) => {
+    sql ??= postgres(store().url(), { onnotice: () => {}, fetch_types: false })
+    return sql.unsafe(text, params) as unknown as Promise<T[]>
+  }
 
-  it('an election is a row of <table>_elections with its value; a lock of the same name is apart', async () => {
+  electionTests(() => ({
+    url: (query) => store().url(query),
+    client,
+    electionRows: (name) =>
+      admin<ElectionRow>(`SELECT owner, fence::text AS fence, value FROM ${ELECTIONS} WHERE name = $1`, [
+        name,
+      ]),
+    lockOwners: async (name) =>
+      (await admin<{ owner: string }>(`SELECT owner FROM ${LOCKS} WHERE name = $1`, [name])).map(
+        (r) => r.owner,
+      ),
+    async expire(name, longAgo) {
+      await admin(
+        `UPDATE ${ELECTIONS} SET expires_at = clock_timestamp() - interval '${longAgo ? '1 hour' : '1 millisecond'}' WHERE name = $1`,
+        [name],
+      )
+    },
+    async deleteRow(name) {
+      await admin(`DELETE FROM ${ELECTIONS} WHERE name = $1`, [name])
+    },
+    resignDeletes: true,
+    valueColumn: /value/,
+  }))
+
+  it('errors speak of the leadership of the election and of the elections table, not of a lock', async () => {
     const locks = client()
-    const lock = await locks.acquire('same-name', { timeout: '20s' })
-    const lead = await locks
-      .election('same-name')
-      .campaign({ value: 'http://[::1]:8080/é 🗳', timeout: '20s' })
-    assert.deepEqual(
-      [...(await electionRows('same-name'))],
-      [{ owner: lead.owner, fence: String(lead.term), value: 'http://[::1]:8080/é 🗳' }],
-    )
-    const lockRows = await admin<{ owner: string }>(`SELECT owner FROM ${LOCKS} WHERE name = $1`, [
-      'same-name',
-    ])
-    assert.deepEqual(
-      lockRows.map((r) => r.owner),
-      [lock.owner],
-    )
-    // Releasing the lock leaves the leadership; resigning deletes the election's row alone.
-    await lock.release()
-    const view = await locks.election('same-name').leader()
-    assert.ok(view.leader && view.owner === lead.owner)
-    await lead.resign()
-    assert.equal((await electionRows('same-name')).length, 0)
-    assert.equal((await locks.inspect('same-name')).held, false)
-  })
-
-  it("a leader replaced after its lease cannot proclaim: the store keeps its successor's value", async () => {
-    const old = await client({ ttl: '5s', renew: false })
-      .election('takeover')
-      .campaign({ value: 'old', timeout: '20s' })
-    // Its lease ends on the server's clock (a leader paused past its lease).
-    await admin(
-      `UPDATE ${ELECTIONS} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE name = $1`,
-      ['takeover'],
-    )
-    const next = await client().election('takeover').campaign({ value: 'next', timeout: '20s' })
-    assert.ok(next.term > old.term)
-    await assert.rejects(old.proclaim('late'), LockLostError)
-    assert.deepEqual(
-      (await electionRows('takeover')).map((r) => r.value),
-      ['next'],
-    )
-    await next.resign()
-  })
-
-  it("terms keep growing past a resign, an operator's DELETE and a retired row", async () => {
-    const locks = client({ ttl: '5s', renew: false })
-    const first = await locks.election('terms').campaign({ timeout: '20s' })
-    await first.resign()
-    const vacant = await locks.election('terms').leader()
-    assert.ok(!vacant.leader && vacant.term !== undefined && vacant.term >= first.term)
-    const second = await locks.election('terms').campaign({ timeout: '20s' })
-    assert.ok(second.term > first.term, `term ${second.term} after ${first.term}`)
-    await admin(`DELETE FROM ${ELECTIONS} WHERE name = $1`, ['terms'])
-    const third = await locks.election('terms').campaign({ timeout: '20s' })
-    assert.ok(third.term > second.term, `term ${third.term} after the deleted ${second.term}`)
-    // A killed leader's row: its lease ended long ago; a later grant's housekeeping retires it.
-    await admin(
-      `UPDATE ${ELECTIONS} SET expires_at = clock_timestamp() - interval '2 minutes' WHERE name = $1`,
-      ['terms'],
-    )
-    await (await client().election('terms-other').campaign({ timeout: '20s' })).resign()
-    await waitUntil(async () => (await electionRows('terms')).length === 0, 'the long-ended row retired', {
-      withinMs: WITHIN_MS,
-    })
-    const fourth = await client().election('terms').campaign({ timeout: '20s' })
-    assert.ok(fourth.term > third.term, `term ${fourth.term} after the retired ${third.term}`)
-    await fourth.resign()
-  })
-
-  it('with createTable off, a missing elections table is an error giving its DDL', async () => {
-    const locks = createLockClient(store.url('?table=elect_nocreate&createTable=false'))
-    open.push(locks)
-    await assert.rejects(
-      locks.election('x').campaign({ timeout: '5s' }),
-      (error: Error) =>
-        /elect_nocreate_elections/.test(error.message) &&
-        /CREATE TABLE/.test(error.message) &&
-        /value/.test(error.message),
-    )
+    await (await locks.election('words').campaign({ timeout: '20s' })).resign()
+    await admin(`DROP TABLE ${ELECTIONS}`)
+    try {
+      await assert.rejects(locks.election('words').campaign({ timeout: '5s' }), (error: Error) => {
+        assert.match(error.message, /^Could not acquire leadership of election "words" on /)
+        assert.match(error.message, /The elections table or its fence sequence is missing/)
+        return true
+      })
+    } finally {
+      // The next client's first campaign makes the table again (the lock table is untouched).
+      await (await client().election('words').campaign({ timeout: '20s' })).resign()
+    }
   })
 
   it('watch wakes at a grant, a proclaim and a release, and not while nothing changes', async () => {
     const backend = postgresBackend({
-      sql: postgres(store.url(), { onnotice: () => {}, fetch_types: false }),
+      sql: postgres(store().url(), { onnotice: () => {}, fetch_types: false }),
     })
     backends.push(backend)
     const facet = backend.election as ElectionFacet
@@ -200,7 +146,9 @@ describe('postgres: elections on the store', { timeout: 240_000 }, () => {
   })
 
   it('an observer sees a new value at once, without polling (its reads counted)', async () => {
-    const inner = postgresBackend({ sql: postgres(store.url(), { onnotice: () => {}, fetch_types: false }) })
+    const inner = postgresBackend({
+      sql: postgres(store().url(), { onnotice: () => {}, fetch_types: false }),
+    })
     backends.push(inner)
     const facet = inner.election as ElectionFacet
     let reads = 0

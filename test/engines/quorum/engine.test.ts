@@ -260,6 +260,26 @@ describe('quorum engine: acquire', () => {
     for (const node of nodes) assert.equal(node.holderOf('k'), undefined, `${node.id} still holds it`)
   })
 
+  it("an election's quorum speaks of the leadership of the election in its errors, not of a lock", async () => {
+    const nodes = Array.from({ length: 3 }, (_, i) => new FakeNode(`node${i}`))
+    const quorum = new Quorum(nodes, { id: 'fake://quorum', primitive: 'election', nodeTimeoutMs: 10_000 })
+    for (const node of nodes) node.mode = 'fail'
+    await assert.rejects(quorum.tryAcquire(request('k'), signal()), (e: unknown) => {
+      assert.ok(e instanceof QuorumError)
+      assert.match(e.message, /^Could not acquire leadership of election "k": 3 of 3 Redlock nodes failed/)
+      return true
+    })
+    for (const node of nodes) node.mode = 'answer'
+    nodes[0]!.counters.set('k', 10n)
+    nodes[1]!.raiseFails = true
+    nodes[2]!.raiseFails = true
+    await assert.rejects(quorum.tryAcquire(request('k'), signal()), (e: unknown) => {
+      assert.ok(e instanceof QuorumError)
+      assert.match(e.message, /^Could not record the fence of leadership of election "k" on a majority/)
+      return true
+    })
+  })
+
   it('refused by a majority: not acquired, the time until a majority frees up, and only nodes that may hold it are cleaned up', async () => {
     const { nodes, quorum } = fakeQuorum(5)
     nodes[0]!.hold('k', 'other', 3000)

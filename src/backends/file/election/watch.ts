@@ -6,11 +6,10 @@
  * it again and again. An election with no folder yet (never used, or retired) is watched from the
  * nearest folder above that exists, for the name of the missing one.
  */
-import { watch } from 'node:fs'
 import { readdir } from 'node:fs/promises'
 import { basename, dirname } from 'node:path'
 import { highest } from '../generations.js'
-import { isNews } from '../watch.js'
+import { isNews, untilNews } from '../watch.js'
 
 /**
  * Resolves when the election folder `folder` may have changed after the call began, or when `signal`
@@ -21,30 +20,14 @@ export async function electionChanged(folder: string, top: string, signal: Abort
   if (signal.aborted) return
   const names = await readdir(folder).catch(() => undefined)
   const seen = names && highest(names)
-  await new Promise<void>((done) => {
-    let watcher: ReturnType<typeof watch> | undefined
-    const finish = () => {
-      signal.removeEventListener('abort', finish)
-      watcher?.close()
-      done()
-    }
-    signal.addEventListener('abort', finish, { once: true })
-    // The folder, or the nearest one above it that exists (up to the lock root), and the name in it
-    // whose events are news; where none can be watched, stay pending: the observer's paced read takes over.
-    for (const [watched, child] of watchable(folder, top)) {
-      try {
-        watcher = watch(watched, { persistent: false }, (_event, name) => {
-          if (child === undefined ? isNews(name, seen) : name === null || name === child) finish()
-        })
-        watcher.on('error', finish)
-        return
-      } catch (error) {
-        // Not there (yet): watch for it to appear one level up. Any other error: no watch here (some
-        // network or FUSE file systems).
-        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') return
-      }
-    }
-  })
+  // The folder, or the nearest one above it that exists (up to the lock root), and the name in it whose
+  // events are news; where none can be watched, stay pending: the observer's paced read takes over.
+  const targets = watchable(folder, top).map(([watched, child]) => ({
+    folder: watched,
+    isNews: (name: string | null) =>
+      child === undefined ? isNews(name, seen) : name === null || name === child,
+  }))
+  await untilNews(targets, signal, 'wait')
 }
 
 /** `folder` itself, then each folder above it up to `top`, with the name of the one below it. */
