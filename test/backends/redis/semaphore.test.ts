@@ -12,6 +12,7 @@ import { type RedisBackend, redisBackend } from '../../../src/backends/redis/ind
 import { slotOf } from '../../../src/backends/redis/keys.js'
 import { redisLockKeys } from '../../../src/backends/redis/mutex/layout.js'
 import { redisSemaphoreKeys } from '../../../src/backends/redis/semaphore/layout.js'
+import { ACQUIRE } from '../../../src/backends/redis/semaphore/scripts.js'
 import type { AcquireRequest, Grant, SemaphoreFacet } from '../../../src/core/backend.js'
 import { createLockClient, type LockClient } from '../../../src/index.js'
 import { type RedisServer, startRedis } from '../../servers/redis.js'
@@ -206,5 +207,36 @@ describe('redis semaphore: the server decides', () => {
       WITHIN,
     )
     assert.deepEqual(heard, [first.owner, first.owner], 'only the first waiter is woken, never the herd')
+  })
+
+  it('reads its grant back when the reply to an acquire that ran was lost', async () => {
+    const key = name('lost-reply')
+    const redis = new Redis(server.port, '127.0.0.1')
+    connections.push(redis)
+    let lose = true
+    // The script runs on the server; its reply is lost on the way back, as on a connection reset.
+    const flaky = new Proxy(redis, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target)
+        if (property !== 'evalsha' || typeof value !== 'function') {
+          return typeof value === 'function' ? value.bind(target) : value
+        }
+        return async (sha: string, ...rest: unknown[]) => {
+          const reply = await value.call(target, sha, ...rest)
+          if (sha === ACQUIRE.sha && lose) {
+            lose = false
+            throw new Error('Connection is closed.')
+          }
+          return reply
+        }
+      },
+    })
+    const backend = redisBackend({ client: flaky as Redis })
+    backends.push(backend)
+    const req = request(key, 1)
+    const grant = await granted(backend.semaphore!, req)
+    const k = redisSemaphoreKeys(key)
+    assert.match((await admin.hget(k.grants, req.owner)) ?? '', new RegExp(`^1 ${grant.fence} `))
+    assert.ok(grant.ttlMs > 0 && grant.ttlMs <= 20_000, `the lease left: ${grant.ttlMs} ms`)
   })
 })
