@@ -35,6 +35,11 @@
  *   inspect, and the waits of candidates and observers; scripts.ts: its Lua (terms minted by the mutex's
  *   MINT); layout.ts: its keys `<prefix>!election{<name>}` (`:term`, `:value`, `:holder`), apart from
  *   every lock's, and its channels.
+ * - semaphore/: counting semaphores (the `semaphore` facet). facet.ts: acquire (in line), extend, release,
+ *   abandon, holders, setLimit, inspect and the wait; scripts.ts: its Lua, one script per operation, expiry
+ *   by the server's TIME, sequences by the mutex's MINT; layout.ts: its keys `<prefix>!semaphore{<name>}`
+ *   (`:limit`, `:leases`, `:grants`, `:line`, `:kept`, `:sequence`), apart from every lock's and
+ *   election's, and its one channel (`:changed`).
  * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
  *   they share.
  * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a

@@ -1,7 +1,7 @@
 /**
  * The Redis backend's shell: what every primitive of one backend shares (its id, limits and capabilities,
  * the store it speaks to, the one pub/sub connection of its waiters, `doctor` and `close`), with the
- * primitives on top, each from its own folder (mutex/, election/). The core's contract has the mutex's
+ * primitives on top, each from its own folder (mutex/, election/, semaphore/). The core's contract has the mutex's
  * methods at the backend's top level, so the shell extends the mutex; another primitive is one field here,
  * built from the same store and subscriptions (as `election`).
  */
@@ -12,6 +12,7 @@ import { RedisElection } from './election/facet.js'
 import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
 import type { LockLayout } from './mutex/layout.js'
 import type { Mode } from './mutex/mode.js'
+import { RedisSemaphore } from './semaphore/facet.js'
 import type { RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
 
@@ -56,6 +57,8 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
   readonly limits = REDIS_LIMITS
   /** Leader election on the same store (election/): the plain line, whatever the mutex's mode. */
   readonly election: RedisElection
+  /** Counting semaphores on the same store (semaphore/): their own line, whatever the mutex's mode. */
+  readonly semaphore: RedisSemaphore
   readonly #store: RedisStore
   readonly #minReplicas: number
   readonly #subscriptions: Subscriptions
@@ -72,6 +75,12 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
     // server confirms it (a release published before then is caught by the re-attempt).
     this.capabilities = { expiry: 'server-ttl', notify: true, fifo: mutex.mode.fifo, localHint: true }
     this.election = new RedisElection({
+      store,
+      subscriptions,
+      limits: REDIS_LIMITS,
+      replicas: mutex.replicas,
+    })
+    this.semaphore = new RedisSemaphore({
       store,
       subscriptions,
       limits: REDIS_LIMITS,
