@@ -11,7 +11,7 @@ import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend
 import { jitter, nap, now, sleep } from './clock.js'
 import { channels, publish } from './diagnostics.js'
 import { BackendUnavailableError, LockNotAcquiredError, type Primitive, quoteKey } from './errors.js'
-import { LockHandle } from './lock.js'
+import { type LockContext, LockHandle } from './lock.js'
 import { type ResolvedAcquireOptions, validUntil } from './options.js'
 import { newOwnerId } from './owner.js'
 import type { Renewals } from './renewer.js'
@@ -51,11 +51,14 @@ const LAST_ATTEMPT_MS = 300
  */
 const SETTLE_SLACK_MS = 500
 
-/** What an acquire needs from its client. */
-export interface AcquireContext {
+/**
+ * What an acquire needs from its client; also the context of the locks it grants (made once per client
+ * and primitive, not per acquire).
+ */
+export interface AcquireContext extends LockContext {
   readonly backend: LeaseFacet
   readonly driftFactor: number
-  /** The client's held locks: a grant joins them, and leaves once released or lost. */
+  /** The client's held locks: a grant joins them, and leaves once released or lost (`onSettled`). */
   readonly held: Set<LockHandle>
   /** The client's timer for the renewals and expiries of every lock it holds. */
   readonly renewals: Renewals<LockHandle>
@@ -90,7 +93,6 @@ class AcquireLoop {
   readonly #giveUpAfterMs: number
   /** ATTEMPT_MIN_MS, or the backend's longer `limits.minAttemptMs`. */
   readonly #attemptMinMs: number
-  readonly #diag: { readonly key: string; readonly backend: string; readonly owner: string }
 
   #attempts = 0
   /** Where the latest attempt's bound ends (`#startAttempt`). */
@@ -135,9 +137,9 @@ class AcquireLoop {
    * started: the hand-over happened after the store saw that attempt, so validity counts from there.
    */
   #handed: Grant | undefined
-  #attemptStart = now()
+  #attemptStart: number
   /** When the latest attempt started, or the latest hand-over was taken: a grant's `attemptMs` counts from there. */
-  #roundStart = now()
+  #roundStart: number
   /**
    * Until when a grant under way (`Busy.pending`) is waited for, past a shorter deadline: the time the
    * first such answer asked for plus one attempt's (`#attemptMinMs`). Fixed then: never moved again.
@@ -152,18 +154,26 @@ class AcquireLoop {
     this.#opts = opts
     this.#signal = signal
     this.#deadline = this.#startedAt + opts.timeoutMs
+    // One clock read for the three: each acquire reads the clock often enough.
+    this.#attemptStart = this.#startedAt
+    this.#roundStart = this.#startedAt
     // One owner id for every attempt: a backend that finds the key held by it after a lost reply knows it is ours.
-    this.#req = {
+    const req: { -readonly [K in keyof AcquireRequest]: AcquireRequest[K] } = {
       key,
       owner: newOwnerId(),
       ttlMs: opts.ttlMs,
       holder: opts.holder,
-      ...(opts.value === undefined ? {} : { value: opts.value }),
-      ...(opts.semaphore === undefined ? {} : { semaphore: opts.semaphore }),
     }
-    this.#diag = { key, backend: ctx.backend.id, owner: this.#req.owner }
+    if (opts.value !== undefined) req.value = opts.value
+    if (opts.semaphore !== undefined) req.semaphore = opts.semaphore
+    this.#req = req
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
+  }
+
+  /** Who acquires, for the diagnostics channels: made only for a subscriber. */
+  get #diag(): { readonly key: string; readonly backend: string; readonly owner: string } {
+    return { key: this.#req.key, backend: this.#backend.id, owner: this.#req.owner }
   }
 
   async run(): Promise<LockHandle> {
@@ -186,7 +196,9 @@ class AcquireLoop {
           }
         }
         if (result?.granted) {
-          const lock = await this.#take(result)
+          // Awaited only when the grant has to be given back first: an await costs every acquire a turn.
+          const taken = this.#take(result)
+          const lock = taken instanceof LockHandle ? taken : await taken
           if (lock) return lock
         }
         if (now() >= this.#waitEnd(result)) this.#fail(this.#notAcquired(result))
@@ -306,21 +318,15 @@ class AcquireLoop {
     return undefined
   }
 
-  /** The lock for `grant`, or undefined when the grant came too late to be valid (it is released). */
-  async #take(grant: Grant): Promise<LockHandle | undefined> {
-    if (this.#signal.aborted) {
-      await releaseQuietly(this.#backend, this.#req, grant)
-      this.#fail(this.#signal.reason)
-    }
+  /**
+   * The lock for `grant`; or, when the grant must be given back first, the promise of its release: it
+   * rejects once the acquire was aborted, and resolves undefined for a grant that came too late to be valid.
+   */
+  #take(grant: Grant): LockHandle | Promise<undefined> {
+    if (this.#signal.aborted) return this.#giveBack(grant, true)
     const from = Math.min(this.#attemptStart, this.#unresolvedSince ?? this.#attemptStart)
     const until = validUntil(from, grant.ttlMs, this.#ctx.driftFactor)
-    if (now() >= until || grant.lost?.aborted) {
-      // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
-      await releaseQuietly(this.#backend, this.#req, grant)
-      // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
-      this.#unresolvedSince = undefined
-      return undefined
-    }
+    if (now() >= until || grant.lost?.aborted) return this.#giveBack(grant, false)
     const lock = this.#handle(grant, until)
     this.#hint?.disarm()
     publish(channels.acquireOk, () => {
@@ -336,11 +342,20 @@ class AcquireLoop {
     return lock
   }
 
+  /** Releases a grant the acquire cannot take; then fails the acquire if it was aborted. */
+  async #giveBack(grant: Grant, aborted: boolean): Promise<undefined> {
+    // Awaited: the next attempt reuses this owner id and must not find this stale grant still in place.
+    await releaseQuietly(this.#backend, this.#req, grant)
+    if (aborted) this.#fail(this.#signal.reason)
+    // The grant arrived already invalid (a slow reply): it was released; try again like any refusal.
+    this.#unresolvedSince = undefined
+    return undefined
+  }
+
   #handle(grant: Grant, until: number): LockHandle {
-    const { backend, driftFactor, held, renewals } = this.#ctx
     const { key, owner } = this.#req
     const lock = new LockHandle(
-      { backend, driftFactor, renewals, onSettled: (l) => held.delete(l), primitive: this.#ctx.primitive },
+      this.#ctx,
       { key, owner, fence: grant.fence, cookie: grant.cookie },
       // Validity from the lease granted; renewals ask for the ttl requested (a hand-over may start shorter).
       {
@@ -350,7 +365,7 @@ class AcquireLoop {
       },
       this.#opts.renew,
     )
-    held.add(lock)
+    this.#ctx.held.add(lock)
     return lock
   }
 

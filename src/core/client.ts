@@ -7,7 +7,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { setMaxListeners } from 'node:events'
 import { linkedAbort, raceSignal } from './abort.js'
-import { acquireLoop } from './acquire-loop.js'
+import { type AcquireContext, acquireLoop } from './acquire-loop.js'
 import { AttemptTimeout, unavailableError } from './attempt.js'
 import type {
   BreakResult,
@@ -191,6 +191,8 @@ class Client implements LockClient {
    * task of the same client may well release a key this client holds.
    */
   readonly #insideWithLock = new AsyncLocalStorage<ReadonlySet<string>>()
+  /** The acquire context of each backend or facet acquired on (`#contextOf`). */
+  readonly #contexts = new WeakMap<LeaseFacet, AcquireContext>()
   /** One object per election name, so that `isMe` knows every leadership of this client. */
   readonly #elections = new Map<string, ElectionImpl>()
   /** One object per semaphore name (the latest limit it was opened with), so that `isMe` knows this client's leases. */
@@ -212,11 +214,17 @@ class Client implements LockClient {
     return this.#backendId
   }
 
-  async acquire(key: string, options?: AcquireOptions): Promise<Lock> {
-    validateKey(key)
-    const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
-    this.#refuseSelfDeadlock(key)
-    return this.#acquire(key, opts)
+  acquire(key: string, options?: AcquireOptions): Promise<Lock> {
+    // Not `async`: an async function returning the loop's promise would add a promise and its
+    // resolution jobs to every acquire. A bad argument still rejects, never throws.
+    try {
+      validateKey(key)
+      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
+      this.#refuseSelfDeadlock(key)
+      return this.#acquire(key, opts)
+    } catch (error) {
+      return Promise.reject(error)
+    }
   }
 
   async tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null> {
@@ -491,6 +499,25 @@ class Client implements LockClient {
     return backend
   }
 
+  /** The acquire context of `backend` (a facet serves one primitive): made once, shared by its acquires and locks. */
+  #contextOf(backend: LeaseFacet, primitive: Primitive | undefined): AcquireContext {
+    let ctx = this.#contexts.get(backend)
+    if (!ctx) {
+      const held = this.#held
+      ctx = {
+        backend,
+        driftFactor: this.#options.driftFactor,
+        held,
+        renewals: this.#renewals,
+        cleanups: this.#cleanups,
+        primitive,
+        onSettled: (lock) => held.delete(lock),
+      }
+      this.#contexts.set(backend, ctx)
+    }
+    return ctx
+  }
+
   /**
    * Runs the acquire loop (acquire-loop.ts) on this client's backend (or on `facet`, one of its
    * primitives'), tracked for `close`.
@@ -504,21 +531,11 @@ class Client implements LockClient {
     const backend = facet ?? (await this.#open(key, opts.ttlMs))
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
-    const ctx = {
-      backend,
-      driftFactor: this.#options.driftFactor,
-      held: this.#held,
-      renewals: this.#renewals,
-      cleanups: this.#cleanups,
-      primitive,
-    }
+    const ctx = this.#contextOf(backend, primitive)
     const run = acquireLoop(ctx, key, opts, link?.signal ?? this.#closing.signal)
-    // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up.
-    const ended: Promise<unknown> = run.then(
-      () => this.#running.delete(ended),
-      () => this.#running.delete(ended),
-    )
-    this.#running.add(ended)
+    // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up
+    // (close() settles on `run` itself; its own rejection is handled below).
+    this.#running.add(run)
     try {
       return await run
     } catch (error) {
@@ -527,6 +544,7 @@ class Client implements LockClient {
       if (this.#closed && error === this.#closing.signal.reason) await this.#closed.catch(() => {})
       throw error
     } finally {
+      this.#running.delete(run)
       link?.dispose()
     }
   }
