@@ -170,7 +170,7 @@ export function checkHistory(events: readonly HistoryEvent[], options: CheckOpti
       groupByKey(maybeHoldsOf(history, findings), (m) => m.start),
       options.limit ?? 1,
     ),
-    a2: checkA2(byKey),
+    a2: checkA2(byKey, (options.limit ?? 1) > 1),
     a3: options.limit === undefined ? checkA3(history, options.fenced, findings) : notApplicable(A3_NONE),
     a4: options.limit === undefined ? checkA4(byKey) : notApplicable(A4_NONE),
     a5: checkA5(holds, history, options.lostGraceMs ?? DEFAULT_LOST_GRACE_MS),
@@ -536,9 +536,10 @@ function checkA1(
 }
 
 /** A2: fences unique per key, ordered by real time (a.ok < b.invoke ⇒ a < b), never lower than one before. */
-function checkA2(byKey: Map<string, Hold[]>): ChaosReport['a2'] {
+function checkA2(byKey: Map<string, Hold[]>, concurrent: boolean): ChaosReport['a2'] {
   const counts = { violations: 0, duplicates: 0, orderViolations: 0, regressions: 0 }
   const examples: string[] = []
+  const notes: string[] = []
   for (const [key, holds] of byKey) {
     const highestUpTo = runningHighest(holds)
     const granted = new Map<bigint, Hold>()
@@ -548,22 +549,28 @@ function checkA2(byKey: Map<string, Hold[]>): ChaosReport['a2'] {
       const outranked = beforeInvoke !== undefined && beforeInvoke.fence >= b.fence ? beforeInvoke : undefined
       const before = i > 0 ? highestUpTo[i - 1] : undefined
       const regressed = before !== undefined && b.fence < before.fence ? before : undefined
+      // Grants made at nearly the same time (a semaphore's) can be heard in either order: a lower number
+      // heard later is no regression unless it was asked for after the higher was heard (`outranked`).
+      const regression = concurrent ? undefined : regressed
+      if (concurrent && regressed && !twin && !outranked) {
+        note(notes, `${key}: ${holdText(b)} heard after ${holdText(regressed)}, granted alongside it`)
+      }
       if (twin) counts.duplicates++
       if (outranked) counts.orderViolations++
-      if (regressed) counts.regressions++
-      if (twin || outranked || regressed) {
+      if (regression) counts.regressions++
+      if (twin || outranked || regression) {
         counts.violations++
         const why = [
           twin && `duplicates ${holdText(twin)}`,
           outranked && `was invoked after ${holdText(outranked)}`,
-          regressed && `regresses below ${holdText(regressed)}`,
+          regression && `regresses below ${holdText(regression)}`,
         ]
         note(examples, `${key}: ${holdText(b)} ${why.filter(Boolean).join('; ')}`)
       }
       if (!twin) granted.set(b.fence, b)
     }
   }
-  return { ...counts, examples, notes: [] }
+  return { ...counts, examples, notes }
 }
 
 /** `result[i]`: the hold with the highest fence among `holds[0..i]` (the earliest one on ties). */

@@ -590,4 +590,5 @@ export const CI_SCENARIOS = [
   'L4',
   'L7',
   'L15',
+  'M7',
 ]

@@ -52,6 +52,8 @@ const STORES: Record<string, string[]> = {
   L4: ['etcd'],
   L7: ['redis'],
   L15: ['file'],
+  // Semaphores: holders killed while others hold and wait; never more than the limit valid at once.
+  M7: ['redis'],
 }
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 
