@@ -38,11 +38,19 @@ import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { casLeaseBackend } from '../../engines/cas/backend.js'
-import { DynamoDbCasAdapter } from './adapter.js'
+import { DynamoDbCasAdapter, type DynamoDbCasAdapterOptions } from './adapter.js'
+import { ELECTION_NAMESPACE } from './layout.js'
 import type { DynamoDbSdk } from './table.js'
 
 export { DYNAMODB_LIMITS, DynamoDbCasAdapter } from './adapter.js'
-export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
+export {
+  ATTR,
+  createTableCommand,
+  ELECTION_NAMESPACE,
+  electionItemKey,
+  itemKey,
+  tableDefinition,
+} from './layout.js'
 
 /** What `dynamodbBackend` is told. */
 export interface DynamoDbBackendOptions {
@@ -87,11 +95,16 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   }
   const table = checkTable(options.table, 'as `table`')
   const id = options.id ?? `dynamodb://${table}`
-  const adapter = new DynamoDbCasAdapter(
-    { client, table, createTable: options.createTable ?? false, id, owned: false },
+  return dynamodbEngine({ client, table, createTable: options.createTable ?? false, id, owned: false })
+}
+
+/** The engine over the table: its locks' adapter, and its elections' (layout.ts), which never closes the client. */
+function dynamodbEngine(options: DynamoDbCasAdapterOptions): LockBackend {
+  const elections = new DynamoDbCasAdapter(
+    { ...options, owned: false, namespace: ELECTION_NAMESPACE },
     loadSdk,
   )
-  return casLeaseBackend(adapter)
+  return casLeaseBackend(new DynamoDbCasAdapter(options, loadSdk), {}, elections)
 }
 
 /** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
@@ -133,17 +146,13 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.region === undefined ? {} : { region: params.region }),
     ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
   })
-  const adapter = new DynamoDbCasAdapter(
-    {
-      client,
-      table,
-      createTable: params.createTable,
-      id: redact(url),
-      owned: true,
-      sdk,
-      endpoint: params.endpoint,
-    },
-    loadSdk,
-  )
-  return casLeaseBackend(adapter)
+  return dynamodbEngine({
+    client,
+    table,
+    createTable: params.createTable,
+    id: redact(url),
+    owned: true,
+    sdk,
+    endpoint: params.endpoint,
+  })
 }
