@@ -27,6 +27,9 @@
  *   `list` is a Scan of the whole table filtered by `begins_with(pk, …)` after reading (no sort key, so no
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.
+ * - Election: the engine again over the items whose `pk` starts with NUL and `election/` (layout.ts);
+ *   lock names starting with NUL are refused so that no lock can be one. The record carries the leader's
+ *   value; observers read it once a second (src/engines/cas/election.ts).
  *
  * Files: adapter.ts (the CasAdapter: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
  * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and

@@ -24,6 +24,9 @@
  *
  * - List and break: objects.list pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a media GET per object listed; a break is the engine's (a release's write, no owner check).
+ * - Election: the engine again over `<prefix>~election/` (layout.ts), where no lock object can be: the
+ *   record carries the leader's value; observers read it once a second (src/engines/cas/election.ts).
+ *   A proclaim is a write, paced with the renewals at GCS's one write a second per object.
  *
  * Files: adapter.ts (the CasAdapter: media GET, conditional uploads, objects.list for list, doctor's
  * probe), layout.ts (object names, shared with the tests).

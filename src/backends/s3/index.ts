@@ -22,6 +22,8 @@
  *
  * - List and break: ListObjectsV2 pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a GetObject per object listed; a break is the engine's (a release's write, no owner check).
+ * - Election: the engine again over `<prefix>~election/` (layout.ts), where no lock object can be: the
+ *   record carries the leader's value; observers read it once a second (src/engines/cas/election.ts).
  *
  * Files: adapter.ts (the CasAdapter: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
  * probe), layout.ts (object names, shared with the tests).
