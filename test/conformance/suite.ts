@@ -47,7 +47,7 @@ function counted(backend: LockBackend): { backend: LockBackend; calls: string[] 
  * naming the primitive and the store, before any request. (A backend that offers the primitive after all
  * fails it: the kit must then declare it.)
  */
-function refusalCase(primitive: Primitive): ConformanceCase | undefined {
+export function refusalCase(primitive: Primitive): ConformanceCase | undefined {
   if (primitive !== 'election') return undefined
   return {
     name: refusalCaseName(primitive),
