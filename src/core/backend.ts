@@ -186,6 +186,11 @@ export interface BackendLimits {
   readonly minAttemptMs?: number | undefined
   /** Whether a key may hold NUL (U+0000); false where the store's text cannot (PostgreSQL). @default true */
   readonly nulInKeys?: boolean | undefined
+  /**
+   * Keys starting with this are refused: the store keeps another primitive's entries under it, in the
+   * same space of names as the keys (DynamoDB's elections, whose items share the lock table's key).
+   */
+  readonly reservedKeyPrefix?: string | undefined
 }
 
 /** One held lock, as `list` finds it: `inspect`'s view of its key, with the key. */

@@ -386,15 +386,15 @@ class Client implements LockClient {
 
   /** What elections use of this client: its checks, its acquire loop and bounded reads, on the facet. */
   readonly #electionRuntime: ElectionRuntime = {
-    facet: async (name, ttlMs) => this.#electionFacet(await this.#open(name, ttlMs), name),
+    facet: (name, ttlMs) => this.#openElection(name, ttlMs),
     campaign: async (name, options, value) => {
       const { value: _value, ...acquireOptions } = options ?? {}
       const opts = { ...resolveAcquireOptions(acquireOptions, this.#options, Infinity), value }
-      const facet = this.#electionFacet(await this.#open(name, opts.ttlMs), name)
+      const facet = await this.#openElection(name, opts.ttlMs)
       return this.#acquire(name, opts, facet, 'election')
     },
     inspect: async (name, signal) => {
-      const facet = this.#electionFacet(await this.#open(name), name)
+      const facet = await this.#openElection(name)
       return normalized(
         await this.#bounded(
           facet,
@@ -457,6 +457,14 @@ class Client implements LockClient {
     )
   }
 
+  /** The election facet, its name and ttl checked against the facet's own limits (its namespace's). */
+  async #openElection(name: string, ttlMs?: number): Promise<ElectionFacet> {
+    const backend = await this.#open(name, ttlMs, false)
+    const facet = this.#electionFacet(backend, name)
+    checkLimits(facet.limits ? facet : backend, name, ttlMs)
+    return facet
+  }
+
   #electionFacet(backend: LockBackend, name: string): ElectionFacet {
     if (backend.election) return backend.election
     throw new CapabilityError(
@@ -489,13 +497,13 @@ class Client implements LockClient {
     await this.close()
   }
 
-  async #open(key: string, ttlMs?: number): Promise<LockBackend> {
+  async #open(key: string, ttlMs?: number, check = true): Promise<LockBackend> {
     if (this.#closing.signal.aborted) {
       throw new ClientClosedError(`Cannot use lock ${quoteKey(key)}: the lock client is closed`, { key })
     }
     const backend = await this.#backend
     // Before any I/O: a key or a ttl the store cannot represent is the caller's mistake, not an outage.
-    checkLimits(backend, key, ttlMs)
+    if (check) checkLimits(backend, key, ttlMs)
     return backend
   }
 

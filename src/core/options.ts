@@ -138,6 +138,12 @@ export function checkLimits(backend: LeaseFacet, key: string, ttlMs: number | un
         `${key.indexOf('\0')} (starting ${JSON.stringify(key.slice(0, 40))}). Leave it out, or encode the key`,
     )
   }
+  if (limits.reservedKeyPrefix !== undefined && key.startsWith(limits.reservedKeyPrefix)) {
+    throw new TypeError(
+      `Expected \`key\` not to start with ${JSON.stringify(limits.reservedKeyPrefix)} on ${backend.id}, which keeps ` +
+        `another primitive's entries under it (starting ${JSON.stringify(key.slice(0, 40))}). Use another name`,
+    )
+  }
   if (ttlMs !== undefined && ttlMs > limits.maxTtlMs) {
     throw new TypeError(
       `Expected \`ttl\` to be at most ${limits.maxTtlMs} ms on ${backend.id} (the longest lease its store can keep), ` +

@@ -11,10 +11,12 @@ import { existsSync, readdirSync } from 'node:fs'
 import { it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
+import { memoryBackend } from '../../src/backends/memory/index.js'
+import { createLockClient, type LockBackend, type LockClient } from '../../src/index.js'
 import { KITS } from '../kits/index.js'
 import { FLAGS, type Kit, PRIMITIVES } from '../kits/kit.js'
-import type { ConformanceCase } from './harness.js'
-import { CASES, PLAN_ONLY, type PlanRow, planFor, refusalCaseName } from './suite.js'
+import type { CaseContext, ConformanceCase } from './harness.js'
+import { CASES, PLAN_ONLY, type PlanRow, planFor, refusalCase, refusalCaseName } from './suite.js'
 
 // Tests run from build/test/conformance; the sources sit at the repository root.
 const root = fileURLToPath(new URL('../../../', import.meta.url))
@@ -118,6 +120,43 @@ it("a primitive's cases run only on kits that declare it; the others get its ref
     withIt.filter((row) => row.primitive === 'mutex'),
     planFor(memory).filter((row) => row.primitive === 'mutex'),
     'declaring another primitive leaves the mutex plan as it was',
+  )
+})
+
+it('the election refusal case passes on a backend without the facet and fails on one with it', async () => {
+  // Every kit declares election, so no entry runs this case: it is checked here on the memory backend,
+  // once without its election facet (refused before any I/O) and once with it (the case must notice).
+  const kit = KITS.find((k) => k.id === 'memory')!
+  const refusal = refusalCase('election')
+  assert.ok(refusal, 'the election refusal case exists')
+  const run = async (make: () => LockBackend) => {
+    const clients: LockClient[] = []
+    const ctx: CaseContext = {
+      kit,
+      store: () => assert.fail('the refusal case needs no store'),
+      ttl: (times) => times * kit.capabilities.minTtlMs,
+      client: (options, backend) => {
+        const client = createLockClient(backend ?? make(), options)
+        clients.push(client)
+        return client
+      },
+      backend: async () => make(),
+      key: (label) => `meta-${label}`,
+    }
+    try {
+      await refusal.run(ctx)
+    } finally {
+      await Promise.all(clients.map((c) => c.close()))
+    }
+  }
+  const name = `meta-refusal-${process.pid}`
+  await run(() => {
+    const { election: _none, ...plain } = memoryBackend({ name })
+    return { ...plain, id: 'memory:no-election' }
+  })
+  await assert.rejects(
+    run(() => memoryBackend({ name })),
+    'a backend that elects fails the refusal case',
   )
 })
 

@@ -48,7 +48,7 @@ function counted(backend: LockBackend): { backend: LockBackend; calls: string[] 
  * naming the primitive and the store, before any request. (A backend that offers the primitive after all
  * fails it: the kit must then declare it.)
  */
-function refusalCase(primitive: Primitive): ConformanceCase | undefined {
+export function refusalCase(primitive: Primitive): ConformanceCase | undefined {
   const refuse = REFUSED[primitive]
   if (!refuse) return undefined
   return {

@@ -14,7 +14,14 @@ import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engine
 import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
 import { runDoctor } from './doctor.js'
 import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
-import { ATTR, createTableCommand, itemKey, MAX_KEY_BYTES, type TablePlace } from './layout.js'
+import {
+  ATTR,
+  createTableCommand,
+  itemKey,
+  MAX_KEY_BYTES,
+  RESERVED_KEY_PREFIX,
+  type TablePlace,
+} from './layout.js'
 import { createTable, type DynamoDbSdk } from './table.js'
 
 /**
@@ -22,8 +29,13 @@ import { createTable, type DynamoDbSdk } from './table.js'
  * - Keys up to 2048 bytes: DynamoDB's limit for a partition key; the lock name is the key as is.
  * - Leases up to 2^31 - 1 ms (24.8 days): no limit of DynamoDB's (the lease length is text in the record),
  *   but waiters and holders time a lease with Node timers, which fire at once beyond that.
+ * - No lock name starting with NUL: fencelock keeps its elections' items there (layout.ts).
  */
-export const DYNAMODB_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
+export const DYNAMODB_LIMITS: BackendLimits = {
+  maxKeyBytes: MAX_KEY_BYTES,
+  maxTtlMs: 2 ** 31 - 1,
+  reservedKeyPrefix: RESERVED_KEY_PREFIX,
+}
 
 export interface DynamoDbCasAdapterOptions {
   readonly client: DynamoDBClient
@@ -40,6 +52,11 @@ export interface DynamoDbCasAdapterOptions {
   readonly sdk?: DynamoDbSdk | undefined
   /** Items a listing's Scan page evaluates (`Limit`). @default DynamoDB's: 1 MB of items */
   readonly pageSize?: number | undefined
+  /**
+   * What every `pk` of this adapter starts with, before the key: '' for the locks, `ELECTION_NAMESPACE`
+   * for the elections (layout.ts). @default ''
+   */
+  readonly namespace?: string | undefined
 }
 
 type Item = Record<string, AttributeValue>
@@ -64,7 +81,7 @@ function versioned(item: Item | undefined): CasVersioned | undefined {
 /** The cas-lease engine's adapter over DynamoDB (`dynamodbBackend` builds one): one item per lock. */
 export class DynamoDbCasAdapter implements CasAdapter {
   readonly id: string
-  readonly limits = DYNAMODB_LIMITS
+  readonly limits: BackendLimits
   /** DynamoDB sustains 1,000 writes a second on one partition: far above any lock's rate. */
   readonly minWriteIntervalMs = 0
   readonly #client: DynamoDBClient
@@ -78,8 +95,18 @@ export class DynamoDbCasAdapter implements CasAdapter {
   #sdk: Promise<DynamoDbSdk> | undefined
   /** The table's creation, once started (every call that found it missing waits for the same one). */
   #creating: Promise<void> | undefined
+  readonly #namespace: string
 
   constructor(options: DynamoDbCasAdapterOptions, loadSdk: () => Promise<DynamoDbSdk>) {
+    this.#namespace = options.namespace ?? ''
+    // In a namespace, names are shorter by its length, and may start with anything.
+    this.limits =
+      this.#namespace === ''
+        ? DYNAMODB_LIMITS
+        : {
+            maxKeyBytes: MAX_KEY_BYTES - Buffer.byteLength(this.#namespace),
+            maxTtlMs: DYNAMODB_LIMITS.maxTtlMs,
+          }
     this.#client = options.client
     this.#table = options.table
     this.#createTable = options.createTable
@@ -96,7 +123,7 @@ export class DynamoDbCasAdapter implements CasAdapter {
     const out = await this.#call(key, 'read', signal, (sdk) =>
       this.#client.send(
         withServerClock(
-          new sdk.GetItemCommand({ TableName: this.#table, Key: itemKey(key), ConsistentRead: true }),
+          new sdk.GetItemCommand({ TableName: this.#table, Key: this.#itemKey(key), ConsistentRead: true }),
           clock,
         ),
         { abortSignal: signal },
@@ -113,13 +140,14 @@ export class DynamoDbCasAdapter implements CasAdapter {
    */
   async *list(prefix: string, signal: AbortSignal): AsyncGenerator<CasListed> {
     const sdk = await this.#sdkNow()
+    const scanned = `${this.#namespace}${prefix}`
     const filter =
-      prefix === ''
+      scanned === ''
         ? {}
         : {
             FilterExpression: 'begins_with(#k, :p)',
             ExpressionAttributeNames: { '#k': ATTR.key },
-            ExpressionAttributeValues: { ':p': { S: prefix } },
+            ExpressionAttributeValues: { ':p': { S: scanned } },
           }
     let start: Item | undefined
     // Page by page: a loop over the store's own LastEvaluatedKey, no retry, no timer.
@@ -136,9 +164,12 @@ export class DynamoDbCasAdapter implements CasAdapter {
         throw await this.#unavailable(prefix, 'list', error, `the locks under ${quoteKey(prefix)}`)
       })
       for (const item of out.Items ?? []) {
-        const key = item[ATTR.key]?.S
+        const pk = item[ATTR.key]?.S
         const current = versioned(item)
-        if (key !== undefined && current) yield { key, current }
+        // The locks' listing leaves out the items kept for other primitives (the reserved prefix).
+        if (pk === undefined || !current || (this.#namespace === '' && pk.startsWith(RESERVED_KEY_PREFIX)))
+          continue
+        yield { key: pk.slice(this.#namespace.length), current }
       }
       start = out.LastEvaluatedKey
     } while (start !== undefined)
@@ -177,7 +208,7 @@ export class DynamoDbCasAdapter implements CasAdapter {
           withServerClock(
             new sdk.DeleteItemCommand({
               TableName: this.#table,
-              Key: itemKey(key),
+              Key: this.#itemKey(key),
               ConditionExpression: '#v = :v',
               ExpressionAttributeNames: { '#v': ATTR.version },
               ExpressionAttributeValues: { ':v': { S: version } },
@@ -220,7 +251,7 @@ export class DynamoDbCasAdapter implements CasAdapter {
   ): Promise<CasWrite> {
     const { expression, names, values } = condition
     const version = randomUUID()
-    const Item = { ...itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
+    const Item = { ...this.#itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
     try {
       await this.#call(key, 'write', signal, (sdk) =>
         this.#client.send(
@@ -283,6 +314,11 @@ export class DynamoDbCasAdapter implements CasAdapter {
       await raceSignal(this.#ensureTable(sdk), signal)
       return await run(sdk)
     }
+  }
+
+  /** The item key of `key` in this adapter's namespace. */
+  #itemKey(key: string): { pk: { S: string } } {
+    return itemKey(`${this.#namespace}${key}`)
   }
 
   #sdkNow(): Promise<DynamoDbSdk> {

@@ -27,6 +27,9 @@
  *   `list` is a Scan of the whole table filtered by `begins_with(pk, …)` after reading (no sort key, so no
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.
+ * - Election: the engine again over the items whose `pk` starts with NUL and `election/` (layout.ts);
+ *   lock names starting with NUL are refused so that no lock can be one. The record carries the leader's
+ *   value; observers read it once a second (src/engines/cas/election.ts).
  *
  * Files: adapter.ts (the CasAdapter: GetItem, conditional PutItem, Scan for list, the table made on first use), layout.ts
  * (attribute names, the table's key, its CLI command; shared with the tests), table.ts (creating and
@@ -38,11 +41,19 @@ import type { LockBackend } from '../../core/backend.js'
 import { importDriver } from '../../core/drivers.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'
 import { casLeaseBackend } from '../../engines/cas/backend.js'
-import { DynamoDbCasAdapter } from './adapter.js'
+import { DynamoDbCasAdapter, type DynamoDbCasAdapterOptions } from './adapter.js'
+import { ELECTION_NAMESPACE } from './layout.js'
 import type { DynamoDbSdk } from './table.js'
 
 export { DYNAMODB_LIMITS, DynamoDbCasAdapter } from './adapter.js'
-export { ATTR, createTableCommand, itemKey, tableDefinition } from './layout.js'
+export {
+  ATTR,
+  createTableCommand,
+  ELECTION_NAMESPACE,
+  electionItemKey,
+  itemKey,
+  tableDefinition,
+} from './layout.js'
 
 /** What `dynamodbBackend` is told. */
 export interface DynamoDbBackendOptions {
@@ -87,11 +98,16 @@ export function dynamodbBackend(options: DynamoDbBackendOptions): LockBackend {
   }
   const table = checkTable(options.table, 'as `table`')
   const id = options.id ?? `dynamodb://${table}`
-  const adapter = new DynamoDbCasAdapter(
-    { client, table, createTable: options.createTable ?? false, id, owned: false },
+  return dynamodbEngine({ client, table, createTable: options.createTable ?? false, id, owned: false })
+}
+
+/** The engine over the table: its locks' adapter, and its elections' (layout.ts), which never closes the client. */
+function dynamodbEngine(options: DynamoDbCasAdapterOptions): LockBackend {
+  const elections = new DynamoDbCasAdapter(
+    { ...options, owned: false, namespace: ELECTION_NAMESPACE },
     loadSdk,
   )
-  return casLeaseBackend(adapter)
+  return casLeaseBackend(new DynamoDbCasAdapter(options, loadSdk), {}, elections)
 }
 
 /** The URL parameters of `dynamodb://table` (tested against its page in docs/backends/, like every backend's). */
@@ -133,17 +149,13 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.region === undefined ? {} : { region: params.region }),
     ...(params.endpoint === undefined ? {} : { endpoint: params.endpoint }),
   })
-  const adapter = new DynamoDbCasAdapter(
-    {
-      client,
-      table,
-      createTable: params.createTable,
-      id: redact(url),
-      owned: true,
-      sdk,
-      endpoint: params.endpoint,
-    },
-    loadSdk,
-  )
-  return casLeaseBackend(adapter)
+  return dynamodbEngine({
+    client,
+    table,
+    createTable: params.createTable,
+    id: redact(url),
+    owned: true,
+    sdk,
+    endpoint: params.endpoint,
+  })
 }

@@ -3,7 +3,8 @@
  * a record) all use these names; nobody copies them.
  *
  * One item per lock, in a table of its own (or shared with nothing else that uses the key `pk`):
- *   pk       S  the lock's name, as is (DynamoDB takes any non-empty UTF-8 string up to 2048 bytes as a key)
+ *   pk       S  the lock's name, as is (DynamoDB takes any non-empty UTF-8 string up to 2048 bytes as a key);
+ *               an election's name after `\u0000election/` (no lock name starts with NUL: refused)
  *   record   S  the engine's record text (owner, fence, lease length, state, holder, key, nonce)
  *   version  S  a fresh random id per write: what a conditional replace compares
  */
@@ -17,6 +18,20 @@ export const itemKey = (key: string): { pk: { S: string } } => ({ pk: { S: key }
 
 /** The longest partition key DynamoDB accepts, in UTF-8 bytes: the longest lock name. */
 export const MAX_KEY_BYTES = 2048
+
+/**
+ * The start of every `pk` fencelock keeps for something other than a lock: a lock name is the key as
+ * is, so any string could be one, and the backend refuses lock names starting with NUL (U+0000) to keep
+ * this space its own. A lock listing leaves these items out.
+ */
+export const RESERVED_KEY_PREFIX = '\u0000'
+
+/** Where elections live: the item of election `name` has `pk` = this + `name`. */
+export const ELECTION_NAMESPACE = `${RESERVED_KEY_PREFIX}election/`
+
+/** The key of the item of election `name`. */
+export const electionItemKey = (name: string): { pk: { S: string } } =>
+  itemKey(`${ELECTION_NAMESPACE}${name}`)
 
 /** The table fencelock creates (or that you create): its only key is the string partition key `pk`. */
 export function tableDefinition(table: string): CreateTableCommandInput {

@@ -24,6 +24,9 @@
  *
  * - List and break: objects.list pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a media GET per object listed; a break is the engine's (a release's write, no owner check).
+ * - Election: the engine again over `<prefix>~election/` (layout.ts), where no lock object can be: the
+ *   record carries the leader's value; observers read it once a second (src/engines/cas/election.ts).
+ *   A proclaim is a write, paced with the renewals at GCS's one write a second per object.
  *
  * Files: adapter.ts (the CasAdapter: media GET, conditional uploads, objects.list for list, doctor's
  * probe), layout.ts (object names, shared with the tests).
@@ -34,10 +37,10 @@ import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url
 import { casLeaseBackend } from '../../engines/cas/backend.js'
 import { objectPrefix } from '../../engines/cas/objects.js'
 import { GcsCasAdapter } from './adapter.js'
-import { DEFAULT_PREFIX } from './layout.js'
+import { DEFAULT_PREFIX, electionPrefix } from './layout.js'
 
 export { GCS_LIMITS, GcsCasAdapter } from './adapter.js'
-export { DEFAULT_PREFIX, lockObjectName } from './layout.js'
+export { DEFAULT_PREFIX, electionObjectName, lockObjectName } from './layout.js'
 
 /** What `gcsBackend` is told. */
 export interface GcsBackendOptions {
@@ -51,7 +54,8 @@ export interface GcsBackendOptions {
   readonly id?: string | undefined
 }
 
-function gcsAdapter(options: GcsBackendOptions): GcsCasAdapter {
+/** The engine over the bucket: its locks' adapter, and its elections' (layout.ts). */
+function gcsEngine(options: GcsBackendOptions): LockBackend {
   const { client: storage, bucket } = options
   if (!storage || typeof (storage as { bucket?: unknown }).bucket !== 'function') {
     throw new TypeError('Expected `client` to be a Storage of @google-cloud/storage')
@@ -59,7 +63,9 @@ function gcsAdapter(options: GcsBackendOptions): GcsCasAdapter {
   if (typeof bucket !== 'string' || bucket === '')
     throw new TypeError('Expected `bucket` to be a bucket name')
   const prefix = objectPrefix(options.prefix, DEFAULT_PREFIX)
-  return new GcsCasAdapter({ storage, bucket, prefix, id: options.id ?? `gs://${bucket}/${prefix}` })
+  const id = options.id ?? `gs://${bucket}/${prefix}`
+  const elections = new GcsCasAdapter({ storage, bucket, prefix: electionPrefix(prefix), id })
+  return casLeaseBackend(new GcsCasAdapter({ storage, bucket, prefix, id }), {}, elections)
 }
 
 /**
@@ -69,7 +75,7 @@ function gcsAdapter(options: GcsBackendOptions): GcsCasAdapter {
  * const locks = createLockClient(gcsBackend({ client: new Storage(), bucket: 'my-locks' }), { ttl: '30s' })
  */
 export function gcsBackend(options: GcsBackendOptions): LockBackend {
-  return casLeaseBackend(gcsAdapter(options))
+  return gcsEngine(options)
 }
 
 /** The URL parameters of gs:// (its page in docs/backends/ is tested against this). */
@@ -100,5 +106,5 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
     ...(params.project === undefined ? {} : { projectId: params.project }),
   })
   const prefix = decodeURIComponent(url.pathname)
-  return casLeaseBackend(gcsAdapter({ client: storage, bucket, prefix, id: redact(url) }))
+  return gcsEngine({ client: storage, bucket, prefix, id: redact(url) })
 }

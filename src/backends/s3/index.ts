@@ -22,6 +22,8 @@
  *
  * - List and break: ListObjectsV2 pages of the prefix (and of every hashed `~` name, whose record names
  *   its key), a GetObject per object listed; a break is the engine's (a release's write, no owner check).
+ * - Election: the engine again over `<prefix>~election/` (layout.ts), where no lock object can be: the
+ *   record carries the leader's value; observers read it once a second (src/engines/cas/election.ts).
  *
  * Files: adapter.ts (the CasAdapter: GetObject, conditional PutObject, ListObjectsV2 for list, doctor's
  * probe), layout.ts (object names, shared with the tests).
@@ -32,10 +34,10 @@ import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url
 import { casLeaseBackend } from '../../engines/cas/backend.js'
 import { objectPrefix } from '../../engines/cas/objects.js'
 import { S3CasAdapter, type S3Module } from './adapter.js'
-import { DEFAULT_PREFIX } from './layout.js'
+import { DEFAULT_PREFIX, electionPrefix } from './layout.js'
 
 export { S3_LIMITS, S3CasAdapter } from './adapter.js'
-export { DEFAULT_PREFIX, lockObjectKey } from './layout.js'
+export { DEFAULT_PREFIX, electionObjectKey, lockObjectKey } from './layout.js'
 
 /** What `s3Backend` is told. */
 export interface S3BackendOptions {
@@ -56,7 +58,8 @@ const loadSdk = (): Promise<S3Module> => {
   return sdk
 }
 
-function s3Adapter(options: S3BackendOptions, owned: boolean, module: () => Promise<S3Module>): S3CasAdapter {
+/** The engine over the bucket: its locks' adapter, and its elections' (layout.ts), which never closes the client. */
+function s3Engine(options: S3BackendOptions, owned: boolean, module: () => Promise<S3Module>): LockBackend {
   const { client, bucket } = options
   if (!client || typeof (client as { send?: unknown }).send !== 'function') {
     throw new TypeError('Expected `client` to be an S3Client of @aws-sdk/client-s3')
@@ -65,7 +68,15 @@ function s3Adapter(options: S3BackendOptions, owned: boolean, module: () => Prom
     throw new TypeError('Expected `bucket` to be a bucket name')
   const prefix = objectPrefix(options.prefix, DEFAULT_PREFIX)
   const id = options.id ?? `s3://${bucket}/${prefix}`
-  return new S3CasAdapter({ client, bucket, prefix, id, owned, sdk: module })
+  const elections = new S3CasAdapter({
+    client,
+    bucket,
+    prefix: electionPrefix(prefix),
+    id,
+    owned: false,
+    sdk: module,
+  })
+  return casLeaseBackend(new S3CasAdapter({ client, bucket, prefix, id, owned, sdk: module }), {}, elections)
 }
 
 /**
@@ -75,7 +86,7 @@ function s3Adapter(options: S3BackendOptions, owned: boolean, module: () => Prom
  * const locks = createLockClient(s3Backend({ client: new S3Client({}), bucket: 'my-locks' }), { ttl: '30s' })
  */
 export function s3Backend(options: S3BackendOptions): LockBackend {
-  return casLeaseBackend(s3Adapter(options, false, loadSdk))
+  return s3Engine(options, false, loadSdk)
 }
 
 /** The URL parameters of s3:// (its page in docs/backends/ is tested against this). */
@@ -108,7 +119,7 @@ export async function fromUrl(url: URL): Promise<LockBackend> {
   })
   try {
     const prefix = decodeURIComponent(url.pathname)
-    return casLeaseBackend(s3Adapter({ client, bucket, prefix, id: redact(url) }, true, async () => module))
+    return s3Engine({ client, bucket, prefix, id: redact(url) }, true, async () => module)
   } catch (error) {
     client.destroy()
     throw error

@@ -1,33 +1,34 @@
 /**
  * How a store plugs into the cas-lease engine (engine.ts; S3, GCS, DynamoDB): `casLeaseBackend` returns
- * the backend object, the mutex's leased methods and an operator's list and break forwarded to the
- * engine. The adapter is the whole store part: its doctor is the backend's, and list is offered only
- * where the adapter can list its store. Elections: none on this engine.
+ * the backend object. The mutex's leased methods and an operator's list and break forward to one engine
+ * over the adapter's locks; the election facet (election.ts), where the store gives an adapter of an
+ * elections' namespace, to another engine over it. The adapters are the whole store part: the locks'
+ * doctor is the backend's, and list is offered only where the adapter can list its store.
  */
-import type { BackendCapabilities, LockBackend } from '../../core/backend.js'
+import type { LockBackend } from '../../core/backend.js'
 import type { CasAdapter } from './adapter.js'
-import { CasLease, type CasLeaseOptions } from './engine.js'
+import { casElection } from './election.js'
+import { CasLease, type CasLeaseOptions, casLeaseFacet } from './engine.js'
 
-/** Leases end by a waiter's observation; no notifications, no order among waiters. */
-const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, fifo: false }
-
-/** A LockBackend over `adapter`: the cas-lease engine. */
-export function casLeaseBackend(adapter: CasAdapter, options: CasLeaseOptions = {}): LockBackend {
+/**
+ * A LockBackend over `adapter`: the cas-lease engine, with elections over `elections` (an adapter of a
+ * namespace no lock's record can be in) when given. Its close sends both engines' pending retires first,
+ * then closes the elections' adapter and the locks' (which may end the client both share).
+ */
+export function casLeaseBackend(
+  adapter: CasAdapter,
+  options: CasLeaseOptions = {},
+  elections?: CasAdapter,
+): LockBackend {
   const engine = new CasLease(adapter, options)
+  const election = elections && casElection(elections, options)
   const backend: LockBackend = {
-    id: options.id ?? adapter.id,
-    capabilities: CAPABILITIES,
-    // A new record's grant waits for the store's clock between its two attempts: the core gives it that
-    // time also past a shorter timeout (`Busy.pending`), so every attempt keeps the adapter's own bound.
-    limits: adapter.limits,
-    tryAcquire: (req, signal) => engine.attempt(req, signal),
-    extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
-    release: (lease, signal) => engine.holds.release(lease, signal),
-    inspect: (key, signal) => engine.inspect(key, signal),
-    abandon: (req, signal) => engine.abandon(req, signal),
+    ...casLeaseFacet(engine, adapter, options.id ?? adapter.id),
+    ...(election ? { election: election.facet } : {}),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: async () => {
-      await engine.retirer.close()
+      await Promise.all([engine.retirer.close(), election?.close()])
+      await elections?.close()
       await adapter.close()
     },
   }

@@ -58,11 +58,19 @@
  * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the adapter's listing (each
  *   backend's header says what it reads).
  *
+ * - Elections (election.ts): the engine again, over an adapter of the elections' own namespace.
+ *
  * Adapter: `CasAdapter` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
 
 import { raceSignal } from '../../core/abort.js'
-import type { AcquireRequest, AttemptResult, LockInfo } from '../../core/backend.js'
+import type {
+  AcquireRequest,
+  AttemptResult,
+  BackendCapabilities,
+  LeaseFacet,
+  LockInfo,
+} from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
 import type { CasAdapter } from './adapter.js'
@@ -105,6 +113,25 @@ const WRITERS_KEPT = 10_000
 const SETTLE_ALLOWANCE_MS = 3000
 /** The least wait between two reads of the store's clock while a placeholder of ours settles. */
 const SETTLE_POLL_MIN_MS = 100
+
+/** Leases end by a waiter's observation; no notifications, no order among waiters. */
+const CAPABILITIES: BackendCapabilities = { expiry: 'observed', notify: false, fifo: false }
+
+/** The leased methods of `engine` over `adapter`'s records: the mutex's, or an election's (election.ts). */
+export function casLeaseFacet(engine: CasLease, adapter: CasAdapter, id: string): LeaseFacet {
+  return {
+    id,
+    capabilities: CAPABILITIES,
+    // A new record's grant waits for the store's clock between its two attempts: the core gives it that
+    // time also past a shorter timeout (`Busy.pending`), so every attempt keeps the adapter's own bound.
+    limits: adapter.limits,
+    tryAcquire: (req, signal) => engine.attempt(req, signal),
+    extend: (lease, ttlMs, signal) => engine.holds.extend(lease, ttlMs, signal),
+    release: (lease, signal) => engine.holds.release(lease, signal),
+    inspect: (key, signal) => engine.inspect(key, signal),
+    abandon: (req, signal) => engine.abandon(req, signal),
+  }
+}
 
 /** A grant to write: its fence, and whether it is made on a new (or still fresh) record. */
 interface Grant {
@@ -238,9 +265,21 @@ export class CasLease {
 
   /** `LockBackend.inspect`: the record as stored, with what this process has seen of it (operations.ts). */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    const { seen } = await this.#io.observe(key, signal)
+    const { seen } = await this.look(key, signal)
     if (seen === undefined) return null
     return recordView(seen.record, now() - seen.since, this.#adapter.id)
+  }
+
+  /**
+   * A read of `key` sent now: what this process has seen of its record (undefined: none), and from when
+   * it would take a held one over (observe.ts; undefined when not held or unreadable).
+   */
+  async look(
+    key: string,
+    signal: AbortSignal,
+  ): Promise<{ readonly seen: Observation | undefined; readonly takeoverAt: number | undefined }> {
+    const { seen } = await this.#io.observe(key, signal)
+    return { seen, takeoverAt: seen && this.#seen.takeoverAt(seen) }
   }
 
   /**
@@ -338,7 +377,13 @@ export class CasLease {
   #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string): AttemptResult {
     this.#waiting.delete(req.owner)
     this.#placed.delete(req.owner)
-    const hold: CasHold = { version, leaseMs: req.ttlMs, holder: req.holder, nonces: new Set([nonce]) }
+    const hold: CasHold = {
+      version,
+      leaseMs: req.ttlMs,
+      holder: req.holder,
+      value: req.value,
+      nonces: new Set([nonce]),
+    }
     return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
   }
 
@@ -361,6 +406,7 @@ export class CasLease {
       state: 'held',
       holder: req.holder,
       nonce: newNonce(),
+      ...(req.value === undefined ? {} : { value: req.value }),
       ...fields,
     }
     // Before it is sent: from here on it may land at any time, even after the core gave up on it.

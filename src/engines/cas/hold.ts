@@ -5,13 +5,13 @@
  * ours whose reply was lost, and which landed after all, is recognised as this hold's (owner, fence, and
  * the nonce of one of its own writes) and not taken for a loss.
  */
-import type { AcquireRequest, ExtendResult, HeldLease } from '../../core/backend.js'
+import type { AcquireRequest, ExtendResult, HeldLease, ProclaimResult } from '../../core/backend.js'
 import type { BoundedMap } from '../../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { newRecordFence, type ServerClock } from './fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './record.js'
 import type { CasRetirer } from './retire.js'
-import type { CasIo } from './write.js'
+import type { CasIo, WriteOutcome } from './write.js'
 
 /** The cookie of a cas-lease grant: what we know of our record. Updated in place by extend and release. */
 export interface CasHold {
@@ -20,6 +20,8 @@ export interface CasHold {
   /** The lease our latest known write asked for (a release writes it again). */
   leaseMs: number
   readonly holder: string | undefined
+  /** An election leader's value, which every write of the hold carries (election.ts); undefined on a lock. */
+  value: string | undefined
   /**
    * The nonces of this hold's writes since its last confirmed one (that one included): a record of our
    * owner and fence is this hold's only with one of them. Another attempt of the same acquire may have
@@ -64,13 +66,48 @@ export class CasHolds {
       Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
       return { renewed: true }
     }
+    this.#lostOrThrow(out, lease, hold, 'renew')
+    return { renewed: false }
+  }
+
+  /**
+   * `ElectionFacet.proclaim` (election.ts): a renewal's write with the new value, on our last version,
+   * the lease as last written. Owner, fence and nonce are checked on a refusal as a renewal's are; false
+   * when the record is no longer this hold's. Like any write it restarts the waiters' observation.
+   */
+  async proclaim(lease: HeldLease, value: string, signal: AbortSignal): Promise<ProclaimResult> {
+    const hold = lease.cookie as CasHold
+    // The store's write rate is per object: a proclaim and the renewals share it (GCS: one a second).
+    await this.#io.paced(lease.key, signal)
+    const record = { ...this.#record(lease, hold, hold.leaseMs, 'held'), value }
+    const out = await this.#io.write(lease.key, record, hold.version, signal)
+    if (out.kind === 'written') {
+      Object.assign(hold, { version: out.version, value, nonces: new Set([record.nonce]) })
+      return { proclaimed: true, cookie: hold }
+    }
+    this.#lostOrThrow(out, lease, hold, 'proclaim a value for')
+    return { proclaimed: false }
+  }
+
+  /**
+   * A write of the hold that did not land: returns when the record is no longer this hold's (lost);
+   * throws when the write's outcome is unknown.
+   */
+  #lostOrThrow(
+    out: Exclude<WriteOutcome, { kind: 'written' }>,
+    lease: HeldLease,
+    hold: CasHold,
+    what: string,
+  ): void {
     if (out.kind === 'unknown') throw out.error
     const ours = stillOurs(out.record, lease, hold)
-    if (!ours) return { renewed: false }
-    // Still ours at another version: an earlier renewal whose outcome we did not know landed late. We
-    // count on nothing new (this renewal stays unknown) but the next one, soon, replaces that version.
-    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs })
-    throw unsettled(this.#io, lease.key, 'renew')
+    if (!ours) return
+    // Still ours at another version: an earlier write of the hold whose outcome we did not know landed
+    // late. We count on nothing new (this write stays unknown) but the next one, soon, replaces that version.
+    // The value too: a proclaim of unknown outcome that landed is what the store shows, and what the
+    // next renewal must keep.
+    Object.assign(hold, { version: out.current!.version, leaseMs: ours.leaseMs, value: ours.value })
+    throw unsettled(this.#io, lease.key, what)
   }
 
   /**
@@ -151,7 +188,15 @@ export class CasHolds {
   #record(lease: HeldLease, hold: CasHold, leaseMs: number, state: CasState): CasRecord {
     const nonce = newNonce()
     hold.nonces.add(nonce)
-    return { owner: lease.owner, fence: lease.fence, leaseMs, state, holder: hold.holder, nonce }
+    return {
+      owner: lease.owner,
+      fence: lease.fence,
+      leaseMs,
+      state,
+      holder: hold.holder,
+      nonce,
+      ...(hold.value === undefined ? {} : { value: hold.value }),
+    }
   }
 }
 

@@ -76,8 +76,19 @@ export async function* readListedPage(
   }
 }
 
-/** The longest prefix a backend accepts, so that prefix + the longest name stays under the stores' 1024 bytes. */
-export const MAX_PREFIX_BYTES = 1024 - MAX_PLAIN_NAME_BYTES
+/**
+ * Where elections live under the store's prefix (election.ts): `<prefix>~election/<name>`. No lock's
+ * object can be there: a plain name never starts with '~', and a hashed one is '~' and 64 hex digits,
+ * with no '/'. A listing of locks reads these objects too and leaves them out (`keyOfObject`: the key in
+ * such a record is not the one its name would be).
+ */
+export const ELECTION_SEGMENT = '~election/'
+
+/**
+ * The longest prefix a backend accepts, so that prefix + the election segment + the longest name stays
+ * under the stores' 1024 bytes.
+ */
+export const MAX_PREFIX_BYTES = 1024 - MAX_PLAIN_NAME_BYTES - ELECTION_SEGMENT.length
 
 /**
  * The object prefix given by a URL's path or an option: '' and '/' mean `fallback`; a prefix not ending in

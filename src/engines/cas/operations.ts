@@ -48,6 +48,7 @@ export function recordView(record: CasRecord | undefined, unchangedMs: number, s
     fence: record.fence,
     expiresInMs: Math.max(0, Math.floor(record.leaseMs - unchangedMs)),
     note: HELD_NOTE,
+    ...(record.value === undefined ? {} : { value: record.value }),
   }
 }
 

@@ -14,6 +14,8 @@
  *   fencelock or behind its back, is made again with a fence above the old ones (fence.ts).
  * - `fresh: true` marks a record made by a create whose fence is not granted yet (fence.ts): whoever
  *   grants on it lifts the fence from the store's clock first. Absent in every other record.
+ * - `value` is an election leader's value (election.ts), written with the grant and by every later
+ *   write of the hold; absent in a lock's record.
  */
 import { randomBytes } from 'node:crypto'
 
@@ -33,6 +35,8 @@ export interface CasRecord {
   readonly key?: string | undefined
   /** Made by a create, its fence not granted to anyone yet (fence.ts). */
   readonly fresh?: true | undefined
+  /** An election candidate's value (`AcquireRequest.value`, or the last proclaimed); absent on a lock. */
+  readonly value?: string | undefined
 }
 
 /** The record format's version: a record of another version is unreadable, never guessed at. */
@@ -54,6 +58,7 @@ export function encodeRecord(record: CasRecord): string {
     nonce: record.nonce,
     ...(record.key === undefined ? {} : { key: record.key }),
     ...(record.fresh ? { fresh: true } : {}),
+    ...(record.value === undefined ? {} : { value: record.value }),
   })
 }
 
@@ -70,7 +75,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
     return undefined
   }
   if (typeof raw !== 'object' || raw === null || raw.v !== FORMAT) return undefined
-  const { owner, fence, leaseMs, state, holder, nonce, key, fresh } = raw
+  const { owner, fence, leaseMs, state, holder, nonce, key, fresh, value } = raw
   if (typeof owner !== 'string' || typeof nonce !== 'string') return undefined
   if (typeof fence !== 'string' || !/^\d{1,40}$/.test(fence)) return undefined
   if (typeof leaseMs !== 'number' || !Number.isFinite(leaseMs) || leaseMs < 0) return undefined
@@ -78,6 +83,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
   if (holder !== undefined && typeof holder !== 'string') return undefined
   if (key !== undefined && typeof key !== 'string') return undefined
   if (fresh !== undefined && fresh !== true) return undefined
+  if (value !== undefined && typeof value !== 'string') return undefined
   return {
     owner,
     fence: BigInt(fence),
@@ -87,6 +93,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
     nonce,
     ...(key === undefined ? {} : { key }),
     ...(fresh ? { fresh } : {}),
+    ...(value === undefined ? {} : { value }),
   }
 }
 
