@@ -150,6 +150,28 @@ describe('file backend: semaphores', () => {
     await backend.close()
   })
 
+  it('a semaphore whose leases all ended without a release is swept, and a live one is not', async () => {
+    const root = newRoot()
+    const backend = fileBackend({ dir: root }, { sweepAfterMs: 0, sweepEveryMs: 0, retireAfterMs: Infinity })
+    const facet = backend.semaphore as SemaphoreFacet
+    const signal = new AbortController().signal
+    const [ended, live] = [name('ended'), name('live')]
+    // A holder that never releases (a crashed one): its lease ends after 200 ms.
+    assert.ok((await facet.tryAcquire(attempt(ended, 'crashed', 1, 200), signal)).granted)
+    await sleep(400)
+    // Any grant sweeps the root now and then: the ended semaphore's folder goes, the live one's stays.
+    const held = await facet.tryAcquire(attempt(live, 'holder', 1, 60_000), signal)
+    assert.ok(held.granted)
+    assert.ok(
+      await eventually(() => semaphoreFolders(root).length === 1, 10_000),
+      `only the live semaphore is kept: ${semaphoreFolders(root)}`,
+    )
+    assert.deepEqual(semaphoreFolders(root), [keyFolderName(live)])
+    assert.equal(await facet.holders(ended, signal), null)
+    await facet.release({ key: live, owner: 'holder', fence: held.fence, cookie: held.cookie }, signal)
+    await backend.close()
+  })
+
   it(
     'processes of one host sharing a semaphore never hold more than its limit, with unique sequences',
     { timeout: 240_000 },
