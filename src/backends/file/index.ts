@@ -19,6 +19,8 @@
  * Waiting: fs.watch on the key's folder (watch.ts), the core's poll as the fallback.
  * Limits: one host (not NFS); keys up to 64 KiB, ttls up to 2^43 ms (FILE_LIMITS); epochs below 2^42.
  * Elections: the same leases with the leader's value, in a root of their own, <dir>/.elections/ (election/).
+ * Semaphores: a record per semaphore (limit, leases, line), in a root of their own, <dir>/.semaphores/
+ * (semaphore/).
  *
  * The folder: the shell (this file) makes the root and wires each primitive's facet into the backend;
  * each primitive is a folder of its records and operations (mutex/, whose header says how another one is
@@ -37,10 +39,17 @@
  *                    a few at a time after grants and releases; `prune`
  *   diagnostics.ts   doctor
  *   election/        leader election: the mutex's lease with a value, in <dir>/.elections/
+ *   semaphore/       counting semaphores: one record per semaphore, in <dir>/.semaphores/
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { BackendLimits, BreakOptions, BreakResult, LockBackend } from '../../core/backend.js'
+import type {
+  BackendLimits,
+  BreakOptions,
+  BreakResult,
+  LockBackend,
+  SemaphoreFacet,
+} from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { fileDoctor } from './diagnostics.js'
@@ -54,12 +63,14 @@ import { bootId, hasKernelBootId } from './host-clock.js'
 import { fileMutex, LEASE_RECORDS } from './mutex/index.js'
 import { DEFAULT_RETIRE_AFTER_MS, FolderRetirer } from './retire.js'
 import { type Root, SEEN_BY_LIMIT, UnreadableRecords } from './root.js'
+import { fileSemaphore, SEMAPHORE_RECORDS, semaphoreRoot } from './semaphore/index.js'
 import {
   DEFAULT_SWEEP_AFTER_MS,
   DEFAULT_SWEEP_EVERY_MS,
   type PruneResult,
   prune,
   RootSweeper,
+  type SweptRecords,
   testSweepMs,
 } from './sweep.js'
 
@@ -103,6 +114,8 @@ export interface FileBackend extends LockBackend {
   prune(prefix?: string): Promise<PruneResult>
   /** Leader election: the mutex's lease with the leader's value, kept apart in `<dir>/.elections/`. */
   readonly election: FileElection
+  /** Counting semaphores: one record per semaphore, kept apart in `<dir>/.semaphores/`. */
+  readonly semaphore: SemaphoreFacet
 }
 
 /**
@@ -165,11 +178,15 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     starts: startsOf(dir, boot, durability),
   }
   const retirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
-  const sweeper = sweeperOf(root, hooks)
+  const sweeper = sweeperOf(root, hooks, LEASE_RECORDS)
   // Elections: a root of their own inside this one, with its own housekeeping (election/index.ts).
   const elections = electionRoot(root, options.unreadableHoldMs ?? 60_000)
   const electionRetirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
-  const electionSweeper = sweeperOf(elections, hooks)
+  const electionSweeper = sweeperOf(elections, hooks, LEASE_RECORDS)
+  // Semaphores: likewise (semaphore/index.ts).
+  const sems = semaphoreRoot(root, options.unreadableHoldMs ?? 60_000)
+  const semaphoreRetirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const semaphoreSweeper = sweeperOf(sems, hooks, SEMAPHORE_RECORDS)
   const shell = {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
@@ -179,6 +196,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     ...shell,
     ...fileMutex(root, { retirer, sweeper }),
     election: fileElection(dir, elections, { retirer: electionRetirer, sweeper: electionSweeper }, shell),
+    semaphore: fileSemaphore(dir, sems, { retirer: semaphoreRetirer, sweeper: semaphoreSweeper }, shell),
     prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, LEASE_RECORDS, prefix)),
     doctor: () => fileDoctor(root, LEASE_RECORDS),
     async close() {
@@ -186,17 +204,19 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
       retirer.close()
       electionSweeper?.close()
       electionRetirer.close()
+      semaphoreSweeper?.close()
+      semaphoreRetirer.close()
     },
   }
 }
 
 /** The backend's sweep (sweep.ts), with the tests' settings if any; none when it never sweeps. */
-function sweeperOf(root: Root, hooks: FileTestHooks | undefined) {
+function sweeperOf<R extends object>(root: Root, hooks: FileTestHooks | undefined, records: SweptRecords<R>) {
   const test = testSweepMs()
   const afterMs = hooks?.sweepAfterMs ?? test ?? DEFAULT_SWEEP_AFTER_MS
   if (afterMs === Number.POSITIVE_INFINITY) return undefined
   const everyMs = hooks?.sweepEveryMs ?? test ?? DEFAULT_SWEEP_EVERY_MS
-  return new RootSweeper(root, LEASE_RECORDS, afterMs, everyMs)
+  return new RootSweeper(root, records, afterMs, everyMs)
 }
 
 /** `holderPids`, checked: pids are positive integers. */
