@@ -122,6 +122,25 @@ describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
     await again.release()
   })
 
+  it('serves the line in order: a small request does not pass a larger one waiting ahead of it', async () => {
+    const name = 'sem/fifo'
+    const [a, b, c] = [clientOf(), clientOf(), clientOf()]
+    const two = await a.semaphore(name, { limit: 3 }).acquire({ permits: 2 })
+    const large = awaitLater(b.semaphore(name, { limit: 3 }).acquire({ permits: 2, timeout: '60s' }))
+    await pollUntil(
+      () => a.semaphore(name, { limit: 3 }).inspect(),
+      (view) => view.waiting === 1,
+      WITHIN,
+    )
+    // One permit is free, but the request for two came first: it is not starved by single permits.
+    assert.equal(await c.semaphore(name, { limit: 3 }).tryAcquire(), null)
+    await two.release()
+    const granted = await large
+    const one = await c.semaphore(name, { limit: 3 }).tryAcquire()
+    assert.ok(one, 'the permit left beside the two is free')
+    await Promise.all([granted.release(), one.release()])
+  })
+
   it('watches a semaphore once per client, however many of its acquires wait', async () => {
     const name = 'sem/one-watch'
     const [a, b] = [clientOf(), clientOf()]
