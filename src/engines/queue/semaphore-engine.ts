@@ -19,6 +19,10 @@
  *   A grant's lease is what the session is known to keep, counted from the attempt's start.
  * - Release and abandon are the mutex's: an owner-checked delete, or deletes by name once every write has
  *   settled; a failed delete retires the session and is sent again (leftovers.ts).
+ *
+ * About 400 lines: an acquisition's steps (attempt, wait, extend, release, abandon) and the shared line
+ * watch share its state and are read together, as in engine.ts. The mutex's engine is not reused: its
+ * waiters watch one predecessor, which a semaphore's cannot (any entry ahead leaving may admit them).
  */
 import { linkedAbort, raceSignal } from '../../core/abort.js'
 import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../../core/backend.js'
