@@ -41,12 +41,15 @@
  * - Limits: keys up to 32 KiB and ttls up to 24.8 days (see ETCD_LIMITS). The client `fromUrl` makes
  *   (`etcdClientOptions`) keeps one request's error from failing the others (faults.ts).
  *
+ * - Semaphores: a line of keys under `<prefix>%semaphore/<name>/` with the limit beside them, on the queue
+ *   engine's semaphore (semaphore.ts has the layout).
+ *
  * - Operations: `list` ranges over the prefix a page of keys at a time, keeping each lock's first key;
  *   `break` deletes the holder's key conditioned on its create revision (operations.ts).
  *
  * Files: queue.ts (the queue-lock adapter: transactions and watches on a lock's prefix), leases.ts (the
  * session adapter: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
- * tests), operations.ts (inspect, list, break), faults.ts (etcd3 client options and error words).
+ * tests), operations.ts (inspect, list, break), semaphore.ts (counting semaphores), faults.ts (etcd3 client options and error words).
  */
 import type { Etcd3, IOptions } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
@@ -60,6 +63,7 @@ import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases } from './leases.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { EtcdQueue } from './queue.js'
+import { etcdSemaphore } from './semaphore.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
 
@@ -111,7 +115,12 @@ function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend
   }
   const prefix = options.prefix ?? DEFAULT_PREFIX
   const id = options.id ?? 'etcd'
-  const unavailable = (key: string, what: string, error: unknown, subject: 'lock' | 'election') => {
+  const unavailable = (
+    key: string,
+    what: string,
+    error: unknown,
+    subject: 'lock' | 'election' | 'semaphore',
+  ) => {
     if (error instanceof BackendUnavailableError) return error
     const { text, retryable } = describeFailure(error)
     return new BackendUnavailableError(`Could not ${what} ${subject} ${quoteKey(key)} on ${id}: ${text}`, {
@@ -136,6 +145,7 @@ function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend
     },
     { queue: new EtcdQueue(client, prefix), leases: new EtcdLeases(client) },
     etcdElection(client, prefix, (key, what, error) => unavailable(key, what, error, 'election')),
+    etcdSemaphore(client, prefix, (key, what, error) => unavailable(key, what, error, 'semaphore')),
   )
 }
 

@@ -36,6 +36,29 @@ export const electionsPrefix = (prefix: string = DEFAULT_PREFIX): string => `${p
 export const electionPrefix = (name: string, prefix: string = DEFAULT_PREFIX): string =>
   lockPrefix(name, electionsPrefix(prefix))
 
+/**
+ * The prefix under which semaphores live, apart from every lock and election: `<prefix>%semaphore/` (no
+ * lock's segment starts with `%s`, as for elections).
+ */
+export const semaphoresPrefix = (prefix: string = DEFAULT_PREFIX): string => `${prefix}%semaphore/`
+
+/**
+ * The prefix of the semaphore named `name`: its limit key (`semaphoreLimitKey`) and its entries, one per
+ * acquire, `<lease hex>-<owner>` on the acquire's session lease, valued with the permits.
+ */
+export const semaphorePrefix = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  lockPrefix(name, semaphoresPrefix(prefix))
+
+/**
+ * The key holding a semaphore's limit, `<semaphore prefix>%limit`. `%` sorts before every hex digit, so the
+ * entries (whose names start with one) are exactly the keys from `entriesStart` on.
+ */
+export const semaphoreLimitKey = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${semaphorePrefix(name, prefix)}%limit`
+
+/** The first key of a semaphore's entries, under its prefix `line` (`semaphorePrefix`). */
+export const entriesStart = (line: string): string => `${line}0`
+
 /** The first key after every key with `prefix` (etcd's range_end for a prefix). */
 export function prefixEnd(prefix: string): Buffer {
   const end = Buffer.from(prefix)

@@ -2,7 +2,8 @@
  * How a store plugs into the queue-lock engine (engine.ts), the same for every store on it (etcd,
  * ZooKeeper): `queueLockBackend` returns the backend object. The mutex's leased methods forward to one
  * engine over the store's lock queue, the election facet (election.ts) to another over its elections'
- * queue, and the store's own methods (who holds a lock, the operator's list, break and doctor, its close)
+ * queue, the semaphore facet (semaphore.ts) to a third over its semaphores' lines where the store keeps
+ * them, and the store's own methods (who holds a lock, the operator's list, break and doctor, its close)
  * are taken as given. A failure of a step is said in the backend's words ("Could not <what> lock …").
  */
 import type { BackendLimits, LockBackend, LockInfo } from '../../core/backend.js'
@@ -10,6 +11,7 @@ import type { QueueAdapters } from './adapter.js'
 import { type QueueElectionParts, queueElection } from './election.js'
 import { QueueLock } from './engine.js'
 import { queueLeasedMethods } from './leased-methods.js'
+import { type QueueSemaphoreParts, queueSemaphore } from './semaphore.js'
 
 /** What a store on the queue engine gives beside its adapters: its name, limits, own methods and words. */
 export interface QueueStore extends Required<Pick<LockBackend, 'list' | 'breakLock' | 'doctor'>> {
@@ -17,7 +19,7 @@ export interface QueueStore extends Required<Pick<LockBackend, 'list' | 'breakLo
   readonly id: string
   readonly limits: BackendLimits
   /** The error for a failed step: "Could not <what> <subject> <key> on <id>: <why, in the store's words>". */
-  unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election'): Error
+  unavailable(key: string, what: string, error: unknown, subject: 'lock' | 'election' | 'semaphore'): Error
   /** Who holds `key`: the store's read of its lock queue (a failure is said by `unavailable`). */
   inspect(key: string, signal: AbortSignal): Promise<LockInfo | null>
   /** Closes what the store itself opened; called once both engines are closed. */
@@ -28,13 +30,15 @@ export interface QueueStore extends Required<Pick<LockBackend, 'list' | 'breakLo
 const CAPABILITIES = { expiry: 'session', notify: true, fifo: true } as const
 
 /**
- * The backend of a store on the queue engine: the mutex over `locks`, elections over `elections`, and
- * `store`'s own methods. Its close closes both engines, then the store.
+ * The backend of a store on the queue engine: the mutex over `locks`, elections over `elections`,
+ * semaphores over `semaphores` (when given), and `store`'s own methods. Its close closes the engines, then
+ * the store.
  */
-export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry>(
+export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry, SemaphoreId>(
   store: QueueStore,
   locks: QueueAdapters<LockId, LockEntry>,
   elections: QueueElectionParts<ElectionId, ElectionEntry>,
+  semaphores?: QueueSemaphoreParts<SemaphoreId>,
 ): LockBackend {
   const { id, limits } = store
   const mutex = new QueueLock(locks.queue, locks.leases)
@@ -43,6 +47,11 @@ export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry>(
   const election = queueElection(elections, { id, capabilities: CAPABILITIES, limits }, (key, what, error) =>
     store.unavailable(key, what, error, 'election'),
   )
+  const semaphore = semaphores
+    ? queueSemaphore(semaphores, { id, capabilities: CAPABILITIES, limits }, (key, what, error) =>
+        store.unavailable(key, what, error, 'semaphore'),
+      )
+    : undefined
   return {
     id,
     capabilities: CAPABILITIES,
@@ -66,9 +75,10 @@ export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry>(
     },
     doctor: store.doctor,
     election: election.facet,
+    ...(semaphore ? { semaphore: semaphore.facet } : {}),
     close: async () => {
       // Our own revokes delete our entries: not a loss (the core has told the holders already).
-      await Promise.all([mutex.close(), election.close()])
+      await Promise.all([mutex.close(), election.close(), semaphore?.close()])
       await store.close()
     },
   }
