@@ -591,4 +591,5 @@ export const CI_SCENARIOS = [
   'L7',
   'L15',
   'M7',
+  'M15',
 ]

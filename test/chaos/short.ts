@@ -52,8 +52,10 @@ const STORES: Record<string, string[]> = {
   L4: ['etcd'],
   L7: ['redis'],
   L15: ['file'],
-  // Semaphores: holders killed while others hold and wait; never more than the limit valid at once.
+  // Semaphores: holders killed while others hold and wait (Redis), acquires given up at any await point
+  // (file); never more than the limit valid at once, nothing left behind.
   M7: ['redis'],
+  M15: ['file'],
 }
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 

@@ -10,6 +10,7 @@ import type {
   SemaphoreAdapter,
 } from '../../../src/engines/queue/semaphore-adapter.js'
 import { type PermitAcquisition, QueueSemaphore } from '../../../src/engines/queue/semaphore-engine.js'
+import { awaitLater } from '../../support/later.js'
 import { FakeQueueStore, settle } from './fake-store.js'
 
 /**
@@ -142,7 +143,7 @@ describe('queue engine: semaphore waiting', () => {
     await engine.attempt(request('a'), open())
     assert.equal((await engine.attempt(request('b'), open())).granted, false)
     // The watch is in place (b waits), then b reads again, as the core does right after arming its wait.
-    const first = engine.wait(request('b'), open())
+    const first = awaitLater(engine.wait(request('b'), open()))
     assert.equal((await engine.attempt(request('b'), open())).granted, false)
     line.touch()
     assert.equal(await settled(first), true)
