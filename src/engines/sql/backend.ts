@@ -50,7 +50,15 @@ export function sqlLeaseBackend(
   return {
     ...mutex,
     ...(election ? { election: election.facet } : {}),
-    ...(semaphore ? { semaphore: semaphore.facet } : {}),
+    ...(semaphore
+      ? {
+          semaphore: semaphore.facet,
+          doctor: async (signal: AbortSignal) => [
+            ...(await engine.doctor(signal)),
+            ...(await semaphore.doctor(signal)),
+          ],
+        }
+      : {}),
     async close() {
       const closed = await Promise.allSettled([election?.close(), semaphore?.close()])
       await engine.close()

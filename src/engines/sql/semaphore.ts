@@ -27,6 +27,7 @@ import { raceSignal } from '../../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
+  DoctorFinding,
   HeldLease,
   LockInfo,
   SemaphoreFacet,
@@ -51,7 +52,11 @@ const RETIRE_STATEMENT_MS = 10_000
 export function sqlSemaphore(
   adapter: SqlSemaphoreAdapter,
   options: SqlLeaseOptions = {},
-): { readonly facet: SemaphoreFacet; close(): Promise<void> } {
+): {
+  readonly facet: SemaphoreFacet
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]>
+  close(): Promise<void>
+} {
   const engine = new SqlSemaphore(adapter, options)
   const facet: SemaphoreFacet = {
     id: options.id ?? adapter.id,
@@ -71,7 +76,7 @@ export function sqlSemaphore(
         }
       : {}),
   }
-  return { facet, close: () => engine.close() }
+  return { facet, doctor: (signal) => engine.doctor(signal), close: () => engine.close() }
 }
 
 type Attempt =
@@ -210,6 +215,22 @@ export class SqlSemaphore {
       await tx.setLimit(key, limit)
       await tx.notify(key)
     })
+  }
+
+  /** `doctor`'s finding on the semaphore tables: there, or made on first use (or not: createTable off). */
+  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    const { table, ddl } = this.#adapter
+    if (await this.#adapter.tableExists(signal)) {
+      return [{ level: 'ok', message: `the semaphore tables ${table} exist` }]
+    }
+    return [
+      {
+        level: this.#createTable ? 'info' : 'warn',
+        message: this.#createTable
+          ? `the semaphore tables ${table} do not exist yet; the first semaphore creates them with:\n${ddl.call(this.#adapter)}`
+          : `the semaphore tables ${table} do not exist and createTable is off: no semaphore can be used until they are made with:\n${ddl.call(this.#adapter)}`,
+      },
+    ]
   }
 
   async close(): Promise<void> {

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
+import { fromUrl } from '../../../src/backends/mysql/index.js'
 import { DEFAULT_TABLE, semaphoreTableNames } from '../../../src/backends/mysql/layout.js'
 import { createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
 import type { KitStore } from '../../kits/kit.js'
@@ -138,5 +139,18 @@ describe('mysql: semaphores on the store', { timeout: 240_000 }, () => {
     )
     assert.deepEqual([...(await permitRows('crashed'))], [])
     await other.release()
+  })
+
+  it('doctor names the semaphore tables', async () => {
+    const backend = await fromUrl(new URL(store.url()))
+    try {
+      const findings = await backend.doctor!(AbortSignal.timeout(20_000))
+      const found = findings.find((f) => f.message.includes(SEMAPHORES))
+      assert.ok(found, `a finding on ${SEMAPHORES}: ${JSON.stringify(findings)}`)
+      assert.ok(found.message.includes(PERMITS))
+      assert.equal(found.level, 'ok')
+    } finally {
+      await backend.close()
+    }
   })
 })

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import postgres from 'postgres'
+import { postgresBackend } from '../../../src/backends/postgres/index.js'
 import {
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
@@ -148,5 +149,15 @@ describe('postgres: semaphores on the store', { timeout: 240_000 }, () => {
     )
     assert.deepEqual([...(await permitRows('crashed'))], [])
     await other.release()
+  })
+
+  it('doctor names the semaphore tables', async () => {
+    await client().semaphore('doctor', { limit: 1 }).inspect()
+    const backend = postgresBackend({ sql })
+    const findings = await backend.doctor!(AbortSignal.timeout(20_000))
+    const found = findings.find((f) => f.message.includes(SEMAPHORES))
+    assert.ok(found, `a finding on ${SEMAPHORES}: ${JSON.stringify(findings)}`)
+    assert.ok(found.message.includes(PERMITS))
+    assert.equal(found.level, 'ok')
   })
 })
