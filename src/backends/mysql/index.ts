@@ -31,6 +31,11 @@
  *   stays with it, so its waiters wake within their doorbell wait's 5 s.
  * - Elections (src/engines/sql-election.ts): the same engine over `<table>_elections` beside the lock table
  *   (its columns plus `value`), without the doorbell: candidates and observers read at most once a second.
+ * - Semaphores (src/engines/sql/semaphore.ts, semaphore.ts): `<table>_semaphores` (a row per semaphore in
+ *   use: its limit, its latest sequence) and `<table>_permits` (a row per grant or place in line), each
+ *   acquire one transaction that locks the semaphore's row; sequences from the server's clock in µs; no
+ *   doorbell (waiters poll). Names up to 3000 bytes. Lock names and semaphore names never meet; list and
+ *   break see locks only.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
  *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). With the doorbell, a client keeps up to a
  *   third of the pool's connections (1 to 4) for its lease statements and blocks at most half of the rest
@@ -49,6 +54,7 @@ import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { MySqlAdapter } from './adapter.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, electionsTableName, quoteTable } from './layout.js'
+import { MySqlSemaphoreAdapter } from './semaphore.js'
 import { SESSION_SETTINGS } from './statements.js'
 
 export { MYSQL_LIMITS, MySqlAdapter } from './adapter.js'
@@ -108,10 +114,13 @@ function backendOf(
     owned: false,
     election: true,
   })
+  // Semaphores: no doorbell either (waiters poll); transactions on pool connections.
+  const semaphores = new MySqlSemaphoreAdapter({ pool, tableName: settings.table, id: settings.id })
   return sqlLeaseBackend(
     mutex,
     { createTable: settings.createTable, ...(settings.doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}) },
     { adapter: elections, options: { createTable: settings.createTable } },
+    { adapter: semaphores, options: { createTable: settings.createTable } },
   )
 }
 

@@ -37,6 +37,62 @@ export function electionsTableName(name: string): string {
   return database === undefined ? own : `${database}.${own}`
 }
 
+/**
+ * The semaphore tables beside a lock table (src/engines/sql/semaphore.ts), in the same database:
+ * `<table>_semaphores` and `<table>_permits` (or a hash of the table's name when too long), quoted, and
+ * as information_schema spells them.
+ */
+export function semaphoreTableNames(name: string) {
+  const [database, table] = name.includes('.') ? name.split('.') : [undefined, name]
+  const beside = (suffix: string) => {
+    const plain = `${table}_${suffix}`
+    const own =
+      plain.length <= 64
+        ? plain
+        : `fencelock_${suffix}_${createHash('sha256').update(table!).digest('hex').slice(0, 40)}`
+    const full = database === undefined ? own : `${database}.${own}`
+    return { quoted: quoteTable(full, 'as `table`'), parts: [database ?? null, own] as const }
+  }
+  return { semaphores: beside('semaphores'), permits: beside('permits') }
+}
+
+/**
+ * The longest semaphore name: the permits table's primary key is the name and the owner (64 ASCII bytes),
+ * within InnoDB's longest index key (3072 bytes).
+ */
+export const MAX_SEMAPHORE_KEY_BYTES = 3000
+
+/**
+ * The semaphore tables. `semaphores`: the name's UTF-8 bytes, the stored `permit_limit`, the
+ * `last_sequence` granted; deleted when idle. `permits`: per (name, owner) a grant (`granted` 1, its
+ * `sequence`, the lease's end `expires_at` in µs on the server's clock) or a place in line (its arrival
+ * order as `sequence`, the time its place lapses as `expires_at`).
+ */
+export function semaphoreTablesDdl(semaphores: string, permits: string): string[] {
+  return [
+    [
+      `CREATE TABLE IF NOT EXISTS ${semaphores} (`,
+      `  sem_key VARBINARY(${MAX_SEMAPHORE_KEY_BYTES}) NOT NULL,`,
+      '  permit_limit INT NOT NULL,',
+      '  last_sequence BIGINT NOT NULL,',
+      '  PRIMARY KEY (sem_key)',
+      ') ENGINE=InnoDB',
+    ].join('\n'),
+    [
+      `CREATE TABLE IF NOT EXISTS ${permits} (`,
+      `  sem_key VARBINARY(${MAX_SEMAPHORE_KEY_BYTES}) NOT NULL,`,
+      '  owner VARCHAR(64) CHARACTER SET ascii NOT NULL,',
+      '  permits INT NOT NULL,',
+      '  granted TINYINT NOT NULL,',
+      '  sequence BIGINT NOT NULL,',
+      '  expires_at BIGINT NOT NULL,',
+      '  holder VARCHAR(256) CHARACTER SET utf8mb4 NULL,',
+      '  PRIMARY KEY (sem_key, owner)',
+      ') ENGINE=InnoDB',
+    ].join('\n'),
+  ]
+}
+
 /** The longest key: the primary key column is VARBINARY(3072), InnoDB's longest index key. */
 export const MAX_KEY_BYTES = 3072
 

@@ -4,7 +4,7 @@
  */
 import type { Sql } from 'postgres'
 
-export type PgSql = Pick<Sql, 'unsafe' | 'listen' | 'end' | 'options'>
+export type PgSql = Pick<Sql, 'unsafe' | 'listen' | 'end' | 'options' | 'begin'>
 
 /** Whether `value` looks like a `postgres()` instance (a function with `unsafe` and `listen`). */
 export function isPgSql(value: unknown): value is PgSql {

@@ -30,6 +30,10 @@
  * - Elections (src/engines/sql/election.ts): the same engine over `<table>_elections` beside the lock table
  *   (its columns plus `value`, its own fence sequence and channel); grants and proclaims notify too, so
  *   observers wake at every change.
+ * - Semaphores (src/engines/sql/semaphore.ts, semaphore.ts): `<table>_semaphores` (a row per semaphore in
+ *   use: its limit, its latest sequence) and `<table>_permits` (a row per grant or place in line), their
+ *   sequence source `<table>_semaphores_fence` and their own channel; each acquire one transaction that
+ *   locks the semaphore's row. Lock names and semaphore names never meet; list and break see locks only.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
@@ -46,6 +50,7 @@ import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { PostgresAdapter } from './adapter.js'
 import { isPgSql, type PgSql } from './client.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE, electionsTable, type PgTable } from './layout.js'
+import { PostgresSemaphoreAdapter } from './semaphore.js'
 
 export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
 export { POSTGRES_LIMITS, PostgresAdapter } from './adapter.js'
@@ -101,8 +106,9 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
 }
 
 /**
- * The mutex over the lock table, and elections over the elections table beside it (`electionsTable`):
- * one engine each, on the same client, which only the mutex's adapter ends.
+ * The mutex over the lock table, elections over the elections table beside it (`electionsTable`), and
+ * semaphores over the semaphore tables (semaphore.ts): one engine each, on the same client, which only the
+ * mutex's adapter ends.
  */
 function backendOf(
   settings: { sql: PgSql; table: PgTable; id: string; owned: boolean; createTable: boolean },
@@ -115,7 +121,8 @@ function backendOf(
     owned: false,
     election: true,
   })
-  return sqlLeaseBackend(mutex, options, { adapter: elections, options })
+  const semaphores = new PostgresSemaphoreAdapter(settings)
+  return sqlLeaseBackend(mutex, options, { adapter: elections, options }, { adapter: semaphores, options })
 }
 
 /** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */

@@ -61,10 +61,60 @@ export function fenceSequence(t: PgTable): PgTable {
  * fence sequence, advisory class and channel follow from its name, as the lock table's do.
  */
 export function electionsTable(t: PgTable): PgTable {
-  const plain = `${t.table}_elections`
+  return besideTable(t, 'elections')
+}
+
+/** A table beside the lock table: `<table>_<suffix>`, or a hash of the table's name when that is too long. */
+function besideTable(t: PgTable, suffix: string): PgTable {
+  const plain = `${t.table}_${suffix}`
   if (Buffer.byteLength(plain) <= MAX_IDENTIFIER_BYTES) return { schema: t.schema, table: plain }
   const hash = createHash('sha256').update(t.table).digest('hex').slice(0, 40)
-  return { schema: t.schema, table: `fencelock_elections_${hash}` }
+  return { schema: t.schema, table: `fencelock_${suffix}_${hash}` }
+}
+
+/**
+ * The semaphores table beside a lock table (src/engines/sql/semaphore.ts): `<table>_semaphores`, one row
+ * per semaphore in use (its limit, its latest sequence); its sequence source (`fenceSequence` of it) and
+ * its channel follow from its name. The permits table beside it: `permitsTable`.
+ */
+export function semaphoresTable(t: PgTable): PgTable {
+  return besideTable(t, 'semaphores')
+}
+
+/** The permits table beside a lock table: `<table>_permits`, one row per grant or place in line. */
+export function permitsTable(t: PgTable): PgTable {
+  return besideTable(t, 'permits')
+}
+
+/**
+ * The two semaphore tables. `semaphores`: `name`, the stored `permit_limit`, the `last_sequence` granted;
+ * deleted when idle. `permits`: per (name, owner) a grant (`granted`, its `sequence`, the lease's end
+ * `expires_at` on the server's clock) or a place in line (its arrival order as `sequence`, the time its
+ * place lapses as `expires_at`). No foreign key: a permits row is only ever written under its semaphore
+ * row's lock, and housekeeping deletes both.
+ */
+export function semaphoreTablesDdl(t: PgTable): string {
+  return [
+    `CREATE TABLE IF NOT EXISTS ${qualified(semaphoresTable(t))} (`,
+    '  name          text    PRIMARY KEY,',
+    '  permit_limit  integer NOT NULL,',
+    '  last_sequence bigint  NOT NULL',
+    `);\nCREATE TABLE IF NOT EXISTS ${qualified(permitsTable(t))} (`,
+    '  name       text        NOT NULL,',
+    '  owner      text        NOT NULL,',
+    '  permits    integer     NOT NULL,',
+    '  granted    boolean     NOT NULL,',
+    '  sequence   bigint      NOT NULL,',
+    '  expires_at timestamptz NOT NULL,',
+    '  holder     text,',
+    '  PRIMARY KEY (name, owner)',
+    ')',
+  ].join('\n')
+}
+
+/** The DDL of the semaphore tables and of their sequence source, for migrations, errors and `doctor`. */
+export function semaphoreDdl(t: PgTable): string {
+  return `${semaphoreTablesDdl(t)};\n${sequenceDdl(semaphoresTable(t), 'last_sequence')};`
 }
 
 /**
@@ -106,12 +156,12 @@ export function tableDdl(t: PgTable, election = false): string {
  * which count one per grant from that predecessor's own creation time. CACHE 1: a session caching values
  * would hand out fences out of time order. Fails with 42P07 when it exists: it is never set back.
  */
-export function sequenceDdl(t: PgTable): string {
+export function sequenceDdl(t: PgTable, column = 'fence'): string {
   const seq = qualified(fenceSequence(t))
   return [
     `CREATE SEQUENCE ${seq} AS bigint CACHE 1 NO CYCLE;`,
     `SELECT pg_catalog.setval(${regclassLiteral(seq)}, GREATEST(`,
-    `  (SELECT pg_catalog.max(fence) FROM ${qualified(t)}),`,
+    `  (SELECT pg_catalog.max(${column}) FROM ${qualified(t)}),`,
     `  (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint))`,
   ].join('\n')
 }

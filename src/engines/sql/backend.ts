@@ -2,13 +2,16 @@
  * How a store plugs into the sql-lease engine (engine.ts; PostgreSQL, MySQL/MariaDB): `sqlLeaseBackend`
  * returns the backend object. The mutex's leased methods and the operator's (list, break, doctor) forward
  * to one engine over the adapter's lock table; the election facet (election.ts), where the store gives an
- * elections table, to another engine over it, whose table findings doctor adds. The adapters are the
+ * elections table, to another engine over it; the semaphore facet (semaphore.ts), where the store gives
+ * semaphore tables, to the semaphore engine. Doctor adds each one's table findings. The adapters are the
  * whole store part: the engine reads, lists and diagnoses through them.
  */
 import type { LockBackend } from '../../core/backend.js'
 import type { SqlAdapter } from './adapter.js'
 import { type SqlElectionAdapter, sqlElection } from './election.js'
 import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
+import { sqlSemaphore } from './semaphore.js'
+import type { SqlSemaphoreAdapter } from './semaphore-adapter.js'
 
 /** An elections table's adapter, and its engine's options (the mutex's do not carry over). */
 export interface SqlElections {
@@ -16,15 +19,22 @@ export interface SqlElections {
   readonly options?: SqlLeaseOptions | undefined
 }
 
+/** The semaphore tables' adapter, and its engine's options. */
+export interface SqlSemaphores {
+  readonly adapter: SqlSemaphoreAdapter
+  readonly options?: SqlLeaseOptions | undefined
+}
+
 /**
- * A LockBackend over `adapter`: the sql-lease engine, with elections over `elections` when given. Its
- * close closes the elections' engine first (its subscription), then the mutex's (whose adapter may end
- * the client both share).
+ * A LockBackend over `adapter`: the sql-lease engine, with elections over `elections` and semaphores over
+ * `semaphores` when given. Its close closes those engines first (their subscriptions), then the mutex's
+ * (whose adapter may end the client they all share).
  */
 export function sqlLeaseBackend(
   adapter: SqlAdapter,
   options: SqlLeaseOptions = {},
   elections?: SqlElections,
+  semaphores?: SqlSemaphores,
 ): LockBackend {
   const engine = new SqlLease(adapter, options)
   const mutex: LockBackend = {
@@ -34,18 +44,22 @@ export function sqlLeaseBackend(
     doctor: (signal) => engine.doctor(signal),
     close: () => engine.close(),
   }
-  if (elections === undefined) return mutex
-  const election = sqlElection(elections.adapter, elections.options)
+  const election = elections && sqlElection(elections.adapter, elections.options)
+  const semaphore = semaphores && sqlSemaphore(semaphores.adapter, semaphores.options)
+  if (election === undefined && semaphore === undefined) return mutex
   return {
     ...mutex,
-    election: election.facet,
-    doctor: async (signal) => [...(await engine.doctor(signal)), ...(await election.doctor(signal))],
+    ...(election ? { election: election.facet } : {}),
+    ...(semaphore ? { semaphore: semaphore.facet } : {}),
+    doctor: async (signal: AbortSignal) => [
+      ...(await engine.doctor(signal)),
+      ...(election ? await election.doctor(signal) : []),
+      ...(semaphore ? await semaphore.doctor(signal) : []),
+    ],
     async close() {
-      try {
-        await election.close()
-      } finally {
-        await engine.close()
-      }
+      const closed = await Promise.allSettled([election?.close(), semaphore?.close()])
+      await engine.close()
+      for (const outcome of closed) if (outcome.status === 'rejected') throw outcome.reason
     },
   }
 }

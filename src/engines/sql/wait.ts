@@ -34,6 +34,9 @@ import { now, sleep } from '../../core/clock.js'
 import { causeText } from '../../core/errors.js'
 import type { SqlAdapter, SqlListener, SqlRow } from './adapter.js'
 
+/** Where wake-ups come from: an adapter's notifications or doorbell (a lock table's, or semaphore.ts's). */
+export type WakeSource = Pick<SqlAdapter, 'listen' | 'watch'>
+
 /** What this process last saw of a key held by another. */
 interface Seen {
   readonly owner: string
@@ -53,7 +56,7 @@ interface Waiter {
 }
 
 export class SqlWaiting {
-  readonly #adapter: SqlAdapter
+  readonly #adapter: WakeSource
   readonly #pollMaxMs: number
   readonly #listenTimeoutMs: number
   readonly #seen = new BoundedMap<string, Seen>(KEYS_KEPT)
@@ -76,7 +79,7 @@ export class SqlWaiting {
   #listenError: unknown
   #closed = false
 
-  constructor(adapter: SqlAdapter, pollMaxMs: number, listenTimeoutMs: number) {
+  constructor(adapter: WakeSource, pollMaxMs: number, listenTimeoutMs: number) {
     this.#adapter = adapter
     this.#pollMaxMs = pollMaxMs
     this.#listenTimeoutMs = listenTimeoutMs
