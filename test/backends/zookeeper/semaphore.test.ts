@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict'
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
 import { after, before, describe, it } from 'node:test'
 import type { Client, Stat } from 'node-zookeeper-client'
 import { zookeeperBackend } from '../../../src/backends/zookeeper/index.js'
@@ -12,6 +14,7 @@ import {
 import { createLockClient, LimitMismatchError, type LockClient } from '../../../src/index.js'
 import { connectAdmin } from '../../kits/zookeeper.js'
 import { startZooKeeper, type ZooKeeperEnsemble } from '../../servers/zookeeper.js'
+import { type CuratorBuild, compileCurator, javaCommand, SEMAPHORE_SOURCE } from '../../support/curator.js'
 import { awaitLater } from '../../support/later.js'
 import { sleep } from '../../support/time.js'
 import { pollUntil } from '../../support/wait.js'
@@ -20,7 +23,9 @@ import { pollUntil } from '../../support/wait.js'
  * Counting semaphores on ZooKeeper, what the conformance cases cannot see: the nodes on the store
  * (Curator's `InterProcessSemaphoreV2` layout, the limit in the `leases` node's data), a lease's sequence
  * being its czxid (increasing after the semaphore's nodes were deleted), the nodes gone once unused, a
- * limit stored into a `leases` node Curator made without one, and an abandoned waiter's lease deleted.
+ * limit stored into a `leases` node Curator made without one, an abandoned waiter's lease deleted, and
+ * Curator 5.4's `InterProcessSemaphoreV2` (a Java child: test/fixtures/curator/CuratorSemaphore.java) and
+ * fencelock sharing one limit, both ways.
  */
 const WITHIN = { withinMs: 30_000, everyMs: 50 }
 const PREFIX = '/fencelock-semaphore'
@@ -28,13 +33,18 @@ const PREFIX = '/fencelock-semaphore'
 describe('zookeeper: counting semaphore', { timeout: 240_000 }, () => {
   let zk: ZooKeeperEnsemble
   let admin: Client
+  let build: CuratorBuild
   const open: LockClient[] = []
+  const javas: ChildProcessWithoutNullStreams[] = []
 
   before(async () => {
     zk = await startZooKeeper(1)
     admin = (await connectAdmin(zk.connectString, { sessionTimeout: 10_000 })) as Client
+    build = compileCurator(SEMAPHORE_SOURCE)
   })
   after(async () => {
+    for (const java of javas) if (java.exitCode === null && java.signalCode === null) java.kill('SIGKILL')
+    build.cleanup()
     await Promise.all(open.map((c) => c.close()))
     admin.close()
     await zk.destroy()
@@ -138,5 +148,86 @@ describe('zookeeper: counting semaphore', { timeout: 240_000 }, () => {
     await held.release()
     await sleep(10)
     assert.deepEqual(await childrenOf(leases), [])
+  })
+
+  /** A Curator client in a JVM: `send` a command, `next` the next line it prints (in order). */
+  const curator = async () => {
+    const [java, args] = javaCommand(build, 'CuratorSemaphore', [zk.connectString])
+    const child = spawn(java, args, { stdio: 'pipe' })
+    javas.push(child)
+    const lines: string[] = []
+    const waiting: Array<(line: string) => void> = []
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      const taker = waiting.shift()
+      if (taker) taker(line)
+      else lines.push(line)
+    })
+    const next = () => {
+      const line = lines.shift()
+      if (line !== undefined) return Promise.resolve(line)
+      return new Promise<string>((resolve) => waiting.push(resolve))
+    }
+    const send = (command: string) => child.stdin.write(`${command}\n`)
+    const ready = await Promise.race([next(), sleep(90_000).then(() => `no answer; stderr: ${stderr}`)])
+    assert.equal(ready, 'ready', stderr)
+    return { send, next, lines, stop: () => child.kill('SIGKILL') }
+  }
+
+  it("shares its limit with Curator's InterProcessSemaphoreV2: fencelock holds, Curator waits", async () => {
+    const name = 'interop-a'
+    const path = semaphorePath(name, PREFIX)
+    const leases = semaphoreLeases(name, PREFIX)
+    const sems = clientOn(zk.url(PREFIX))
+    const one = await sems.semaphore(name, { limit: 2 }).acquire()
+    const two = await sems.semaphore(name, { limit: 2 }).acquire()
+    const java = await curator()
+    java.send(`acquire ${path} 2 60000`)
+    const answer = java.next()
+    // Both permits are fencelock's: Curator's lease waits (its node is in the line, counted by it).
+    await sleep(2000)
+    assert.deepEqual(java.lines, [], 'Curator waits while fencelock holds both permits')
+    assert.ok((await childrenOf(leases)).length <= 3)
+    await one.release()
+    assert.equal(await answer, 'acquired')
+    assert.equal(
+      await sems.semaphore(name, { limit: 2 }).tryAcquire(),
+      null,
+      'Curator holds the second permit',
+    )
+    java.send('release')
+    assert.equal(await java.next(), 'released')
+    const after = await sems.semaphore(name, { limit: 2 }).acquire({ timeout: '60s' })
+    await after.release()
+    await two.release()
+    java.stop()
+  })
+
+  it("shares its limit with Curator's InterProcessSemaphoreV2: Curator holds, fencelock waits", async () => {
+    const name = 'interop-b'
+    const path = semaphorePath(name, PREFIX)
+    const leases = semaphoreLeases(name, PREFIX)
+    const java = await curator()
+    java.send(`acquire ${path} 2 60000`)
+    assert.equal(await java.next(), 'acquired')
+    java.send(`acquire ${path} 2 60000`)
+    assert.equal(await java.next(), 'acquired')
+    assert.equal((await childrenOf(leases)).length, 2)
+    const sems = clientOn(zk.url(PREFIX))
+    assert.equal(await sems.semaphore(name, { limit: 2 }).tryAcquire(), null, "Curator's two leases count")
+    const waiting = awaitLater(sems.semaphore(name, { limit: 2 }).acquire({ timeout: '60s' }))
+    await sleep(1000)
+    const view = await sems.semaphore(name, { limit: 2 }).inspect()
+    assert.equal(view.held, 2)
+    assert.equal(view.waiting, 1)
+    java.send('release')
+    assert.equal(await java.next(), 'released')
+    const held = await waiting
+    assert.equal((await sems.semaphore(name, { limit: 2 }).inspect()).held, 1)
+    await held.release()
+    java.stop()
   })
 })
