@@ -35,6 +35,11 @@ export const LATCH_SOURCE = fileURLToPath(
   new URL('../../../test/fixtures/curator/CuratorLatch.java', import.meta.url),
 )
 
+/** The InterProcessSemaphoreV2 fixture (the semaphore interop test drives it itself). */
+export const SEMAPHORE_SOURCE = fileURLToPath(
+  new URL('../../../test/fixtures/curator/CuratorSemaphore.java', import.meta.url),
+)
+
 /** The compiled fixture: its class folder. One per test file; `cleanup()` removes it. */
 export interface CuratorBuild {
   readonly classPath: string

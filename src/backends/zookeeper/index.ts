@@ -44,7 +44,7 @@
  *   first child; `break` deletes the holder's child at the version read (operations.ts).
  *
  * Files: queue.ts (the queue-lock adapter: children, creates, watches), retire.ts (deleting unused lock
- * nodes), sessions.ts (the session adapter:
+ * nodes), semaphore.ts (counting semaphores, Curator's `InterProcessSemaphoreV2` layout), sessions.ts (the session adapter:
  * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
  * and names, shared with the tests), operations.ts (inspect, list, break), diagnose.ts (what `inspect` and
@@ -62,6 +62,7 @@ import { zookeeperElection } from './election.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { ZkQueue } from './queue.js'
+import { zookeeperSemaphore } from './semaphore.js'
 import { type Connect, OwnSessions, SharedSession } from './sessions.js'
 
 export type { ZkClient } from './client.js'
@@ -152,14 +153,19 @@ function zookeeperBackendOf(setup: Setup): LockBackend {
     reader ??= setup.connect!(setup.sessionTimeoutMs ?? READER_TIMEOUT_MS)
     return reader
   }
-  const unavailable = (key: string, what: string, error: unknown, subject: 'lock' | 'election') => {
+  const unavailable = (
+    key: string,
+    what: string,
+    error: unknown,
+    subject: 'lock' | 'election' | 'semaphore',
+  ) => {
     if (error instanceof BackendUnavailableError) return error
     return new BackendUnavailableError(
       `Could not ${what} ${subject} ${quoteKey(key)} on ${id}: ${describeFailure(error)}`,
       { key, backend: id, cause: error, retryable: true },
     )
   }
-  return queueLockBackend(
+  const backend = queueLockBackend(
     {
       id,
       limits: ZOOKEEPER_LIMITS,
@@ -180,6 +186,20 @@ function zookeeperBackendOf(setup: Setup): LockBackend {
       unavailable(key, what, error, 'election'),
     ),
   )
+  const semaphore = zookeeperSemaphore(
+    { id, prefix, retireAfterMs, leases, reader: client },
+    { id, capabilities: backend.capabilities, limits: ZOOKEEPER_LIMITS },
+    (key, what, error) => unavailable(key, what, error, 'semaphore'),
+  )
+  return {
+    ...backend,
+    semaphore: semaphore.facet,
+    close: async () => {
+      // Its sessions' closes delete our leases; the backend's close then ends the reader connection.
+      await semaphore.close()
+      await backend.close()
+    },
+  }
 }
 
 /** `fencelock doctor`: each member's `srvr`, the session negotiated, and how many lock nodes are kept. */

@@ -107,6 +107,45 @@ export function unsegment(escaped: string): string | undefined {
 export const electionPath = (name: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix === '/' ? '' : prefix}/%election/${segment(name)}`
 
+/**
+ * The node of the semaphore named `name`: `<prefix>/%semaphore/<name escaped>` (Curator's
+ * `InterProcessSemaphoreV2` path), apart from every lock and election. Its `leases` child holds the leases
+ * (`semaphoreLeases`); Curator's admission mutex is its `locks` child, which fencelock does not use.
+ */
+export const semaphorePath = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix === '/' ? '' : prefix}/%semaphore/${segment(name)}`
+
+/** The node whose children are the leases of the semaphore named `name` (Curator's `<path>/leases`). */
+export const semaphoreLeases = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${semaphorePath(name, prefix)}/leases`
+
+/** Curator's `InterProcessSemaphoreV2` lease name (`LEASE_BASE_NAME`), before each lease's sequence number. */
+export const LEASE_NAME = 'lease-'
+
+/**
+ * The word before a lease's sequence number for `permits` permits: Curator's `lease-` for one, `<k>-lease-`
+ * for k, so the name says how many permits the lease holds (Curator counts every lease as one).
+ */
+export const leaseName = (permits: number): string =>
+  permits === 1 ? LEASE_NAME : `${permits}-${LEASE_NAME}`
+
+/** The permits a lease holds, from its name (`leaseName`); 1 for any other (Curator's own leases). */
+export function permitsOf(child: string): number {
+  const match = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-([1-9][0-9]*)-lease-/.exec(
+    child,
+  )
+  return match ? Number(match[1]) : 1
+}
+
+/** The data of a semaphore's `leases` node: its stored limit. */
+export const limitData = (limit: number): Buffer => Buffer.from(`limit ${limit}`, 'utf8')
+
+/** The limit stored in a `leases` node's data (`limitData`), or undefined (none, or Curator's empty node). */
+export function limitOf(data: Buffer): number | undefined {
+  const match = /^limit ([1-9][0-9]*)$/.exec(data.toString('utf8'))
+  return match ? Number(match[1]) : undefined
+}
+
 /** The node of the lock named `key`, whose children are its queue (Curator's lock path). */
 export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix === '/' ? '' : prefix}/${segment(key)}`

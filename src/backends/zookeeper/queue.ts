@@ -80,6 +80,8 @@ export interface QueueKind {
   data(value: string, sessionTimeoutMs: number): Buffer
   /** The children of queue `queue` in line order; throws for children of another kind (a mixed path). */
   line(names: readonly string[], queue: string): string[]
+  /** Whether the queue's parent goes with the queue's node when it is retired (a semaphore's, retire.ts). */
+  readonly retireParent?: boolean
 }
 
 /** A lock's queue (Curator's `InterProcessMutex`). */
@@ -121,7 +123,7 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
 
   constructor(prefix: string, retireAfterMs: number, kind: QueueKind = LOCK_QUEUE) {
     this.#prefix = prefix
-    this.#retirer = new NodeRetirer(retireAfterMs)
+    this.#retirer = new NodeRetirer(retireAfterMs, kind.retireParent ?? false)
     this.#kind = kind
   }
 
@@ -136,9 +138,14 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     return { client: known.session.client, path: known.node }
   }
 
+  /** The word before the sequence number of `owner`'s child (a semaphore's says its permits). */
+  protected childNameOf(_owner: string): string {
+    return this.#kind.childName
+  }
+
   /** Curator's protected name, its id made of our owner id: unique to the acquire. */
   nameOf(queue: string, lease: ZkSession, owner: string): string {
-    const name = `${queue}/${protectedName(owner, this.#kind.childName)}`
+    const name = `${queue}/${protectedName(owner, this.childNameOf(owner))}`
     const known = this.#known.get(name)
     // A new session (the old one was lost) creates a new node under the same name.
     if (known?.session !== lease) this.#known.set(name, { session: lease })

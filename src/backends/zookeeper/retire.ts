@@ -15,6 +15,7 @@
  * node, as does a client that crashes; `doctor` counts the nodes kept. Its one timer lives here rather
  * than in an engine because no other store needs it.
  */
+import { posix } from 'node:path'
 import { now, timerDelay } from '../../core/clock.js'
 import { remove, type ZkClient } from './client.js'
 
@@ -26,12 +27,21 @@ const CLOSE_WAIT_MS = 1_000
 
 export class NodeRetirer {
   readonly #afterMs: number
+  /** The node's parent goes too, if empty (a semaphore's node, whose `leases` child is the queue). */
+  readonly #parentToo: boolean
   /** Lock nodes by path, oldest release first (a Map keeps insertion order): the client to delete with. */
   readonly #released = new Map<string, { readonly client: ZkClient; readonly at: number }>()
   #timer: NodeJS.Timeout | undefined
 
-  constructor(afterMs: number) {
+  constructor(afterMs: number, parentToo = false) {
     this.#afterMs = afterMs
+    this.#parentToo = parentToo
+  }
+
+  /** Deletes `path` if empty, then its parent if asked and empty. */
+  #delete(client: ZkClient, path: string): Promise<void> {
+    const deleted = deleteIfEmpty(client, path)
+    return this.#parentToo ? deleted.then(() => deleteIfEmpty(client, posix.dirname(path))) : deleted
   }
 
   /** This client released (or gave up) its place in `path`: delete the node once it stays unused. */
@@ -41,7 +51,7 @@ export class NodeRetirer {
     if (this.#released.size > MAX_REMEMBERED) {
       const [oldest, entry] = this.#released.entries().next().value!
       this.#released.delete(oldest)
-      void deleteIfEmpty(entry.client, oldest)
+      void this.#delete(entry.client, oldest)
     }
     this.#arm()
   }
@@ -55,7 +65,7 @@ export class NodeRetirer {
   async close(): Promise<void> {
     clearTimeout(this.#timer)
     this.#timer = undefined
-    const deletes = [...this.#released].map(([path, { client }]) => deleteIfEmpty(client, path))
+    const deletes = [...this.#released].map(([path, { client }]) => this.#delete(client, path))
     this.#released.clear()
     if (deletes.length === 0) return
     let timer: NodeJS.Timeout | undefined
@@ -82,7 +92,7 @@ export class NodeRetirer {
     for (const [path, { client, at }] of this.#released) {
       if (at > due) break
       this.#released.delete(path)
-      void deleteIfEmpty(client, path)
+      void this.#delete(client, path)
     }
     this.#arm()
   }

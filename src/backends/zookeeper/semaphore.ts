@@ -1,0 +1,393 @@
+/**
+ * Counting semaphores on ZooKeeper, on the queue-lock engine (src/engines/queue/engine.ts), in Apache
+ * Curator's `InterProcessSemaphoreV2` layout, so a Java service's semaphore with the same limit and
+ * fencelock clients on the same path count each other's leases.
+ *
+ * - Layout (layout.ts): the semaphore named `s` is the node `<prefix>/%semaphore/<s escaped>`, apart from
+ *   every lock and election; its `leases` child holds one child per acquire, created EPHEMERAL_SEQUENTIAL
+ *   in Curator's protected mode: `_c_<owner id as a UUID>-lease-<sequence>` for one permit,
+ *   `_c_<owner id>-<k>-lease-<sequence>` for k, its data the owner, the holder and the session timeout (as
+ *   a lock's child). The `leases` node's data is the stored limit, `limit <n>` (Curator writes none there and
+ *   reads none: it has no stored limit).
+ * - Grant: in sequence order, a lease holds once the permits of every lease before it (held or waiting)
+ *   plus its own fit under the limit; so a large request is never passed by smaller ones behind it, and a
+ *   Curator lease (one permit) counts as one. The limit is read with each listing. Curator grants when the
+ *   number of children is at most its maxLeases: a fencelock lease of k permits counts as one there, so
+ *   share a semaphore with Curator with one permit per acquire and the same limit.
+ * - Fence (the permit's sequence): the lease's czxid, a zxid, store-wide and never going back, also after
+ *   the `leases` node was deleted and made again (its own sequence numbers restart at 0).
+ * - Waiting: a waiter watches the oldest lease ahead of its own (its deletion is the likeliest to let it
+ *   in: the line moves from its head) and the `leases` node's data (a new limit). A lease released
+ *   elsewhere in the line is seen at the next of those, or at the engine's re-read of the line.
+ *   Curator's admission mutex (`<path>/locks`) is not taken: safety does not need it (every lease counts
+ *   every lease created before it), only Curator's own waiters line up there.
+ * - Orphans (Curator's CURATOR-315): the engine deletes an abandoned acquire's children by protected name,
+ *   once its creates have settled, so a create whose reply was lost leaves no lease behind.
+ * - Storage: the `leases` node and its parent are deleted once unused (retire.ts), the limit with them.
+ *
+ * `storedLimit` reads again after a concurrent writer of the `leases` node (a create that met another's,
+ * a conditional write that lost): at most twice, as each loss means another client stored its limit.
+ */
+import { posix } from 'node:path'
+import { raceSignal } from '../../core/abort.js'
+import type {
+  AcquireRequest,
+  HeldLease,
+  LockInfo,
+  PermitHolder,
+  SemaphoreFacet,
+  SemaphoreInfo,
+} from '../../core/backend.js'
+import { LimitMismatchError } from '../../core/errors.js'
+import type { Watch } from '../../engines/queue/adapter.js'
+import { QueueLock } from '../../engines/queue/engine.js'
+import { queueLeasedMethods } from '../../engines/queue/leased-methods.js'
+import type { SessionAdapter } from '../../engines/session/adapter.js'
+import {
+  CODE,
+  children,
+  codeOf,
+  create,
+  mkdirp,
+  PERSISTENT,
+  read,
+  setDataAt,
+  stat,
+  touchLeader,
+  type ZkClient,
+  zxidOf,
+} from './client.js'
+import {
+  entryData,
+  inLine,
+  LEASE_NAME,
+  leaseName,
+  limitData,
+  limitOf,
+  ownerOfProtected,
+  permitsOf,
+  semaphoreLeases,
+} from './layout.js'
+import { type QueueKind, type ZkEntry, ZkQueue } from './queue.js'
+import type { ZkSession } from './sessions.js'
+
+/** A semaphore's queue: the `lease-` children of its `leases` node. */
+export const SEMAPHORE_QUEUE: QueueKind = {
+  queueOf: semaphoreLeases,
+  childName: LEASE_NAME,
+  data: entryData,
+  line: (names) => inLine(names, LEASE_NAME),
+  retireParent: true,
+}
+
+/**
+ * The queue of the semaphores: the engine's rule is "first in line" (a mutex), and this adapter hands it
+ * the entries that rule must see: none when our permits fit behind every lease before ours, else the
+ * oldest one (the one to wait for).
+ */
+export class ZkSemaphoreQueue extends ZkQueue {
+  /** The permits each acquire asks for, by owner, while it is under way or holds. */
+  readonly permits = new Map<string, number>()
+  /** The limit last read per `leases` node, for a listing that found no stored limit (the node made again). */
+  readonly limits = new Map<string, number>()
+  /** The data version of each `leases` node at our latest read of its limit: a watch set later compares. */
+  readonly #versions = new Map<string, number>()
+
+  constructor(prefix: string, retireAfterMs: number) {
+    super(prefix, retireAfterMs, SEMAPHORE_QUEUE)
+  }
+
+  protected override childNameOf(owner: string): string {
+    return leaseName(this.permits.get(owner) ?? 1)
+  }
+
+  override async enqueue(queue: string, name: string, value: string, lease: ZkSession, _looksBack: number) {
+    const limit = this.#readLimit(lease.client, queue)
+    const put = await super.enqueue(queue, name, value, lease, Number.POSITIVE_INFINITY)
+    if (put.ahead === undefined) return put
+    return { ...put, ahead: this.#decide(queue, name, put.ahead, await limit, lease.client) }
+  }
+
+  override async check(entry: Parameters<ZkQueue['check']>[0], _looksBack: number) {
+    const node = this.nodeOf(entry)
+    const limit = node ? this.#readLimit(node.client, entry.queue) : Promise.resolve(undefined)
+    const state = await super.check(entry, Number.POSITIVE_INFINITY)
+    const stored = await limit
+    if (!state.mine || !node) return state
+    return { mine: true, ahead: this.#decide(entry.queue, entry.name, state.ahead, stored, node.client) }
+  }
+
+  /**
+   * The watch on the lease ahead, which also ends at a change of the limit: the wait then reads the line
+   * and the limit again (a higher limit may let us in with the lease ahead still there).
+   */
+  override async watch(before: ZkEntry): Promise<Watch> {
+    const leases = before.path.endsWith('/leases') ? before.path : posix.dirname(before.path)
+    const limit = limitChange(before.client, leases, this.#versions.get(leases))
+    const watch = await super.watch(before)
+    return {
+      gone: Promise.race([watch.gone, limit.then(() => undefined)]),
+      cancel: () => watch.cancel(),
+    }
+  }
+
+  /** The limit stored in `leases` (undefined: none, or the read failed), its data version remembered. */
+  #readLimit(client: ZkClient, leases: string): Promise<number | undefined> {
+    return read(client, leases).then(
+      (found) => {
+        if (!found) return undefined
+        this.#versions.set(leases, found.stat.version)
+        return limitOf(found.data)
+      },
+      () => undefined,
+    )
+  }
+
+  /**
+   * What the first-in-line rule sees: nothing (granted) when our permits fit behind every lease ahead, else
+   * the oldest lease ahead, or the `leases` node itself (its data watch: a new limit) when none is ahead
+   * and our permits exceed the limit.
+   */
+  #decide(
+    queue: string,
+    name: string,
+    ahead: readonly ZkEntry[],
+    stored: number | undefined,
+    client: ZkClient,
+  ): ZkEntry[] {
+    const limit = stored ?? this.limits.get(queue) ?? 1
+    let taken = permitsOf(posix.basename(name))
+    for (const entry of ahead) taken += permitsOf(posix.basename(entry.path))
+    if (taken <= limit) return []
+    return [ahead[0] ?? { path: queue, client }]
+  }
+}
+
+/**
+ * The semaphore's stored limit, storing `limit` when there is none (no `leases` node, or Curator's without
+ * data). See the header for the second read.
+ */
+async function storedLimit(client: ZkClient, leases: string, limit: number, tries = 3): Promise<number> {
+  const found = await read(client, leases)
+  const stored = found && limitOf(found.data)
+  if (stored !== undefined) return stored
+  try {
+    if (found) await setDataAt(client, leases, limitData(limit), found.stat.version)
+    else {
+      await mkdirp(client, posix.dirname(leases)).catch((error: unknown) => {
+        if (codeOf(error) !== CODE.NODE_EXISTS) throw error
+      })
+      await create(client, leases, limitData(limit), PERSISTENT)
+    }
+    return limit
+  } catch (error) {
+    const raced = codeOf(error) === CODE.NODE_EXISTS || codeOf(error) === CODE.BAD_VERSION
+    if (!raced || tries <= 1) throw error
+    return await storedLimit(client, leases, limit, tries - 1)
+  }
+}
+
+/** Per connection: the watch on each `leases` node's data waiting for its next change, and the version it saw. */
+const limitWatches = new WeakMap<ZkClient, Map<string, { change: Promise<void>; version?: number }>>()
+
+/**
+ * Resolves at the next change of `leases`' data (a new limit), its deletion or creation, or at once when
+ * its data version is no longer `seen` (changed since the caller read the limit): one watch per node and
+ * connection, shared by this client's waiters. A watch that could not be set never resolves (the watch on
+ * the line still wakes the waiter).
+ */
+function limitChange(client: ZkClient, leases: string, seen: number | undefined): Promise<void> {
+  let pending = limitWatches.get(client)
+  if (!pending) {
+    pending = new Map()
+    limitWatches.set(client, pending)
+  }
+  const on = pending
+  const existing = on.get(leases)
+  if (existing) {
+    return existing.version !== undefined && seen !== undefined && existing.version !== seen
+      ? Promise.resolve()
+      : existing.change
+  }
+  let fire!: () => void
+  const watch: { change: Promise<void>; version?: number } = {
+    change: new Promise<void>((resolve) => {
+      fire = () => {
+        if (on.get(leases) === watch) on.delete(leases)
+        resolve()
+      }
+    }),
+  }
+  on.set(leases, watch)
+  const forget = () => {
+    if (on.get(leases) === watch) on.delete(leases)
+  }
+  read(client, leases, fire).then((found) => {
+    if (!found) {
+      // No node: told of its creation instead.
+      stat(client, leases, fire).then((s) => s && fire(), forget)
+      return
+    }
+    watch.version = found.stat.version
+    if (seen !== undefined && found.stat.version !== seen) fire()
+  }, forget)
+  return watch.change
+}
+
+/** A lease's data: "<owner> <holder>" then "session timeout <ms> ms" (layout.ts `entryData`). */
+function holderOf(
+  child: string,
+  data: Buffer,
+): Pick<PermitHolder, 'owner' | 'holder'> & { timeoutMs?: number } {
+  const [value = '', timeout] = data.toString('utf8').split('\n')
+  const ours = ownerOfProtected(child)
+  const space = value.indexOf(' ')
+  const owner = space < 0 ? value : value.slice(0, space)
+  const ms = timeout && /^session timeout (\d+) ms$/.exec(timeout)
+  // A Curator lease's data is its host's address: named by its protected id.
+  if (ours === undefined || !owner) return { owner: child }
+  return {
+    owner,
+    ...(space < 0 ? {} : { holder: value.slice(space + 1) }),
+    ...(ms ? { timeoutMs: Number(ms[1]) } : {}),
+  }
+}
+
+/**
+ * The semaphore facet over the lock's sessions: the engine's leased methods on the semaphores' queue, with
+ * the stored limit checked before each attempt; a wait's watch ends at a new limit too (`watch`). `reader` is the
+ * connection for reads outside any lease; failures are said by `unavailable`.
+ */
+export function zookeeperSemaphore(
+  setup: {
+    readonly id: string
+    readonly prefix: string
+    readonly retireAfterMs: number
+    readonly leases: SessionAdapter<ZkSession>
+    readonly reader: () => ZkClient
+  },
+  named: Pick<SemaphoreFacet, 'id' | 'capabilities' | 'limits'>,
+  unavailable: (key: string, what: string, error: unknown) => Error,
+): { readonly facet: SemaphoreFacet; close(): Promise<void> } {
+  const queue = new ZkSemaphoreQueue(setup.prefix, setup.retireAfterMs)
+  const engine = new QueueLock(queue, setup.leases)
+  const methods = queueLeasedMethods(engine, unavailable)
+  const leasesOf = (name: string) => semaphoreLeases(name, setup.prefix)
+
+  /** The leases in line order with their data and czxid (gone ones skipped), and the stored limit. */
+  const line = async (name: string, signal: AbortSignal) => {
+    const client = setup.reader()
+    const leases = leasesOf(name)
+    // A write the leader orders first: the reads after it on this connection see every earlier grant.
+    await raceSignal(touchLeader(client), signal)
+    const node = read(client, leases)
+    const listed = children(client, leases)
+    listed.catch(() => {})
+    const found = await raceSignal(node, signal)
+    if (!found) return undefined
+    const names = inLine((await raceSignal(listed, signal)) ?? [], LEASE_NAME)
+    const read_ = await raceSignal(
+      Promise.all(names.map((child) => read(client, `${leases}/${child}`))),
+      signal,
+    )
+    const entries = names.flatMap((child, i) => {
+      const got = read_[i]
+      return got ? [{ child, data: got.data, sequence: zxidOf(got.stat.czxid) }] : []
+    })
+    return { limit: limitOf(found.data), entries, pzxid: zxidOf(found.stat.pzxid) }
+  }
+
+  const facet: SemaphoreFacet = {
+    ...named,
+    ...methods,
+
+    async tryAcquire(req: AcquireRequest, signal: AbortSignal) {
+      const asked = req.semaphore
+      if (!asked) throw new TypeError('A semaphore acquire carries `semaphore` (its limit and permits)')
+      const leases = leasesOf(req.key)
+      let stored: number
+      try {
+        stored = await raceSignal(storedLimit(setup.reader(), leases, asked.limit), signal)
+      } catch (error) {
+        if (signal.aborted) throw signal.reason
+        throw unavailable(req.key, 'acquire', error)
+      }
+      if (stored !== asked.limit && !asked.limitCompared) {
+        throw new LimitMismatchError(stored, asked.limit, { key: req.key, backend: setup.id })
+      }
+      queue.limits.set(leases, stored)
+      queue.permits.set(req.owner, asked.permits)
+      return await methods.tryAcquire(req, signal)
+    },
+
+    async release(lease: HeldLease, signal: AbortSignal) {
+      queue.permits.delete(lease.owner)
+      return await methods.release(lease, signal)
+    },
+
+    async abandon(req: AcquireRequest, signal: AbortSignal) {
+      queue.permits.delete(req.owner)
+      await methods.abandon(req, signal)
+    },
+
+    async inspect(name: string, signal: AbortSignal): Promise<LockInfo | null> {
+      try {
+        const found = await line(name, signal)
+        if (!found) return null
+        let fence = found.pzxid
+        for (const entry of found.entries) if (entry.sequence > fence) fence = entry.sequence
+        return { held: found.entries.length > 0, fence }
+      } catch (error) {
+        if (signal.aborted) throw signal.reason
+        throw unavailable(name, 'inspect', error)
+      }
+    },
+
+    async holders(name: string, signal: AbortSignal): Promise<SemaphoreInfo | null> {
+      try {
+        const found = await line(name, signal)
+        if (!found) return null
+        // No stored limit (a Curator-only semaphore): the leases' count is all that is known.
+        const limit = found.limit ?? found.entries.length
+        const holders: PermitHolder[] = []
+        let held = 0
+        let waiting = 0
+        for (const { child, data, sequence } of found.entries) {
+          const permits = permitsOf(child)
+          if (waiting > 0 || held + permits > limit) {
+            waiting++
+            continue
+          }
+          held += permits
+          const { timeoutMs, ...who } = holderOf(child, data)
+          holders.push({
+            ...who,
+            permits,
+            sequence,
+            ...(timeoutMs === undefined ? {} : { expiresInMs: timeoutMs }),
+          })
+        }
+        return { limit, held, holders, waiting }
+      } catch (error) {
+        if (signal.aborted) throw signal.reason
+        throw unavailable(name, 'inspect', error)
+      }
+    },
+
+    async setLimit(name: string, limit: number, signal: AbortSignal) {
+      const client = setup.reader()
+      const leases = leasesOf(name)
+      try {
+        const written = await raceSignal(setDataAt(client, leases, limitData(limit), -1), signal)
+        if (written) return
+        await raceSignal(storedLimit(client, leases, limit), signal)
+        // Made by another meanwhile with its own limit: ours replaces it.
+        await raceSignal(setDataAt(client, leases, limitData(limit), -1), signal)
+      } catch (error) {
+        if (signal.aborted) throw signal.reason
+        throw unavailable(name, 'set the limit of', error)
+      }
+    },
+  }
+  return { facet, close: () => engine.close() }
+}
