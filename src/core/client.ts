@@ -29,6 +29,7 @@ import {
   type Primitive,
   quoteKey,
 } from './errors.js'
+import { whileHeld } from './holding.js'
 import { type Lock, type LockHandle, lockRenewals } from './lock.js'
 import {
   ACQUIRE_OPTIONS,
@@ -242,23 +243,13 @@ class Client implements LockClient {
   async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
     if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
     const lock = await this.acquire(key, options)
-    let result: T
-    try {
-      const inside = new Set(this.#insideWithLock.getStore())
-      inside.add(key)
-      result = await this.#insideWithLock.run(inside, () => fn(lock))
-    } catch (error) {
-      // The work's own error matters more than a failed release; the release failure is still published.
-      await lock.release().catch(() => {})
-      throw error
-    }
-    if (lock.signal.aborted) {
-      // fn finished, but not entirely under the lock: say so rather than report a clean run.
-      await lock.release().catch(() => {})
-      throw lock.signal.reason
-    }
-    await lock.release()
-    return result
+    const inside = new Set(this.#insideWithLock.getStore())
+    inside.add(key)
+    return whileHeld(
+      lock,
+      () => lock.release(),
+      () => this.#insideWithLock.run(inside, () => fn(lock)),
+    )
   }
 
   #refuseSelfDeadlock(key: string): void {

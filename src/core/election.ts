@@ -9,6 +9,7 @@ import type { ElectionFacet, LockInfo } from './backend.js'
 import { now, sleep } from './clock.js'
 import { describeValue } from './durations.js'
 import { BackendUnavailableError, LockError } from './errors.js'
+import { whileHeld } from './holding.js'
 import type { LockHandle } from './lock.js'
 import type { AcquireOptions } from './options.js'
 
@@ -235,20 +236,7 @@ export class ElectionImpl implements Election {
   async withLeadership<T>(fn: (lead: Leadership) => T | Promise<T>, options?: CampaignOptions): Promise<T> {
     if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
     const lead = await this.campaign(options)
-    let result: T
-    try {
-      result = await fn(lead)
-    } catch (error) {
-      await lead.resign().catch(() => {})
-      throw error
-    }
-    if (lead.signal.aborted) {
-      // fn finished, but not entirely as leader: say so rather than report a clean run.
-      await lead.resign().catch(() => {})
-      throw lead.signal.reason
-    }
-    await lead.resign()
-    return result
+    return whileHeld(lead, () => lead.resign(), fn)
   }
 
   async leader(options?: { readonly signal?: AbortSignal | undefined }): Promise<LeaderView> {

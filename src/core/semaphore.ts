@@ -8,6 +8,7 @@
 import type { PermitRequest, SemaphoreFacet, SemaphoreInfo } from './backend.js'
 import { describeValue } from './durations.js'
 import { LockNotAcquiredError } from './errors.js'
+import { whileHeld } from './holding.js'
 import type { LockHandle } from './lock.js'
 import type { AcquireOptions } from './options.js'
 
@@ -255,20 +256,7 @@ export class SemaphoreImpl implements Semaphore {
   async withPermits<T>(fn: (held: HeldPermits) => T | Promise<T>, options?: PermitOptions): Promise<T> {
     if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
     const held = await this.acquire(options)
-    let result: T
-    try {
-      result = await fn(held)
-    } catch (error) {
-      await held.release().catch(() => {})
-      throw error
-    }
-    if (held.signal.aborted) {
-      // fn finished, but not entirely under the permits: say so rather than report a clean run.
-      await held.release().catch(() => {})
-      throw held.signal.reason
-    }
-    await held.release()
-    return result
+    return whileHeld(held, () => held.release(), fn)
   }
 
   async inspect(options?: { readonly signal?: AbortSignal | undefined }): Promise<SemaphoreView> {
