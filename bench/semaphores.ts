@@ -120,5 +120,34 @@ const redisFloor: SemaphoreAdapter = {
   },
 }
 
+/** The memory floor's semaphores, by name: a count and a line of waiters, shared by every contender here. */
+const counts = new Map<string, { held: number; line: Array<() => void> }>()
+
+const memoryFloor: SemaphoreAdapter = {
+  name: 'raw floor: memory count + line',
+  store: 'memory',
+  kind: 'floor',
+  note: 'a counter and a FIFO of waiters in this process; no lease, no expiry',
+  async contender() {
+    return {
+      async acquire(name, limit) {
+        const s = counts.get(name) ?? { held: 0, line: [] }
+        counts.set(name, s)
+        if (s.held < limit && s.line.length === 0) s.held++
+        // A release hands its permit to the first in line, so the count does not drop in between.
+        else await new Promise<void>((resolve) => s.line.push(resolve))
+        return {
+          release: async () => {
+            const next = s.line.shift()
+            if (next) next()
+            else s.held--
+          },
+        }
+      },
+      close: async () => {},
+    }
+  },
+}
+
 /** Every semaphore adapter, fencelock first. */
-export const SEMAPHORE_ADAPTERS: SemaphoreAdapter[] = [...FENCELOCK, redisSemaphore, redisFloor]
+export const SEMAPHORE_ADAPTERS: SemaphoreAdapter[] = [...FENCELOCK, redisSemaphore, redisFloor, memoryFloor]
