@@ -9,8 +9,9 @@
  *   tells when a peer's acquire waits) the holder releases; ms from the release's start to the grant, over
  *   `--rounds` rounds.
  * - r, requests while waiting (Redis and PostgreSQL, where the bench can count them): limit 4 held by 4, 8
- *   waiters wait `--wait` seconds; the store's commands (Redis `INFO commandstats`) or statements (the
- *   PostgreSQL proxy) per waiter per second, the holders' renewals included.
+ *   waiters wait `--wait` seconds; the requests the store is sent per waiter per second, the holders'
+ *   renewals included (Redis: MONITOR, and the commands it runs, scripts' inside included, from
+ *   `INFO commandstats`; PostgreSQL: statements at the bench's proxy).
  * Prints the tables, writes bench/results/semaphore-latest.json. The machine is shared: read ratios.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
@@ -120,31 +121,61 @@ async function handoff(adapter: SemaphoreAdapter, env: Env): Promise<Record<stri
   })
 }
 
-/** What the store counts of the requests sent to it, where the bench can read it; undefined elsewhere. */
-function requestCounter(adapter: SemaphoreAdapter, env: Env): (() => Promise<number>) | undefined {
+/** Readings of what the store did since `start`, by figure; `stop` ends the counting. */
+type Counting = { stop(): Promise<Record<string, number>> }
+
+/** Redis commands run so far, from `INFO commandstats`: those a Lua script runs inside Redis included. */
+async function redisCommandsRun(env: Env): Promise<number> {
+  const admin = new Redis(env.redis, '127.0.0.1', { maxRetriesPerRequest: 1 })
+  try {
+    const info = await admin.info('commandstats')
+    // Every command's calls but the bench's own (INFO, and CLIENT as a connection opens).
+    return [...info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)]
+      .filter((m) => m[1] !== 'info' && !m[1]!.startsWith('client'))
+      .reduce((sum, m) => sum + Number(m[2]), 0)
+  } finally {
+    admin.disconnect()
+  }
+}
+
+/**
+ * Starts counting what the adapter's store is sent, where the bench can: on Redis the requests (MONITOR,
+ * whose lines from inside a script have the source "lua": not round trips) and the commands run; on
+ * PostgreSQL the statements at the bench's proxy. Undefined elsewhere.
+ */
+function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>) | undefined {
   if (adapter.store === 'postgres' && env.postgresStatements) {
     const statements = env.postgresStatements
-    return async () => statements()
+    return async () => {
+      const before = statements()
+      return { stop: async () => ({ requests: statements() - before }) }
+    }
   }
   if (adapter.store !== 'redis') return undefined
   return async () => {
-    const admin = new Redis(env.redis, '127.0.0.1', { maxRetriesPerRequest: 1 })
-    try {
-      const info = await admin.info('commandstats')
-      // Every command's calls but the bench's own (INFO, and CLIENT as a connection opens).
-      return [...info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)]
-        .filter((m) => m[1] !== 'info' && !m[1]!.startsWith('client'))
-        .reduce((sum, m) => sum + Number(m[2]), 0)
-    } finally {
-      admin.disconnect()
+    const admin = new Redis(env.redis, '127.0.0.1')
+    const monitor = await admin.monitor()
+    let requests = 0
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      const command = args[0]?.toLowerCase()
+      if (source !== 'lua' && command !== 'monitor' && command !== 'info' && command !== 'client') requests++
+    })
+    const before = await redisCommandsRun(env)
+    return {
+      async stop() {
+        const commands = (await redisCommandsRun(env)) - before
+        monitor.disconnect()
+        admin.disconnect()
+        return { requests, commands }
+      },
     }
   }
 }
 
-/** r: the store's requests per waiter per second while 8 waiters wait on a semaphore whose 4 permits are held. */
+/** r: the store's requests (and commands) per waiter per second while 8 waiters wait on a full limit 4. */
 async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<string, number>> {
-  const count = requestCounter(adapter, env)
-  if (!count) return {}
+  const start = counting(adapter, env)
+  if (!start) return {}
   const name = fresh('r')
   return withContenders(adapter, env, LIMIT + CONTENDERS, async (contenders) => {
     const holders = contenders.slice(0, LIMIT)
@@ -153,15 +184,19 @@ async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<str
     const waits = contenders.slice(LIMIT).map((w) => w.acquire(name, LIMIT))
     for (const w of waits) w.catch(() => {})
     await sleep(settleMs)
-    const before = await count()
-    const start = clock()
+    const counted = await start()
+    const began = clock()
     await sleep(waitSeconds * 1000)
-    const after = await count()
-    const elapsed = (clock() - start) / 1000
+    const counts = await counted.stop()
+    const elapsed = (clock() - began) / 1000
     // Let every waiter in and out, so that the clients close with nothing pending.
     for (const h of held) await h.release()
     await Promise.all(waits.map(async (w) => (await w).release()))
-    return { requestsPerWaitingSec: (after - before) / CONTENDERS / elapsed }
+    const perWaiterSecond = (n: number) => n / CONTENDERS / elapsed
+    return {
+      requestsPerWaitingSec: perWaiterSecond(counts.requests!),
+      ...(counts.commands === undefined ? {} : { commandsPerWaitingSec: perWaiterSecond(counts.commands) }),
+    }
   })
 }
 
