@@ -122,7 +122,7 @@ async function handoff(adapter: SemaphoreAdapter, env: Env): Promise<Record<stri
 }
 
 /** Readings of what the store did since `start`, by figure; `stop` ends the counting. */
-type Counting = { stop(): Promise<Record<string, number>> }
+type Counting = { begin(): Promise<void>; stop(): Promise<Record<string, number>>; close(): void }
 
 /** Redis commands run so far, from `INFO commandstats`: those a Lua script runs inside Redis included. */
 async function redisCommandsRun(env: Env): Promise<number> {
@@ -147,8 +147,14 @@ function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>
   if (adapter.store === 'postgres' && env.postgresStatements) {
     const statements = env.postgresStatements
     return async () => {
-      const before = statements()
-      return { stop: async () => ({ requests: statements() - before }) }
+      let before = 0
+      return {
+        begin: async () => {
+          before = statements()
+        },
+        stop: async () => ({ requests: statements() - before }),
+        close: () => {},
+      }
     }
   }
   if (adapter.store !== 'redis') return undefined
@@ -156,17 +162,28 @@ function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>
     const admin = new Redis(env.redis, '127.0.0.1')
     const monitor = await admin.monitor()
     let requests = 0
+    let counting = false
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       const command = args[0]?.toLowerCase()
-      if (source !== 'lua' && command !== 'monitor' && command !== 'info' && command !== 'client') requests++
+      if (!counting || source === 'lua') return
+      if (command !== 'monitor' && command !== 'info' && command !== 'client') requests++
     })
-    const before = await redisCommandsRun(env)
+    let before = 0
     return {
+      async begin() {
+        before = await redisCommandsRun(env)
+        counting = true
+      },
       async stop() {
         const commands = (await redisCommandsRun(env)) - before
+        counting = false
+        return { requests, commands }
+      },
+      // Only once the clients are closed: ioredis fails ("Command queue state error", unhandled) when a
+      // monitor disconnects while the server still streams it lines.
+      close() {
         monitor.disconnect()
         admin.disconnect()
-        return { requests, commands }
       },
     }
   }
@@ -177,27 +194,35 @@ async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<str
   const start = counting(adapter, env)
   if (!start) return {}
   const name = fresh('r')
-  return withContenders(adapter, env, LIMIT + CONTENDERS, async (contenders) => {
-    const holders = contenders.slice(0, LIMIT)
-    const held: Permit[] = []
-    for (const h of holders) held.push(await h.acquire(name, LIMIT))
-    const waits = contenders.slice(LIMIT).map((w) => w.acquire(name, LIMIT))
-    for (const w of waits) w.catch(() => {})
-    await sleep(settleMs)
-    const counted = await start()
-    const began = clock()
-    await sleep(waitSeconds * 1000)
-    const counts = await counted.stop()
-    const elapsed = (clock() - began) / 1000
-    // Let every waiter in and out, so that the clients close with nothing pending.
-    for (const h of held) await h.release()
-    await Promise.all(waits.map(async (w) => (await w).release()))
-    const perWaiterSecond = (n: number) => n / CONTENDERS / elapsed
-    return {
-      requestsPerWaitingSec: perWaiterSecond(counts.requests!),
-      ...(counts.commands === undefined ? {} : { commandsPerWaitingSec: perWaiterSecond(counts.commands) }),
-    }
-  })
+  let counted: Counting | undefined
+  try {
+    return await withContenders(adapter, env, LIMIT + CONTENDERS, async (contenders) => {
+      // The monitor starts while the store is quiet: ioredis fails ("Command queue state error", unhandled)
+      // when the server streams lines before it has seen MONITOR's reply.
+      counted = await start()
+      const holders = contenders.slice(0, LIMIT)
+      const held: Permit[] = []
+      for (const h of holders) held.push(await h.acquire(name, LIMIT))
+      const waits = contenders.slice(LIMIT).map((w) => w.acquire(name, LIMIT))
+      for (const w of waits) w.catch(() => {})
+      await sleep(settleMs)
+      await counted.begin()
+      const began = clock()
+      await sleep(waitSeconds * 1000)
+      const counts = await counted.stop()
+      const elapsed = (clock() - began) / 1000
+      // Let every waiter in and out, so that the clients close with nothing pending.
+      for (const h of held) await h.release()
+      await Promise.all(waits.map(async (w) => (await w).release()))
+      const perWaiterSecond = (n: number) => n / CONTENDERS / elapsed
+      return {
+        requestsPerWaitingSec: perWaiterSecond(counts.requests!),
+        ...(counts.commands === undefined ? {} : { commandsPerWaitingSec: perWaiterSecond(counts.commands) }),
+      }
+    })
+  } finally {
+    counted?.close()
+  }
 }
 
 const startLoad = loadavg()
