@@ -96,3 +96,38 @@ it('the election runner times a new leader after a kill and a resign', { timeout
     out.cleanup()
   }
 })
+
+const SEMAPHORE = fileURLToPath(new URL('../bench/semaphore-run.js', import.meta.url))
+
+// A smoke run of the semaphore runner (tiny counts, fencelock and the peer on Redis): every scenario's table
+// and the JSON must come out whole. The figures are measured by `npm run bench:semaphore`.
+it(
+  'the semaphore runner measures throughput, handoff and requests while waiting',
+  { timeout: 180_000 },
+  async () => {
+    const out = tempDir('bench-semaphore-smoke')
+    try {
+      const { stdout } = await promisify(execFile)(process.execPath, [
+        ...[SEMAPHORE, '--seconds', '0.3', '--rounds', '1', '--wait', '0.3', '--settle', '100'],
+        ...['--match', 'fencelock redis,redis-semaphore', '--out', out.path],
+      ])
+      for (const id of ['t', 'h', 'r']) assert.match(stdout, new RegExp(`### ${id} — `))
+      const results = JSON.parse(readFileSync(join(out.path, 'results', 'semaphore-latest.json'), 'utf8'))
+      const metrics: Record<string, string> = {
+        t: 'permitsPerSec',
+        h: 'handoffP50',
+        r: 'requestsPerWaitingSec',
+      }
+      for (const scenario of results.scenarios) {
+        assert.equal(scenario.rows.length, 2, `${scenario.id}: ${JSON.stringify(scenario.rows)}`)
+        for (const row of scenario.rows) {
+          assert.equal(row.error, undefined, JSON.stringify(row))
+          const value = row.metrics[metrics[scenario.id]!]
+          assert.ok(value >= 0, `${scenario.id} ${row.adapter}: ${value}`)
+        }
+      }
+    } finally {
+      out.cleanup()
+    }
+  },
+)
