@@ -6,10 +6,12 @@
  *   there: a retried attempt whose reply was lost. The entry's name is unique to the acquire. Who holds is
  *   the engine's grant rule over the entries ahead (grants.ts; a mutex: the first in creation order), never
  *   the adapter's; the entry's position is the fence (the store's creation order never goes back). A
- *   hand-over writes nothing: the next entry in line is the next holder.
- * - Waiting watches only the entry the rule waits for (a mutex: the one just before ours; the watch in
- *   place first, then a read that it is still there, so a deletion between the two is not missed), and
- *   every wake-up is a hint followed by a re-check: the rule is met, AND ours still exists. A waiter whose lease died while it waited
+ *   hand-over writes nothing: the next entry in line is the next holder (a counting line's adapter may
+ *   tell the waiter behind of it, `QueueAdapter.admitted`).
+ * - Waiting watches only the entry the rule waits for (a mutex: the one just before ours; a semaphore's
+ *   first waiter: the line, a later one: the waiter ahead; the watch in place first, then a read that it
+ *   is still there, so a deletion between the two is not missed), and every wake-up is a hint followed
+ *   by a re-check: the rule is met, AND ours still exists. A waiter whose lease died while it waited
  *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
  *   ours, the latest read that found it in place) spares the reads the core's attempts would send
  *   meanwhile (line.ts). The fallback for a watch that went silent is the wait's own read that the
