@@ -44,8 +44,9 @@
  *   first child; `break` deletes the holder's child at the version read (operations.ts).
  *
  * Files: queue.ts (the queue-lock adapter: children, creates, watches), retire.ts (deleting unused lock
- * nodes), semaphore.ts (counting semaphores, Curator's `InterProcessSemaphoreV2` layout), sessions.ts (the session adapter:
- * one session per lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
+ * nodes), semaphore.ts (counting semaphores, Curator's `InterProcessSemaphoreV2` layout),
+ * semaphore-watch.ts (what a semaphore's waiter watches), sessions.ts (the session adapter: one session per
+ * lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
  * and names, shared with the tests), operations.ts (inspect, list, break), diagnose.ts (what `inspect` and
  * `doctor` say), four-letter.ts (`srvr`).

@@ -143,6 +143,9 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     return this.#kind.childName
   }
 
+  /** Told of each listing that found our entry `name` at `node` in `line` (a semaphore's adapter). */
+  protected listed(_name: string, _line: readonly string[], _node: string): void {}
+
   /** Curator's protected name, its id made of our owner id: unique to the acquire. */
   nameOf(queue: string, lease: ZkSession, owner: string): string {
     const name = `${queue}/${protectedName(owner, this.childNameOf(owner))}`
@@ -197,7 +200,9 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     if (!held && known.held === undefined) known.held = { position }
     // The listing was sent after our create (or found our node): the entries ahead of ours in it are the
     // ones the engine decides from (and a waiter watches one of them first).
-    return { position, ahead: ahead(queue, this.#kind.line(names, queue), node, looksBack, client) }
+    const line = this.#kind.line(names, queue)
+    this.listed(name, line, node)
+    return { position, ahead: ahead(queue, line, node, looksBack, client) }
   }
 
   /**
@@ -262,6 +267,7 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const { client } = known.session
     const line = this.#kind.line((await children(client, entry.queue)) ?? [], entry.queue)
     if (!line.includes(posix.basename(known.node))) return { ahead: [], mine: false }
+    this.listed(entry.name, line, known.node)
     return { ahead: ahead(entry.queue, line, known.node, looksBack, client), mine: true }
   }
 

@@ -9,18 +9,21 @@
  *   `_c_<owner id>-<k>-lease-<sequence>` for k, its data the owner, the holder and the session timeout (as
  *   a lock's child). The `leases` node's data is the stored limit, `limit <n>` (Curator writes none there and
  *   reads none: it has no stored limit).
- * - Grant: in sequence order, a lease holds once the permits of every lease before it (held or waiting)
- *   plus its own fit under the limit; so a large request is never passed by smaller ones behind it, and a
- *   Curator lease (one permit) counts as one. The limit is read with each listing. Curator grants when the
- *   number of children is at most its maxLeases: a fencelock lease of k permits counts as one there, so
- *   share a semaphore with Curator with one permit per acquire and the same limit.
+ * - Grant: the engine's rule (src/engines/queue/grants.ts `permitsRule`): in sequence order, a lease holds
+ *   once the permits of every lease before it (held or waiting) plus its own fit under the limit; so a
+ *   large request is never passed by smaller ones behind it, and a Curator lease (one permit) counts as
+ *   one. The limit is read with each listing. Curator grants when the number of children is at most its
+ *   maxLeases: a fencelock lease of k permits counts as one there, so share a semaphore with Curator with
+ *   one permit per acquire and the same limit.
  * - Fence (the permit's sequence): the lease's czxid, a zxid, store-wide and never going back, also after
  *   the `leases` node was deleted and made again (its own sequence numbers restart at 0).
- * - Waiting: a waiter watches the oldest lease ahead of its own (its deletion is the likeliest to let it
- *   in: the line moves from its head) and the `leases` node's data (a new limit). A lease released
- *   elsewhere in the line is seen at the next of those, or at the engine's re-read of the line.
- *   Curator's admission mutex (`<path>/locks`) is not taken: safety does not need it (every lease counts
- *   every lease created before it), only Curator's own waiters line up there.
+ * - Waiting, without a herd (semaphore-watch.ts): the first waiting lease watches the `leases` node's
+ *   children (any lease ahead leaving may admit it); every later one watches the waiting lease just ahead
+ *   of its own, which, once admitted with a lease behind it, writes its data again once (version 0 to 1:
+ *   the one write a contended grant adds); each also watches the limit (the `leases` node's data). A
+ *   release so wakes one waiter per semaphore. Curator's admission mutex (`<path>/locks`) is not taken:
+ *   safety does not need it (every lease counts every lease created before it), and it would cost every
+ *   acquire two more writes (its node's create and delete); only Curator's own waiters line up there.
  * - Orphans (Curator's CURATOR-315): the engine deletes an abandoned acquire's children by protected name,
  *   once its creates have settled, so a create whose reply was lost leaves no lease behind.
  * - Storage: the `leases` node and its parent are deleted once unused (retire.ts), the limit with them.
@@ -39,8 +42,9 @@ import type {
   SemaphoreInfo,
 } from '../../core/backend.js'
 import { LimitMismatchError } from '../../core/errors.js'
-import type { Watch } from '../../engines/queue/adapter.js'
+import type { OwnEntry, Watch } from '../../engines/queue/adapter.js'
 import { QueueLock } from '../../engines/queue/engine.js'
+import { permitsRule } from '../../engines/queue/grants.js'
 import { queueLeasedMethods } from '../../engines/queue/leased-methods.js'
 import type { SessionAdapter } from '../../engines/session/adapter.js'
 import {
@@ -52,7 +56,6 @@ import {
   PERSISTENT,
   read,
   setDataAt,
-  stat,
   touchLeader,
   type ZkClient,
   zxidOf,
@@ -69,6 +72,7 @@ import {
   semaphoreLeases,
 } from './layout.js'
 import { type QueueKind, type ZkEntry, ZkQueue } from './queue.js'
+import { announce, type LineEntry, leasesOf, stillWaiting, waiterWatch } from './semaphore-watch.js'
 import type { ZkSession } from './sessions.js'
 
 /** A semaphore's queue: the `lease-` children of its `leases` node. */
@@ -81,9 +85,9 @@ export const SEMAPHORE_QUEUE: QueueKind = {
 }
 
 /**
- * The queue of the semaphores: the engine's rule is "first in line" (a mutex), and this adapter hands it
- * the entries that rule must see: none when our permits fit behind every lease before ours, else the
- * oldest one (the one to wait for).
+ * The queue of the semaphores. The engine decides who is granted (grants.ts `permitsRule`); this adapter
+ * reads what that rule counts with the line (each lease's permits, the stored limit), watches what it
+ * waits for (semaphore-watch.ts) and tells the lease behind ours of our admission (`admitted`).
  */
 export class ZkSemaphoreQueue extends ZkQueue {
   /** The permits each acquire asks for, by owner, while it is under way or holds. */
@@ -92,6 +96,12 @@ export class ZkSemaphoreQueue extends ZkQueue {
   readonly limits = new Map<string, number>()
   /** The data version of each `leases` node at our latest read of its limit: a watch set later compares. */
   readonly #versions = new Map<string, number>()
+  /** Our entries, by name, whose latest listing found a lease behind: their admission is told. */
+  readonly #followed = new Set<string>()
+  /** The value each of our entries was written with, by name: telling its admission writes it again. */
+  readonly #values = new Map<string, string>()
+  /** The entries whose watch was just set: its setting read compared them (`exists` need not read again). */
+  readonly #watched = new WeakSet<ZkEntry>()
 
   constructor(prefix: string, retireAfterMs: number) {
     super(prefix, retireAfterMs, SEMAPHORE_QUEUE)
@@ -101,34 +111,61 @@ export class ZkSemaphoreQueue extends ZkQueue {
     return leaseName(this.permits.get(owner) ?? 1)
   }
 
+  protected override listed(name: string, line: readonly string[], node: string): void {
+    const at = line.indexOf(posix.basename(node))
+    if (at >= 0 && at < line.length - 1) this.#followed.add(name)
+    else this.#followed.delete(name)
+  }
+
   override async enqueue(queue: string, name: string, value: string, lease: ZkSession, _looksBack: number) {
+    this.#values.set(name, value)
     const limit = this.#readLimit(lease.client, queue)
     const put = await super.enqueue(queue, name, value, lease, Number.POSITIVE_INFINITY)
     if (put.ahead === undefined) return put
-    return { ...put, ahead: this.#decide(queue, name, put.ahead, await limit, lease.client) }
+    return { ...put, ...this.#counted(queue, put.ahead, await limit, lease.client) }
   }
 
-  override async check(entry: Parameters<ZkQueue['check']>[0], _looksBack: number) {
+  override async check(entry: OwnEntry, _looksBack: number) {
     const node = this.nodeOf(entry)
     const limit = node ? this.#readLimit(node.client, entry.queue) : Promise.resolve(undefined)
     const state = await super.check(entry, Number.POSITIVE_INFINITY)
     const stored = await limit
     if (!state.mine || !node) return state
-    return { mine: true, ahead: this.#decide(entry.queue, entry.name, state.ahead, stored, node.client) }
+    return { mine: true, ...this.#counted(entry.queue, state.ahead, stored, node.client) }
   }
 
-  /**
-   * The watch on the lease ahead, which also ends at a change of the limit: the wait then reads the line
-   * and the limit again (a higher limit may let us in with the lease ahead still there).
-   */
+  /** The waiter's watch on the line or the lease ahead (semaphore-watch.ts), and on the limit. */
   override async watch(before: ZkEntry): Promise<Watch> {
-    const leases = before.path.endsWith('/leases') ? before.path : posix.dirname(before.path)
-    const limit = limitChange(before.client, leases, this.#versions.get(leases))
-    const watch = await super.watch(before)
-    return {
-      gone: Promise.race([watch.gone, limit.then(() => undefined)]),
-      cancel: () => watch.cancel(),
-    }
+    const leases = leasesOf(before.path)
+    const watch = await waiterWatch(before as LineEntry, leases, this.#versions.get(leases))
+    this.#watched.add(before)
+    return watch
+  }
+
+  override async exists(before: ZkEntry): Promise<boolean> {
+    if (this.#watched.delete(before)) return true
+    return await stillWaiting(before as LineEntry, leasesOf(before.path))
+  }
+
+  admitted(entry: OwnEntry): void {
+    const node = this.nodeOf(entry)
+    const value = this.#values.get(entry.name)
+    if (node && value !== undefined && this.#followed.has(entry.name)) announce(node.client, node.path, value)
+  }
+
+  override async remove(entry: OwnEntry): Promise<boolean> {
+    this.#forget(entry.name)
+    return await super.remove(entry)
+  }
+
+  override async removeNames(names: readonly string[]): Promise<void> {
+    for (const name of names) this.#forget(name)
+    await super.removeNames(names)
+  }
+
+  #forget(name: string): void {
+    this.#followed.delete(name)
+    this.#values.delete(name)
   }
 
   /** The limit stored in `leases` (undefined: none, or the read failed), its data version remembered. */
@@ -144,22 +181,16 @@ export class ZkSemaphoreQueue extends ZkQueue {
   }
 
   /**
-   * What the first-in-line rule sees: nothing (granted) when our permits fit behind every lease ahead, else
-   * the oldest lease ahead, or the `leases` node itself (its data watch: a new limit) when none is ahead
-   * and our permits exceed the limit.
+   * What the grant rule counts with the entries ahead of ours: their permits (from their names), the stored
+   * limit (or the one last read, for a `leases` node made again without one), and the line as a thing to
+   * wait for. Each entry carries the names ahead of ours, which its watch compares with what it finds.
    */
-  #decide(
-    queue: string,
-    name: string,
-    ahead: readonly ZkEntry[],
-    stored: number | undefined,
-    client: ZkClient,
-  ): ZkEntry[] {
+  #counted(queue: string, found: readonly ZkEntry[], stored: number | undefined, client: ZkClient) {
+    const names = found.map((entry) => posix.basename(entry.path))
+    const ahead: LineEntry[] = found.map((entry) => ({ ...entry, ahead: names }))
+    const line: LineEntry = { path: queue, client, ahead: names }
     const limit = stored ?? this.limits.get(queue) ?? 1
-    let taken = permitsOf(posix.basename(name))
-    for (const entry of ahead) taken += permitsOf(posix.basename(entry.path))
-    if (taken <= limit) return []
-    return [ahead[0] ?? { path: queue, client }]
+    return { ahead, counted: { permits: names.map(permitsOf), limit, line } }
   }
 }
 
@@ -185,53 +216,6 @@ async function storedLimit(client: ZkClient, leases: string, limit: number, trie
     if (!raced || tries <= 1) throw error
     return await storedLimit(client, leases, limit, tries - 1)
   }
-}
-
-/** Per connection: the watch on each `leases` node's data waiting for its next change, and the version it saw. */
-const limitWatches = new WeakMap<ZkClient, Map<string, { change: Promise<void>; version?: number }>>()
-
-/**
- * Resolves at the next change of `leases`' data (a new limit), its deletion or creation, or at once when
- * its data version is no longer `seen` (changed since the caller read the limit): one watch per node and
- * connection, shared by this client's waiters. A watch that could not be set never resolves (the watch on
- * the line still wakes the waiter).
- */
-function limitChange(client: ZkClient, leases: string, seen: number | undefined): Promise<void> {
-  let pending = limitWatches.get(client)
-  if (!pending) {
-    pending = new Map()
-    limitWatches.set(client, pending)
-  }
-  const on = pending
-  const existing = on.get(leases)
-  if (existing) {
-    return existing.version !== undefined && seen !== undefined && existing.version !== seen
-      ? Promise.resolve()
-      : existing.change
-  }
-  let fire!: () => void
-  const watch: { change: Promise<void>; version?: number } = {
-    change: new Promise<void>((resolve) => {
-      fire = () => {
-        if (on.get(leases) === watch) on.delete(leases)
-        resolve()
-      }
-    }),
-  }
-  on.set(leases, watch)
-  const forget = () => {
-    if (on.get(leases) === watch) on.delete(leases)
-  }
-  read(client, leases, fire).then((found) => {
-    if (!found) {
-      // No node: told of its creation instead.
-      stat(client, leases, fire).then((s) => s && fire(), forget)
-      return
-    }
-    watch.version = found.stat.version
-    if (seen !== undefined && found.stat.version !== seen) fire()
-  }, forget)
-  return watch.change
 }
 
 /** A lease's data: "<owner> <holder>" then "session timeout <ms> ms" (layout.ts `entryData`). */
@@ -270,7 +254,9 @@ export function zookeeperSemaphore(
   unavailable: (key: string, what: string, error: unknown) => Error,
 ): { readonly facet: SemaphoreFacet; close(): Promise<void> } {
   const queue = new ZkSemaphoreQueue(setup.prefix, setup.retireAfterMs)
-  const engine = new QueueLock(queue, setup.leases)
+  const engine = new QueueLock(queue, setup.leases, {
+    grants: (req) => permitsRule(req.semaphore?.permits ?? 1),
+  })
   const methods = queueLeasedMethods(engine, unavailable)
   const leasesOf = (name: string) => semaphoreLeases(name, setup.prefix)
 

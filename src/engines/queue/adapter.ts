@@ -9,6 +9,7 @@
  */
 import type { AcquireRequest } from '../../core/backend.js'
 import type { SessionAdapter } from '../session/adapter.js'
+import type { Counted } from './grants.js'
 
 /** Our entry in a lock's queue, once a reply told us its position. */
 export interface OwnEntry {
@@ -29,6 +30,8 @@ export interface QueueState<Entry> {
   readonly ahead: readonly Entry[]
   /** Whether our entry still exists (the same entry: same position, not one re-created under its name). */
   readonly mine: boolean
+  /** A counting line's (a semaphore's): each entry's permits and the stored limit, for its rule. */
+  readonly counted?: Counted<Entry> | undefined
 }
 
 /** Something to stop: a watch. */
@@ -79,6 +82,7 @@ export interface QueueAdapter<Id, Entry> {
   ): Promise<{
     readonly position: bigint | undefined
     readonly ahead?: readonly Entry[] | undefined
+    readonly counted?: Counted<Entry> | undefined
   }>
   /**
    * Reads the newest `looksBack` entries before ours and whether ours exists, in one consistent read. With
@@ -122,6 +126,11 @@ export interface QueueAdapter<Id, Entry> {
    * keeping its lease and position. False when it was gone.
    */
   proclaim?(entry: OwnEntry, value: string): Promise<boolean>
+  /**
+   * Optional (a counting line's): our entry was granted. The adapter tells the entry behind ours, which
+   * waits for our admission or deletion (grants.ts `permitsRule`), if its latest read saw one there.
+   */
+  admitted?(entry: OwnEntry): void
   /** Says in words that our entry is gone, found missing at position `at` when known. */
   goneReason(at?: bigint): string
   /**

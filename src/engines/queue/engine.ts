@@ -6,10 +6,12 @@
  *   there: a retried attempt whose reply was lost. The entry's name is unique to the acquire. Who holds is
  *   the engine's grant rule over the entries ahead (grants.ts; a mutex: the first in creation order), never
  *   the adapter's; the entry's position is the fence (the store's creation order never goes back). A
- *   hand-over writes nothing: the next entry in line is the next holder.
- * - Waiting watches only the entry the rule waits for (a mutex: the one just before ours; the watch in
- *   place first, then a read that it is still there, so a deletion between the two is not missed), and
- *   every wake-up is a hint followed by a re-check: the rule is met, AND ours still exists. A waiter whose lease died while it waited
+ *   hand-over writes nothing: the next entry in line is the next holder (a counting line's adapter may
+ *   tell the waiter behind of it, `QueueAdapter.admitted`).
+ * - Waiting watches only the entry the rule waits for (a mutex: the one just before ours; a semaphore's
+ *   first waiter: the line, a later one: the waiter ahead; the watch in place first, then a read that it
+ *   is still there, so a deletion between the two is not missed), and every wake-up is a hint followed
+ *   by a re-check: the rule is met, AND ours still exists. A waiter whose lease died while it waited
  *   must never be granted (Jepsen's etcd #11456). What a wait knows between its reads (the entry before
  *   ours, the latest read that found it in place) spares the reads the core's attempts would send
  *   meanwhile (line.ts). The fallback for a watch that went silent is the wait's own read that the
@@ -48,8 +50,8 @@ export type { Acquisition } from './acquisition.js'
 const BUSY = { granted: false } as const
 
 export interface QueueLockOptions {
-  /** Who is granted (grants.ts). @default FIRST_IN_LINE, a mutex */
-  readonly grants?: GrantRule | undefined
+  /** Who is granted (grants.ts), or the rule of each request (a semaphore's: its permits). @default FIRST_IN_LINE, a mutex */
+  readonly grants?: GrantRule | ((req: AcquireRequest) => GrantRule) | undefined
   /** The sessions' idle time (tests). @default idleMs (session/pool.ts) */
   readonly idleMs?: ((leaseMs: number) => number) | undefined
   /** How long a waiter goes without reading the line itself (tests). @default recheckMs (line.ts) */
@@ -58,8 +60,8 @@ export interface QueueLockOptions {
 
 export class QueueLock<Id, Entry> {
   readonly #adapter: QueueAdapter<Id, Entry>
-  /** Who is granted, from the entries ahead of ours (grants.ts). */
-  readonly #grants: GrantRule
+  /** Who is granted, from the entries ahead of ours (grants.ts): the rule of a request. */
+  readonly #grants: (req: AcquireRequest) => GrantRule
   readonly #pool: SessionPool<Acquisition<Id>, Id>
   readonly #acqs: Acquisitions<Id, Entry>
   /** What the engine knows of each acquisition's place in line between its reads (line.ts). */
@@ -76,7 +78,8 @@ export class QueueLock<Id, Entry> {
 
   constructor(adapter: QueueAdapter<Id, Entry>, leases: SessionAdapter<Id>, options: QueueLockOptions = {}) {
     this.#adapter = adapter
-    this.#grants = options.grants ?? FIRST_IN_LINE
+    const grants = options.grants ?? FIRST_IN_LINE
+    this.#grants = typeof grants === 'function' ? grants : () => grants
     this.#recheck = options.recheckMs ?? recheckMs
     this.#pool = new SessionPool(
       leases,
@@ -89,6 +92,7 @@ export class QueueLock<Id, Entry> {
   /** One attempt (`LockBackend.tryAcquire`): puts our entry or finds it, granted if it is first in line. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const started = now()
+    const rule = this.#grants(req)
     let acq = this.#acqs.of(req)
     acq.attemptedAt = started
     // Already in line (an earlier attempt put our entry): a read says whether we are first now, without
@@ -97,9 +101,9 @@ export class QueueLock<Id, Entry> {
       if (!acq.session!.lost.aborted) {
         const trust = trustFor(this.#recheck(acq.session!.leaseMs))
         if (await this.#lines.watching(acq, trust, signal)) return BUSY
-        const { ahead, mine } = await this.#check(acq.entry, signal)
+        const { ahead, mine, counted } = await this.#check(acq.entry, rule, signal)
         if (mine) {
-          const decision = this.#grants.decide(ahead)
+          const decision = rule.decide(ahead, counted)
           this.#lines.of(acq).before = decision.granted ? undefined : decision.waitFor
           return decision.granted ? this.#grantOf(acq, started) : BUSY
         }
@@ -140,7 +144,7 @@ export class QueueLock<Id, Entry> {
     const late = !viaWrite && this.#lines.foundHeld.has(acq.queue)
     let refresh = viaWrite || late ? undefined : this.#pool.refresh(session, req.ttlMs)
     const sentAt = now()
-    const put = this.#adapter.enqueue(acq.queue, name, acq.value, lease, this.#grants.looksBack)
+    const put = this.#adapter.enqueue(acq.queue, name, acq.value, lease, rule.looksBack)
     // Kept for abandon: the core gives up on this attempt when its signal aborts, but the store may still
     // apply the write; only once it has settled can a delete by name be the last word. Chained: an
     // attempt given up on at the core's deadline may still be in flight when the next one is sent.
@@ -149,13 +153,13 @@ export class QueueLock<Id, Entry> {
       () => {},
     )
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
-    const { position, ahead } = await raceSignal(put, signal)
+    const { position, ahead, counted } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
     // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
     // No `ahead`: entries ahead of ours, not read (`QueueAdapter.enqueue`); the wait reads them.
-    const decision = ahead === undefined ? undefined : this.#grants.decide(ahead)
+    const decision = ahead === undefined ? undefined : rule.decide(ahead, counted)
     if (!decision?.granted) {
       this.#lines.foundHeld.set(acq.queue, true)
       this.#lines.of(acq).before = decision?.waitFor
@@ -176,6 +180,7 @@ export class QueueLock<Id, Entry> {
     const acq = this.#acqs.get(req.owner)
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
+    const rule = this.#grants(req)
     const line = this.#lines.of(acq)
     const link = linkedAbort(signal, acq.session!.lost, this.#closing.signal)
     /** The watch that woke us, cancelled only after the check that follows its event (see below). */
@@ -192,7 +197,7 @@ export class QueueLock<Id, Entry> {
       let before = line.before
       while (!link.signal.aborted) {
         if (before === undefined) {
-          const state = await this.#check(entry, link.signal, seen)
+          const state = await this.#check(entry, rule, link.signal, seen)
           // The watch that woke us is cancelled after this check (cancelling sends a request on the watch
           // stream, and closes the stream with the last one: done before, it made the check 1.5-3 ms slower
           // on etcd, measured), and after a grant once that has reached its caller (`afterGrant`).
@@ -209,7 +214,7 @@ export class QueueLock<Id, Entry> {
           // attempt (up to a poll interval, 1 s) came off twice, and with a 1 s lease the grant could be
           // expired on arrival (released, and the waiter sent to the back of the line). If the core does
           // not take it (its caller aborted meanwhile), abandon deletes the entry by name.
-          const decision = this.#grants.decide(state.ahead)
+          const decision = rule.decide(state.ahead, state.counted)
           if (decision.granted) {
             const grant = this.#grantOf(acq, acq.attemptedAt)
             afterGrant(() => woke?.cancel())
@@ -363,8 +368,13 @@ export class QueueLock<Id, Entry> {
    * a position >= `seen` means none ever after; and ours existing then means we were first then, while our
    * lease lived. Ours vanishing later is a holder losing its entry, which its own watch reports.
    */
-  async #check(entry: OwnEntry, signal: AbortSignal, seen?: bigint): Promise<QueueState<Entry>> {
-    const looksBack = this.#grants.looksBack
+  async #check(
+    entry: OwnEntry,
+    rule: GrantRule,
+    signal: AbortSignal,
+    seen?: bigint,
+  ): Promise<QueueState<Entry>> {
+    const looksBack = rule.looksBack
     const state = await raceSignal(this.#adapter.check(entry, looksBack, seen), signal)
     if (state !== 'behind') return state
     return (await raceSignal(this.#adapter.check(entry, looksBack), signal)) as QueueState<Entry>
@@ -423,6 +433,7 @@ export class QueueLock<Id, Entry> {
     if (!acq.lost) {
       acq.lost = new AbortController()
       this.#acqs.watchHeld(acq, entry.position)
+      this.#adapter.admitted?.(entry)
     }
     return {
       granted: true,

@@ -1,8 +1,8 @@
 /**
  * The queue engine's counting semaphore: a line of entries on a store, each holding the permits of one
  * acquire on a session's lease (session/pool.ts), beside a stored limit. An entry is granted when the
- * permits of every entry ahead of it plus its own fit under the limit: strict FIFO (an entry fits only if
- * every entry ahead fits too), so a large request is never passed by smaller ones. Who is granted is decided
+ * permits of every entry ahead of it plus its own fit under the limit (grants.ts `permitsFit`): strict FIFO
+ * (an entry fits only if every entry ahead fits too), so a large request is never passed by smaller ones. Who is granted is decided
  * here from one consistent read of the line (the limit and the entries ahead, semaphore-adapter.ts); the
  * entry's position (the store's creation order, which never goes back) is the grant's sequence.
  *
@@ -31,6 +31,7 @@ import { LimitMismatchError } from '../../core/errors.js'
 import type { SessionAdapter } from '../session/adapter.js'
 import { type Session, SessionPool } from '../session/pool.js'
 import type { Cancel } from './adapter.js'
+import { permitsFit } from './grants.js'
 import { Leftovers } from './leftovers.js'
 import type { LineRead, PermitEntry, SemaphoreAdapter } from './semaphore-adapter.js'
 
@@ -294,9 +295,7 @@ export class QueueSemaphore<Id> {
     if (limit !== asked.limit && !asked.limitCompared) {
       throw new LimitMismatchError(limit, asked.limit, { key: req.key, backend: this.#id })
     }
-    let ahead = 0
-    for (const permits of read.ahead) ahead += permits
-    if (!read.complete || ahead + asked.permits > limit) return QUEUED
+    if (!read.complete || !permitsFit(read.ahead, asked.permits, limit)) return QUEUED
     return this.#grantOf(acq, since)
   }
 

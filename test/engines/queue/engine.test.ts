@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import type { AcquireRequest, Grant } from '../../../src/core/backend.js'
+import type { OwnEntry } from '../../../src/engines/queue/adapter.js'
 import { type Acquisition, QueueLock } from '../../../src/engines/queue/engine.js'
-import { firstN, type GrantRule } from '../../../src/engines/queue/grants.js'
+import { firstN, type GrantRule, permitsRule } from '../../../src/engines/queue/grants.js'
 import { awaitLater } from '../../support/later.js'
 import { abortedWithin } from '../../support/wait.js'
-import { deferred, FakeQueueStore, settle } from './fake-store.js'
+import { deferred, type FakeEntry, FakeQueueStore, settle } from './fake-store.js'
 
 /**
  * The queue-lock engine against the in-memory store: FIFO order, one wake-up per release, a re-check
@@ -106,6 +107,57 @@ describe('queue-lock engine', { timeout: 10_000 }, () => {
     assert.equal((granted.cookie as Acquisition<number>).owner, 'c')
     await release(b)
     await release(granted)
+  })
+
+  it("a request's own rule decides, from the counts its adapter read; a grant is told to the adapter", async () => {
+    /** A counting line of limit 3: each owner's permits, the limit and the admissions, as a semaphore's. */
+    class CountingStore extends FakeQueueStore {
+      readonly permits = new Map([
+        ['a', 2],
+        ['b', 1],
+        ['c', 1],
+      ])
+      readonly admissions: string[] = []
+      #counted(ahead: readonly FakeEntry[]) {
+        const permits = ahead.map((e) => this.permits.get(e.name.slice(e.name.lastIndexOf('-') + 1)) ?? 1)
+        return { permits, limit: 3, line: ahead[0]! }
+      }
+      override async enqueue(queue: string, name: string, value: string, lease: number, looksBack: number) {
+        const put = await super.enqueue(queue, name, value, lease, looksBack)
+        return put.ahead ? { ...put, counted: this.#counted(put.ahead) } : put
+      }
+      override async check(entry: OwnEntry, looksBack: number, after?: bigint) {
+        const state = await super.check(entry, looksBack, after)
+        return state === 'behind' ? state : { ...state, counted: this.#counted(state.ahead) }
+      }
+      admitted(entry: OwnEntry) {
+        this.admissions.push(entry.name)
+      }
+    }
+    const store = new CountingStore()
+    const asked: string[] = []
+    const engine = new QueueLock(store, store, {
+      grants: (req) => {
+        asked.push(req.owner)
+        return permitsRule(store.permits.get(req.owner)!)
+      },
+    })
+    const attempt = async (req: AcquireRequest) => {
+      const result = await engine.attempt(req, open())
+      return result.granted ? result : null
+    }
+    const a = await attempt(request('a'))
+    const b = await attempt(request('b'))
+    assert.ok(a && b, 'a (2 permits) and b (1) fit under 3')
+    assert.equal(await attempt(request('c')), null, 'c (1) does not fit behind 3 permits held')
+    assert.deepEqual(asked, ['a', 'b', 'c'], "each attempt asks for its request's rule")
+    await engine.release(a.cookie as Acquisition<number>, open())
+    const c = await attempt(request('c'))
+    assert.ok(c, 'c fits once a is gone')
+    assert.equal(store.admissions.length, 3, 'each grant is told to the adapter once')
+    await engine.release(b.cookie as Acquisition<number>, open())
+    await engine.release(c.cookie as Acquisition<number>, open())
+    await engine.close()
   })
 
   it('a release wakes only the next waiter: the others watch their own predecessor and do not re-read', async () => {
