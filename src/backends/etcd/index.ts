@@ -25,7 +25,8 @@
  * - Fence: the create revision of our key. etcd's revision is global and never goes back, also across
  *   leader changes. A put on an existing key keeps its create revision, so moving our key to another lease
  *   keeps both the fence and the place in line.
- * - Waiting: watches only the key just before ours (the one the acquire read), from the current revision
+ * - Waiting: watches only the key just before ours (the one the acquire read; on the one watcher this
+ *   client keeps on the lock's line, shared by its waiters, see queue-watch.ts), from the current revision
  *   (then reads it, in case it went away before the watch began, and again once per recheck interval, the
  *   fallback for a watch gone silent: the acquire loop's polls meanwhile are answered by it), then
  *   re-checks that no earlier key remains and that ours still exists (a waiter whose lease died while it
@@ -47,7 +48,8 @@
  * - Operations: `list` ranges over the prefix a page of keys at a time, keeping each lock's first key;
  *   `break` deletes the holder's key conditioned on its create revision (operations.ts).
  *
- * Files: queue.ts (the queue-lock adapter: transactions and watches on a lock's prefix), leases.ts (the
+ * Files: queue.ts (the queue-lock adapter: transactions and watches on a lock's prefix), queue-watch.ts
+ * (the waits' watches: one watcher per lock's line and client), leases.ts (the
  * session adapter: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
  * tests), operations.ts (inspect, list, break), semaphore.ts (counting semaphores), faults.ts (etcd3 client options and error words).
  */

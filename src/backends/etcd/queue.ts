@@ -18,6 +18,7 @@ import type {
 } from '../../engines/queue/adapter.js'
 import { lockPrefix, prefixEnd } from './layout.js'
 import type { LeaseId } from './leases.js'
+import { QueueWatches } from './queue-watch.js'
 
 /** etcd's range limit for "at most `n` keys": 0 is no limit (a grant rule that reads the whole line). */
 const rangeLimit = (n: number): number => (Number.isFinite(n) ? n : 0)
@@ -44,31 +45,6 @@ const newestOf = (p: string, limit: number) => ({
   },
 })
 
-/** A watcher as the engine's `Watch`: `gone` settles on the key's deletion (with its revision) or an error. */
-function asWatch(watcher: Watcher, cancel: () => void): Watch {
-  const gone = new Promise<bigint | undefined>((resolve) => {
-    watcher.once('delete', (kv) => resolve(BigInt(kv.mod_revision)))
-    watcher.once('error', () => resolve(undefined))
-  })
-  return { gone, cancel }
-}
-
-/** Resolves once etcd created `watcher` (what etcd3's `create()` waits for), rejects if etcd refused it. */
-function inPlace(watcher: Watcher): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const connected = () => {
-      watcher.off('error', refused)
-      resolve()
-    }
-    const refused = (error: Error) => {
-      watcher.off('connected', connected)
-      reject(error)
-    }
-    watcher.once('connected', connected)
-    watcher.once('error', refused)
-  })
-}
-
 /** What a watch asked of a closed adapter gets: a wait still under way then ends (the engine re-attempts). */
 const closedError = () => new Error('the etcd backend is closed: no new watch is set up')
 
@@ -84,11 +60,18 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
   #streamKeeper: Watcher | undefined
   /** Every watcher made and not cancelled yet (the stream keeper's included): `close` cancels them. */
   readonly #watchers = new Set<Watcher>()
+  /** The waits' watches: one watcher per lock queue, shared by this client's waits in that line. */
+  readonly #waits: QueueWatches
   #closed = false
 
   constructor(client: Etcd3, prefix: string) {
     this.#client = client
     this.#prefix = prefix
+    this.#waits = new QueueWatches(
+      client,
+      (builder) => this.#track(builder),
+      (watcher) => this.#cancel(watcher),
+    )
   }
 
   queueOf(key: string): string {
@@ -165,16 +148,15 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
   }
 
   /**
-   * A watch on the key just before ours, from etcd's current revision: a watch from an earlier revision
-   * (the one read before) is "unsynced" whenever anything was written meanwhile, and etcd then delivers its
-   * events from a background loop that runs every 100 ms (contended handoffs took ~100 ms that way).
+   * A watch on the key just before ours, on the watcher this client keeps on the lock's queue
+   * (queue-watch.ts), from etcd's current revision: a watch from an earlier revision (the one read before)
+   * is "unsynced" whenever anything was written meanwhile, and etcd then delivers its events from a
+   * background loop that runs every 100 ms (contended handoffs took ~100 ms that way).
    */
   async watch(before: IKeyValue): Promise<Watch> {
     if (this.#closed) throw closedError()
     this.#keepWatchStream()
-    const watcher = this.#track(this.#client.watch().key(before.key))
-    await inPlace(watcher)
-    return asWatch(watcher, () => this.#cancel(watcher))
+    return await this.#waits.watch(before.key)
   }
 
   async exists(before: IKeyValue): Promise<boolean> {
