@@ -80,7 +80,7 @@ describe('redis semaphore: storage', () => {
     assert.ok(k.limit.startsWith(`fencelock:!semaphore{${key}}`))
     assert.equal(new Set(keysOf(key).map(slotOf)).size, 1, 'one Cluster slot')
     assert.equal(await admin.get(k.limit), '1')
-    assert.deepEqual(await admin.zrange(k.leases, 0, -1), [permit.owner])
+    assert.deepEqual(await admin.zrange(k.leases, '0', '-1'), [permit.owner])
     assert.match((await admin.hget(k.grants, permit.owner)) ?? '', new RegExp(`^1 ${permit.sequence} `))
     // The semaphore's only permit is held; a lock of the same name is another thing.
     const lock = await locks.tryAcquire(key)
@@ -148,7 +148,7 @@ describe('redis semaphore: the server decides', () => {
     // Its end moved to the server's present: the next attempt finds it ended, with no release.
     await admin.zadd(k.leases, await serverNow(), held.owner)
     await granted(sem, other)
-    assert.deepEqual(await admin.zrange(k.leases, 0, -1), [other.owner])
+    assert.deepEqual(await admin.zrange(k.leases, '0', '-1'), [other.owner])
     assert.equal(await admin.hexists(k.grants, held.owner), 0, 'the ended lease is purged')
   })
 
@@ -164,7 +164,7 @@ describe('redis semaphore: the server decides', () => {
     const small = request(key, 2, 1)
     const refused = await sem.tryAcquire(small, live)
     assert.equal(refused.granted, false, 'one permit is free, but the request for two is first in line')
-    assert.deepEqual(await admin.zrange(redisSemaphoreKeys(key).line, 0, -1), [large.owner, small.owner])
+    assert.deepEqual(await admin.zrange(redisSemaphoreKeys(key).line, '0', '-1'), [large.owner, small.owner])
     await sem.release({ key, owner: one.owner, fence: onePermit.fence, cookie: undefined }, live)
     await granted(sem, large)
     assert.equal((await sem.holders(key, live))?.waiting, 1)
@@ -183,7 +183,7 @@ describe('redis semaphore: the server decides', () => {
     // Its time moved to the server's present: the next attempt finds the place lapsed.
     await admin.zadd(k.kept, now, gone.owner)
     await granted(sem, request(key, 2))
-    assert.deepEqual(await admin.zrange(k.line, 0, -1), [])
+    assert.deepEqual(await admin.zrange(k.line, '0', '-1'), [])
   })
 
   it('names the first in line on the channel when a release may admit it', async () => {
