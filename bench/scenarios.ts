@@ -5,11 +5,11 @@
 import { spawn } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { Redis } from 'ioredis'
 import type { Adapter, Env, Locker } from './adapter.js'
 import { HTTP_STORES } from './cloud.js'
 import { mysqlStatementsCounter } from './mysql.js'
 import { PROCESS_SCENARIOS } from './processes.js'
+import { monitorRedis } from './redis-monitor.js'
 import { httpRequests } from './requests.js'
 import { percentile } from './stats.js'
 
@@ -355,21 +355,16 @@ interface Counter {
  * "lua" and are not counted (they are not round trips).
  */
 async function redisCommandsCounter(env: Env): Promise<Counter> {
-  const admin = new Redis(env.redis, '127.0.0.1')
-  const monitor = await admin.monitor()
   let count = 0
-  monitor.on('monitor', (_time: string, args: string[], source: string) => {
-    if (source !== 'lua' && args[0]?.toLowerCase() !== 'monitor') count++
+  const monitor = await monitorRedis(env.redis, (command, source) => {
+    if (source !== 'lua' && command !== 'monitor') count++
   })
   return {
     reset: () => {
       count = 0
     },
     count: () => count,
-    close: () => {
-      monitor.disconnect()
-      admin.disconnect()
-    },
+    close: () => monitor.close(),
   }
 }
 const redisCommands = (env: Env) => () => redisCommandsCounter(env)

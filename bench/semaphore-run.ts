@@ -23,6 +23,7 @@ import { parseArgs } from 'node:util'
 import { Redis } from 'ioredis'
 import type { Env } from './adapter.js'
 import { startEnv } from './env.js'
+import { monitorRedis } from './redis-monitor.js'
 import type { Results, Row } from './report.js'
 import { type Contender, type Permit, SEMAPHORE_ADAPTERS, type SemaphoreAdapter } from './semaphores.js'
 import { percentile } from './stats.js'
@@ -159,12 +160,9 @@ function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>
   }
   if (adapter.store !== 'redis') return undefined
   return async () => {
-    const admin = new Redis(env.redis, '127.0.0.1')
-    const monitor = await admin.monitor()
     let requests = 0
     let counting = false
-    monitor.on('monitor', (_time: string, args: string[], source: string) => {
-      const command = args[0]?.toLowerCase()
+    const monitor = await monitorRedis(env.redis, (command, source) => {
       if (!counting || source === 'lua') return
       if (command !== 'monitor' && command !== 'info' && command !== 'client') requests++
     })
@@ -179,12 +177,7 @@ function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>
         counting = false
         return { requests, commands }
       },
-      // Only once the clients are closed: ioredis fails ("Command queue state error", unhandled) when a
-      // monitor disconnects while the server still streams it lines.
-      close() {
-        monitor.disconnect()
-        admin.disconnect()
-      },
+      close: () => monitor.close(),
     }
   }
 }
@@ -197,8 +190,6 @@ async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<str
   let counted: Counting | undefined
   try {
     return await withContenders(adapter, env, LIMIT + CONTENDERS, async (contenders) => {
-      // The monitor starts while the store is quiet: ioredis fails ("Command queue state error", unhandled)
-      // when the server streams lines before it has seen MONITOR's reply.
       counted = await start()
       const holders = contenders.slice(0, LIMIT)
       const held: Permit[] = []
