@@ -66,10 +66,10 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
-import { now, withTimeout } from '../../core/clock.js'
 import { BackendUnavailableError, type Primitive } from '../../core/errors.js'
 import { retryRounds } from '../../core/retry.js'
 import type { SqlAdapter, SqlRow } from './adapter.js'
+import { RetirePacer } from './retire-pacer.js'
 import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
 
@@ -144,8 +144,7 @@ export class SqlLease {
   /** Owners whose acquire has been refused once: their next attempts may be paced. */
   readonly #waitingOwners = new BoundedMap<string, true>(OWNERS_KEPT)
   /** When this client last retired rows (monotonic ms), and whether a retire statement is running. */
-  #retiredAt = Number.NEGATIVE_INFINITY
-  #retiring = false
+  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
 
   /** `primitive`: what the table's rows are leases of (election.ts makes the elections' engine). */
   constructor(adapter: SqlAdapter, options: SqlLeaseOptions = {}, primitive: Primitive = 'lock') {
@@ -346,26 +345,11 @@ export class SqlLease {
     }
   }
 
-  /**
-   * Deletes rows whose lease ended long ago, in the background of a grant: at most one statement at a
-   * time per client, once per `RETIRE_EVERY_MS`, or at once again after a full batch (a backlog). A
-   * failure only waits for the next round: nothing depends on it but the table's size.
-   */
+  /** Deletes rows whose lease ended long ago, in the background of a grant (retire-pacer.ts: how often). */
   #retire(): void {
     const adapter = this.#adapter
-    if (adapter.retire === undefined || this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
-    this.#retiring = true
-    const started = now()
-    withTimeout(RETIRE_STATEMENT_MS, (signal) => adapter.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal)).then(
-      (retired) => {
-        this.#retiring = false
-        this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
-      },
-      () => {
-        this.#retiring = false
-        this.#retiredAt = started
-      },
-    )
+    if (adapter.retire === undefined) return
+    this.#retirePacer.retire((signal) => adapter.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal))
   }
 
   /** The row after a statement whose outcome is unknown; when it cannot be read, that statement's error. */

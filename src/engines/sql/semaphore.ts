@@ -33,9 +33,9 @@ import type {
   SemaphoreFacet,
   SemaphoreInfo,
 } from '../../core/backend.js'
-import { now, withTimeout } from '../../core/clock.js'
 import { LimitMismatchError } from '../../core/errors.js'
 import type { SqlLeaseOptions } from './engine.js'
+import { RetirePacer } from './retire-pacer.js'
 import type { SqlPermitRow, SqlSemaphoreAdapter } from './semaphore-adapter.js'
 import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
@@ -91,8 +91,7 @@ export class SqlSemaphore {
   readonly waiting: SqlWaiting
   /** The tables check of this client: made once, before the first transaction (again after a failure). */
   readonly #tables: TableCheck
-  #retiredAt = Number.NEGATIVE_INFINITY
-  #retiring = false
+  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
 
   constructor(adapter: SqlSemaphoreAdapter, options: SqlLeaseOptions = {}) {
     this.#adapter = adapter
@@ -283,27 +282,17 @@ export class SqlSemaphore {
 
   /** Deletes idle semaphores whose grants and places all ended, in the background of a grant. */
   #retire(): void {
-    if (this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
-    this.#retiring = true
-    const started = now()
-    const run = this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
-      const names = await tx.idle(RETIRE_BATCH)
-      for (const name of names) {
-        await tx.purge(name)
-        await tx.forgetIfIdle(name)
-      }
-      return names.length
+    this.#retirePacer.retire((signal) => {
+      const run = this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
+        const names = await tx.idle(RETIRE_BATCH)
+        for (const name of names) {
+          await tx.purge(name)
+          await tx.forgetIfIdle(name)
+        }
+        return names.length
+      })
+      return raceSignal(run, signal)
     })
-    withTimeout(RETIRE_STATEMENT_MS, (signal) => raceSignal(run, signal)).then(
-      (retired) => {
-        this.#retiring = false
-        this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
-      },
-      () => {
-        this.#retiring = false
-        this.#retiredAt = started
-      },
-    )
   }
 }
 
