@@ -1,6 +1,6 @@
 /**
- * Processes the tests start: the compiled CLI (run to its end, or `hold` kept running), and a wait for a
- * process to be gone.
+ * Processes the tests start: the compiled CLI (run to its end, or `hold` kept running), a script of
+ * the tests run to its end, and a wait for a process to be gone.
  */
 import {
   type ChildProcessWithoutNullStreams,
@@ -135,6 +135,14 @@ export function runCli(
     (r): CliResult => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
     (e: CliResult): CliResult => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
   )
+}
+
+/** Runs the compiled script `script` with `args` on this node, its output on the test's; its exit code. */
+export function runScript(script: string, args: string[]): Promise<number | null> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'inherit', 'inherit'] })
+    child.on('exit', (code) => resolve(code))
+  })
 }
 
 /** Whether `pid` still runs: a zombie does not (PID 1 here does not reap orphans). Linux's /proc. */

@@ -27,6 +27,7 @@
  * added); the rest is what every primitive shares:
  *   root.ts          one lock root as this process sees it (settings, boot id, unreadable records, what
  *                    each waiter has seen)
+ *   inner-root.ts    a primitive's own root inside the lock root (.elections, .semaphores), made once
  *   generations.ts   the generation store: read the state, create N+1 exclusively (Pending), collect
  *   epochs.ts        the root's epoch counter and the base of a new generation
  *   holders.ts       the processes a lease lives with: marking them (pid, start time), and whether all are gone

@@ -80,12 +80,17 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
         )
       }
       if (error instanceof TypeError) throw error
-      const { text, retryable } = describeFailure(error)
-      throw new BackendUnavailableError(
-        `Could not ${what}${key === undefined ? '' : ` semaphore ${quoteKey(key)}`} on ${this.id}: ${text}`,
-        { key, backend: this.id, cause: error, retryable },
-      )
+      throw this.#unavailable(error, what, key)
     }
+  }
+
+  /** A failed statement as the error the core expects: "Could not <what>[ semaphore <key>] on <store>: why". */
+  #unavailable(error: unknown, what: string, key?: string): BackendUnavailableError {
+    const { text, retryable } = describeFailure(error)
+    return new BackendUnavailableError(
+      `Could not ${what}${key === undefined ? '' : ` semaphore ${quoteKey(key)}`} on ${this.id}: ${text}`,
+      { key, backend: this.id, cause: error, retryable },
+    )
   }
 
   #tx(run: (sql: string, params: Param[]) => Promise<unknown>): SqlSemaphoreTx {
@@ -185,16 +190,7 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
       )
       return (result as ResultSetHeader).affectedRows > 0 ? ttlMs : undefined
     } catch (error) {
-      const { text, retryable } = describeFailure(error)
-      throw new BackendUnavailableError(
-        `Could not renew permits of semaphore ${quoteKey(key)} on ${this.id}: ${text}`,
-        {
-          key,
-          backend: this.id,
-          cause: error,
-          retryable,
-        },
-      )
+      throw this.#unavailable(error, 'renew permits of', key)
     }
   }
 
@@ -206,15 +202,7 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
       }
       return true
     } catch (error) {
-      const { text, retryable } = describeFailure(error)
-      throw new BackendUnavailableError(
-        `Could not check the semaphore tables ${this.table} on ${this.id}: ${text}`,
-        {
-          backend: this.id,
-          cause: error,
-          retryable,
-        },
-      )
+      throw this.#unavailable(error, `check the semaphore tables ${this.table}`)
     }
   }
 
@@ -222,15 +210,7 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
     try {
       for (const statement of semaphoreTablesDdl(this.#sems, this.#permits)) await this.#pool.query(statement)
     } catch (error) {
-      const { text, retryable } = describeFailure(error)
-      throw new BackendUnavailableError(
-        `Could not create the semaphore tables ${this.table} on ${this.id}: ${text}`,
-        {
-          backend: this.id,
-          cause: error,
-          retryable,
-        },
-      )
+      throw this.#unavailable(error, `create the semaphore tables ${this.table}`)
     }
   }
 

@@ -28,8 +28,9 @@ import type {
 } from '../../engines/sql/adapter.js'
 import type { PgSql } from './client.js'
 import { pgDoctor, pgTableDoctor } from './doctor.js'
-import { droppedHandshake, tableNoun, tlsRefused, unavailable } from './faults.js'
+import { createRaced, droppedHandshake, tableNoun, tlsRefused, unavailable } from './faults.js'
 import { channelOf, ddl, fenceSequence, type PgTable, qualified, sequenceDdl, tableDdl } from './layout.js'
+import { listenProven } from './notify.js'
 import { literals, PIN, parameters, statements, type Values } from './statements.js'
 import { acceptsTls, tlsTarget } from './tls-probe.js'
 
@@ -217,11 +218,9 @@ export class PostgresAdapter implements SqlAdapter {
 
   /**
    * Creates what is missing: the table (IF NOT EXISTS), then the fence sequence with its first value (see
-   * `sequenceDdl`). Two clients creating them at once: CREATE can still fail on the catalog's unique
-   * index (23505), on the table's row type created a moment before by the other (42710, "type … already
-   * exists": seen in CI, 50 contenders on 5 clients of a fresh database), or report it exists (42P07).
-   * Whichever, it is there now if the other creation committed (and the sequence was never set back: its
-   * value is set only in the transaction that made it).
+   * `sequenceDdl`). Two clients creating them at once: CREATE can still fail (faults.ts `createRaced`),
+   * and it is there now if the other creation committed (the sequence was never set back: its value is
+   * set only in the transaction that made it).
    */
   async createTable(signal: AbortSignal): Promise<void> {
     for (const [what, text] of [
@@ -232,9 +231,7 @@ export class PostgresAdapter implements SqlAdapter {
       try {
         await raceSignal(this.#sql.unsafe(text), signal)
       } catch (error) {
-        const code = (error as { code?: unknown }).code
-        const raced = code === '23505' || code === '42710' || code === '42P07'
-        if (raced && (await this.#exists(signal))[what]) continue
+        if (createRaced(error) && (await this.#exists(signal))[what]) continue
         const name =
           what === 'table'
             ? `the ${tableNoun(this.#primitive)} ${this.table}`
@@ -248,32 +245,9 @@ export class PostgresAdapter implements SqlAdapter {
     return ddl(this.#t, this.#election)
   }
 
-  /**
-   * Subscribes to the table's channel on postgres.js's dedicated listening connection (one per client;
-   * it re-subscribes by itself after a reconnect, which `onGap` reports), then proves delivery: an empty
-   * notification (no lock key is empty) sent through the pool must come back on it.
-   */
-  async listen(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener> {
-    let proven!: () => void
-    const proof = new Promise<void>((resolve) => {
-      proven = resolve
-    })
-    const meta = await raceSignal(
-      this.#sql.listen(this.#channel, (payload) => (payload === '' ? proven() : onKey(payload)), onGap),
-      signal,
-    )
-    const listener: SqlListener = { close: () => meta.unlisten() }
-    try {
-      await raceSignal(
-        this.#sql.unsafe('SELECT pg_catalog.pg_notify($1::text, $2::text)', [this.#channel, '']),
-        signal,
-      )
-      await raceSignal(proof, signal)
-    } catch (error) {
-      await listener.close().catch(() => {})
-      throw error
-    }
-    return listener
+  /** Subscribes to the table's channel, delivery proven (notify.ts). */
+  listen(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener> {
+    return listenProven(this.#sql, this.#channel, onKey, onGap, signal)
   }
 
   doctor(signal: AbortSignal) {

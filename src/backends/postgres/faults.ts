@@ -36,6 +36,17 @@ export function retryable(error: unknown): boolean {
   return !PERMANENT.some((p) => p.test(code))
 }
 
+/**
+ * Whether a CREATE failed because another client made the same thing at that moment: on the catalog's
+ * unique index (23505), on a table's row type created a moment before by the other (42710, "type …
+ * already exists": seen in CI, 50 contenders on 5 clients of a fresh database), or reporting it exists
+ * (42P07). It is there now if the other creation committed: the caller checks.
+ */
+export function createRaced(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code
+  return code === '23505' || code === '42710' || code === '42P07'
+}
+
 /** Whether `error` could be the server dropping our TLS handshake (what a server without TLS does). */
 export function droppedHandshake(error: unknown): boolean {
   const e = error as { code?: unknown; message?: unknown } | undefined

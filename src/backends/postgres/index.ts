@@ -39,10 +39,11 @@
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
  *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
- * Files: adapter.ts (the engine's adapter), statements.ts (the SQL), literals.ts (values in it),
- * layout.ts (table, sequence, DDL, channel), faults.ts (errors in words, which ones waiting can help),
- * doctor.ts (version, settings, replication, sequence), client.ts (the client methods used). The fence guard
- * for a protected row lives in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
+ * Files: adapter.ts (the engine's adapter), semaphore.ts (the semaphore's adapter), statements.ts (the
+ * SQL), literals.ts (values in it), layout.ts (table, sequence, DDL, channel), notify.ts (LISTEN, delivery
+ * proven), faults.ts (errors in words, which ones waiting can help), doctor.ts (version, settings,
+ * replication, sequence), client.ts (the client methods used). The fence guard for a protected row lives
+ * in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
  */
 import type { LockBackend } from '../../core/backend.js'
 import { loadDriver, type ParamSchema, readParams, redact } from '../../core/url.js'

@@ -17,7 +17,7 @@ import type {
 } from '../../engines/sql/semaphore-adapter.js'
 import { POSTGRES_LIMITS } from './adapter.js'
 import type { PgSql } from './client.js'
-import { unavailable } from './faults.js'
+import { createRaced, unavailable } from './faults.js'
 import {
   channelOf,
   fenceSequence,
@@ -30,6 +30,7 @@ import {
   sequenceDdl,
 } from './layout.js'
 import { regclassLiteral } from './literals.js'
+import { listenProven } from './notify.js'
 
 interface Options {
   readonly sql: PgSql
@@ -254,9 +255,7 @@ export class PostgresSemaphoreAdapter implements SqlSemaphoreAdapter {
       try {
         await raceSignal(this.#sql.unsafe(text), signal)
       } catch (error) {
-        const code = (error as { code?: unknown }).code
-        const raced = code === '23505' || code === '42710' || code === '42P07'
-        if (raced && (await this.#exists(signal))[what]) continue
+        if (createRaced(error) && (await this.#exists(signal))[what]) continue
         throw unavailable(error, `create the semaphore tables ${this.table}`, undefined, this.id)
       }
     }
@@ -266,28 +265,9 @@ export class PostgresSemaphoreAdapter implements SqlSemaphoreAdapter {
     return semaphoreDdl(this.#t)
   }
 
-  /** As the lock table's (`PostgresAdapter.listen`), on the semaphores table's channel. */
-  async listen(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener> {
-    let proven!: () => void
-    const proof = new Promise<void>((resolve) => {
-      proven = resolve
-    })
-    const meta = await raceSignal(
-      this.#sql.listen(this.#channel, (payload) => (payload === '' ? proven() : onKey(payload)), onGap),
-      signal,
-    )
-    const listener: SqlListener = { close: () => meta.unlisten() }
-    try {
-      await raceSignal(
-        this.#sql.unsafe('SELECT pg_catalog.pg_notify($1::text, $2::text)', [this.#channel, '']),
-        signal,
-      )
-      await raceSignal(proof, signal)
-    } catch (error) {
-      await listener.close().catch(() => {})
-      throw error
-    }
-    return listener
+  /** Subscribes to the semaphores table's channel, delivery proven (notify.ts). */
+  listen(onKey: (key: string) => void, onGap: () => void, signal: AbortSignal): Promise<SqlListener> {
+    return listenProven(this.#sql, this.#channel, onKey, onGap, signal)
   }
 
   /** The client is the lock table adapter's: it ends it. */

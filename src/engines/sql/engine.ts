@@ -53,7 +53,6 @@
  * Adapter: `SqlAdapter` (adapter.ts). Used by: PostgreSQL (src/backends/postgres), MySQL/MariaDB.
  */
 
-import { raceSignal } from '../../core/abort.js'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -67,10 +66,11 @@ import type {
   LockInfo,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
-import { now, withTimeout } from '../../core/clock.js'
 import { BackendUnavailableError, type Primitive } from '../../core/errors.js'
 import { retryRounds } from '../../core/retry.js'
 import type { SqlAdapter, SqlRow } from './adapter.js'
+import { RetirePacer } from './retire-pacer.js'
+import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
 
 export type {
@@ -97,8 +97,6 @@ export interface SqlLeaseOptions {
 
 const POLL_MAX_MS = 1000
 const LISTEN_TIMEOUT_MS = 5000
-/** The longest the table check (and its creation) may take before the attempts waiting on it fail. */
-const TABLE_CHECK_MS = 30_000
 /** Owners remembered as possibly holding (for abandon); forgetting one costs a statement, never safety. */
 const OWNERS_KEPT = 10_000
 const LIST_PAGE_SIZE = 100
@@ -140,21 +138,20 @@ export class SqlLease {
   readonly #tableNoun: string
   readonly waiting: SqlWaiting
   /** The table check of this client: made once, before the first statement (again after a failure). */
-  #ready: Promise<void> | undefined
-  #tableChecked = false
+  readonly #table: TableCheck
   /** Owners whose acquire sent a statement that may have left the row theirs (abandon). */
   readonly #mayHold = new BoundedMap<string, true>(OWNERS_KEPT)
   /** Owners whose acquire has been refused once: their next attempts may be paced. */
   readonly #waitingOwners = new BoundedMap<string, true>(OWNERS_KEPT)
   /** When this client last retired rows (monotonic ms), and whether a retire statement is running. */
-  #retiredAt = Number.NEGATIVE_INFINITY
-  #retiring = false
+  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
 
   /** `primitive`: what the table's rows are leases of (election.ts makes the elections' engine). */
   constructor(adapter: SqlAdapter, options: SqlLeaseOptions = {}, primitive: Primitive = 'lock') {
     this.#adapter = adapter
     this.#tableNoun = primitive === 'election' ? 'elections table' : 'lock table'
     this.#createTable = options.createTable ?? true
+    this.#table = new TableCheck(adapter, this.#createTable, { noun: this.#tableNoun, plural: false })
     this.#listPageSize = options.listPageSize ?? LIST_PAGE_SIZE
     for (const name of ['pollMaxMs', 'listenTimeoutMs', 'listPageSize'] as const) {
       const value = options[name]
@@ -177,7 +174,7 @@ export class SqlLease {
       const paced = this.waiting.paced(req.key, req.owner)
       if (paced) return paced
     }
-    const ready = this.#tableReady(signal)
+    const ready = this.#table.ready(signal)
     if (ready) await ready
     // Before it is sent: from here on it may be applied whatever we hear (abandon must release it).
     const before = this.#mayHold.has(req.owner)
@@ -188,8 +185,7 @@ export class SqlLease {
       out = await this.#adapter.acquire(req, signal)
     } catch (error) {
       // The table may be gone (an operator dropped it): the next attempt checks it again, and makes it.
-      this.#tableChecked = false
-      this.#ready = undefined
+      this.#table.forget()
       throw error
     }
     if (out.granted) {
@@ -255,7 +251,7 @@ export class SqlLease {
 
   /** `LockBackend.inspect`: the row as the server sees it now. */
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
-    if (!(await this.#tableThere(signal))) return null
+    if (!(await this.#table.there(signal))) return null
     const row = await this.#adapter.read(key, signal)
     if (row === undefined) {
       // Free; a retired name's fences are below the table's latest one, which a resource may have seen.
@@ -268,7 +264,7 @@ export class SqlLease {
 
   /** `LockBackend.list`: the held rows under `prefix`, a page per statement, each page after the last. */
   async *list(prefix: string, signal: AbortSignal): AsyncIterable<ListedLock> {
-    if (!(await this.#tableThere(signal))) return
+    if (!(await this.#table.there(signal))) return
     let after: string | undefined
     let page: readonly { readonly key: string }[]
     do {
@@ -285,7 +281,7 @@ export class SqlLease {
    */
   async breakLock(key: string, options: BreakOptions = {}): Promise<BreakResult> {
     const signal = options.signal ?? new AbortController().signal
-    if (!(await this.#tableThere(signal))) return { broken: false }
+    if (!(await this.#table.there(signal))) return { broken: false }
     return retryRounds(
       BREAK_ROUNDS,
       async () => {
@@ -349,37 +345,11 @@ export class SqlLease {
     }
   }
 
-  /**
-   * Deletes rows whose lease ended long ago, in the background of a grant: at most one statement at a
-   * time per client, once per `RETIRE_EVERY_MS`, or at once again after a full batch (a backlog). A
-   * failure only waits for the next round: nothing depends on it but the table's size.
-   */
+  /** Deletes rows whose lease ended long ago, in the background of a grant (retire-pacer.ts: how often). */
   #retire(): void {
     const adapter = this.#adapter
-    if (adapter.retire === undefined || this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
-    this.#retiring = true
-    const started = now()
-    withTimeout(RETIRE_STATEMENT_MS, (signal) => adapter.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal)).then(
-      (retired) => {
-        this.#retiring = false
-        this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
-      },
-      () => {
-        this.#retiring = false
-        this.#retiredAt = started
-      },
-    )
-  }
-
-  /**
-   * Whether the table is there for a look (inspect, list, break), checked once per client. Never made
-   * here, even with createTable: without the table nobody holds anything (doctor names it and its DDL).
-   */
-  async #tableThere(signal: AbortSignal): Promise<boolean> {
-    if (this.#tableChecked) return true
-    if (!(await this.#adapter.tableExists(signal))) return false
-    this.#tableChecked = true
-    return true
+    if (adapter.retire === undefined) return
+    this.#retirePacer.retire((signal) => adapter.retire!(RETIRE_AFTER_MS, RETIRE_BATCH, signal))
   }
 
   /** The row after a statement whose outcome is unknown; when it cannot be read, that statement's error. */
@@ -389,41 +359,6 @@ export class SqlLease {
     } catch {
       throw error
     }
-  }
-
-  /**
-   * Makes sure the table exists, once per client (a failed check is made again next time). The check
-   * runs on a signal of its own, bounded, so that one caller giving up does not fail the others sharing it.
-   */
-  #tableReady(signal: AbortSignal): Promise<void> | undefined {
-    // Checked already: no promise, no listener on the signal (the uncontended cycle's fast path).
-    if (this.#tableChecked) return undefined
-    if (this.#ready === undefined) {
-      const ready = withTimeout(TABLE_CHECK_MS, (own) => this.#prepareTable(own))
-      this.#ready = ready
-      ready.then(
-        () => {
-          this.#tableChecked = true
-        },
-        () => {
-          if (this.#ready === ready) this.#ready = undefined
-        },
-      )
-    }
-    return raceSignal(this.#ready, signal)
-  }
-
-  async #prepareTable(signal: AbortSignal): Promise<void> {
-    const adapter = this.#adapter
-    if (await adapter.tableExists(signal)) return
-    if (!this.#createTable) {
-      throw new BackendUnavailableError(
-        `The ${this.#tableNoun} ${adapter.table} does not exist on ${adapter.id}, and createTable is off. ` +
-          `Create it (e.g. in a migration) with:\n${adapter.ddl()}`,
-        { backend: adapter.id, retryable: false },
-      )
-    }
-    await adapter.createTable(signal)
   }
 }
 

@@ -33,17 +33,17 @@ import type {
   SemaphoreFacet,
   SemaphoreInfo,
 } from '../../core/backend.js'
-import { now, withTimeout } from '../../core/clock.js'
-import { BackendUnavailableError, LimitMismatchError } from '../../core/errors.js'
+import { LimitMismatchError } from '../../core/errors.js'
 import type { SqlLeaseOptions } from './engine.js'
+import { RetirePacer } from './retire-pacer.js'
 import type { SqlPermitRow, SqlSemaphoreAdapter } from './semaphore-adapter.js'
+import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
 
 /** How long a waiter keeps its place without asking again, at least (the core asks about once a second). */
 const PLACE_KEPT_MIN_MS = 3000
 const POLL_MAX_MS = 1000
 const LISTEN_TIMEOUT_MS = 5000
-const TABLE_CHECK_MS = 30_000
 const RETIRE_EVERY_MS = 10_000
 const RETIRE_BATCH = 100
 const RETIRE_STATEMENT_MS = 10_000
@@ -89,14 +89,14 @@ export class SqlSemaphore {
   readonly #createTable: boolean
   readonly #id: string
   readonly waiting: SqlWaiting
-  #ready: Promise<void> | undefined
-  #tableChecked = false
-  #retiredAt = Number.NEGATIVE_INFINITY
-  #retiring = false
+  /** The tables check of this client: made once, before the first transaction (again after a failure). */
+  readonly #tables: TableCheck
+  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
 
   constructor(adapter: SqlSemaphoreAdapter, options: SqlLeaseOptions = {}) {
     this.#adapter = adapter
     this.#createTable = options.createTable ?? true
+    this.#tables = new TableCheck(adapter, this.#createTable, { noun: 'semaphore tables', plural: true })
     this.#id = options.id ?? adapter.id
     this.waiting = new SqlWaiting(
       adapter,
@@ -109,7 +109,7 @@ export class SqlSemaphore {
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const asked = req.semaphore
     if (!asked) throw new TypeError('A semaphore acquire carries `semaphore` (its limit and permits)')
-    await this.#tableReady(signal)
+    await this.#tables.ready(signal)
     const { key, owner, ttlMs, holder } = req
     let out: Attempt
     try {
@@ -140,8 +140,7 @@ export class SqlSemaphore {
       })
     } catch (error) {
       // The tables may be gone (an operator dropped them): the next attempt checks them again.
-      this.#tableChecked = false
-      this.#ready = undefined
+      this.#tables.forget()
       throw error
     }
     if ('mismatch' in out) throw new LimitMismatchError(out.mismatch, asked.limit, { key, backend: this.#id })
@@ -181,7 +180,7 @@ export class SqlSemaphore {
 
   /** `abandon`: whatever the acquire's owner holds or where it waits, owner-checked. */
   async abandon(req: AcquireRequest): Promise<void> {
-    if (!this.#tableChecked) return
+    if (!this.#tables.checked) return
     await this.#remove(req.key, req.owner, undefined, 'give up the acquire of')
   }
 
@@ -210,7 +209,7 @@ export class SqlSemaphore {
   }
 
   async setLimit(key: string, limit: number): Promise<void> {
-    await this.#tableReady(new AbortController().signal)
+    await this.#tables.ready(new AbortController().signal)
     await this.#adapter.transaction('set the limit of', key, async (tx) => {
       await tx.setLimit(key, limit)
       await tx.notify(key)
@@ -266,10 +265,7 @@ export class SqlSemaphore {
 
   /** The semaphore as the store keeps it now: its row, its valid grants, how many places are kept. */
   async #read(key: string, signal: AbortSignal) {
-    if (!this.#tableChecked) {
-      if (!(await this.#adapter.tableExists(signal))) return undefined
-      this.#tableChecked = true
-    }
+    if (!(await this.#tables.there(signal))) return undefined
     const read = this.#adapter.transaction('read', key, async (tx) => {
       const sem = await tx.peek(key)
       return sem === undefined ? undefined : { sem, rows: await tx.rows(key, false) }
@@ -286,58 +282,17 @@ export class SqlSemaphore {
 
   /** Deletes idle semaphores whose grants and places all ended, in the background of a grant. */
   #retire(): void {
-    if (this.#retiring || now() - this.#retiredAt < RETIRE_EVERY_MS) return
-    this.#retiring = true
-    const started = now()
-    const run = this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
-      const names = await tx.idle(RETIRE_BATCH)
-      for (const name of names) {
-        await tx.purge(name)
-        await tx.forgetIfIdle(name)
-      }
-      return names.length
+    this.#retirePacer.retire((signal) => {
+      const run = this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
+        const names = await tx.idle(RETIRE_BATCH)
+        for (const name of names) {
+          await tx.purge(name)
+          await tx.forgetIfIdle(name)
+        }
+        return names.length
+      })
+      return raceSignal(run, signal)
     })
-    withTimeout(RETIRE_STATEMENT_MS, (signal) => raceSignal(run, signal)).then(
-      (retired) => {
-        this.#retiring = false
-        this.#retiredAt = retired >= RETIRE_BATCH ? Number.NEGATIVE_INFINITY : started
-      },
-      () => {
-        this.#retiring = false
-        this.#retiredAt = started
-      },
-    )
-  }
-
-  /** Makes sure the tables exist, once per client (as the lock table's check: engine.ts). */
-  async #tableReady(signal: AbortSignal): Promise<void> {
-    if (this.#tableChecked) return
-    if (this.#ready === undefined) {
-      const ready = withTimeout(TABLE_CHECK_MS, (own) => this.#prepareTables(own))
-      this.#ready = ready
-      ready.then(
-        () => {
-          this.#tableChecked = true
-        },
-        () => {
-          if (this.#ready === ready) this.#ready = undefined
-        },
-      )
-    }
-    await raceSignal(this.#ready, signal)
-  }
-
-  async #prepareTables(signal: AbortSignal): Promise<void> {
-    const adapter = this.#adapter
-    if (await adapter.tableExists(signal)) return
-    if (!this.#createTable) {
-      throw new BackendUnavailableError(
-        `The semaphore tables ${adapter.table} do not exist on ${adapter.id}, and createTable is off. ` +
-          `Create them (e.g. in a migration) with:\n${adapter.ddl()}`,
-        { backend: adapter.id, retryable: false },
-      )
-    }
-    await adapter.createTable(signal)
   }
 }
 

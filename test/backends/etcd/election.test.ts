@@ -1,15 +1,13 @@
 import assert from 'node:assert/strict'
 import { type ChildProcess, spawn } from 'node:child_process'
-import { after, before, describe, it } from 'node:test'
-import * as etcd3 from 'etcd3'
+import { after, describe, it } from 'node:test'
 import { EtcdElectionQueue } from '../../../src/backends/etcd/election.js'
-import { etcdBackend } from '../../../src/backends/etcd/index.js'
 import { electionPrefix, lockPrefix } from '../../../src/backends/etcd/layout.js'
 import type { ElectionFacet, LockBackend } from '../../../src/core/backend.js'
-import { createLockClient, type LeaderView, type LockClient, LockLostError } from '../../../src/index.js'
-import { type EtcdCluster, startEtcd } from '../../servers/etcd.js'
+import { type LeaderView, LockLostError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
 import { pollUntil, waitUntil } from '../../support/wait.js'
+import { etcdTestCluster } from './fixture.js'
 
 /**
  * Leader election on etcd, what the conformance cases cannot see: the keys on the store (Go's `Election`
@@ -19,40 +17,19 @@ import { pollUntil, waitUntil } from '../../support/wait.js'
 const WITHIN = { withinMs: 30_000, everyMs: 20 }
 
 describe('etcd: leader election', { timeout: 240_000 }, () => {
-  let cluster: EtcdCluster
-  let admin: etcd3.Etcd3
-  const open: LockClient[] = []
   const children: ChildProcess[] = []
-
-  before(async () => {
-    cluster = await startEtcd(1)
-    admin = new etcd3.Etcd3({ hosts: cluster.endpoints })
-  })
-  after(async () => {
+  // Registered before the cluster's own, so it runs first: no etcdctl outlives the cluster.
+  after(() => {
     for (const child of children)
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-    await Promise.all(open.map((c) => c.close()))
-    admin.close()
-    await cluster.destroy()
   })
-
-  const backendOf = () => etcdBackend({ client: new etcd3.Etcd3({ hosts: cluster.endpoints }) })
-  const clientOn = (backend: LockBackend, ttl = '10s') => {
-    const client = createLockClient(backend, { ttl })
-    open.push(client)
-    return client
-  }
-  const keysUnder = async (prefix: string) =>
-    (await admin.getAll().prefix(prefix).exec()).kvs.map((kv) => ({
-      key: kv.key.toString(),
-      value: kv.value.toString(),
-      lease: kv.lease,
-      create: BigInt(kv.create_revision),
-    }))
+  const etcd = etcdTestCluster()
+  const backendOf = () => etcd.backend()
+  const clientOn = (backend: LockBackend, ttl = '10s') => etcd.client(backend, { ttl })
 
   /** `etcdctl` with the cluster's endpoints, its output gathered. */
   const etcdctl = (args: string[]) => {
-    const child = spawn('etcdctl', [`--endpoints=${cluster.endpoints}`, ...args], {
+    const child = spawn('etcdctl', [`--endpoints=${etcd.cluster.endpoints}`, ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     children.push(child)
@@ -77,22 +54,22 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
     const lock = await locks.acquire(name)
     // The lock of the same name is another line: the campaign does not wait for it.
     const lead = await locks.election(name).campaign({ value: 'http://[::1]:8080/é', timeout: '10s' })
-    const keys = await keysUnder(electionPrefix(name))
+    const keys = await etcd.keysUnder(electionPrefix(name))
     assert.equal(keys.length, 1)
     const [key] = keys
     assert.match(key!.key.slice(electionPrefix(name).length), new RegExp(`^[0-9a-f]+-${lead.owner}$`))
     assert.equal(key!.value, 'http://[::1]:8080/é')
     assert.notEqual(key!.lease, '0', 'on its session lease')
     assert.equal(key!.create, lead.term, 'the term is the create revision')
-    assert.equal((await keysUnder(lockPrefix(name))).length, 1, "the lock's key is its own")
+    assert.equal((await etcd.keysUnder(lockPrefix(name))).length, 1, "the lock's key is its own")
     assert.ok(!electionPrefix(name).startsWith(lockPrefix(name)))
     await lead.proclaim('v2')
-    const [after] = await keysUnder(electionPrefix(name))
+    const [after] = await etcd.keysUnder(electionPrefix(name))
     assert.equal(after!.value, 'v2')
     assert.equal(after!.create, lead.term, 'a proclaim keeps the key (and the term)')
     assert.equal(after!.lease, key!.lease, 'a proclaim keeps the lease')
     await Promise.all([lead.resign(), lock.release()])
-    assert.deepEqual(await keysUnder(electionPrefix(name)), [])
+    assert.deepEqual(await etcd.keysUnder(electionPrefix(name)), [])
   })
 
   it('refuses a proclaim on the store once another candidate leads', async () => {
@@ -100,12 +77,12 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
     const name = 'taken-over'
     const old = await a.election(name).campaign({ value: 'old' })
     // The leader's key deleted behind its back (an operator, an expired lease seen late).
-    const [key] = await keysUnder(electionPrefix(name))
-    await admin.delete().key(key!.key).exec()
+    const [key] = await etcd.keysUnder(electionPrefix(name))
+    await etcd.admin.delete().key(key!.key).exec()
     const next = await b.election(name).campaign({ value: 'next', timeout: '30s' })
     assert.ok(next.term > old.term)
     await assert.rejects(old.proclaim('stale'), LockLostError)
-    const keys = await keysUnder(electionPrefix(name))
+    const keys = await etcd.keysUnder(electionPrefix(name))
     assert.deepEqual(
       keys.map((k) => k.value),
       ['next'],
@@ -115,19 +92,19 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
   })
 
   it("guards a proclaim on the store by the key's create revision (Go's Proclaim)", async () => {
-    const queue = new EtcdElectionQueue(admin, 'fencelock/')
+    const queue = new EtcdElectionQueue(etcd.admin, 'fencelock/')
     const name = `${electionPrefix('guarded')}1-owner`
-    const first = await admin.put(name).value('first').exec()
-    await admin.delete().key(name).exec()
+    const first = await etcd.admin.put(name).value('first').exec()
+    await etcd.admin.delete().key(name).exec()
     // The same name made again (a new create revision): no longer the entry of that term.
-    await admin.put(name).value('second').exec()
+    await etcd.admin.put(name).value('second').exec()
     const stale = { queue: electionPrefix('guarded'), name, position: BigInt(first.header.revision) }
     assert.equal(await queue.proclaim(stale, 'stale'), false)
-    assert.equal((await keysUnder(electionPrefix('guarded')))[0]!.value, 'second')
-    const [now] = await keysUnder(electionPrefix('guarded'))
+    assert.equal((await etcd.keysUnder(electionPrefix('guarded')))[0]!.value, 'second')
+    const [now] = await etcd.keysUnder(electionPrefix('guarded'))
     assert.equal(await queue.proclaim({ ...stale, position: now!.create }, 'proclaimed'), true)
-    assert.equal((await keysUnder(electionPrefix('guarded')))[0]!.value, 'proclaimed')
-    await admin.delete().key(name).exec()
+    assert.equal((await etcd.keysUnder(electionPrefix('guarded')))[0]!.value, 'proclaimed')
+    await etcd.admin.delete().key(name).exec()
   })
 
   it("wakes an observer by etcd's watch on each change, not by its fallback read", async () => {
@@ -183,7 +160,7 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
     )
     const campaign = awaitLater(locks.election(name).campaign({ value: 'fencelock' }))
     const waiting = await pollUntil(
-      () => keysUnder(electionPrefix(name)),
+      () => etcd.keysUnder(electionPrefix(name)),
       (keys) => keys.length === 2,
       WITHIN,
     )
@@ -205,7 +182,7 @@ describe('etcd: leader election', { timeout: 240_000 }, () => {
     await waitUntil(() => observer.output().includes('fencelock-leader'), 'etcdctl to observe', WITHIN)
     const go = etcdctl(['elect', pfx, 'go-next'])
     await pollUntil(
-      () => keysUnder(electionPrefix(name)),
+      () => etcd.keysUnder(electionPrefix(name)),
       (keys) => keys.length === 2,
       WITHIN,
     )

@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
-import * as etcd3 from 'etcd3'
-import { etcdBackend } from '../../../src/backends/etcd/index.js'
+import { describe, it } from 'node:test'
 import { lockPrefix, semaphoreLimitKey, semaphorePrefix } from '../../../src/backends/etcd/layout.js'
-import { createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
-import { type EtcdCluster, startEtcd } from '../../servers/etcd.js'
+import { LockLostError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
 import { pollUntil } from '../../support/wait.js'
+import { etcdTestCluster } from './fixture.js'
 
 /**
  * Counting semaphores on etcd, what the conformance cases cannot see: the keys on the store (the limit
@@ -17,38 +15,15 @@ import { pollUntil } from '../../support/wait.js'
 const WITHIN = { withinMs: 30_000, everyMs: 50 }
 
 describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
-  let cluster: EtcdCluster
-  let admin: etcd3.Etcd3
-  const open: LockClient[] = []
-
-  before(async () => {
-    cluster = await startEtcd(1)
-    admin = new etcd3.Etcd3({ hosts: cluster.endpoints })
-  })
-  after(async () => {
-    await Promise.all(open.map((c) => c.close()))
-    admin.close()
-    await cluster.destroy()
-  })
-
-  const clientOf = (options: { ttl?: string; holder?: string } = {}) => {
-    const client = createLockClient(etcdBackend({ client: new etcd3.Etcd3({ hosts: cluster.endpoints }) }), {
+  const etcd = etcdTestCluster()
+  const clientOf = (options: { ttl?: string; holder?: string } = {}) =>
+    etcd.client(etcd.backend(), {
       ttl: options.ttl ?? '10s',
       ...(options.holder === undefined ? {} : { holder: options.holder }),
     })
-    open.push(client)
-    return client
-  }
-  const keysUnder = async (prefix: string) =>
-    (await admin.getAll().prefix(prefix).exec()).kvs.map((kv) => ({
-      key: kv.key.toString(),
-      value: kv.value.toString(),
-      lease: kv.lease,
-      create: BigInt(kv.create_revision),
-    }))
   /** Watchers open on the member now (its metrics). */
   const watchers = async () => {
-    const text = await (await fetch(`http://${cluster.members[0]!.endpoint}/metrics`)).text()
+    const text = await (await fetch(`http://${etcd.cluster.members[0]!.endpoint}/metrics`)).text()
     const line = text.split('\n').find((l) => l.startsWith('etcd_debugging_mvcc_watcher_total '))
     assert.ok(line, 'etcd reports its watchers')
     return Number(line.split(' ')[1])
@@ -58,7 +33,7 @@ describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
     const name = 'sem/layout'
     const locks = clientOf({ holder: 'render 1' })
     const held = await locks.semaphore(name, { limit: 3 }).acquire({ permits: 2 })
-    const keys = await keysUnder(semaphorePrefix(name))
+    const keys = await etcd.keysUnder(semaphorePrefix(name))
     assert.equal(keys.length, 2, `two keys: ${keys.map((k) => k.key).join(', ')}`)
     const limit = keys.find((k) => k.key === semaphoreLimitKey(name))
     assert.ok(limit, 'the limit key')
@@ -70,13 +45,13 @@ describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
     assert.notEqual(entry.lease, '0', 'the entry is on a lease')
     assert.equal(limit.lease, entry.lease, 'the limit is on the lease of the acquire that stored it')
     // No lock of that name, and the operator's listing sees no lock.
-    assert.deepEqual(await keysUnder(lockPrefix(name)), [])
+    assert.deepEqual(await etcd.keysUnder(lockPrefix(name)), [])
     const listed = []
     for await (const lock of locks.list('')) listed.push(lock)
     assert.deepEqual(listed, [])
     await held.release()
     assert.deepEqual(
-      (await keysUnder(semaphorePrefix(name))).map((k) => k.key),
+      (await etcd.keysUnder(semaphorePrefix(name))).map((k) => k.key),
       [semaphoreLimitKey(name)],
       'the release deleted the entry',
     )
@@ -93,8 +68,10 @@ describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
       WITHIN,
     )
     // What etcd does when the holder's process dies and its lease runs out: the entry goes with it.
-    const entry = (await keysUnder(semaphorePrefix(name))).find((k) => k.key !== semaphoreLimitKey(name))!
-    await admin.leaseClient.leaseRevoke({ ID: entry.lease })
+    const entry = (await etcd.keysUnder(semaphorePrefix(name))).find(
+      (k) => k.key !== semaphoreLimitKey(name),
+    )!
+    await etcd.admin.leaseClient.leaseRevoke({ ID: entry.lease })
     const granted = await next
     assert.ok(granted.sequence > stale.sequence)
     await pollUntil(
@@ -113,7 +90,7 @@ describe('etcd: counting semaphores', { timeout: 240_000 }, () => {
     await held.release()
     // Closing revokes the client's leases: its limit key goes with its session, nothing is left.
     await first.close()
-    assert.deepEqual(await keysUnder(semaphorePrefix(name)), [])
+    assert.deepEqual(await etcd.keysUnder(semaphorePrefix(name)), [])
     const later = clientOf()
     // Nothing is stored, so this client's limit is the one stored now.
     const again = await later.semaphore(name, { limit: 5 }).acquire()

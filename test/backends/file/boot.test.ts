@@ -7,7 +7,6 @@
  * the backend's own Flush, through which every fsync it makes goes.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { cpSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
@@ -18,6 +17,7 @@ import { Flush, highest, keyFolderName } from '../../../src/backends/file/genera
 import { bootId } from '../../../src/backends/file/host-clock.js'
 import { fileBackend } from '../../../src/backends/file/index.js'
 import { createLockClient } from '../../../src/index.js'
+import { runScript } from '../../support/processes.js'
 import { standingClock } from '../../support/standing-clock.js'
 import { tempDir } from '../../support/temp.js'
 
@@ -192,19 +192,8 @@ describe('file backend: durability per boot', () => {
       const processes = 6
       const iterations = 3
       const codes = await Promise.all(
-        Array.from(
-          { length: processes },
-          () =>
-            new Promise<number | null>((resolve) => {
-              const child = spawn(
-                process.execPath,
-                [CONTENDER, url, 'shared', String(iterations), log, marker],
-                {
-                  stdio: ['ignore', 'inherit', 'inherit'],
-                },
-              )
-              child.on('exit', (code) => resolve(code))
-            }),
+        Array.from({ length: processes }, () =>
+          runScript(CONTENDER, [url, 'shared', String(iterations), log, marker]),
         ),
       )
       assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')

@@ -7,7 +7,6 @@
  * fails without the check it names. Real folders, a real second process where one is needed; no mocks.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -26,6 +25,7 @@ import { fileBackend } from '../../../src/backends/file/index.js'
 import { newRecord, type RecordV1, readCurrent } from '../../../src/backends/file/mutex/records.js'
 import { folderChanged, isNews } from '../../../src/backends/file/watch.js'
 import { createLockClient } from '../../../src/index.js'
+import { runScript } from '../../support/processes.js'
 import { standingClock } from '../../support/standing-clock.js'
 import { tempDir } from '../../support/temp.js'
 import { sleep } from '../../support/time.js'
@@ -151,12 +151,7 @@ describe('file backend: epochs for new keys', () => {
     // process's own retire at its close, or here).
     const log = join(dir.path, `log-${randomBytes(3).toString('hex')}`)
     const marker = join(dir.path, `inside-${randomBytes(3).toString('hex')}`)
-    const code = await new Promise<number | null>((resolve) => {
-      const child = spawn(process.execPath, [CONTENDER, pathToFileURL(root).href, k, '1', log, marker], {
-        stdio: ['ignore', 'inherit', 'inherit'],
-      })
-      child.on('exit', resolve)
-    })
+    const code = await runScript(CONTENDER, [pathToFileURL(root).href, k, '1', log, marker])
     assert.equal(code, 0)
     const theirs = BigInt(readFileSync(log, 'utf8').trim().split(' ')[0]!)
     rmSync(join(root, keyFolderName(k)), { recursive: true, force: true })

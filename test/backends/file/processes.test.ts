@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, it } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import { runScript } from '../../support/processes.js'
 import { tempDir } from '../../support/temp.js'
 
 const CONTENDER = fileURLToPath(new URL('../../fixtures/contender.js', import.meta.url))
@@ -20,19 +20,8 @@ it(
     const processes = 20
     const iterations = 5
     const codes = await Promise.all(
-      Array.from(
-        { length: processes },
-        () =>
-          new Promise<number | null>((resolve) => {
-            const child = spawn(
-              process.execPath,
-              [CONTENDER, url, 'shared', String(iterations), log, marker],
-              {
-                stdio: ['ignore', 'inherit', 'inherit'],
-              },
-            )
-            child.on('exit', (code) => resolve(code))
-          }),
+      Array.from({ length: processes }, () =>
+        runScript(CONTENDER, [url, 'shared', String(iterations), log, marker]),
       ),
     )
     assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')

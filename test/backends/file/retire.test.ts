@@ -5,7 +5,6 @@
  * Real folders and processes; no mocks.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -15,6 +14,7 @@ import { keyFolderName } from '../../../src/backends/file/generations.js'
 import { fileBackend } from '../../../src/backends/file/index.js'
 import { retireFolder } from '../../../src/backends/file/retire.js'
 import { createLockClient } from '../../../src/index.js'
+import { runScript } from '../../support/processes.js'
 import { tempDir } from '../../support/temp.js'
 import { sleep } from '../../support/time.js'
 
@@ -27,13 +27,6 @@ const newRoot = () => join(dir.path, randomBytes(4).toString('hex'))
 const key = (label: string) => `${label}:${randomBytes(3).toString('hex')}`
 /** The key folders in a lock root (`.epoch` and `.boot` are not). */
 const keyFolders = (root: string) => readdirSync(root).filter((name) => name.includes('~'))
-
-/** Runs `script` with `args` to its end; its exit code. */
-const run = (script: string, args: string[]) =>
-  new Promise<number | null>((resolve) => {
-    const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'inherit', 'inherit'] })
-    child.on('exit', (code) => resolve(code))
-  })
 
 /** Waits, up to `ms`, for `done()`; whether it came true. */
 async function eventually(done: () => boolean, ms: number): Promise<boolean> {
@@ -106,7 +99,7 @@ describe('file backend: released key folders are retired', () => {
     }
     const log = join(dir.path, `log-${randomBytes(3).toString('hex')}`)
     const marker = join(dir.path, `marker-${randomBytes(3).toString('hex')}`)
-    assert.equal(await run(CONTENDER, [pathToFileURL(root).href, k, '1', log, marker]), 0)
+    assert.equal(await runScript(CONTENDER, [pathToFileURL(root).href, k, '1', log, marker]), 0)
     fences.push(BigInt(readFileSync(log, 'utf8').trim().split(' ')[0]!))
     const last = await client.acquire(k)
     fences.push(last.fence)
@@ -146,7 +139,7 @@ describe('file backend: released key folders are retired', () => {
       const iterations = 25
       const codes = await Promise.all(
         Array.from({ length: processes }, () =>
-          run(CONTENDER, [pathToFileURL(root).href, k, String(iterations), log, marker, 'retire']),
+          runScript(CONTENDER, [pathToFileURL(root).href, k, String(iterations), log, marker, 'retire']),
         ),
       )
       assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')

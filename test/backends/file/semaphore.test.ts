@@ -6,7 +6,6 @@
  * semaphore. Real folders and processes; no mocks.
  */
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -18,6 +17,7 @@ import { fileBackend } from '../../../src/backends/file/index.js'
 import type { SemaphoreRecord } from '../../../src/backends/file/semaphore/records.js'
 import type { AcquireRequest, SemaphoreFacet } from '../../../src/core/backend.js'
 import { createLockClient } from '../../../src/index.js'
+import { runScript } from '../../support/processes.js'
 import { standingClock } from '../../support/standing-clock.js'
 import { tempDir } from '../../support/temp.js'
 import { sleep } from '../../support/time.js'
@@ -183,17 +183,8 @@ describe('file backend: semaphores', () => {
       mkdirSync(slots)
       const [processes, limit, iterations] = [6, 2, 5]
       const codes = await Promise.all(
-        Array.from(
-          { length: processes },
-          () =>
-            new Promise<number | null>((resolve) => {
-              const child = spawn(
-                process.execPath,
-                [TAKER, url, 'shared', String(limit), String(iterations), log, slots],
-                { stdio: ['ignore', 'inherit', 'inherit'] },
-              )
-              child.on('exit', (code) => resolve(code))
-            }),
+        Array.from({ length: processes }, () =>
+          runScript(TAKER, [url, 'shared', String(limit), String(iterations), log, slots]),
         ),
       )
       assert.deepEqual(codes, Array(processes).fill(0), 'every taker should finish cleanly')

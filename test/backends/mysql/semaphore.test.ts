@@ -1,156 +1,63 @@
 /**
- * MySQL/MariaDB semaphores on a real MariaDB 10.11, as the store sees them (the conformance cases see them through the API only): the
- * two tables beside the lock table and their rows, a lock and a semaphore of one name apart, the server's
- * clock deciding expiry, the rows gone when idle (a crashed holder's too), and sequences that keep growing
- * after the rows were deleted.
+ * MySQL/MariaDB semaphores, as the store sees them, on a real MariaDB 10.11: the cases every sql-lease
+ * store shares (test/backends/sql/semaphore-cases.ts: the two tables beside the lock table and their rows,
+ * a lock and a semaphore of one name apart, the server's clock deciding expiry, the rows gone when idle, a
+ * crashed holder's too, sequences that keep growing after the rows were deleted, doctor naming the tables).
  */
-import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { describe } from 'node:test'
 import { fromUrl } from '../../../src/backends/mysql/index.js'
 import { DEFAULT_TABLE, semaphoreTableNames } from '../../../src/backends/mysql/layout.js'
-import { createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
-import type { KitStore } from '../../kits/kit.js'
 import { mariaDbQuery, mysqlKit } from '../../kits/mysql.js'
-import { awaitLater } from '../../support/later.js'
-import { waitUntil } from '../../support/wait.js'
+import { suiteStore } from '../../kits/suite-store.js'
+import { type PermitRow, type SemaphoreRow, semaphoreTests } from '../sql/semaphore-cases.js'
 
 const SEMAPHORES = semaphoreTableNames(DEFAULT_TABLE).semaphores.quoted
 const PERMITS = semaphoreTableNames(DEFAULT_TABLE).permits.quoted
+/** The server's clock in µs, as the permits table keeps lease ends. */
 const NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
-/** A liveness bound on a loaded machine, not a speed claim. */
-const WITHIN = { withinMs: 30_000, everyMs: 50 }
 
 describe('mysql: semaphores on the store', { timeout: 240_000 }, () => {
-  let store: KitStore
-  const open: LockClient[] = []
-  const client = (options: { ttl?: string; renew?: boolean } = {}) => {
-    const c = createLockClient(store.url(), { ttl: '20s', ...options })
-    open.push(c)
-    return c
-  }
+  const { store, client } = suiteStore(mysqlKit, { ttl: '20s' })
   const admin = async <T>(text: string, params: string[] = []) =>
-    (await mariaDbQuery(Number(new URL(store.url()).port), text, params)) as T[]
-  const semRows = (name: string) =>
-    admin<{ permit_limit: number; last_sequence: string }>(
-      `SELECT permit_limit, CAST(last_sequence AS CHAR) AS last_sequence FROM ${SEMAPHORES} WHERE sem_key = ?`,
-      [name],
-    )
-  const permitRows = async (name: string) =>
-    (
-      await admin<{ owner: string; permits: number; granted: number; sequence: string }>(
-        `SELECT owner, permits, granted, CAST(sequence AS CHAR) AS sequence FROM ${PERMITS} WHERE sem_key = ? ORDER BY sequence`,
+    (await mariaDbQuery(Number(new URL(store().url()).port), text, params)) as T[]
+
+  semaphoreTests(() => ({
+    client,
+    tables: { semaphores: SEMAPHORES, permits: PERMITS },
+    semaphoreRows: (name) =>
+      admin<SemaphoreRow>(
+        `SELECT permit_limit, CAST(last_sequence AS CHAR) AS last_sequence FROM ${SEMAPHORES} WHERE sem_key = ?`,
+        [name],
+      ),
+    permitRows: async (name) =>
+      (
+        await admin<Omit<PermitRow, 'granted'> & { granted: number }>(
+          `SELECT owner, permits, granted, CAST(sequence AS CHAR) AS sequence FROM ${PERMITS} WHERE sem_key = ? ORDER BY sequence`,
+          [name],
+        )
+      ).map((row) => ({ ...row, granted: row.granted === 1 })),
+    async endLeases(name) {
+      await admin(`UPDATE ${PERMITS} SET expires_at = ${NOW_US} - 1000000 WHERE sem_key = ?`, [name])
+    },
+    async truncate() {
+      await admin(`TRUNCATE TABLE ${SEMAPHORES}`)
+      await admin(`TRUNCATE TABLE ${PERMITS}`)
+    },
+    async leaveCrashedHolder(name) {
+      await admin(`INSERT INTO ${SEMAPHORES} (sem_key, permit_limit, last_sequence) VALUES (?, 1, 7)`, [name])
+      await admin(
+        `INSERT INTO ${PERMITS} (sem_key, owner, permits, granted, sequence, expires_at)
+         VALUES (?, 'gone', 1, 1, 7, ${NOW_US} - 1000000)`,
         [name],
       )
-    ).map((row) => ({ ...row, granted: row.granted === 1 }))
-
-  before(async () => {
-    store = await mysqlKit.start()
-  })
-  after(async () => {
-    await Promise.all(open.map((c) => c.close().catch(() => {})))
-    await store?.close()
-  })
-
-  it('a semaphore is a row of <table>_semaphores and one of <table>_permits per grant or place', async () => {
-    const locks = client()
-    const lock = await locks.acquire('same-name', { timeout: '20s' })
-    const two = await locks.semaphore('same-name', { limit: 3 }).acquire({ permits: 2, timeout: '20s' })
-    assert.deepEqual(
-      [...(await semRows('same-name'))],
-      [{ permit_limit: 3, last_sequence: String(two.sequence) }],
-    )
-    assert.deepEqual(
-      [...(await permitRows('same-name'))],
-      [{ owner: two.owner, permits: 2, granted: true, sequence: String(two.sequence) }],
-    )
-    // A waiter for 2 keeps a place in line (a row not granted) while it waits.
-    const other = client()
-    const waiting = awaitLater(
-      other.semaphore('same-name', { limit: 3 }).acquire({ permits: 2, timeout: '60s' }),
-    )
-    await waitUntil(
-      async () => (await permitRows('same-name')).some((row) => !row.granted),
-      'a place in line',
-      WITHIN,
-    )
-    // The lock of the same name is apart, and list shows the lock only.
-    const listed = []
-    for await (const held of locks.list('same-name')) listed.push(held.key)
-    assert.deepEqual(listed, ['same-name'])
-    assert.equal((await locks.inspect('same-name')).owner, lock.owner)
-    await two.release()
-    const granted = await waiting
-    assert.deepEqual(
-      (await permitRows('same-name')).map((row) => [row.owner, row.granted]),
-      [[granted.owner, true]],
-    )
-    await granted.release()
-    await lock.release()
-  })
-
-  it("the server's clock ends a lease: a grant whose end passed on the server frees its permits", async () => {
-    const [a, b] = [client(), client()]
-    const stale = await a.semaphore('server-clock', { limit: 1 }).acquire({ timeout: '20s' })
-    // The holder's lease has 20 s left on its own clock; on the server's it ended.
-    await admin(`UPDATE ${PERMITS} SET expires_at = ${NOW_US} - 1000000 WHERE sem_key = ?`, ['server-clock'])
-    const next = await b.semaphore('server-clock', { limit: 1 }).tryAcquire()
-    assert.ok(next, 'the ended grant no longer counted')
-    assert.ok(next.sequence > stale.sequence)
-    await assert.rejects(stale.extend(), LockLostError)
-    await next.release()
-  })
-
-  it('an idle semaphore leaves no row, and its next sequence is still greater', async () => {
-    const locks = client()
-    const sem = locks.semaphore('idle', { limit: 2 })
-    const first = await sem.acquire({ timeout: '20s' })
-    await first.release()
-    assert.deepEqual([...(await semRows('idle'))], [])
-    assert.deepEqual([...(await permitRows('idle'))], [])
-    assert.equal((await sem.inspect()).held, 0)
-    const second = await sem.acquire({ timeout: '20s' })
-    assert.ok(second.sequence > first.sequence, `${second.sequence} after ${first.sequence}`)
-    // Also after an operator emptied both tables.
-    await admin(`TRUNCATE TABLE ${SEMAPHORES}`)
-    await admin(`TRUNCATE TABLE ${PERMITS}`)
-    const third = await sem.acquire({ timeout: '20s' })
-    assert.ok(third.sequence > second.sequence, `${third.sequence} after ${second.sequence}`)
-    await third.release()
-    await second.release().catch(() => {})
-  })
-
-  it("a crashed holder's rows are deleted by a later grant's housekeeping", async () => {
-    // What a holder that crashed (no release, no renewal) leaves: its rows, its lease ended on the server.
-    await admin(`INSERT INTO ${SEMAPHORES} (sem_key, permit_limit, last_sequence) VALUES (?, 1, 7)`, [
-      'crashed',
-    ])
-    await admin(
-      `INSERT INTO ${PERMITS} (sem_key, owner, permits, granted, sequence, expires_at)
-       VALUES (?, 'gone', 1, 1, 7, ${NOW_US} - 1000000)`,
-      ['crashed'],
-    )
-    // A new client's first grant (of another semaphore) retires the idle semaphores whose grants ended.
-    const later = client()
-    const other = await later.semaphore('crashed-other', { limit: 1 }).acquire({ timeout: '20s' })
-    await waitUntil(
-      async () => (await semRows('crashed')).length === 0,
-      "the crashed holder's rows gone",
-      WITHIN,
-    )
-    assert.deepEqual([...(await permitRows('crashed'))], [])
-    await other.release()
-  })
-
-  it('doctor names the semaphore tables', async () => {
-    const backend = await fromUrl(new URL(store.url()))
-    try {
-      const findings = await backend.doctor!(AbortSignal.timeout(20_000))
-      const found = findings.find((f) => f.message.includes(SEMAPHORES))
-      assert.ok(found, `a finding on ${SEMAPHORES}: ${JSON.stringify(findings)}`)
-      assert.ok(found.message.includes(PERMITS))
-      assert.equal(found.level, 'ok')
-    } finally {
-      await backend.close()
-    }
-  })
+    },
+    async doctor(signal) {
+      const backend = await fromUrl(new URL(store().url()))
+      try {
+        return await backend.doctor!(signal)
+      } finally {
+        await backend.close()
+      }
+    },
+  }))
 })

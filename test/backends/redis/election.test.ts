@@ -6,34 +6,24 @@
  */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { after, before, describe, it } from 'node:test'
-import { Redis } from 'ioredis'
+import { after, describe, it } from 'node:test'
+import type { Redis } from 'ioredis'
 import { redisElectionKeys } from '../../../src/backends/redis/election/layout.js'
-import { type RedisBackend, redisBackend } from '../../../src/backends/redis/index.js'
+import type { RedisBackend } from '../../../src/backends/redis/index.js'
 import { redisLockKeys } from '../../../src/backends/redis/mutex/layout.js'
 import type { ElectionFacet, HeldLease } from '../../../src/core/backend.js'
-import { createLockClient, type LockClient } from '../../../src/index.js'
-import { type RedisServer, startRedis } from '../../servers/redis.js'
+import type { ClientOptions } from '../../../src/index.js'
 import { sleep } from '../../support/time.js'
 import { pollUntil } from '../../support/wait.js'
+import { redisTestServer } from './fixture.js'
 
-let server: RedisServer
-let admin: Redis
-const clients: LockClient[] = []
-const backends: RedisBackend[] = []
-const connections: Redis[] = []
+const store = redisTestServer()
 const name = (label: string) => `election-${label}-${randomBytes(3).toString('hex')}`
-const client = (options: Parameters<typeof createLockClient>[1] = {}) => {
-  const c = createLockClient(server.url, options)
-  clients.push(c)
-  return c
-}
+const client = (options: ClientOptions = {}) => store.client(options)
 /** A backend over its own connection, and its election facet. */
 function facet(): { backend: RedisBackend; election: ElectionFacet; redis: Redis } {
-  const redis = new Redis(server.port, '127.0.0.1')
-  connections.push(redis)
-  const backend = redisBackend({ client: redis })
-  backends.push(backend)
+  const redis = store.connection()
+  const backend = store.backend(redis)
   return { backend, election: backend.election!, redis }
 }
 /** A signal that never aborts, for calling a facet directly. */
@@ -65,42 +55,30 @@ async function settles(promise: Promise<unknown>, what: string): Promise<void> {
   assert.equal(outcome, 'settled', `${what}: the watch did not wake within ${WITHIN.withinMs} ms`)
 }
 
-before(async () => {
-  server = await startRedis()
-  admin = new Redis(server.port, '127.0.0.1')
-})
-after(async () => {
-  await Promise.all(clients.map((c) => c.close()))
-  await Promise.all(backends.map((b) => b.close()))
-  for (const c of connections) c.disconnect()
-  admin.disconnect()
-  await server.destroy()
-})
-
 describe('redis election: storage', () => {
   it('stores the leader with a PX lease, its value beside it, and the term from the server clock', async () => {
     const el = name('layout')
     const k = redisElectionKeys(el)
-    const [seconds = 0, micros = 0] = await admin.time()
+    const [seconds = 0, micros = 0] = await store.admin.time()
     const lead = await client({ ttl: '20s', holder: 'node-7' })
       .election(el)
       .campaign({ value: 'http://a:80 é' })
-    assert.equal(await admin.get(k.leader), lead.owner)
-    assert.equal(await admin.get(k.value), `${lead.owner} http://a:80 é`)
-    assert.equal(await admin.get(k.holder), `${lead.owner} node-7`)
-    assert.equal(await admin.get(k.term), lead.term.toString())
+    assert.equal(await store.admin.get(k.leader), lead.owner)
+    assert.equal(await store.admin.get(k.value), `${lead.owner} http://a:80 é`)
+    assert.equal(await store.admin.get(k.holder), `${lead.owner} node-7`)
+    assert.equal(await store.admin.get(k.term), lead.term.toString())
     assert.ok(
       lead.term >= BigInt(seconds) * 1_000_000n + BigInt(micros),
       'the term is the server clock in µs',
     )
     for (const key of [k.leader, k.value, k.holder]) {
-      const pttl = await admin.pttl(key)
+      const pttl = await store.admin.pttl(key)
       assert.ok(pttl > 0 && pttl <= 20_000, `${key} expires with the lease (${pttl})`)
     }
-    assert.ok((await admin.pttl(k.term)) > 20_000, 'the term outlives the lease')
+    assert.ok((await store.admin.pttl(k.term)) > 20_000, 'the term outlives the lease')
     await lead.resign()
-    assert.equal(await admin.exists(k.leader, k.value, k.holder), 0, 'a resign leaves only the term')
-    assert.equal(await admin.get(k.term), lead.term.toString())
+    assert.equal(await store.admin.exists(k.leader, k.value, k.holder), 0, 'a resign leaves only the term')
+    assert.equal(await store.admin.get(k.term), lead.term.toString())
   })
 
   it('keeps an election apart from the lock of the same name', async () => {
@@ -108,8 +86,8 @@ describe('redis election: storage', () => {
     const locks = client({ ttl: '20s' })
     const lock = await locks.acquire(shared)
     const lead = await locks.election(shared).campaign({ value: 'v', timeout: 0 })
-    assert.equal(await admin.get(redisLockKeys(shared).lock), lock.owner)
-    assert.equal(await admin.get(redisElectionKeys(shared).leader), lead.owner)
+    assert.equal(await store.admin.get(redisLockKeys(shared).lock), lock.owner)
+    assert.equal(await store.admin.get(redisElectionKeys(shared).leader), lead.owner)
     const listed: string[] = []
     for await (const held of locks.list(shared)) listed.push(`${held.key} ${held.owner}`)
     assert.deepEqual(listed, [`${shared} ${lock.owner}`], 'list shows the lock, never the election')
@@ -128,7 +106,7 @@ describe('redis election: storage', () => {
     const elections = client({ ttl: '20s' }).election(el)
     const first = await elections.campaign()
     await first.resign()
-    assert.equal(await admin.del(k.term), 1)
+    assert.equal(await store.admin.del(k.term), 1)
     const second = await elections.campaign()
     assert.ok(second.term > first.term, `term ${second.term} after ${first.term}`)
     await second.resign()
@@ -142,12 +120,12 @@ describe('redis election: proclaim is checked on the store', () => {
     const old = await election.tryAcquire({ key: el, owner: 'old', ttlMs: 30_000, value: 'a' }, live)
     assert.ok(old.granted)
     // The old leader's lease ends (as if it paused past it): another candidate leads.
-    await admin.del(redisElectionKeys(el).leader)
+    await store.admin.del(redisElectionKeys(el).leader)
     const next = await election.tryAcquire({ key: el, owner: 'next', ttlMs: 30_000, value: 'b' }, live)
     assert.ok(next.granted && next.fence > old.fence)
     const stale: HeldLease = { key: el, owner: 'old', fence: old.fence, cookie: undefined }
     assert.deepEqual(await election.proclaim(stale, 'late', live), { proclaimed: false })
-    assert.equal(await admin.get(redisElectionKeys(el).value), 'next b')
+    assert.equal(await store.admin.get(redisElectionKeys(el).value), 'next b')
     assert.equal((await election.inspect(el, live))?.value, 'b')
   })
 
@@ -234,11 +212,11 @@ describe('redis election: a killed leader', () => {
     const next = await client({ ttl: '20s' }).election(el).campaign({ value: 'alive', timeout: '60s' })
     assert.ok(next.term > dead.fence)
     await pollUntil(
-      () => admin.get(k.value),
+      () => store.admin.get(k.value),
       (v) => v === `${next.owner} alive`,
       WITHIN,
     )
     await next.resign()
-    assert.equal(await admin.exists(k.leader, k.value, k.holder), 0)
+    assert.equal(await store.admin.exists(k.leader, k.value, k.holder), 0)
   })
 })

@@ -6,23 +6,17 @@
  */
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { after, before, describe, it } from 'node:test'
-import { Redis } from 'ioredis'
-import { type RedisBackend, redisBackend } from '../../../src/backends/redis/index.js'
+import { describe, it } from 'node:test'
+import type { Redis } from 'ioredis'
 import { slotOf } from '../../../src/backends/redis/keys.js'
 import { redisLockKeys } from '../../../src/backends/redis/mutex/layout.js'
 import { redisSemaphoreKeys } from '../../../src/backends/redis/semaphore/layout.js'
 import { ACQUIRE } from '../../../src/backends/redis/semaphore/scripts.js'
 import type { AcquireRequest, Grant, SemaphoreFacet } from '../../../src/core/backend.js'
-import { createLockClient, type LockClient } from '../../../src/index.js'
-import { type RedisServer, startRedis } from '../../servers/redis.js'
 import { pollUntil } from '../../support/wait.js'
+import { redisTestServer } from './fixture.js'
 
-let server: RedisServer
-let admin: Redis
-const clients: LockClient[] = []
-const backends: RedisBackend[] = []
-const connections: Redis[] = []
+const store = redisTestServer()
 const name = (label: string) => `sem-${label}-${randomBytes(3).toString('hex')}`
 const owner = () => randomBytes(16).toString('hex')
 /** A signal that never aborts, for calling a facet directly. */
@@ -30,13 +24,7 @@ const live = new AbortController().signal
 /** The bound of every wait: liveness on a loaded machine, not a speed claim. */
 const WITHIN = { withinMs: 30_000, everyMs: 20 }
 
-function facet(): SemaphoreFacet {
-  const redis = new Redis(server.port, '127.0.0.1')
-  connections.push(redis)
-  const backend = redisBackend({ client: redis })
-  backends.push(backend)
-  return backend.semaphore!
-}
+const facet = (): SemaphoreFacet => store.backend().semaphore!
 const request = (key: string, limit: number, permits = 1, ttlMs = 20_000): AcquireRequest => ({
   key,
   owner: owner(),
@@ -50,7 +38,7 @@ async function granted(sem: SemaphoreFacet, req: AcquireRequest): Promise<Grant>
 }
 /** The server's clock in ms. */
 async function serverNow(): Promise<number> {
-  const [s, us] = await admin.time()
+  const [s, us] = await store.admin.time()
   return Number(s) * 1000 + Math.floor(Number(us) / 1000)
 }
 const keysOf = (key: string) => {
@@ -58,34 +46,21 @@ const keysOf = (key: string) => {
   return [k.limit, k.sequence, k.leases, k.grants, k.line, k.kept]
 }
 
-before(async () => {
-  server = await startRedis()
-  admin = new Redis(server.port, '127.0.0.1')
-})
-after(async () => {
-  await Promise.all(clients.map((c) => c.close()))
-  await Promise.all(backends.map((b) => b.close()))
-  for (const c of connections) c.disconnect()
-  admin.disconnect()
-  await server.destroy()
-})
-
 describe('redis semaphore: storage', () => {
   it('keeps its keys under one hash tag, apart from a lock of the same name', async () => {
     const key = name('layout')
-    const locks = createLockClient(server.url, { ttl: '20s' })
-    clients.push(locks)
+    const locks = store.client({ ttl: '20s' })
     const permit = await locks.semaphore(key, { limit: 1 }).acquire()
     const k = redisSemaphoreKeys(key)
     assert.ok(k.limit.startsWith(`fencelock:!semaphore{${key}}`))
     assert.equal(new Set(keysOf(key).map(slotOf)).size, 1, 'one Cluster slot')
-    assert.equal(await admin.get(k.limit), '1')
-    assert.deepEqual(await admin.zrange(k.leases, '0', '-1'), [permit.owner])
-    assert.match((await admin.hget(k.grants, permit.owner)) ?? '', new RegExp(`^1 ${permit.sequence} `))
+    assert.equal(await store.admin.get(k.limit), '1')
+    assert.deepEqual(await store.admin.zrange(k.leases, '0', '-1'), [permit.owner])
+    assert.match((await store.admin.hget(k.grants, permit.owner)) ?? '', new RegExp(`^1 ${permit.sequence} `))
     // The semaphore's only permit is held; a lock of the same name is another thing.
     const lock = await locks.tryAcquire(key)
     assert.ok(lock, 'the lock of the same name is free')
-    assert.equal(await admin.exists(redisLockKeys(key).lock), 1)
+    assert.equal(await store.admin.exists(redisLockKeys(key).lock), 1)
     const listed: string[] = []
     for await (const l of locks.list()) listed.push(l.key)
     assert.deepEqual(listed, [key], '`list` shows the lock, not the semaphore')
@@ -104,16 +79,16 @@ describe('redis semaphore: storage', () => {
     )
     const k = redisSemaphoreKeys(key)
     assert.deepEqual(
-      await admin.exists(k.limit, k.leases, k.grants, k.line, k.kept),
+      await store.admin.exists(k.limit, k.leases, k.grants, k.line, k.kept),
       0,
       'nothing but the sequence is kept once nothing holds or waits',
     )
-    assert.equal(await admin.exists(k.sequence), 1)
-    await admin.del(k.sequence)
+    assert.equal(await store.admin.exists(k.sequence), 1)
+    await store.admin.del(k.sequence)
     // Forgotten whole: the next acquire stores its own limit, and its sequence is still larger.
     const again = await granted(sem, request(key, 5))
     assert.ok(again.fence > grant.fence, `sequence ${again.fence} after ${grant.fence}`)
-    assert.equal(await admin.get(k.limit), '5')
+    assert.equal(await store.admin.get(k.limit), '5')
   })
 
   it('leaves nothing behind once the leases of holders that died have ended', async () => {
@@ -122,11 +97,11 @@ describe('redis semaphore: storage', () => {
     await granted(sem, request(key, 3, 1, 1500))
     await granted(sem, request(key, 3, 2, 1000))
     const k = redisSemaphoreKeys(key)
-    const ttl = await admin.pttl(k.limit)
+    const ttl = await store.admin.pttl(k.limit)
     assert.ok(ttl > 0 && ttl <= 1500, `the keys expire with the last lease (PTTL ${ttl})`)
     // Nobody calls again: the server's own expiry removes them.
     await pollUntil(
-      () => admin.exists(k.limit, k.leases, k.grants),
+      () => store.admin.exists(k.limit, k.leases, k.grants),
       (n) => n === 0,
       WITHIN,
     )
@@ -140,16 +115,16 @@ describe('redis semaphore: the server decides', () => {
     const held = request(key, 1)
     await granted(sem, held)
     const k = redisSemaphoreKeys(key)
-    const ends = Number(await admin.zscore(k.leases, held.owner))
+    const ends = Number(await store.admin.zscore(k.leases, held.owner))
     const now = await serverNow()
     assert.ok(Math.abs(ends - (now + 20_000)) < 5_000, `lease ends at ${ends}, server now ${now}`)
     const other = request(key, 1)
     assert.equal((await sem.tryAcquire(other, live)).granted, false)
     // Its end moved to the server's present: the next attempt finds it ended, with no release.
-    await admin.zadd(k.leases, await serverNow(), held.owner)
+    await store.admin.zadd(k.leases, await serverNow(), held.owner)
     await granted(sem, other)
-    assert.deepEqual(await admin.zrange(k.leases, '0', '-1'), [other.owner])
-    assert.equal(await admin.hexists(k.grants, held.owner), 0, 'the ended lease is purged')
+    assert.deepEqual(await store.admin.zrange(k.leases, '0', '-1'), [other.owner])
+    assert.equal(await store.admin.hexists(k.grants, held.owner), 0, 'the ended lease is purged')
   })
 
   it('lets no small request pass a large one first in line', async () => {
@@ -164,7 +139,10 @@ describe('redis semaphore: the server decides', () => {
     const small = request(key, 2, 1)
     const refused = await sem.tryAcquire(small, live)
     assert.equal(refused.granted, false, 'one permit is free, but the request for two is first in line')
-    assert.deepEqual(await admin.zrange(redisSemaphoreKeys(key).line, '0', '-1'), [large.owner, small.owner])
+    assert.deepEqual(await store.admin.zrange(redisSemaphoreKeys(key).line, '0', '-1'), [
+      large.owner,
+      small.owner,
+    ])
     await sem.release({ key, owner: one.owner, fence: onePermit.fence, cookie: undefined }, live)
     await granted(sem, large)
     assert.equal((await sem.holders(key, live))?.waiting, 1)
@@ -177,13 +155,13 @@ describe('redis semaphore: the server decides', () => {
     const gone = request(key, 2, 2, 500)
     assert.equal((await sem.tryAcquire(gone, live)).granted, false)
     const k = redisSemaphoreKeys(key)
-    const keptUntil = Number(await admin.zscore(k.kept, gone.owner))
+    const keptUntil = Number(await store.admin.zscore(k.kept, gone.owner))
     const now = await serverNow()
     assert.ok(keptUntil - now > 2_000 && keptUntil - now <= 3_000, `kept ${keptUntil - now} ms`)
     // Its time moved to the server's present: the next attempt finds the place lapsed.
-    await admin.zadd(k.kept, now, gone.owner)
+    await store.admin.zadd(k.kept, now, gone.owner)
     await granted(sem, request(key, 2))
-    assert.deepEqual(await admin.zrange(k.line, '0', '-1'), [])
+    assert.deepEqual(await store.admin.zrange(k.line, '0', '-1'), [])
   })
 
   it('names the first in line on the channel when a release may admit it', async () => {
@@ -194,8 +172,7 @@ describe('redis semaphore: the server decides', () => {
     const [first, second] = [request(key, 1), request(key, 1)]
     assert.equal((await sem.tryAcquire(first, live)).granted, false)
     assert.equal((await sem.tryAcquire(second, live)).granted, false)
-    const listener = new Redis(server.port, '127.0.0.1')
-    connections.push(listener)
+    const listener = store.connection()
     const heard: string[] = []
     listener.on('message', (_channel: string, message: string) => heard.push(message))
     await listener.subscribe(redisSemaphoreKeys(key).changed)
@@ -211,11 +188,10 @@ describe('redis semaphore: the server decides', () => {
 
   it('reads its grant back when the reply to an acquire that ran was lost', async () => {
     const key = name('lost-reply')
-    const redis = new Redis(server.port, '127.0.0.1')
-    connections.push(redis)
+    const connection = store.connection()
     let lose = true
     // The script runs on the server; its reply is lost on the way back, as on a connection reset.
-    const flaky = new Proxy(redis, {
+    const flaky = new Proxy(connection, {
       get(target, property) {
         const value = Reflect.get(target, property, target)
         if (property !== 'evalsha' || typeof value !== 'function') {
@@ -231,12 +207,11 @@ describe('redis semaphore: the server decides', () => {
         }
       },
     })
-    const backend = redisBackend({ client: flaky as Redis })
-    backends.push(backend)
+    const backend = store.backend(flaky as Redis)
     const req = request(key, 1)
     const grant = await granted(backend.semaphore!, req)
     const k = redisSemaphoreKeys(key)
-    assert.match((await admin.hget(k.grants, req.owner)) ?? '', new RegExp(`^1 ${grant.fence} `))
+    assert.match((await store.admin.hget(k.grants, req.owner)) ?? '', new RegExp(`^1 ${grant.fence} `))
     assert.ok(grant.ttlMs > 0 && grant.ttlMs <= 20_000, `the lease left: ${grant.ttlMs} ms`)
   })
 })

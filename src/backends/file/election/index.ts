@@ -10,15 +10,12 @@
  *   index.ts   the facet: the mutex on the election root, proclaim, watch
  *   watch.ts   watch: fs.watch on the election's folder, for an observer that holds nothing
  */
-import { join } from 'node:path'
 import type { BreakOptions, BreakResult, ElectionFacet } from '../../../core/backend.js'
-import { BoundedMap } from '../../../core/bounded-map.js'
-import { seenEpochs, startsOf } from '../epochs.js'
 import { guarded } from '../errors.js'
-import { makeRootFolder, rootMade } from '../folders.js'
+import { innerRoot, innerRootMaker } from '../inner-root.js'
 import { fileMutex, type MutexHousekeeping } from '../mutex/index.js'
 import { proclaimValue } from '../mutex/transition.js'
-import { folderOf, type Root, SEEN_BY_LIMIT, UnreadableRecords } from '../root.js'
+import { folderOf, type Root } from '../root.js'
 import { electionChanged } from './watch.js'
 
 /** The elections' root in a lock root: no key folder has this name (they all contain `~`). */
@@ -32,16 +29,7 @@ export interface FileElection extends ElectionFacet {
 
 /** The elections' root of the lock root `root`: the same settings, its own folder and epochs. */
 export function electionRoot(root: Root, unreadableHoldMs: number): Root {
-  const dir = join(root.dir, ELECTION_FOLDER)
-  return {
-    ...root,
-    dir,
-    reserved: undefined,
-    unreadable: new UnreadableRecords(unreadableHoldMs),
-    seenBy: new BoundedMap(SEEN_BY_LIMIT),
-    seen: seenEpochs(dir),
-    starts: startsOf(dir, root.boot, root.durability),
-  }
+  return innerRoot(root, ELECTION_FOLDER, unreadableHoldMs)
 }
 
 /**
@@ -55,7 +43,7 @@ export function fileElection(
   shell: Pick<ElectionFacet, 'id' | 'capabilities' | 'limits'>,
 ): FileElection {
   const { list: _list, breakLock, ...lease } = fileMutex(elections, housekeeping)
-  const made = madeOnce(top, elections)
+  const made = innerRootMaker(top, elections)
   return {
     ...shell,
     ...lease,
@@ -70,23 +58,5 @@ export function fileElection(
         return cookie === undefined ? { proclaimed: false } : { proclaimed: true, cookie }
       }),
     watch: (key, signal) => electionChanged(folderOf(elections, key), top, signal),
-  }
-}
-
-/**
- * Makes the elections' root once per backend, before the first acquire: shared (1777) where the lock root
- * is, so that every user of a shared root can campaign (a key folder's own mkdir would make it 755). A
- * failure is not kept: the next acquire tries again.
- */
-function madeOnce(top: string, elections: Root): () => Promise<void> {
-  let made: Promise<void> | undefined
-  return () => {
-    made ??= rootMade(top)
-      .then(() => makeRootFolder(elections.dir, elections.shared))
-      .catch((error: unknown) => {
-        made = undefined
-        throw error
-      })
-    return made
   }
 }

@@ -26,7 +26,6 @@
  *   records.ts  the record, its live view, and what the sweep asks of it
  *   update.ts   one change: read, decide, link the next generation
  */
-import { join } from 'node:path'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -35,14 +34,12 @@ import type {
   SemaphoreFacet,
   SemaphoreInfo,
 } from '../../../core/backend.js'
-import { BoundedMap } from '../../../core/bounded-map.js'
 import { LimitMismatchError } from '../../../core/errors.js'
-import { seenEpochs, startsOf } from '../epochs.js'
 import { guarded } from '../errors.js'
-import { makeRootFolder, rootMade } from '../folders.js'
 import { monotonicMs } from '../host-clock.js'
+import { innerRoot, innerRootMaker } from '../inner-root.js'
 import type { FolderRetirer } from '../retire.js'
-import { folderOf, type Root, SEEN_BY_LIMIT, UnreadableRecords } from '../root.js'
+import { folderOf, type Root } from '../root.js'
 import type { SweepTrigger } from '../sweep.js'
 import { folderChanged } from '../watch.js'
 import {
@@ -82,16 +79,7 @@ export interface SemaphoreHousekeeping {
 
 /** The semaphores' root of the lock root `root`: the same settings, its own folder and epochs. */
 export function semaphoreRoot(root: Root, unreadableHoldMs: number): Root {
-  const dir = join(root.dir, SEMAPHORE_FOLDER)
-  return {
-    ...root,
-    dir,
-    reserved: undefined,
-    unreadable: new UnreadableRecords(unreadableHoldMs),
-    seenBy: new BoundedMap(SEEN_BY_LIMIT),
-    seen: seenEpochs(dir),
-    starts: startsOf(dir, root.boot, root.durability),
-  }
+  return innerRoot(root, SEMAPHORE_FOLDER, unreadableHoldMs)
 }
 
 /**
@@ -104,7 +92,7 @@ export function fileSemaphore(
   { retirer, sweeper }: SemaphoreHousekeeping,
   shell: Pick<SemaphoreFacet, 'id' | 'capabilities' | 'limits'>,
 ): SemaphoreFacet {
-  const made = madeOnce(top, sems)
+  const made = innerRootMaker(top, sems)
   /** A change left the semaphore idle: its folder goes once it stays so a while (../retire.ts). */
   const housekeep = (key: string, written: Written | undefined): void => {
     if (!written) return
@@ -333,21 +321,4 @@ async function liveRecord(sems: Root, key: string): Promise<SemaphoreRecord | 'u
   if (current.record === 'none') return undefined
   if (current.record === 'unreadable') return current.record
   return liveView(current.record, sems.boot)
-}
-
-/**
- * Makes the semaphores' root once per backend, before the first acquire: shared (1777) where the lock root
- * is, so that every user of a shared root can take permits. A failure is not kept: the next call tries again.
- */
-function madeOnce(top: string, sems: Root): () => Promise<void> {
-  let made: Promise<void> | undefined
-  return () => {
-    made ??= rootMade(top)
-      .then(() => makeRootFolder(sems.dir, sems.shared))
-      .catch((error: unknown) => {
-        made = undefined
-        throw error
-      })
-    return made
-  }
 }

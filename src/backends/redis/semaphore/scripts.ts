@@ -15,7 +15,8 @@ import { MINT } from '../mutex/scripts.js'
 
 /**
  * What every script shares: `purge(now)`, `held()` (the permits of the leases left), `first()` (the owner
- * first in line), `sequenceOf(grant)` and `keep(now)`.
+ * first in line), `wakeFirst(channel)` (names it on the `changed` channel, when there is one),
+ * `sequenceOf(grant)` and `keep(now)`.
  */
 const COMMON = `${CLOCK}
 local function chunked(cmd, key, list)
@@ -45,6 +46,10 @@ end
 local function first()
   return redis.call('ZRANGE', KEYS[5], 0, 0)[1]
 end
+local function wakeFirst(channel)
+  local head = first()
+  if head then redis.call('PUBLISH', channel, head) end
+end
 local function sequenceOf(grant)
   return string.match(grant, '^%d+ (%d+)')
 end
@@ -59,6 +64,21 @@ local function keep(now)
     return
   end
   for _, i in ipairs({1, 3, 4, 5, 6}) do redis.call('PEXPIRE', KEYS[i], last - now) end
+end
+`
+
+/**
+ * How extend and release begin: the clock, the purge, and 0 unless ARGV[1] (the owner) holds the grant of
+ * ARGV[2] (its sequence): never a blind write, since an acquire of the same owner granted again has another.
+ * Leaves `now` to the rest of the script.
+ */
+const OURS_OR_ZERO = `
+local now = clock()
+purge(now)
+local grant = redis.call('HGET', KEYS[4], ARGV[1])
+if not grant or sequenceOf(grant) ~= ARGV[2] then
+  keep(now)
+  return 0
 end
 `
 
@@ -101,8 +121,7 @@ if (head == nil or head == owner) and held() + permits <= limit then
   local sequence = string.format('%.0f', mint(ttl))
   redis.call('ZADD', KEYS[3], now + ttl, owner)
   redis.call('HSET', KEYS[4], owner, permits .. ' ' .. sequence .. ' ' .. ARGV[6])
-  local nextInLine = first()
-  if nextInLine then redis.call('PUBLISH', ARGV[7], nextInLine) end
+  wakeFirst(ARGV[7])
   keep(now)
   return {1, sequence}
 end
@@ -118,18 +137,11 @@ return {0, 0}
 `)
 
 /**
- * Extend. ARGV: owner, sequence, ttl ms. Only the lease of `owner` granted with `sequence` (never a blind
- * write: an acquire of the same owner granted again has another), only while it is valid. The sequence
+ * Extend. ARGV: owner, sequence, ttl ms. Only the lease of `owner` granted with `sequence`
+ * (`OURS_OR_ZERO`), only while it is valid. The sequence
  * counter is kept at least as long as the lease, so `inspect` keeps its latest. 1, or 0 when not ours.
  */
-export const EXTEND = script(`${COMMON}
-local now = clock()
-purge(now)
-local grant = redis.call('HGET', KEYS[4], ARGV[1])
-if not grant or sequenceOf(grant) ~= ARGV[2] then
-  keep(now)
-  return 0
-end
+export const EXTEND = script(`${COMMON}${OURS_OR_ZERO}
 local ttl = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
@@ -141,18 +153,10 @@ return 1
  * Release. ARGV: owner, sequence, the `changed` channel. Deletes the lease only if it is `owner`'s with
  * `sequence`, and names the first in line on `changed` (the freed permits may admit it). 1, or 0.
  */
-export const RELEASE = script(`${COMMON}
-local now = clock()
-purge(now)
-local grant = redis.call('HGET', KEYS[4], ARGV[1])
-if not grant or sequenceOf(grant) ~= ARGV[2] then
-  keep(now)
-  return 0
-end
+export const RELEASE = script(`${COMMON}${OURS_OR_ZERO}
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-local head = first()
-if head then redis.call('PUBLISH', ARGV[3], head) end
+wakeFirst(ARGV[3])
 keep(now)
 return 1
 `)
@@ -167,8 +171,7 @@ purge(now)
 local removed = redis.call('ZREM', KEYS[3], ARGV[1]) + redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
-local head = first()
-if removed > 0 and head then redis.call('PUBLISH', ARGV[2], head) end
+if removed > 0 then wakeFirst(ARGV[2]) end
 keep(now)
 return removed
 `)
@@ -181,8 +184,7 @@ export const SET_LIMIT = script(`${COMMON}
 local now = clock()
 purge(now)
 redis.call('SET', KEYS[1], ARGV[1])
-local head = first()
-if head then redis.call('PUBLISH', ARGV[2], head) end
+wakeFirst(ARGV[2])
 if redis.call('EXISTS', KEYS[3]) + redis.call('EXISTS', KEYS[5]) == 0 then
   redis.call('PEXPIRE', KEYS[1], 3600000)
 else
