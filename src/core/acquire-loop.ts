@@ -415,11 +415,15 @@ class AcquireLoop {
     if (!result.granted && result.retryInMs !== undefined) wait = Math.min(wait, result.retryInMs + 1)
     wait = Math.max(0, Math.min(wait, this.#waitEnd(result) - now()))
     const slept = nap(wait, this.#signal)
-    // A hint that keeps settling the moment it is armed (a watch that cannot be set up) is no news:
-    // after two in a row this wait is the timer's alone, so the loop always yields to timers and I/O.
-    const useHint = hint && this.#instantHints < 2
-    this.#handed = await (useHint && hint ? Promise.race([slept.promise, hint.promise]) : slept.promise)
+    // A hint that keeps settling the moment it is armed may be a watch that cannot be set up (no news), or
+    // real news: holders that release within a millisecond of a waiter's arming. After two in a row it
+    // counts only after a pause, doubling from 1 ms with each further one: a hint that is never news costs
+    // a few attempts, not a spin, and one that is news still wakes the waiter long before the poll would.
+    const pause = hint && this.#instantHints >= 2 ? nap(Math.min(2 ** (this.#instantHints - 2), POLL_MAX_NOTIFY_MS), this.#signal) : undefined
+    const heard = pause && hint ? Promise.all([hint.promise, pause.promise]).then(([g]) => g) : hint?.promise
+    this.#handed = await (heard ? Promise.race([slept.promise, heard]) : slept.promise)
     slept.end()
+    pause?.end()
     if (hint) {
       this.#instantHints = hint.instant ? this.#instantHints + 1 : 0
       // The poll's timer came first: the hint stays armed for the next wait. Armed again at every poll,

@@ -72,6 +72,30 @@ describe('a failing store', { timeout: 30_000 }, () => {
     await client.close()
   })
 
+  it('a wake-up hint that is news the moment it is armed, time after time, still wakes the waiter', async () => {
+    // Holders that release within a millisecond of each arming (a semaphore whose permits go round fast):
+    // each hint is real news, and the waiter must act on it, not sleep out its poll (up to a second, since
+    // the store keeps its place in line) as it did once two hints in a row had settled at once.
+    const REFUSALS = 6
+    let refusals = 0
+    const backend = scripted({
+      tryAcquire: (req, signal, inner) =>
+        refusals++ < REFUSALS
+          ? Promise.resolve({ granted: false, queued: true })
+          : inner.tryAcquire(req, signal),
+      waitForChange: async () => {},
+    })
+    const client = createLockClient(backend)
+    const started = performance.now()
+    const lock = await client.acquire(uniqueKey(), { timeout: '30s' })
+    const ms = performance.now() - started
+    // Four polls of the queued waiter take at least 4 × 500 ms: acting on the hints takes a few ms.
+    assert.ok(ms < 1900, `${Math.round(ms)} ms for ${REFUSALS} refusals each followed by news`)
+    assert.equal(backend.of('tryAcquire').length, REFUSALS + 1, 'one attempt per hint, no spin')
+    await lock.release()
+    await client.close()
+  })
+
   it('an attempt that hangs is bounded by the timeout and reported as unavailable, not as contention', async () => {
     const backend = scripted({ tryAcquire: () => new Promise(() => {}) })
     const client = createLockClient(backend)
