@@ -1,8 +1,8 @@
 /**
  * MySQL/MariaDB semaphores on a real MariaDB 10.11, as the store sees them (the conformance cases see them through the API only): the
  * two tables beside the lock table and their rows, a lock and a semaphore of one name apart, the server's
- * clock deciding expiry, the rows gone when idle (a crashed holder's too), and sequences that keep growing
- * after the rows were deleted.
+ * clock deciding expiry, the rows gone when idle (a crashed holder's too), sequences that keep growing
+ * after the rows were deleted, and a grant whose commit was never confirmed undone when its acquire gives up.
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
@@ -12,6 +12,7 @@ import { createLockClient, type LockClient, LockLostError } from '../../../src/i
 import type { KitStore } from '../../kits/kit.js'
 import { mariaDbQuery, mysqlKit } from '../../kits/mysql.js'
 import { awaitLater } from '../../support/later.js'
+import { startProxy } from '../../support/proxy.js'
 import { waitUntil } from '../../support/wait.js'
 
 const SEMAPHORES = semaphoreTableNames(DEFAULT_TABLE).semaphores.quoted
@@ -139,6 +140,51 @@ describe('mysql: semaphores on the store', { timeout: 240_000 }, () => {
     )
     assert.deepEqual([...(await permitRows('crashed'))], [])
     await other.release()
+  })
+
+  it('an acquire given up after its commit reply was lost leaves no permit held', async () => {
+    // The server commits the grant, the reply never arrives, the connection breaks (the attempt fails, its
+    // outcome unknown) and the caller gives up: the core's clean-up must delete that grant, not leave it
+    // holding the only permit for the whole lease.
+    const proxy = await startProxy(store.ports[0]!)
+    const locks = createLockClient(store.urlVia!([proxy.port]), { ttl: '120s' })
+    try {
+      let commitSent = false
+      proxy.filter = (chunk, direction) => {
+        // The transaction's COMMIT (a COM_QUERY packet, 0x03, then the text): from then on, replies are lost.
+        const commit = chunk[4] === 0x03 && chunk.toString('latin1', 5) === 'COMMIT'
+        if (!commitSent && direction === 'request' && commit) {
+          commitSent = true
+          proxy.mode = 'drop-replies'
+        }
+        return true
+      }
+      const stop = new AbortController()
+      const acquiring = awaitLater(
+        locks.semaphore('lost-reply', { limit: 1 }).acquire({ timeout: '120s', signal: stop.signal }),
+      )
+      await waitUntil(
+        async () => (await permitRows('lost-reply')).some((row) => row.granted),
+        'the grant committed on the server',
+        WITHIN,
+      )
+      stop.abort(new Error('given up'))
+      proxy.filter = undefined
+      proxy.mode = 'pass'
+      proxy.cut()
+      await assert.rejects(acquiring, /given up/)
+      await waitUntil(
+        async () => (await permitRows('lost-reply')).length === 0,
+        'the unconfirmed grant deleted by the clean-up (its lease has 120 s)',
+        WITHIN,
+      )
+      const last = await client().semaphore('lost-reply', { limit: 1 }).tryAcquire()
+      assert.ok(last, 'the only permit is free')
+      await last.release()
+    } finally {
+      await locks.close()
+      await proxy.close()
+    }
   })
 
   it('doctor names the semaphore tables', async () => {
