@@ -139,8 +139,11 @@ export class SqlLease {
   readonly waiting: SqlWaiting
   /** The table check of this client: made once, before the first statement (again after a failure). */
   readonly #table: TableCheck
-  /** Owners whose acquire sent a statement that may have left the row theirs (abandon). */
-  readonly #mayHold = new BoundedMap<string, true>(OWNERS_KEPT)
+  /**
+   * Owners whose acquire sent a statement that may have left the row theirs (abandon), with how many
+   * statements it sent since it was last known to hold nothing.
+   */
+  readonly #mayHold = new BoundedMap<string, number>(OWNERS_KEPT)
   /** Owners whose acquire has been refused once: their next attempts may be paced. */
   readonly #waitingOwners = new BoundedMap<string, true>(OWNERS_KEPT)
   /** When this client last retired rows (monotonic ms), and whether a retire statement is running. */
@@ -177,8 +180,8 @@ export class SqlLease {
     const ready = this.#table.ready(signal)
     if (ready) await ready
     // Before it is sent: from here on it may be applied whatever we hear (abandon must release it).
-    const before = this.#mayHold.has(req.owner)
-    this.#mayHold.set(req.owner, true)
+    const sent = (this.#mayHold.get(req.owner) ?? 0) + 1
+    this.#mayHold.set(req.owner, sent)
     const mark = this.waiting.mark(req.key)
     let out: Awaited<ReturnType<SqlAdapter['acquire']>>
     try {
@@ -196,8 +199,10 @@ export class SqlLease {
       this.waiting.granted(req.key, req.owner, ttlMs)
       return { granted: true, fence: out.fence, ttlMs }
     }
-    // A definite refusal: this statement left nothing of ours (earlier uncertain ones stay counted).
-    if (!before) this.#mayHold.delete(req.owner)
+    // A definite refusal: this statement left nothing of ours. Only when it was the acquire's one statement
+    // does that clear the owner: an earlier uncertain one, or a later one sent while this reply was on its
+    // way (the core gave up on this attempt and tried again), may have been granted.
+    if (sent === 1 && this.#mayHold.get(req.owner) === 1) this.#mayHold.delete(req.owner)
     this.#waitingOwners.set(req.owner, true)
     return this.waiting.busy(
       req.key,

@@ -12,7 +12,9 @@
  *   never goes back, also after an idle semaphore's rows were deleted.
  * - Renewal: ONE statement on the grant, owner and sequence checked. Release and abandon: a transaction
  *   that locks the semaphore, deletes the grant (abandon: the grant or the place of the acquire's owner),
- *   deletes the semaphore's row when no permit row is left, and wakes waiters.
+ *   deletes the semaphore's row when no permit row is left, and wakes waiters. Abandon runs for every
+ *   acquire that sent a transaction, whatever came back: one that failed may still have committed (a lost
+ *   reply to its COMMIT). Only an acquire that never sent one (it gave up during the table check) skips it.
  * - Expiry on the server's clock only: the purge compares with it; the engine never reads a timestamp.
  * - Waiting: where the adapter notifies (PostgreSQL), one channel per semaphores table whose payload is the
  *   name; a release, an abandon, a `setLimit`, and a grant while others wait notify, and every waiter of the
@@ -33,6 +35,7 @@ import type {
   SemaphoreFacet,
   SemaphoreInfo,
 } from '../../core/backend.js'
+import { BoundedMap } from '../../core/bounded-map.js'
 import { LimitMismatchError } from '../../core/errors.js'
 import type { SqlLeaseOptions } from './engine.js'
 import { RetirePacer } from './retire-pacer.js'
@@ -47,6 +50,8 @@ const LISTEN_TIMEOUT_MS = 5000
 const RETIRE_EVERY_MS = 10_000
 const RETIRE_BATCH = 100
 const RETIRE_STATEMENT_MS = 10_000
+/** Owners whose acquire sent a transaction (for abandon); forgetting one leaves its rows to their lease's end. */
+const OWNERS_KEPT = 10_000
 
 /** The semaphore facet over `adapter`'s tables, and what its close must end (the subscription). */
 export function sqlSemaphore(
@@ -92,6 +97,8 @@ export class SqlSemaphore {
   /** The tables check of this client: made once, before the first transaction (again after a failure). */
   readonly #tables: TableCheck
   readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
+  /** Owners whose acquire sent a transaction, which may have committed whatever we heard (abandon). */
+  readonly #sent = new BoundedMap<string, true>(OWNERS_KEPT)
 
   constructor(adapter: SqlSemaphoreAdapter, options: SqlLeaseOptions = {}) {
     this.#adapter = adapter
@@ -111,6 +118,8 @@ export class SqlSemaphore {
     if (!asked) throw new TypeError('A semaphore acquire carries `semaphore` (its limit and permits)')
     await this.#tables.ready(signal)
     const { key, owner, ttlMs, holder } = req
+    // Before it is sent: from here on it may commit whatever we hear (abandon must undo it).
+    this.#sent.set(owner, true)
     let out: Attempt
     try {
       // Not raced against the signal: an abandon after it must run after it on the server.
@@ -178,10 +187,15 @@ export class SqlSemaphore {
     }
   }
 
-  /** `abandon`: whatever the acquire's owner holds or where it waits, owner-checked. */
+  /**
+   * `abandon`: whatever the acquire's owner holds or where it waits, owner-checked; nothing when it never
+   * sent a transaction. Not gated on the table check, which a failed attempt resets although its
+   * transaction may have committed. Tables dropped since: the statement fails, and the core ignores it.
+   */
   async abandon(req: AcquireRequest): Promise<void> {
-    if (!this.#tables.checked) return
+    if (!this.#sent.has(req.owner)) return
     await this.#remove(req.key, req.owner, undefined, 'give up the acquire of')
+    this.#sent.delete(req.owner)
   }
 
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {

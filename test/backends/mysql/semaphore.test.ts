@@ -51,6 +51,12 @@ describe('mysql: semaphores on the store', { timeout: 240_000 }, () => {
         [name],
       )
     },
+    get port() {
+      return store().ports[0]!
+    },
+    urlVia: (port) => store().urlVia!([port]),
+    // A COM_QUERY packet (0x03) whose text is COMMIT.
+    isCommit: (chunk) => chunk[4] === 0x03 && chunk.toString('latin1', 5) === 'COMMIT',
     async doctor(signal) {
       const backend = await fromUrl(new URL(store().url()))
       try {

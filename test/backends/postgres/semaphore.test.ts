@@ -67,6 +67,12 @@ describe('postgres: semaphores on the store', { timeout: 240_000 }, () => {
       )
     },
     // Over the test's own connection: a backend given a client never ends it.
+    get port() {
+      return store().ports[0]!
+    },
+    urlVia: (port) => store().urlVia!([port]),
+    // A fresh client's first "commit" travels as text (a Parse message).
+    isCommit: (chunk) => chunk.toString('latin1').includes('\0commit\0'),
     doctor: (signal) => postgresBackend({ sql: connection() }).doctor!(signal),
   }))
 })

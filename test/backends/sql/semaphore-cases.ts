@@ -2,14 +2,16 @@
  * Semaphores on a sql-lease store (PostgreSQL, MySQL/MariaDB), as the store sees them (the conformance
  * cases see them through the API only): the two tables beside the lock table and their rows, a lock and a
  * semaphore of one name apart, the server's clock deciding expiry, the rows gone when idle (a crashed
- * holder's too), sequences that keep growing after the rows were deleted, and doctor naming the tables.
+ * holder's too), sequences that keep growing after the rows were deleted, doctor naming the tables, and a
+ * grant whose commit was never confirmed undone when its acquire gives up.
  * Each backend's test file supplies a `SqlSemaphoreTarget` on its real server.
  */
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
 import type { DoctorFinding } from '../../../src/core/backend.js'
-import { type ClientOptions, type LockClient, LockLostError } from '../../../src/index.js'
+import { type ClientOptions, createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
+import { startProxy } from '../../support/proxy.js'
 import { waitUntil } from '../../support/wait.js'
 
 /** A semaphore's row as stored: its limit and its latest sequence. */
@@ -43,6 +45,11 @@ export interface SqlSemaphoreTarget {
   leaveCrashedHolder(name: string): Promise<void>
   /** The backend's doctor findings. */
   doctor(signal: AbortSignal): Promise<DoctorFinding[]>
+  /** The server's port, and the store's URL through a proxy on `port` in front of it. */
+  readonly port: number
+  urlVia(port: number): string
+  /** Whether a chunk a client sends is the COMMIT of its transaction, as the wire protocol carries it. */
+  isCommit(chunk: Buffer): boolean
 }
 
 /** A liveness bound on a loaded machine, not a speed claim. */
@@ -133,6 +140,50 @@ export function semaphoreTests(target: () => SqlSemaphoreTarget): void {
     )
     assert.deepEqual([...(await permitRows('crashed'))], [])
     await other.release()
+  })
+
+  it('an acquire given up after its commit reply was lost leaves no permit held', async () => {
+    // The server commits the grant, the reply never arrives, the connection breaks (the attempt fails, its
+    // outcome unknown) and the caller gives up: the core's clean-up must delete that grant, not leave it
+    // holding the only permit for the whole lease.
+    const proxy = await startProxy(target().port)
+    const locks = createLockClient(target().urlVia(proxy.port), { ttl: '120s' })
+    try {
+      let commitSent = false
+      proxy.filter = (chunk, direction) => {
+        // From the transaction's COMMIT on, replies are lost.
+        if (!commitSent && direction === 'request' && target().isCommit(chunk)) {
+          commitSent = true
+          proxy.mode = 'drop-replies'
+        }
+        return true
+      }
+      const stop = new AbortController()
+      const acquiring = awaitLater(
+        locks.semaphore('lost-reply', { limit: 1 }).acquire({ timeout: '120s', signal: stop.signal }),
+      )
+      await waitUntil(
+        async () => (await permitRows('lost-reply')).some((row) => row.granted),
+        'the grant committed on the server',
+        WITHIN,
+      )
+      stop.abort(new Error('given up'))
+      proxy.filter = undefined
+      proxy.mode = 'pass'
+      proxy.cut()
+      await assert.rejects(acquiring, /given up/)
+      await waitUntil(
+        async () => (await permitRows('lost-reply')).length === 0,
+        'the unconfirmed grant deleted by the clean-up (its lease has 120 s)',
+        WITHIN,
+      )
+      const last = await client().semaphore('lost-reply', { limit: 1 }).tryAcquire()
+      assert.ok(last, 'the only permit is free')
+      await last.release()
+    } finally {
+      await locks.close()
+      await proxy.close()
+    }
   })
 
   it('doctor names the semaphore tables', async () => {

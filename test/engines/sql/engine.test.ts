@@ -116,6 +116,30 @@ describe('sql-lease: uncertain outcomes settled by re-reading the owner', () => 
     await backend.abandon(req('x'.repeat(32)), signal())
     assert.equal(server.rows.get('k')!.released, true, 'and abandon released it')
   })
+
+  it('abandon: a late refusal of an earlier attempt does not hide a later grant whose reply was lost', async () => {
+    const server = new FakeSqlServer()
+    const { backend, adapter } = processOn(server)
+    await backend.tryAcquire(req('h'.repeat(32)), signal())
+    // The first attempt is refused on the server, its reply slow: the core gave up on it and tried again.
+    let replyArrives!: () => void
+    adapter.next('acquire', {
+      lateReply: new Promise<void>((resolve) => {
+        replyArrives = resolve
+      }),
+    })
+    const first = awaitLater(backend.tryAcquire(req(owner), signal()))
+    await waitUntil(() => server.count('acquire') === 2, 'the first attempt applied')
+    // The holder's lease ends; the second attempt is granted, its reply lost.
+    server.expire('k')
+    adapter.next('acquire', 'lose-reply')
+    await assert.rejects(backend.tryAcquire(req(owner), signal()), BackendUnavailableError)
+    assert.equal(server.rows.get('k')!.owner, owner, 'the lost grant landed')
+    replyArrives()
+    assert.equal((await first).granted, false)
+    await backend.abandon(req(owner), signal())
+    assert.equal(server.rows.get('k')!.released, true, 'abandon released the lost grant')
+  })
 })
 
 describe('sql-lease: waiting', () => {
