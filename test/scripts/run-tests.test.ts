@@ -65,7 +65,18 @@ describe('the test run: longest files first, and each file timed', () => {
   })
 
   it('starts the files in the order given, times each, and exits 1 when one fails', () => {
-    const files = [testFile('zulu'), testFile('alpha', true), testFile('mike')]
+    // A file whose test is declared in a module of its own (as the conformance suites are), and one whose
+    // process is killed: each is timed under its own name, and the module not at all.
+    const shared = join(dir.path, 'shared.mjs')
+    writeFileSync(
+      shared,
+      `import { test } from 'node:test'\nexport const declare = () => test('shared', () => {})\n`,
+    )
+    const declaring = join(dir.path, 'declaring.test.mjs')
+    writeFileSync(declaring, `import { declare } from './shared.mjs'\ndeclare()\n`)
+    const killed = join(dir.path, 'killed.test.mjs')
+    writeFileSync(killed, `process.kill(process.pid, 'SIGKILL')\n`)
+    const files = [testFile('zulu'), testFile('alpha', true), testFile('mike'), declaring, killed]
     const failures = join(dir.path, 'failures.txt')
     const durations = join(dir.path, 'durations.txt')
     // One lane, so the start order is the order given; without this runner's mark on the environment,
@@ -81,6 +92,8 @@ describe('the test run: longest files first, and each file timed', () => {
     const timed = readFileSync(durations, 'utf8').trim().split('\n')
     assert.deepEqual(timed.map((line) => line.split('\t')[1]).sort(), [
       'alpha.test.mjs',
+      'declaring.test.mjs',
+      'killed.test.mjs',
       'mike.test.mjs',
       'zulu.test.mjs',
     ])
