@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the package and the tests, then runs every *.test.js with the given node (default: node on PATH).
-# Usage: scripts/run-tests.sh [path/to/node] [extra node --test arguments (no --test-reporter: it sets two)...]
+# Usage: scripts/run-tests.sh [path/to/node] [--test-name-pattern=<regular expression>]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_BIN="${1:-node}"
@@ -8,7 +8,11 @@ shift || true
 npx tsc -p tsconfig.build.json
 npx tsc -p tsconfig.json
 # Only *.test.js: fixtures and helpers under build/test are not tests (node --test would run any .js there).
-mapfile -t tests < <(find build/test -name '*.test.js' | sort)
+# Longest first, by what each file took last run (scripts/test-order.mjs): scripts/run-tests.mjs starts
+# them in that order as lanes free up (`node --test` would sort them by path), so the run does not end on
+# a slow file started last, alone.
+DURATIONS=build/test-durations.txt
+mapfile -t tests < <("$NODE_BIN" scripts/test-order.mjs "$DURATIONS" $(find build/test -name '*.test.js' | sort))
 [ "${#tests[@]}" -gt 0 ] || { echo "no test files found under build/test" >&2; exit 1; }
 # Two files at a time, even on two cores (node's default there is one): most of the run is waiting on
 # servers, leases and chaos durations, not CPU, so two lanes take ~11 min where one took ~18 (Node 20,
@@ -21,12 +25,19 @@ echo "running ${#tests[@]} test files on $("$NODE_BIN" --version), $LANES at a t
 # run fails: a CI log is often read by its tail only, where the spec reporter says just "test failed".
 REPORT=build/test-failures.txt
 rm -f "$REPORT"
+# scripts/durations-report.mjs writes each file's duration (the next run's order) once the run ends; the
+# record is read above, before the runner opens the file anew. A run of some tests only (a name pattern)
+# writes beside it: its files' times would misorder the next full run.
+TIMES="$DURATIONS"
+[ "$#" -eq 0 ] || TIMES=build/test-durations-partial.txt
 status=0
-PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" --test --test-concurrency="$LANES" \
-  --test-reporter=spec --test-reporter-destination=stdout \
-  --test-reporter=./scripts/failure-report.mjs --test-reporter-destination="$REPORT" \
-  "$@" "${tests[@]}" || status=$?
+PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" scripts/run-tests.mjs "$LANES" "$REPORT" "$TIMES" \
+  "$@" -- "${tests[@]}" || status=$?
 if [ "$status" -ne 0 ]; then
   if [ -s "$REPORT" ]; then cat "$REPORT"; else echo "(no failing test file reported: see the output above)"; fi
+fi
+if [ -s "$TIMES" ]; then
+  echo "the 15 slowest test files (seconds; every file in $TIMES):"
+  head -n 15 "$TIMES"
 fi
 exit "$status"
