@@ -44,6 +44,7 @@ export {
   QuorumError,
 } from './core/errors.js'
 export type { Lock } from './core/lock.js'
+export type { AcquireAllOptions, MultiLock } from './core/multi-key.js'
 export type { AcquireOptions, ClientOptions } from './core/options.js'
 export {
   type HeldPermits,

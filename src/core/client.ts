@@ -31,6 +31,7 @@ import {
 } from './errors.js'
 import { whileHeld } from './holding.js'
 import { type Lock, type LockHandle, lockRenewals } from './lock.js'
+import { type AcquireAllOptions, acquireAll, type MultiKeyRuntime, type MultiLock } from './multi-key.js'
 import {
   ACQUIRE_OPTIONS,
   type AcquireOptions,
@@ -65,6 +66,26 @@ export interface LockClient extends AsyncDisposable {
   tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null>
   /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  /**
+   * Takes every key of `keys` or none (docs/multi-key.md): de-duplicated, one by one in the order of their
+   * UTF-8 bytes, so overlapping sets asked in any order never deadlock; `timeout` and `signal` cover them all.
+   * On any failure the keys taken are released before it rejects.
+   * @example
+   * await using all = await locks.acquireAll(['acct:7', 'acct:1'], { timeout: '5s' })
+   * console.log(all.fences.get('acct:1'), all.fences.get('acct:7'))
+   * @throws {LockNotAcquiredError} naming the key still held elsewhere when `timeout` passed
+   * @throws {CapabilityError} for `atomic: true` where the backend cannot take the keys in one step
+   * @throws `signal.reason` when `signal` aborts
+   */
+  acquireAll(keys: readonly string[], options?: AcquireAllOptions): Promise<MultiLock>
+  /** Like `acquireAll` with `timeout` 0 by default; resolves `null` instead of throwing when a key is held elsewhere. */
+  tryAcquireAll(keys: readonly string[], options?: AcquireAllOptions): Promise<MultiLock | null>
+  /** Runs `fn` while holding every key of `keys` and always releases them afterwards, as `withLock` does one. */
+  withAll<T>(
+    keys: readonly string[],
+    fn: (all: MultiLock) => T | Promise<T>,
+    options?: AcquireAllOptions,
+  ): Promise<T>
   /**
    * Who holds `key`, as far as the store says now. Diagnostic only: never decide who may act on it.
    * @throws {BackendUnavailableError} when the store fails, or has not answered within 5 s
@@ -250,6 +271,50 @@ class Client implements LockClient {
       () => lock.release(),
       () => this.#insideWithLock.run(inside, () => fn(lock)),
     )
+  }
+
+  acquireAll(keys: readonly string[], options?: AcquireAllOptions): Promise<MultiLock> {
+    return acquireAll(this.#multiKeyRuntime, keys, options, this.#options.timeoutMs)
+  }
+
+  async tryAcquireAll(keys: readonly string[], options?: AcquireAllOptions): Promise<MultiLock | null> {
+    try {
+      return await acquireAll(this.#multiKeyRuntime, keys, options, 0)
+    } catch (error) {
+      if (error instanceof LockNotAcquiredError) return null
+      throw error
+    }
+  }
+
+  async withAll<T>(
+    keys: readonly string[],
+    fn: (all: MultiLock) => T | Promise<T>,
+    options?: AcquireAllOptions,
+  ): Promise<T> {
+    if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
+    const all = await this.acquireAll(keys, options)
+    const inside = new Set([...(this.#insideWithLock.getStore() ?? []), ...all.keys])
+    return whileHeld(
+      all,
+      async () => void (await all.release()),
+      () => this.#insideWithLock.run(inside, () => fn(all)),
+    )
+  }
+
+  /** What multi-key locks use of this client: its checks before any I/O, and the acquire of one key. */
+  readonly #multiKeyRuntime: MultiKeyRuntime = {
+    prepare: async (keys, options, defaultTimeoutMs) => {
+      const opts = resolveAcquireOptions(options, this.#options, defaultTimeoutMs)
+      for (const key of keys) this.#refuseSelfDeadlock(key)
+      const backend = await this.#open(keys[0]!, opts.ttlMs)
+      for (const key of keys) checkLimits(backend, key, opts.ttlMs)
+      return {
+        timeoutMs: opts.timeoutMs,
+        signal: opts.signal,
+        backendId: backend.id,
+        acquire: (key, timeoutMs) => this.#acquire(key, { ...opts, timeoutMs }),
+      }
+    },
   }
 
   #refuseSelfDeadlock(key: string): void {

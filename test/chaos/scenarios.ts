@@ -565,6 +565,33 @@ export const scenarios: Scenario[] = [
     abortAcquiresWithinMs: 20,
     applies: (t) => t.primitives.has('semaphore'),
   },
+  // Multi-key locks: four workers each taking two or three of three keys, in random orders (now and then a
+  // key twice), all or none. The per-key rules hold for each key (one valid holder, fences per key, stale
+  // writes refused by that key's fence); an acquire left waiting for ever is a deadlock (A7: stuck).
+  {
+    id: 'K1',
+    title: 'multi-key: overlapping key sets in random orders, no faults',
+    ...FENCED,
+    primitive: 'multikey',
+    applies: (t) => t.primitives.has('multikey'),
+  },
+  {
+    id: 'K2',
+    title: 'multi-key: overlapping key sets in random orders, a holder paused 2.5 x ttl every 3 x ttl',
+    ...FENCED,
+    primitive: 'multikey',
+    applies: (t) => t.primitives.has('multikey'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'K15',
+    title: 'multi-key: half of all acquires given up at a random await point',
+    ...FENCED,
+    primitive: 'multikey',
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('multikey'),
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */

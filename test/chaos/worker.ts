@@ -34,15 +34,44 @@ export interface WorkerConfig {
   /** Abort half of the acquires after a random delay below this (ms): at any await point. */
   readonly abortWithinMs?: number
   /**
-   * Take the leadership of an election named `key`, or one permit of a semaphore named `key` of `limit`,
-   * instead of the lock (see Scenario.primitive).
+   * Take the leadership of an election named `key`, one permit of a semaphore named `key` of `limit`, or
+   * several keys under `key` at once (multikey), instead of the lock (see Scenario.primitive).
    */
-  readonly primitive?: 'election' | 'semaphore'
+  readonly primitive?: 'election' | 'semaphore' | 'multikey'
   readonly limit?: number
 }
 
 /** What a worker holds: a lock, or a leadership seen as one (its term is its fence). */
 type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'>
+
+/** One key of an acquisition, with the op the history knows it by. */
+interface Part {
+  readonly op: string
+  readonly key: string
+}
+
+/** What one acquisition took: a hold per key (one, except for multi-key), and the release of them all. */
+interface Taken {
+  readonly holds: ReadonlyArray<Part & { readonly held: Held }>
+  release(): Promise<void>
+}
+
+/** The keys a multi-key worker draws from (`<key>:a` …), overlapping between workers. */
+const MULTI_KEYS = ['a', 'b', 'c']
+
+/**
+ * The keys of one acquisition, with their ops: the scenario's key; or, for multi-key, two or three of
+ * MULTI_KEYS in a random order (with a duplicate now and then), one op per key (`<op>~<key>`) so the
+ * checker's per-key rules see each key's hold.
+ */
+function partsOf(config: WorkerConfig, op: string): { asked: string[]; parts: Part[] } {
+  if (config.primitive !== 'multikey') return { asked: [config.key], parts: [{ op, key: config.key }] }
+  const shuffled = MULTI_KEYS.map((k) => `${config.key}:${k}`).sort(() => Math.random() - 0.5)
+  const asked = shuffled.slice(0, Math.random() < 0.5 ? 2 : 3)
+  if (Math.random() < 0.2) asked.push(asked[0]!)
+  const parts = [...new Set(asked)].map((key) => ({ op: `${op}~${key}`, key }))
+  return { asked, parts }
+}
 
 /**
  * Takes the lock, or campaigns for the election: a leader also proclaims a new value as it steps down,
@@ -52,11 +81,23 @@ async function take(
   locks: LockClient,
   config: WorkerConfig,
   op: string,
+  asked: readonly string[],
   options: { timeout: number; signal?: AbortSignal },
-): Promise<Held> {
+): Promise<Taken> {
+  const one = (held: Held): Taken => ({
+    holds: [{ op, key: config.key, held }],
+    release: () => held.release(),
+  })
+  if (config.primitive === 'multikey') {
+    const all = await locks.acquireAll(asked, options)
+    return {
+      holds: all.keys.map((key) => ({ op: `${op}~${key}`, key, held: all.locks.get(key)! })),
+      release: async () => void (await all.release()),
+    }
+  }
   if (config.primitive === 'semaphore') {
     const held = await locks.semaphore(config.key, { limit: config.limit ?? 2 }).acquire(options)
-    return {
+    return one({
       owner: held.owner,
       fence: held.sequence,
       get validUntil() {
@@ -66,11 +107,11 @@ async function take(
         return held.signal
       },
       release: () => held.release(),
-    }
+    })
   }
-  if (config.primitive !== 'election') return locks.acquire(config.key, options)
+  if (config.primitive !== 'election') return one(await locks.acquire(config.key, options))
   const lead = await locks.election(config.key).campaign({ ...options, value: op })
-  return {
+  return one({
     owner: lead.owner,
     fence: lead.term,
     get validUntil() {
@@ -83,7 +124,7 @@ async function take(
       await lead.proclaim(`${op}:leaving`).catch(() => {})
       await lead.resign()
     },
-  }
+  })
 }
 
 /** One history line, without `t` and `client` (the harness adds both). */
@@ -142,8 +183,9 @@ async function main(config: WorkerConfig): Promise<void> {
 
   for (let n = 1; !stopping; n++) {
     const op = `${config.id}-${n}`
-    emit({ ev: 'acquire-invoke', op, key: config.key, ttlMs: config.ttlMs })
-    let lock: Held
+    const { asked, parts } = partsOf(config, op)
+    for (const part of parts) emit({ ev: 'acquire-invoke', ...part, ttlMs: config.ttlMs })
+    let taken: Taken
     try {
       // Half of the acquires are aborted (when the scenario asks): a quarter one event-loop turn after the
       // call (the attempt's request is out, its reply not yet read: the race a timer of >= 1 ms would almost
@@ -154,7 +196,7 @@ async function main(config: WorkerConfig): Promise<void> {
       else if (controller && dice < 0.5) {
         setTimeout(() => controller.abort(new Error('aborted')), Math.random() * config.abortWithinMs!)
       }
-      lock = await take(locks, config, op, {
+      taken = await take(locks, config, op, asked, {
         timeout: config.timeoutMs,
         ...(controller ? { signal: controller.signal } : {}),
       })
@@ -163,55 +205,69 @@ async function main(config: WorkerConfig): Promise<void> {
       // applied: the checker counts a maybe-hold.
       const definite = error instanceof LockNotAcquiredError
       const reason = `${(error as Error).name}: ${(error as Error).message}`.slice(0, 300)
-      emit({ ev: 'acquire-fail', op, key: config.key, definite, reason })
+      for (const part of parts) emit({ ev: 'acquire-fail', ...part, definite, reason })
       if (error instanceof BackendUnavailableError || !definite) await sleep(50)
       continue
     }
-    emit({
-      ev: 'acquire-ok',
-      op,
-      key: config.key,
-      owner: lock.owner,
-      fence: lock.fence.toString(),
-      validInMs: lock.validUntil - performance.now(),
-    })
-    held.set(lock.owner, { op, lock })
-    const onLost = () => {
-      const reason = lock.signal.reason as Error | undefined
-      emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
+    for (const { op, key, held: lock } of taken.holds) {
+      emit({
+        ev: 'acquire-ok',
+        op,
+        key,
+        owner: lock.owner,
+        fence: lock.fence.toString(),
+        validInMs: lock.validUntil - performance.now(),
+      })
+      held.set(lock.owner, { op, lock })
+      const onLost = () => {
+        const reason = lock.signal.reason as Error | undefined
+        emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
+      }
+      // Read past its validity (a stall), the signal is aborted already: no abort event will come. Read
+      // once: a second read past validUntil would abort it between the check and the listener.
+      const lost = lock.signal
+      if (lost.aborted) onLost()
+      else lost.addEventListener('abort', onLost, { once: true })
     }
-    // Read past its validity (a stall), the signal is aborted already: no abort event will come. Read
-    // once: a second read past validUntil would abort it between the check and the listener.
-    const lost = lock.signal
-    if (lost.aborted) onLost()
-    else lost.addEventListener('abort', onLost, { once: true })
-    // Read-modify-write on the resource, fenced by our token (written even if the lock was lost meanwhile:
-    // that is the stale write a fenced resource must refuse).
-    const key = encodeURIComponent(config.key)
-    const values = JSON.parse(
-      (await call(config.resourcePort, 'GET', `/read?key=${key}`)) || '[]',
-    ) as string[]
+    // Read-modify-write on the resource, per key, fenced by that key's token (written even if the lock was
+    // lost meanwhile: that is the stale write a fenced resource must refuse).
+    const reads = await Promise.all(
+      taken.holds.map(
+        async ({ key }) =>
+          JSON.parse(
+            (await call(config.resourcePort, 'GET', `/read?key=${encodeURIComponent(key)}`)) || '[]',
+          ) as string[],
+      ),
+    )
     const [min, max] = config.holdMs
     await sleep(min + Math.random() * (max - min))
-    const value = `${op}:${lock.fence}`
-    const fence = lock.fence.toString()
-    emit({ ev: 'write-invoke', op, key: config.key, fence, value })
-    await call(config.resourcePort, 'POST', '/write', {
-      op,
-      key: config.key,
-      fence,
-      value,
-      values: [...values, value],
-    })
-    emit({ ev: 'release-invoke', op })
-    try {
-      await lock.release()
-      emit({ ev: 'release-ok', op, released: releases.get(lock.owner) ?? false })
-    } catch (error) {
-      emit({ ev: 'release-fail', op, reason: `${(error as Error).message}`.slice(0, 300) })
+    for (const [i, { op, key, held: lock }] of taken.holds.entries()) {
+      const value = `${op}:${lock.fence}`
+      const fence = lock.fence.toString()
+      emit({ ev: 'write-invoke', op, key, fence, value })
+      await call(config.resourcePort, 'POST', '/write', {
+        op,
+        key,
+        fence,
+        value,
+        values: [...reads[i]!, value],
+      })
     }
-    held.delete(lock.owner)
-    releases.delete(lock.owner)
+    for (const { op } of taken.holds) emit({ ev: 'release-invoke', op })
+    try {
+      await taken.release()
+      for (const { op, held: lock } of taken.holds) {
+        emit({ ev: 'release-ok', op, released: releases.get(lock.owner) ?? false })
+      }
+    } catch (error) {
+      for (const { op } of taken.holds) {
+        emit({ ev: 'release-fail', op, reason: `${(error as Error).message}`.slice(0, 300) })
+      }
+    }
+    for (const { held: lock } of taken.holds) {
+      held.delete(lock.owner)
+      releases.delete(lock.owner)
+    }
   }
   await locks.close()
 }

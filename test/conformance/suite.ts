@@ -5,6 +5,7 @@ import { CapabilityError, createLockClient, type LockBackend, type LockClient } 
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit.js'
 import { electionCases } from './cases/election/index.js'
+import { multiKeyCases } from './cases/multi-key/index.js'
 import { mutexCases } from './cases/mutex/index.js'
 import { semaphoreCases } from './cases/semaphore/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
@@ -18,7 +19,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   election: electionCases,
   semaphore: semaphoreCases,
   rwlock: [],
-  multikey: [],
+  multikey: multiKeyCases,
 }
 
 /** The name of the case a kit gets for each primitive it does not declare. */
