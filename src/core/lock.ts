@@ -4,11 +4,12 @@
  * and the renewals of a client's locks due together go out as one request where the backend has
  * `extendMany`.
  */
-import type { ExtendOutcome, HeldLease, LeaseFacet } from './backend.js'
+import type { ExtendOutcome, HeldLease, LeaseFacet, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, type LossReason, publish } from './diagnostics.js'
 import {
   BackendUnavailableError,
+  CapabilityError,
   LockError,
   LockLostError,
   LockReleasedError,
@@ -17,6 +18,7 @@ import {
 } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
 import { Renewals, Renewer } from './renewer.js'
+import { encodeToken } from './token.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -57,6 +59,18 @@ export interface Lock extends AsyncDisposable {
    * shortens it), and the lease stays ours until then; renewals retry with `ttl`
    */
   extend(ttl?: number | string): Promise<number>
+  /**
+   * This lock as a string that another process (or this one after a restart) hands to `locks.resume(token)`
+   * to go on renewing and release it. It names the store, the key, the owner id and the fence, and holds no
+   * store credentials; but the owner id is the ownership: whoever has the token can renew or release the
+   * lock, so keep it as a secret. See docs/resume.md for what happens to this handle after a resume.
+   * @example
+   * const token = lock.token()   // hand it to the process that goes on
+   * @throws {CapabilityError} on a backend whose leases die with their holder (memory, ZooKeeper)
+   * @throws {LockReleasedError} after `release()`
+   * @throws {LockLostError} once the lease is lost
+   */
+  token(): string
   /**
    * Releases the lock; idempotent. Resolves even when the lease had already been lost.
    * @throws {BackendUnavailableError} when the store could not be reached; the lease then ends by its ttl
@@ -501,6 +515,29 @@ export class LockHandle implements Lock {
       )
     }
     if (outcome.cookie !== undefined) this.#cookie = outcome.cookie
+  }
+
+  token(): string {
+    // Only a lock's: an election's or a semaphore's lease is resumed through its own primitive, if ever.
+    const facet = this.#ctx.primitive === undefined ? (this.#ctx.backend as LockBackend).resume : undefined
+    if (!facet) {
+      throw new CapabilityError(
+        `Cannot make a token of ${this.#subject}: ${this.#ctx.backend.id} cannot hand a lease to another ` +
+          'process (its leases die with the process or session that took them). See docs/resume.md',
+        this.#context(),
+      )
+    }
+    if (this.#state === 'released' || this.#releasing) {
+      throw new LockReleasedError(`Cannot make a token of ${this.#subject}: it was released`, this.#context())
+    }
+    if (this.#state === 'lost' || now() >= this.#validUntil) throw this.signal.reason
+    const lease = this.#lease
+    return encodeToken({
+      ...lease,
+      backend: this.#ctx.backend.id,
+      ttlMs: this.#ttlMs,
+      cookie: facet.encode(lease),
+    })
   }
 
   release(): Promise<void> {
