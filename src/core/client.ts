@@ -116,7 +116,7 @@ export interface LockClient extends AsyncDisposable {
    * await using resumed = await locks.resume(process.env.LOCK_TOKEN ?? '')
    * @throws {LockLostError} when the lease has ended (expired, released, taken over) since the token was made
    * @throws {TypeError} for a damaged token, or one made on another store
-   * @throws {CapabilityError} on a backend whose leases die with their holder (memory, ZooKeeper)
+   * @throws {CapabilityError} on a backend that cannot hand a lease to another process (docs/resume.md)
    */
   resume(token: string, options?: ResumeOptions): Promise<Lock>
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */

@@ -68,7 +68,7 @@ export interface Lock extends AsyncDisposable {
    * on with it. See docs/resume.md.
    * @example
    * const token = lock.token()   // hand it to the process that goes on
-   * @throws {CapabilityError} on a backend whose leases die with their holder (memory, ZooKeeper)
+   * @throws {CapabilityError} on a backend that cannot hand a lease to another process (docs/resume.md)
    * @throws {LockReleasedError} after `release()`
    * @throws {LockLostError} once the lease is lost
    */
@@ -533,7 +533,7 @@ export class LockHandle implements Lock {
     if (!facet) {
       throw new CapabilityError(
         `Cannot make a token of ${this.#subject}: ${this.#ctx.backend.id} cannot hand a lease to another ` +
-          'process (its leases die with the process or session that took them). See docs/resume.md',
+          'process. See docs/resume.md for the stores that can, and why the others cannot',
         this.#context(),
       )
     }

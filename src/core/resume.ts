@@ -115,8 +115,8 @@ export async function resumeLock(
 function resumeFacet(backend: LockBackend, key: string): ResumeFacet {
   if (backend.resume) return backend.resume
   throw new CapabilityError(
-    `Cannot resume lock ${quoteKey(key)} on ${backend.id}: this backend cannot hand a lease to another process ` +
-      '(its leases die with the process or session that took them). See docs/resume.md for the stores that can',
+    `Cannot resume lock ${quoteKey(key)} on ${backend.id}: this backend cannot hand a lease to another process. ` +
+      'See docs/resume.md for the stores that can, and why the others cannot',
     { key, backend: backend.id },
   )
 }
