@@ -20,6 +20,7 @@ export type {
   PermitHolder,
   PermitRequest,
   ProclaimResult,
+  ResumeFacet,
   SemaphoreFacet,
   SemaphoreInfo,
 } from './core/backend.js'
@@ -46,6 +47,7 @@ export {
 export type { Lock } from './core/lock.js'
 export type { AcquireAllOptions, MultiLock } from './core/multi-key.js'
 export type { AcquireOptions, ClientOptions } from './core/options.js'
+export type { ResumeOptions } from './core/resume.js'
 export {
   type HeldPermits,
   MAX_SEMAPHORE_LIMIT,

@@ -360,6 +360,28 @@ export interface SemaphoreFacet extends LeaseFacet {
 }
 
 /**
+ * Lets another process (or this one after a restart) continue a held lock from its token (`lock.token()`,
+ * `locks.resume(token)`). Offered only where the lease outlives the process that took it and the store checks
+ * ownership by the owner id alone (and the fence), so that whoever presents them acts as the holder would:
+ * never where a lease dies with its connection or session. The core reads the key first (`inspect`), then
+ * extends it owner-checked: the extend decides, as a renewal does.
+ */
+export interface ResumeFacet {
+  /**
+   * The grant's cookie as plain JSON data for a token (strings, numbers, arrays, objects: no bigint), or
+   * undefined when the backend needs none (it checks the owner alone, or reads the rest back in `decode`).
+   * No store credentials: the token is handed to other processes.
+   */
+  encode(lease: HeldLease): unknown
+  /**
+   * The cookie of `lease` (its cookie field is what `encode` gave) for extend and release in this process,
+   * read back from the store where the backend needs the current state; `null` when the store no longer has
+   * the lease under its owner and fence. Throws a `TypeError` when `lease.cookie` is not what `encode` makes.
+   */
+  decode(lease: HeldLease, signal: AbortSignal): Promise<{ readonly cookie: unknown } | null>
+}
+
+/**
  * A backend: the mutex's leased methods on the backend object itself, the operator's methods (list,
  * break, doctor), and one optional facet per further primitive. The client refuses a primitive whose
  * facet is missing with a `CapabilityError`, before any I/O.
@@ -369,6 +391,8 @@ export interface LockBackend extends LeaseFacet {
   readonly election?: ElectionFacet | undefined
   /** Counting semaphores on this store; absent where the backend offers none. */
   readonly semaphore?: SemaphoreFacet | undefined
+  /** Resuming a held lock in another process from its token; absent where a lease dies with its holder. */
+  readonly resume?: ResumeFacet | undefined
   /**
    * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
    * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.

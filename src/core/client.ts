@@ -45,6 +45,7 @@ import {
   validateKey,
   validateListPrefix,
 } from './options.js'
+import { type ResumeOptions, type ResumeRuntime, resumeLock } from './resume.js'
 import {
   parseLimit,
   type Semaphore,
@@ -129,6 +130,16 @@ export interface LockClient extends AsyncDisposable {
    * @throws {TypeError} for a bad name or limit
    */
   semaphore(name: string, options: SemaphoreOptions): Semaphore
+  /**
+   * The lock `token` (from `lock.token()`, in this process or another) names, held again by this client: one
+   * read and one owner-checked extend, then renewed and released like any lock. See docs/resume.md.
+   * @example
+   * await using resumed = await locks.resume(process.env.LOCK_TOKEN ?? '')
+   * @throws {LockLostError} when the lease has ended (expired, released, taken over) since the token was made
+   * @throws {TypeError} for a damaged token, or one made on another store
+   * @throws {CapabilityError} on a backend that cannot hand a lease to another process (docs/resume.md)
+   */
+  resume(token: string, options?: ResumeOptions): Promise<Lock>
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
@@ -428,6 +439,17 @@ class Client implements LockClient {
     return this.#bounded(backend, key, 'break', BREAK_WAIT_MS, options?.signal, (signal) =>
       backend.breakLock!(key, { fence, signal }),
     )
+  }
+
+  resume(token: string, options?: ResumeOptions): Promise<Lock> {
+    return resumeLock(token, options, this.#resumeRuntime)
+  }
+
+  readonly #resumeRuntime: ResumeRuntime = {
+    open: (key) => this.#open(key),
+    context: (backend) => this.#contextOf(backend, undefined),
+    bounded: (backend, key, signal, run) => this.#bounded(backend, key, 'resume', BREAK_WAIT_MS, signal, run),
+    renews: () => this.#options.renew,
   }
 
   election(name: string): Election {

@@ -4,11 +4,12 @@
  * and the renewals of a client's locks due together go out as one request where the backend has
  * `extendMany`.
  */
-import type { ExtendOutcome, HeldLease, LeaseFacet } from './backend.js'
+import type { ExtendOutcome, HeldLease, LeaseFacet, LockBackend } from './backend.js'
 import { now, withTimeout } from './clock.js'
 import { channels, type LossReason, publish } from './diagnostics.js'
 import {
   BackendUnavailableError,
+  CapabilityError,
   LockError,
   LockLostError,
   LockReleasedError,
@@ -17,6 +18,7 @@ import {
 } from './errors.js'
 import { checkLimits, parseTtl, validUntil } from './options.js'
 import { Renewals, Renewer } from './renewer.js'
+import { encodeToken } from './token.js'
 
 /** A held lock. Release it (or use `await using`); until then it renews itself unless `renew: false`. */
 export interface Lock extends AsyncDisposable {
@@ -57,6 +59,20 @@ export interface Lock extends AsyncDisposable {
    * shortens it), and the lease stays ours until then; renewals retry with `ttl`
    */
   extend(ttl?: number | string): Promise<number>
+  /**
+   * This lock as a string that another process (or this one after a restart) hands to `locks.resume(token)`
+   * to go on renewing and release it. It names the store, the key, the owner id and the fence, and holds no
+   * store credentials; but the owner id is the ownership: whoever has the token can renew or release the
+   * lock, so keep it as a secret. From then on this handle shares the lease: it still renews, but only its
+   * `release()` releases it (not its expiry here, not the client's `close()`), since another process may go
+   * on with it. See docs/resume.md.
+   * @example
+   * const token = lock.token()   // hand it to the process that goes on
+   * @throws {CapabilityError} on a backend that cannot hand a lease to another process (docs/resume.md)
+   * @throws {LockReleasedError} after `release()`
+   * @throws {LockLostError} once the lease is lost
+   */
+  token(): string
   /**
    * Releases the lock; idempotent. Resolves even when the lease had already been lost.
    * @throws {BackendUnavailableError} when the store could not be reached; the lease then ends by its ttl
@@ -121,6 +137,11 @@ export class LockHandle implements Lock {
   #queue: Promise<unknown> | undefined
   #releasing: Promise<void> | undefined
 
+  /**
+   * Whether another handle may hold this lease too: a token was made of it, or it was resumed from one. It
+   * is then released only by `release()`: never in the background when it expires here, nor by `close()`.
+   */
+  #shared: boolean
   /** Stops listening to the backend's session-lost signal (a shared signal must not keep us). */
   #detachLost: (() => void) | undefined
   /** The renewal in flight, if any: aborted when the lock is declared lost. */
@@ -140,10 +161,11 @@ export class LockHandle implements Lock {
   constructor(
     ctx: LockContext,
     lease: HeldLease,
-    grant: { ttlMs: number; validUntil: number; lost?: AbortSignal },
+    grant: { ttlMs: number; validUntil: number; lost?: AbortSignal; shared?: boolean },
     renew: boolean,
   ) {
     this.#ctx = ctx
+    this.#shared = grant.shared ?? false
     this.key = lease.key
     this.owner = lease.owner
     this.fence = lease.fence
@@ -219,7 +241,9 @@ export class LockHandle implements Lock {
     this.#markLost(this.#expired(), 'expired')
     // We no longer count on it, so nobody should wait for it: where the store still keeps it (a session
     // that stays alive while this process does, as etcd's; a store clock a little slower than ours), take
-    // it back. Owner-checked, so it never touches a later holder; in the background, errors ignored.
+    // it back. Owner-checked, so it never touches a later holder; in the background, errors ignored. Not
+    // a lease shared through its token: the other handle may still be renewing it.
+    if (this.#shared) return
     const lease = this.#lease
     withTimeout(this.#ttlMs, (signal) => this.#ctx.backend.release(lease, signal)).catch(() => {})
   }
@@ -503,13 +527,49 @@ export class LockHandle implements Lock {
     if (outcome.cookie !== undefined) this.#cookie = outcome.cookie
   }
 
+  token(): string {
+    // Only a lock's: an election's or a semaphore's lease is resumed through its own primitive, if ever.
+    const facet = this.#ctx.primitive === undefined ? (this.#ctx.backend as LockBackend).resume : undefined
+    if (!facet) {
+      throw new CapabilityError(
+        `Cannot make a token of ${this.#subject}: ${this.#ctx.backend.id} cannot hand a lease to another ` +
+          'process. See docs/resume.md for the stores that can, and why the others cannot',
+        this.#context(),
+      )
+    }
+    if (this.#state === 'released' || this.#releasing) {
+      throw new LockReleasedError(`Cannot make a token of ${this.#subject}: it was released`, this.#context())
+    }
+    if (this.#state === 'lost' || now() >= this.#validUntil) throw this.signal.reason
+    this.#shared = true
+    const lease = this.#lease
+    return encodeToken({
+      ...lease,
+      backend: this.#ctx.backend.id,
+      ttlMs: this.#ttlMs,
+      cookie: facet.encode(lease),
+    })
+  }
+
   release(): Promise<void> {
     this.#releasing ??= this.#release()
     return this.#releasing
   }
 
-  /** The client is closing: tell a holder still at work (lock.signal), then release. */
+  /**
+   * The client is closing: tell a holder still at work (lock.signal), then release. A lease shared through
+   * its token is left to it: another process may go on with it (it ends by its ttl otherwise).
+   */
   closeWithClient(): Promise<void> {
+    if (this.#shared && this.#state === 'held' && !this.#releasing) {
+      const error = new LockLostError(
+        `${this.#Subject} on ${this.#ctx.backend.id} is no longer renewed here: its lock client was closed, and ` +
+          'the lease was left to the holders of its token (it ends by its ttl unless one renews it)',
+        this.#context(),
+      )
+      this.#markLost(error, 'client_closed')
+      return Promise.resolve()
+    }
     if (this.#state === 'held' && !this.#releasing) {
       const error = new LockLostError(
         `${this.#Subject} on ${this.#ctx.backend.id} was released because its lock client was closed`,

@@ -7,6 +7,7 @@ import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit
 import { electionCases } from './cases/election/index.js'
 import { multiKeyCases } from './cases/multi-key/index.js'
 import { mutexCases } from './cases/mutex/index.js'
+import { resumeCases } from './cases/resume/index.js'
 import { semaphoreCases } from './cases/semaphore/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
@@ -20,6 +21,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   semaphore: semaphoreCases,
   rwlock: [],
   multikey: multiKeyCases,
+  resume: resumeCases,
 }
 
 /** The name of the case a kit gets for each primitive it does not declare. */
@@ -89,6 +91,13 @@ const REFUSED: Partial<
     calls: (client, name) => {
       const semaphore = client.semaphore(name, { limit: 2 })
       return [semaphore.acquire({ timeout: 0 }), semaphore.inspect(), semaphore.setLimit(3)]
+    },
+  },
+  resume: {
+    says: /resume lock .* this backend cannot hand a lease to another process/,
+    calls: (client, name) => {
+      const body = { backend: 'any', key: name, owner: 'o', fence: '1', ttlMs: 1000 }
+      return [client.resume(`fencelock1.${Buffer.from(JSON.stringify(body)).toString('base64url')}`)]
     },
   },
 }

@@ -160,9 +160,16 @@ export interface StoreFaults {
  * The primitives of the backend contract, one facet each. A kit declares those its backend offers; the
  * conformance suite runs a primitive's cases (test/conformance/cases/<primitive>/) only on kits that declare it.
  */
-export type Primitive = 'mutex' | 'election' | 'semaphore' | 'rwlock' | 'multikey'
+export type Primitive = 'mutex' | 'election' | 'semaphore' | 'rwlock' | 'multikey' | 'resume'
 
-export const PRIMITIVES: readonly Primitive[] = ['mutex', 'election', 'semaphore', 'rwlock', 'multikey']
+export const PRIMITIVES: readonly Primitive[] = [
+  'mutex',
+  'election',
+  'semaphore',
+  'rwlock',
+  'multikey',
+  'resume',
+]
 
 export interface Kit {
   /** Unique among kits, e.g. `redis-fair`. */

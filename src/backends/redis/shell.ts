@@ -6,6 +6,7 @@
  * built from the same store and subscriptions (as `election`).
  */
 import type { AcquireRequest, DoctorFinding, LockBackend } from '../../core/backend.js'
+import { OWNER_CHECKED_RESUME } from '../../core/resume.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
 import { RedisElection } from './election/facet.js'
@@ -59,6 +60,8 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
   readonly election: RedisElection
   /** Counting semaphores on the same store (semaphore/): their own line, whatever the mutex's mode. */
   readonly semaphore: RedisSemaphore
+  /** A lock's key holds its owner id, which extend and release check: a token needs no more. */
+  readonly resume = OWNER_CHECKED_RESUME
   readonly #store: RedisStore
   readonly #minReplicas: number
   readonly #subscriptions: Subscriptions

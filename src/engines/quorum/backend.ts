@@ -5,9 +5,10 @@
  * given. Unlike the other engines' factories, it takes the engine built: the store's own methods read it
  * too (list every node's holds, doctor the majority and the largest ttl).
  */
-import type { ElectionFacet, LockBackend } from '../../core/backend.js'
+import type { ElectionFacet, LockBackend, ResumeFacet } from '../../core/backend.js'
 import { breakQuorumLock } from './break.js'
 import type { Quorum } from './engine.js'
+import { acquireOwner } from './inspect.js'
 import type { ReleaseWaiting } from './wait.js'
 
 /** What a store on the quorum engine gives beside the engine: its name and its own methods. */
@@ -22,6 +23,21 @@ export interface QuorumStore extends Required<Pick<LockBackend, 'list' | 'doctor
 
 /** Leases expire on each node's clock; a release wakes the first waiter of each node's line, not in FIFO. */
 export const QUORUM_CAPABILITIES = { expiry: 'server-ttl', notify: true, fifo: false } as const
+
+/**
+ * A token carries the granting attempt's owner id on the nodes (the grant's cookie), which every node's
+ * extend and release check: nothing else of this process is needed to go on with the lease.
+ */
+const QUORUM_RESUME: ResumeFacet = {
+  encode: (lease) => lease.cookie,
+  decode: async (lease) => {
+    const onNodes = lease.cookie
+    if (typeof onNodes !== 'string' || acquireOwner(onNodes) !== lease.owner) {
+      throw new TypeError("This lock token is damaged: its Redlock owner is not the lock's. Copy it whole")
+    }
+    return { cookie: onNodes }
+  },
+}
 
 /** The backend of a store on the quorum engine: the mutex over `quorum`, woken by `waiting`. */
 export function quorumBackend(quorum: Quorum, waiting: ReleaseWaiting, store: QuorumStore): LockBackend {
@@ -40,5 +56,6 @@ export function quorumBackend(quorum: Quorum, waiting: ReleaseWaiting, store: Qu
       breakQuorumLock(quorum, key, options?.fence, options?.signal ?? new AbortController().signal),
     doctor: store.doctor,
     close: () => store.close(),
+    resume: QUORUM_RESUME,
   }
 }

@@ -7,6 +7,7 @@
  * whole store part: the engine reads, lists and diagnoses through them.
  */
 import type { LockBackend } from '../../core/backend.js'
+import { OWNER_CHECKED_RESUME } from '../../core/resume.js'
 import type { SqlAdapter } from './adapter.js'
 import { type SqlElectionAdapter, sqlElection } from './election.js'
 import { SqlLease, type SqlLeaseOptions, sqlLeaseFacet } from './engine.js'
@@ -43,6 +44,8 @@ export function sqlLeaseBackend(
     breakLock: (key, options) => engine.breakLock(key, options),
     doctor: (signal) => engine.doctor(signal),
     close: () => engine.close(),
+    // A row's owner and fence are what extend and release check, on the server's clock: a token needs no more.
+    resume: OWNER_CHECKED_RESUME,
   }
   const election = elections && sqlElection(elections.adapter, elections.options)
   const semaphore = semaphores && sqlSemaphore(semaphores.adapter, semaphores.options)

@@ -13,7 +13,8 @@
  *                  successor goes on from, and what the sweep and doctor ask of it (`LEASE_RECORDS`)
  *   written.ts     what this process wrote last in each key folder (the hot path: no listing, no read)
  *   acquire.ts     one attempt of acquire
- *   transition.ts  extend, release, abandon and proclaim: our record to the next generation, owner-checked
+ *   transition.ts  extend, release, abandon, resume and proclaim: our record to the next generation,
+ *                  owner-checked
  *   break.ts       breakLock
  *   inspect.ts     inspect and list
  */
@@ -26,13 +27,16 @@ import { folderChanged } from '../watch.js'
 import { acquireOnce } from './acquire.js'
 import { breakLock } from './break.js'
 import { inspectKey, listHeld } from './inspect.js'
-import { abandonAttempt, extendLease, releaseLease } from './transition.js'
+import { abandonAttempt, extendLease, releaseLease, resumeLease } from './transition.js'
 
 export { LEASE_RECORDS } from './records.js'
 
 /** The mutex's methods of the backend contract, and the file backend's `list` and `breakLock` of it. */
 export interface FileMutex
-  extends Pick<LockBackend, 'tryAcquire' | 'extend' | 'release' | 'abandon' | 'inspect' | 'waitForChange'> {
+  extends Pick<
+    LockBackend,
+    'tryAcquire' | 'extend' | 'release' | 'abandon' | 'inspect' | 'waitForChange' | 'resume'
+  > {
   list(prefix: string): AsyncIterable<ListedLock>
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
 }
@@ -59,5 +63,15 @@ export function fileMutex(root: Root, { retirer, sweeper }: MutexHousekeeping): 
     list: (prefix) => listHeld(root, prefix),
     breakLock: (key, options) =>
       guarded(root, key, 'break the lock', () => breakLock(root, key, options?.fence)),
+    // The token carries no cookie: the record's file is read again where the lock resumes (it changes with
+    // every renewal, so one written into the token would be stale by the next).
+    resume: {
+      encode: () => undefined,
+      decode: async (lease) => {
+        if (lease.cookie !== undefined) throw new TypeError('This lock token is damaged: copy it whole')
+        const cookie = await guarded(root, lease.key, 'resume', () => resumeLease(root, lease))
+        return cookie ? { cookie } : null
+      },
+    },
   }
 }

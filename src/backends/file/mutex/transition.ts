@@ -1,7 +1,8 @@
 /**
  * The mutex's transitions of a lease it holds: extend and release (our record to the next generation, a
  * compare-and-swap on the very file we wrote), abandon (an attempt's possible grant freed,
- * owner-checked), and an election leader's proclaim (the same transition, with a new value).
+ * owner-checked), resume (another process's lease, found for its token), and an election leader's proclaim
+ * (the same transition, with a new value).
  */
 import type { AcquireRequest, ExtendResult, HeldLease } from '../../../core/backend.js'
 import { nextBase } from '../epochs.js'
@@ -62,6 +63,23 @@ export async function abandonAttempt(root: Root, { key, owner }: AcquireRequest)
   const fence = BigInt(current.record.fence)
   const cookie: Written = { folder, gen: current.gen, record: current.record, stamp: current.stamp }
   await transition(root, { key, owner, fence, cookie }, (base) => freeRecord(key, fence, base, root.boot))
+}
+
+/**
+ * The cookie of a lease another process took, for a resume from its token: the very file of its record, read
+ * now, while it is held by `lease`'s owner with its fence; undefined otherwise. A later transition checks,
+ * as every one does, that the file is still in place.
+ */
+export async function resumeLease(
+  root: Root,
+  { key, owner, fence }: HeldLease,
+): Promise<Written | undefined> {
+  const folder = folderOf(root, key)
+  const current = await readCurrent(folder)
+  if (current.record === 'none' || current.record === 'unreadable') return undefined
+  const r = current.record
+  if (r.state !== 'held' || r.owner !== owner || BigInt(r.fence) !== fence) return undefined
+  return { folder, gen: current.gen, record: r, stamp: current.stamp }
 }
 
 /**
