@@ -7,6 +7,7 @@ export type {
   BreakResult,
   Busy,
   DoctorFinding,
+  DowngradeResult,
   ElectionFacet,
   ExpiryKind,
   ExtendOutcome,
@@ -20,6 +21,11 @@ export type {
   PermitHolder,
   PermitRequest,
   ProclaimResult,
+  RwLockFacet,
+  RwLockHolder,
+  RwLockInfo,
+  RwLockMode,
+  RwLockRequest,
   SemaphoreFacet,
   SemaphoreInfo,
 } from './core/backend.js'
@@ -45,6 +51,7 @@ export {
 } from './core/errors.js'
 export type { Lock } from './core/lock.js'
 export type { AcquireOptions, ClientOptions } from './core/options.js'
+export type { ReadLock, RwLock, RwLockHolderView, RwLockView, WriteLock } from './core/rwlock.js'
 export {
   type HeldPermits,
   MAX_SEMAPHORE_LIMIT,

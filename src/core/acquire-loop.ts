@@ -166,6 +166,7 @@ class AcquireLoop {
     }
     if (opts.value !== undefined) req.value = opts.value
     if (opts.semaphore !== undefined) req.semaphore = opts.semaphore
+    if (opts.rwlock !== undefined) req.rwlock = opts.rwlock
     this.#req = req
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
@@ -383,8 +384,11 @@ class AcquireLoop {
             ? `Semaphore ${quoteKey(key)} on ${this.#backend.id} had no ${this.#req.semaphore.permits} of its ` +
               `${this.#req.semaphore.limit} permits free for this acquire; ${waited}. Use a longer timeout, or ` +
               'inspect the semaphore to see its holders'
-            : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
-              'or inspect the lock to see its holder',
+            : this.#req.rwlock
+              ? `Read-write lock ${quoteKey(key)} on ${this.#backend.id} had ${this.#req.rwlock.mode === 'read' ? 'a writer' : 'other holders'} ` +
+                `ahead of this ${this.#req.rwlock.mode}; ${waited}. Use a longer timeout, or inspect the lock to see its holders`
+              : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+                'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
   }

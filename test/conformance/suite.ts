@@ -6,6 +6,7 @@ import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit.js'
 import { electionCases } from './cases/election/index.js'
 import { mutexCases } from './cases/mutex/index.js'
+import { rwlockCases } from './cases/rwlock/index.js'
 import { semaphoreCases } from './cases/semaphore/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
@@ -17,7 +18,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   mutex: mutexCases,
   election: electionCases,
   semaphore: semaphoreCases,
-  rwlock: [],
+  rwlock: rwlockCases,
   multikey: [],
 }
 
@@ -88,6 +89,13 @@ const REFUSED: Partial<
     calls: (client, name) => {
       const semaphore = client.semaphore(name, { limit: 2 })
       return [semaphore.acquire({ timeout: 0 }), semaphore.inspect(), semaphore.setLimit(3)]
+    },
+  },
+  rwlock: {
+    says: /read-write lock .* this backend offers no read-write lock/,
+    calls: (client, name) => {
+      const rw = client.rwlock(name)
+      return [rw.read({ timeout: 0 }), rw.write({ timeout: 0 }), rw.tryRead(), rw.tryWrite(), rw.inspect()]
     },
   },
 }
