@@ -34,15 +34,18 @@ export interface WorkerConfig {
   /** Abort half of the acquires after a random delay below this (ms): at any await point. */
   readonly abortWithinMs?: number
   /**
-   * Take the leadership of an election named `key`, or one permit of a semaphore named `key` of `limit`,
-   * instead of the lock (see Scenario.primitive).
+   * Take the leadership of an election named `key`, one permit of a semaphore named `key` of `limit`, or
+   * the read-write lock `key` (half of the acquires as readers, who do not write), instead of the lock
+   * (see Scenario.primitive).
    */
-  readonly primitive?: 'election' | 'semaphore'
+  readonly primitive?: 'election' | 'semaphore' | 'rwlock'
   readonly limit?: number
 }
 
-/** What a worker holds: a lock, or a leadership seen as one (its term is its fence). */
-type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'>
+/** What a worker holds: a lock, or a leadership seen as one (its term is its fence); a read-write lock's mode. */
+type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'> & {
+  readonly mode?: 'read' | 'write'
+}
 
 /**
  * Takes the lock, or campaigns for the election: a leader also proclaims a new value as it steps down,
@@ -67,6 +70,10 @@ async function take(
       },
       release: () => held.release(),
     }
+  }
+  if (config.primitive === 'rwlock') {
+    const rw = locks.rwlock(config.key)
+    return Math.random() < 0.5 ? rw.read(options) : rw.write(options)
   }
   if (config.primitive !== 'election') return locks.acquire(config.key, options)
   const lead = await locks.election(config.key).campaign({ ...options, value: op })
@@ -174,6 +181,7 @@ async function main(config: WorkerConfig): Promise<void> {
       owner: lock.owner,
       fence: lock.fence.toString(),
       validInMs: lock.validUntil - performance.now(),
+      ...(lock.mode === undefined ? {} : { mode: lock.mode }),
     })
     held.set(lock.owner, { op, lock })
     const onLost = () => {
@@ -195,14 +203,17 @@ async function main(config: WorkerConfig): Promise<void> {
     await sleep(min + Math.random() * (max - min))
     const value = `${op}:${lock.fence}`
     const fence = lock.fence.toString()
-    emit({ ev: 'write-invoke', op, key: config.key, fence, value })
-    await call(config.resourcePort, 'POST', '/write', {
-      op,
-      key: config.key,
-      fence,
-      value,
-      values: [...values, value],
-    })
+    // A reader only reads: its fence is an epoch that other readers share, not a writer's.
+    if (lock.mode !== 'read') {
+      emit({ ev: 'write-invoke', op, key: config.key, fence, value })
+      await call(config.resourcePort, 'POST', '/write', {
+        op,
+        key: config.key,
+        fence,
+        value,
+        values: [...values, value],
+      })
+    }
     emit({ ev: 'release-invoke', op })
     try {
       await lock.release()
