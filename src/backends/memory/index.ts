@@ -19,7 +19,7 @@
  * per lease, a line), rwlock.ts its own (a line of readers and writers), wakeups.ts the in-process
  * notifications; another primitive is a module beside them plus one line here.
  */
-import type { BreakOptions, BreakResult, ListedLock, LockBackend } from '../../core/backend.js'
+import type { BreakOptions, BreakResult, ListedLock, LockBackend, RwLockFacet } from '../../core/backend.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { type MemoryElection, memoryElection } from './election.js'
 import { memoryMutex } from './mutex.js'
@@ -37,6 +37,7 @@ export interface MemoryBackend extends LockBackend {
   list(prefix: string): AsyncIterable<ListedLock>
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
   readonly election: MemoryElection
+  readonly rwlock: RwLockFacet
 }
 
 /**

@@ -21,7 +21,8 @@
  * - Waiting: fs.watch on the lock's folder (../watch.ts); every change of the line is a new generation.
  *   Expiry writes nothing: a refusal says when the soonest lease ahead ends.
  *
- *   index.ts    the facet
+ *   index.ts    the facet (longer than most files: the facet's eight operations are each one decision on
+ *               the record, and read best side by side, as the semaphore's)
  *   records.ts  the record, its live view, and what the sweep asks of it
  */
 import { join } from 'node:path'
