@@ -7,6 +7,7 @@ export type {
   BreakResult,
   Busy,
   DoctorFinding,
+  DowngradeResult,
   ElectionFacet,
   ExpiryKind,
   ExtendOutcome,
@@ -21,6 +22,11 @@ export type {
   PermitRequest,
   ProclaimResult,
   ResumeFacet,
+  RwLockFacet,
+  RwLockHolder,
+  RwLockInfo,
+  RwLockMode,
+  RwLockRequest,
   SemaphoreFacet,
   SemaphoreInfo,
 } from './core/backend.js'
@@ -48,6 +54,7 @@ export type { Lock } from './core/lock.js'
 export type { AcquireAllOptions, MultiLock } from './core/multi-key.js'
 export type { AcquireOptions, ClientOptions } from './core/options.js'
 export type { ResumeOptions } from './core/resume.js'
+export type { ReadLock, RwLock, RwLockHolderView, RwLockView, WriteLock } from './core/rwlock.js'
 export {
   type HeldPermits,
   MAX_SEMAPHORE_LIMIT,

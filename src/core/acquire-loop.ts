@@ -166,6 +166,7 @@ class AcquireLoop {
     }
     if (opts.value !== undefined) req.value = opts.value
     if (opts.semaphore !== undefined) req.semaphore = opts.semaphore
+    if (opts.rwlock !== undefined) req.rwlock = opts.rwlock
     this.#req = req
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)
@@ -383,8 +384,11 @@ class AcquireLoop {
             ? `Semaphore ${quoteKey(key)} on ${this.#backend.id} had no ${this.#req.semaphore.permits} of its ` +
               `${this.#req.semaphore.limit} permits free for this acquire; ${waited}. Use a longer timeout, or ` +
               'inspect the semaphore to see its holders'
-            : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
-              'or inspect the lock to see its holder',
+            : this.#req.rwlock
+              ? `Read-write lock ${quoteKey(key)} on ${this.#backend.id} had ${this.#req.rwlock.mode === 'read' ? 'a writer' : 'other holders'} ` +
+                `ahead of this ${this.#req.rwlock.mode}; ${waited}. Use a longer timeout, or inspect the lock to see its holders`
+              : `Lock ${quoteKey(key)} on ${this.#backend.id} is held by another owner; ${waited}. Use a longer timeout, ` +
+                'or inspect the lock to see its holder',
       { key, backend: this.#backend.id },
     )
   }
@@ -419,7 +423,10 @@ class AcquireLoop {
     // real news: holders that release within a millisecond of a waiter's arming. After two in a row it
     // counts only after a pause, doubling from 1 ms with each further one: a hint that is never news costs
     // a few attempts, not a spin, and one that is news still wakes the waiter long before the poll would.
-    const pause = hint && this.#instantHints >= 2 ? nap(Math.min(2 ** (this.#instantHints - 2), POLL_MAX_NOTIFY_MS), this.#signal) : undefined
+    const pause =
+      hint && this.#instantHints >= 2
+        ? nap(Math.min(2 ** (this.#instantHints - 2), POLL_MAX_NOTIFY_MS), this.#signal)
+        : undefined
     const heard = pause && hint ? Promise.all([hint.promise, pause.promise]).then(([g]) => g) : hint?.promise
     this.#handed = await (heard ? Promise.race([slept.promise, heard]) : slept.promise)
     slept.end()

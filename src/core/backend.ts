@@ -57,7 +57,18 @@ export interface AcquireRequest {
   readonly value?: string | undefined
   /** A semaphore's acquire: the limit this client opened it with, and the permits asked for. Absent elsewhere. */
   readonly semaphore?: PermitRequest | undefined
+  /** A read-write lock's acquire: the mode asked for. Absent elsewhere. */
+  readonly rwlock?: RwLockRequest | undefined
 }
+
+/** What a read-write lock's acquire asks for (`AcquireRequest.rwlock`). */
+export interface RwLockRequest {
+  /** `read`: shared with other readers; `write`: alone. */
+  readonly mode: RwLockMode
+}
+
+/** A read-write lock's lease: shared (`read`) or exclusive (`write`). */
+export type RwLockMode = 'read' | 'write'
 
 /** What a semaphore's acquire asks for (`AcquireRequest.semaphore`). */
 export interface PermitRequest {
@@ -359,6 +370,55 @@ export interface SemaphoreFacet extends LeaseFacet {
   setLimit(name: string, limit: number, signal: AbortSignal): Promise<void>
 }
 
+/** One lease of a read-write lock, as `RwLockFacet.holders` finds it. */
+export interface RwLockHolder {
+  /** The owner id of the acquire that was granted. */
+  readonly owner: string
+  /** Shared or exclusive (a downgraded writer is a reader). */
+  readonly mode: RwLockMode
+  /** The holder's description (`AcquireRequest.holder`), when the store keeps one. */
+  readonly holder?: string | undefined
+  /** The grant's fence: a writer's, or its read epoch's. */
+  readonly fence?: bigint | undefined
+  /** Remaining lease as the store sees it, in whole ms. */
+  readonly expiresInMs?: number | undefined
+}
+
+/** A read-write lock as the store keeps it now. Diagnostic: only a grant admits. */
+export interface RwLockInfo {
+  /** The valid leases: readers, or one writer (or one downgraded writer and readers). */
+  readonly holders: readonly RwLockHolder[]
+  /** How many acquires wait in the store's line. */
+  readonly waiting: number
+  /** The latest fence the lock granted, when the store keeps it. */
+  readonly fence?: bigint | undefined
+}
+
+/** What `downgrade` did: turned the write lease into a read lease (with a new cookie, where the store has one), or not. */
+export type DowngradeResult =
+  | { readonly downgraded: true; readonly cookie?: unknown }
+  | { readonly downgraded: false }
+
+/**
+ * Read-write locks: one line of readers and writers per name, in arrival order. The leased methods take
+ * requests with `rwlock` set; `tryAcquire` grants a reader when no writer is ahead of it in line (held or
+ * waiting), a writer when it is first, and otherwise keeps the request's place (`queued`) until it asks
+ * again, is abandoned, or stops asking for a while. Fences: a writer's is greater than every earlier grant,
+ * readers' included; a reader's is its read epoch's, greater than every writer granted before it and smaller
+ * than every writer granted after it (readers of one epoch share it). `inspect(name)` says `held` while any
+ * lease holds, with the latest fence.
+ */
+export interface RwLockFacet extends LeaseFacet {
+  /**
+   * Turns `lease`, a write lease, into a read lease in its own entry: the same place in line, owner and
+   * fence, so no waiting writer gets in between. Owner and fence checked; `downgraded: false` when the
+   * lease is no longer ours. Throw = outcome unknown.
+   */
+  downgrade(lease: HeldLease, signal: AbortSignal): Promise<DowngradeResult>
+  /** The valid leases and the line's length; `null` when the store keeps nothing of `name`. */
+  holders(name: string, signal: AbortSignal): Promise<RwLockInfo | null>
+}
+
 /**
  * Lets another process (or this one after a restart) continue a held lock from its token (`lock.token()`,
  * `locks.resume(token)`). Offered only where the lease outlives the process that took it and the store checks
@@ -393,6 +453,8 @@ export interface LockBackend extends LeaseFacet {
   readonly semaphore?: SemaphoreFacet | undefined
   /** Resuming a held lock in another process from its token; absent where a lease dies with its holder. */
   readonly resume?: ResumeFacet | undefined
+  /** Read-write locks on this store; absent where the backend offers none. */
+  readonly rwlock?: RwLockFacet | undefined
   /**
    * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
    * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.

@@ -16,6 +16,7 @@ import type {
   ListedLock,
   LockBackend,
   LockInfo,
+  RwLockFacet,
   SemaphoreFacet,
 } from './backend.js'
 import { sleep } from './clock.js'
@@ -46,6 +47,7 @@ import {
   validateListPrefix,
 } from './options.js'
 import { type ResumeOptions, type ResumeRuntime, resumeLock } from './resume.js'
+import { type RwLock, RwLockImpl, type RwLockRuntime } from './rwlock.js'
 import {
   parseLimit,
   type Semaphore,
@@ -140,6 +142,12 @@ export interface LockClient extends AsyncDisposable {
    * @throws {CapabilityError} on a backend that cannot hand a lease to another process (docs/resume.md)
    */
   resume(token: string, options?: ResumeOptions): Promise<Lock>
+  /**
+   * The read-write lock called `name`: readers share it, a writer holds it alone, in one line in arrival
+   * order (a queued writer is never passed by later readers). Names are checked as keys are.
+   * @throws {TypeError} for a bad name
+   */
+  rwlock(name: string): RwLock
   /** The backend's id, e.g. `file:///var/lock/fencelock`. Undefined until a URL-configured backend has loaded. */
   readonly backendId: string | undefined
 }
@@ -524,6 +532,35 @@ class Client implements LockClient {
       const [what, waitMs] = kind === 'read' ? ['read', INSPECT_WAIT_MS] : ['write', BREAK_WAIT_MS]
       return this.#bounded(facet, name, what, waitMs, signal, (s) => fn(facet, s), 'semaphore')
     },
+  }
+
+  rwlock(name: string): RwLock {
+    validateKey(name)
+    return new RwLockImpl(name, this.#rwlockRuntime)
+  }
+
+  /** What read-write locks use of this client: its checks, its acquire loop and bounded reads, on the facet. */
+  readonly #rwlockRuntime: RwLockRuntime = {
+    acquire: async (name, options, request, defaultTimeoutMs) => {
+      const timeoutMs = defaultTimeoutMs ?? this.#options.timeoutMs
+      const opts = { ...resolveAcquireOptions(options, this.#options, timeoutMs), rwlock: request }
+      const facet = this.#rwlockFacet(await this.#open(name, opts.ttlMs), name)
+      return { lock: await this.#acquire(name, opts, facet, 'rwlock'), facet }
+    },
+    read: async (name, signal, fn) => {
+      const facet = this.#rwlockFacet(await this.#open(name), name)
+      return this.#bounded(facet, name, 'read', INSPECT_WAIT_MS, signal, (s) => fn(facet, s), 'rwlock')
+    },
+    mine: new Set(),
+  }
+
+  #rwlockFacet(backend: LockBackend, name: string): RwLockFacet {
+    if (backend.rwlock) return backend.rwlock
+    throw new CapabilityError(
+      `Cannot use read-write lock ${quoteKey(name)} on ${backend.id}: this backend offers no read-write lock. ` +
+        'Use a backend that does, or a plain lock (see docs/rwlock.md)',
+      { key: name, backend: backend.id },
+    )
   }
 
   #semaphoreFacet(backend: LockBackend, name: string): SemaphoreFacet {

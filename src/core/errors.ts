@@ -17,12 +17,13 @@ export function quoteKey(key: string): string {
 }
 
 /** The primitives whose leases the core's handle and acquire loop run. */
-export type Primitive = 'lock' | 'election' | 'semaphore'
+export type Primitive = 'lock' | 'election' | 'semaphore' | 'rwlock'
 
 /** What a message speaks of: "lock 'k'", "leadership of election 'k'" or "permits of semaphore 'k'". */
 export function subjectOf(primitive: Primitive | undefined, key: string): string {
   if (primitive === 'election') return `leadership of election ${quoteKey(key)}`
   if (primitive === 'semaphore') return `permits of semaphore ${quoteKey(key)}`
+  if (primitive === 'rwlock') return `read-write lock ${quoteKey(key)}`
   return `lock ${quoteKey(key)}`
 }
 

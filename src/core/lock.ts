@@ -529,7 +529,14 @@ export class LockHandle implements Lock {
 
   token(): string {
     // Only a lock's: an election's or a semaphore's lease is resumed through its own primitive, if ever.
-    const facet = this.#ctx.primitive === undefined ? (this.#ctx.backend as LockBackend).resume : undefined
+    if (this.#ctx.primitive !== undefined) {
+      throw new CapabilityError(
+        `Cannot make a token of ${this.#subject}: only a lock's lease can be resumed in another process, ` +
+          'not one of an election, a semaphore or a read-write lock (see docs/resume.md)',
+        this.#context(),
+      )
+    }
+    const facet = (this.#ctx.backend as LockBackend).resume
     if (!facet) {
       throw new CapabilityError(
         `Cannot make a token of ${this.#subject}: ${this.#ctx.backend.id} cannot hand a lease to another ` +

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import type { BackendLimits, LeaseFacet, PermitRequest } from './backend.js'
+import type { BackendLimits, LeaseFacet, PermitRequest, RwLockRequest } from './backend.js'
 import { type Duration, describeValue, parseDuration } from './durations.js'
 
 /** Options of `createLockClient`; each is also the default for every call on that client. */
@@ -202,6 +202,8 @@ export interface ResolvedAcquireOptions {
   readonly value?: string | undefined
   /** A semaphore's limit and permits (`AcquireRequest.semaphore`); absent on a mutex. */
   readonly semaphore?: PermitRequest | undefined
+  /** A read-write lock's mode (`AcquireRequest.rwlock`); absent on a mutex. */
+  readonly rwlock?: RwLockRequest | undefined
 }
 
 export function resolveAcquireOptions(

@@ -743,3 +743,49 @@ describe('chaos checker: a semaphore run, A2', () => {
     assert.equal(report.a2.duplicates, 1)
   })
 })
+
+describe('chaos checker: a read-write lock run (rwlock)', () => {
+  const RW: CheckOptions = { ...FENCED, rwlock: true }
+  /** A hold of `mode`: its `acquire-ok` carries the mode. */
+  const rwHold = (mode: 'read' | 'write', spec: HoldSpec): HistoryEvent[] =>
+    hold(spec).map((e) => (e.ev === 'acquire-ok' ? { ...e, mode } : e))
+
+  it('lets readers overlap and share their epoch’s fence', () => {
+    const readers = [
+      ...rwHold('read', { client: 'w1', op: 'a', fence: '3', invoke: 0, ok: 10, release: 500 }),
+      ...rwHold('read', { client: 'w2', op: 'b', fence: '3', invoke: 0, ok: 20, release: 500 }),
+      ...rwHold('write', { client: 'w3', op: 'c', fence: '4', invoke: 0, ok: 600, release: 700 }),
+      ...rwHold('read', { client: 'w1', op: 'd', fence: '5', invoke: 650, ok: 710, release: 800 }),
+    ]
+    const report = checkHistory(readers, RW)
+    assert.deepEqual(
+      violationsOf(report),
+      { A1: 0, A2: 0, A3: 0, A4: 0, A5: 0, A7: 0 },
+      report.a2.examples.join('\n'),
+    )
+    // A mutex's grants never share a fence nor overlap: the same history breaks both rules there.
+    const mutex = checkHistory(readers, FENCED)
+    assert.ok(mutex.a1.violations > 0 && mutex.a2.duplicates > 0)
+  })
+
+  it('counts a writer beside any other holder, and a reader beside a writer', () => {
+    const together = [
+      ...rwHold('read', { client: 'w1', op: 'a', fence: '3', invoke: 0, ok: 10, release: 500 }),
+      ...rwHold('write', { client: 'w2', op: 'b', fence: '4', invoke: 0, ok: 20, release: 500 }),
+      ...rwHold('read', { client: 'w3', op: 'c', fence: '5', invoke: 0, ok: 30, release: 500 }),
+    ]
+    // b inside a's validity; c inside b's (and a's, which is allowed).
+    assert.equal(checkHistory(together, RW).a1.violations, 2)
+  })
+
+  it('counts a reader not above a writer granted before it, and a writer not above a reader', () => {
+    const fences = [
+      ...rwHold('write', { client: 'w1', op: 'a', fence: '4', invoke: 0, ok: 10, release: 100 }),
+      ...rwHold('read', { client: 'w2', op: 'b', fence: '4', invoke: 200, ok: 210, release: 300 }),
+      ...rwHold('write', { client: 'w3', op: 'c', fence: '4', invoke: 400, ok: 410, release: 500 }),
+    ]
+    const report = checkHistory(fences, RW)
+    assert.equal(report.a2.orderViolations, 2, report.a2.examples.join('\n'))
+    assert.equal(report.a2.duplicates, 2)
+  })
+})

@@ -58,6 +58,13 @@ export interface CheckOptions {
    * another owner's grant), do not apply and count nothing.
    */
   readonly limit?: number
+  /**
+   * A read-write lock's run: holds carry their mode. A1 allows a read granted inside a read's validity;
+   * A2 lets readers share a fence (their epoch) and asks of a reader only a fence above every writer's
+   * granted before it was invoked (of a writer, above every grant's); A4, whose rule assumes one holder at a
+   * time, does not apply. Readers do not write, so A3 judges the writers' writes.
+   */
+  readonly rwlock?: boolean
 }
 
 /** Every hard rule: a run passes when `violationsOf` is zero for each. */
@@ -154,7 +161,7 @@ const DEFAULT_LOST_GRACE_MS = 250
 export function checkHistory(events: readonly HistoryEvent[], options: CheckOptions): ChaosReport {
   const history = indexHistory(events)
   const findings: string[] = []
-  const holds = holdsOf(history, findings)
+  const holds = holdsOf(history, findings, options.rwlock === true)
   const byKey = groupByKey(holds, (h) => h.okT)
   const acquireTimes = holds.flatMap((h) => (h.invokeT === undefined ? [] : [h.okT - h.invokeT]))
   const recoveries = recoveryTimes(history)
@@ -170,9 +177,9 @@ export function checkHistory(events: readonly HistoryEvent[], options: CheckOpti
       groupByKey(maybeHoldsOf(history, findings), (m) => m.start),
       options.limit ?? 1,
     ),
-    a2: checkA2(byKey, (options.limit ?? 1) > 1),
+    a2: checkA2(byKey, (options.limit ?? 1) > 1 || options.rwlock === true),
     a3: options.limit === undefined ? checkA3(history, options.fenced, findings) : notApplicable(A3_NONE),
-    a4: options.limit === undefined ? checkA4(byKey) : notApplicable(A4_NONE),
+    a4: options.limit === undefined && !options.rwlock ? checkA4(byKey) : notApplicable(A4_NONE),
     a5: checkA5(holds, history, options.lostGraceMs ?? DEFAULT_LOST_GRACE_MS),
     a7: checkA7(history, options.ttlMs + options.recoveryMs, findings, options.idleBoundMs),
     i1: checkI1(byKey),
@@ -335,7 +342,12 @@ interface Hold {
   readonly renewals: readonly RenewOk[]
   readonly releases: readonly ReleaseOk[]
   readonly writes: readonly WriteInvoke[]
+  /** A read-write lock's grant: its mode. */
+  readonly mode: 'read' | 'write' | undefined
 }
+
+/** Two holds a read-write lock admits together: both readers. */
+const shared = (a: Hold, b: Hold): boolean => a.mode === 'read' && b.mode === 'read'
 
 interface MaybeHold {
   readonly op: string
@@ -360,7 +372,8 @@ export const LEASE_KILL = 'killed-with-its-lease'
 /** A kill that ends the killed process's leases at once. */
 const endsLeases = (type: string) => type === REBOOT_KILL || type === LEASE_KILL
 
-function holdsOf(history: History, findings: string[]): Hold[] {
+/** The holds of `history`; with their modes on a read-write lock's run (`rwlock`), else none. */
+function holdsOf(history: History, findings: string[], rwlock = false): Hold[] {
   const holds: Hold[] = []
   for (const [op, events] of history.ops) {
     const ok = events.ok
@@ -390,6 +403,7 @@ function holdsOf(history: History, findings: string[]): Hold[] {
       renewals: events.renewals,
       releases: events.releases,
       writes: events.writes,
+      mode: rwlock ? ok.mode : undefined,
     })
   }
   return holds
@@ -517,7 +531,7 @@ function checkA1(
     }
     for (const a of holds) {
       for (const b of grantsIn(holds, a.okT, a.validEnd)) {
-        if (b === a) continue
+        if (b === a || shared(a, b)) continue
         overlaps++
         note(
           examples,
@@ -544,9 +558,15 @@ function checkA2(byKey: Map<string, Hold[]>, concurrent: boolean): ChaosReport['
     const highestUpTo = runningHighest(holds)
     const granted = new Map<bigint, Hold>()
     for (const [i, b] of holds.entries()) {
-      const twin = granted.get(b.fence)
+      const first = granted.get(b.fence)
+      // Readers of one read epoch share its fence.
+      const twin = first && !shared(first, b) ? first : undefined
       const beforeInvoke = b.invokeT === undefined ? undefined : highestBefore(holds, highestUpTo, b.invokeT)
-      const outranked = beforeInvoke !== undefined && beforeInvoke.fence >= b.fence ? beforeInvoke : undefined
+      const outranked =
+        beforeInvoke !== undefined &&
+        (beforeInvoke.fence > b.fence || (beforeInvoke.fence === b.fence && !shared(beforeInvoke, b)))
+          ? beforeInvoke
+          : undefined
       const before = i > 0 ? highestUpTo[i - 1] : undefined
       const regressed = before !== undefined && b.fence < before.fence ? before : undefined
       // Grants made at nearly the same time (a semaphore's) can be heard in either order: a lower number
@@ -567,7 +587,7 @@ function checkA2(byKey: Map<string, Hold[]>, concurrent: boolean): ChaosReport['
         ]
         note(examples, `${key}: ${holdText(b)} ${why.filter(Boolean).join('; ')}`)
       }
-      if (!twin) granted.set(b.fence, b)
+      if (!first) granted.set(b.fence, b)
     }
   }
   return { ...counts, examples, notes }

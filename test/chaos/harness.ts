@@ -91,7 +91,7 @@ export interface Scenario {
    * (campaign with a value, a proclaim while leading, resign). The checker's rules are the same: one
    * valid leader at a time, terms that increase, stale writes refused by term.
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey' | undefined
+  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'rwlock' | undefined
   /** A semaphore's limit (`primitive: 'semaphore'`): each worker takes one permit of it. @default 2 */
   readonly limit?: number | undefined
   /**
@@ -333,6 +333,7 @@ export async function runScenario(
     ...(scenario.abortAcquiresWithinMs === undefined ? {} : { idleBoundMs: ttlMs / 2 }),
     ...(scenario.idleBoundTtls === undefined ? {} : { idleBoundMs: ttlMs * scenario.idleBoundTtls }),
     ...(scenario.primitive === 'semaphore' ? { limit: scenario.limit ?? 2 } : {}),
+    ...(scenario.primitive === 'rwlock' ? { rwlock: true } : {}),
   })
   const violations = violationsOf(report) as Record<Rule, number>
   const expected = scenario.expected?.(target) ?? {}

@@ -31,6 +31,8 @@ export interface AcquireOk extends Base {
   readonly fence: string
   /** The lock's validity deadline, as the library reported it (`lock.validUntil`), on the same clock. */
   readonly validUntil: number
+  /** A read-write lock's grant: shared (`read`) or exclusive (`write`). Absent elsewhere. */
+  readonly mode?: 'read' | 'write' | undefined
 }
 
 export interface AcquireFail extends Base {

@@ -14,6 +14,12 @@ const HOLD: readonly [number, number] = [5, 40]
 const FENCED = { mode: 'fenced', workers: 4, ttlMs: TTL, holdMs: HOLD } as const
 
 /**
+ * A read-write lock's scenarios: four workers, each acquire a reader or a writer at random, on a fenced
+ * resource that only writers write (readers share their epoch's fence).
+ */
+const RWLOCK = { ...FENCED, primitive: 'rwlock' } as const
+
+/**
  * A semaphore's scenarios: four workers taking one permit each of a limit of 2, on an unfenced resource (a
  * permit's sequence is no fence: two holders write at once by design).
  */
@@ -592,6 +598,35 @@ export const scenarios: Scenario[] = [
     abortAcquiresWithinMs: 20,
     applies: (t) => t.primitives.has('multikey'),
   },
+  // Read-write locks: the rules that matter are A1 by mode (a writer beside nobody, readers only beside
+  // readers), the fences (a writer's above every earlier grant, a reader's above every earlier writer's),
+  // the writers' fenced writes, and no stuck waiter: no reader stream starves a writer.
+  {
+    id: 'R2',
+    title: 'rwlock: a holder (reader or writer) paused 2.5 x ttl every 3 x ttl',
+    ...RWLOCK,
+    applies: (t) => t.primitives.has('rwlock'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'R7',
+    title: 'rwlock: a holder (reader or writer) killed (SIGKILL) every 2 x ttl; a new worker takes its place',
+    ...RWLOCK,
+    applies: (t) => t.primitives.has('rwlock'),
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        const worker = await holderOf(ctx)
+        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
+      }),
+  },
+  {
+    id: 'R15',
+    title: 'rwlock: half of all acquires given up at a random await point',
+    ...RWLOCK,
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('rwlock'),
+  },
 ]
 
 /** The short CI set: the scenarios the issue names, on the stores that start in a second. */
@@ -619,4 +654,5 @@ export const CI_SCENARIOS = [
   'L15',
   'M7',
   'M15',
+  'R15',
 ]

@@ -56,6 +56,9 @@ const STORES: Record<string, string[]> = {
   // (file); never more than the limit valid at once, nothing left behind.
   M7: ['redis'],
   M15: ['file'],
+  // Read-write locks: acquires of readers and writers given up at any await point (file); a writer never
+  // beside another holder, nothing left behind in line.
+  R15: ['file'],
 }
 const storesFor = (id: string) => STORES[id] ?? ['file', 'redis']
 

@@ -34,15 +34,18 @@ export interface WorkerConfig {
   /** Abort half of the acquires after a random delay below this (ms): at any await point. */
   readonly abortWithinMs?: number
   /**
-   * Take the leadership of an election named `key`, one permit of a semaphore named `key` of `limit`, or
-   * several keys under `key` at once (multikey), instead of the lock (see Scenario.primitive).
+   * Take the leadership of an election named `key`, one permit of a semaphore named `key` of `limit`,
+   * several keys under `key` at once (multikey), or the read-write lock `key` (half of the acquires as
+   * readers, who do not write), instead of the lock (see Scenario.primitive).
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey'
+  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'rwlock'
   readonly limit?: number
 }
 
-/** What a worker holds: a lock, or a leadership seen as one (its term is its fence). */
-type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'>
+/** What a worker holds: a lock, or a leadership seen as one (its term is its fence); a read-write lock's mode. */
+type Held = Pick<Lock, 'owner' | 'fence' | 'validUntil' | 'signal' | 'release'> & {
+  readonly mode?: 'read' | 'write'
+}
 
 /** One key of an acquisition, with the op the history knows it by. */
 interface Part {
@@ -108,6 +111,10 @@ async function take(
       },
       release: () => held.release(),
     })
+  }
+  if (config.primitive === 'rwlock') {
+    const rw = locks.rwlock(config.key)
+    return one(await (Math.random() < 0.5 ? rw.read(options) : rw.write(options)))
   }
   if (config.primitive !== 'election') return one(await locks.acquire(config.key, options))
   const lead = await locks.election(config.key).campaign({ ...options, value: op })
@@ -217,6 +224,7 @@ async function main(config: WorkerConfig): Promise<void> {
         owner: lock.owner,
         fence: lock.fence.toString(),
         validInMs: lock.validUntil - performance.now(),
+        ...(lock.mode === undefined ? {} : { mode: lock.mode }),
       })
       held.set(lock.owner, { op, lock })
       const onLost = () => {
@@ -242,6 +250,8 @@ async function main(config: WorkerConfig): Promise<void> {
     const [min, max] = config.holdMs
     await sleep(min + Math.random() * (max - min))
     for (const [i, { op, key, held: lock }] of taken.holds.entries()) {
+      // A reader only reads: its fence is an epoch that other readers share, not a writer's.
+      if (lock.mode === 'read') continue
       const value = `${op}:${lock.fence}`
       const fence = lock.fence.toString()
       emit({ ev: 'write-invoke', op, key, fence, value })

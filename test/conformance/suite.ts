@@ -8,6 +8,7 @@ import { electionCases } from './cases/election/index.js'
 import { multiKeyCases } from './cases/multi-key/index.js'
 import { mutexCases } from './cases/mutex/index.js'
 import { resumeCases } from './cases/resume/index.js'
+import { rwlockCases } from './cases/rwlock/index.js'
 import { semaphoreCases } from './cases/semaphore/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
@@ -19,7 +20,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   mutex: mutexCases,
   election: electionCases,
   semaphore: semaphoreCases,
-  rwlock: [],
+  rwlock: rwlockCases,
   multikey: multiKeyCases,
   resume: resumeCases,
 }
@@ -98,6 +99,13 @@ const REFUSED: Partial<
     calls: (client, name) => {
       const body = { backend: 'any', key: name, owner: 'o', fence: '1', ttlMs: 1000 }
       return [client.resume(`fencelock1.${Buffer.from(JSON.stringify(body)).toString('base64url')}`)]
+    },
+  },
+  rwlock: {
+    says: /read-write lock .* this backend offers no read-write lock/,
+    calls: (client, name) => {
+      const rw = client.rwlock(name)
+      return [rw.read({ timeout: 0 }), rw.write({ timeout: 0 }), rw.tryRead(), rw.tryWrite(), rw.inspect()]
     },
   },
 }

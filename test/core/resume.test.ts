@@ -25,6 +25,23 @@ describe('lock.token() and locks.resume(token)', { timeout: 30_000 }, () => {
     await client.close()
   })
 
+  it('refuses the leases of elections, semaphores and read-write locks, even where locks resume', async () => {
+    const client = createLockClient(resumable())
+    const key = uniqueKey()
+    const leader = await client.election(key).campaign({ timeout: '5s' })
+    const permits = await client.semaphore(key, { limit: 2 }).acquire({ timeout: '5s' })
+    const reader = await client.rwlock(key).read({ timeout: '5s' })
+    assert.throws(
+      () => reader.token(),
+      (error: unknown) =>
+        error instanceof CapabilityError && /only a lock's lease can be resumed/.test(error.message),
+    )
+    assert.equal('token' in leader, false, 'a leadership has no token()')
+    assert.equal('token' in permits, false, 'permits have no token()')
+    await Promise.all([leader.resign(), permits.release(), reader.release()])
+    await client.close()
+  })
+
   it('a token names the store, key, owner, fence and ttl, and nothing else', async () => {
     const client = createLockClient(resumable(), { ttl: '7s' })
     const lock = await client.acquire(uniqueKey())

@@ -20,7 +20,8 @@
  * Limits: one host (not NFS); keys up to 64 KiB, ttls up to 2^43 ms (FILE_LIMITS); epochs below 2^42.
  * Elections: the same leases with the leader's value, in a root of their own, <dir>/.elections/ (election/).
  * Semaphores: a record per semaphore (limit, leases, line), in a root of their own, <dir>/.semaphores/
- * (semaphore/).
+ * (semaphore/). Read-write locks: a record per lock (a line of readers and writers), in <dir>/.rwlocks/
+ * (rwlock/).
  *
  * The folder: the shell (this file) makes the root and wires each primitive's facet into the backend;
  * each primitive is a folder of its records and operations (mutex/, whose header says how another one is
@@ -41,6 +42,8 @@
  *   diagnostics.ts   doctor
  *   election/        leader election: the mutex's lease with a value, in <dir>/.elections/
  *   semaphore/       counting semaphores: one record per semaphore, in <dir>/.semaphores/
+ *   rwlock/          read-write locks: one record per lock, in <dir>/.rwlocks/
+ *   whole-record.ts  one change of a semaphore's or read-write lock's record: read, decide, link
  */
 import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -49,6 +52,7 @@ import type {
   BreakOptions,
   BreakResult,
   LockBackend,
+  RwLockFacet,
   SemaphoreFacet,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
@@ -64,6 +68,7 @@ import { bootId, hasKernelBootId } from './host-clock.js'
 import { fileMutex, LEASE_RECORDS } from './mutex/index.js'
 import { DEFAULT_RETIRE_AFTER_MS, FolderRetirer } from './retire.js'
 import { type Root, SEEN_BY_LIMIT, UnreadableRecords } from './root.js'
+import { fileRwLock, RWLOCK_RECORDS, rwlockRoot } from './rwlock/index.js'
 import { fileSemaphore, SEMAPHORE_RECORDS, semaphoreRoot } from './semaphore/index.js'
 import {
   DEFAULT_SWEEP_AFTER_MS,
@@ -117,6 +122,8 @@ export interface FileBackend extends LockBackend {
   readonly election: FileElection
   /** Counting semaphores: one record per semaphore, kept apart in `<dir>/.semaphores/`. */
   readonly semaphore: SemaphoreFacet
+  /** Read-write locks: one record per lock, kept apart in `<dir>/.rwlocks/`. */
+  readonly rwlock: RwLockFacet
 }
 
 /**
@@ -188,6 +195,10 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
   const sems = semaphoreRoot(root, options.unreadableHoldMs ?? 60_000)
   const semaphoreRetirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
   const semaphoreSweeper = sweeperOf(sems, hooks, SEMAPHORE_RECORDS)
+  // Read-write locks: likewise (rwlock/index.ts).
+  const rws = rwlockRoot(root, options.unreadableHoldMs ?? 60_000)
+  const rwlockRetirer = new FolderRetirer(hooks?.retireAfterMs ?? DEFAULT_RETIRE_AFTER_MS)
+  const rwlockSweeper = sweeperOf(rws, hooks, RWLOCK_RECORDS)
   const shell = {
     id: root.id,
     capabilities: { expiry: 'server-ttl', notify: true, fifo: false },
@@ -198,6 +209,7 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     ...fileMutex(root, { retirer, sweeper }),
     election: fileElection(dir, elections, { retirer: electionRetirer, sweeper: electionSweeper }, shell),
     semaphore: fileSemaphore(dir, sems, { retirer: semaphoreRetirer, sweeper: semaphoreSweeper }, shell),
+    rwlock: fileRwLock(dir, rws, { retirer: rwlockRetirer, sweeper: rwlockSweeper }, shell),
     prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, LEASE_RECORDS, prefix)),
     doctor: () => fileDoctor(root, LEASE_RECORDS),
     async close() {
@@ -207,6 +219,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
       electionRetirer.close()
       semaphoreSweeper?.close()
       semaphoreRetirer.close()
+      rwlockSweeper?.close()
+      rwlockRetirer.close()
     },
   }
 }

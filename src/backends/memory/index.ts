@@ -3,7 +3,8 @@
  *
  * Layout: per store, a map key → { owner, fence, holder, expiresAt } plus a fence counter per key; the
  * store's elections in a second map of their own; its semaphores in a third (semaphore.ts: limit, leases,
- * a line of waiters, a sequence counter per name).
+ * a line of waiters, a sequence counter per name); its read-write locks in a fourth (rwlock.ts: a line of
+ * readers and writers, a fence counter per name).
  * `memory:` is the process-wide default store; `memory:NAME` (or `memoryBackend({ name })`) is a separate one.
  * Expiry: a lease ends at `expiresAt` on this process's monotonic clock; no timer is needed, since a refused
  * attempt reports the holder's remaining lease and the waiting loop sleeps no longer than that.
@@ -15,13 +16,14 @@
  * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).
  * The folder: this shell wires each primitive into the backend; leases.ts is the one algorithm (a table
  * of leases by key), mutex.ts and election.ts each a table of it, semaphore.ts its own table (permits
- * per lease, a line), wakeups.ts the in-process notifications; another primitive is a module beside them
- * plus one line here.
+ * per lease, a line), rwlock.ts its own (a line of readers and writers), wakeups.ts the in-process
+ * notifications; another primitive is a module beside them plus one line here.
  */
-import type { BreakOptions, BreakResult, ListedLock, LockBackend } from '../../core/backend.js'
+import type { BreakOptions, BreakResult, ListedLock, LockBackend, RwLockFacet } from '../../core/backend.js'
 import { type ParamSchema, readParams } from '../../core/url.js'
 import { type MemoryElection, memoryElection } from './election.js'
 import { memoryMutex } from './mutex.js'
+import { memoryRwLock } from './rwlock.js'
 import { memorySemaphore } from './semaphore.js'
 
 /** What `memoryBackend` is told. */
@@ -35,6 +37,7 @@ export interface MemoryBackend extends LockBackend {
   list(prefix: string): AsyncIterable<ListedLock>
   breakLock(key: string, options?: BreakOptions): Promise<BreakResult>
   readonly election: MemoryElection
+  readonly rwlock: RwLockFacet
 }
 
 /**
@@ -53,6 +56,7 @@ export function memoryBackend(options: MemoryBackendOptions = {}): MemoryBackend
     ...memoryMutex(name),
     election: memoryElection(name, shell),
     semaphore: memorySemaphore(name, shell),
+    rwlock: memoryRwLock(name, shell),
     async close() {},
   }
 }

@@ -50,7 +50,7 @@ import {
   readSemaphore,
   type SemaphoreRecord,
 } from './records.js'
-import { type Draft, update, type Written } from './update.js'
+import { type Draft, update, type SemaphoreWritten as Written } from './update.js'
 
 export { SEMAPHORE_RECORDS } from './records.js'
 
