@@ -1,12 +1,13 @@
 /**
  * The semaphore bench's hand-written floors on the stores other than Redis and memory (those two are in
  * semaphores.ts): for each store, the least work it allows for a counting semaphore whose permits expire on
- * the store's clock, written directly with the client the project already uses. Each floor is safe (never
- * more than `limit` permits granted at once: scenario t counts overlaps) but has no line order, no stored
+ * the store's clock (but on file, see there), written directly with the client the project already uses.
+ * Each floor is safe (never more than `limit` permits granted at once: scenario t counts overlaps, h and r
+ * fail a row whose waiter is granted while the limit is held) but has no line order, no stored
  * limit, no renewal beyond what the store does for free, no lost-reply recovery and no abandon: what is left
  * is the store's own cost of counting, which fencelock's row is compared with. Every floor keeps its state
- * apart from fencelock's (its own tables, prefix, root or folder). Longer than 300 lines would be one floor
- * per file; five of a few dozen lines each read better side by side.
+ * apart from fencelock's (its own tables, prefix, root or folder). Over 300 lines: five floors of a few
+ * dozen lines each, kept side by side so that they read as one comparison.
  */
 import { mkdirSync, watch } from 'node:fs'
 import { open, unlink } from 'node:fs/promises'
@@ -104,15 +105,15 @@ const postgresFloor: SemaphoreAdapter = {
  * MySQL/MariaDB: a transaction of two statements, the least that counts atomically: an INSERT … ON
  * DUPLICATE KEY UPDATE that makes the semaphore's row and locks it (the acquires of one semaphore queue on
  * it), and an INSERT … SELECT that adds the permit when the unexpired ones, by `SYSDATE(6)` on the server's
- * clock in microseconds since the epoch (no session time zone involved), are fewer than the limit. A
- * release is one DELETE. MySQL has no notification a client can wait on, so a waiter polls every 5 ms.
+ * clock in microseconds since the epoch (no session time zone involved), are fewer than the limit; its
+ * SELECT reads with locks, so it sees the latest commits under any isolation level. A release is one DELETE. MySQL has no notification a client can wait on, so a waiter polls every 5 ms.
  */
 const MYSQL_POLL_MS = 5
 const MYSQL_NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
 const mysqlSetups = new Map<string, Promise<unknown>>()
 
 const mysqlFloor: SemaphoreAdapter = {
-  name: 'raw floor: mysql transaction (row FOR UPDATE, count, insert), 5 ms poll',
+  name: 'raw floor: mysql transaction (lock the semaphore row, count, insert), 5 ms poll',
   store: 'mysql',
   kind: 'floor',
   note: 'BEGIN, INSERT … ON DUPLICATE KEY UPDATE locking the semaphore row, INSERT … SELECT when the unexpired permits (SYSDATE(6)) are fewer than the limit, COMMIT; DELETE to release; MySQL cannot notify: a waiter polls every 5 ms',
