@@ -12,7 +12,7 @@ const TTL_MS = 30_000
 const FLOOR_TABLE = 'fencelock_bench_floor'
 
 /** The server of the kit's store, from the URL of fencelock's adapter on it. */
-function serverOf(env: Env): { host: string; port: number; user: string; database: string } {
+export function serverOf(env: Env): { host: string; port: number; user: string; database: string } {
   const url = env.urls['fencelock mysql']
   if (url === undefined) throw new Error('no mysql store was started')
   const parsed = new URL(url)

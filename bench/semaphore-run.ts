@@ -1,23 +1,25 @@
 /**
  * `node build/bench/semaphore-run.js [--seconds 5] [--rounds 20] [--wait 3] [--ttl 10000] [--match text] [--out dir]`:
  * fencelock's counting semaphore on every store that has one, beside redis-semaphore's `Semaphore` and a
- * hand-written Redis floor (bench/semaphores.ts), with the same lease length (`--ttl`) for every adapter, on
- * the servers the bench starts (bench/env.ts), in one run. Three scenarios per adapter, each on a semaphore
- * of its own:
- * - t, throughput: limit 4, 8 contenders each looping acquire → release for `--seconds`; permits per second.
+ * hand-written floor per store (bench/semaphores.ts, bench/semaphore-floors.ts), with the same lease
+ * length (`--ttl`) for every adapter, on the servers the bench starts (bench/env.ts), in one run. Three
+ * scenarios per adapter, each on a semaphore of its own:
+ * - t, throughput: limit 4, 8 contenders each looping acquire → release for `--seconds`; permits per second,
+ *   and the overlaps seen (grants beyond the limit: 0 for a correct semaphore).
  * - h, handoff: limit 1, one holder and one waiter; after a pause (time for the waiter to be waiting: nothing
  *   tells when a peer's acquire waits) the holder releases; ms from the release's start to the grant, over
  *   `--rounds` rounds.
- * - r, requests while waiting (Redis and PostgreSQL, where the bench can count them): limit 4 held by 4, 8
- *   waiters wait `--wait` seconds; the requests the store is sent per waiter per second, the holders'
+ * - r, requests while waiting: limit 4 held by 4, 8 waiters wait `--wait` seconds; on Redis and PostgreSQL,
+ *   where the bench can count them, the requests the store is sent per waiter per second, the holders'
  *   renewals included (Redis: MONITOR, and the commands it runs, scripts' inside included, from
- *   `INFO commandstats`; PostgreSQL: statements at the bench's proxy).
+ *   `INFO commandstats`; PostgreSQL: statements at the bench's proxy); on every store, a waiter granted
+ *   while the 4 hold is an error in the row.
  * Prints the tables, writes bench/results/semaphore-latest.json. The machine is shared: read ratios.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { arch, cpus, loadavg, totalmem } from 'node:os'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { setImmediate, setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Redis } from 'ioredis'
@@ -76,11 +78,17 @@ async function withContenders<T>(
   }
 }
 
-/** t: permits granted per second with limit 4 and 8 contenders looping acquire → release. */
+/**
+ * t: permits granted per second with limit 4 and 8 contenders looping acquire → hold one event-loop turn →
+ * release; `overlaps` counts the grants seen while `limit` permits were already between their grant and
+ * their release (all contenders are in this process), which a correct semaphore never makes.
+ */
 async function throughput(adapter: SemaphoreAdapter, env: Env): Promise<Record<string, number>> {
   const name = fresh('t')
   return withContenders(adapter, env, CONTENDERS, async (contenders) => {
     let granted = 0
+    let inside = 0
+    let overlaps = 0
     const start = clock()
     const end = start + seconds * 1000
     await Promise.all(
@@ -88,11 +96,16 @@ async function throughput(adapter: SemaphoreAdapter, env: Env): Promise<Record<s
         while (clock() < end) {
           const permit = await c.acquire(name, LIMIT)
           granted++
+          if (++inside > LIMIT) overlaps++
+          // Held for one turn of the event loop, so that the other contenders' grants can land meanwhile;
+          // out before the release starts: a grant the release makes possible is not an overlap.
+          await setImmediate()
+          inside--
           await permit.release()
         }
       }),
     )
-    return { permitsPerSec: granted / ((clock() - start) / 1000) }
+    return { permitsPerSec: granted / ((clock() - start) / 1000), overlaps }
   })
 }
 
@@ -182,29 +195,43 @@ function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>
   }
 }
 
-/** r: the store's requests (and commands) per waiter per second while 8 waiters wait on a full limit 4. */
+/**
+ * r: the store's requests (and commands) per waiter per second while 8 waiters wait on a full limit 4, where
+ * the bench can count them; on every store, a waiter granted while the 4 hold fails the row (the check of
+ * the limit that does not depend on timing: scenario t's overlaps see only grants that land at once).
+ */
 async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<string, number>> {
   const start = counting(adapter, env)
-  if (!start) return {}
   const name = fresh('r')
   let counted: Counting | undefined
   try {
     return await withContenders(adapter, env, LIMIT + CONTENDERS, async (contenders) => {
-      counted = await start()
+      counted = await start?.()
       const holders = contenders.slice(0, LIMIT)
       const held: Permit[] = []
       for (const h of holders) held.push(await h.acquire(name, LIMIT))
-      const waits = contenders.slice(LIMIT).map((w) => w.acquire(name, LIMIT))
+      let full = true
+      let grantedWhileFull = 0
+      const waits = contenders.slice(LIMIT).map((w) =>
+        w.acquire(name, LIMIT).then((permit) => {
+          if (full) grantedWhileFull++
+          return permit
+        }),
+      )
       for (const w of waits) w.catch(() => {})
       await sleep(settleMs)
-      await counted.begin()
+      await counted?.begin()
       const began = clock()
       await sleep(waitSeconds * 1000)
-      const counts = await counted.stop()
+      const counts = await counted?.stop()
       const elapsed = (clock() - began) / 1000
       // Let every waiter in and out, so that the clients close with nothing pending.
+      full = false
       for (const h of held) await h.release()
       await Promise.all(waits.map(async (w) => (await w).release()))
+      if (grantedWhileFull > 0)
+        throw new Error(`${adapter.name}: ${grantedWhileFull} waiter(s) granted while the limit was held`)
+      if (counts === undefined) return {}
       const perWaiterSecond = (n: number) => n / CONTENDERS / elapsed
       return {
         requestsPerWaitingSec: perWaiterSecond(counts.requests!),

@@ -1,9 +1,10 @@
 /**
  * What the semaphore bench (semaphore-run.ts) measures, as contenders: fencelock's counting semaphore on each
  * store that has one (the kits that declare `semaphore` and have a bench store), redis-semaphore's
- * `Semaphore` (the peer) on the same Redis, and a hand-written Redis floor: one Lua script per try, no
- * waiting line, no renewal (the least work Redis allows for a counting permit). Every contender is made with
- * the same lease length, `ttlMs`, and one client (its own connections), as one process of an application.
+ * `Semaphore` (the peer) on the same Redis, and a hand-written floor per store: here Redis (one Lua script per
+ * try, no waiting line, no renewal: the least work Redis allows for a counting permit) and memory, the
+ * others in semaphore-floors.ts. Every contender is made with the same lease length, `ttlMs`, and one
+ * client (its own connections), as one process of an application.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
@@ -11,6 +12,7 @@ import { Semaphore as RedisSemaphore } from 'redis-semaphore'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
 import type { Env } from './adapter.js'
+import { SEMAPHORE_FLOORS } from './semaphore-floors.js'
 
 /** Permits held: release gives them back. */
 export interface Permit {
@@ -149,5 +151,9 @@ const memoryFloor: SemaphoreAdapter = {
   },
 }
 
-/** Every semaphore adapter, fencelock first. */
-export const SEMAPHORE_ADAPTERS: SemaphoreAdapter[] = [...FENCELOCK, redisSemaphore, redisFloor, memoryFloor]
+const ALL = [...FENCELOCK, redisSemaphore, redisFloor, memoryFloor, ...SEMAPHORE_FLOORS]
+
+/** Every semaphore adapter, by store: fencelock's first, then the peer and the floor of that store. */
+export const SEMAPHORE_ADAPTERS: SemaphoreAdapter[] = [...new Set(ALL.map((a) => a.store))].flatMap((store) =>
+  ALL.filter((a) => a.store === store),
+)

@@ -31,9 +31,10 @@ export const isNoNode = (error: unknown) => (error as Exception).code === zookee
 /** The sequence ZooKeeper appended: the 10 digits after the last `-`. */
 export const sequence = (name: string) => name.slice(name.lastIndexOf('-') + 1)
 
-async function connected(env: Env): Promise<Client> {
+/** A connected session on the bench's ZooKeeper, of `sessionMs` (the server clamps it to its bounds). */
+export async function connected(env: Env, sessionMs = SESSION_MS): Promise<Client> {
   if (env.zookeeper === '') throw new Error('no zookeeper store was started')
-  const client = zookeeper.createClient(env.zookeeper, { sessionTimeout: SESSION_MS, retries: 0 })
+  const client = zookeeper.createClient(env.zookeeper, { sessionTimeout: sessionMs, retries: 0 })
   await new Promise<void>((resolve) => {
     client.once('connected', resolve)
     client.connect()

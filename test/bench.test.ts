@@ -131,3 +131,39 @@ it(
     }
   },
 )
+
+// Each store's semaphore floor runs, keeps the limit (scenario r fails a row whose waiter is granted while
+// the limit is held; t counts grants beyond it) and hands a permit over to a waiter: a floor that admitted
+// too many would make every fencelock / floor ratio meaningless.
+it('every semaphore floor keeps the limit and hands a permit to a waiter', { timeout: 300_000 }, async () => {
+  const out = tempDir('bench-semaphore-floors')
+  try {
+    await promisify(execFile)(process.execPath, [
+      ...[SEMAPHORE, '--seconds', '0.5', '--rounds', '1', '--wait', '0.2', '--settle', '100'],
+      ...['--match', 'raw floor', '--out', out.path],
+    ])
+    const results = JSON.parse(readFileSync(join(out.path, 'results', 'semaphore-latest.json'), 'utf8'))
+    const rowsOf = (id: string) =>
+      results.scenarios.find((s: { id: string }) => s.id === id).rows as Array<{
+        store: string
+        adapter: string
+        error?: string
+        metrics: Record<string, number>
+      }>
+    const stores = ['memory', 'file', 'redis', 'etcd', 'postgres', 'mysql', 'zookeeper']
+    assert.deepEqual(
+      rowsOf('t')
+        .map((r) => r.store)
+        .sort(),
+      [...stores].sort(),
+    )
+    for (const row of rowsOf('t')) {
+      assert.equal(row.error, undefined, JSON.stringify(row))
+      assert.equal(row.metrics.overlaps, 0, `${row.adapter} admitted more than the limit`)
+      assert.ok(row.metrics.permitsPerSec! > 0, JSON.stringify(row))
+    }
+    for (const row of rowsOf('h')) assert.equal(row.error, undefined, JSON.stringify(row))
+  } finally {
+    out.cleanup()
+  }
+})
