@@ -11,9 +11,10 @@
  * and extend compare the owner first.
  * Expiry: the server expires the key (PX) on its own clock; a fair waiter that stops asking is skipped
  * after its liveness period (`waiterLiveness`, the server's TIME).
- * Fence: minted by the same script that grants, so it belongs to exactly one grant: the last fence + 1, or
- * the server's clock in µs when the fence key is gone (MINT in mutex/scripts.ts). It keeps rising when the
- * fence key is lost (an operator, a restart without persistence): only the server's clock set back can undo it.
+ * Fence: minted by the same script that grants, so it belongs to exactly one grant: the server's clock in
+ * µs, or the last fence + 1 if larger (MINT in mutex/scripts.ts). It keeps rising when the fence key is lost
+ * (an operator, a restart without persistence) or comes back older (a snapshot, a lagging replica): only
+ * the server's clock set back can undo it.
  * Waiting: one shared subscriber connection per backend; a waiter wakes on its key's release message and
  * re-attempts. Expiry of a crashed holder publishes nothing: the core then wakes at the holder's remaining
  * PTTL, which the refused attempt returned. Fair mode (`fair: true`) serves waiters in FIFO order through a

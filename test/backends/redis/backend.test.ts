@@ -303,25 +303,26 @@ describe("redis backend: the server's work per cycle", () => {
     return (name: string) => counts.get(name) ?? 0
   }
 
-  it('an uncontended cycle on a name in use writes one key and reads no clock', async () => {
+  it('an uncontended cycle writes the lock key and its fence, and no holder key', async () => {
     const k = key('cost')
     const locks = client(server.url, { renew: false })
-    const first = await locks.acquire(k, { ttl: '20s' })
+    const first = await locks.acquire(k, { ttl: '20s', holder: 'worker 3' })
     let last = first.fence
     await first.release()
     await admin.config('RESETSTAT')
     const cycles = 20
     for (let i = 0; i < cycles; i++) {
-      const lock = await locks.acquire(k, { ttl: '20s' })
+      const lock = await locks.acquire(k, { ttl: '20s', holder: 'worker 3' })
       assert.ok(lock.fence > last, `fence ${lock.fence} after ${last}`)
       last = lock.fence
       await lock.release()
     }
     const count = await calls()
     assert.equal(count('evalsha'), 2 * cycles, 'one script each way')
-    // The lock key and nothing else: the description is in its value, the fence is counted up (INCR).
-    assert.equal(count('set'), cycles, 'one SET per grant')
-    assert.equal(count('time'), 0, "the fence key's counter, not the clock, while it lives")
+    // The lock key (its description in its value) and the fence (from the server's clock: fences.test.ts).
+    assert.equal(count('set'), 2 * cycles, 'two SETs per grant')
+    assert.equal(count('del'), cycles, 'one DEL per release')
+    assert.equal(count('time'), cycles, 'one clock read per grant')
     assert.equal(await admin.get(redisLockKeys(k).fence), last.toString())
   })
 

@@ -1,8 +1,8 @@
 /**
  * The Lua scripts of a Redis election (also on a Redis Cluster: every key of one election shares a hash
  * tag, layout.ts). Each runs atomically on the server, so a check and the write that depends on it are one
- * step. The term is minted by the mutex's MINT (the last term + 1, or the server's clock in µs once its key
- * is gone, so a term never goes back even after the election's keys are gone), and a leadership is extended by the mutex's EXTEND:
+ * step. The term is minted by the mutex's MINT (the server's clock in µs as its floor, so a term never
+ * goes back even after the election's keys are gone), and a leadership is extended by the mutex's EXTEND:
  * the same algorithms, imported rather than copied.
  *
  * Keys (KEYS order of every script): leader (owner id, PX lease), term (MINT's counter: KEYS[2]), value

@@ -27,31 +27,34 @@ export const RECORD_NAME = (k: number, a: number, ttl: string) =>
   `if KEYS[${k}] then redis.call('SET', KEYS[${k}], ARGV[${a}], 'PX', math.max(3600000, tonumber(${ttl}))) end`
 
 /**
- * `mint(ttl)`: the fence of a grant, KEYS[2] the last one. While the key lives, the next fence is the last
- * one + 1 (INCR, which also raises Redis's own "not an integer" error for another program's key); a key
- * that is gone (expired an hour after its last grant, deleted by an operator, lost in a restart) starts
- * again from the server's clock in microseconds (TIME). So a fence never depends on the key's own state:
- * a name's first fence is at most the server's clock, each later one adds 1 and takes a script run (more
- * than a microsecond of the server's time), so every fence is at most the clock when it was minted, and
- * the first grant after the key is gone gets a larger one. The key outlives the lease (max of an hour and
- * the ttl), so storage is bounded by the names used in the last hour. What breaks it: the server's clock
- * set back by more than an hour, or past its last fence with the key deleted. A client that minted
- * max(TIME, last + 1) (an earlier version, during an upgrade) reads and writes the same counter, so
- * fences keep rising across versions. Formatted with %.0f: Lua prints numbers of 15+ digits in exponent
- * form. The election's and the semaphore's scripts mint with it too. Only a name's first grant in an
- * hour reads the clock: the others cost INCR and PEXPIRE.
+ * `mint(ttl)`: the fence of a grant, KEYS[2] the last one: the server's clock in microseconds (TIME), or
+ * the last fence + 1 when that is larger (grants within one microsecond, a clock stepped back a little).
+ * Every fence is thus at most the clock when it was minted, or one more than a fence that was, and the
+ * clock is read on every grant, never only when the key is gone, because the key can come back behind:
+ * - a restart that loads an older snapshot (RDB, an AOF fsynced every second) or a failover to a replica
+ *   that lags restores a live key below the fences granted since; counting on from it (INCR) would grant
+ *   them again, while the clock is past them all;
+ * - the key gone (deleted by an operator, evicted, expired an hour after the name's last grant, a restart
+ *   that kept nothing): the clock alone is past every earlier fence;
+ * - an earlier version's grants on the same name mint by this very rule on the same key.
+ * What breaks it: the server's clock set back by more than an hour, or past the last fence while the key
+ * is gone or behind; a failover to a replica whose clock is behind the primary's by more than the time
+ * since the last grant. The key outlives the lease (max of an hour and the ttl), so storage is bounded by
+ * the names used in the last hour. Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form.
+ * The election's and the semaphore's scripts mint with it too.
  */
 export const MINT = `
 local function mint(ttl)
-  local fence = redis.call('INCR', KEYS[2])
-  local keep = math.max(3600000, tonumber(ttl))
-  if fence > 1 then
-    redis.call('PEXPIRE', KEYS[2], keep)
-    return fence
-  end
   local t = redis.call('TIME')
-  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', keep)
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local stored = redis.call('GET', KEYS[2])
+  if stored then
+    local last = tonumber(stored)
+    -- Not a number: another program's key. INCRBY raises Redis's own "not an integer" error for it.
+    if not last then redis.call('INCRBY', KEYS[2], 0) end
+    if last >= fence then fence = last + 1 end
+  end
+  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', math.max(3600000, tonumber(ttl)))
   return fence
 end
 `

@@ -5,8 +5,7 @@
  * server's, never a client's. Every script that writes ends with `keep`, which deletes the semaphore once
  * nothing holds or waits (its sequence counter stays) and otherwise lets its keys expire with its last lease
  * or place, so a semaphore whose clients all died leaves nothing behind. Sequences are minted by the mutex's
- * MINT: the last + 1, or the server's clock in µs once its key is gone, so they keep rising after the
- * semaphore was forgotten.
+ * MINT: the server's clock in µs as their floor, so they keep rising after the semaphore was forgotten.
  *
  * KEYS (every script): limit, sequence, leases, grants, line, kept (layout.ts `scriptKeys`).
  * The `for` loops walk lists already read inside one atomic script (chunks of arguments): no waiting.
