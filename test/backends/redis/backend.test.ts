@@ -229,9 +229,11 @@ describe('redis backend: lost replies', () => {
         return async (...args: unknown[]) => {
           const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
           if (!dropped && args.includes(owner)) {
-            // The attempt ran (refused: the lock was held); meanwhile the release handed it to us.
+            // The attempt ran (refused: the lock was held); meanwhile the release handed it to us, with
+            // a fence.
             dropped = true
             await admin.set(redisLockKeys(k).lock, owner, 'PX', 2000)
+            await admin.set(redisLockKeys(k).fence, '7')
             throw new Error('Connection is closed.')
           }
           return result

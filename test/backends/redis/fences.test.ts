@@ -150,6 +150,69 @@ describe('redis fences: the fence key gone while the server runs', () => {
   })
 })
 
+describe('redis fences: the fence key gone while the lock is held, and a lost reply', () => {
+  const live = new AbortController().signal
+
+  for (const fair of [false, true]) {
+    it(`a retried attempt finds its lock without a fence key: a fresh fence, above the last${fair ? ' (fair)' : ''}`, async () => {
+      // The first attempt's reply was lost (the core never heard its fence), then the fence key was evicted.
+      const redis = await server()
+      const admin = connect(redis.port)
+      const k = key(fair ? 'retry-fair' : 'retry')
+      const earlier = highest(await cycle(client(`${redis.url}${fair ? '?fair=true' : ''}`), k, 2))
+      const backend = redisBackend({ client: connect(redis.port), fair })
+      const req = { key: k, owner: randomBytes(16).toString('hex'), ttlMs: 30_000 }
+      const first = await backend.tryAcquire(req, live)
+      assert.ok(first.granted && first.fence > earlier)
+      await admin.del(redisLockKeys(k).fence)
+      const retry = await backend.tryAcquire(req, live)
+      assert.ok(retry.granted, 'the retry recognises its own lock')
+      assert.ok(retry.fence > first.fence, `fence ${retry.fence} after ${first.fence}`)
+      assert.equal(await admin.get(redisLockKeys(k).fence), retry.fence.toString())
+    })
+  }
+
+  it('a read-back that finds our lock without a fence key grants nothing; the retry gets a fresh fence', async () => {
+    const redis = await server()
+    const admin = connect(redis.port)
+    const k = key('readback')
+    const earlier = highest(await cycle(client(redis.url), k, 2))
+    const owner = randomBytes(16).toString('hex')
+    const own = connect(redis.port)
+    let lose = false
+    // The attempt runs on the server, the fence key is evicted, and the attempt's reply is lost.
+    const lossy = new Proxy(own, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target)
+        if (prop !== 'evalsha') return typeof value === 'function' ? value.bind(target) : value
+        return async (...args: unknown[]) => {
+          const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+          if (lose && args.includes(owner)) {
+            lose = false
+            await admin.del(redisLockKeys(k).fence)
+            throw new Error('Connection is closed.')
+          }
+          return result
+        }
+      },
+    })
+    const backend = redisBackend({ client: lossy as Redis })
+    await backend.tryAcquire({ key: key('warm'), owner: 'warm', ttlMs: 1000 }, live)
+    lose = true
+    const req = { key: k, owner, ttlMs: 30_000 }
+    const lost = await backend.tryAcquire(req, live).then(
+      (result) => (result.granted ? result.fence : undefined),
+      () => undefined,
+    )
+    assert.equal(lost, undefined, `granted with fence ${lost} while the key kept none (earlier ${earlier})`)
+    const retry = await backend.tryAcquire(req, live)
+    assert.ok(
+      retry.granted && retry.fence > earlier,
+      `fence ${retry.granted && retry.fence} after ${earlier}`,
+    )
+  })
+})
+
 describe('redis fences: an earlier version on the same name', () => {
   // The earlier version's grant (its ACQUIRE without the starvation mark): the owner id alone in the lock
   // key, the description in …:holder, and a fence of max(server clock in µs, last + 1).

@@ -60,6 +60,18 @@ end
 `
 
 /**
+ * `heldFence(ttl)`: the fence of a lock found already ours (an earlier attempt of the same acquire ran, but
+ * its reply was lost): the fence key's, or, when that key is gone (evicted, deleted), a fresh one from
+ * MINT. The earlier fence was never heard, and answering none (or 0) would hand the holder a fence below
+ * its predecessors'. Needs MINT.
+ */
+const HELD_FENCE = `
+local function heldFence(ttl)
+  return tonumber(redis.call('GET', KEYS[2])) or mint(ttl)
+end
+`
+
+/**
  * `owns(value, owner)`: a lock key's value is `owner`'s, as the owner id alone or "<owner> <description>".
  * Owner ids hold no space, so no other owner's value starts with "<owner> ".
  */
@@ -95,11 +107,11 @@ end
  * for no longer than that. A marked waiter is told to ask again within a third of it, so its mark lives.
  * The mark is read only when the lock is free or the caller is starving: a held lock costs nothing more.
  */
-export const ACQUIRE = script(`${OWNS}${MINT}
+export const ACQUIRE = script(`${OWNS}${MINT}${HELD_FENCE}
 local owner = redis.call('GET', KEYS[1])
 if owner and owns(owner, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, heldFence(ARGV[2])}
 end
 local markMs = tonumber(ARGV[4] or '0') or 0
 local marked = false
@@ -160,7 +172,7 @@ return held and 1 or 0
  * (RECORD_NAME) for a key with a hashed tag.
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
-export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}
+export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}${HELD_FENCE}
 while true do
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head then break end
@@ -174,7 +186,7 @@ local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[6], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, heldFence(ARGV[2])}
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not owner and (not head or head == ARGV[1]) then
