@@ -133,6 +133,22 @@ describe('redis election: storage', () => {
     assert.ok(second.term > first.term, `term ${second.term} after ${first.term}`)
     await second.resign()
   })
+
+  it('a retried campaign that finds itself leading without a term key gets a fresh term, above the last', async () => {
+    // The first attempt's reply was lost (its term never heard), then the term key was evicted.
+    const el = name('retry')
+    const k = redisElectionKeys(el)
+    const earlier = await client({ ttl: '20s' }).election(el).campaign()
+    await earlier.resign()
+    const { election } = facet()
+    const req = { key: el, owner: randomBytes(16).toString('hex'), ttlMs: 20_000 }
+    const first = await election.tryAcquire(req, live)
+    assert.ok(first.granted && first.fence > earlier.term)
+    await admin.del(k.term)
+    const retry = await election.tryAcquire(req, live)
+    assert.ok(retry.granted, 'the retry recognises its leadership')
+    assert.ok(retry.fence > first.fence, `term ${retry.fence} after ${first.fence}`)
+  })
 })
 
 describe('redis election: proclaim is checked on the store', () => {

@@ -63,9 +63,9 @@ end
  * `heldFence(ttl)`: the fence of a lock found already ours (an earlier attempt of the same acquire ran, but
  * its reply was lost): the fence key's, or, when that key is gone (evicted, deleted), a fresh one from
  * MINT. The earlier fence was never heard, and answering none (or 0) would hand the holder a fence below
- * its predecessors'. Needs MINT.
+ * its predecessors'. Needs MINT; the election's campaign uses it too.
  */
-const HELD_FENCE = `
+export const HELD_FENCE = `
 local function heldFence(ttl)
   return tonumber(redis.call('GET', KEYS[2])) or mint(ttl)
 end
