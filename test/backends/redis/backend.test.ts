@@ -363,6 +363,32 @@ describe("redis backend: the server's work per cycle", () => {
   })
 })
 
+describe('redis backend: owner checks on "<owner> <holder>"', () => {
+  it("no other owner's check matches our lock: an id that prefixes ours, or one our description starts with", async () => {
+    const k = key('owners')
+    const own = new Redis(server.port, '127.0.0.1')
+    after(() => own.disconnect())
+    const backend = redisBackend({ client: own })
+    const mine = randomBytes(16).toString('hex')
+    const theirs = randomBytes(16).toString('hex')
+    const holder = `${theirs} and more words`
+    assert.ok((await backend.tryAcquire({ key: k, owner: mine, ttlMs: 30_000, holder }, live)).granted)
+    for (const other of [theirs, mine.slice(0, 31), mine.slice(0, 1)]) {
+      const req = { key: k, owner: other, ttlMs: 30_000 }
+      assert.equal((await backend.tryAcquire(req, live)).granted, false, `${other} acquires`)
+      const lease = { key: k, owner: other, fence: 0n, cookie: undefined }
+      assert.equal((await backend.extend(lease, 30_000, live)).renewed, false, `${other} extends`)
+      assert.equal(await backend.release(lease, live), false, `${other} releases`)
+      await backend.abandon(req, live)
+      assert.equal(await admin.get(redisLockKeys(k).lock), `${mine} ${holder}`, `${other} abandons`)
+    }
+    const seen = await backend.inspect(k, live)
+    assert.equal(seen?.held ? seen.owner : undefined, mine)
+    assert.equal(seen?.held ? seen.holder : undefined, holder)
+    assert.equal(await backend.release({ key: k, owner: mine, fence: 0n, cookie: undefined }, live), true)
+  })
+})
+
 describe('redis backend: waking', () => {
   it('a release wakes one waiter of a client, not all of them', async () => {
     const k = key('herd')

@@ -149,6 +149,40 @@ describe('redis election: storage', () => {
     assert.ok(retry.granted, 'the retry recognises its leadership')
     assert.ok(retry.fence > first.fence, `term ${retry.fence} after ${first.fence}`)
   })
+
+  it('a read-back that finds the campaign leading without a term key grants nothing', async () => {
+    const el = name('readback')
+    const owner = randomBytes(16).toString('hex')
+    const redis = new Redis(server.port, '127.0.0.1')
+    connections.push(redis)
+    let lose = false
+    // The campaign runs on the server, the term key is evicted, and the campaign's reply is lost.
+    const lossy = new Proxy(redis, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target)
+        if (prop !== 'evalsha') return typeof value === 'function' ? value.bind(target) : value
+        return async (...args: unknown[]) => {
+          const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+          if (lose && args.includes(owner)) {
+            lose = false
+            await admin.del(redisElectionKeys(el).term)
+            throw new Error('Connection is closed.')
+          }
+          return result
+        }
+      },
+    })
+    const backend = redisBackend({ client: lossy as Redis })
+    backends.push(backend)
+    const election = backend.election!
+    await election.tryAcquire({ key: name('warm'), owner: 'warm', ttlMs: 1000 }, live)
+    lose = true
+    const lost = await election.tryAcquire({ key: el, owner, ttlMs: 20_000 }, live).then(
+      (result) => (result.granted ? result.fence : undefined),
+      () => undefined,
+    )
+    assert.equal(lost, undefined, `granted with term ${lost} while the store kept none`)
+  })
 })
 
 describe('redis election: proclaim is checked on the store', () => {
