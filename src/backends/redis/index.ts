@@ -1,9 +1,10 @@
 /**
  * redis://host:port[/db] and rediss:// (TLS) — one Redis primary, or a Redis Cluster (`?cluster=true`).
  *
- * Layout (mutex/layout.ts, mutex/scripts.ts): `<prefix>{<key>}` = owner id with the lease as PX expiry;
- * `<prefix>{<key>}:fence` = the last fence minted, kept an hour; `…:holder` = "<owner> <description>"
- * for `inspect`, with the lock's expiry; fair mode adds `…:queue`, `…:waiters`, `…:ttls`; releases publish
+ * Layout (mutex/layout.ts, mutex/scripts.ts): `<prefix>{<key>}` = "<owner> <description>" with the lease
+ * as PX expiry (the description for `inspect`); `<prefix>{<key>}:fence` = the last fence minted, kept an
+ * hour; fair mode keeps the owner id alone in the lock key, the description in `…:holder` (with the
+ * lock's expiry), and adds `…:queue`, `…:waiters`, `…:ttls`; releases publish
  * on `…:released`. Keys with a brace are hashed, so the hash tag stays intact and every
  * key of a lock sits in one Cluster slot; their grants record the key in `…:name` (as long as the fence
  * key), so `list` can name them. Acquire is one script, one round trip: SET NX PX + mint. Release
@@ -11,8 +12,9 @@
  * Expiry: the server expires the key (PX) on its own clock; a fair waiter that stops asking is skipped
  * after its liveness period (`waiterLiveness`, the server's TIME).
  * Fence: minted by the same script that grants, so it belongs to exactly one grant: the server's clock in
- * µs, or the last fence + 1 if larger (MINT in mutex/scripts.ts). It keeps rising when the fence key is lost (an
- * operator, a restart without persistence): only the server's clock set back can undo it.
+ * µs, or the last fence + 1 if larger (MINT in mutex/scripts.ts). It keeps rising when the fence key is lost
+ * (an operator, a restart without persistence) or comes back older (a snapshot, a lagging replica): only
+ * the server's clock set back can undo it.
  * Waiting: one shared subscriber connection per backend; a waiter wakes on its key's release message and
  * re-attempts. Expiry of a crashed holder publishes nothing: the core then wakes at the holder's remaining
  * PTTL, which the refused attempt returned. Fair mode (`fair: true`) serves waiters in FIFO order through a

@@ -105,12 +105,13 @@ after(async () => {
 })
 
 describe('redis backend: storage and scripts', () => {
-  it('stores the owner with a PX lease and a fence from the server clock, kept an hour', async () => {
+  it('stores "<owner> <holder>" with a PX lease, a fence from the server clock kept an hour, and no other key', async () => {
     const k = key('layout')
     const locks = client(server.url)
     const [seconds = 0, micros = 0] = await admin.time()
-    const lock = await locks.acquire(k, { ttl: '20s' })
-    assert.equal(await admin.get(redisLockKeys(k).lock), lock.owner)
+    const lock = await locks.acquire(k, { ttl: '20s', holder: 'job 7 (pid 1)' })
+    assert.equal(await admin.get(redisLockKeys(k).lock), `${lock.owner} job 7 (pid 1)`)
+    assert.equal(await admin.exists(redisLockKeys(k).holder), 0, 'the description rides in the lock key')
     const pttl = await admin.pttl(redisLockKeys(k).lock)
     assert.ok(pttl > 0 && pttl <= 20_000)
     assert.equal(await admin.get(redisLockKeys(k).fence), lock.fence.toString())
@@ -198,13 +199,14 @@ describe('redis backend: lost replies', () => {
     const link = await proxied(300)
     const backend = redisBackend({ client: link.redis })
     const owner = randomBytes(16).toString('hex')
+    const req = { key: k, owner, ttlMs: 10_000, holder: 'lost reply (pid 1)' }
     link.proxy.mode = 'drop-replies'
-    await assert.rejects(attempt(backend, k, owner, 10_000), BackendUnavailableError)
+    await assert.rejects(backend.tryAcquire(req, live), BackendUnavailableError)
     // The script ran: the lock is ours on the server though we never heard so.
-    assert.equal(await admin.get(redisLockKeys(k).lock), owner)
+    assert.equal(await admin.get(redisLockKeys(k).lock), `${owner} lost reply (pid 1)`)
     link.heal()
     await link.redis.ping()
-    const retry = await attempt(backend, k, owner, 10_000)
+    const retry = await backend.tryAcquire(req, live)
     assert.ok(retry.granted, 'the retried attempt must recognise its own lock')
     assert.equal(`${retry.fence}`, await admin.get(redisLockKeys(k).fence), 'one grant, one fence')
     await link.close()
@@ -227,9 +229,11 @@ describe('redis backend: lost replies', () => {
         return async (...args: unknown[]) => {
           const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
           if (!dropped && args.includes(owner)) {
-            // The attempt ran (refused: the lock was held); meanwhile the release handed it to us.
+            // The attempt ran (refused: the lock was held); meanwhile the release handed it to us, with
+            // a fence.
             dropped = true
             await admin.set(redisLockKeys(k).lock, owner, 'PX', 2000)
+            await admin.set(redisLockKeys(k).fence, '7')
             throw new Error('Connection is closed.')
           }
           return result
@@ -289,6 +293,99 @@ describe('redis backend: lost replies', () => {
     assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
     await locks.close()
     await link.close()
+  })
+})
+
+describe("redis backend: the server's work per cycle", () => {
+  /** Calls per command since the last CONFIG RESETSTAT (INFO commandstats). */
+  const calls = async () => {
+    const counts = new Map<string, number>()
+    for (const [, name, n] of (await admin.info('commandstats')).matchAll(/cmdstat_(\w+):calls=(\d+)/g))
+      counts.set(name!, Number(n))
+    return (name: string) => counts.get(name) ?? 0
+  }
+
+  it('an uncontended cycle writes the lock key and its fence, and no holder key', async () => {
+    const k = key('cost')
+    const locks = client(server.url, { renew: false })
+    const first = await locks.acquire(k, { ttl: '20s', holder: 'worker 3' })
+    let last = first.fence
+    await first.release()
+    await admin.config('RESETSTAT')
+    const cycles = 20
+    for (let i = 0; i < cycles; i++) {
+      const lock = await locks.acquire(k, { ttl: '20s', holder: 'worker 3' })
+      assert.ok(lock.fence > last, `fence ${lock.fence} after ${last}`)
+      last = lock.fence
+      await lock.release()
+    }
+    const count = await calls()
+    assert.equal(count('evalsha'), 2 * cycles, 'one script each way')
+    // The lock key (its description in its value) and the fence (from the server's clock: fences.test.ts).
+    assert.equal(count('set'), 2 * cycles, 'two SETs per grant')
+    assert.equal(count('del'), cycles, 'one DEL per release')
+    assert.equal(count('time'), cycles, 'one clock read per grant')
+    assert.equal(await admin.get(redisLockKeys(k).fence), last.toString())
+  })
+
+  it("an earlier version's lock (owner alone, description beside it) is held, shown and broken", async () => {
+    const k = key('upgrade')
+    const keys = redisLockKeys(k)
+    await admin.set(keys.lock, 'older-owner', 'PX', 30_000)
+    await admin.set(keys.holder, 'older-owner build 6 (pid 2)', 'PX', 30_000)
+    const own = new Redis(server.port, '127.0.0.1')
+    after(() => own.disconnect())
+    const backend = redisBackend({ client: own })
+    const refused = await attempt(backend, k, 'newer-owner')
+    assert.equal(refused.granted, false)
+    const locks = createLockClient(backend)
+    clients.push(locks)
+    const seen = await locks.inspect(k)
+    assert.equal(seen.held ? seen.owner : undefined, 'older-owner')
+    assert.equal(seen.held ? seen.holder : undefined, 'build 6 (pid 2)')
+    const broken = await locks.break(k)
+    assert.equal(broken.lease?.holder, 'build 6 (pid 2)')
+    assert.equal(await admin.exists(keys.lock, keys.holder), 0)
+  })
+
+  it("an earlier version's owner check never matches a lock of ours", async () => {
+    const k = key('upgrade-release')
+    const lock = await client(server.url).acquire(k, { ttl: '20s', holder: 'web 1' })
+    // The owner check of the earlier release and extend scripts: the stored value is the owner id.
+    const olderRelease = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end return redis.call('DEL', KEYS[1])`
+    for (const owner of ['someone', `${lock.owner} web`, lock.owner.slice(0, 31)])
+      assert.equal(await admin.eval(olderRelease, 1, redisLockKeys(k).lock, owner), 0)
+    const seen = await client(server.url).inspect(k)
+    assert.equal(seen.held ? seen.owner : undefined, lock.owner)
+    assert.equal(seen.held ? seen.holder : undefined, 'web 1')
+    await lock.release()
+    assert.equal(await admin.exists(redisLockKeys(k).lock), 0)
+  })
+})
+
+describe('redis backend: owner checks on "<owner> <holder>"', () => {
+  it("no other owner's check matches our lock: an id that prefixes ours, or one our description starts with", async () => {
+    const k = key('owners')
+    const own = new Redis(server.port, '127.0.0.1')
+    after(() => own.disconnect())
+    const backend = redisBackend({ client: own })
+    const mine = randomBytes(16).toString('hex')
+    const theirs = randomBytes(16).toString('hex')
+    const holder = `${theirs} and more words`
+    assert.ok((await backend.tryAcquire({ key: k, owner: mine, ttlMs: 30_000, holder }, live)).granted)
+    for (const other of [theirs, mine.slice(0, 31), mine.slice(0, 1)]) {
+      const req = { key: k, owner: other, ttlMs: 30_000 }
+      assert.equal((await backend.tryAcquire(req, live)).granted, false, `${other} acquires`)
+      const lease = { key: k, owner: other, fence: 0n, cookie: undefined }
+      assert.equal((await backend.extend(lease, 30_000, live)).renewed, false, `${other} extends`)
+      assert.equal(await backend.release(lease, live), false, `${other} releases`)
+      await backend.abandon(req, live)
+      assert.equal(await admin.get(redisLockKeys(k).lock), `${mine} ${holder}`, `${other} abandons`)
+    }
+    const seen = await backend.inspect(k, live)
+    assert.equal(seen?.held ? seen.owner : undefined, mine)
+    assert.equal(seen?.held ? seen.holder : undefined, holder)
+    assert.equal(await backend.release({ key: k, owner: mine, fence: 0n, cookie: undefined }, live), true)
   })
 })
 
@@ -459,7 +556,7 @@ describe('redis backend: replicas and bad input', () => {
       })
       const copy = new Redis(replica.port, '127.0.0.1')
       assert.equal(
-        await copy.get(redisLockKeys(k).lock),
+        (await copy.get(redisLockKeys(k).lock))?.split(' ')[0],
         lock.owner,
         'the replica has the lock when acquire resolves',
       )

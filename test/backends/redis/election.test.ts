@@ -86,7 +86,7 @@ describe('redis election: storage', () => {
     const locks = client({ ttl: '20s' })
     const lock = await locks.acquire(shared)
     const lead = await locks.election(shared).campaign({ value: 'v', timeout: 0 })
-    assert.equal(await store.admin.get(redisLockKeys(shared).lock), lock.owner)
+    assert.equal((await store.admin.get(redisLockKeys(shared).lock))?.split(' ')[0], lock.owner)
     assert.equal(await store.admin.get(redisElectionKeys(shared).leader), lead.owner)
     const listed: string[] = []
     for await (const held of locks.list(shared)) listed.push(`${held.key} ${held.owner}`)
@@ -110,6 +110,54 @@ describe('redis election: storage', () => {
     const second = await elections.campaign()
     assert.ok(second.term > first.term, `term ${second.term} after ${first.term}`)
     await second.resign()
+  })
+
+  it('a retried campaign that finds itself leading without a term key gets a fresh term, above the last', async () => {
+    // The first attempt's reply was lost (its term never heard), then the term key was evicted.
+    const el = name('retry')
+    const k = redisElectionKeys(el)
+    const earlier = await client({ ttl: '20s' }).election(el).campaign()
+    await earlier.resign()
+    const { election } = facet()
+    const req = { key: el, owner: randomBytes(16).toString('hex'), ttlMs: 20_000 }
+    const first = await election.tryAcquire(req, live)
+    assert.ok(first.granted && first.fence > earlier.term)
+    await store.admin.del(k.term)
+    const retry = await election.tryAcquire(req, live)
+    assert.ok(retry.granted, 'the retry recognises its leadership')
+    assert.ok(retry.fence > first.fence, `term ${retry.fence} after ${first.fence}`)
+  })
+
+  it('a read-back that finds the campaign leading without a term key grants nothing', async () => {
+    const el = name('readback')
+    const owner = randomBytes(16).toString('hex')
+    const redis = store.connection()
+    let lose = false
+    // The campaign runs on the server, the term key is evicted, and the campaign's reply is lost.
+    const lossy = new Proxy(redis, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target)
+        if (prop !== 'evalsha') return typeof value === 'function' ? value.bind(target) : value
+        return async (...args: unknown[]) => {
+          const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+          if (lose && args.includes(owner)) {
+            lose = false
+            await store.admin.del(redisElectionKeys(el).term)
+            throw new Error('Connection is closed.')
+          }
+          return result
+        }
+      },
+    })
+    const backend = store.backend(lossy as Redis)
+    const election = backend.election!
+    await election.tryAcquire({ key: name('warm'), owner: 'warm', ttlMs: 1000 }, live)
+    lose = true
+    const lost = await election.tryAcquire({ key: el, owner, ttlMs: 20_000 }, live).then(
+      (result) => (result.granted ? result.fence : undefined),
+      () => undefined,
+    )
+    assert.equal(lost, undefined, `granted with term ${lost} while the store kept none`)
   })
 })
 

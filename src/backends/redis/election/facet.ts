@@ -104,10 +104,11 @@ export class RedisElection implements ElectionFacet {
       this.#store.run(INSPECT, [k.leader, k.term, k.value, k.holder], []),
       signal,
     ).catch(() => undefined)) as [string | null, number, string | null] | undefined
-    if (!read || read[0] !== req.owner || read[1] <= 0) {
+    // Leading without a term key (evicted, deleted): no grant; the retry mints a fresh term (CAMPAIGN).
+    if (!read || read[0] !== req.owner || read[1] <= 0 || read[2] === null) {
       throw this.#explain(req.key, 'campaign for election', error)
     }
-    return { granted: true, fence: BigInt(read[2] ?? 0), ttlMs: read[1] }
+    return { granted: true, fence: BigInt(read[2]), ttlMs: read[1] }
   }
 
   /** As the mutex: too few replicas acknowledged the grant (`minReplicas`), so resign and fail. */

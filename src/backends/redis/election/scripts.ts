@@ -9,22 +9,23 @@
  * ("<owner> <value>", expiring with the leader), holder ("<owner> <description>").
  */
 import { script } from '../lua.js'
-import { MINT } from '../mutex/scripts.js'
+import { HELD_FENCE, MINT } from '../mutex/scripts.js'
 
 /**
  * Campaign: one attempt to lead. KEYS: leader, term, value, holder. ARGV: owner, ttl ms, value, description,
  * the `changed` channel. Returns {1, term} when granted (also when the leadership is already ours: an
- * earlier attempt of the same campaign ran but its reply was lost) and {0, ms left of the leader's lease}
+ * earlier attempt of the same campaign ran but its reply was lost; a fresh term if its key is gone:
+ * HELD_FENCE) and {0, ms left of the leader's lease}
  * when another leads. The grant and its value are written together, so no observer reads a leader without
  * its value; the grant publishes on `changed` for observers.
  */
-export const CAMPAIGN = script(`${MINT}
+export const CAMPAIGN = script(`${MINT}${HELD_FENCE}
 local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, heldFence(ARGV[2])}
 end
 if owner then return {0, redis.call('PTTL', KEYS[1])} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -122,8 +122,11 @@ export class RedisMutex<R extends AcquireRequest = AcquireRequest> {
     const read = (await raceSignal(this.#store.run(INSPECT, [k.lock, k.fence], []), signal).catch(
       () => undefined,
     )) as [string | null, number, string | null] | undefined
-    if (!read || read[0] !== req.owner || read[1] <= 0) throw this.#explain(req.key, 'acquire', error)
-    return { granted: true, fence: BigInt(read[2] ?? 0), ttlMs: read[1] }
+    // Ours without a fence key (evicted, deleted): no fence to report, so no grant; the next attempt
+    // finds the lock ours and mints a fresh one (ACQUIRE), never a 0 below the earlier holders' fences.
+    if (!read || read[0] !== req.owner || read[1] <= 0 || read[2] === null)
+      throw this.#explain(req.key, 'acquire', error)
+    return { granted: true, fence: BigInt(read[2]), ttlMs: read[1] }
   }
 
   /** WAIT on the connection that wrote the lock; too few acknowledgements: release it and fail. */

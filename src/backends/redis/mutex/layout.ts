@@ -6,7 +6,7 @@ import { DEFAULT_PREFIX, taggedName } from '../keys.js'
 
 /** The keys of one lock. All share the hash tag `{<key>}`, so they sit in one slot of a Redis Cluster. */
 export interface RedisLockKeys {
-  /** The owner id, with the lease as its PX expiry. */
+  /** The owner id, with the lease as its PX expiry; in plain mode "<owner> <description>". */
   readonly lock: string
   /** The last fence minted (scripts.ts MINT), kept for an hour after it. */
   readonly fence: string
@@ -16,7 +16,10 @@ export interface RedisLockKeys {
   readonly waiters: string
   /** Fair mode: each waiter's ttl, for the hand-over. */
   readonly ttls: string
-  /** The holder's description (`inspect`), written and deleted with the lock. */
+  /**
+   * The holder's description (`inspect`), written and deleted with the lock, where the lock key holds the
+   * owner id alone (fair mode, Redlock's nodes, plain grants of earlier versions).
+   */
   readonly holder: string
   /** Plain mode: the one waiter refused for too long, which a free lock goes to (scripts.ts ACQUIRE). */
   readonly starving: string

@@ -1,7 +1,8 @@
 /**
  * Plain mode (the default): a released lock goes to whoever asks first. Acquire is one script, one round
- * trip (SET NX PX + mint: the fence is minted by the grant itself); release compares the owner, deletes,
- * and publishes on the key's channel, which wakes the oldest waiter of each client.
+ * trip (SET NX PX + mint: the fence is minted by the grant itself), and writes one key: the lock's value
+ * is "<owner> <description>", with no holder key beside it; release compares the owner, deletes, and
+ * publishes on the key's channel, which wakes the oldest waiter of each client.
  *
  * Whoever asks first is most often the releasing worker itself (it asks again at once, while a waiter
  * elsewhere first hears of the release), so plain mode bounds starvation as Go's sync.Mutex does: a
@@ -40,7 +41,7 @@ export class PlainMode implements Mode {
     const k = this.#layout.keysOf(req.key)
     return this.#store.run(
       ACQUIRE,
-      [k.lock, k.fence, k.holder, k.starving, ...named(k)],
+      [k.lock, k.fence, k.starving, ...named(k)],
       [req.owner, req.ttlMs, req.holder ?? '', this.#markMs(req), ...nameOf(k, req.key)],
       signal,
     )
@@ -59,7 +60,7 @@ export class PlainMode implements Mode {
 
   async release(lease: { key: string; owner: string }): Promise<boolean> {
     const k = this.#layout.keysOf(lease.key)
-    const reply = await this.#store.run(RELEASE, [k.lock, k.holder, k.starving], [lease.owner, k.channel])
+    const reply = await this.#store.run(RELEASE, [k.lock, k.starving], [lease.owner, k.channel])
     return reply === 1
   }
 
@@ -76,7 +77,7 @@ export class PlainMode implements Mode {
   /** An attempt whose outcome is unknown may hold the lock, or our starvation mark: remove both, owner-checked. */
   abandon(req: AcquireRequest): Promise<unknown> {
     const k = this.#layout.keysOf(req.key)
-    return this.#store.run(ABANDON, [k.lock, k.holder, k.starving], [req.owner, k.channel])
+    return this.#store.run(ABANDON, [k.lock, k.starving], [req.owner, k.channel])
   }
 
   /** Any message on the channel concerns every waiter (one per client wakes: see Subscriptions). */

@@ -3,11 +3,14 @@
  * so a check and the write that depends on it are one step. All keys of a lock share one hash tag, so
  * every script touches a single slot and runs unchanged on Redis Cluster.
  *
- * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry.
+ * Keys: KEYS[1] `<prefix>{<key>}` holds the owner id, with the lease as its PX expiry. In plain mode its
+ *       value is "<owner> <description>" (`AcquireRequest.holder`; the owner alone without one): the
+ *       description rides in the one key a grant writes anyway, so a cycle writes and deletes no second
+ *       key. Owner ids hold no space, so the owner is the value up to its first space (OWNS, HOLDER_OF).
  *       KEYS[2] `<prefix>{<key>}:fence` is the last fence minted (MINT), kept for an hour after it.
- *       `<prefix>{<key>}:holder` is "<owner> <description>" of the holder (`AcquireRequest.holder`), for
- *       `inspect` only: written with the grant, with the same expiry, and shown only while its owner is the
- *       lock's. Nothing decides on it; the scripts that take it accept its absence (Redlock passes none).
+ *       `<prefix>{<key>}:holder` is "<owner> <description>" of a holder whose lock key holds its owner id
+ *       alone (fair mode, Redlock's nodes, plain grants of earlier versions), for `inspect` only: written
+ *       with the grant, with the same expiry. Nothing decides on it; the scripts accept its absence.
  * Fair mode adds KEYS[3] `…:queue` (a list of waiting owners, oldest first), KEYS[4] `…:waiters`
  * (a sorted set: each waiter's liveness deadline, in ms of the server's clock) and KEYS[5] `…:ttls`
  * (a hash: each waiter's requested ttl and description, "<ttl ms> <description>", for the hand-over).
@@ -24,69 +27,110 @@ export const RECORD_NAME = (k: number, a: number, ttl: string) =>
   `if KEYS[${k}] then redis.call('SET', KEYS[${k}], ARGV[${a}], 'PX', math.max(3600000, tonumber(${ttl}))) end`
 
 /**
- * `mint(ttl)`: the fence of a grant, KEYS[2] the last one. The server's clock in microseconds (TIME) is
- * its floor, so a fence never depends on the key's own state: after the fence key is gone (expired an
- * hour after its last grant, or deleted by an operator) the next grant still gets a larger fence than
- * every earlier one, because each of those was at most the server's clock when it was minted. The key
- * only settles grants within one microsecond and small steps back of the clock; it outlives the lease
- * (max of an hour and the ttl), so storage is bounded by the names used in the last hour. What breaks
- * it: the server's clock set back by more than an hour, or past its last fence with the key deleted.
- * Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form. The election's scripts mint
- * their terms with it too (../election/scripts.ts).
+ * `mint(ttl)`: the fence of a grant, KEYS[2] the last one: the server's clock in microseconds (TIME), or
+ * the last fence + 1 when that is larger (grants within one microsecond, a clock stepped back a little).
+ * Every fence is thus at most the clock when it was minted, or one more than a fence that was, and the
+ * clock is read on every grant, never only when the key is gone, because the key can come back behind:
+ * - a restart that loads an older snapshot (RDB, an AOF fsynced every second) or a failover to a replica
+ *   that lags restores a live key below the fences granted since; counting on from it (INCR) would grant
+ *   them again, while the clock is past them all;
+ * - the key gone (deleted by an operator, evicted, expired an hour after the name's last grant, a restart
+ *   that kept nothing): the clock alone is past every earlier fence;
+ * - an earlier version's grants on the same name mint by this very rule on the same key.
+ * What breaks it: the server's clock set back by more than an hour, or past the last fence while the key
+ * is gone or behind; a failover to a replica whose clock is behind the primary's by more than the time
+ * since the last grant. The key outlives the lease (max of an hour and the ttl), so storage is bounded by
+ * the names used in the last hour. Formatted with %.0f: Lua prints numbers of 15+ digits in exponent form.
+ * The election's and the semaphore's scripts mint with it too.
  */
 export const MINT = `
 local function mint(ttl)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local stored = redis.call('GET', KEYS[2])
-  local last = 0
   if stored then
-    last = tonumber(stored)
+    local last = tonumber(stored)
     -- Not a number: another program's key. INCRBY raises Redis's own "not an integer" error for it.
     if not last then redis.call('INCRBY', KEYS[2], 0) end
+    if last >= fence then fence = last + 1 end
   end
-  if last >= fence then fence = last + 1 end
   redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', math.max(3600000, tonumber(ttl)))
   return fence
 end
 `
 
 /**
- * Acquire (plain mode). KEYS: lock, fence[, holder[, starving[, name]]]. ARGV: owner, ttl ms[, description[,
- * mark ms[, key]]]. Returns {1, fence} when granted — also when the key is already ours: an earlier attempt
- * of the same acquire ran but its reply was lost — and {0, ms worth waiting} when refused. Granting and
- * minting the fence in one script is what makes the fence belong to exactly this grant.
- * The starvation bound: KEYS[4] `…:starving` names one waiter that has been refused for too long. While
+ * `heldFence(ttl)`: the fence of a lock found already ours (an earlier attempt of the same acquire ran, but
+ * its reply was lost): the fence key's, or, when that key is gone (evicted, deleted), a fresh one from
+ * MINT. The earlier fence was never heard, and answering none (or 0) would hand the holder a fence below
+ * its predecessors'. Needs MINT; the election's campaign uses it too.
+ */
+export const HELD_FENCE = `
+local function heldFence(ttl)
+  return tonumber(redis.call('GET', KEYS[2])) or mint(ttl)
+end
+`
+
+/**
+ * `owns(value, owner)`: a lock key's value is `owner`'s, as the owner id alone or "<owner> <description>".
+ * Owner ids hold no space, so no other owner's value starts with "<owner> ".
+ */
+const OWNS = `
+local function owns(value, owner)
+  return value == owner or string.sub(value, 1, #owner + 1) == owner .. ' '
+end
+`
+
+/**
+ * `holderOf(value, holderKey)`: a held lock's owner id and holder record "<owner> <description>" (or
+ * false): from the value itself when it carries the description (plain mode), else from the holder key.
+ */
+const HOLDER_OF = `
+local function holderOf(value, holderKey)
+  local space = string.find(value, ' ', 1, true)
+  if space then return string.sub(value, 1, space - 1), value end
+  return value, (holderKey and redis.call('GET', holderKey)) or false
+end
+`
+
+/**
+ * Acquire (plain mode). KEYS: lock, fence[, starving[, name]]. ARGV: owner, ttl ms[, description[, mark
+ * ms[, key]]]. Writes the lock key "<owner> <description>" (OWNS). Returns {1, fence} when granted — also
+ * when the key is already ours: an earlier attempt of the same acquire ran but its reply was lost — and
+ * {0, ms worth waiting} when refused. Granting and minting the fence in one script is what makes the fence
+ * belong to exactly this grant. A lock key written by an earlier version (the owner id alone) is held:
+ * refused like any other.
+ * The starvation bound: KEYS[3] `…:starving` names one waiter that has been refused for too long. While
  * it lives, a free lock goes to that waiter only (the others are told to wait out the mark), and its grant
  * deletes it. A waiter that counts as starving (ARGV[4] > 0) sets it when nobody else holds it, and
  * refreshes it (PX ARGV[4]) at each attempt: a marked waiter that dies or stops asking blocks a free lock
  * for no longer than that. A marked waiter is told to ask again within a third of it, so its mark lives.
  * The mark is read only when the lock is free or the caller is starving: a held lock costs nothing more.
  */
-export const ACQUIRE = script(`${MINT}
+export const ACQUIRE = script(`${OWNS}${MINT}${HELD_FENCE}
 local owner = redis.call('GET', KEYS[1])
-if owner == ARGV[1] then
+if owner and owns(owner, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, heldFence(ARGV[2])}
 end
 local markMs = tonumber(ARGV[4] or '0') or 0
 local marked = false
-if KEYS[4] and (not owner or markMs > 0) then marked = redis.call('GET', KEYS[4]) end
+if KEYS[3] and (not owner or markMs > 0) then marked = redis.call('GET', KEYS[3]) end
 if not owner and (not marked or marked == ARGV[1]) then
-  if marked then redis.call('DEL', KEYS[4]) end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if KEYS[3] and ARGV[3] and ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[2]) end
-  ${RECORD_NAME(5, 5, 'ARGV[2]')}
+  if marked then redis.call('DEL', KEYS[3]) end
+  local value = ARGV[1]
+  if ARGV[3] and ARGV[3] ~= '' then value = value .. ' ' .. ARGV[3] end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  ${RECORD_NAME(4, 5, 'ARGV[2]')}
   return {1, mint(ARGV[2])}
 end
 if markMs > 0 and (not marked or marked == ARGV[1]) then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', markMs)
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', markMs)
   local left = redis.call('PTTL', KEYS[1])
   if left < 0 then left = markMs end
   return {0, math.max(1, math.min(left, math.floor(markMs / 3)))}
 end
-if not owner then return {0, math.max(1, redis.call('PTTL', KEYS[4]))} end
+if not owner then return {0, math.max(1, redis.call('PTTL', KEYS[3]))} end
 return {0, redis.call('PTTL', KEYS[1])}
 `)
 
@@ -103,16 +147,17 @@ end
 `
 
 /**
- * Plain give-up (an acquire failed or timed out). KEYS: lock, holder, starving. ARGV: owner, channel.
+ * Plain give-up (an acquire failed or timed out). KEYS: lock, starving. ARGV: owner, channel.
  * Releases the lock if an attempt of ours took it after all, and deletes our starvation mark (only ours):
  * a mark that outlived its waiter would keep a free lock from the others until it expires. Either way,
  * a lock left free is announced.
  */
-export const ABANDON = script(`${ANNOUNCE(3, 2)}
-local held = redis.call('GET', KEYS[1]) == ARGV[1]
-local marked = redis.call('GET', KEYS[3]) == ARGV[1]
-if held then redis.call('DEL', KEYS[1], KEYS[2]) end
-if marked then redis.call('DEL', KEYS[3]) end
+export const ABANDON = script(`${OWNS}${ANNOUNCE(2, 2)}
+local value = redis.call('GET', KEYS[1])
+local held = value and owns(value, ARGV[1])
+local marked = redis.call('GET', KEYS[2]) == ARGV[1]
+if held then redis.call('DEL', KEYS[1]) end
+if marked then redis.call('DEL', KEYS[2]) end
 if held or (marked and redis.call('EXISTS', KEYS[1]) == 0) then announce(ARGV[1]) end
 return held and 1 or 0
 `)
@@ -127,7 +172,7 @@ return held and 1 or 0
  * (RECORD_NAME) for a key with a hashed tag.
  * Returns {1, fence} or {0, ms until it is worth trying again}.
  */
-export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}
+export const ACQUIRE_FAIR = script(`${CLOCK}${MINT}${HELD_FENCE}
 while true do
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head then break end
@@ -141,7 +186,7 @@ local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[6], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, heldFence(ARGV[2])}
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not owner and (not head or head == ARGV[1]) then
@@ -206,15 +251,15 @@ redis.call('DEL', KEYS[1], KEYS[6])
 ${HAND_OVER}`)
 
 /**
- * Release. KEYS: lock[, holder[, starving]]. ARGV: owner, channel. Deletes the key only if we still own it
+ * Release (plain mode). KEYS: lock[, starving]. ARGV: owner, channel. Deletes the key only if we still own it
  * (never a blind DEL), then publishes on the key's channel so blocked waiters re-attempt at once: "-<owner>"
  * (naming the released owner lets a Redlock waiter, which hears the same release from every node, react
  * to it once), or ">" .. the starving waiter when one is marked (ANNOUNCE).
  */
-export const RELEASE = script(`${ANNOUNCE(3, 2)}
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+export const RELEASE = script(`${OWNS}${ANNOUNCE(2, 2)}
+local value = redis.call('GET', KEYS[1])
+if not value or not owns(value, ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-if KEYS[2] then redis.call('DEL', KEYS[2]) end
 announce(ARGV[1])
 return 1
 `)
@@ -225,9 +270,10 @@ return 1
  * lease is kept as long as it (one held for more than MINT's hour still shows its fence, and a break
  * aimed at it finds it); a counter without expiry (Redlock's) is left so. 1 or 0.
  */
-const EXTEND_ONE = `
+const EXTEND_ONE = `${OWNS}
 local function extend(k, n, owner, ttl)
-  if redis.call('GET', KEYS[k]) ~= owner then return 0 end
+  local value = redis.call('GET', KEYS[k])
+  if not value or not owns(value, owner) then return 0 end
   redis.call('PEXPIRE', KEYS[k], ttl)
   if n >= 2 then redis.call('PEXPIRE', KEYS[k + 1], ttl) end
   for i = k + 2, k + n - 1 do
@@ -265,11 +311,12 @@ return out
  * free and {2, owner, fence or '', holder record or ''} when the lease has another fence; else deletes the
  * lock and its holder record and goes on.
  */
-const BREAK_HEAD = (h: number) => `
-local owner = redis.call('GET', KEYS[1])
-if not owner then return {0} end
+const BREAK_HEAD = (h: number) => `${HOLDER_OF}
+local value = redis.call('GET', KEYS[1])
+if not value then return {0} end
+local owner, described = holderOf(value, KEYS[${h}])
+described = described or ''
 local fence = redis.call('GET', KEYS[2]) or ''
-local described = redis.call('GET', KEYS[${h}]) or ''
 if ARGV[1] ~= '' and fence ~= ARGV[1] then return {2, owner, fence, described} end
 redis.call('DEL', KEYS[1], KEYS[${h}])
 `
@@ -331,11 +378,11 @@ return current
 `)
 
 /**
- * Inspect. KEYS: lock, fence[, holder]. Owner (or false), remaining ms, fence counter and the holder
- * record (or false), in one consistent read.
+ * Inspect. KEYS: lock, fence[, holder]. Owner id (or false), remaining ms, fence counter and the holder
+ * record (or false; HOLDER_OF), in one consistent read.
  */
-export const INSPECT = script(`
-local described = false
-if KEYS[3] then described = redis.call('GET', KEYS[3]) end
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), described}
+export const INSPECT = script(`${HOLDER_OF}
+local owner, described = redis.call('GET', KEYS[1]), false
+if owner then owner, described = holderOf(owner, KEYS[3]) end
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), described}
 `)
