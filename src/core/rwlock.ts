@@ -17,6 +17,7 @@ import { LockNotAcquiredError } from './errors.js'
 import { whileHeld } from './holding.js'
 import type { Lock, LockHandle } from './lock.js'
 import type { AcquireOptions } from './options.js'
+import { trackOwnLease } from './own-leases.js'
 
 /** A read lease of a read-write lock: shared with other readers, never with a writer. */
 export interface ReadLock extends Lock {
@@ -126,13 +127,7 @@ class RwHandle {
 
   constructor(lock: LockHandle, mine: Set<string>) {
     this.lock = lock
-    const owner = lock.owner
-    mine.add(owner)
-    const ended = (): void => {
-      mine.delete(owner)
-    }
-    if (lock.signal.aborted) ended()
-    else lock.signal.addEventListener('abort', ended, { once: true })
+    trackOwnLease(lock, mine)
   }
 
   get key(): string {

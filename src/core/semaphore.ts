@@ -11,6 +11,7 @@ import { LockNotAcquiredError } from './errors.js'
 import { whileHeld } from './holding.js'
 import type { LockHandle } from './lock.js'
 import type { AcquireOptions } from './options.js'
+import { trackOwnLease } from './own-leases.js'
 
 /** The largest limit: a semaphore's holders are read and checked whole on every grant. */
 export const MAX_SEMAPHORE_LIMIT = 10_000
@@ -170,13 +171,7 @@ class PermitsHandle implements HeldPermits {
     this.#lock = lock
     this.permits = permits
     this.#mine = mine
-    const owner = lock.owner
-    mine.add(owner)
-    const ended = (): void => {
-      mine.delete(owner)
-    }
-    if (lock.signal.aborted) ended()
-    else lock.signal.addEventListener('abort', ended, { once: true })
+    trackOwnLease(lock, mine)
   }
 
   get semaphore(): string {

@@ -1,31 +1,3 @@
-/**
- * Read-write locks on the file backend, in a root of their own, `<root>/.rwlocks/`: a folder per lock in use
- * (`<readable-prefix>~<hash>`, as a lock's), whose highest generation file is the lock's whole state,
- * `{ v: 1, kind: 'rwlock', key, boot, base, latest, epoch, line }`. That root's name has no `~`, so no
- * lock of any name, nor the mutex's list, sweep, prune or doctor, ever sees a read-write lock, and a lock
- * `x`, a semaphore `x` and a read-write lock `x` are independent. It has its own epoch counter and boot
- * reservations, its own retirer and sweep, and is shared (1777) like its lock root: the semaphores' rules.
- *
- * - Every change (an attempt that grants or queues, extend, release, abandon, downgrade) is one
- *   compare-and-swap of the whole record (../whole-record.ts): a grant decides on exactly the line it
- *   succeeds, whoever writes at the same time, from any process of the host.
- * - The line: a reader is granted when no writer is ahead of it (held or waiting), a writer when it is
- *   first; a waiter's place lapses when it has not asked again for max(ttl, 3 s). Downgrade rewrites the
- *   writer's own entry, so it keeps its place.
- * - Expiry: each lease's deadline on the host's monotonic clock, tagged with the boot id, as a lock's; a
- *   lease also ends once all of its processes are certainly gone (../holders.ts).
- * - Fences: a writer's is the sequence (`base + generation`) of the generation that grants it, above every
- *   earlier one, also after the folder was removed; a reader's is the read epoch, the sequence of the
- *   generation that granted the first reader after a writer, shared until the next writer's grant.
- * - Storage: an idle lock's folder is retired or swept, as a released lock's is (../retire.ts, ../sweep.ts).
- * - Waiting: fs.watch on the lock's folder (../watch.ts); every change of the line is a new generation.
- *   Expiry writes nothing: a refusal says when the soonest lease ahead ends.
- *
- *   index.ts    the facet (longer than most files: the facet's eight operations are each one decision on
- *               the record, and read best side by side, as the semaphore's)
- *   records.ts  the record, its live view, and what the sweep asks of it
- */
-import { join } from 'node:path'
 import type {
   AcquireRequest,
   AttemptResult,
@@ -35,13 +7,11 @@ import type {
   RwLockFacet,
   RwLockInfo,
 } from '../../../core/backend.js'
-import { BoundedMap } from '../../../core/bounded-map.js'
-import { seenEpochs, startsOf } from '../epochs.js'
 import { guarded } from '../errors.js'
-import { makeRootFolder, rootMade } from '../folders.js'
 import { monotonicMs } from '../host-clock.js'
+import { innerRoot, innerRootMaker } from '../inner-root.js'
 import type { FolderRetirer } from '../retire.js'
-import { folderOf, type Root, SEEN_BY_LIMIT, UnreadableRecords } from '../root.js'
+import { folderOf, type Root } from '../root.js'
 import type { SweepTrigger } from '../sweep.js'
 import { folderChanged } from '../watch.js'
 import { type Change, type RecordKind, updateRecord, type Written } from '../whole-record.js'
@@ -100,16 +70,7 @@ export interface RwLockHousekeeping {
 
 /** The read-write locks' root of the lock root `root`: the same settings, its own folder and epochs. */
 export function rwlockRoot(root: Root, unreadableHoldMs: number): Root {
-  const dir = join(root.dir, RWLOCK_FOLDER)
-  return {
-    ...root,
-    dir,
-    reserved: undefined,
-    unreadable: new UnreadableRecords(unreadableHoldMs),
-    seenBy: new BoundedMap(SEEN_BY_LIMIT),
-    seen: seenEpochs(dir),
-    starts: startsOf(dir, root.boot, root.durability),
-  }
+  return innerRoot(root, RWLOCK_FOLDER, unreadableHoldMs)
 }
 
 /**
@@ -122,17 +83,8 @@ export function fileRwLock(
   { retirer, sweeper }: RwLockHousekeeping,
   shell: Pick<RwLockFacet, 'id' | 'capabilities' | 'limits'>,
 ): RwLockFacet {
-  let made: Promise<void> | undefined
   /** Makes the root once, shared (1777) where the lock root is; a failure is not kept. */
-  const madeOnce = (): Promise<void> => {
-    made ??= rootMade(top)
-      .then(() => makeRootFolder(rws.dir, rws.shared))
-      .catch((error: unknown) => {
-        made = undefined
-        throw error
-      })
-    return made
-  }
+  const madeOnce = innerRootMaker(top, rws)
   /** A change left the lock idle: its folder goes once it stays so a while (../retire.ts). */
   const housekeep = (key: string, written: Written<RwLockRecord> | undefined): void => {
     if (!written) return
