@@ -42,6 +42,11 @@
  *   by the server's TIME, sequences by the mutex's MINT; layout.ts: its keys `<prefix>!semaphore{<name>}`
  *   (`:limit`, `:leases`, `:grants`, `:line`, `:kept`, `:sequence`), apart from every lock's and
  *   election's, and its one channel (`:changed`).
+ * - rwlock/: read-write locks (the `rwlock` facet). facet.ts: acquire (in line, read or write), extend,
+ *   release, abandon, downgrade, holders, inspect and the wait; scripts.ts: its Lua, one script per
+ *   operation, expiry by the server's TIME, fences by the mutex's MINT (readers share an epoch); layout.ts:
+ *   its keys `<prefix>!rwlock{<name>}` (`:line`, `:writers`, `:ends`, `:grants`, `:epoch`, `:fence`),
+ *   apart from every other primitive's, and its one channel (`:changed`).
  * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
  *   they share.
  * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a

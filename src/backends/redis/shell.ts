@@ -1,7 +1,7 @@
 /**
  * The Redis backend's shell: what every primitive of one backend shares (its id, limits and capabilities,
  * the store it speaks to, the one pub/sub connection of its waiters, `doctor` and `close`), with the
- * primitives on top, each from its own folder (mutex/, election/, semaphore/). The core's contract has the mutex's
+ * primitives on top, each from its own folder (mutex/, election/, semaphore/, rwlock/). The core's contract has the mutex's
  * methods at the backend's top level, so the shell extends the mutex; another primitive is one field here,
  * built from the same store and subscriptions (as `election`).
  */
@@ -13,6 +13,7 @@ import { RedisElection } from './election/facet.js'
 import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
 import type { LockLayout } from './mutex/layout.js'
 import type { Mode } from './mutex/mode.js'
+import { RedisRwLock } from './rwlock/facet.js'
 import { RedisSemaphore } from './semaphore/facet.js'
 import type { RedisStore } from './store.js'
 import { Subscriptions } from './subscriptions.js'
@@ -60,6 +61,8 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
   readonly election: RedisElection
   /** Counting semaphores on the same store (semaphore/): their own line, whatever the mutex's mode. */
   readonly semaphore: RedisSemaphore
+  /** Read-write locks on the same store (rwlock/): their own line, whatever the mutex's mode. */
+  readonly rwlock: RedisRwLock
   /** A lock's key holds its owner id, which extend and release check: a token needs no more. */
   readonly resume = OWNER_CHECKED_RESUME
   readonly #store: RedisStore
@@ -89,6 +92,7 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
       limits: REDIS_LIMITS,
       replicas: mutex.replicas,
     })
+    this.rwlock = new RedisRwLock({ store, subscriptions, limits: REDIS_LIMITS, replicas: mutex.replicas })
     this.#store = store
     this.#minReplicas = mutex.replicas.min
     this.#subscriptions = subscriptions

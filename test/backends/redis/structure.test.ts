@@ -1,7 +1,8 @@
 /**
  * The Redis backend's layout, read from its own sources: everything of the mutex sits in mutex/, of the
- * election in election/, and the files beside those folders (what every primitive shares) import nothing
- * from them, so a new primitive is a folder of its own and a field in the shell. And a Redlock node's
+ * election in election/, of the read-write lock in rwlock/, and the files beside those folders (what every
+ * primitive shares) import nothing from them, so a new primitive is a folder of its own and a field in the
+ * shell. And a Redlock node's
  * request reaches its script typed: the sources cast no request, and the compiler refuses a node attempt
  * without the engine's request.
  */
@@ -33,6 +34,11 @@ function sources(dir: string): Array<{ file: string; text: string; imports: stri
 it('the Redis election keeps its scripts, key names and facet in election/', () => {
   const election = readdirSync(join(redis, 'election')).sort()
   assert.deepEqual(election, ['facet.ts', 'layout.ts', 'scripts.ts'])
+})
+
+it('the Redis read-write lock keeps its scripts, key names and facet in rwlock/', () => {
+  const rwlock = readdirSync(join(redis, 'rwlock')).sort()
+  assert.deepEqual(rwlock, ['facet.ts', 'layout.ts', 'scripts.ts'])
 })
 
 it('the Redis mutex keeps its scripts, key names, modes and listing in mutex/', () => {
