@@ -39,7 +39,8 @@ describe('cas-lease: resume by the store clock', () => {
     releasedRecord(store, 'k')
     const first = processOn(store)
     const second = processOn(store)
-    const original = await first.acquire('k', { renew: false })
+    // A long lease on the ticking clock: a loaded machine's pause cannot end it before the resume.
+    const original = await first.acquire('k', { renew: false, ttl: 30_000 })
     assert.equal(typeof store.json('k')!.notBeforeMs, 'number', 'every write carries the store clock')
     const resumed = await second.resume(original.token())
     assert.deepEqual([resumed.owner, resumed.fence], [original.owner, original.fence])
@@ -100,7 +101,7 @@ describe('cas-lease: resume by the store clock', () => {
     releasedRecord(store, 'k')
     const first = processOn(store)
     const second = processOn(store)
-    const original = await first.acquire('k', { renew: false })
+    const original = await first.acquire('k', { renew: false, ttl: 30_000 })
     let open!: () => void
     const gate = new Promise<void>((resolve) => {
       open = resolve
