@@ -8,7 +8,7 @@
  *   of layout.ts) or by fencelock only when asked (`createTable=true`, on first use, again if it is deleted
  *   later, or by `fencelock doctor`): a client given a wrong region, account or table name must fail, never make an empty table
  *   of its own and grant locks others hold (a missing table fails at once, naming the region). The item of lock `k`: `pk` = `k` as is, `record` = the
- *   engine's record text (owner, fence, lease length, held/released, holder, key, nonce), `version` = a fresh
+ *   engine's record text (owner, fence, lease length, held/released, holder, key, nonce, store clock), `version` = a fresh
  *   random id per write (layout.ts). Reads are strongly consistent GetItems; a grant, renewal or release
  *   is a PutItem on `attribute_not_exists(pk)` (no item yet) or `version = <the version read>`.
  * - Expiry: observed, never on anyone's wall clock: a waiter takes over only once it has seen the same

@@ -4,9 +4,9 @@
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
- *   a per-write nonce) as its content, `Cache-Control: no-store`. Created with `ifGenerationMatch=0`, then only
- *   replaced with `ifGenerationMatch=<generation>`; a released one is deleted on its generation once the
- *   fence rule allows it (src/engines/cas/retire.ts).
+ *   a per-write nonce, the store's clock it was sent after) as its content, `Cache-Control: no-store`.
+ *   Created with `ifGenerationMatch=0`, then only replaced with `ifGenerationMatch=<generation>`; a
+ *   released one is deleted on its generation once the fence rule allows it (src/engines/cas/retire.ts).
  * - Expiry: observed, GCS has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   generation for a whole lease plus a margin on its own monotonic clock (unlike Vault, which compares
  *   the writer's and the reader's wall clocks).

@@ -4,9 +4,10 @@
  *
  * - Layout: one object per lock, `<prefix><name>` (layout.ts: the key itself when plain, else
  *   `~<sha256 hex>`), holding the engine's record (owner, fence, lease length, state, holder, the key,
- *   a per-write nonce). Created with `If-None-Match: *`, then only replaced with `If-Match: <ETag>`;
- *   a released one is deleted with `If-Match: <ETag>` of its last write once the fence rule allows it
- *   (src/engines/cas/retire.ts): the bucket keeps the locks held or recently released.
+ *   a per-write nonce, the store's clock it was sent after). Created with `If-None-Match: *`, then only
+ *   replaced with `If-Match: <ETag>`; a released one is deleted with `If-Match: <ETag>` of its last write
+ *   once the fence rule allows it (src/engines/cas/retire.ts): the bucket keeps the locks held or recently
+ *   released.
  * - Expiry: observed, S3 has no TTL a lock could use: a waiter takes over only after it has seen the same
  *   ETag for a whole lease plus a margin on its own monotonic clock; no wall clock is trusted.
  * - Fence: a counter in the record, advanced by the same conditional write that grants the lock. Each

@@ -1,8 +1,8 @@
 /**
  * How a store plugs into the cas-lease engine (engine.ts; S3, GCS, DynamoDB): `casLeaseBackend` returns
- * the backend object. The mutex's leased methods and an operator's list and break forward to one engine
- * over the adapter's locks; the election facet (election.ts), where the store gives an adapter of an
- * elections' namespace, to another engine over it. The adapters are the whole store part: the locks'
+ * the backend object. The mutex's leased methods, its resume (resume.ts) and an operator's list and break
+ * forward to one engine over the adapter's locks; the election facet (election.ts), where the store gives
+ * an adapter of an elections' namespace, to another engine over it. The adapters are the whole store part: the locks'
  * doctor is the backend's, and list is offered only where the adapter can list its store.
  */
 import type { LockBackend } from '../../core/backend.js'
@@ -25,6 +25,7 @@ export function casLeaseBackend(
   const backend: LockBackend = {
     ...casLeaseFacet(engine, adapter, options.id ?? adapter.id),
     ...(election ? { election: election.facet } : {}),
+    resume: engine.resume,
     breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: async () => {
       await Promise.all([engine.retirer.close(), election?.close()])

@@ -51,13 +51,14 @@
  *   ones costs two reads: one in flight, one sent after them): 60 R at the default `pollMaxMs` of 1 s
  *   (64 in the first minute, while the pace ramps up from 100 ms), plus 1 W per takeover or release
  *   seen (one grant write of a key in flight per process: its other waiters wait for its outcome);
- *   `inspect` is 1 R;
+ *   `inspect` is 1 R; resume: 2 R + 1 W;
  * - a refused or unknown write: + 1 R (none on DynamoDB, whose refusal returns the record);
  * - abandon of an acquire that sent a write: 1 R, + 1 W if that write left the record ours, or could
  *   still land on the record found (hold.ts).
  * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the adapter's listing (each
  *   backend's header says what it reads).
  *
+ * - Resume (resume.ts): a lock continued from its token, while its lease is live by the store's clock.
  * - Elections (election.ts): the engine again, over an adapter of the elections' own namespace.
  *
  * Adapter: `CasAdapter` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
@@ -70,6 +71,7 @@ import type {
   BackendCapabilities,
   LeaseFacet,
   LockInfo,
+  ResumeFacet,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { now } from '../../core/clock.js'
@@ -79,6 +81,7 @@ import { type CasHold, CasHolds } from './hold.js'
 import { type Observation, Observations } from './observe.js'
 import { CasOperations, recordView } from './operations.js'
 import { type CasRecord, heldBy, newNonce } from './record.js'
+import { casResume } from './resume.js'
 import { CasRetirer } from './retire.js'
 import { CasIo } from './write.js'
 
@@ -162,6 +165,8 @@ export class CasLease {
   readonly operations: CasOperations
   /** Deletes of released records the fence rule does not allow yet (retire.ts). */
   readonly retirer: CasRetirer
+  /** A held lock continued from its token in another process (resume.ts). */
+  readonly resume: ResumeFacet
   /** Owners whose acquire sent a write, with the versions its replaces were conditioned on (abandon). */
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
@@ -188,6 +193,7 @@ export class CasLease {
     this.retirer = new CasRetirer(this.#io)
     this.holds = new CasHolds(this.#io, this.#writers, this.retirer)
     this.operations = new CasOperations(this.#io)
+    this.resume = casResume(this.#io)
   }
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */

@@ -10,6 +10,7 @@ import type { BoundedMap } from '../../core/bounded-map.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import { newRecordFence, type ServerClock } from './fence.js'
 import { type CasRecord, type CasState, decodeRecord, heldBy, newNonce } from './record.js'
+import { answeredBefore, leaseEnded, resumableUntil } from './resume.js'
 import type { CasRetirer } from './retire.js'
 import type { CasIo, WriteOutcome } from './write.js'
 
@@ -30,6 +31,11 @@ export interface CasHold {
    * renewal, act on the lock the core took.
    */
   nonces: Set<string>
+  /**
+   * Set on a hold made by a resume (resume.ts) until its first write lands: that write must be answered
+   * before this moment of the store's clock (ms since 1970), the end of the lease it continues.
+   */
+  resumableUntil?: number | undefined
 }
 
 /** Writes one release or abandon makes at most, when the record keeps moving under our own late writes. */
@@ -51,23 +57,49 @@ export class CasHolds {
     this.#retirer = retirer
   }
 
-  /** `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). */
+  /**
+   * `LockBackend.extend`: a replace of our record on our last version (new nonce, same fence). A resumed
+   * hold's first one is checked against the end of the lease it continues (resume.ts), and follows the
+   * original holder's renewals that land between the resume's read and its write (a few at most).
+   */
   async extend(lease: HeldLease, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     const hold = lease.cookie as CasHold
-    // Too soon after our last write's answer for the store's write rate: wait for it (the core's validity
-    // counts from before this call, before the write is sent, so the wait only makes it more
-    // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
-    // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
-    await this.#io.paced(lease.key, signal)
-    const record = this.#record(lease, hold, ttlMs, 'held')
-    const out = await this.#io.write(lease.key, record, hold.version, signal)
-    if (out.kind === 'written') {
-      // The core counts the renewed validity from before this call, which is before the write was sent.
-      Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
-      return { renewed: true }
+    for (let i = 0; i < TRIES; i++) {
+      // Too soon after our last write's answer for the store's write rate: wait for it (the core's
+      // validity counts from before this call, before the write is sent, so the wait only makes it more
+      // conservative). Bounded: at most minWriteIntervalMs, and by the signal, which the core aborts when
+      // the validity ends (a ttl under that interval cannot be renewed at all: the store's minimum ttl).
+      await this.#io.paced(lease.key, signal)
+      const record = this.#record(lease, hold, ttlMs, 'held')
+      const answered: ServerClock = {}
+      const out = await this.#io.write(lease.key, record, hold.version, signal, answered)
+      if (out.kind === 'written') {
+        // The core counts the renewed validity from before this call, which is before the write was sent.
+        Object.assign(hold, { version: out.version, leaseMs: ttlMs, nonces: new Set([record.nonce]) })
+        const until = hold.resumableUntil
+        hold.resumableUntil = undefined
+        if (until !== undefined && !answeredBefore(answered.seconds, until)) {
+          throw leaseEnded(this.#io, lease.key, "the store's answer came after the lease's end")
+        }
+        return { renewed: true }
+      }
+      // A resume's write refused for a renewal of the original holder (our owner and fence, a nonce of
+      // none of our writes): the same lease, live, continued from that version.
+      if (hold.resumableUntil !== undefined && out.kind === 'other') {
+        const renewed = out.record
+        const until = renewed && resumableUntil(renewed)
+        const original =
+          heldBy(renewed, lease.owner) && renewed!.fence === lease.fence && !hold.nonces.has(renewed!.nonce)
+        if (original && until !== undefined) {
+          Object.assign(hold, { version: out.current!.version, resumableUntil: until })
+          hold.nonces.add(renewed!.nonce)
+          continue
+        }
+      }
+      this.#lostOrThrow(out, lease, hold, 'renew')
+      return { renewed: false }
     }
-    this.#lostOrThrow(out, lease, hold, 'renew')
-    return { renewed: false }
+    throw unsettled(this.#io, lease.key, 'resume')
   }
 
   /**

@@ -16,6 +16,10 @@
  *   grants on it lifts the fence from the store's clock first. Absent in every other record.
  * - `value` is an election leader's value (election.ts), written with the grant and by every later
  *   write of the hold; absent in a lock's record.
+ * - `notBeforeMs` is the store's clock (ms since 1970) that this write was sent after, as the writer's
+ *   process last heard it (write.ts): never a client's wall clock. It lets a resume tell a lease whose
+ *   time has passed from a live one (resume.ts); absent where the store shows no clock, and in records
+ *   of older versions.
  */
 import { randomBytes } from 'node:crypto'
 
@@ -37,6 +41,8 @@ export interface CasRecord {
   readonly fresh?: true | undefined
   /** An election candidate's value (`AcquireRequest.value`, or the last proclaimed); absent on a lock. */
   readonly value?: string | undefined
+  /** The store's clock (ms since 1970) this write was sent after, at the least (write.ts). */
+  readonly notBeforeMs?: number | undefined
 }
 
 /** The record format's version: a record of another version is unreadable, never guessed at. */
@@ -59,6 +65,7 @@ export function encodeRecord(record: CasRecord): string {
     ...(record.key === undefined ? {} : { key: record.key }),
     ...(record.fresh ? { fresh: true } : {}),
     ...(record.value === undefined ? {} : { value: record.value }),
+    ...(record.notBeforeMs === undefined ? {} : { notBeforeMs: record.notBeforeMs }),
   })
 }
 
@@ -75,7 +82,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
     return undefined
   }
   if (typeof raw !== 'object' || raw === null || raw.v !== FORMAT) return undefined
-  const { owner, fence, leaseMs, state, holder, nonce, key, fresh, value } = raw
+  const { owner, fence, leaseMs, state, holder, nonce, key, fresh, value, notBeforeMs } = raw
   if (typeof owner !== 'string' || typeof nonce !== 'string') return undefined
   if (typeof fence !== 'string' || !/^\d{1,40}$/.test(fence)) return undefined
   if (typeof leaseMs !== 'number' || !Number.isFinite(leaseMs) || leaseMs < 0) return undefined
@@ -84,6 +91,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
   if (key !== undefined && typeof key !== 'string') return undefined
   if (fresh !== undefined && fresh !== true) return undefined
   if (value !== undefined && typeof value !== 'string') return undefined
+  if (notBeforeMs !== undefined && !Number.isSafeInteger(notBeforeMs)) return undefined
   return {
     owner,
     fence: BigInt(fence),
@@ -94,6 +102,7 @@ export function decodeRecord(body: string): CasRecord | undefined {
     ...(key === undefined ? {} : { key }),
     ...(fresh ? { fresh } : {}),
     ...(value === undefined ? {} : { value }),
+    ...(notBeforeMs === undefined ? {} : { notBeforeMs: notBeforeMs as number }),
   }
 }
 

@@ -13,6 +13,12 @@ import type { Observation, Observations } from './observe.js'
 import { SharedReads } from './reads.js'
 import { type CasRecord, decodeRecord, encodeRecord } from './record.js'
 
+/**
+ * How much faster our monotonic clock may run than the store's (as the waiters' margin allows between
+ * processes, engine.ts): elapsed time counted towards the store's clock is cut by this share.
+ */
+const CLOCK_RATE_ALLOWANCE = 0.05
+
 export type WriteOutcome =
   /** This write landed: `version` is the record's new version. */
   | { readonly kind: 'written'; readonly version: string }
@@ -139,8 +145,11 @@ export class CasIo {
     let error: unknown
     let current: CasVersioned | undefined
     try {
-      // Every record names its key: `list` gives it back where the store's name for it is a hash.
-      const result = await this.#send(key, encodeRecord({ ...record, key }), version, signal, clock)
+      // Every record names its key (`list` gives it back where the store's name for it is a hash), and
+      // the store's clock it is sent after (a resume tells a live lease from an ended one by it).
+      const notBeforeMs = this.storeClockFloorMs()
+      const body = encodeRecord({ ...record, key, ...(notBeforeMs === undefined ? {} : { notBeforeMs }) })
+      const result = await this.#send(key, body, version, signal, clock)
       if (result.ok) {
         this.seen.saw(key, result.version, record, now())
         this.seen.landed(key)
@@ -201,6 +210,18 @@ export class CasIo {
       noteClock(clock, answered.seconds)
       this.#heard(answered)
     }
+  }
+
+  /**
+   * The store's clock now, at the least, in ms since 1970: the latest second an answer showed (the clock
+   * was at least that when the answer was served, before we heard it), plus what our monotonic clock has
+   * counted since we first heard it, less `CLOCK_RATE_ALLOWANCE` of that in case our clock runs fast.
+   * Undefined when no answer showed a clock.
+   */
+  storeClockFloorMs(): number | undefined {
+    if (this.serverSecond === undefined) return undefined
+    const elapsed = Math.max(0, now() - this.serverSecondSince)
+    return this.serverSecond * 1000 + Math.floor(elapsed * (1 - CLOCK_RATE_ALLOWANCE))
   }
 
   /** Notes the server second of an answer, when it is later than any seen. */
