@@ -93,12 +93,20 @@ function download(file: File, signal: AbortSignal, clock: ServerClock | undefine
     const chunks: Buffer[] = []
     let generation: string | undefined
     const stream = file.createReadStream()
-    const onAbort = () => stream.destroy(signal.reason)
+    // Never destroyed before its response: the SDK pipes the response into this stream right after the
+    // 'response' event, and a destroyed one makes it throw ERR_STREAM_UNABLE_TO_PIPE where nobody can catch
+    // it (an unhandled rejection). An abort before the response destroys it a turn after the response; the
+    // caller has its rejection at once anyway (#download races the signal).
+    let responded = false
+    const destroy = () => stream.destroy(signal.reason)
+    const onAbort = () => (responded ? destroy() : undefined)
     signal.addEventListener('abort', onAbort, { once: true })
     const settle = () => signal.removeEventListener('abort', onAbort)
     stream.on('response', (response: unknown) => {
+      responded = true
       generation = headerOf(response, 'x-goog-generation')
       noteClock(clock, httpDateSeconds(headerOf(response, 'date')))
+      if (signal.aborted) setImmediate(destroy)
     })
     stream.on('data', (chunk: Buffer) => chunks.push(chunk))
     stream.on('error', (error) => {

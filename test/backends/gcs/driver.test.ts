@@ -41,6 +41,36 @@ describe('gcs driver', { timeout: 60_000 }, () => {
     conditions: ['ifGenerationMatch=0', 'ifGenerationMatch=<generation>'],
   })
 
+  it('a read aborted before its response arrives ends without an unhandled error from the SDK', async () => {
+    const driver = driverOf(storage)
+    const key = freshKey()
+    await driver.create(key, '{}', signal)
+    const unhandled: unknown[] = []
+    const onUnhandled = (reason: unknown) => unhandled.push(reason)
+    process.on('unhandledRejection', onUnhandled)
+    process.on('uncaughtException', onUnhandled)
+    try {
+      // The GET waits at the server until released: the abort lands between the request and its response.
+      const release = server.hold({ method: 'GET' })
+      const controller = new AbortController()
+      const reading = driver.read(key, controller.signal).then(
+        () => 'read',
+        (error: unknown) => error,
+      )
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const reason = new Error('given up')
+      controller.abort(reason)
+      assert.equal(await reading, reason, 'the read rejects with the abort at once')
+      release()
+      // The response now arrives for a stream nobody reads: give the SDK time to pipe it.
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      assert.deepEqual(unhandled, [], 'the SDK threw where nobody could catch it')
+    } finally {
+      process.off('unhandledRejection', onUnhandled)
+      process.off('uncaughtException', onUnhandled)
+    }
+  })
+
   it('doctor: a warning for a lifecycle Delete rule that may delete lock objects, none for one elsewhere', async () => {
     const bucket = storage.bucket(BUCKET)
     const lifecycle = async (matchesPrefix: string[]) => {
