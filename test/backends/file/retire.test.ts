@@ -137,22 +137,34 @@ describe('file backend: released key folders are retired', () => {
       const marker = join(dir.path, `marker-${randomBytes(3).toString('hex')}`)
       const processes = 4
       const iterations = 25
-      const codes = await Promise.all(
-        Array.from({ length: processes }, () =>
-          runScript(CONTENDER, [pathToFileURL(root).href, k, String(iterations), log, marker, 'retire']),
-        ),
-      )
-      assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')
-      const lines = readFileSync(log, 'utf8').trim().split('\n')
+      // A removal needs a release that no other process's acquire follows within a moment: on a loaded
+      // machine 100 contended rounds may have none, so rounds go on (bounded) until one removal happened.
+      const MAX_ROUNDS = 5
+      let lines: string[] = []
+      let epochs = new Set<bigint>()
+      let rounds = 0
+      while (rounds < MAX_ROUNDS && epochs.size < 2) {
+        rounds++
+        const codes = await Promise.all(
+          Array.from({ length: processes }, () =>
+            runScript(CONTENDER, [pathToFileURL(root).href, k, String(iterations), log, marker, 'retire']),
+          ),
+        )
+        assert.deepEqual(codes, Array(processes).fill(0), 'every contender should finish cleanly')
+        const before = lines.length
+        lines = readFileSync(log, 'utf8').trim().split('\n')
+        // Removed and made again while the others contended, within this round (a round's end retires the
+        // folder anyway): each time a fresh fence range (epoch).
+        const granted = lines.slice(before).filter((l) => !l.startsWith('OVERLAP'))
+        epochs = new Set(granted.map((l) => BigInt(l.split(' ')[0]!) >> 21n))
+      }
       assert.deepEqual(
         lines.filter((l) => l.startsWith('OVERLAP')),
         [],
       )
       const fences = lines.map((l) => BigInt(l.split(' ')[0]!))
-      assert.equal(fences.length, processes * iterations)
-      // Removed and made again while the others contended: each time a fresh fence range (epoch).
-      const epochs = new Set(fences.map((fence) => fence >> 21n))
-      assert.ok(epochs.size > 1, 'the folder should have been retired and made again')
+      assert.equal(fences.length, rounds * processes * iterations)
+      assert.ok(epochs.size > 1, `the folder was never retired and made again in ${rounds} rounds`)
       for (let i = 1; i < fences.length; i++) {
         assert.ok(fences[i]! > fences[i - 1]!, `fence ${fences[i]} granted after ${fences[i - 1]}`)
       }
