@@ -98,13 +98,14 @@ export const acquireSql = (table: string, bell: boolean, election = false): stri
 
 /**
  * Extend. Params: ttl ms, [bell, bell], key, owner, fence. Restarts the lease only while the row is ours
- * with our fence and not released (expired but untaken is still ours: nobody else was granted). The reply's
+ * with our fence, not released and not ended on the server's clock: an ended lease is never revived, since
+ * the key was free in between and its holder must hear that it lost it (every other store ends it too). The reply's
  * "Rows matched" says whether it was (whatever CLIENT_FOUND_ROWS says of changed rows). With the doorbell,
  * takes the bell again if this connection lost it (a reconnect): only on a row that matched.
  */
 export const extendSql = (table: string, bell: boolean): string =>
   `UPDATE ${table} SET expires_at = ${NOW_US} + ? * 1000${bell ? ` + 0 * ${TAKE_BELL}` : ''}
-  WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0`
+  WHERE lock_key = ? AND owner = ? AND fence = ? AND released = 0 AND expires_at > ${NOW_US}`
 
 /**
  * Release. Params: [bell], key, owner[, fence]. Marks the row released (free at once, even if the server's

@@ -111,10 +111,11 @@ UNION ALL
 SELECT false, fence::text, ${REMAINING}, owner, released, holder FROM ${table}
   WHERE name = ${v.text(req.key)} AND NOT EXISTS (SELECT 1 FROM granted)`
     },
-    /** Extend: our lease restarted from the server's now; no row when not ours. */
+    /** Extend: our lease restarted from the server's now; no row when not ours, or when it has ended (never revived). */
     extend: (v: Values, key: string, owner: string, fence: bigint, ttlMs: number) =>
       `UPDATE ${table} SET expires_at = ${now} + ${v.float(ttlMs)} * interval '1 millisecond'
   WHERE name = ${v.text(key)} AND owner = ${v.text(owner)} AND fence = ${v.bigint(fence)} AND NOT released
+    AND expires_at > ${now}
   RETURNING ${REMAINING} AS ms`,
     /**
      * Release (any fence when `fence` is undefined): deletes the row, owner-checked (the name is retired:
