@@ -23,13 +23,6 @@ import type { ReplicaPolicy } from '../mutex/facet.js'
 import type { RedisStore } from '../store.js'
 import type { Subscriptions } from '../subscriptions.js'
 
-/**
- * How long a waiter keeps its place without asking again, at least: a queued waiter asks about once a
- * second (the core's slow fallback), and one that stopped without abandoning must not block the line for
- * longer than a lease.
- */
-export const PLACE_KEPT_MIN_MS = 3000
-
 /** What a primitive with a line is built from: the backend's store, subscriptions, limits and replica policy. */
 export interface RedisLeaseLineParts {
   readonly store: RedisStore

@@ -14,17 +14,18 @@
  * What it shares with the semaphore (the read-back, the replicas check, the wait) is ../lease-line/.
  */
 import { raceSignal } from '../../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  DowngradeResult,
-  ExtendResult,
-  HeldLease,
-  RwLockFacet,
-  RwLockHolder,
-  RwLockInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type DowngradeResult,
+  type ExtendResult,
+  type HeldLease,
+  placeKeptMs,
+  type RwLockFacet,
+  type RwLockHolder,
+  type RwLockInfo,
 } from '../../../core/backend.js'
-import { PLACE_KEPT_MIN_MS, RedisLeaseLine, type RedisLeaseLineParts } from '../lease-line/facet.js'
+import { RedisLeaseLine, type RedisLeaseLineParts } from '../lease-line/facet.js'
 import type { Script } from '../lua.js'
 import { isReplyError } from '../store.js'
 import { type RedisRwLockKeys, redisRwLockKeys, scriptKeys } from './layout.js'
@@ -51,7 +52,7 @@ export class RedisRwLock extends RedisLeaseLine<RedisRwLockKeys> implements RwLo
     if (!mode) throw new TypeError('A read-write lock acquire carries `rwlock` (its mode)')
     let result: AttemptResult
     try {
-      const args = [req.owner, req.ttlMs, mode, req.holder ?? '', Math.max(req.ttlMs, PLACE_KEPT_MIN_MS)]
+      const args = [req.owner, req.ttlMs, mode, req.holder ?? '', placeKeptMs(req.ttlMs)]
       const [granted, value] = (await raceSignal(this.#write(req.key, ACQUIRE, args, signal), signal)) as [
         number,
         number | string,

@@ -13,17 +13,18 @@
  * What it shares with the read-write lock (the read-back, the replicas check, the wait) is ../lease-line/.
  */
 import { raceSignal } from '../../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  ExtendResult,
-  HeldLease,
-  PermitHolder,
-  SemaphoreFacet,
-  SemaphoreInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type ExtendResult,
+  type HeldLease,
+  type PermitHolder,
+  placeKeptMs,
+  type SemaphoreFacet,
+  type SemaphoreInfo,
 } from '../../../core/backend.js'
 import { LimitMismatchError } from '../../../core/errors.js'
-import { PLACE_KEPT_MIN_MS, RedisLeaseLine, type RedisLeaseLineParts } from '../lease-line/facet.js'
+import { RedisLeaseLine, type RedisLeaseLineParts } from '../lease-line/facet.js'
 import { isReplyError } from '../store.js'
 import { type RedisSemaphoreKeys, redisSemaphoreKeys, scriptKeys } from './layout.js'
 import { ABANDON, ACQUIRE, EXTEND, HOLDERS, INSPECT, READ_BACK, RELEASE, SET_LIMIT } from './scripts.js'
@@ -59,7 +60,7 @@ export class RedisSemaphore extends RedisLeaseLine<RedisSemaphoreKeys> implement
             asked.limitCompared ? '1' : '0',
             req.holder ?? '',
             k.changed,
-            Math.max(req.ttlMs, PLACE_KEPT_MIN_MS),
+            placeKeptMs(req.ttlMs),
           ],
           signal,
         ),
