@@ -22,8 +22,8 @@ import type { SemaphoreAdapter } from './semaphores.js'
 import { call, connected, sequence } from './zookeeper.js'
 
 let permitIds = 0
-/** A permit id unique across the bench's contenders (one process). */
-const permitId = () => `${process.pid}-${permitIds++}`
+/** A permit id unique across the bench's contenders (one process): the floors' here, and Redis's. */
+export const permitId = () => `${process.pid}-${permitIds++}`
 
 /** The armed half of a wake-up: `woken` resolves once `wake` is called (armed before the try it follows). */
 function armed(): { woken: Promise<void>; wake: () => void } {
@@ -32,6 +32,39 @@ function armed(): { woken: Promise<void>; wake: () => void } {
     wake = resolve
   })
   return { woken, wake }
+}
+
+/**
+ * The waiters of each name (a semaphore, a prefix), woken together when its release is heard. `arm` before
+ * the try it follows, so a release between the try and the wait is not missed; `disarm` once done waiting.
+ */
+class Bells {
+  readonly #waiting = new Map<string, Set<() => void>>()
+
+  arm(name: string): { woken: Promise<void>; disarm: () => void } {
+    const { woken, wake } = armed()
+    const wakes = this.#waiting.get(name) ?? new Set()
+    this.#waiting.set(name, wakes)
+    wakes.add(wake)
+    return { woken, disarm: () => wakes.delete(wake) }
+  }
+
+  ring(name: string): void {
+    for (const wake of this.#waiting.get(name) ?? []) wake()
+  }
+}
+
+/** Runs `make` once per key (a table per server, a folder per contender); later callers share its promise. */
+function oncePer(): (key: string, make: () => unknown) => Promise<unknown> {
+  const made = new Map<string, Promise<unknown>>()
+  return (key, make) => {
+    let done = made.get(key)
+    if (done === undefined) {
+      done = Promise.resolve().then(make)
+      made.set(key, done)
+    }
+    return done
+  }
 }
 
 /**
@@ -58,7 +91,7 @@ END $$;`
 const PG_RELEASE = `WITH d AS (DELETE FROM bench_sem_floor_permits WHERE name = $1 AND id = $2 RETURNING name)
   SELECT pg_notify('bench_sem_floor', name) FROM d`
 /** The table and function, made once per server by the first contender (concurrent CREATEs collide). */
-const pgSetups = new Map<string, Promise<unknown>>()
+const pgSetup = oncePer()
 
 const postgresFloor: SemaphoreAdapter = {
   name: 'raw floor: postgres function (advisory xact lock, count, insert) + NOTIFY',
@@ -68,32 +101,26 @@ const postgresFloor: SemaphoreAdapter = {
   async contender(env, ttlMs) {
     if (!env.postgres) throw new Error('no postgres store was started')
     const sql = postgres(env.postgres, { max: 1, onnotice: () => {} })
-    if (!pgSetups.has(env.postgres)) pgSetups.set(env.postgres, sql.unsafe(PG_SETUP).simple())
-    await pgSetups.get(env.postgres)
-    const waiting = new Map<string, Set<() => void>>()
-    await sql.listen('bench_sem_floor', (name) => {
-      for (const wake of waiting.get(name) ?? []) wake()
-    })
+    await pgSetup(env.postgres, () => sql.unsafe(PG_SETUP).simple())
+    const bells = new Bells()
+    await sql.listen('bench_sem_floor', (name) => bells.ring(name))
     return {
       async acquire(name, limit) {
         const id = permitId()
-        const wakes = waiting.get(name) ?? new Set()
-        waiting.set(name, wakes)
         for (;;) {
-          const { woken, wake } = armed()
-          wakes.add(wake)
-          const [row] = await sql.unsafe('SELECT bench_sem_floor_acquire($1, $2, $3, $4) AS granted', [
-            name,
-            id,
-            limit,
-            ttlMs,
-          ])
-          if (row?.granted) {
-            wakes.delete(wake)
-            return { release: async () => void (await sql.unsafe(PG_RELEASE, [name, id])) }
+          const bell = bells.arm(name)
+          try {
+            const [row] = await sql.unsafe('SELECT bench_sem_floor_acquire($1, $2, $3, $4) AS granted', [
+              name,
+              id,
+              limit,
+              ttlMs,
+            ])
+            if (row?.granted) return { release: async () => void (await sql.unsafe(PG_RELEASE, [name, id])) }
+            await bell.woken
+          } finally {
+            bell.disarm()
           }
-          await woken
-          wakes.delete(wake)
         }
       },
       close: () => sql.end({ timeout: 1 }),
@@ -110,7 +137,7 @@ const postgresFloor: SemaphoreAdapter = {
  */
 const MYSQL_POLL_MS = 5
 const MYSQL_NOW_US = 'CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)'
-const mysqlSetups = new Map<string, Promise<unknown>>()
+const mysqlSetup = oncePer()
 
 const mysqlFloor: SemaphoreAdapter = {
   name: 'raw floor: mysql transaction (lock the semaphore row, count, insert), 5 ms poll',
@@ -121,16 +148,13 @@ const mysqlFloor: SemaphoreAdapter = {
     const server = serverOf(env)
     const connection = await createConnection(server)
     const key = `${server.host}:${server.port}`
-    if (!mysqlSetups.has(key)) {
-      const setup = connection
-        .query('CREATE TABLE IF NOT EXISTS bench_sem_floor (name VARBINARY(255) PRIMARY KEY) ENGINE=InnoDB')
-        .then(() =>
-          connection.query(`CREATE TABLE IF NOT EXISTS bench_sem_floor_permits (name VARBINARY(255) NOT NULL,
-            id VARBINARY(64) NOT NULL, expires_us BIGINT NOT NULL, PRIMARY KEY (name, id)) ENGINE=InnoDB`),
-        )
-      mysqlSetups.set(key, setup)
-    }
-    await mysqlSetups.get(key)
+    await mysqlSetup(key, async () => {
+      await connection.query(
+        'CREATE TABLE IF NOT EXISTS bench_sem_floor (name VARBINARY(255) PRIMARY KEY) ENGINE=InnoDB',
+      )
+      await connection.query(`CREATE TABLE IF NOT EXISTS bench_sem_floor_permits (name VARBINARY(255) NOT NULL,
+        id VARBINARY(64) NOT NULL, expires_us BIGINT NOT NULL, PRIMARY KEY (name, id)) ENGINE=InnoDB`)
+    })
     /** One try, in one transaction: true when the permit was added. */
     const tryOnce = async (name: string, id: string, limit: number) => {
       await connection.query('BEGIN')
@@ -191,34 +215,28 @@ const etcdFloor: SemaphoreAdapter = {
     const leaseId = await lease.grant()
     const firstKeys = (prefix: string, limit: number) =>
       client.getAll().prefix(prefix).sort('Create', 'Ascend').limit(limit)
-    /** Per semaphore prefix, the watch (made before the first put) and the waiters it wakes at a delete. */
-    const watched = new Map<string, { watcher: Promise<Watcher>; wakes: Set<() => void> }>()
+    /** Per semaphore prefix, the watch (made before the first put), which rings its bell at a delete. */
+    const watched = new Map<string, Promise<Watcher>>()
+    const bells = new Bells()
     const watching = (prefix: string) => {
-      let entry = watched.get(prefix)
-      if (!entry) {
-        const wakes = new Set<() => void>()
-        const watcher = client.watch().prefix(prefix).create()
+      let watcher = watched.get(prefix)
+      if (!watcher) {
+        watcher = client.watch().prefix(prefix).create()
         watcher.then(
-          (w) =>
-            w.on('delete', () => {
-              for (const wake of wakes) wake()
-            }),
+          (w) => w.on('delete', () => bells.ring(prefix)),
           () => {},
         )
-        entry = { watcher, wakes }
-        watched.set(prefix, entry)
+        watched.set(prefix, watcher)
       }
-      return entry
+      return watcher
     }
     return {
       async acquire(name, limit) {
         const prefix = `bench-sem-floor/${name}/`
         const key = `${prefix}${permitId()}`
-        const { watcher, wakes } = watching(prefix)
-        await watcher
+        await watching(prefix)
         // Armed before the put: a delete between the txn's range and the wait is not missed.
-        let { woken, wake } = armed()
-        wakes.add(wake)
+        let bell = bells.arm(prefix)
         try {
           const put = await client
             .if(key, 'Create', '==', 0)
@@ -226,19 +244,18 @@ const etcdFloor: SemaphoreAdapter = {
             .commit()
           let first = put.responses[1]!.response_range.kvs.map((kv) => kv.key.toString())
           while (!first.includes(key)) {
-            await woken
-            wakes.delete(wake)
-            ;({ woken, wake } = armed())
-            wakes.add(wake)
+            await bell.woken
+            bell.disarm()
+            bell = bells.arm(prefix)
             first = await firstKeys(prefix, limit).keys()
           }
         } finally {
-          wakes.delete(wake)
+          bell.disarm()
         }
         return { release: async () => void (await client.delete().key(key)) }
       },
       close: async () => {
-        await Promise.all([...watched.values()].map(async (w) => (await w.watcher).cancel()))
+        await Promise.all([...watched.values()].map(async (w) => (await w).cancel()))
         await lease.revoke().catch(() => {})
         client.close()
       },
@@ -263,7 +280,7 @@ const fileFloor: SemaphoreAdapter = {
   kind: 'floor',
   note: 'open(O_EXCL) of slot-0 … slot-(limit-1), unlink to release; a waiter watches the folder (and tries every 100 ms); no expiry of a dead holder’s slot',
   async contender(env) {
-    const made = new Set<string>()
+    const made = oncePer()
     /** The slot taken, or undefined when all `limit` are. */
     const trySlots = async (folder: string, limit: number) => {
       for (let slot = 0; slot < limit; slot++) {
@@ -280,8 +297,7 @@ const fileFloor: SemaphoreAdapter = {
     return {
       async acquire(name, limit) {
         const folder = join(env.dir, 'semaphore-floor', name)
-        if (!made.has(folder)) mkdirSync(folder, { recursive: true })
-        made.add(folder)
+        await made(folder, () => mkdirSync(folder, { recursive: true }))
         let path = await trySlots(folder, limit)
         if (path === undefined) {
           // Watching before the next try: a removal between the try and the wait is not missed.
@@ -322,7 +338,7 @@ const zookeeperFloor: SemaphoreAdapter = {
   note: 'one session per contender; create EPHEMERAL_SEQUENTIAL + getChildren pipelined; a waiter lists with a child watch; delete to release; no admission lock',
   async contender(env, ttlMs) {
     const client = await connected(env, ttlMs)
-    const made = new Set<string>()
+    const made = oncePer()
     const children = (dir: string, watcher?: () => void) =>
       call<string[]>((done) =>
         watcher ? client.getChildren(dir, watcher, done) : client.getChildren(dir, done),
@@ -333,8 +349,7 @@ const zookeeperFloor: SemaphoreAdapter = {
     return {
       async acquire(semaphore, limit) {
         const dir = `/bench-sem-floor/${semaphore}`
-        if (!made.has(dir)) await call<string>((done) => client.mkdirp(dir, done))
-        made.add(dir)
+        await made(dir, () => call<string>((done) => client.mkdirp(dir, done)))
         const created = call<string>((done) =>
           client.create(`${dir}/lease-`, zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, done),
         )

@@ -12,7 +12,7 @@ import { Semaphore as RedisSemaphore } from 'redis-semaphore'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
 import type { Env } from './adapter.js'
-import { SEMAPHORE_FLOORS } from './semaphore-floors.js'
+import { permitId, SEMAPHORE_FLOORS } from './semaphore-floors.js'
 
 /** Permits held: release gives them back. */
 export interface Permit {
@@ -94,8 +94,6 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
 end
 return 0`
 
-let floorIds = 0
-
 const redisFloor: SemaphoreAdapter = {
   name: 'raw floor: redis Lua ZREMRANGEBYSCORE+ZCARD+ZADD',
   store: 'redis',
@@ -106,7 +104,7 @@ const redisFloor: SemaphoreAdapter = {
     return {
       async acquire(name, limit) {
         const key = `bench-floor:${name}`
-        const id = `${process.pid}-${floorIds++}`
+        const id = permitId()
         // The bench's own wait: the floor has no line to wait in, so it tries again.
         while ((await client.eval(TRY, 1, key, limit, ttlMs, id)) !== 1) await sleep(1)
         return {

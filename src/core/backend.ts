@@ -4,6 +4,13 @@
  * signal and errors. Keep backends small: if one needs a loop, a timer or a retry, it belongs here.
  */
 
+/**
+ * How long a store keeps a queued waiter's place in a line without it asking again: max(ttl, 3 s). A queued
+ * waiter asks about once a second (the core's slow fallback, `Busy.queued`), and one that stopped without
+ * abandoning must not block the line for longer than a lease.
+ */
+export const placeKeptMs = (ttlMs: number): number => Math.max(ttlMs, 3000)
+
 /** How a backend frees the lease of a holder that died. */
 export type ExpiryKind =
   /** The store's own clock expires the lease (Redis PX, SQL now(), the host's monotonic clock for files). */

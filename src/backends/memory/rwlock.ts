@@ -8,24 +8,18 @@
  * the next value; a reader takes the read epoch, a value taken by the first reader after a writer's grant
  * and shared by the readers that follow until the next writer's grant.
  */
-import type {
-  AcquireRequest,
-  AttemptResult,
-  HeldLease,
-  LockInfo,
-  RwLockFacet,
-  RwLockInfo,
-  RwLockMode,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type HeldLease,
+  type LockInfo,
+  placeKeptMs,
+  type RwLockFacet,
+  type RwLockInfo,
+  type RwLockMode,
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { type Wakeups, waitOn, wakeAll } from './wakeups.js'
-
-/**
- * How long a waiter keeps its place without asking again, at least: a queued waiter asks about once a
- * second (the core's slow fallback), and one that stopped without abandoning must not block the line for
- * longer than a lease.
- */
-const PLACE_KEPT_MIN_MS = 3000
 
 interface Entry {
   readonly owner: string
@@ -129,7 +123,7 @@ export function memoryRwLock(name: string, shell: Pick<RwLockFacet, 'id' | 'capa
         if (line.length > i + 1) notify(key)
         return { granted: true, fence: entry.fence, ttlMs }
       }
-      entry.until = now() + Math.max(ttlMs, PLACE_KEPT_MIN_MS)
+      entry.until = now() + placeKeptMs(ttlMs)
       let soonest = Infinity
       for (const e of ahead) if (e.fence !== undefined) soonest = Math.min(soonest, e.until - now())
       return { granted: false, queued: true, ...(soonest < Infinity ? { retryInMs: soonest } : {}) }

@@ -5,24 +5,18 @@
  * order, so a large request is never passed by smaller ones. The sequence counter per name is kept for
  * the life of the process, as the mutex's fences are; the rest is dropped once nothing holds or waits.
  */
-import type {
-  AcquireRequest,
-  AttemptResult,
-  HeldLease,
-  LockInfo,
-  SemaphoreFacet,
-  SemaphoreInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type HeldLease,
+  type LockInfo,
+  placeKeptMs,
+  type SemaphoreFacet,
+  type SemaphoreInfo,
 } from '../../core/backend.js'
 import { now } from '../../core/clock.js'
 import { LimitMismatchError } from '../../core/errors.js'
 import { type Wakeups, waitOn, wakeAll } from './wakeups.js'
-
-/**
- * How long a waiter keeps its place without asking again, at least: a queued waiter asks about once a
- * second (the core's slow fallback), and one that stopped without abandoning must not block the line for
- * longer than a lease.
- */
-const PLACE_KEPT_MIN_MS = 3000
 
 interface Lease {
   readonly permits: number
@@ -123,7 +117,7 @@ export function memorySemaphore(
         if (sem.line.length > 0) notify(key)
         return { granted: true, fence: sequence, ttlMs }
       }
-      const keptUntil = now() + Math.max(ttlMs, PLACE_KEPT_MIN_MS)
+      const keptUntil = now() + placeKeptMs(ttlMs)
       const place = sem.line.find((p) => p.owner === owner)
       if (place) place.keptUntil = keptUntil
       else sem.line.push({ owner, permits: asked.permits, keptUntil })

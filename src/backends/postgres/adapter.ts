@@ -269,7 +269,7 @@ export class PostgresAdapter implements SqlAdapter {
   /** Whether the table and the sequence exist; and the session defaults, which decide `#pinned`. */
   async #exists(signal: AbortSignal): Promise<{ table: boolean; sequence: boolean }> {
     try {
-      const rows = (await raceSignal(
+      const found = (await raceSignal(
         this.#sql.unsafe(
           `SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS table,
             pg_catalog.to_regclass($2::text) IS NOT NULL AS sequence,
@@ -278,7 +278,8 @@ export class PostgresAdapter implements SqlAdapter {
           [this.table, this.#sequence],
         ),
         signal,
-      )) as unknown as { table: boolean; sequence: boolean; plain: boolean }[]
+      )) as unknown
+      const rows = ranStatement<{ table: boolean; sequence: boolean; plain: boolean }>(found)
       this.#pinned = rows[0]?.plain !== true
       return { table: rows[0]?.table === true, sequence: rows[0]?.sequence === true }
     } catch (error) {
@@ -317,7 +318,7 @@ export class PostgresAdapter implements SqlAdapter {
         const values = parameters()
         const query = this.#sql.unsafe(build(values), values.params as never[], { prepare: this.#prepare })
         try {
-          return (await (signal ? raceSignal(query, signal) : query)) as unknown as R[]
+          return ranStatement<R>(await (signal ? raceSignal(query, signal) : query))
         } catch (error) {
           const code = (error as { code?: unknown }).code
           if (code !== '40001' && code !== '25006') throw error
@@ -325,13 +326,27 @@ export class PostgresAdapter implements SqlAdapter {
         }
       }
       const query = this.#sql.unsafe(`${PIN};\n${build(literals)}`).simple()
-      const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as R[][]
-      return results[1] ?? []
+      const results = (await (signal ? raceSignal(query, signal) : query)) as unknown as unknown[]
+      return ranStatement<R>(results[1])
     } catch (error) {
       if (signal?.aborted && error === signal.reason) throw error
       throw await this.#failure(error, what, key)
     }
   }
+}
+
+/**
+ * The rows of a statement that ran, told by its command tag (`SELECT 1`, `INSERT 0 1`: postgres.js sets
+ * `command` from CommandComplete). postgres.js settles a query on ReadyForQuery whatever came before it, and
+ * on a COPY reply with a stream: a peer that is not PostgreSQL can "answer" with no rows and no tag. Read as
+ * no row, an acquire would be a refusal; nothing ran, so it is an error (the caller's `unavailable`).
+ */
+function ranStatement<R>(result: unknown): R[] {
+  if (Array.isArray(result) && typeof (result as { command?: unknown }).command === 'string') return result
+  throw new Error(
+    'the server answered without running the statement (no command tag): check that the URL points at ' +
+      'PostgreSQL, or at a proxy that reaches it',
+  )
 }
 
 function toRow(row: Row): SqlRow {

@@ -47,6 +47,9 @@
  *   operation, expiry by the server's TIME, fences by the mutex's MINT (readers share an epoch); layout.ts:
  *   its keys `<prefix>!rwlock{<name>}` (`:line`, `:writers`, `:ends`, `:grants`, `:epoch`, `:fence`),
  *   apart from every other primitive's, and its one channel (`:changed`).
+ * - lease-line/: what the primitives with a line of their own (semaphore/, rwlock/) share, for the next one
+ *   to reuse. facet.ts: a base class (the parts, read-back, the minReplicas give-back, abandon, inspect,
+ *   the wait); scripts.ts: Lua fragments (chunked removal, the owner check, the read-back script).
  * - shell.ts: the backend itself: its primitives, with the limits, capabilities, `doctor` and `close`
  *   they share.
  * - store.ts: runs scripts by SHA (NOSCRIPT falls back to the source) and explains failures; lua.ts: a

@@ -317,27 +317,14 @@ export class QueueLock<Id, Entry> {
     // another write.
     acq.ended = true
     this.#acqs.stopWatching(acq)
-    const cleanUp = (async () => {
-      try {
-        // The writes must have landed (or failed) first: a delete sent before one would leave its entry.
-        await acq.inflight
-        const names = [...acq.names]
-        if (names.length === 0) return
-        // By name, unconditionally: the names hold our owner id, which nobody else writes, and whatever
-        // the abort raced with (the write, its reply, the keep-alive after it, a hand-over), the entry is
-        // ours to remove.
-        await this.#adapter.removeNames(names).catch((error: unknown) => {
-          // As for a release: our own waiters behind them may keep their session alive.
-          this.#leftovers.retry(() => this.#adapter.removeNames(names), sessions)
-          throw error
-        })
-      } catch (error) {
-        for (const session of sessions) this.#pool.retire(session)
-        throw error
-      } finally {
-        this.#acqs.end(acq)
-      }
-    })()
+    const cleanUp = this.#leftovers.removeAbandoned({
+      sessions,
+      inflight: acq.inflight,
+      names: () => [...acq.names],
+      removeNames: (names) => this.#adapter.removeNames(names),
+      retire: (session) => this.#pool.retire(session),
+      end: () => this.#acqs.end(acq),
+    })
     // Given up on at the core's deadline, the clean-up still finishes on its own (an owner-safe delete).
     await raceSignal(cleanUp, signal)
   }

@@ -10,6 +10,7 @@
  * answers it (deleted, or found gone), every session that may carry the entry has ended (revoked by us, so
  * no longer kept alive, or reported lost: the entry goes with its lease), or the engine closes. Each try is
  * one request as owner-safe as the first (by the entry's position, or by a name unique to the acquire).
+ * `removeAbandoned` is the clean-up of an acquire given up, which both queue engines run alike.
  */
 import { jitter } from '../../core/clock.js'
 import type { Session } from '../session/pool.js'
@@ -18,6 +19,21 @@ import type { Session } from '../session/pool.js'
 const LEFTOVER_RETRY_FIRST_MS = 200
 /** A leader election takes a second or two: tries a second or so apart find the new leader soon after. */
 const LEFTOVER_RETRY_MAX_MS = 1500
+
+/** An acquire given up, as its clean-up sees it (`Leftovers.removeAbandoned`). */
+export interface Abandoned<S> {
+  /** The sessions its writes used. */
+  readonly sessions: readonly S[]
+  /** Its writes still in flight: the names are read once they have settled. */
+  readonly inflight: Promise<unknown> | undefined
+  /** The names its writes put, each holding the acquire's owner id. */
+  names(): string[]
+  removeNames(names: string[]): Promise<unknown>
+  /** Retires a session (a delete failed: the session takes the entries with it when it ends). */
+  retire(session: S): void
+  /** Runs last, whatever happened. */
+  end(): void
+}
 
 export class Leftovers {
   readonly #timers = new Set<NodeJS.Timeout>()
@@ -42,6 +58,32 @@ export class Leftovers {
       this.#timers.add(timer)
     }
     schedule(LEFTOVER_RETRY_FIRST_MS)
+  }
+
+  /**
+   * Deletes whatever an acquire given up may have put, once its writes have settled. A failed delete is sent
+   * again (`retry`) and retires the sessions that may carry the entries; the error is rethrown.
+   */
+  async removeAbandoned<S extends Session<unknown, unknown>>(acq: Abandoned<S>): Promise<void> {
+    try {
+      // The writes must have landed (or failed) first: a delete sent before one would leave its entry.
+      await acq.inflight
+      const names = acq.names()
+      if (names.length === 0) return
+      // By name, unconditionally: the names hold our owner id, which nobody else writes, and whatever
+      // the abort raced with (the write, its reply, the keep-alive after it, a hand-over), the entry is
+      // ours to remove.
+      await acq.removeNames(names).catch((error: unknown) => {
+        // As for a release: our own waiters behind them may keep their session alive.
+        this.retry(() => acq.removeNames(names), acq.sessions)
+        throw error
+      })
+    } catch (error) {
+      for (const session of acq.sessions) acq.retire(session)
+      throw error
+    } finally {
+      acq.end()
+    }
   }
 
   /** Stops every pending try (closing: every session is revoked next). */

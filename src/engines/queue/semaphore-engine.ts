@@ -226,23 +226,14 @@ export class QueueSemaphore<Id> {
     const sessions = [...acq.on]
     acq.ended = true
     this.#leaveChannel(acq)
-    const cleanUp = (async () => {
-      try {
-        await acq.inflight
-        const names = [...acq.names]
-        if (names.length === 0) return
-        // By name: the names hold our owner id, which nobody else writes.
-        await this.#adapter.removeNames(names).catch((error: unknown) => {
-          this.#leftovers.retry(() => this.#adapter.removeNames(names), sessions)
-          throw error
-        })
-      } catch (error) {
-        for (const session of sessions) this.#pool.retire(session)
-        throw error
-      } finally {
-        this.#end(acq)
-      }
-    })()
+    const cleanUp = this.#leftovers.removeAbandoned({
+      sessions,
+      inflight: acq.inflight,
+      names: () => [...acq.names],
+      removeNames: (names) => this.#adapter.removeNames(names),
+      retire: (session) => this.#pool.retire(session),
+      end: () => this.#end(acq),
+    })
     await raceSignal(cleanUp, signal)
   }
 

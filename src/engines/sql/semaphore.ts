@@ -26,14 +26,15 @@
  * Statements, without faults: acquire 1 transaction of 4-6, renewal 1, release 1 transaction of 4.
  */
 import { raceSignal } from '../../core/abort.js'
-import type {
-  AcquireRequest,
-  AttemptResult,
-  DoctorFinding,
-  HeldLease,
-  LockInfo,
-  SemaphoreFacet,
-  SemaphoreInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type DoctorFinding,
+  type HeldLease,
+  type LockInfo,
+  placeKeptMs,
+  type SemaphoreFacet,
+  type SemaphoreInfo,
 } from '../../core/backend.js'
 import { BoundedMap } from '../../core/bounded-map.js'
 import { LimitMismatchError } from '../../core/errors.js'
@@ -43,8 +44,6 @@ import type { SqlPermitRow, SqlSemaphoreAdapter } from './semaphore-adapter.js'
 import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
 
-/** How long a waiter keeps its place without asking again, at least (the core asks about once a second). */
-const PLACE_KEPT_MIN_MS = 3000
 const POLL_MAX_MS = 1000
 const LISTEN_TIMEOUT_MS = 5000
 const RETIRE_EVERY_MS = 10_000
@@ -143,7 +142,7 @@ export class SqlSemaphore {
           if (line.some((place) => place.owner !== owner)) await tx.notify(key)
           return { sequence, leaseMs: ttlMs }
         }
-        await tx.queue({ ...write, ms: Math.max(ttlMs, PLACE_KEPT_MIN_MS) })
+        await tx.queue({ ...write, ms: placeKeptMs(ttlMs) })
         const soonest = Math.min(...grants.map((row) => row.remainingMs))
         return { queued: true, soonestMs: Number.isFinite(soonest) ? Math.max(0, soonest) : undefined }
       })

@@ -1,11 +1,12 @@
-import type {
-  AcquireRequest,
-  AttemptResult,
-  DowngradeResult,
-  ExtendResult,
-  LockInfo,
-  RwLockFacet,
-  RwLockInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type DowngradeResult,
+  type ExtendResult,
+  type LockInfo,
+  placeKeptMs,
+  type RwLockFacet,
+  type RwLockInfo,
 } from '../../../core/backend.js'
 import { guarded } from '../errors.js'
 import { monotonicMs } from '../host-clock.js'
@@ -21,13 +22,6 @@ export { RWLOCK_RECORDS } from './records.js'
 
 /** The read-write locks' root in a lock root: no key folder has this name (they all contain `~`). */
 export const RWLOCK_FOLDER = '.rwlocks'
-
-/**
- * How long a waiter keeps its place without asking again, at least: a queued waiter asks about once a
- * second (the core's slow fallback), and one that stopped without abandoning must not block the line for
- * longer than a lease.
- */
-const PLACE_KEPT_MIN_MS = 3000
 
 /**
  * How soon a waiter refused by leases whose processes can be checked asks again: a holder's death writes
@@ -149,7 +143,7 @@ export function fileRwLock(
           }
         }
         const busy = { granted: false, queued: true, ...retryOf(view, ahead, rws.boot) } as const
-        const keep = Math.max(ttlMs, PLACE_KEPT_MIN_MS)
+        const keep = placeKeptMs(ttlMs)
         // A place kept long enough is not written again: each write wakes every waiter.
         if (mine && mine.deadline - monotonicMs() > keep / 2) return { done: busy }
         const kept: RwEntry = {

@@ -26,13 +26,14 @@
  *   records.ts  the record, its live view, and what the sweep asks of it
  *   update.ts   one change: read, decide, link the next generation
  */
-import type {
-  AcquireRequest,
-  AttemptResult,
-  ExtendResult,
-  LockInfo,
-  SemaphoreFacet,
-  SemaphoreInfo,
+import {
+  type AcquireRequest,
+  type AttemptResult,
+  type ExtendResult,
+  type LockInfo,
+  placeKeptMs,
+  type SemaphoreFacet,
+  type SemaphoreInfo,
 } from '../../../core/backend.js'
 import { LimitMismatchError } from '../../../core/errors.js'
 import { guarded } from '../errors.js'
@@ -56,13 +57,6 @@ export { SEMAPHORE_RECORDS } from './records.js'
 
 /** The semaphores' root in a lock root: no key folder has this name (they all contain `~`). */
 export const SEMAPHORE_FOLDER = '.semaphores'
-
-/**
- * How long a waiter keeps its place without asking again, at least: a queued waiter asks about once a
- * second (the core's slow fallback), and one that stopped without abandoning must not block the line for
- * longer than a lease.
- */
-const PLACE_KEPT_MIN_MS = 3000
 
 /**
  * How soon a waiter refused by leases whose processes can be checked asks again: a holder's death writes
@@ -153,7 +147,7 @@ export function fileSemaphore(
           }
         }
         const busy = { granted: false, queued: true, ...retryOf(view, owner, sems.boot) } as const
-        const keep = Math.max(ttlMs, PLACE_KEPT_MIN_MS)
+        const keep = placeKeptMs(ttlMs)
         const place = line.find((p) => p.owner === owner)
         // A place kept long enough is not written again: each write wakes every waiter.
         if (place && stored !== null && place.keptUntil - monotonicMs() > keep / 2) return { done: busy }

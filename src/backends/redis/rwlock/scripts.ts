@@ -17,6 +17,8 @@
  * ARGV[1] of every writing script: the `changed` channel.
  * The `for` loops walk lists already read inside one atomic script: no waiting.
  */
+
+import { CHUNKED, oursOrZero, readBackScript } from '../lease-line/scripts.js'
 import { CLOCK, script } from '../lua.js'
 import { MINT } from '../mutex/scripts.js'
 
@@ -26,12 +28,7 @@ import { MINT } from '../mutex/scripts.js'
  */
 const COMMON = `${CLOCK}
 local changed = false
-local function chunked(cmd, key, list)
-  for i = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
-  end
-end
-local function purge(now)
+${CHUNKED}local function purge(now)
   local ended = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
   if #ended == 0 then return end
   changed = true
@@ -80,19 +77,14 @@ local function finish(now)
 end
 `
 
-/**
- * How extend, release and downgrade begin: the clock, the purge, and 0 unless ARGV[2] (the owner) holds the
- * grant of ARGV[3] (its fence): never a blind write. Leaves `now` to the rest of the script.
- */
-const OURS_OR_ZERO = `
-local now = clock()
-purge(now)
-local grant = redis.call('HGET', KEYS[5], ARGV[2])
-if not grant or fenceOf(grant) ~= ARGV[3] then
-  finish(now)
-  return 0
-end
-`
+/** How extend, release and downgrade begin: 0 unless ARGV[2] (the owner) holds the grant of ARGV[3] (its fence). */
+const OURS_OR_ZERO = oursOrZero({
+  grants: 'KEYS[5]',
+  owner: 'ARGV[2]',
+  token: 'ARGV[3]',
+  tokenOf: 'fenceOf',
+  finish: 'finish',
+})
 
 /**
  * One attempt. ARGV: channel, owner, ttl ms, mode ('read' or 'write'), description, ms a place in line is
@@ -230,13 +222,5 @@ end
 return {redis.call('GET', KEYS[2]), valid}
 `)
 
-/**
- * Read back one owner's lease after an attempt whose reply was lost. ARGV: owner. {fence, ms left} of its
- * valid lease, or {false, 0}.
- */
-export const READ_BACK = script(`${CLOCK}
-local ends = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
-local grant = redis.call('HGET', KEYS[5], ARGV[1])
-if not ends or not grant or ends <= clock() then return {false, 0} end
-return {string.match(grant, '^(%d+)'), ends - clock()}
-`)
+/** Read back one owner's lease after an attempt whose reply was lost (../lease-line/scripts.ts). */
+export const READ_BACK = readBackScript('KEYS[4]', 'KEYS[5]', '^(%d+)')

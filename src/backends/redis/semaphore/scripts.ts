@@ -10,6 +10,8 @@
  * KEYS (every script): limit, sequence, leases, grants, line, kept (layout.ts `scriptKeys`).
  * The `for` loops walk lists already read inside one atomic script (chunks of arguments): no waiting.
  */
+
+import { CHUNKED, oursOrZero, readBackScript } from '../lease-line/scripts.js'
 import { CLOCK, script } from '../lua.js'
 import { MINT } from '../mutex/scripts.js'
 
@@ -19,12 +21,7 @@ import { MINT } from '../mutex/scripts.js'
  * `sequenceOf(grant)` and `keep(now)`.
  */
 const COMMON = `${CLOCK}
-local function chunked(cmd, key, list)
-  for i = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
-  end
-end
-local function purge(now)
+${CHUNKED}local function purge(now)
   local ended = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   if #ended > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -67,20 +64,14 @@ local function keep(now)
 end
 `
 
-/**
- * How extend and release begin: the clock, the purge, and 0 unless ARGV[1] (the owner) holds the grant of
- * ARGV[2] (its sequence): never a blind write, since an acquire of the same owner granted again has another.
- * Leaves `now` to the rest of the script.
- */
-const OURS_OR_ZERO = `
-local now = clock()
-purge(now)
-local grant = redis.call('HGET', KEYS[4], ARGV[1])
-if not grant or sequenceOf(grant) ~= ARGV[2] then
-  keep(now)
-  return 0
-end
-`
+/** How extend and release begin: 0 unless ARGV[1] (the owner) holds the grant of ARGV[2] (its sequence). */
+const OURS_OR_ZERO = oursOrZero({
+  grants: 'KEYS[4]',
+  owner: 'ARGV[1]',
+  token: 'ARGV[2]',
+  tokenOf: 'sequenceOf',
+  finish: 'keep',
+})
 
 /**
  * One attempt. ARGV: owner, ttl ms, limit, permits, '1' when the limit was compared already (then the stored
@@ -216,13 +207,5 @@ export const INSPECT = script(`${CLOCK}
 return {redis.call('GET', KEYS[2]), redis.call('ZCOUNT', KEYS[3], '(' .. clock(), '+inf')}
 `)
 
-/**
- * Read back one owner's lease after an attempt whose reply was lost. ARGV: owner. {sequence, ms left} of
- * its valid lease, or {false, 0}.
- */
-export const READ_BACK = script(`${CLOCK}
-local ends = redis.call('ZSCORE', KEYS[3], ARGV[1])
-local grant = redis.call('HGET', KEYS[4], ARGV[1])
-if not ends or not grant or tonumber(ends) <= clock() then return {false, 0} end
-return {string.match(grant, '^%d+ (%d+)'), tonumber(ends) - clock()}
-`)
+/** Read back one owner's lease after an attempt whose reply was lost (../lease-line/scripts.ts). */
+export const READ_BACK = readBackScript('KEYS[3]', 'KEYS[4]', '^%d+ (%d+)')
