@@ -17,7 +17,8 @@
  *   the rwlocks row when no entry is left, and wakes waiters. Abandon runs for every acquire that sent a
  *   transaction, whatever came back (a lost reply to its COMMIT may hide a grant).
  * - Expiry on the server's clock only: the purge compares with it; the engine never reads a timestamp.
- * - Waiting: as the semaphore's (semaphore.ts): notifications where the adapter has them, else polling.
+ * - Waiting: as the semaphore's (semaphore.ts): notifications where the adapter has them, else polling; a
+ *   refusal answered after news of the name arrived asks again at once (the news may be newer).
  * - Housekeeping: after a grant, paced per client, one transaction deletes idle names whose entries all
  *   ended (crashed holders' and waiters').
  *
@@ -33,22 +34,10 @@ import type {
   RwLockFacet,
   RwLockInfo,
 } from '../../core/backend.js'
-import { BoundedMap } from '../../core/bounded-map.js'
 import type { SqlLeaseOptions } from './engine.js'
-import { RetirePacer } from './retire-pacer.js'
+import { LineTables, PLACE_KEPT_MIN_MS, RETIRE_BATCH } from './line-tables.js'
 import type { SqlRwEntry, SqlRwLockAdapter, SqlRwLockRow, SqlRwLockTx } from './rwlock-adapter.js'
-import { TableCheck } from './table-check.js'
-import { SqlWaiting } from './wait.js'
-
-/** How long a waiter keeps its place without asking again, at least (the core asks about once a second). */
-const PLACE_KEPT_MIN_MS = 3000
-const POLL_MAX_MS = 1000
-const LISTEN_TIMEOUT_MS = 5000
-const RETIRE_EVERY_MS = 10_000
-const RETIRE_BATCH = 100
-const RETIRE_STATEMENT_MS = 10_000
-/** Owners whose acquire sent a transaction (for abandon); forgetting one leaves its rows to their lease's end. */
-const OWNERS_KEPT = 10_000
+import type { SqlWaiting } from './wait.js'
 
 /** The rwlock facet over `adapter`'s tables, and what its close must end (the subscription). */
 export function sqlRwLock(
@@ -87,38 +76,30 @@ type Attempt =
 
 export class SqlRwLock {
   readonly #adapter: SqlRwLockAdapter
-  readonly #createTable: boolean
   readonly #id: string
-  readonly waiting: SqlWaiting
-  /** The tables check of this client: made once, before the first transaction (again after a failure). */
-  readonly #tables: TableCheck
-  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
-  /** Owners whose acquire sent a transaction, which may have committed whatever we heard (abandon). */
-  readonly #sent = new BoundedMap<string, true>(OWNERS_KEPT)
+  readonly #line: LineTables
 
   constructor(adapter: SqlRwLockAdapter, options: SqlLeaseOptions = {}) {
     this.#adapter = adapter
-    this.#createTable = options.createTable ?? true
-    this.#tables = new TableCheck(adapter, this.#createTable, {
-      noun: 'read-write lock tables',
-      plural: true,
-    })
     this.#id = options.id ?? adapter.id
-    this.waiting = new SqlWaiting(
-      adapter,
-      options.pollMaxMs ?? POLL_MAX_MS,
-      options.listenTimeoutMs ?? LISTEN_TIMEOUT_MS,
-    )
+    this.#line = new LineTables(adapter, options, 'read-write lock')
+  }
+
+  get waiting(): SqlWaiting {
+    return this.#line.waiting
   }
 
   /** One attempt (`RwLockFacet.tryAcquire`): granted, or queued in its place. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const mode = req.rwlock?.mode
     if (!mode) throw new TypeError('A read-write lock acquire carries `rwlock` (its mode)')
-    await this.#tables.ready(signal)
+    await this.#line.tables.ready(signal)
     const { key, owner, ttlMs, holder } = req
     // Before it is sent: from here on it may commit whatever we hear (abandon must undo it).
-    this.#sent.set(owner, true)
+    this.#line.sent.set(owner, true)
+    // What this process had heard of the name: news arriving while the transaction runs (a release
+    // notified before this waiter listens again) must not be missed.
+    const heard = this.waiting.mark(key)
     let out: Attempt
     try {
       // Not raced against the signal: an abandon after it must run after it on the server.
@@ -157,13 +138,15 @@ export class SqlRwLock {
       })
     } catch (error) {
       // The tables may be gone (an operator dropped them): the next attempt checks them again.
-      this.#tables.forget()
+      this.#line.tables.forget()
       throw error
     }
     if ('fence' in out) {
       this.#retire()
       return { granted: true, fence: out.fence, ttlMs: Math.min(ttlMs, out.leaseMs) }
     }
+    // News of the name since the transaction began: its answer may be older than that news; ask again.
+    if (this.waiting.mark(key) !== heard) return { granted: false, queued: true, retryInMs: 0 }
     return {
       granted: false,
       queued: true,
@@ -205,9 +188,9 @@ export class SqlRwLock {
    * transaction may have committed.
    */
   async abandon(req: AcquireRequest): Promise<void> {
-    if (!this.#sent.has(req.owner)) return
+    if (!this.#line.sent.has(req.owner)) return
     await this.#remove(req.key, req.owner, undefined, 'give up the acquire of')
-    this.#sent.delete(req.owner)
+    this.#line.sent.delete(req.owner)
   }
 
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
@@ -233,29 +216,12 @@ export class SqlRwLock {
     }
   }
 
-  /** `doctor`'s finding on the tables: there, or made on first use (or not: createTable off). */
-  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    const { table } = this.#adapter
-    const ddl = this.#adapter.ddl()
-    if (await this.#adapter.tableExists(signal)) {
-      return [{ level: 'ok', message: `the read-write lock tables ${table} exist` }]
-    }
-    return [
-      {
-        level: this.#createTable ? 'info' : 'warn',
-        message: this.#createTable
-          ? `the read-write lock tables ${table} do not exist yet; the first read-write lock creates them with:\n${ddl}`
-          : `the read-write lock tables ${table} do not exist and createTable is off: no read-write lock can be used until they are made with:\n${ddl}`,
-      },
-    ]
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return this.#line.doctor(signal)
   }
 
-  async close(): Promise<void> {
-    try {
-      await this.waiting.close()
-    } finally {
-      await this.#adapter.close()
-    }
+  close(): Promise<void> {
+    return this.#line.close()
   }
 
   /**
@@ -300,7 +266,7 @@ export class SqlRwLock {
 
   /** The lock as the store keeps it now: its row, its valid grants, how many places are kept. */
   async #read(key: string, signal: AbortSignal) {
-    if (!(await this.#tables.there(signal))) return undefined
+    if (!(await this.#line.tables.there(signal))) return undefined
     const read = this.#adapter.transaction('read', key, async (tx) => {
       const row = await tx.peek(key)
       return row === undefined ? undefined : { row, entries: await tx.entries(key, false) }
@@ -313,17 +279,16 @@ export class SqlRwLock {
 
   /** Deletes idle names whose entries all ended, in the background of a grant. */
   #retire(): void {
-    this.#retirePacer.retire((signal) => {
-      const run = this.#adapter.transaction('retire idle read-write locks', undefined, async (tx) => {
+    this.#line.retire(() =>
+      this.#adapter.transaction('retire idle read-write locks', undefined, async (tx) => {
         const names = await tx.idle(RETIRE_BATCH)
         for (const name of names) {
           await tx.purge(name)
           await tx.forgetIfIdle(name)
         }
         return names.length
-      })
-      return raceSignal(run, signal)
-    })
+      }),
+    )
   }
 }
 
