@@ -52,7 +52,7 @@ function toRow(row: RowDataPacket): SqlRow {
 }
 
 /** "Rows matched: N" of an UPDATE's reply: counts matched rows whatever CLIENT_FOUND_ROWS says. */
-function matched(result: ResultSetHeader): number {
+export function matched(result: ResultSetHeader): number {
   const found = /Rows matched:\s*(\d+)/.exec(result.info ?? '')
   return found ? Number(found[1]) : result.affectedRows
 }

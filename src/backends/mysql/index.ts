@@ -36,6 +36,10 @@
  *   acquire one transaction that locks the semaphore's row; sequences from the server's clock in µs; no
  *   doorbell (waiters poll). Names up to 3000 bytes. Lock names and semaphore names never meet; list and
  *   break see locks only.
+ * - Read-write locks (src/engines/sql/rwlock.ts, rwlock.ts): `<table>_rwlocks` (a row per lock in use: its
+ *   latest fence, its read epoch) and `<table>_rwlock_entries` (a row per reader or writer in line), each
+ *   acquire one transaction that locks the name's row, each downgrade one statement; fences from the
+ *   server's clock in µs; no doorbell (waiters poll). Names up to 3000 bytes.
  * - Limits: keys up to 3072 bytes (InnoDB's longest index key), leases up to 24.8 days. The pool must have
  *   FOUND_ROWS off (`flags: ['-FOUND_ROWS']`, refused otherwise). With the doorbell, a client keeps up to a
  *   third of the pool's connections (1 to 4) for its lease statements and blocks at most half of the rest
@@ -44,7 +48,8 @@
  *   and fences. `doctor` reports these, the server's `sql_mode` and its time zone.
  *
  * Files: statements.ts (the SQL, each with its inputs and outputs), adapter.ts (the adapter: statements
- * over the pool, errors in words), doorbell.ts (the GET_LOCK doorbell), layout.ts (table, DDL, doorbell
+ * over the pool, errors in words), semaphore.ts and rwlock.ts (those primitives' adapters), transaction.ts
+ * (their transactions), doorbell.ts (the GET_LOCK doorbell), layout.ts (table, DDL, doorbell
  * names), doctor.ts (version, time zone, binlog format, replication).
  */
 import type { Pool } from 'mysql2/promise'
@@ -54,6 +59,7 @@ import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { MySqlAdapter } from './adapter.js'
 import { checkFoundRowsOff, poolDatabase } from './faults.js'
 import { DEFAULT_TABLE, electionsTableName, quoteTable } from './layout.js'
+import { MySqlRwLockAdapter } from './rwlock.js'
 import { MySqlSemaphoreAdapter } from './semaphore.js'
 import { SESSION_SETTINGS } from './statements.js'
 
@@ -116,11 +122,14 @@ function backendOf(
   })
   // Semaphores: no doorbell either (waiters poll); transactions on pool connections.
   const semaphores = new MySqlSemaphoreAdapter({ pool, tableName: settings.table, id: settings.id })
+  // Read-write locks: as semaphores (waiters poll).
+  const rwlocks = new MySqlRwLockAdapter({ pool, tableName: settings.table, id: settings.id })
   return sqlLeaseBackend(
     mutex,
     { createTable: settings.createTable, ...(settings.doorbell ? { pollMaxMs: DOORBELL_POLL_MAX_MS } : {}) },
     { adapter: elections, options: { createTable: settings.createTable } },
     { adapter: semaphores, options: { createTable: settings.createTable } },
+    { adapter: rwlocks, options: { createTable: settings.createTable } },
   )
 }
 

@@ -43,17 +43,28 @@ export function electionsTableName(name: string): string {
  * as information_schema spells them.
  */
 export function semaphoreTableNames(name: string) {
+  return { semaphores: besideTable(name, 'semaphores'), permits: besideTable(name, 'permits') }
+}
+
+/**
+ * The read-write lock tables beside a lock table (src/engines/sql/rwlock.ts), in the same database:
+ * `<table>_rwlocks` and `<table>_rwlock_entries` (or a hash of the table's name when too long), quoted,
+ * and as information_schema spells them.
+ */
+export function rwlockTableNames(name: string) {
+  return { rwlocks: besideTable(name, 'rwlocks'), entries: besideTable(name, 'rwlock_entries') }
+}
+
+/** `<table>_<suffix>` in the lock table's database, quoted and as information_schema spells it. */
+function besideTable(name: string, suffix: string) {
   const [database, table] = name.includes('.') ? name.split('.') : [undefined, name]
-  const beside = (suffix: string) => {
-    const plain = `${table}_${suffix}`
-    const own =
-      plain.length <= 64
-        ? plain
-        : `fencelock_${suffix}_${createHash('sha256').update(table!).digest('hex').slice(0, 40)}`
-    const full = database === undefined ? own : `${database}.${own}`
-    return { quoted: quoteTable(full, 'as `table`'), parts: [database ?? null, own] as const }
-  }
-  return { semaphores: beside('semaphores'), permits: beside('permits') }
+  const plain = `${table}_${suffix}`
+  const own =
+    plain.length <= 64
+      ? plain
+      : `fencelock_${suffix}_${createHash('sha256').update(table!).digest('hex').slice(0, 40)}`
+  const full = database === undefined ? own : `${database}.${own}`
+  return { quoted: quoteTable(full, 'as `table`'), parts: [database ?? null, own] as const }
 }
 
 /**
@@ -88,6 +99,37 @@ export function semaphoreTablesDdl(semaphores: string, permits: string): string[
       '  expires_at BIGINT NOT NULL,',
       '  holder VARCHAR(256) CHARACTER SET utf8mb4 NULL,',
       '  PRIMARY KEY (sem_key, owner)',
+      ') ENGINE=InnoDB',
+    ].join('\n'),
+  ]
+}
+
+/**
+ * The read-write lock tables. `rwlocks`: the name's UTF-8 bytes, the `last_fence` granted, the read
+ * `epoch`; deleted when idle. `rwlock_entries`: per (name, owner) a reader or a writer (`mode`), its arrival
+ * order (`place`), its `fence` once granted (NULL while it waits), its end `expires_at` in µs on the
+ * server's clock (the lease's, or the place's). Names up to `MAX_SEMAPHORE_KEY_BYTES`, for the same reason.
+ */
+export function rwlockTablesDdl(rwlocks: string, entries: string): string[] {
+  return [
+    [
+      `CREATE TABLE IF NOT EXISTS ${rwlocks} (`,
+      `  rw_key VARBINARY(${MAX_SEMAPHORE_KEY_BYTES}) NOT NULL,`,
+      '  last_fence BIGINT NOT NULL,',
+      '  epoch BIGINT NOT NULL,',
+      '  PRIMARY KEY (rw_key)',
+      ') ENGINE=InnoDB',
+    ].join('\n'),
+    [
+      `CREATE TABLE IF NOT EXISTS ${entries} (`,
+      `  rw_key VARBINARY(${MAX_SEMAPHORE_KEY_BYTES}) NOT NULL,`,
+      '  owner VARCHAR(64) CHARACTER SET ascii NOT NULL,',
+      '  mode VARCHAR(5) CHARACTER SET ascii NOT NULL,',
+      '  place BIGINT NOT NULL,',
+      '  fence BIGINT NULL,',
+      '  expires_at BIGINT NOT NULL,',
+      '  holder VARCHAR(256) CHARACTER SET utf8mb4 NULL,',
+      '  PRIMARY KEY (rw_key, owner)',
       ') ENGINE=InnoDB',
     ].join('\n'),
   ]

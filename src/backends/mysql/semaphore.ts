@@ -9,7 +9,7 @@
  * unless the server's clock is set back. No notifications: waiters poll (the core's pace, at most once a
  * second and at the soonest lease end).
  */
-import type { Pool, PoolConnection, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
+import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
 import type {
   SqlPermitRow,
@@ -20,6 +20,7 @@ import type {
 import { describeFailure } from './faults.js'
 import { MAX_SEMAPHORE_KEY_BYTES, semaphoreTableNames, semaphoreTablesDdl } from './layout.js'
 import { NOW_US, tableExistsSql } from './statements.js'
+import { inTransaction, type Param, type Run } from './transaction.js'
 
 interface Options {
   readonly pool: Pool
@@ -27,8 +28,6 @@ interface Options {
   readonly tableName: string
   readonly id: string
 }
-
-type Param = string | number | Buffer | null
 
 /** The sequence a grant or a place takes: above `after` (1 param) and the clock + 1 s. */
 const NEXT = `GREATEST(CAST(? AS SIGNED) + 1, ${NOW_US} + 1000000)`
@@ -59,26 +58,9 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
     key: string | undefined,
     body: (tx: SqlSemaphoreTx) => Promise<T>,
   ): Promise<T> {
-    let connection: PoolConnection | undefined
     try {
-      connection = await this.#pool.getConnection()
-      await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
-      await connection.query('START TRANSACTION READ WRITE')
-      const c = connection
-      const run = async (sql: string, params: Param[]) => (await c.query(sql, params))[0]
-      const out = await body(this.#tx(run))
-      await connection.query('COMMIT')
-      connection.release()
-      return out
+      return await inTransaction(this.#pool, (run) => body(this.#tx(run)))
     } catch (error) {
-      if (connection) {
-        // Rolled back and given back; a connection that cannot even roll back is not given back.
-        const c = connection
-        await c.query('ROLLBACK').then(
-          () => c.release(),
-          () => c.destroy(),
-        )
-      }
       if (error instanceof TypeError) throw error
       throw this.#unavailable(error, what, key)
     }
@@ -93,7 +75,7 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
     )
   }
 
-  #tx(run: (sql: string, params: Param[]) => Promise<unknown>): SqlSemaphoreTx {
+  #tx(run: Run): SqlSemaphoreTx {
     const S = this.#sems
     const P = this.#permits
     const rowsOf = async (sql: string, params: Param[]) => (await run(sql, params)) as RowDataPacket[]

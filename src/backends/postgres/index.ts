@@ -34,13 +34,17 @@
  *   use: its limit, its latest sequence) and `<table>_permits` (a row per grant or place in line), their
  *   sequence source `<table>_semaphores_fence` and their own channel; each acquire one transaction that
  *   locks the semaphore's row. Lock names and semaphore names never meet; list and break see locks only.
+ * - Read-write locks (src/engines/sql/rwlock.ts, rwlock.ts): `<table>_rwlocks` (a row per lock in use: its
+ *   latest fence, its read epoch) and `<table>_rwlock_entries` (a row per reader or writer in line), their
+ *   sequence source `<table>_rwlocks_fence` and their own channel; each acquire one transaction that locks
+ *   the name's row, each downgrade one statement.
  * - Limits: keys up to 2048 bytes of UTF-8 without NUL (a text primary key), leases up to 2^43 ms. A
  *   failover to an asynchronous standby can lose the latest grants and fences (doctor reports the
  *   standbys it sees). A server clock stepped forward ends leases early. A client running when its
  *   table is dropped fails one acquire (naming it); the engine then checks the table again.
  *
- * Files: adapter.ts (the engine's adapter), semaphore.ts (the semaphore's adapter), statements.ts (the
- * SQL), literals.ts (values in it), layout.ts (table, sequence, DDL, channel), notify.ts (LISTEN, delivery
+ * Files: adapter.ts (the engine's adapter), semaphore.ts (the semaphore's adapter), rwlock.ts (the
+ * read-write lock's), statements.ts (the SQL), literals.ts (values in it), layout.ts (table, sequence, DDL, channel), notify.ts (LISTEN, delivery
  * proven), faults.ts (errors in words, which ones waiting can help), doctor.ts (version, settings,
  * replication, sequence), client.ts (the client methods used). The fence guard for a protected row lives
  * in src/guards/postgres.ts (`fencelock/guards/postgres`), re-exported here.
@@ -51,6 +55,7 @@ import { sqlLeaseBackend } from '../../engines/sql/backend.js'
 import { PostgresAdapter } from './adapter.js'
 import { isPgSql, type PgSql } from './client.js'
 import { checkIdentifier, DEFAULT_SCHEMA, DEFAULT_TABLE, electionsTable, type PgTable } from './layout.js'
+import { PostgresRwLockAdapter } from './rwlock.js'
 import { PostgresSemaphoreAdapter } from './semaphore.js'
 
 export { type GuardedUpdate, guardedUpdate } from '../../guards/postgres.js'
@@ -108,7 +113,7 @@ export function postgresBackend(options: PostgresBackendOptions): LockBackend {
 
 /**
  * The mutex over the lock table, elections over the elections table beside it (`electionsTable`), and
- * semaphores over the semaphore tables (semaphore.ts): one engine each, on the same client, which only the
+ * semaphores over the semaphore tables (semaphore.ts), read-write locks over theirs (rwlock.ts): one engine each, on the same client, which only the
  * mutex's adapter ends.
  */
 function backendOf(
@@ -123,7 +128,14 @@ function backendOf(
     election: true,
   })
   const semaphores = new PostgresSemaphoreAdapter(settings)
-  return sqlLeaseBackend(mutex, options, { adapter: elections, options }, { adapter: semaphores, options })
+  const rwlocks = new PostgresRwLockAdapter(settings)
+  return sqlLeaseBackend(
+    mutex,
+    options,
+    { adapter: elections, options },
+    { adapter: semaphores, options },
+    { adapter: rwlocks, options },
+  )
 }
 
 /** The URL parameters of `postgres://` (tested against its page in docs/backends/, like every backend's). */

@@ -118,6 +118,50 @@ export function semaphoreDdl(t: PgTable): string {
 }
 
 /**
+ * The rwlocks table beside a lock table (src/engines/sql/rwlock.ts): `<table>_rwlocks`, one row per
+ * read-write lock in use (its latest fence, its read epoch); its sequence source (`fenceSequence` of it) and
+ * its channel follow from its name. The entries table beside it: `rwEntriesTable`.
+ */
+export function rwlocksTable(t: PgTable): PgTable {
+  return besideTable(t, 'rwlocks')
+}
+
+/** The entries table beside a lock table: `<table>_rwlock_entries`, one row per reader or writer in line. */
+export function rwEntriesTable(t: PgTable): PgTable {
+  return besideTable(t, 'rwlock_entries')
+}
+
+/**
+ * The two read-write lock tables. `rwlocks`: `name`, the `last_fence` granted, the read `epoch`; deleted
+ * when idle. `rwlock_entries`: per (name, owner) a reader or a writer (`mode`), its arrival order
+ * (`place`), its `fence` once granted (NULL while it waits), and its end `expires_at` on the server's clock
+ * (the lease's, or the place's). No foreign key: an entry is only ever written under its rwlocks row's lock.
+ */
+export function rwlockTablesDdl(t: PgTable): string {
+  return [
+    `CREATE TABLE IF NOT EXISTS ${qualified(rwlocksTable(t))} (`,
+    '  name       text   PRIMARY KEY,',
+    '  last_fence bigint NOT NULL,',
+    '  epoch      bigint NOT NULL',
+    `);\nCREATE TABLE IF NOT EXISTS ${qualified(rwEntriesTable(t))} (`,
+    '  name       text        NOT NULL,',
+    '  owner      text        NOT NULL,',
+    "  mode       text        NOT NULL CHECK (mode IN ('read', 'write')),",
+    '  place      bigint      NOT NULL,',
+    '  fence      bigint,',
+    '  expires_at timestamptz NOT NULL,',
+    '  holder     text,',
+    '  PRIMARY KEY (name, owner)',
+    ')',
+  ].join('\n')
+}
+
+/** The DDL of the read-write lock tables and of their sequence source, for migrations, errors and `doctor`. */
+export function rwlockDdl(t: PgTable): string {
+  return `${rwlockTablesDdl(t)};\n${sequenceDdl(rwlocksTable(t), 'last_fence')};`
+}
+
+/**
  * The class (first int4) of the advisory locks the acquire takes per key (the second is the key's
  * `hashtext`): a number of the table's own, so that it meets no application's advisory locks in practice
  * (a collision would only make an acquire wait its turn).

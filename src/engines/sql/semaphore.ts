@@ -36,21 +36,11 @@ import {
   type SemaphoreFacet,
   type SemaphoreInfo,
 } from '../../core/backend.js'
-import { BoundedMap } from '../../core/bounded-map.js'
 import { LimitMismatchError } from '../../core/errors.js'
 import type { SqlLeaseOptions } from './engine.js'
-import { RetirePacer } from './retire-pacer.js'
+import { LineTables, RETIRE_BATCH } from './line-tables.js'
 import type { SqlPermitRow, SqlSemaphoreAdapter } from './semaphore-adapter.js'
-import { TableCheck } from './table-check.js'
-import { SqlWaiting } from './wait.js'
-
-const POLL_MAX_MS = 1000
-const LISTEN_TIMEOUT_MS = 5000
-const RETIRE_EVERY_MS = 10_000
-const RETIRE_BATCH = 100
-const RETIRE_STATEMENT_MS = 10_000
-/** Owners whose acquire sent a transaction (for abandon); forgetting one leaves its rows to their lease's end. */
-const OWNERS_KEPT = 10_000
+import type { SqlWaiting } from './wait.js'
 
 /** The semaphore facet over `adapter`'s tables, and what its close must end (the subscription). */
 export function sqlSemaphore(
@@ -90,35 +80,27 @@ type Attempt =
 
 export class SqlSemaphore {
   readonly #adapter: SqlSemaphoreAdapter
-  readonly #createTable: boolean
   readonly #id: string
-  readonly waiting: SqlWaiting
-  /** The tables check of this client: made once, before the first transaction (again after a failure). */
-  readonly #tables: TableCheck
-  readonly #retirePacer = new RetirePacer(RETIRE_EVERY_MS, RETIRE_BATCH, RETIRE_STATEMENT_MS)
-  /** Owners whose acquire sent a transaction, which may have committed whatever we heard (abandon). */
-  readonly #sent = new BoundedMap<string, true>(OWNERS_KEPT)
+  readonly #line: LineTables
 
   constructor(adapter: SqlSemaphoreAdapter, options: SqlLeaseOptions = {}) {
     this.#adapter = adapter
-    this.#createTable = options.createTable ?? true
-    this.#tables = new TableCheck(adapter, this.#createTable, { noun: 'semaphore tables', plural: true })
     this.#id = options.id ?? adapter.id
-    this.waiting = new SqlWaiting(
-      adapter,
-      options.pollMaxMs ?? POLL_MAX_MS,
-      options.listenTimeoutMs ?? LISTEN_TIMEOUT_MS,
-    )
+    this.#line = new LineTables(adapter, options, 'semaphore')
+  }
+
+  get waiting(): SqlWaiting {
+    return this.#line.waiting
   }
 
   /** One attempt (`SemaphoreFacet.tryAcquire`): granted, refused for a mismatched limit, or queued. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
     const asked = req.semaphore
     if (!asked) throw new TypeError('A semaphore acquire carries `semaphore` (its limit and permits)')
-    await this.#tables.ready(signal)
+    await this.#line.tables.ready(signal)
     const { key, owner, ttlMs, holder } = req
     // Before it is sent: from here on it may commit whatever we hear (abandon must undo it).
-    this.#sent.set(owner, true)
+    this.#line.sent.set(owner, true)
     let out: Attempt
     try {
       // Not raced against the signal: an abandon after it must run after it on the server.
@@ -148,7 +130,7 @@ export class SqlSemaphore {
       })
     } catch (error) {
       // The tables may be gone (an operator dropped them): the next attempt checks them again.
-      this.#tables.forget()
+      this.#line.tables.forget()
       throw error
     }
     if ('mismatch' in out) throw new LimitMismatchError(out.mismatch, asked.limit, { key, backend: this.#id })
@@ -192,9 +174,9 @@ export class SqlSemaphore {
    * transaction may have committed. Tables dropped since: the statement fails, and the core ignores it.
    */
   async abandon(req: AcquireRequest): Promise<void> {
-    if (!this.#sent.has(req.owner)) return
+    if (!this.#line.sent.has(req.owner)) return
     await this.#remove(req.key, req.owner, undefined, 'give up the acquire of')
-    this.#sent.delete(req.owner)
+    this.#line.sent.delete(req.owner)
   }
 
   async inspect(key: string, signal: AbortSignal): Promise<LockInfo | null> {
@@ -222,35 +204,19 @@ export class SqlSemaphore {
   }
 
   async setLimit(key: string, limit: number): Promise<void> {
-    await this.#tables.ready(new AbortController().signal)
+    await this.#line.tables.ready(new AbortController().signal)
     await this.#adapter.transaction('set the limit of', key, async (tx) => {
       await tx.setLimit(key, limit)
       await tx.notify(key)
     })
   }
 
-  /** `doctor`'s finding on the semaphore tables: there, or made on first use (or not: createTable off). */
-  async doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
-    const { table, ddl } = this.#adapter
-    if (await this.#adapter.tableExists(signal)) {
-      return [{ level: 'ok', message: `the semaphore tables ${table} exist` }]
-    }
-    return [
-      {
-        level: this.#createTable ? 'info' : 'warn',
-        message: this.#createTable
-          ? `the semaphore tables ${table} do not exist yet; the first semaphore creates them with:\n${ddl.call(this.#adapter)}`
-          : `the semaphore tables ${table} do not exist and createTable is off: no semaphore can be used until they are made with:\n${ddl.call(this.#adapter)}`,
-      },
-    ]
+  doctor(signal: AbortSignal): Promise<DoctorFinding[]> {
+    return this.#line.doctor(signal)
   }
 
-  async close(): Promise<void> {
-    try {
-      await this.waiting.close()
-    } finally {
-      await this.#adapter.close()
-    }
+  close(): Promise<void> {
+    return this.#line.close()
   }
 
   /** Deletes `owner`'s grant (or, `sequence` undefined, its grant or place), forgets an idle semaphore, wakes. */
@@ -278,7 +244,7 @@ export class SqlSemaphore {
 
   /** The semaphore as the store keeps it now: its row, its valid grants, how many places are kept. */
   async #read(key: string, signal: AbortSignal) {
-    if (!(await this.#tables.there(signal))) return undefined
+    if (!(await this.#line.tables.there(signal))) return undefined
     const read = this.#adapter.transaction('read', key, async (tx) => {
       const sem = await tx.peek(key)
       return sem === undefined ? undefined : { sem, rows: await tx.rows(key, false) }
@@ -295,17 +261,16 @@ export class SqlSemaphore {
 
   /** Deletes idle semaphores whose grants and places all ended, in the background of a grant. */
   #retire(): void {
-    this.#retirePacer.retire((signal) => {
-      const run = this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
+    this.#line.retire(() =>
+      this.#adapter.transaction('retire idle semaphores', undefined, async (tx) => {
         const names = await tx.idle(RETIRE_BATCH)
         for (const name of names) {
           await tx.purge(name)
           await tx.forgetIfIdle(name)
         }
         return names.length
-      })
-      return raceSignal(run, signal)
-    })
+      }),
+    )
   }
 }
 
