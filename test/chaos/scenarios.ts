@@ -598,6 +598,31 @@ export const scenarios: Scenario[] = [
     abortAcquiresWithinMs: 20,
     applies: (t) => t.primitives.has('multikey'),
   },
+  // The same, each acquisition taking its keys in one atomic step of the store (where it offers one).
+  {
+    id: 'KA1',
+    title: 'atomic multi-key: overlapping key sets in random orders, no faults',
+    ...FENCED,
+    primitive: 'multikey-atomic',
+    applies: (t) => t.primitives.has('multikey-atomic'),
+  },
+  {
+    id: 'KA2',
+    title: 'atomic multi-key: overlapping key sets, a holder paused 2.5 x ttl every 3 x ttl',
+    ...FENCED,
+    primitive: 'multikey-atomic',
+    applies: (t) => t.primitives.has('multikey-atomic'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'KA15',
+    title: 'atomic multi-key: half of all acquires given up at a random await point',
+    ...FENCED,
+    primitive: 'multikey-atomic',
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('multikey-atomic'),
+  },
   // Read-write locks: the rules that matter are A1 by mode (a writer beside nobody, readers only beside
   // readers), the fences (a writer's above every earlier grant, a reader's above every earlier writer's),
   // the writers' fenced writes, and no stuck waiter: no reader stream starves a writer.

@@ -8,7 +8,6 @@
 import assert from 'node:assert/strict'
 import {
   BackendUnavailableError,
-  CapabilityError,
   type LockClient,
   LockError,
   LockLostError,
@@ -226,7 +225,7 @@ export const multiKeyCases: ConformanceCase[] = [
   },
 
   {
-    name: 'multikey: refuses an empty list, a bad key (naming it) and atomic: true, before any I/O',
+    name: 'multikey: refuses an empty list, a bad key (naming it) and a misspelt option, before any I/O',
     async run(ctx) {
       // Every call the backend gets is counted: a refusal sends nothing.
       const calls: string[] = []
@@ -247,11 +246,7 @@ export const multiKeyCases: ConformanceCase[] = [
       await assert.rejects(client.acquireAll([key, '']), /index 1 of `keys`/)
       await assert.rejects(client.acquireAll(key as unknown as string[]), /array of lock keys/)
       await assert.rejects(client.acquireAll([key], { atomc: true } as never), /did you mean `atomic`/)
-      await assert.rejects(client.acquireAll([key], { atomic: true }), (e) => {
-        assert.ok(e instanceof CapabilityError, `${e}`)
-        assert.ok(client.backendId && e.message.includes(client.backendId), e.message)
-        return true
-      })
+      await assert.rejects(client.acquireAll([key], { atomic: 1 } as never), /`atomic` to be a boolean/)
       assert.deepEqual(calls, [], 'a refusal sends nothing to the store')
     },
   },
