@@ -27,7 +27,7 @@ export function casLeaseBackend(
     ...(election ? { election: election.facet } : {}),
     resume: engine.resume,
     multiKeyRefusal:
-      'S3 and GCS have no conditional write of several objects at once, and DynamoDB\'s (TransactWriteItems) ' +
+      "S3 and GCS have no conditional write of several objects at once, and DynamoDB's (TransactWriteItems) " +
       'is not used for leases yet',
     breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: async () => {
