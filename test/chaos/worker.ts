@@ -143,8 +143,15 @@ async function take(
  * ignores `at` from a worker whose monotonic clock is faked (libfaketime fakes CLOCK_MONOTONIC too, unless
  * told not to: a wall clock faked alone leaves `at` good).
  */
-const emit = (event: Record<string, unknown>) =>
-  process.stdout.write(`${JSON.stringify({ ...event, at: monotonicMs() })}\n`)
+const emit = (event: Record<string, unknown>) => emitAll([event])
+
+/**
+ * Several events in one write: a pause (SIGSTOP) cannot fall between them, so the holds of one acquisition
+ * are reported at one time, as they were granted (a pause after the first would date the others later).
+ */
+const emitAll = (events: readonly Record<string, unknown>[], at = monotonicMs()) => {
+  process.stdout.write(events.map((event) => `${JSON.stringify({ ...event, at })}\n`).join(''))
+}
 
 /**
  * One HTTP exchange with the resource; resolves with the reply body ('' if it failed: a write that does
@@ -217,16 +224,22 @@ async function main(config: WorkerConfig): Promise<void> {
       if (error instanceof BackendUnavailableError || !definite) await sleep(50)
       continue
     }
-    for (const { op, key, held: lock } of taken.holds) {
-      emit({
+    // The time first, the validity left after it: a pause in between shortens the validity reported.
+    const at = monotonicMs()
+    const grantedAt = performance.now()
+    emitAll(
+      taken.holds.map(({ op, key, held: lock }) => ({
         ev: 'acquire-ok',
         op,
         key,
         owner: lock.owner,
         fence: lock.fence.toString(),
-        validInMs: lock.validUntil - performance.now(),
+        validInMs: lock.validUntil - grantedAt,
         ...(lock.mode === undefined ? {} : { mode: lock.mode }),
-      })
+      })),
+      at,
+    )
+    for (const { op, held: lock } of taken.holds) {
       held.set(lock.owner, { op, lock })
       const onLost = () => {
         const reason = lock.signal.reason as Error | undefined

@@ -17,6 +17,7 @@ import { awaitLater } from '../../../support/later.js'
 import { sleep } from '../../../support/time.js'
 import { pollUntil } from '../../../support/wait.js'
 import type { CaseContext, ConformanceCase } from '../../harness.js'
+import { crossingSets } from './index.js'
 
 /** The generous bound of every wait: a liveness limit on a loaded machine, not a speed claim. */
 const WITHIN = { withinMs: 30_000, everyMs: 20 }
@@ -134,34 +135,7 @@ export const atomicMultiKeyCases: ConformanceCase[] = [
 
   {
     name: 'multikey-atomic: overlapping key sets asked in opposite and cyclic orders never deadlock',
-    async run(ctx) {
-      const base = ctx.key('orders')
-      const [x, y, z] = [`${base}:x`, `${base}:y`, `${base}:z`]
-      const sets = [[x, y, z], [z, y, x], [x, y], [y, z], [z, x], [y]]
-      const clients = sets.map(() => ctx.client({ ttl: '20s' }))
-      const holders = new Map<string, number>()
-      const fences = new Map<string, bigint[]>()
-      const worker = async (client: LockClient, keys: string[], id: number) => {
-        for (let round = 0; round < 5; round++) {
-          // The bound of a liveness failure on a loaded machine; a deadlock never ends.
-          const all = await client.acquireAll(keys, { ...ATOMIC, timeout: '120s' })
-          for (const key of all.keys) {
-            assert.equal(holders.get(key), undefined, `${key} held by ${holders.get(key)} and ${id}`)
-            holders.set(key, id)
-            fences.set(key, [...(fences.get(key) ?? []), all.fences.get(key)!])
-          }
-          await sleep(2)
-          for (const key of all.keys) holders.delete(key)
-          await all.release()
-        }
-      }
-      await Promise.all(clients.map((client, i) => worker(client, sets[i]!, i)))
-      for (const [key, seen] of fences) {
-        const sorted = [...seen].sort((p, q) => (p < q ? -1 : p > q ? 1 : 0))
-        assert.deepEqual(seen, sorted, `${key}: fences increase grant after grant`)
-        assert.equal(new Set(seen).size, seen.length, `${key}: every grant has its own fence`)
-      }
-    },
+    run: (ctx) => crossingSets(ctx, ATOMIC),
   },
 
   {
