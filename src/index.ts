@@ -1,6 +1,7 @@
 export { createLockClient } from './client.js'
 export type {
   AcquireRequest,
+  AllAttemptResult,
   AttemptResult,
   BackendCapabilities,
   BreakOptions,
@@ -18,6 +19,7 @@ export type {
   ListedLock,
   LockBackend,
   LockInfo,
+  MultiKeyFacet,
   PermitHolder,
   PermitRequest,
   ProclaimResult,

@@ -71,18 +71,38 @@ export interface AcquireContext extends LockContext {
   readonly primitive?: Primitive | undefined
 }
 
+/**
+ * What becomes of a grant the acquire takes, valid until `until`: by default a `LockHandle` of its key; an
+ * atomic multi-key acquire (atomic-acquire.ts) makes one of each key's grant instead.
+ */
+export type Hold<L> = (grant: Grant, req: AcquireRequest, until: number) => L
+
 /** Runs one acquire to its end: a held lock, or the error its caller hears (its clean-up under way). */
 export function acquireLoop(
   ctx: AcquireContext,
   key: string,
   opts: ResolvedAcquireOptions,
   signal: AbortSignal,
-): Promise<LockHandle> {
-  return new AcquireLoop(ctx, key, opts, signal).run()
+): Promise<LockHandle>
+export function acquireLoop<L extends object>(
+  ctx: AcquireContext,
+  key: string,
+  opts: ResolvedAcquireOptions,
+  signal: AbortSignal,
+  hold: Hold<L>,
+): Promise<L>
+export function acquireLoop<L extends object>(
+  ctx: AcquireContext,
+  key: string,
+  opts: ResolvedAcquireOptions,
+  signal: AbortSignal,
+  hold?: Hold<L>,
+): Promise<L | LockHandle> {
+  return new AcquireLoop<L | LockHandle>(ctx, key, opts, signal, hold).run()
 }
 
 /** One `acquire` call: its state (named fields, not captured variables) and the steps that change it. */
-class AcquireLoop {
+class AcquireLoop<L extends object> {
   readonly #ctx: AcquireContext
   readonly #backend: LeaseFacet
   #req: AcquireRequest
@@ -148,8 +168,17 @@ class AcquireLoop {
   /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
   #abandoning: Promise<unknown> | undefined
 
-  constructor(ctx: AcquireContext, key: string, opts: ResolvedAcquireOptions, signal: AbortSignal) {
+  readonly #hold: Hold<L>
+
+  constructor(
+    ctx: AcquireContext,
+    key: string,
+    opts: ResolvedAcquireOptions,
+    signal: AbortSignal,
+    hold: Hold<L> | undefined,
+  ) {
     this.#ctx = ctx
+    this.#hold = hold ?? ((grant, _req, until) => this.#handle(grant, until) as unknown as L)
     this.#backend = ctx.backend
     this.#opts = opts
     this.#signal = signal
@@ -177,7 +206,7 @@ class AcquireLoop {
     return { key: this.#req.key, backend: this.#backend.id, owner: this.#req.owner }
   }
 
-  async run(): Promise<LockHandle> {
+  async run(): Promise<L> {
     const { ttlMs, timeoutMs } = this.#opts
     publish(channels.acquireStart, () => ({ ...this.#diag, ttlMs, timeoutMs }))
     try {
@@ -199,7 +228,7 @@ class AcquireLoop {
         if (result?.granted) {
           // Awaited only when the grant has to be given back first: an await costs every acquire a turn.
           const taken = this.#take(result)
-          const lock = taken instanceof LockHandle ? taken : await taken
+          const lock = taken instanceof Promise ? await taken : taken
           if (lock) return lock
         }
         if (now() >= this.#waitEnd(result)) this.#fail(this.#notAcquired(result))
@@ -323,18 +352,18 @@ class AcquireLoop {
    * The lock for `grant`; or, when the grant must be given back first, the promise of its release: it
    * rejects once the acquire was aborted, and resolves undefined for a grant that came too late to be valid.
    */
-  #take(grant: Grant): LockHandle | Promise<undefined> {
+  #take(grant: Grant): L | Promise<undefined> {
     if (this.#signal.aborted) return this.#giveBack(grant, true)
     const from = Math.min(this.#attemptStart, this.#unresolvedSince ?? this.#attemptStart)
     const until = validUntil(from, grant.ttlMs, this.#ctx.driftFactor)
     if (now() >= until || grant.lost?.aborted) return this.#giveBack(grant, false)
-    const lock = this.#handle(grant, until)
+    const lock = this.#hold(grant, this.#req, until)
     this.#hint?.disarm()
     publish(channels.acquireOk, () => {
       const at = now()
       return {
         ...this.#diag,
-        fence: lock.fence,
+        fence: grant.fence,
         attempts: this.#attempts,
         waitedMs: at - this.#startedAt,
         attemptMs: at - this.#roundStart,

@@ -448,6 +448,30 @@ export interface ResumeFacet {
   decode(lease: HeldLease, signal: AbortSignal): Promise<{ readonly cookie: unknown } | null>
 }
 
+/** What one attempt of an atomic multi-key acquire ends with: a grant per key (in request order), or `Busy`. */
+export type AllAttemptResult = { readonly granted: true; readonly grants: readonly Grant[] } | Busy
+
+/**
+ * Atomic multi-key acquisition: ONE attempt that takes every key of a set in one atomic step of the store,
+ * or none. The leases it makes are the mutex's own, laid out as a single `tryAcquire` would make each, so
+ * every key is then extended, released, abandoned and woken on through the mutex's methods; only the taking
+ * is new. The core owns the loop (waiting on a change of any key, the deadline, the clean-up of every key
+ * after an attempt whose outcome is unknown).
+ */
+export interface MultiKeyFacet {
+  /**
+   * Why this store cannot take `keys` in one step, in words for a `CapabilityError` (Redis Cluster: keys in
+   * more than one slot); undefined when it can. Asked before any I/O.
+   */
+  refusal?(keys: readonly string[]): string | undefined
+  /**
+   * One attempt over `requests` (one per key, sorted by the keys' UTF-8 bytes, one owner): every key granted
+   * in one atomic step, each with its own fence by that key's own rule, or `Busy` with nothing taken. A key
+   * already held by the owner (an earlier attempt whose reply was lost) counts as granted. Must not wait.
+   */
+  tryAcquireAll(requests: readonly AcquireRequest[], signal: AbortSignal): Promise<AllAttemptResult>
+}
+
 /**
  * A backend: the mutex's leased methods on the backend object itself, the operator's methods (list,
  * break, doctor), and one optional facet per further primitive. The client refuses a primitive whose
@@ -462,6 +486,13 @@ export interface LockBackend extends LeaseFacet {
   readonly resume?: ResumeFacet | undefined
   /** Read-write locks on this store; absent where the backend offers none. */
   readonly rwlock?: RwLockFacet | undefined
+  /** Taking several keys in one atomic step (`acquireAll(keys, { atomic: true })`); absent where it cannot. */
+  readonly multiKey?: MultiKeyFacet | undefined
+  /**
+   * Where `multiKey` is absent, why this store cannot take several keys in one atomic step, in a few words
+   * for the `CapabilityError` (which adds what to do instead).
+   */
+  readonly multiKeyRefusal?: string | undefined
   /**
    * The held locks whose keys start with `prefix` (every one for ''), in any order, a page of the store at
    * a time: a store with 50,000 held locks must not be read into memory at once. Free keys are left out.

@@ -8,6 +8,7 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { setMaxListeners } from 'node:events'
 import { linkedAbort, raceSignal } from './abort.js'
 import { type AcquireContext, acquireLoop } from './acquire-loop.js'
+import { acquireAtomically } from './atomic-acquire.js'
 import { AttemptTimeout, unavailableError } from './attempt.js'
 import type {
   BreakResult,
@@ -32,7 +33,13 @@ import {
 } from './errors.js'
 import { whileHeld } from './holding.js'
 import { type Lock, type LockHandle, lockRenewals } from './lock.js'
-import { type AcquireAllOptions, acquireAll, type MultiKeyRuntime, type MultiLock } from './multi-key.js'
+import {
+  type AcquireAllOptions,
+  acquireAll,
+  atomicRefusal,
+  type MultiKeyRuntime,
+  type MultiLock,
+} from './multi-key.js'
 import {
   ACQUIRE_OPTIONS,
   type AcquireOptions,
@@ -322,16 +329,25 @@ class Client implements LockClient {
 
   /** What multi-key locks use of this client: its checks before any I/O, and the acquire of one key. */
   readonly #multiKeyRuntime: MultiKeyRuntime = {
-    prepare: async (keys, options, defaultTimeoutMs) => {
+    prepare: async (keys, options, defaultTimeoutMs, atomic) => {
       const opts = resolveAcquireOptions(options, this.#options, defaultTimeoutMs)
       for (const key of keys) this.#refuseSelfDeadlock(key)
       const backend = await this.#open(keys[0]!, opts.ttlMs)
       for (const key of keys) checkLimits(backend, key, opts.ttlMs)
+      const facet = backend.multiKey
+      if (atomic) {
+        const reason = facet ? facet.refusal?.(keys) : backend.multiKeyRefusal
+        if (!facet || reason !== undefined) throw atomicRefusal(keys, backend.id, reason)
+      }
       return {
         timeoutMs: opts.timeoutMs,
         signal: opts.signal,
         backendId: backend.id,
         acquire: (key, timeoutMs) => this.#acquire(key, { ...opts, timeoutMs }),
+        acquireAtomically: (sorted) =>
+          this.#tracked(opts, (signal) =>
+            acquireAtomically(this.#contextOf(backend, undefined), facet!, sorted, opts, signal),
+          ),
       }
     },
   }
@@ -652,10 +668,15 @@ class Client implements LockClient {
     primitive?: Primitive,
   ): Promise<LockHandle> {
     const backend = facet ?? (await this.#open(key, opts.ttlMs))
+    const ctx = this.#contextOf(backend, primitive)
+    return await this.#tracked(opts, (signal) => acquireLoop(ctx, key, opts, signal))
+  }
+
+  /** Runs an acquisition under the caller's and the client's signals, tracked for `close`. */
+  async #tracked<T>(opts: ResolvedAcquireOptions, acquire: (signal: AbortSignal) => Promise<T>): Promise<T> {
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
-    const ctx = this.#contextOf(backend, primitive)
-    const run = acquireLoop(ctx, key, opts, link?.signal ?? this.#closing.signal)
+    const run = acquire(link?.signal ?? this.#closing.signal)
     // Tracked until it ends, so that close() knows when the acquires it rejects have started their clean-up
     // (close() settles on `run` itself; its own rejection is handled below).
     this.#running.add(run)

@@ -1,6 +1,7 @@
 /**
  * Multi-key locks: several keys held together, taken all or none. The keys are de-duplicated and taken one
- * by one through the normal acquire path in one global order (their UTF-8 bytes, the order the stores keep
+ * by one through the normal acquire path (or, with `atomic`, in one step of the store: atomic-acquire.ts)
+ * in one global order (their UTF-8 bytes, the order the stores keep
  * keys in), so two callers asking for overlapping sets in any order never wait for each other in a circle:
  * whoever holds the lowest key they share goes first. One deadline and one signal cover the whole
  * acquisition; on any failure every key taken so far is released before the error surfaces. Each key keeps
@@ -25,8 +26,9 @@ export interface AcquireAllOptions extends AcquireOptions {
    */
   readonly timeout?: AcquireOptions['timeout']
   /**
-   * Take every key in one atomic step of the store instead of one by one in sorted order. No backend
-   * offers it yet: `true` is refused with a `CapabilityError`.
+   * Take every key in one atomic step of the store instead of one by one in sorted order: no key is held
+   * while another is awaited. Offered by the memory and Redis backends (docs/multi-key.md); elsewhere
+   * `true` is refused with a `CapabilityError`, before any I/O.
    * @default false
    */
   readonly atomic?: boolean | undefined
@@ -60,9 +62,15 @@ export interface MultiLock extends AsyncDisposable {
 export interface MultiKeyRuntime {
   /**
    * Resolves the options and checks every key against the store's limits and the caller's context (no key
-   * of an enclosing `withLock`) before any I/O; rejects for the first bad one.
+   * of an enclosing `withLock`) before any I/O; rejects for the first bad one, and with a `CapabilityError`
+   * when `atomic` is asked of a store that cannot take these keys in one step.
    */
-  prepare(keys: readonly string[], options: AcquireOptions, defaultTimeoutMs: number): Promise<PreparedAll>
+  prepare(
+    keys: readonly string[],
+    options: AcquireOptions,
+    defaultTimeoutMs: number,
+    atomic: boolean,
+  ): Promise<PreparedAll>
 }
 
 /** One `acquireAll`, its options resolved. */
@@ -73,6 +81,8 @@ export interface PreparedAll {
   readonly backendId: string
   /** Acquires one key through the normal path, waiting at most `timeoutMs`. */
   acquire(key: string, timeoutMs: number): Promise<Lock>
+  /** Acquires every key in one atomic step of the store (prepared with `atomic`), a lock per key in order. */
+  acquireAtomically(keys: readonly string[]): Promise<readonly Lock[]>
 }
 
 const ALL_OPTIONS = [...ACQUIRE_OPTIONS, 'atomic']
@@ -121,14 +131,13 @@ export async function acquireAll(
   if (atomic !== undefined && typeof atomic !== 'boolean') {
     throw new TypeError(`Expected \`atomic\` to be a boolean, got ${describeValue(atomic)}`)
   }
-  const prepared = await runtime.prepare(sorted, acquireOptions, defaultTimeoutMs)
+  const prepared = await runtime.prepare(sorted, acquireOptions, defaultTimeoutMs, atomic === true)
   if (atomic) {
-    throw new CapabilityError(
-      `Cannot take keys ${sorted.map(quoteKey).join(', ')} in one atomic step on ${prepared.backendId}: ` +
-        'no backend offers atomic multi-key acquisition yet. Leave `atomic` out to take them one by one in ' +
-        'sorted order, which is all-or-nothing and deadlock-free too (see docs/multi-key.md)',
-      { key: sorted[0], backend: prepared.backendId },
-    )
+    try {
+      return new MultiLockHandle(sorted, await prepared.acquireAtomically(sorted))
+    } catch (error) {
+      throw notAtomically(error, sorted, prepared)
+    }
   }
   const deadline = performance.now() + prepared.timeoutMs
   const taken: Lock[] = []
@@ -169,6 +178,43 @@ function stoppedAt(error: unknown, sorted: readonly string[], index: number, pre
   }
   // A closed client, a refused ttl: those errors name the key already.
   return error
+}
+
+/** The error of an atomic acquisition, which took nothing: saying so; an abort's reason unchanged. */
+function notAtomically(error: unknown, sorted: readonly string[], prepared: PreparedAll): unknown {
+  if (prepared.signal?.aborted && error === prepared.signal.reason) return error
+  const all = `all of keys ${sorted.map(quoteKey).join(', ')} in one atomic step on ${prepared.backendId}`
+  const context = { key: sorted[0], backend: prepared.backendId, cause: error }
+  if (error instanceof LockNotAcquiredError) {
+    return new LockNotAcquiredError(
+      `Could not acquire ${all} within the timeout: at least one was held by another owner the whole time, ` +
+        'and no key was taken. Retry later, or wait longer',
+      context,
+    )
+  }
+  if (error instanceof BackendUnavailableError) {
+    return new BackendUnavailableError(
+      `Could not acquire ${all}: no key is held by this call. ${error.message}`,
+      {
+        ...context,
+        retryable: error.retryable,
+      },
+    )
+  }
+  return error
+}
+
+/**
+ * Why `atomic` cannot be had on `backendId`, as the `CapabilityError` of an acquisition asking for it:
+ * `reason` is the store's own, or absent where it offers no atomic step at all.
+ */
+export function atomicRefusal(keys: readonly string[], backendId: string, reason?: string): CapabilityError {
+  return new CapabilityError(
+    `Cannot take keys ${keys.map(quoteKey).join(', ')} in one atomic step on ${backendId}: ` +
+      `${reason ?? 'this backend offers no atomic multi-key acquisition'}. Leave \`atomic\` out to take them ` +
+      'one by one in sorted order, which is all-or-nothing and deadlock-free too (see docs/multi-key.md)',
+    { key: keys[0], backend: backendId },
+  )
 }
 
 class MultiLockHandle implements MultiLock {

@@ -91,7 +91,7 @@ export interface Scenario {
    * (campaign with a value, a proclaim while leading, resign). The checker's rules are the same: one
    * valid leader at a time, terms that increase, stale writes refused by term.
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'rwlock' | undefined
+  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'multikey-atomic' | 'rwlock' | undefined
   /** A semaphore's limit (`primitive: 'semaphore'`): each worker takes one permit of it. @default 2 */
   readonly limit?: number | undefined
   /**
@@ -203,7 +203,7 @@ export async function runScenario(
       ttlMs,
       // A multi-key acquire waits as long as the run lasts: a deadlock then shows as an acquire never
       // answered (A7's stuck waiters), not as timeouts that would break it.
-      timeoutMs: scenario.primitive === 'multikey' ? options.durationMs + ttlMs * 10 : ttlMs * 5,
+      timeoutMs: scenario.primitive?.startsWith('multikey') ? options.durationMs + ttlMs * 10 : ttlMs * 5,
       holdMs: scenario.holdMs,
       ...(scenario.abortAcquiresWithinMs === undefined
         ? {}

@@ -123,6 +123,34 @@ const slowClock = (t: Target) => ({
   ...(t.name.startsWith('file') ? FILE_CLOCK : {}),
 })
 
+/** The multi-key scenarios, taken one by one (K…) and, where the store offers it, atomically (KA…). */
+const MULTI_KEY: Scenario[] = [
+  {
+    id: 'K1',
+    title: 'multi-key: overlapping key sets in random orders, no faults',
+    ...FENCED,
+    primitive: 'multikey',
+    applies: (t) => t.primitives.has('multikey'),
+  },
+  {
+    id: 'K2',
+    title: 'multi-key: overlapping key sets in random orders, a holder paused 2.5 x ttl every 3 x ttl',
+    ...FENCED,
+    primitive: 'multikey',
+    applies: (t) => t.primitives.has('multikey'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'K15',
+    title: 'multi-key: half of all acquires given up at a random await point',
+    ...FENCED,
+    primitive: 'multikey',
+    ttlMs: 4 * TTL,
+    abortAcquiresWithinMs: 20,
+    applies: (t) => t.primitives.has('multikey'),
+  },
+]
+
 export const scenarios: Scenario[] = [
   {
     id: 'S1',
@@ -574,30 +602,17 @@ export const scenarios: Scenario[] = [
   // Multi-key locks: four workers each taking two or three of three keys, in random orders (now and then a
   // key twice), all or none. The per-key rules hold for each key (one valid holder, fences per key, stale
   // writes refused by that key's fence); an acquire left waiting for ever is a deadlock (A7: stuck).
-  {
-    id: 'K1',
-    title: 'multi-key: overlapping key sets in random orders, no faults',
-    ...FENCED,
-    primitive: 'multikey',
-    applies: (t) => t.primitives.has('multikey'),
-  },
-  {
-    id: 'K2',
-    title: 'multi-key: overlapping key sets in random orders, a holder paused 2.5 x ttl every 3 x ttl',
-    ...FENCED,
-    primitive: 'multikey',
-    applies: (t) => t.primitives.has('multikey'),
-    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
-  },
-  {
-    id: 'K15',
-    title: 'multi-key: half of all acquires given up at a random await point',
-    ...FENCED,
-    primitive: 'multikey',
-    ttlMs: 4 * TTL,
-    abortAcquiresWithinMs: 20,
-    applies: (t) => t.primitives.has('multikey'),
-  },
+  ...MULTI_KEY,
+  // The same, each acquisition taking its keys in one atomic step of the store (where it offers one).
+  ...MULTI_KEY.map(
+    (scenario): Scenario => ({
+      ...scenario,
+      id: scenario.id.replace('K', 'KA'),
+      title: `atomic ${scenario.title}`,
+      primitive: 'multikey-atomic',
+      applies: (t) => t.primitives.has('multikey-atomic'),
+    }),
+  ),
   // Read-write locks: the rules that matter are A1 by mode (a writer beside nobody, readers only beside
   // readers), the fences (a writer's above every earlier grant, a reader's above every earlier writer's),
   // the writers' fenced writes, and no stuck waiter: no reader stream starves a writer.

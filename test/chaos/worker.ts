@@ -35,10 +35,10 @@ export interface WorkerConfig {
   readonly abortWithinMs?: number
   /**
    * Take the leadership of an election named `key`, one permit of a semaphore named `key` of `limit`,
-   * several keys under `key` at once (multikey), or the read-write lock `key` (half of the acquires as
+   * several keys under `key` at once (multikey: one by one; multikey-atomic: in one step of the store), or the read-write lock `key` (half of the acquires as
    * readers, who do not write), instead of the lock (see Scenario.primitive).
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'rwlock'
+  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'multikey-atomic' | 'rwlock'
   readonly limit?: number
 }
 
@@ -68,7 +68,8 @@ const MULTI_KEYS = ['a', 'b', 'c']
  * checker's per-key rules see each key's hold.
  */
 function partsOf(config: WorkerConfig, op: string): { asked: string[]; parts: Part[] } {
-  if (config.primitive !== 'multikey') return { asked: [config.key], parts: [{ op, key: config.key }] }
+  if (!config.primitive?.startsWith('multikey'))
+    return { asked: [config.key], parts: [{ op, key: config.key }] }
   const shuffled = MULTI_KEYS.map((k) => `${config.key}:${k}`).sort(() => Math.random() - 0.5)
   const asked = shuffled.slice(0, Math.random() < 0.5 ? 2 : 3)
   if (Math.random() < 0.2) asked.push(asked[0]!)
@@ -91,8 +92,8 @@ async function take(
     holds: [{ op, key: config.key, held }],
     release: () => held.release(),
   })
-  if (config.primitive === 'multikey') {
-    const all = await locks.acquireAll(asked, options)
+  if (config.primitive === 'multikey' || config.primitive === 'multikey-atomic') {
+    const all = await locks.acquireAll(asked, { ...options, atomic: config.primitive === 'multikey-atomic' })
     return {
       holds: all.keys.map((key) => ({ op: `${op}~${key}`, key, held: all.locks.get(key)! })),
       release: async () => void (await all.release()),
@@ -142,8 +143,15 @@ async function take(
  * ignores `at` from a worker whose monotonic clock is faked (libfaketime fakes CLOCK_MONOTONIC too, unless
  * told not to: a wall clock faked alone leaves `at` good).
  */
-const emit = (event: Record<string, unknown>) =>
-  process.stdout.write(`${JSON.stringify({ ...event, at: monotonicMs() })}\n`)
+const emit = (event: Record<string, unknown>) => emitAll([event])
+
+/**
+ * Several events in one write: a pause (SIGSTOP) cannot fall between them, so the holds of one acquisition
+ * are reported at one time, as they were granted (a pause after the first would date the others later).
+ */
+const emitAll = (events: readonly Record<string, unknown>[], at = monotonicMs()) => {
+  process.stdout.write(events.map((event) => `${JSON.stringify({ ...event, at })}\n`).join(''))
+}
 
 /**
  * One HTTP exchange with the resource; resolves with the reply body ('' if it failed: a write that does
@@ -216,16 +224,22 @@ async function main(config: WorkerConfig): Promise<void> {
       if (error instanceof BackendUnavailableError || !definite) await sleep(50)
       continue
     }
-    for (const { op, key, held: lock } of taken.holds) {
-      emit({
+    // The time first, the validity left after it: a pause in between shortens the validity reported.
+    const at = monotonicMs()
+    const grantedAt = performance.now()
+    emitAll(
+      taken.holds.map(({ op, key, held: lock }) => ({
         ev: 'acquire-ok',
         op,
         key,
         owner: lock.owner,
         fence: lock.fence.toString(),
-        validInMs: lock.validUntil - performance.now(),
+        validInMs: lock.validUntil - grantedAt,
         ...(lock.mode === undefined ? {} : { mode: lock.mode }),
-      })
+      })),
+      at,
+    )
+    for (const { op, held: lock } of taken.holds) {
       held.set(lock.owner, { op, lock })
       const onLost = () => {
         const reason = lock.signal.reason as Error | undefined

@@ -5,6 +5,7 @@ import { CapabilityError, createLockClient, type LockBackend, type LockClient } 
 import { loadBackend, parseBackendUrl } from '../../src/schemes.js'
 import { type Kit, type KitStore, PRIMITIVES, type Primitive } from '../kits/kit.js'
 import { electionCases } from './cases/election/index.js'
+import { atomicMultiKeyCases } from './cases/multi-key/atomic.js'
 import { multiKeyCases } from './cases/multi-key/index.js'
 import { mutexCases } from './cases/mutex/index.js'
 import { resumeCases } from './cases/resume/index.js'
@@ -22,6 +23,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   semaphore: semaphoreCases,
   rwlock: rwlockCases,
   multikey: multiKeyCases,
+  'multikey-atomic': atomicMultiKeyCases,
   resume: resumeCases,
 }
 
@@ -99,6 +101,17 @@ const REFUSED: Partial<
     calls: (client, name) => {
       const body = { backend: 'any', key: name, owner: 'o', fence: '1', ttlMs: 1000 }
       return [client.resume(`fencelock1.${Buffer.from(JSON.stringify(body)).toString('base64url')}`)]
+    },
+  },
+  'multikey-atomic': {
+    says: /in one atomic step on .*: .*\. Leave `atomic` out/,
+    calls: (client, name) => {
+      const keys = [name, `${name}:2`]
+      return [
+        client.acquireAll(keys, { atomic: true, timeout: 0 }),
+        client.tryAcquireAll(keys, { atomic: true }),
+        client.withAll(keys, () => {}, { atomic: true }),
+      ]
     },
   },
   rwlock: {

@@ -160,7 +160,14 @@ export interface StoreFaults {
  * The primitives of the backend contract, one facet each. A kit declares those its backend offers; the
  * conformance suite runs a primitive's cases (test/conformance/cases/<primitive>/) only on kits that declare it.
  */
-export type Primitive = 'mutex' | 'election' | 'semaphore' | 'rwlock' | 'multikey' | 'resume'
+export type Primitive =
+  | 'mutex'
+  | 'election'
+  | 'semaphore'
+  | 'rwlock'
+  | 'multikey'
+  | 'multikey-atomic'
+  | 'resume'
 
 export const PRIMITIVES: readonly Primitive[] = [
   'mutex',
@@ -168,6 +175,7 @@ export const PRIMITIVES: readonly Primitive[] = [
   'semaphore',
   'rwlock',
   'multikey',
+  'multikey-atomic',
   'resume',
 ]
 

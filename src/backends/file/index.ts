@@ -210,6 +210,8 @@ export function fileBackend(options: FileBackendOptions, hooks?: FileTestHooks):
     election: fileElection(dir, elections, { retirer: electionRetirer, sweeper: electionSweeper }, shell),
     semaphore: fileSemaphore(dir, sems, { retirer: semaphoreRetirer, sweeper: semaphoreSweeper }, shell),
     rwlock: fileRwLock(dir, rws, { retirer: rwlockRetirer, sweeper: rwlockSweeper }, shell),
+    multiKeyRefusal:
+      'each key is a folder of its own, and a file system has no step that creates several at once',
     prune: (prefix = '') => guarded(root, prefix, 'prune', () => prune(root, LEASE_RECORDS, prefix)),
     doctor: () => fileDoctor(root, LEASE_RECORDS),
     async close() {

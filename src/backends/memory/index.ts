@@ -11,6 +11,7 @@
  * Fence: the store's per-key counter, incremented by each grant; it is never deleted (a release keeps
  * it), so fences keep increasing after releases for as long as the process lives.
  * Waiting: waiters of a key are woken in-process when it is released (or abandoned, or broken).
+ * Atomic multi-key: every key checked and granted in one synchronous step of the mutex's table.
  * Listing walks the map; breaking deletes the entry and keeps the fence counter.
  * Limits: nothing is shared with other processes, and nothing outlives the process (fences included).
  * Keys and ttls: the core's defaults (DEFAULT_LIMITS in src/core/options.ts).

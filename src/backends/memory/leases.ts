@@ -7,9 +7,11 @@
  */
 import type {
   AcquireRequest,
+  AllAttemptResult,
   AttemptResult,
   BreakOptions,
   BreakResult,
+  Grant,
   HeldLease,
   ListedLock,
   LockBackend,
@@ -73,6 +75,11 @@ export interface LeaseTable {
   ours(lease: HeldLease): { value: string | undefined } | undefined
   /** Wakes the waiters of `key`. */
   notify(key: string): void
+  /**
+   * Grants every request or none, in one synchronous step (nothing else runs in between): `Busy` until
+   * the last of the keys held by others is due to expire.
+   */
+  acquireAll(requests: readonly AcquireRequest[]): AllAttemptResult
 }
 
 /**
@@ -98,19 +105,31 @@ export function leaseTable(
     return entry && entry.owner === lease.owner && entry.fence === lease.fence ? entry : undefined
   }
 
-  const methods: LeaseMethods = {
-    async tryAcquire({ key, owner, ttlMs, holder, value }: AcquireRequest): Promise<AttemptResult> {
+  /** One attempt, synchronous: a single acquire's, and each key's of an atomic set's. */
+  const tryAcquire = ({ key, owner, ttlMs, holder, value }: AcquireRequest): AttemptResult => {
+    const entry = live(key)
+    if (entry) {
+      if (entry.owner === owner) return { granted: true, fence: entry.fence, ttlMs }
+      return { granted: false, retryInMs: entry.expiresAt - now() }
+    }
+    const fence = (store.fences.get(key) ?? 0n) + 1n
+    store.fences.set(key, fence)
+    store.entries.set(key, { owner, fence, holder, value, expiresAt: now() + ttlMs })
+    if (wakeOnGrant) notify(key)
+    return { granted: true, fence, ttlMs }
+  }
+
+  const acquireAll = (requests: readonly AcquireRequest[]): AllAttemptResult => {
+    const busy = requests.flatMap(({ key, owner }) => {
       const entry = live(key)
-      if (entry) {
-        if (entry.owner === owner) return { granted: true, fence: entry.fence, ttlMs }
-        return { granted: false, retryInMs: entry.expiresAt - now() }
-      }
-      const fence = (store.fences.get(key) ?? 0n) + 1n
-      store.fences.set(key, fence)
-      store.entries.set(key, { owner, fence, holder, value, expiresAt: now() + ttlMs })
-      if (wakeOnGrant) notify(key)
-      return { granted: true, fence, ttlMs }
-    },
+      return entry && entry.owner !== owner ? [entry.expiresAt - now()] : []
+    })
+    if (busy.length > 0) return { granted: false, retryInMs: Math.max(...busy) }
+    return { granted: true, grants: requests.map((req) => tryAcquire(req) as Grant) }
+  }
+
+  const methods: LeaseMethods = {
+    tryAcquire: async (req) => tryAcquire(req),
 
     async extend(lease, ttlMs) {
       const entry = ours(lease)
@@ -161,5 +180,5 @@ export function leaseTable(
       return { broken: true, lease }
     },
   }
-  return { methods, ours, notify }
+  return { methods, ours, notify, acquireAll }
 }

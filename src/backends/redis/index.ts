@@ -32,7 +32,8 @@
  *   wait), the same in both modes; mode.ts, plain.ts, fair.ts: what differs between the modes (the
  *   scripts of acquire, release and abandon); scripts.ts: its Lua, each script one atomic step;
  *   layout.ts: the key and channel names of a lock (the tests use them too); listing.ts: `list`'s pattern
- *   of the lock keys, and the user's key back from a key name (also Redlock's).
+ *   of the lock keys, and the user's key back from a key name (also Redlock's); atomic.ts: the `multiKey`
+ *   facet, a set of keys taken in one script (plain mode, one Cluster slot).
  * - election/: leader election (the `election` facet). facet.ts: campaign, proclaim, extend, resign,
  *   inspect, and the waits of candidates and observers; scripts.ts: its Lua (terms minted by the mutex's
  *   MINT); layout.ts: its keys `<prefix>!election{<name>}` (`:term`, `:value`, `:holder`), apart from

@@ -10,6 +10,7 @@ import { OWNER_CHECKED_RESUME } from '../../core/resume.js'
 import type { RedisClient } from './connect.js'
 import { doctor } from './doctor.js'
 import { RedisElection } from './election/facet.js'
+import { RedisAtomicAcquire } from './mutex/atomic.js'
 import { RedisMutex, type ReplicaPolicy } from './mutex/facet.js'
 import type { LockLayout } from './mutex/layout.js'
 import type { Mode } from './mutex/mode.js'
@@ -63,6 +64,8 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
   readonly semaphore: RedisSemaphore
   /** Read-write locks on the same store (rwlock/): their own line, whatever the mutex's mode. */
   readonly rwlock: RedisRwLock
+  /** Taking a set of keys in one script (mutex/atomic.ts): plain mode, one slot. */
+  readonly multiKey: RedisAtomicAcquire
   /** A lock's key holds its owner id, which extend and release check: a token needs no more. */
   readonly resume = OWNER_CHECKED_RESUME
   readonly #store: RedisStore
@@ -93,6 +96,9 @@ export class RedisLockBackend<R extends AcquireRequest = AcquireRequest> extends
       replicas: mutex.replicas,
     })
     this.rwlock = new RedisRwLock({ store, subscriptions, limits: REDIS_LIMITS, replicas: mutex.replicas })
+    // A Redlock node's mode takes requests of its own; its backend never offers the node's atomic step.
+    const mode = mutex.mode as unknown as Mode
+    this.multiKey = new RedisAtomicAcquire({ store, layout: mutex.layout, mode, replicas: mutex.replicas })
     this.#store = store
     this.#minReplicas = mutex.replicas.min
     this.#subscriptions = subscriptions

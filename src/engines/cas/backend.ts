@@ -26,6 +26,9 @@ export function casLeaseBackend(
     ...casLeaseFacet(engine, adapter, options.id ?? adapter.id),
     ...(election ? { election: election.facet } : {}),
     resume: engine.resume,
+    multiKeyRefusal:
+      "S3 and GCS have no conditional write of several objects at once, and DynamoDB's (TransactWriteItems) " +
+      'is not used for leases yet',
     breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: async () => {
       await Promise.all([engine.retirer.close(), election?.close()])

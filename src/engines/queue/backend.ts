@@ -56,6 +56,9 @@ export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry, S
     id,
     capabilities: CAPABILITIES,
     limits,
+    multiKeyRefusal:
+      'each key keeps a waiting line of its own, and entries that hold one place across several lines (one ' +
+      'etcd transaction, one ZooKeeper multi) are not built yet',
     ...queueLeasedMethods(mutex, unavailable),
     inspect: async (key, signal) => {
       try {

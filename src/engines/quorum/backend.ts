@@ -57,5 +57,8 @@ export function quorumBackend(quorum: Quorum, waiting: ReleaseWaiting, store: Qu
     doctor: store.doctor,
     close: () => store.close(),
     resume: QUORUM_RESUME,
+    multiKeyRefusal:
+      'a majority of independent nodes grants each key, and no step is atomic across nodes: a set taken on ' +
+      'one node may be refused on the next, and taken apart again',
   }
 }

@@ -56,6 +56,8 @@ export function sqlLeaseBackend(
     close: () => engine.close(),
     // A row's owner and fence are what extend and release check, on the server's clock: a token needs no more.
     resume: OWNER_CHECKED_RESUME,
+    multiKeyRefusal:
+      "each key's lease row is taken by a statement of its own, and one transaction over several is not built yet",
   }
   const election = elections && sqlElection(elections.adapter, elections.options)
   const semaphore = semaphores && sqlSemaphore(semaphores.adapter, semaphores.options)

@@ -27,7 +27,7 @@ export const RECORD_NAME = (k: number, a: number, ttl: string) =>
   `if KEYS[${k}] then redis.call('SET', KEYS[${k}], ARGV[${a}], 'PX', math.max(3600000, tonumber(${ttl}))) end`
 
 /**
- * `mint(ttl)`: the fence of a grant, KEYS[2] the last one: the server's clock in microseconds (TIME), or
+ * `mint(ttl)`: the fence of a grant, KEYS[2] the last one (`mintAt(fenceKey, ttl)`: another key's): the server's clock in microseconds (TIME), or
  * the last fence + 1 when that is larger (grants within one microsecond, a clock stepped back a little).
  * Every fence is thus at most the clock when it was minted, or one more than a fence that was, and the
  * clock is read on every grant, never only when the key is gone, because the key can come back behind:
@@ -44,18 +44,21 @@ export const RECORD_NAME = (k: number, a: number, ttl: string) =>
  * The election's and the semaphore's scripts mint with it too.
  */
 export const MINT = `
-local function mint(ttl)
+local function mintAt(fenceKey, ttl)
   local t = redis.call('TIME')
   local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local stored = redis.call('GET', KEYS[2])
+  local stored = redis.call('GET', fenceKey)
   if stored then
     local last = tonumber(stored)
     -- Not a number: another program's key. INCRBY raises Redis's own "not an integer" error for it.
-    if not last then redis.call('INCRBY', KEYS[2], 0) end
+    if not last then redis.call('INCRBY', fenceKey, 0) end
     if last >= fence then fence = last + 1 end
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', math.max(3600000, tonumber(ttl)))
+  redis.call('SET', fenceKey, string.format('%.0f', fence), 'PX', math.max(3600000, tonumber(ttl)))
   return fence
+end
+local function mint(ttl)
+  return mintAt(KEYS[2], ttl)
 end
 `
 
@@ -75,7 +78,7 @@ end
  * `owns(value, owner)`: a lock key's value is `owner`'s, as the owner id alone or "<owner> <description>".
  * Owner ids hold no space, so no other owner's value starts with "<owner> ".
  */
-const OWNS = `
+export const OWNS = `
 local function owns(value, owner)
   return value == owner or string.sub(value, 1, #owner + 1) == owner .. ' '
 end

@@ -8,7 +8,6 @@
 import assert from 'node:assert/strict'
 import {
   BackendUnavailableError,
-  CapabilityError,
   type LockClient,
   LockError,
   LockLostError,
@@ -110,39 +109,7 @@ export const multiKeyCases: ConformanceCase[] = [
 
   {
     name: 'multikey: overlapping key sets asked in opposite and cyclic orders never deadlock',
-    async run(ctx) {
-      const base = ctx.key('orders')
-      const [x, y, z] = [`${base}:x`, `${base}:y`, `${base}:z`]
-      // Two in opposite orders, and three in a cycle: taken in the order given, each pair can deadlock.
-      const sets = [
-        [x, y, z],
-        [z, y, x],
-        [x, y],
-        [y, z],
-        [z, x],
-      ]
-      const clients = sets.map(() => ctx.client({ ttl: '20s' }))
-      const holders = new Map<string, number>()
-      const fences = new Map<string, bigint[]>()
-      const worker = async (client: LockClient, keys: string[], id: number) => {
-        for (let round = 0; round < 5; round++) {
-          // The bound of a liveness failure on a loaded machine; a deadlock never ends.
-          const all = await client.acquireAll(keys, { timeout: '120s' })
-          for (const key of all.keys) {
-            assert.equal(holders.get(key), undefined, `${key} held by ${holders.get(key)} and ${id}`)
-            holders.set(key, id)
-            fences.set(key, [...(fences.get(key) ?? []), all.fences.get(key)!])
-          }
-          await sleep(2)
-          for (const key of all.keys) holders.delete(key)
-          await all.release()
-        }
-      }
-      await Promise.all(clients.map((client, i) => worker(client, sets[i]!, i)))
-      for (const [key, seen] of fences) {
-        assert.equal(new Set(seen).size, seen.length, `${key}: every grant has its own fence`)
-      }
-    },
+    run: (ctx) => crossingSets(ctx, {}),
   },
 
   {
@@ -226,7 +193,7 @@ export const multiKeyCases: ConformanceCase[] = [
   },
 
   {
-    name: 'multikey: refuses an empty list, a bad key (naming it) and atomic: true, before any I/O',
+    name: 'multikey: refuses an empty list, a bad key (naming it) and a misspelt option, before any I/O',
     async run(ctx) {
       // Every call the backend gets is counted: a refusal sends nothing.
       const calls: string[] = []
@@ -247,15 +214,44 @@ export const multiKeyCases: ConformanceCase[] = [
       await assert.rejects(client.acquireAll([key, '']), /index 1 of `keys`/)
       await assert.rejects(client.acquireAll(key as unknown as string[]), /array of lock keys/)
       await assert.rejects(client.acquireAll([key], { atomc: true } as never), /did you mean `atomic`/)
-      await assert.rejects(client.acquireAll([key], { atomic: true }), (e) => {
-        assert.ok(e instanceof CapabilityError, `${e}`)
-        assert.ok(client.backendId && e.message.includes(client.backendId), e.message)
-        return true
-      })
+      await assert.rejects(client.acquireAll([key], { atomic: 1 } as never), /`atomic` to be a boolean/)
       assert.deepEqual(calls, [], 'a refusal sends nothing to the store')
     },
   },
 ]
+
+/**
+ * Workers taking overlapping key sets in opposite and cyclic orders (each pair deadlocks when taken in the
+ * order given), five rounds each: they all finish, no key ever has two holders, and each key's fences rise.
+ */
+export async function crossingSets(ctx: CaseContext, options: { readonly atomic?: boolean }): Promise<void> {
+  const base = ctx.key('orders')
+  const [x, y, z] = [`${base}:x`, `${base}:y`, `${base}:z`]
+  const sets = [[x, y, z], [z, y, x], [x, y], [y, z], [z, x], [y]]
+  const clients = sets.map(() => ctx.client({ ttl: '20s' }))
+  const holders = new Map<string, number>()
+  const fences = new Map<string, bigint[]>()
+  const worker = async (client: LockClient, keys: string[], id: number) => {
+    for (let round = 0; round < 5; round++) {
+      // The bound of a liveness failure on a loaded machine; a deadlock never ends.
+      const all = await client.acquireAll(keys, { ...options, timeout: '120s' })
+      for (const key of all.keys) {
+        assert.equal(holders.get(key), undefined, `${key} held by ${holders.get(key)} and ${id}`)
+        holders.set(key, id)
+        fences.set(key, [...(fences.get(key) ?? []), all.fences.get(key)!])
+      }
+      await sleep(2)
+      for (const key of all.keys) holders.delete(key)
+      await all.release()
+    }
+  }
+  await Promise.all(clients.map((client, i) => worker(client, sets[i]!, i)))
+  for (const [key, seen] of fences) {
+    const sorted = [...seen].sort((p, q) => (p < q ? -1 : p > q ? 1 : 0))
+    assert.deepEqual(seen, sorted, `${key}: fences rise grant after grant`)
+    assert.equal(new Set(seen).size, seen.length, `${key}: every grant has its own fence`)
+  }
+}
 
 /** Waits until `key` is held (the acquisition under way got that far). */
 async function heldNow(client: LockClient, key: string): Promise<void> {
