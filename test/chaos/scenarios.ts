@@ -664,5 +664,6 @@ export const CI_SCENARIOS = [
   'L15',
   'M7',
   'M15',
+  'N7',
   'R15',
 ]
