@@ -63,6 +63,8 @@ export {
   type PermitOptions,
   type Semaphore,
   type SemaphoreHolder,
+  type SemaphoreLayout,
   type SemaphoreOptions,
   type SemaphoreView,
 } from './core/semaphore.js'
+export type { SlotPermits, SlotsSemaphore, SlotsView, SlotView } from './core/slots.js'

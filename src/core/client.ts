@@ -56,12 +56,21 @@ import {
 import { type ResumeOptions, type ResumeRuntime, resumeLock } from './resume.js'
 import { type RwLock, RwLockImpl, type RwLockRuntime } from './rwlock.js'
 import {
+  parseLayout,
   parseLimit,
   type Semaphore,
   SemaphoreImpl,
   type SemaphoreOptions,
   type SemaphoreRuntime,
 } from './semaphore.js'
+import {
+  type PreparedSlots,
+  type SlotsRuntime,
+  type SlotsSemaphore,
+  SlotsSemaphoreImpl,
+  slotKey,
+  slotPrefix,
+} from './slots.js'
 
 /** A lock client over one backend. Create it with `createLockClient` (src/client.ts). */
 export interface LockClient extends AsyncDisposable {
@@ -133,11 +142,13 @@ export interface LockClient extends AsyncDisposable {
    */
   election(name: string): Election
   /**
-   * The counting semaphore called `name`, allowing `limit` permits at once: acquire permits, inspect its
-   * holders, change its limit. Every client must open it with the limit the store keeps while it is in use.
+   * The semaphore called `name`, allowing `limit` permits at once: acquire permits, inspect its holders,
+   * change its limit. Every client must open it with the limit the store keeps while it is in use. With
+   * `layout: 'slots'`, `limit` exclusive slots on any store, each permit carrying its slot's fence.
    * Names are checked as keys are; the store is first used by an acquire or a read.
    * @throws {TypeError} for a bad name or limit
    */
+  semaphore(name: string, options: SemaphoreOptions & { readonly layout: 'slots' }): SlotsSemaphore
   semaphore(name: string, options: SemaphoreOptions): Semaphore
   /**
    * The lock `token` (from `lock.token()`, in this process or another) names, held again by this client: one
@@ -244,7 +255,7 @@ class Client implements LockClient {
   /** One object per election name, so that `isMe` knows every leadership of this client. */
   readonly #elections = new Map<string, ElectionImpl>()
   /** One object per semaphore name (the latest limit it was opened with), so that `isMe` knows this client's leases. */
-  readonly #semaphores = new Map<string, SemaphoreImpl>()
+  readonly #semaphores = new Map<string, SemaphoreImpl | SlotsSemaphoreImpl>()
 
   constructor(backend: Promise<LockBackend>, options: ResolvedClientOptions, backendId?: string) {
     this.#backendId = backendId
@@ -512,6 +523,8 @@ class Client implements LockClient {
     closing: this.#closing.signal,
   }
 
+  semaphore(name: string, options: SemaphoreOptions & { readonly layout: 'slots' }): SlotsSemaphore
+  semaphore(name: string, options: SemaphoreOptions): Semaphore
   semaphore(name: string, options: SemaphoreOptions): Semaphore {
     validateKey(name)
     if (typeof options !== 'object' || options === null) {
@@ -519,15 +532,74 @@ class Client implements LockClient {
         `Expected semaphore ${quoteKey(name)}'s options to be an object with its \`limit\`, got ${describeValue(options)}`,
       )
     }
-    assertKnownKeys('semaphore options', options, ['limit'])
+    assertKnownKeys('semaphore options', options, ['limit', 'layout'])
     const limit = parseLimit(name, options?.limit)
-    // The same object for the same name and limit, so that `isMe` knows every lease of this client.
+    const layout = parseLayout(name, options.layout)
+    const Kind = layout === 'slots' ? SlotsSemaphoreImpl : SemaphoreImpl
+    // The same object for the same name, limit and layout, so that `isMe` knows every lease of this client.
     let semaphore = this.#semaphores.get(name)
-    if (semaphore?.limit !== limit) {
-      semaphore = new SemaphoreImpl(name, limit, this.#semaphoreRuntime)
+    if (semaphore?.limit !== limit || !(semaphore instanceof Kind)) {
+      semaphore =
+        layout === 'slots'
+          ? new SlotsSemaphoreImpl(name, limit, this.#slotsRuntime)
+          : new SemaphoreImpl(name, limit, this.#semaphoreRuntime)
       this.#semaphores.set(name, semaphore)
     }
     return semaphore
+  }
+
+  /** What slots semaphores use of this client: its checks, the normal acquire of one slot, one listing. */
+  readonly #slotsRuntime: SlotsRuntime = {
+    prepare: async (name, limit, options, defaultTimeoutMs): Promise<PreparedSlots> => {
+      const opts = resolveAcquireOptions(options, this.#options, defaultTimeoutMs)
+      // The longest slot key, checked as any key against the store's limits, before any I/O.
+      const backend = await this.#open(slotKey(name, limit, limit - 1), opts.ttlMs)
+      this.#slotListing(backend, name)
+      const link = linkedAbort(opts.signal, this.#closing.signal)
+      const once = { ...opts, timeoutMs: 0, signal: link.signal }
+      return {
+        timeoutMs: opts.timeoutMs,
+        signal: link.signal,
+        dispose: () => link.dispose(),
+        backendId: backend.id,
+        tryHeld: backend.capabilities.expiry !== 'session',
+        take: async (key) => {
+          try {
+            return await this.#acquire(key, once)
+          } catch (error) {
+            if (error instanceof LockNotAcquiredError) return null
+            throw error
+          }
+        },
+      }
+    },
+    list: async (name, signal) => {
+      const backend = await this.#open(name)
+      const list = this.#slotListing(backend, name)
+      return this.#bounded(
+        backend,
+        name,
+        'list the slots of',
+        INSPECT_WAIT_MS,
+        signal,
+        async (s) => {
+          const slots: ListedLock[] = []
+          for await (const slot of list(slotPrefix(name), s)) slots.push(slot)
+          return slots
+        },
+        'semaphore',
+      )
+    },
+  }
+
+  /** The backend's listing, which slots wait on. @throws {CapabilityError} where it has none */
+  #slotListing(backend: LockBackend, name: string): NonNullable<LockBackend['list']> {
+    if (backend.list) return backend.list.bind(backend)
+    throw new CapabilityError(
+      `Cannot use slots semaphore ${quoteKey(name)} on ${backend.id}: its waiters list the slots, and this ` +
+        'backend cannot enumerate its store',
+      { key: name, backend: backend.id },
+    )
   }
 
   /** What semaphores use of this client: its checks, its acquire loop and bounded calls, on the facet. */
@@ -583,7 +655,8 @@ class Client implements LockClient {
     if (backend.semaphore) return backend.semaphore
     throw new CapabilityError(
       `Cannot use semaphore ${quoteKey(name)} on ${backend.id}: this backend offers no counting semaphore. ` +
-        'Use a backend that does (see docs/semaphore.md)',
+        "Open it with { layout: 'slots' } (limit exclusive slots, each permit a fence, on every store), or " +
+        'use a backend that counts (see docs/semaphore.md)',
       { key: name, backend: backend.id },
     )
   }

@@ -217,16 +217,20 @@ export function atomicRefusal(keys: readonly string[], backendId: string, reason
   )
 }
 
-class MultiLockHandle implements MultiLock {
+/** Locks held together (a multi-key lock, a slots semaphore's permits): one loss signal, one release. */
+export class MultiLockHandle implements MultiLock {
   readonly keys: readonly string[]
   readonly locks: ReadonlyMap<string, Lock>
   readonly fences: ReadonlyMap<string, bigint>
   readonly #lost = new AbortController()
   readonly #detach: Array<() => void> = []
   #releasing: Promise<readonly string[]> | undefined
+  /** What the locks are, for messages: "the multi-key lock on 'a', 'b'". */
+  readonly #subject: string
 
-  constructor(keys: readonly string[], locks: readonly Lock[]) {
+  constructor(keys: readonly string[], locks: readonly Lock[], subject?: string) {
     this.keys = keys
+    this.#subject = subject ?? `the multi-key lock on ${keys.map(quoteKey).join(', ')}`
     this.locks = new Map(locks.map((lock) => [lock.key, lock]))
     this.fences = new Map(locks.map((lock) => [lock.key, lock.fence]))
     for (const lock of locks) {
@@ -245,7 +249,7 @@ class MultiLockHandle implements MultiLock {
     if (this.#lost.signal.aborted || this.#releasing) return
     this.#lost.abort(
       new LockLostError(
-        `The multi-key lock on ${this.keys.map(quoteKey).join(', ')} lost ${quoteKey(lock.key)}: ` +
+        `${this.#subject[0]!.toUpperCase()}${this.#subject.slice(1)} lost ${quoteKey(lock.key)}: ` +
           `${(reason as Error)?.message ?? 'its lease ended'}. The keys are no longer held together: stop the ` +
           'work that needed all of them, and release() the rest',
         { key: lock.key, backend: (reason as LockLostError)?.backend, cause: reason },
@@ -278,8 +282,8 @@ class MultiLockHandle implements MultiLock {
     if (failed.length > 0) {
       const first = outcomes.find((o) => o.status === 'rejected') as PromiseRejectedResult
       throw new BackendUnavailableError(
-        `Could not release ${failed.map((lock) => quoteKey(lock.key)).join(', ')} of the multi-key lock on ` +
-          `${this.keys.map(quoteKey).join(', ')}; the others were released, these end by themselves within ` +
+        `Could not release ${failed.map((lock) => quoteKey(lock.key)).join(', ')} of ${this.#subject}; ` +
+          'the others were released, these end by themselves within ' +
           `their ttl. ${(first.reason as Error)?.message ?? ''}`,
         {
           key: failed[0]!.key,

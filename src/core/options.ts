@@ -299,6 +299,14 @@ export function validateKey(key: unknown): asserts key is string {
         'Use key.toWellFormed() or encode the bytes (hex, base64) yourself',
     )
   }
+  // Slots semaphores name their slots with it (src/core/slots.ts): no user key may be one of theirs.
+  const reserved = key.indexOf('\uFFFF')
+  if (reserved !== -1) {
+    throw new TypeError(
+      `Expected \`key\` without U+FFFF, a noncharacter kept for the keys of semaphore slots, got one at index ` +
+        `${reserved} (starting ${JSON.stringify(key.slice(0, 40))}). Leave it out, or encode the key`,
+    )
+  }
 }
 
 /** A `list` prefix: any string a key may start with, '' for every key. */

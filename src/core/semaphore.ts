@@ -16,13 +16,37 @@ import { trackOwnLease } from './own-leases.js'
 /** The largest limit: a semaphore's holders are read and checked whole on every grant. */
 export const MAX_SEMAPHORE_LIMIT = 10_000
 
+/** How a semaphore's permits are kept: one count (`counting`), or `limit` exclusive slots (`slots`). */
+export type SemaphoreLayout = 'counting' | 'slots'
+
+/** The layouts `SemaphoreOptions.layout` accepts. */
+export const SEMAPHORE_LAYOUTS: readonly SemaphoreLayout[] = ['counting', 'slots']
+
 /** How a semaphore is opened: `locks.semaphore(name, { limit })`. */
 export interface SemaphoreOptions {
   /**
    * How many permits may be held at once, 1 to 10,000. Every client must open the semaphore with the same
-   * limit while it is in use: another is refused with a `LimitMismatchError` (`setLimit` changes it).
+   * limit while it is in use: another is refused with a `LimitMismatchError` (`setLimit` changes it on the
+   * counting layout).
    */
   readonly limit: number
+  /**
+   * `counting` (the default): one count of permits, each acquire's a `sequence`, on the stores that keep
+   * one. `slots`: `limit` exclusive slots, each an ordinary lock, each permit its slot's real fence, on
+   * every store (docs/semaphore.md). Every client of a semaphore must use the same layout.
+   * @default 'counting'
+   */
+  readonly layout?: SemaphoreLayout | undefined
+}
+
+/** Checks a layout. @throws {TypeError} naming the layouts there are */
+export function parseLayout(name: string, layout: unknown): SemaphoreLayout {
+  if (layout === undefined) return 'counting'
+  if (SEMAPHORE_LAYOUTS.includes(layout as SemaphoreLayout)) return layout as SemaphoreLayout
+  throw new TypeError(
+    `Expected the \`layout\` of semaphore ${JSON.stringify(name)} to be 'counting' or 'slots', got ` +
+      `${describeValue(layout)}`,
+  )
 }
 
 /** What `acquire` is told: an acquire's options, and how many permits to take. */
@@ -146,7 +170,7 @@ export function parseLimit(name: string, limit: unknown): number {
 }
 
 /** Checks `permits` against the limit. @throws {TypeError} naming the problem */
-function parsePermits(name: string, permits: unknown, limit: number): number {
+export function parsePermits(name: string, permits: unknown, limit: number): number {
   if (permits === undefined) return 1
   if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1) {
     throw new TypeError(

@@ -91,8 +91,18 @@ export interface Scenario {
    * (campaign with a value, a proclaim while leading, resign). The checker's rules are the same: one
    * valid leader at a time, terms that increase, stale writes refused by term.
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'multikey-atomic' | 'rwlock' | undefined
-  /** A semaphore's limit (`primitive: 'semaphore'`): each worker takes one permit of it. @default 2 */
+  readonly primitive?:
+    | 'election'
+    | 'semaphore'
+    | 'slots'
+    | 'multikey'
+    | 'multikey-atomic'
+    | 'rwlock'
+    | undefined
+  /**
+   * A semaphore's limit (`primitive: 'semaphore'` or `'slots'`): each worker takes one permit of it. A
+   * slots semaphore's permits are checked per slot key, as locks. @default 2
+   */
   readonly limit?: number | undefined
   /**
    * Workers abort half of their acquires after a random delay below this many ms: the abort lands at any
@@ -210,7 +220,9 @@ export async function runScenario(
         : { abortWithinMs: scenario.abortAcquiresWithinMs }),
       resourcePort: resource.port,
       ...(scenario.primitive === undefined ? {} : { primitive: scenario.primitive }),
-      ...(scenario.primitive === 'semaphore' ? { limit: scenario.limit ?? 2 } : {}),
+      ...(scenario.primitive === 'semaphore' || scenario.primitive === 'slots'
+        ? { limit: scenario.limit ?? 2 }
+        : {}),
     }
     const env = faked
       ? { ...process.env, LD_PRELOAD: libfaketime(), FAKETIME_NO_CACHE: '1', ...faked.env }

@@ -32,6 +32,9 @@ const SEMAPHORE = {
   limit: 2,
 } as const
 
+/** A slots semaphore's scenarios: four workers taking one slot each of a limit of 2, fenced per slot. */
+const SLOTS = { ...FENCED, primitive: 'slots', limit: 2 } as const
+
 /** Repeats `fault` every `everyMs` (first after a random part of it) until the run ends. */
 async function every(ctx: NemesisContext, everyMs: number, fault: () => Promise<void>): Promise<void> {
   await ctx.sleep(everyMs * (0.5 + ctx.rng() / 2))
@@ -49,6 +52,12 @@ async function holderOf(ctx: NemesisContext) {
     await ctx.sleep(20)
   }
   return undefined
+}
+
+/** SIGKILLs the current holder; a new worker takes its place. */
+async function killHolder(ctx: NemesisContext): Promise<void> {
+  const worker = await holderOf(ctx)
+  if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
 }
 
 /** SIGSTOPs the current holder for `ms`, then SIGCONTs it. */
@@ -253,11 +262,7 @@ export const scenarios: Scenario[] = [
     title: 'holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
     ...FENCED,
     applies: () => true,
-    nemesis: (ctx) =>
-      every(ctx, 2 * TTL, async () => {
-        const worker = await holderOf(ctx)
-        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
-      }),
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => killHolder(ctx)),
   },
   {
     id: 'S8',
@@ -556,11 +561,7 @@ export const scenarios: Scenario[] = [
     ...FENCED,
     primitive: 'election',
     applies: (t) => t.primitives.has('election'),
-    nemesis: (ctx) =>
-      every(ctx, 2 * TTL, async () => {
-        const worker = await holderOf(ctx)
-        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
-      }),
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => killHolder(ctx)),
   },
   {
     id: 'L15',
@@ -585,11 +586,7 @@ export const scenarios: Scenario[] = [
     title: 'semaphore (limit 2): a holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
     ...SEMAPHORE,
     applies: (t) => t.primitives.has('semaphore'),
-    nemesis: (ctx) =>
-      every(ctx, 2 * TTL, async () => {
-        const worker = await holderOf(ctx)
-        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
-      }),
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => killHolder(ctx)),
   },
   {
     id: 'M15',
@@ -598,6 +595,23 @@ export const scenarios: Scenario[] = [
     ttlMs: 4 * TTL,
     abortAcquiresWithinMs: 20,
     applies: (t) => t.primitives.has('semaphore'),
+  },
+  // Slots semaphores: four workers on a limit of 2, each taking one slot, on a fenced resource per slot
+  // key: each slot is a lock, so the lock's rules hold per slot (one valid holder, increasing fences,
+  // stale writes refused by the slot's fence), and two slots bound the permits held.
+  {
+    id: 'N2',
+    title: 'slots semaphore (limit 2): a holder paused 2.5 x ttl every 3 x ttl',
+    ...SLOTS,
+    applies: (t) => t.primitives.has('slots'),
+    nemesis: (ctx) => every(ctx, 3 * TTL, () => pauseHolder(ctx, 2.5 * TTL)),
+  },
+  {
+    id: 'N7',
+    title: 'slots semaphore (limit 2): a holder killed (SIGKILL) every 2 x ttl; a new worker takes its place',
+    ...SLOTS,
+    applies: (t) => t.primitives.has('slots'),
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => killHolder(ctx)),
   },
   // Multi-key locks: four workers each taking two or three of three keys, in random orders (now and then a
   // key twice), all or none. The per-key rules hold for each key (one valid holder, fences per key, stale
@@ -628,11 +642,7 @@ export const scenarios: Scenario[] = [
     title: 'rwlock: a holder (reader or writer) killed (SIGKILL) every 2 x ttl; a new worker takes its place',
     ...RWLOCK,
     applies: (t) => t.primitives.has('rwlock'),
-    nemesis: (ctx) =>
-      every(ctx, 2 * TTL, async () => {
-        const worker = await holderOf(ctx)
-        if (worker) await ctx.fault('kill-holder', worker.id, () => ctx.replace(worker))
-      }),
+    nemesis: (ctx) => every(ctx, 2 * TTL, () => killHolder(ctx)),
   },
   {
     id: 'R15',
@@ -669,5 +679,6 @@ export const CI_SCENARIOS = [
   'L15',
   'M7',
   'M15',
+  'N7',
   'R15',
 ]

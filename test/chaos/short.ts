@@ -56,6 +56,9 @@ const STORES: Record<string, string[]> = {
   // (file); never more than the limit valid at once, nothing left behind.
   M7: ['redis'],
   M15: ['file'],
+  // Slots semaphores: holders killed while others wait (file: a dead holder's slot is found by an attempt
+  // at once); each slot one holder, fences rising per slot.
+  N7: ['file'],
   // Read-write locks: acquires of readers and writers given up at any await point (file); a writer never
   // beside another holder, nothing left behind in line.
   R15: ['file'],

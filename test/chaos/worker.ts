@@ -10,6 +10,7 @@
 import { subscribe } from 'node:diagnostics_channel'
 import { request } from 'node:http'
 import { createInterface } from 'node:readline'
+import { slotKey } from '../../src/core/slots.js'
 import {
   BackendUnavailableError,
   createLockClient,
@@ -38,7 +39,7 @@ export interface WorkerConfig {
    * several keys under `key` at once (multikey: one by one; multikey-atomic: in one step of the store), or the read-write lock `key` (half of the acquires as
    * readers, who do not write), instead of the lock (see Scenario.primitive).
    */
-  readonly primitive?: 'election' | 'semaphore' | 'multikey' | 'multikey-atomic' | 'rwlock'
+  readonly primitive?: 'election' | 'semaphore' | 'slots' | 'multikey' | 'multikey-atomic' | 'rwlock'
   readonly limit?: number
 }
 
@@ -56,6 +57,8 @@ interface Part {
 /** What one acquisition took: a hold per key (one, except for multi-key), and the release of them all. */
 interface Taken {
   readonly holds: ReadonlyArray<Part & { readonly held: Held }>
+  /** The parts asked for but not taken (the slots of a slots semaphore left to others). */
+  readonly untaken?: readonly Part[]
   release(): Promise<void>
 }
 
@@ -68,6 +71,12 @@ const MULTI_KEYS = ['a', 'b', 'c']
  * checker's per-key rules see each key's hold.
  */
 function partsOf(config: WorkerConfig, op: string): { asked: string[]; parts: Part[] } {
+  if (config.primitive === 'slots') {
+    // Any slot may be the one granted: each is a part, those not taken end as refused.
+    const limit = config.limit ?? 2
+    const parts = [...Array(limit).keys()].map((i) => slotKey(config.key, limit, i))
+    return { asked: parts, parts: parts.map((key) => ({ op: `${op}~${key}`, key })) }
+  }
   if (!config.primitive?.startsWith('multikey'))
     return { asked: [config.key], parts: [{ op, key: config.key }] }
   const shuffled = MULTI_KEYS.map((k) => `${config.key}:${k}`).sort(() => Math.random() - 0.5)
@@ -97,6 +106,16 @@ async function take(
     return {
       holds: all.keys.map((key) => ({ op: `${op}~${key}`, key, held: all.locks.get(key)! })),
       release: async () => void (await all.release()),
+    }
+  }
+  if (config.primitive === 'slots') {
+    const limit = config.limit ?? 2
+    const permits = await locks.semaphore(config.key, { limit, layout: 'slots' }).acquire(options)
+    const taken = new Set(permits.slots.map((slot) => slot.key))
+    return {
+      holds: permits.slots.map((slot) => ({ op: `${op}~${slot.key}`, key: slot.key, held: slot })),
+      untaken: asked.filter((key) => !taken.has(key)).map((key) => ({ op: `${op}~${key}`, key })),
+      release: () => permits.release(),
     }
   }
   if (config.primitive === 'semaphore') {
@@ -223,6 +242,9 @@ async function main(config: WorkerConfig): Promise<void> {
       for (const part of parts) emit({ ev: 'acquire-fail', ...part, definite, reason })
       if (error instanceof BackendUnavailableError || !definite) await sleep(50)
       continue
+    }
+    for (const part of taken.untaken ?? []) {
+      emit({ ev: 'acquire-fail', ...part, definite: true, reason: 'another slot was granted' })
     }
     // The time first, the validity left after it: a pause in between shortens the validity reported.
     const at = monotonicMs()

@@ -11,6 +11,7 @@ import { mutexCases } from './cases/mutex/index.js'
 import { resumeCases } from './cases/resume/index.js'
 import { rwlockCases } from './cases/rwlock/index.js'
 import { semaphoreCases } from './cases/semaphore/index.js'
+import { slotsCases } from './cases/slots/index.js'
 import type { CaseContext, ConformanceCase } from './harness.js'
 
 /**
@@ -21,6 +22,7 @@ export const CASES: Readonly<Record<Primitive, readonly ConformanceCase[]>> = {
   mutex: mutexCases,
   election: electionCases,
   semaphore: semaphoreCases,
+  slots: slotsCases,
   rwlock: rwlockCases,
   multikey: multiKeyCases,
   'multikey-atomic': atomicMultiKeyCases,
@@ -90,7 +92,7 @@ const REFUSED: Partial<
     },
   },
   semaphore: {
-    says: /semaphore .* this backend offers no counting semaphore/,
+    says: /semaphore .* this backend offers no counting semaphore. Open it with \{ layout: 'slots' \}/,
     calls: (client, name) => {
       const semaphore = client.semaphore(name, { limit: 2 })
       return [semaphore.acquire({ timeout: 0 }), semaphore.inspect(), semaphore.setLimit(3)]

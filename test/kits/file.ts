@@ -39,7 +39,7 @@ export const fileKit: Kit = {
   backend: 'file',
   title: 'file',
   entry: 'file/conformance',
-  primitives: ['mutex', 'election', 'semaphore', 'multikey', 'resume', 'rwlock'],
+  primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'resume', 'rwlock'],
   networked: false,
   capabilities: ttlStore({ durableFences: true, deadHolder: 'at once' }),
   lacks: {

@@ -52,7 +52,7 @@ export const gcsKit: Kit = {
   backend: 'gcs',
   title: 'gcs (test server)',
   entry: 'gcs/conformance',
-  primitives: ['mutex', 'election', 'multikey', 'resume'],
+  primitives: ['mutex', 'slots', 'election', 'multikey', 'resume'],
   networked: true,
   capabilities: casCapabilities(3000),
   lacks: CAS_LACKS,

@@ -157,13 +157,15 @@ export interface StoreFaults {
 }
 
 /**
- * The primitives of the backend contract, one facet each. A kit declares those its backend offers; the
+ * The primitives of the backend contract, one facet each (`slots`, the slots semaphore, is built in the core
+ * over the mutex and the listing, so every kit declares it). A kit declares those its backend offers; the
  * conformance suite runs a primitive's cases (test/conformance/cases/<primitive>/) only on kits that declare it.
  */
 export type Primitive =
   | 'mutex'
   | 'election'
   | 'semaphore'
+  | 'slots'
   | 'rwlock'
   | 'multikey'
   | 'multikey-atomic'
@@ -173,6 +175,7 @@ export const PRIMITIVES: readonly Primitive[] = [
   'mutex',
   'election',
   'semaphore',
+  'slots',
   'rwlock',
   'multikey',
   'multikey-atomic',

@@ -8,7 +8,7 @@ export const memoryKit: Kit = {
   backend: 'memory',
   title: 'memory',
   entry: 'memory/conformance',
-  primitives: ['mutex', 'election', 'semaphore', 'multikey', 'multikey-atomic', 'rwlock'],
+  primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'multikey-atomic', 'rwlock'],
   networked: false,
   capabilities: ttlStore({ processes: false }),
   lacks: {

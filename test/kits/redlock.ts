@@ -19,7 +19,7 @@ function redlockKit(count: number): Kit {
     backend: 'redlock',
     title: `redlock (${count} nodes)`,
     entry: 'redlock/conformance',
-    primitives: ['mutex', 'election', 'multikey', 'resume'],
+    primitives: ['mutex', 'slots', 'election', 'multikey', 'resume'],
     networked: true,
     capabilities: ttlStore(),
     // Another client reads the token M from the nodes' counters; its node index may differ (src/engines/quorum/break.ts).

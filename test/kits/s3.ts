@@ -80,7 +80,7 @@ export const s3Kit: Kit = {
   backend: 's3',
   title: 's3 (test server)',
   entry: 's3/conformance',
-  primitives: ['mutex', 'election', 'multikey', 'resume'],
+  primitives: ['mutex', 'slots', 'election', 'multikey', 'resume'],
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,
