@@ -35,10 +35,11 @@ import { type Lock, type LockHandle, lockRenewals } from './lock.js'
 import { type AcquireAllOptions, acquireAll, type MultiKeyRuntime, type MultiLock } from './multi-key.js'
 import {
   ACQUIRE_OPTIONS,
-  type AcquireOptions,
   assertKnownKeys,
   type ClientOptions,
   checkLimits,
+  LOCK_OPTIONS,
+  type LockOptions,
   type ResolvedAcquireOptions,
   type ResolvedClientOptions,
   resolveAcquireOptions,
@@ -64,11 +65,11 @@ export interface LockClient extends AsyncDisposable {
    * @throws {BackendUnavailableError} when the store cannot be reached
    * @throws `signal.reason` when `signal` aborts
    */
-  acquire(key: string, options?: AcquireOptions): Promise<Lock>
+  acquire(key: string, options?: LockOptions): Promise<Lock>
   /** Like `acquire` with `timeout` 0 by default; resolves `null` instead of throwing when held elsewhere. */
-  tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null>
+  tryAcquire(key: string, options?: LockOptions): Promise<Lock | null>
   /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
-  withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: LockOptions): Promise<T>
   /**
    * Takes every key of `keys` or none (docs/multi-key.md): de-duplicated, one by one in the order of their
    * UTF-8 bytes, so overlapping sets asked in any order never deadlock; `timeout` and `signal` cover them all.
@@ -255,12 +256,12 @@ class Client implements LockClient {
     return this.#backendId
   }
 
-  acquire(key: string, options?: AcquireOptions): Promise<Lock> {
+  acquire(key: string, options?: LockOptions): Promise<Lock> {
     // Not `async`: an async function returning the loop's promise would add a promise and its
     // resolution jobs to every acquire. A bad argument still rejects, never throws.
     try {
       validateKey(key)
-      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
+      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs, LOCK_OPTIONS)
       this.#refuseSelfDeadlock(key)
       return this.#acquire(key, opts)
     } catch (error) {
@@ -268,9 +269,9 @@ class Client implements LockClient {
     }
   }
 
-  async tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null> {
+  async tryAcquire(key: string, options?: LockOptions): Promise<Lock | null> {
     validateKey(key)
-    const opts = resolveAcquireOptions(options, this.#options, 0)
+    const opts = resolveAcquireOptions(options, this.#options, 0, LOCK_OPTIONS)
     this.#refuseSelfDeadlock(key)
     try {
       return await this.#acquire(key, opts)
@@ -280,7 +281,7 @@ class Client implements LockClient {
     }
   }
 
-  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: LockOptions): Promise<T> {
     if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
     const lock = await this.acquire(key, options)
     const inside = new Set(this.#insideWithLock.getStore())
@@ -652,6 +653,13 @@ class Client implements LockClient {
     primitive?: Primitive,
   ): Promise<LockHandle> {
     const backend = facet ?? (await this.#open(key, opts.ttlMs))
+    if (opts.resumable && !(backend as LockBackend).resume) {
+      throw new CapabilityError(
+        `Cannot acquire resumable lock ${quoteKey(key)} on ${backend.id}: this backend cannot hand a lease to ` +
+          'another process. Acquire it without `resumable`; docs/resume.md lists the stores that can',
+        { key, backend: backend.id },
+      )
+    }
     // Without a caller's signal the client-wide one serves as is: no controller on the uncontended path.
     const link = opts.signal ? linkedAbort(opts.signal, this.#closing.signal) : undefined
     const ctx = this.#contextOf(backend, primitive)
