@@ -33,7 +33,7 @@ export interface ClientOptions {
   readonly holder?: string | undefined
 }
 
-/** Options of one `acquire`, `tryAcquire` or `withLock` call. */
+/** Options of one acquire of any primitive; a lock's `acquire`, `tryAcquire` and `withLock` take `LockOptions`. */
 export interface AcquireOptions {
   /** The lease for this lock. @default the client's `ttl` */
   readonly ttl?: Duration | undefined
