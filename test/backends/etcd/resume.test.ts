@@ -5,58 +5,42 @@
  * create revision, is the original's; and a lock acquired without `resumable` gives no token.
  */
 import assert from 'node:assert/strict'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { Etcd3 } from 'etcd3'
 import { etcdBackend } from '../../../src/backends/etcd/index.js'
-import { CapabilityError, createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
-import { type EtcdCluster, startEtcd } from '../../servers/etcd.js'
+import {
+  CapabilityError,
+  type ClientOptions,
+  createLockClient,
+  type LockClient,
+  LockLostError,
+} from '../../../src/index.js'
 import { sleep } from '../../support/time.js'
 import { abortedWithin } from '../../support/wait.js'
+import { etcdTestCluster } from './fixture.js'
 
 describe('etcd: resume', { timeout: 180_000 }, () => {
-  let cluster: EtcdCluster
-  let admin: Etcd3
-  const open: LockClient[] = []
-  const client = (options: Parameters<typeof createLockClient>[1] = {}) => {
-    const c = createLockClient(cluster.url(), options)
-    open.push(c)
-    return c
-  }
+  const etcd = etcdTestCluster()
+  const client = (options: ClientOptions = {}) => etcd.client(etcd.backend(), options)
   /** The key of lock `key` held by `owner`, as etcd has it. */
-  const keyOf = async (key: string, owner: string) => {
-    const { kvs } = await admin.getAll().prefix(`fencelock/${key}/`).exec()
-    const kv = kvs.find((found) => found.key.toString().endsWith(`-${owner}`))
-    return kv && { lease: kv.lease, create: BigInt(kv.create_revision) }
-  }
-
-  before(async () => {
-    cluster = await startEtcd(1)
-    admin = new Etcd3({ hosts: cluster.endpoints })
-  })
-  after(async () => {
-    await Promise.all(open.map((c) => c.close()))
-    admin.close()
-    await cluster.destroy()
-  })
+  const keyOf = async (key: string, owner: string) =>
+    (await etcd.keysUnder(`fencelock/${key}/`)).find((found) => found.key.endsWith(`-${owner}`))
 
   it('resuming one lock keeps no other lock of the original client alive; the fence is unchanged', async () => {
     // The original client on an etcd client of the test's own, so that it can die without a word: its
     // keep-alives stop, nothing is revoked, as when its process is killed.
-    const etcd = new Etcd3({ hosts: cluster.endpoints })
-    const original = createLockClient(etcdBackend({ client: etcd, id: cluster.url() }), {
-      ttl: '2s',
-      renew: false,
-    })
+    const raw = new Etcd3({ hosts: etcd.cluster.endpoints })
+    const original = createLockClient(etcdBackend({ client: raw }), { ttl: '2s', renew: false })
     try {
-      await aloneAndDead(etcd, original)
+      await aloneAndDead(raw, original)
     } finally {
-      etcd.close()
+      raw.close()
       await original.close()
     }
   })
 
   /** The first case's steps, the original client on `etcd` (closed by the case). */
-  async function aloneAndDead(etcd: Etcd3, original: LockClient) {
+  async function aloneAndDead(raw: Etcd3, original: LockClient) {
     const handed = await original.acquire('resume-alone', { resumable: true })
     const kept = await original.acquire('resume-other')
     const stored = await keyOf('resume-alone', handed.owner)
@@ -65,7 +49,7 @@ describe('etcd: resume', { timeout: 180_000 }, () => {
 
     const resumed = await client({ ttl: '2s' }).resume(handed.token())
     assert.equal(resumed.fence, handed.fence)
-    etcd.close()
+    raw.close()
     // Three ttls: the other lock's lease has expired unless the resumer's renewals keep it alive.
     await sleep(6000)
     const other = client()
@@ -92,14 +76,14 @@ describe('etcd: resume', { timeout: 180_000 }, () => {
     const resumed = await client({ ttl: '30s', renew: false }).resume(handed.token())
     const stored = await keyOf('resume-lost', handed.owner)
     assert.ok(stored)
-    await admin.leaseClient.leaseRevoke({ ID: stored.lease })
+    await etcd.admin.leaseClient.leaseRevoke({ ID: stored.lease })
     await abortedWithin(resumed.signal, 15_000)
     assert.ok(resumed.signal.reason instanceof LockLostError, `${resumed.signal.reason}`)
     await abortedWithin(handed.signal, 15_000)
   })
 
   it('a lock acquired without resumable gives no token, and is still released by close', async () => {
-    const locks = createLockClient(cluster.url())
+    const locks = createLockClient(etcd.backend())
     const lock = await locks.acquire('resume-refused')
     assert.throws(
       () => lock.token(),
