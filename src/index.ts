@@ -54,7 +54,7 @@ export {
 } from './core/errors.js'
 export type { Lock } from './core/lock.js'
 export type { AcquireAllOptions, MultiLock } from './core/multi-key.js'
-export type { AcquireOptions, ClientOptions } from './core/options.js'
+export type { AcquireOptions, ClientOptions, LockOptions } from './core/options.js'
 export type { ResumeOptions } from './core/resume.js'
 export type { ReadLock, RwLock, RwLockHolderView, RwLockView, WriteLock } from './core/rwlock.js'
 export {

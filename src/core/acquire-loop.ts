@@ -196,6 +196,7 @@ class AcquireLoop<L extends object> {
     if (opts.value !== undefined) req.value = opts.value
     if (opts.semaphore !== undefined) req.semaphore = opts.semaphore
     if (opts.rwlock !== undefined) req.rwlock = opts.rwlock
+    if (opts.resumable) req.resumable = true
     this.#req = req
     this.#giveUpAfterMs = Math.max(opts.ttlMs, UNAVAILABLE_GIVE_UP_MS)
     this.#attemptMinMs = Math.max(ATTEMPT_MIN_MS, ctx.backend.limits?.minAttemptMs ?? 0)

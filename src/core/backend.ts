@@ -66,6 +66,12 @@ export interface AcquireRequest {
   readonly semaphore?: PermitRequest | undefined
   /** A read-write lock's acquire: the mode asked for. Absent elsewhere. */
   readonly rwlock?: RwLockRequest | undefined
+  /**
+   * The lock will be handed on with its token (`LockOptions.resumable`; only where `resume` is offered). A
+   * store whose locks share a lease (etcd's session per ttl) gives this one a lease of its own. Absent
+   * elsewhere.
+   */
+  readonly resumable?: boolean | undefined
 }
 
 /** What a read-write lock's acquire asks for (`AcquireRequest.rwlock`). */
@@ -437,15 +443,20 @@ export interface ResumeFacet {
   /**
    * The grant's cookie as plain JSON data for a token (strings, numbers, arrays, objects: no bigint), or
    * undefined when the backend needs none (it checks the owner alone, or reads the rest back in `decode`).
-   * No store credentials: the token is handed to other processes.
+   * No store credentials: the token is handed to other processes. Throws a `CapabilityError` for a lease
+   * that cannot be handed on as it was taken (etcd: one acquired without `resumable`).
    */
   encode(lease: HeldLease): unknown
   /**
    * The cookie of `lease` (its cookie field is what `encode` gave) for extend and release in this process,
    * read back from the store where the backend needs the current state; `null` when the store no longer has
    * the lease under its owner and fence. Throws a `TypeError` when `lease.cookie` is not what `encode` makes.
+   * `lost`, for a lease kept alive by a session: aborts when the store says it ended (as `Grant.lost`).
    */
-  decode(lease: HeldLease, signal: AbortSignal): Promise<{ readonly cookie: unknown } | null>
+  decode(
+    lease: HeldLease,
+    signal: AbortSignal,
+  ): Promise<{ readonly cookie: unknown; readonly lost?: AbortSignal | undefined } | null>
 }
 
 /** What one attempt of an atomic multi-key acquire ends with: a grant per key (in request order), or `Busy`. */

@@ -42,10 +42,11 @@ import {
 } from './multi-key.js'
 import {
   ACQUIRE_OPTIONS,
-  type AcquireOptions,
   assertKnownKeys,
   type ClientOptions,
   checkLimits,
+  LOCK_OPTIONS,
+  type LockOptions,
   type ResolvedAcquireOptions,
   type ResolvedClientOptions,
   resolveAcquireOptions,
@@ -80,11 +81,11 @@ export interface LockClient extends AsyncDisposable {
    * @throws {BackendUnavailableError} when the store cannot be reached
    * @throws `signal.reason` when `signal` aborts
    */
-  acquire(key: string, options?: AcquireOptions): Promise<Lock>
+  acquire(key: string, options?: LockOptions): Promise<Lock>
   /** Like `acquire` with `timeout` 0 by default; resolves `null` instead of throwing when held elsewhere. */
-  tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null>
+  tryAcquire(key: string, options?: LockOptions): Promise<Lock | null>
   /** Runs `fn` while holding `key` and always releases afterwards; resolves with what `fn` returns. */
-  withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: LockOptions): Promise<T>
   /**
    * Takes every key of `keys` or none (docs/multi-key.md): de-duplicated, one by one in the order of their
    * UTF-8 bytes, so overlapping sets asked in any order never deadlock; `timeout` and `signal` cover them all.
@@ -273,12 +274,12 @@ class Client implements LockClient {
     return this.#backendId
   }
 
-  acquire(key: string, options?: AcquireOptions): Promise<Lock> {
+  acquire(key: string, options?: LockOptions): Promise<Lock> {
     // Not `async`: an async function returning the loop's promise would add a promise and its
     // resolution jobs to every acquire. A bad argument still rejects, never throws.
     try {
       validateKey(key)
-      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs)
+      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs, LOCK_OPTIONS)
       this.#refuseSelfDeadlock(key)
       return this.#acquire(key, opts)
     } catch (error) {
@@ -286,9 +287,9 @@ class Client implements LockClient {
     }
   }
 
-  async tryAcquire(key: string, options?: AcquireOptions): Promise<Lock | null> {
+  async tryAcquire(key: string, options?: LockOptions): Promise<Lock | null> {
     validateKey(key)
-    const opts = resolveAcquireOptions(options, this.#options, 0)
+    const opts = resolveAcquireOptions(options, this.#options, 0, LOCK_OPTIONS)
     this.#refuseSelfDeadlock(key)
     try {
       return await this.#acquire(key, opts)
@@ -298,7 +299,7 @@ class Client implements LockClient {
     }
   }
 
-  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options?: LockOptions): Promise<T> {
     if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function')
     const lock = await this.acquire(key, options)
     const inside = new Set(this.#insideWithLock.getStore())
@@ -741,6 +742,13 @@ class Client implements LockClient {
     primitive?: Primitive,
   ): Promise<LockHandle> {
     const backend = facet ?? (await this.#open(key, opts.ttlMs))
+    if (opts.resumable && !(backend as LockBackend).resume) {
+      throw new CapabilityError(
+        `Cannot acquire resumable lock ${quoteKey(key)} on ${backend.id}: this backend cannot hand a lease to ` +
+          'another process. Acquire it without `resumable`; docs/resume.md lists the stores that can',
+        { key, backend: backend.id },
+      )
+    }
     const ctx = this.#contextOf(backend, primitive)
     return await this.#tracked(opts, (signal) => acquireLoop(ctx, key, opts, signal))
   }

@@ -161,7 +161,7 @@ export class LockHandle implements Lock {
   constructor(
     ctx: LockContext,
     lease: HeldLease,
-    grant: { ttlMs: number; validUntil: number; lost?: AbortSignal; shared?: boolean },
+    grant: { ttlMs: number; validUntil: number; lost?: AbortSignal | undefined; shared?: boolean },
     renew: boolean,
   ) {
     this.#ctx = ctx
@@ -548,14 +548,11 @@ export class LockHandle implements Lock {
       throw new LockReleasedError(`Cannot make a token of ${this.#subject}: it was released`, this.#context())
     }
     if (this.#state === 'lost' || now() >= this.#validUntil) throw this.signal.reason
-    this.#shared = true
     const lease = this.#lease
-    return encodeToken({
-      ...lease,
-      backend: this.#ctx.backend.id,
-      ttlMs: this.#ttlMs,
-      cookie: facet.encode(lease),
-    })
+    // Encoded first: a backend that refuses to hand this lease on leaves it unshared.
+    const cookie = facet.encode(lease)
+    this.#shared = true
+    return encodeToken({ ...lease, backend: this.#ctx.backend.id, ttlMs: this.#ttlMs, cookie })
   }
 
   release(): Promise<void> {

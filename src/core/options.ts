@@ -33,7 +33,7 @@ export interface ClientOptions {
   readonly holder?: string | undefined
 }
 
-/** Options of one `acquire`, `tryAcquire` or `withLock` call. */
+/** Options of one acquire of any primitive; a lock's `acquire`, `tryAcquire` and `withLock` take `LockOptions`. */
 export interface AcquireOptions {
   /** The lease for this lock. @default the client's `ttl` */
   readonly ttl?: Duration | undefined
@@ -45,6 +45,17 @@ export interface AcquireOptions {
   readonly renew?: boolean | undefined
   /** Who holds the lock, in words (see `ClientOptions.holder`). @default the client's `holder` */
   readonly holder?: string | undefined
+}
+
+/** What a lock's `acquire`, `tryAcquire` and `withLock` take: `AcquireOptions` and `resumable`. */
+export interface LockOptions extends AcquireOptions {
+  /**
+   * The lock will be handed on with `lock.token()` (docs/resume.md). Needed on etcd, whose locks otherwise
+   * share one lease per client and ttl: a resumable lock gets a lease of its own. Elsewhere every lease can
+   * be resumed, and it changes nothing; a store that cannot resume refuses it with a `CapabilityError`
+   * before any I/O. @default false
+   */
+  readonly resumable?: boolean | undefined
 }
 
 export interface ResolvedClientOptions {
@@ -67,6 +78,8 @@ export const DEFAULT_LIMITS: BackendLimits = { maxKeyBytes: 65_536, maxTtlMs: 2 
 
 const CLIENT_OPTIONS = ['ttl', 'timeout', 'renew', 'driftFactor', 'holder'] as const
 export const ACQUIRE_OPTIONS = ['ttl', 'timeout', 'signal', 'renew', 'holder'] as const
+/** A lock's acquire options (`LockOptions`): the others take only `ACQUIRE_OPTIONS`. */
+export const LOCK_OPTIONS = [...ACQUIRE_OPTIONS, 'resumable'] as const
 
 function assertObject(name: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null)) {
@@ -204,16 +217,21 @@ export interface ResolvedAcquireOptions {
   readonly semaphore?: PermitRequest | undefined
   /** A read-write lock's mode (`AcquireRequest.rwlock`); absent on a mutex. */
   readonly rwlock?: RwLockRequest | undefined
+  /** A lock to be handed on with its token (`LockOptions.resumable`); absent elsewhere. */
+  readonly resumable?: boolean | undefined
 }
 
+/** `options` checked, with the client's defaults; `known` the options this call takes. */
 export function resolveAcquireOptions(
-  options: AcquireOptions | undefined,
+  options: LockOptions | undefined,
   defaults: ResolvedClientOptions,
   defaultTimeoutMs: number,
+  known: readonly string[] = ACQUIRE_OPTIONS,
 ): ResolvedAcquireOptions {
   assertObject('options', options)
-  assertKnownKeys('acquire options', options, ACQUIRE_OPTIONS)
+  assertKnownKeys('acquire options', options, known)
   const o = options ?? {}
+  const resumable = parseBoolean('resumable', o.resumable, false)
   if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
     throw new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describeValue(o.signal)}`)
   }
@@ -226,6 +244,7 @@ export function resolveAcquireOptions(
     renew: parseBoolean('renew', o.renew, defaults.renew),
     signal: o.signal,
     holder: o.holder === undefined ? defaults.holder : parseHolder(o.holder),
+    ...(resumable ? { resumable } : {}),
   }
 }
 

@@ -104,7 +104,7 @@ export async function resumeLock(
   const lock = new LockHandle(
     ctx,
     outcome.cookie === undefined ? lease : { ...lease, cookie: outcome.cookie },
-    { ttlMs, validUntil: until, shared: true },
+    { ttlMs, validUntil: until, shared: true, lost: decoded.lost },
     renew,
   )
   ctx.held.add(lock)

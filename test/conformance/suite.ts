@@ -99,10 +99,13 @@ const REFUSED: Partial<
     },
   },
   resume: {
-    says: /resume lock .* this backend cannot hand a lease to another process/,
+    says: /resum\w* lock .* this backend cannot hand a lease to another process/,
     calls: (client, name) => {
       const body = { backend: 'any', key: name, owner: 'o', fence: '1', ttlMs: 1000 }
-      return [client.resume(`fencelock1.${Buffer.from(JSON.stringify(body)).toString('base64url')}`)]
+      return [
+        client.resume(`fencelock1.${Buffer.from(JSON.stringify(body)).toString('base64url')}`),
+        client.acquire(name, { resumable: true }),
+      ]
     },
   },
   'multikey-atomic': {

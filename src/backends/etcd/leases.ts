@@ -13,6 +13,9 @@ export interface LeaseId {
   readonly decimal: string
 }
 
+/** The lease id of etcd's decimal string. */
+export const leaseIdOf = (decimal: string): LeaseId => ({ decimal, hex: BigInt(decimal).toString(16) })
+
 export class EtcdLeases implements SessionAdapter<LeaseId> {
   readonly #client: Etcd3
 
@@ -45,10 +48,44 @@ export class EtcdLeases implements SessionAdapter<LeaseId> {
       events.lost(new Error(`its etcd lease (session) ended: ${causeText(error, 200)}`))
     })
     return {
-      id: lease.grant().then((decimal) => ({ decimal, hex: BigInt(decimal).toString(16) })),
+      id: lease.grant().then(leaseIdOf),
       keepAliveOnce: async () => Number((await lease.keepaliveOnce()).TTL) * 1000,
       // Revoking closes etcd3's keep-alive first, so even a revoke that never reaches etcd ends the lease.
       revoke: () => lease.revoke().catch(() => {}),
+      // etcd3's "release": its keep-alive stream stops, the lease stays; keepaliveOnce still sends.
+      stopKeepAlive: () => lease.release(),
+    }
+  }
+
+  /**
+   * A lease another client granted (its lock resumed here from a token): kept alive by `keepAliveOnce`
+   * alone, on a keep-alive stream of its own that each call opens and ends, as etcd3's `keepaliveOnce` does.
+   */
+  adopt(id: LeaseId, events: LeaseEvents): Lease<LeaseId> {
+    const leases = this.#client.leaseClient
+    return {
+      id: Promise.resolve(id),
+      keepAliveOnce: async () => {
+        const stream = await leases.leaseKeepAlive()
+        let ttlMs: number
+        try {
+          const reply = await new Promise<{ TTL: string }>((resolve, reject) => {
+            stream.on('data', resolve)
+            stream.on('error', reject)
+            stream.write({ ID: id.decimal })
+          })
+          ttlMs = Number(reply.TTL) * 1000
+        } finally {
+          stream.end()
+        }
+        if (ttlMs <= 0) events.lost(new Error('its etcd lease ended (expired or revoked)'))
+        return ttlMs
+      },
+      revoke: () =>
+        leases.leaseRevoke({ ID: id.decimal }).then(
+          () => {},
+          () => {},
+        ),
     }
   }
 }

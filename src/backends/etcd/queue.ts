@@ -17,7 +17,7 @@ import type {
   Watch,
 } from '../../engines/queue/adapter.js'
 import { lockPrefix, prefixEnd } from './layout.js'
-import type { LeaseId } from './leases.js'
+import { type LeaseId, leaseIdOf } from './leases.js'
 import { QueueWatches } from './queue-watch.js'
 
 /** etcd's range limit for "at most `n` keys": 0 is no limit (a grant rule that reads the whole line). */
@@ -198,6 +198,14 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
     // etcd cancelled the watch (its start revision was compacted away, say).
     watcher.on('error', () => events.failed())
     return { cancel: () => this.#cancel(watcher) }
+  }
+
+  /** Our key named in a token: the lease it is on now, if it is still the key we created (same create revision). */
+  async adopt(entry: OwnEntry) {
+    const reply = await this.#client.kv.range({ key: Buffer.from(entry.name) })
+    const kv = reply.kvs[0]
+    if (kv === undefined || BigInt(kv.create_revision) !== entry.position || kv.lease === '0') return null
+    return { lease: leaseIdOf(kv.lease), at: BigInt(reply.header.revision) }
   }
 
   /** Only the key we created (same create revision) goes. */

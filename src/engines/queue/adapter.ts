@@ -105,6 +105,12 @@ export interface QueueAdapter<Id, Entry> {
    * lease is not a deletion. Returns at once (the watch is in place a round trip later).
    */
   watchHeld(entry: OwnEntry, from: bigint, events: HeldEvents): Cancel
+  /**
+   * Optional (stores whose locks can be resumed from a token: etcd): reads our entry, named in a token,
+   * for the process that resumes it: the lease it is on and the store's position the read was served at;
+   * null when it is gone or is not the same entry (another position).
+   */
+  adopt?(entry: OwnEntry): Promise<{ readonly lease: Id; readonly at: bigint } | null>
   /** Owner-checked delete: only our entry (same position) goes. False when it was gone already. */
   remove(entry: OwnEntry): Promise<boolean>
   /** Deletes the entries of these names, unconditionally (the names are unique to one acquire). */

@@ -4,13 +4,15 @@
  * engine over the store's lock queue, the election facet (election.ts) to another over its elections'
  * queue, the semaphore facet (semaphore.ts) to a third over its semaphores' lines where the store keeps
  * them, and the store's own methods (who holds a lock, the operator's list, break and doctor, its close)
- * are taken as given. A failure of a step is said in the backend's words ("Could not <what> lock …").
+ * are taken as given; the resume facet (resume.ts) where the store's adapters can adopt an entry and its
+ * lease. A failure of a step is said in the backend's words ("Could not <what> lock …").
  */
 import type { BackendLimits, LockBackend, LockInfo } from '../../core/backend.js'
 import type { QueueAdapters } from './adapter.js'
 import { type QueueElectionParts, queueElection } from './election.js'
 import { QueueLock } from './engine.js'
 import { queueLeasedMethods } from './leased-methods.js'
+import { queueResume } from './resume.js'
 import { type QueueSemaphoreParts, queueSemaphore } from './semaphore.js'
 
 /** What a store on the queue engine gives beside its adapters: its name, limits, own methods and words. */
@@ -79,6 +81,8 @@ export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry, S
     doctor: store.doctor,
     election: election.facet,
     ...(semaphore ? { semaphore: semaphore.facet } : {}),
+    // Where entries can be read back and their leases kept alive by another client (etcd).
+    ...(locks.queue.adopt && locks.leases.adopt ? { resume: queueResume(mutex, id, unavailable) } : {}),
     close: async () => {
       // Our own revokes delete our entries: not a loss (the core has told the holders already).
       await Promise.all([mutex.close(), election.close(), semaphore?.close()])

@@ -39,7 +39,7 @@ import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../../c
 import { jitter, now, sleep } from '../../core/clock.js'
 import type { SessionAdapter } from '../session/adapter.js'
 import { SessionPool } from '../session/pool.js'
-import { type Acquisition, Acquisitions, afterGrant } from './acquisition.js'
+import { Acquisition, Acquisitions, afterGrant } from './acquisition.js'
 import type { OwnEntry, QueueAdapter, QueueState, Watch } from './adapter.js'
 import { FIRST_IN_LINE, type GrantRule } from './grants.js'
 import { Leftovers } from './leftovers.js'
@@ -120,7 +120,8 @@ export class QueueLock<Id, Entry> {
       for (const name of names) acq.names.add(name)
       acq.inflight = inflight
     }
-    const session = this.#session(this.#pool.leaseMs(req.ttlMs))
+    const leaseMs = this.#pool.leaseMs(req.ttlMs)
+    const session = req.resumable ? this.#ownSession(acq, leaseMs) : this.#session(leaseMs)
     // Counted at once, so it is not retired while we wait for its lease id: from the write on, our entry
     // may be on this lease. (A session lost before the write took whatever an earlier attempt put.)
     this.#acqs.attach(acq, session)
@@ -260,7 +261,10 @@ export class QueueLock<Id, Entry> {
     const start = now()
     if (acq.ended || acq.session!.lost.aborted) return BUSY_EXTEND
     const leaseMs = this.#pool.leaseMs(ttlMs)
-    if (leaseMs <= acq.session!.leaseMs || !this.#adapter.move) return await this.#renew(acq, start, signal)
+    // A lease of its own is never left (a token may name the entry on it): a longer ttl is kept as long
+    // as that lease, and said so (`ExtendResult.ttlMs`).
+    const stay = leaseMs <= acq.session!.leaseMs || !this.#adapter.move || acq.session!.own
+    if (stay) return await this.#renew(acq, start, signal)
     return await this.#move(acq, leaseMs, start, signal)
   }
 
@@ -329,6 +333,54 @@ export class QueueLock<Id, Entry> {
     await raceSignal(cleanUp, signal)
   }
 
+  /** The queue of the lock named `key` on the store. */
+  queueOf(key: string): string {
+    return this.#adapter.queueOf(key)
+  }
+
+  /**
+   * The lock of `acq` is handed on with a token (`ResumeFacet.encode`): its lease, its own, is kept alive
+   * from now on only by the renewals of its handles, and left on the store when this client closes. What
+   * the token carries: the entry's name and the lease's length. Undefined when `acq` is not on a lease of
+   * its own (acquired without `resumable`) or is over.
+   */
+  handOver(acq: Acquisition<Id>): { readonly name: string; readonly leaseMs: number } | undefined {
+    const session = acq.session
+    if (acq.ended || !session?.own || acq.entry === undefined) return undefined
+    this.#pool.handOver(session)
+    return { name: acq.entry.name, leaseMs: session.leaseMs }
+  }
+
+  /**
+   * A held lock continued from its token (`ResumeFacet.decode`): our entry read back (the same position,
+   * the fence), its lease kept alive from here by the new handle's renewals, its deletion watched as a
+   * holder's. Undefined when the entry is gone. The core's extend that follows decides.
+   */
+  async resume(
+    held: { readonly key: string; readonly owner: string; readonly fence: bigint; readonly name: string },
+    leaseMs: number,
+    signal: AbortSignal,
+  ): Promise<Acquisition<Id> | undefined> {
+    const adopt = this.#adapter.adopt
+    if (!adopt) throw new Error('this queue cannot resume a lock: its adapter cannot adopt an entry')
+    const queue = this.#adapter.queueOf(held.key)
+    const entry: OwnEntry = { queue, name: held.name, position: held.fence }
+    const found = await raceSignal(adopt.call(this.#adapter, entry), signal)
+    if (!found) return undefined
+    this.#closing.signal.throwIfAborted()
+    const session = this.#pool.own(leaseMs, { id: found.lease })
+    // Not among this client's acquisitions by owner: the handle that resumes it is its only user.
+    const acq = new Acquisition<Id>({ key: held.key, owner: held.owner, ttlMs: leaseMs }, queue)
+    acq.name = held.name
+    acq.names.add(held.name)
+    acq.entry = entry
+    acq.session = session
+    this.#acqs.attach(acq, session)
+    acq.lost = new AbortController()
+    this.#acqs.watchHeld(acq, found.at)
+    return acq
+  }
+
   /**
    * Ends every acquisition without a loss and every wait, then revokes every lease (deleting our entries
    * with them).
@@ -339,6 +391,17 @@ export class QueueLock<Id, Entry> {
     this.#leftovers.close()
     await this.#adapter.close()
     await this.#pool.close()
+  }
+
+  /**
+   * The session of its own of a lock to be handed on (`AcquireRequest.resumable`): the one its earlier
+   * attempts took while it lives, else a new one.
+   */
+  #ownSession(acq: Acquisition<Id>, leaseMs: number) {
+    const mine = acq.session
+    if (mine?.own && !mine.lost.aborted && !mine.revoked) return mine
+    this.#closing.signal.throwIfAborted()
+    return this.#pool.own(leaseMs)
   }
 
   /** The pool's session for leases of `leaseMs`; none once closed (see `#closing`). */

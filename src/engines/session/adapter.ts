@@ -37,6 +37,11 @@ export interface Lease<Id> {
   requestsKeepAlive?(sentAt: number): number
   /** Stops the keep-alives, then ends the lease on the store (which removes everything on it). Never rejects. */
   revoke(): Promise<void>
+  /**
+   * Optional (stores whose leases can be handed on: etcd): stops the keep-alives the adapter sends by
+   * itself, leaving the lease on the store; `keepAliveOnce` still works. Never throws.
+   */
+  stopKeepAlive?(): void
 }
 
 /** The store's side of a session. */
@@ -53,4 +58,9 @@ export interface SessionAdapter<Id> {
    * `aliveUntil` would stay at the grant, and a waiter granted later would get no validity left.
    */
   keepAliveEveryMs?(leaseMs: number): number
+  /**
+   * Optional (stores whose leases can be handed on: etcd): a lease another client granted, by its id, kept
+   * alive only by `keepAliveOnce` (none sent by itself), reporting its loss to `events`.
+   */
+  adopt?(id: Id, events: LeaseEvents): Lease<Id>
 }

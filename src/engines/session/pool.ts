@@ -12,6 +12,11 @@
  *   could not delete may still be on its lease), takes no new users: it is revoked as soon as its last
  *   user leaves, which deletes whatever was left on it (or, if the store stays unreachable, the lease is no
  *   longer kept alive and expires after its ttl).
+ * - A session of its own (`own`): one lock's alone (a lock to be handed on with its token, whose lease
+ *   nobody else's keys may share), never handed to another user, revoked as soon as its user leaves. Once
+ *   its lock is handed on (`handOver`, or `adopt`: a lease another client granted) it is kept alive only by
+ *   its lock's renewals (`keepAlive`), never by itself, and `close` leaves it on the store: another process
+ *   may go on with it.
  * - `aliveUntil` is what the store is known to keep: the send time (monotonic clock) of the latest
  *   acknowledged grant or keep-alive plus the ttl the store answered with. Nothing on the lease is valid
  *   beyond it.
@@ -33,6 +38,8 @@ export interface Session<User, Id> {
   readonly users: ReadonlySet<User>
   /** Revoked by us (no user left, or closing): no longer kept alive, so nothing on it outlives its ttl. */
   readonly revoked: boolean
+  /** One lock's alone (see the header). */
+  readonly own: boolean
 }
 
 /**
@@ -69,18 +76,31 @@ class Entry<User, Id> implements Session<User, Id> {
   beat: NodeJS.Timeout | undefined
   retiring = false
   revoked = false
+  own = false
+  /** Its lock was handed on: kept alive only by `keepAlive`, and left on the store at close. */
+  handedOver = false
 
+  /** `adopted`: the id of a lease another client granted, instead of a new grant. */
   constructor(
     leaseMs: number,
     adapter: SessionAdapter<Id>,
     onLost: (entry: Entry<User, Id>, reason: Error) => void,
+    adopted?: { readonly id: Id },
   ) {
     this.leaseMs = leaseMs
     const grantedFrom = now()
-    this.lease = adapter.grant(leaseMs, {
-      acknowledged: (sentAt, ttlMs) => this.acknowledged(sentAt, ttlMs),
-      lost: (reason) => onLost(this, reason),
-    })
+    const events = {
+      acknowledged: (sentAt: number, ttlMs: number) => this.acknowledged(sentAt, ttlMs),
+      lost: (reason: Error) => onLost(this, reason),
+    }
+    if (adopted) {
+      if (!adapter.adopt) throw new Error('this store cannot keep alive a lease another client granted')
+      // Nothing is known of it until a keep-alive is answered; none is sent by itself.
+      this.lease = adapter.adopt(adopted.id, events)
+      this.id = this.lease.id
+      return
+    }
+    this.lease = adapter.grant(leaseMs, events)
     this.id = this.lease.id
     this.id.then(
       () => {
@@ -100,7 +120,7 @@ class Entry<User, Id> implements Session<User, Id> {
    * acknowledgement from its send time; a failure is none (the lease's validity then runs out by itself).
    */
   #beat(everyMs: number) {
-    if (this.revoked || this.#lost.signal.aborted) return
+    if (this.revoked || this.handedOver || this.#lost.signal.aborted) return
     this.beat = setTimeout(() => {
       const sentAt = now()
       this.lease.keepAliveOnce().then(
@@ -166,6 +186,35 @@ export class SessionPool<User, Id> {
     return this.#grant(leaseMs)
   }
 
+  /**
+   * A session of its own for one lock (see the header), granted now; `adopted`: the lease of that id,
+   * granted by another client, whose lock is resumed here (handed over already).
+   */
+  own(leaseMs: number, adopted?: { readonly id: Id }): Session<User, Id> {
+    const entry = new Entry<User, Id>(
+      leaseMs,
+      this.#adapter,
+      (lost, reason) => this.#lost(lost, reason),
+      adopted,
+    )
+    entry.own = true
+    entry.handedOver = adopted !== undefined
+    this.#open.add(entry)
+    return entry
+  }
+
+  /**
+   * The lock on `session` (its own) is handed on with a token: from now on only its renewals keep the lease
+   * alive (a lost handle stops keeping it, as on every store), and `close` leaves it on the store.
+   */
+  handOver(session: Session<User, Id>): void {
+    const entry = session as Entry<User, Id>
+    if (!entry.own) throw new Error('only a session of its own can be handed over')
+    entry.handedOver = true
+    clearTimeout(entry.beat)
+    entry.lease.stopKeepAlive?.()
+  }
+
   /** Counts `user` on `session`. Call it in the same turn as `session()`, before any await. */
   use(session: Session<User, Id>, user: User): void {
     ;(session as Entry<User, Id>).users.add(user)
@@ -175,7 +224,8 @@ export class SessionPool<User, Id> {
   leave(session: Session<User, Id>, user: User): void {
     const entry = session as Entry<User, Id>
     if (!entry.users.delete(user) || entry.users.size > 0 || entry.revoked) return
-    if (entry.retiring) {
+    // One lock's lease: that lock is done with it (released, lost, abandoned).
+    if (entry.retiring || entry.own) {
       void this.#revoke(entry)
       return
     }
@@ -244,10 +294,13 @@ export class SessionPool<User, Id> {
   /**
    * Revokes every lease (removing everything still on one: what a crash would do after the ttl), waiting
    * for the store's answers CLOSE_REVOKE_WAIT_MS at most: the keep-alives stop first, so a lease whose
-   * revoke goes unanswered ends by its ttl all the same, and close() must return.
+   * revoke goes unanswered ends by its ttl all the same, and close() must return. A lease handed on is left
+   * to the holders of its token: nothing keeps it alive here any more.
    */
   async close(): Promise<void> {
-    const revoked = Promise.allSettled([...this.#open].map((entry) => this.#revoke(entry)))
+    const revoked = Promise.allSettled(
+      [...this.#open].map((entry) => (entry.handedOver ? this.#forget(entry) : this.#revoke(entry))),
+    )
     let timer: NodeJS.Timeout | undefined
     const late = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, CLOSE_REVOKE_WAIT_MS)
@@ -282,6 +335,14 @@ export class SessionPool<User, Id> {
     // Revoking stops the keep-alives first, so even a revoke that never reaches the store ends the lease
     // (after its ttl). Nothing we count on is on it: every user has left.
     return entry.lease.revoke()
+  }
+
+  /** Stops counting on a lease handed on, leaving it on the store (its keep-alives stopped at the hand-over). */
+  #forget(entry: Entry<User, Id>) {
+    entry.revoked = true
+    clearTimeout(entry.timer)
+    clearTimeout(entry.beat)
+    this.#open.delete(entry)
   }
 
   /** Checks an idle session when its timer fires: revoked if still idle, else left (or re-armed). */

@@ -3,7 +3,7 @@
  * another process it keeps the lock with the same owner and fence, renews it past its ttl and releases it;
  * a token whose lease ended (expired, released) is refused with a `LockLostError`; a damaged token, or one of
  * another store, with a `TypeError`; and a lock held by two handles (the original and the resumed) ends
- * for both at the first release.
+ * for both at the first release. Each lock handed on is acquired `resumable` (on etcd, a lease of its own).
  */
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
@@ -45,7 +45,7 @@ export const resumeCases: ConformanceCase[] = [
       const key = ctx.key('resume')
       const ttl = ctx.ttl(2)
       // The original renews nothing: whatever keeps the lock past its ttl is the resumed handle.
-      const original = await ctx.client({ ttl, renew: false }).acquire(key)
+      const original = await ctx.client({ ttl, renew: false }).acquire(key, { resumable: true })
       const resumed = await ctx.client().resume(original.token())
       assert.equal(resumed.key, key)
       assert.equal(resumed.owner, original.owner)
@@ -73,7 +73,7 @@ export const resumeCases: ConformanceCase[] = [
       // The parent renews until the child has resumed (a child starts slowly on a loaded machine), then
       // closes its client: a lock whose token was made is left to it, not released.
       const parent = ctx.client({ ttl })
-      const original = await parent.acquire(key)
+      const original = await parent.acquire(key, { resumable: true })
       const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD], {
         env: {
           ...process.env,
@@ -117,7 +117,7 @@ export const resumeCases: ConformanceCase[] = [
     async run(ctx) {
       const key = ctx.key('resume-both')
       const ttl = ctx.ttl(2)
-      const original = await ctx.client({ ttl }).acquire(key)
+      const original = await ctx.client({ ttl }).acquire(key, { resumable: true })
       const resumed = await ctx.client({ ttl }).resume(original.token())
       await resumed.release()
       // The original hears of it at its next renewal at the latest (on stores whose renewals rewrite the
@@ -140,13 +140,15 @@ export const resumeCases: ConformanceCase[] = [
         assert.match(error.message, /Cannot resume lock .* acquire the lock anew/)
         return true
       }
-      const released = await ctx.client().acquire(ctx.key('resume-released'))
+      const released = await ctx.client().acquire(ctx.key('resume-released'), { resumable: true })
       const token = released.token()
       await released.release()
       await assert.rejects(client.resume(token), gone)
 
       const ttl = ctx.ttl(1)
-      const expired = await ctx.client({ ttl, renew: false }).acquire(ctx.key('resume-expired'))
+      const expired = await ctx.client({ ttl, renew: false }).acquire(ctx.key('resume-expired'), {
+        resumable: true,
+      })
       const late = expired.token()
       await abortedWithin(expired.signal, ttl + 20_000)
       // Past the store's own end of the lease too: its clock may run a little behind ours.
@@ -159,7 +161,7 @@ export const resumeCases: ConformanceCase[] = [
     name: 'a damaged token, or a token of another store, is refused with a TypeError saying what is wrong',
     async run(ctx) {
       const client = ctx.client()
-      const lock = await ctx.client().acquire(ctx.key('resume-damaged'))
+      const lock = await ctx.client().acquire(ctx.key('resume-damaged'), { resumable: true })
       const body = bodyOf(lock.token())
       const refused = (says: RegExp) => (error: unknown) => {
         assert.ok(error instanceof TypeError, `expected a TypeError, got ${error}`)
