@@ -145,10 +145,16 @@ export function zookeeperRwLock(
     const found = await readLine(setup.reader(), rwlockPath(name, setup.prefix), rwLine, signal)
     if (!found) return undefined
     let writerAhead = false
+    let downgradedAhead = false
     const entries = found.entries.map(({ child, data, sequence }, i) => {
-      const writer = isWriterNode(child) && !(i === 0 && isDowngraded(data.toString('utf8')))
-      const holds = writer ? i === 0 : !writerAhead
+      const downgraded = i === 0 && isWriterNode(child) && isDowngraded(data.toString('utf8'))
+      const writer = isWriterNode(child) && !downgraded
+      // A Curator reader (its data is not ours: no session timeout line) reads names only: behind a
+      // downgraded writer it waits, though fencelock's readers there hold.
+      const foreign = holderOf(child, data).timeoutMs === undefined
+      const holds = writer ? i === 0 : !writerAhead && !(downgradedAhead && foreign)
       writerAhead ||= writer
+      downgradedAhead ||= downgraded
       return { child, data, sequence, mode: (writer ? 'write' : 'read') as RwLockMode, holds }
     })
     return { entries, pzxid: found.pzxid }
