@@ -40,6 +40,11 @@ export const SEMAPHORE_SOURCE = fileURLToPath(
   new URL('../../../test/fixtures/curator/CuratorSemaphore.java', import.meta.url),
 )
 
+/** The InterProcessReadWriteLock fixture (the read-write lock interop test drives it itself). */
+export const RWLOCK_SOURCE = fileURLToPath(
+  new URL('../../../test/fixtures/curator/CuratorRwLock.java', import.meta.url),
+)
+
 /** The compiled fixture: its class folder. One per test file; `cleanup()` removes it. */
 export interface CuratorBuild {
   readonly classPath: string

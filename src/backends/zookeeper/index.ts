@@ -44,7 +44,9 @@
  *   first child; `break` deletes the holder's child at the version read (operations.ts).
  *
  * Files: queue.ts (the queue-lock adapter: children, creates, watches), retire.ts (deleting unused lock
- * nodes), semaphore.ts (counting semaphores, Curator's `InterProcessSemaphoreV2` layout),
+ * nodes), semaphore.ts (counting semaphores, Curator's `InterProcessSemaphoreV2` layout), rwlock.ts
+ * (read-write locks, Curator's `InterProcessReadWriteLock` layout), line-read.ts (a line's children with
+ * their data, for the semaphore's and read-write lock's `inspect`),
  * semaphore-watch.ts (what a semaphore's waiter watches), sessions.ts (the session adapter: one session per
  * lease length, or your client's), client.ts (node-zookeeper-client's callbacks as
  * promises), evidence.ts (how long the leader keeps a session, from our writes' answers), layout.ts (paths
@@ -63,6 +65,7 @@ import { zookeeperElection } from './election.js'
 import { checkPrefix, DEFAULT_PREFIX } from './layout.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { ZkQueue } from './queue.js'
+import { zookeeperRwLock } from './rwlock.js'
 import { zookeeperSemaphore } from './semaphore.js'
 import { type Connect, OwnSessions, SharedSession } from './sessions.js'
 
@@ -158,7 +161,7 @@ function zookeeperBackendOf(setup: Setup): LockBackend {
     key: string,
     what: string,
     error: unknown,
-    subject: 'lock' | 'election' | 'semaphore',
+    subject: 'lock' | 'election' | 'semaphore' | 'read-write lock',
   ) => {
     if (error instanceof BackendUnavailableError) return error
     return new BackendUnavailableError(
@@ -192,12 +195,18 @@ function zookeeperBackendOf(setup: Setup): LockBackend {
     { id, capabilities: backend.capabilities, limits: ZOOKEEPER_LIMITS },
     (key, what, error) => unavailable(key, what, error, 'semaphore'),
   )
+  const rwlock = zookeeperRwLock(
+    { prefix, retireAfterMs, leases, reader: client },
+    { id, capabilities: backend.capabilities, limits: ZOOKEEPER_LIMITS },
+    (key, what, error) => unavailable(key, what, error, 'read-write lock'),
+  )
   return {
     ...backend,
     semaphore: semaphore.facet,
+    rwlock: rwlock.facet,
     close: async () => {
       // Its sessions' closes delete our leases; the backend's close then ends the reader connection.
-      await semaphore.close()
+      await Promise.all([semaphore.close(), rwlock.close()])
       await backend.close()
     },
   }

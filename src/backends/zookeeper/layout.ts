@@ -146,6 +146,35 @@ export function limitOf(data: Buffer): number | undefined {
   return match ? Number(match[1]) : undefined
 }
 
+/**
+ * The node of the read-write lock named `name`: `<prefix>/%rwlock/<name escaped>`, apart from every lock,
+ * election and semaphore. Curator's `InterProcessReadWriteLock` on this path is in the same line.
+ */
+export const rwlockPath = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix === '/' ? '' : prefix}/%rwlock/${segment(name)}`
+
+/** Curator's `InterProcessReadWriteLock` reader's name (`READ_LOCK_NAME`), before its sequence number. */
+export const READ_NAME = '__READ__'
+
+/** Curator's `InterProcessReadWriteLock` writer's name (`WRITE_LOCK_NAME`), before its sequence number. */
+export const WRITE_NAME = '__WRIT__'
+
+/** Whether a read-write lock's child is a writer's by its name (Curator's `node.contains(WRITE_LOCK_NAME)`). */
+export const isWriterNode = (child: string): boolean => child.includes(WRITE_NAME)
+
+/**
+ * A read-write lock's children in line order (Curator's `SortingLockInternalsDriver`: the sequence after
+ * `__READ__` or `__WRIT__`, one counter for both, as both are children of one node).
+ */
+export function rwLine(names: readonly string[]): string[] {
+  const key = (child: string) => sortKey(sortKey(child, READ_NAME), WRITE_NAME)
+  return [...names].sort((a, b) => {
+    const x = key(a)
+    const y = key(b)
+    return x < y ? -1 : x > y ? 1 : 0
+  })
+}
+
 /** The node of the lock named `key`, whose children are its queue (Curator's lock path). */
 export const lockPath = (key: string, prefix: string = DEFAULT_PREFIX): string =>
   `${prefix === '/' ? '' : prefix}/${segment(key)}`

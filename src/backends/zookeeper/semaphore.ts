@@ -47,19 +47,7 @@ import { QueueLock } from '../../engines/queue/engine.js'
 import { permitsRule } from '../../engines/queue/grants.js'
 import { queueLeasedMethods } from '../../engines/queue/leased-methods.js'
 import type { SessionAdapter } from '../../engines/session/adapter.js'
-import {
-  CODE,
-  children,
-  codeOf,
-  create,
-  mkdirp,
-  PERSISTENT,
-  read,
-  setDataAt,
-  touchLeader,
-  type ZkClient,
-  zxidOf,
-} from './client.js'
+import { CODE, codeOf, create, mkdirp, PERSISTENT, read, setDataAt, type ZkClient } from './client.js'
 import {
   entryData,
   inLine,
@@ -67,10 +55,10 @@ import {
   leaseName,
   limitData,
   limitOf,
-  ownerOfProtected,
   permitsOf,
   semaphoreLeases,
 } from './layout.js'
+import { holderOf, readLine } from './line-read.js'
 import { type QueueKind, type ZkEntry, ZkQueue } from './queue.js'
 import { announce, type LineEntry, leasesOf, stillWaiting, waiterWatch } from './semaphore-watch.js'
 import type { ZkSession } from './sessions.js'
@@ -218,25 +206,6 @@ async function storedLimit(client: ZkClient, leases: string, limit: number, trie
   }
 }
 
-/** A lease's data: "<owner> <holder>" then "session timeout <ms> ms" (layout.ts `entryData`). */
-function holderOf(
-  child: string,
-  data: Buffer,
-): Pick<PermitHolder, 'owner' | 'holder'> & { timeoutMs?: number } {
-  const [value = '', timeout] = data.toString('utf8').split('\n')
-  const ours = ownerOfProtected(child)
-  const space = value.indexOf(' ')
-  const owner = space < 0 ? value : value.slice(0, space)
-  const ms = timeout && /^session timeout (\d+) ms$/.exec(timeout)
-  // A Curator lease's data is its host's address: named by its protected id.
-  if (ours === undefined || !owner) return { owner: child }
-  return {
-    owner,
-    ...(space < 0 ? {} : { holder: value.slice(space + 1) }),
-    ...(ms ? { timeoutMs: Number(ms[1]) } : {}),
-  }
-}
-
 /**
  * The semaphore facet over the lock's sessions: the engine's leased methods on the semaphores' queue, with
  * the stored limit checked before each attempt; a wait's watch ends at a new limit too (`watch`). `reader` is the
@@ -262,25 +231,8 @@ export function zookeeperSemaphore(
 
   /** The leases in line order with their data and czxid (gone ones skipped), and the stored limit. */
   const line = async (name: string, signal: AbortSignal) => {
-    const client = setup.reader()
-    const leases = leasesOf(name)
-    // A write the leader orders first: the reads after it on this connection see every earlier grant.
-    await raceSignal(touchLeader(client), signal)
-    const node = read(client, leases)
-    const listed = children(client, leases)
-    listed.catch(() => {})
-    const found = await raceSignal(node, signal)
-    if (!found) return undefined
-    const names = inLine((await raceSignal(listed, signal)) ?? [], LEASE_NAME)
-    const read_ = await raceSignal(
-      Promise.all(names.map((child) => read(client, `${leases}/${child}`))),
-      signal,
-    )
-    const entries = names.flatMap((child, i) => {
-      const got = read_[i]
-      return got ? [{ child, data: got.data, sequence: zxidOf(got.stat.czxid) }] : []
-    })
-    return { limit: limitOf(found.data), entries, pzxid: zxidOf(found.stat.pzxid) }
+    const found = await readLine(setup.reader(), leasesOf(name), (names) => inLine(names, LEASE_NAME), signal)
+    return found && { limit: limitOf(found.data), entries: found.entries, pzxid: found.pzxid }
   }
 
   const facet: SemaphoreFacet = {

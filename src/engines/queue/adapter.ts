@@ -7,7 +7,7 @@
  * Every method is one request (or one watch) on the store; none waits for other holders, retries or
  * keeps timers: the engine does that.
  */
-import type { AcquireRequest } from '../../core/backend.js'
+import type { AcquireRequest, RwLockMode } from '../../core/backend.js'
 import type { SessionAdapter } from '../session/adapter.js'
 import type { Counted } from './grants.js'
 
@@ -32,6 +32,8 @@ export interface QueueState<Entry> {
   readonly mine: boolean
   /** A counting line's (a semaphore's): each entry's permits and the stored limit, for its rule. */
   readonly counted?: Counted<Entry> | undefined
+  /** A read-write line's: the mode of each entry of `ahead`, in order (a downgraded writer's is `read`). */
+  readonly modes?: readonly RwLockMode[] | undefined
 }
 
 /** Something to stop: a watch. */
@@ -83,6 +85,7 @@ export interface QueueAdapter<Id, Entry> {
     readonly position: bigint | undefined
     readonly ahead?: readonly Entry[] | undefined
     readonly counted?: Counted<Entry> | undefined
+    readonly modes?: readonly RwLockMode[] | undefined
   }>
   /**
    * Reads the newest `looksBack` entries before ours and whether ours exists, in one consistent read. With

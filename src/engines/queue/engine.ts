@@ -101,9 +101,9 @@ export class QueueLock<Id, Entry> {
       if (!acq.session!.lost.aborted) {
         const trust = trustFor(this.#recheck(acq.session!.leaseMs))
         if (await this.#lines.watching(acq, trust, signal)) return BUSY
-        const { ahead, mine, counted } = await this.#check(acq.entry, rule, signal)
+        const { ahead, mine, counted, modes } = await this.#check(acq.entry, rule, signal)
         if (mine) {
-          const decision = rule.decide(ahead, counted)
+          const decision = rule.decide(ahead, counted, modes)
           this.#lines.of(acq).before = decision.granted ? undefined : decision.waitFor
           return decision.granted ? this.#grantOf(acq, started) : BUSY
         }
@@ -154,13 +154,13 @@ export class QueueLock<Id, Entry> {
       () => {},
     )
     acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
-    const { position, ahead, counted } = await raceSignal(put, signal)
+    const { position, ahead, counted, modes } = await raceSignal(put, signal)
     if (position === undefined) return BUSY
     // Answered, our entry there: the store heard from the lease no earlier than `sentAt`.
     if (viaWrite) this.#pool.answered(session, sentAt)
     acq.entry = { queue: acq.queue, name, position }
     // No `ahead`: entries ahead of ours, not read (`QueueAdapter.enqueue`); the wait reads them.
-    const decision = ahead === undefined ? undefined : rule.decide(ahead, counted)
+    const decision = ahead === undefined ? undefined : rule.decide(ahead, counted, modes)
     if (!decision?.granted) {
       this.#lines.foundHeld.set(acq.queue, true)
       this.#lines.of(acq).before = decision?.waitFor
@@ -215,7 +215,7 @@ export class QueueLock<Id, Entry> {
           // attempt (up to a poll interval, 1 s) came off twice, and with a 1 s lease the grant could be
           // expired on arrival (released, and the waiter sent to the back of the line). If the core does
           // not take it (its caller aborted meanwhile), abandon deletes the entry by name.
-          const decision = rule.decide(state.ahead, state.counted)
+          const decision = rule.decide(state.ahead, state.counted, state.modes)
           if (decision.granted) {
             const grant = this.#grantOf(acq, acq.attemptedAt)
             afterGrant(() => woke?.cancel())
@@ -296,13 +296,14 @@ export class QueueLock<Id, Entry> {
   }
 
   /**
-   * An election's proclaim: replaces our entry's value, only while it is ours (the adapter checks its
-   * position, the fence). Run on the lock's queue of extends (the core's), so no move overlaps it; the new
-   * value is kept for a later move, which writes the entry again.
+   * An election's proclaim (or a read-write lock's downgrade, rwlock.ts): replaces our entry's value, only
+   * while it is ours (the adapter checks its position, the fence). Run on the lock's queue of extends (the
+   * core's), so no move overlaps it; the new value is kept for a later move, which writes the entry again.
    */
   async proclaim(acq: Acquisition<Id>, value: string, signal: AbortSignal): Promise<boolean> {
     const write = this.#adapter.proclaim
-    if (!write) throw new Error('this queue keeps no election: its adapter cannot proclaim')
+    if (!write)
+      throw new Error('this queue keeps no election or read-write lock: its adapter cannot proclaim')
     if (acq.ended || acq.session!.lost.aborted) return false
     if (!(await raceSignal(write.call(this.#adapter, acq.entry!, value), signal))) {
       this.#acqs.markLost(acq, this.#adapter.goneReason())

@@ -10,8 +10,10 @@
  *
  * A counting semaphore's rule is per request (its own permits) and reads what its adapter counted with the
  * line (`Counted`: each entry's permits, the stored limit). `permitsFit` is the one place of its test,
- * also for the semaphore engine (semaphore-engine.ts).
+ * also for the semaphore engine (semaphore-engine.ts). A read-write lock's rule is per request too (its
+ * mode) and reads each entry's mode, which its adapter read with the line (`readWriteRule`).
  */
+import type { RwLockMode } from '../../core/backend.js'
 
 /** What a rule decides for our entry: granted, or the entry ahead of ours whose deletion to wait for. */
 export type GrantDecision<Entry> =
@@ -39,9 +41,14 @@ export interface GrantRule {
   readonly looksBack: number
   /**
    * Decides from `ahead`: the entries ahead of ours, oldest first, the newest `looksBack` of them, and
-   * for a counting rule what the adapter counted with them.
+   * for a counting rule what the adapter counted with them, for a read-write rule each one's mode (a
+   * downgraded writer's is `read`), in the same order.
    */
-  decide<Entry>(ahead: readonly Entry[], counted?: Counted<Entry>): GrantDecision<Entry>
+  decide<Entry>(
+    ahead: readonly Entry[],
+    counted?: Counted<Entry>,
+    modes?: readonly RwLockMode[],
+  ): GrantDecision<Entry>
 }
 
 const GRANTED = { granted: true } as const
@@ -94,6 +101,30 @@ export function permitsRule(mine: number): GrantRule {
       if (before !== undefined && !permitsFit(counted.permits, 0, counted.limit))
         return { granted: false, waitFor: before }
       return { granted: false, waitFor: counted.line }
+    },
+  }
+}
+
+/**
+ * A read-write lock's rule for a request of `mode`: a writer when it is first (a mutex's rule: it waits for
+ * the entry just before its own), a reader when no writer is ahead of it, held or waiting, so no reader
+ * passes a queued writer. A reader waits for the newest writer ahead (etcd's `RWMutex` does the same): the
+ * older ones go first, and only readers behind that writer watch it. A downgraded writer counts as a
+ * reader; since a writer is granted only when first, a downgraded one is always the head of the line.
+ */
+export function readWriteRule(mode: RwLockMode): GrantRule {
+  if (mode === 'write') return FIRST_IN_LINE
+  return {
+    looksBack: Number.POSITIVE_INFINITY,
+    decide: <Entry>(
+      ahead: readonly Entry[],
+      _counted?: Counted<Entry>,
+      modes?: readonly RwLockMode[],
+    ): GrantDecision<Entry> => {
+      if (!modes || modes.length !== ahead.length)
+        throw new TypeError("a reader's grant rule needs the mode of every entry ahead, read by its adapter")
+      const writer = modes.lastIndexOf('write')
+      return writer < 0 ? GRANTED : { granted: false, waitFor: ahead[writer]! }
     },
   }
 }
