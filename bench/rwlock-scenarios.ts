@@ -150,20 +150,23 @@ async function readThroughput(
   })
 }
 
-/** Waits for `acquiring` to be granted, after failing when it already was: the holders still hold. */
+/**
+ * Lets the `waiting` acquires wait while the holders hold, failing when one is granted meanwhile, then runs
+ * `release`: the grants, and ms from the release's start to the last of them.
+ */
 async function grantedAfterRelease(
   adapter: RwLockAdapter,
   waiting: Array<Promise<{ held: RwHeld; at: number }>>,
   settleMs: number,
   release: () => Promise<void>,
 ): Promise<{ held: RwHeld[]; ms: number }> {
-  let early = false
-  for (const w of waiting)
-    w.then(
-      () => (early ||= true),
-      () => {},
-    )
-  await sleep(settleMs)
+  const early = await Promise.race([
+    Promise.any(waiting).then(
+      () => true,
+      () => false,
+    ),
+    sleep(settleMs, false),
+  ])
   if (early) throw new Error(`${adapter.name}: a waiter was granted while the holders held`)
   const releasedAt = clock()
   await release()

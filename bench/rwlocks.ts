@@ -5,6 +5,7 @@
  * rwlock-floors.ts. Every contender is made with the same lease length and one client of its own, as one
  * process of an application.
  */
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { createLockClient } from '../src/index.js'
 import { KITS } from '../test/kits/index.js'
@@ -75,7 +76,10 @@ const memoryFloor: RwLockAdapter = {
         const lock = memoryLocks.get(name) ?? { readers: 0, writer: false, line: [] }
         memoryLocks.set(name, lock)
         const fits = (m: RwMode) => !lock.writer && (m === 'read' || lock.readers === 0)
-        const take = (m: RwMode) => (m === 'read' ? lock.readers++ : (lock.writer = true))
+        const take = (m: RwMode) => {
+          if (m === 'read') lock.readers++
+          else lock.writer = true
+        }
         if (lock.line.length === 0 && fits(mode)) take(mode)
         else await new Promise<void>((grant) => lock.line.push({ mode, grant }))
         return {
@@ -176,12 +180,13 @@ const redisFloor: RwLockAdapter = {
             wakes.delete(wake)
             break
           }
-          let timer: NodeJS.Timeout | undefined
+          // Woken by an unlock, or once the holders' lease has ended (a holder that died unlocks nothing).
+          const expiry = new AbortController()
           await Promise.race([
             woken,
-            new Promise((resolve) => (timer = setTimeout(resolve, Math.max(1, left)))),
+            sleep(Math.max(1, left), undefined, { signal: expiry.signal }).catch(() => {}),
           ])
-          clearTimeout(timer)
+          expiry.abort()
           wakes.delete(wake)
         }
         return { release: async () => void (await client.eval(RELEASE, 2, ...keys, holder)) }
