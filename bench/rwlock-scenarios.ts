@@ -125,29 +125,49 @@ async function holdOneTurn(held: RwHeld): Promise<void> {
 
 type Measured = { metrics: Record<string, number>; requests?: Record<string, number> }
 
-async function readThroughput(
+/**
+ * 8 workers looping acquire (in the mode `modeOf` picks for a worker's i-th op) → hold one turn → release
+ * for `seconds`, each the last op it began: the grants, the ms each writer waited, and what the store was
+ * sent, where `counter` counts it.
+ */
+async function looping(
   adapter: RwLockAdapter,
   env: Env,
   options: RwBenchOptions,
   counter: Counting | undefined,
-): Promise<Measured> {
-  const name = fresh('t')
-  return withContenders(adapter, env, options, WORKERS, async (readers) => {
+  modeOf: (op: number, worker: number) => RwMode,
+) {
+  const name = fresh('loop')
+  return withContenders(adapter, env, options, WORKERS, async (workers) => {
     let granted = 0
+    const writerWaits: number[] = []
     const end = clock() + options.seconds * 1000
     const { seconds, counts } = await timed(counter, async () => {
       await Promise.all(
-        readers.map(async (r) => {
-          while (clock() < end) {
-            const held = await r.acquire(name, 'read')
+        workers.map(async (worker, w) => {
+          for (let i = 0; clock() < end; i++) {
+            const mode = modeOf(i, w)
+            const asked = clock()
+            const held = await worker.acquire(name, mode)
+            if (mode === 'write') writerWaits.push(clock() - asked)
             granted++
             await holdOneTurn(held)
           }
         }),
       )
     })
-    return { metrics: { readsPerSec: granted / seconds }, requests: perGrant('Read', counts, granted) }
+    return { granted, writerWaits, seconds, counts }
   })
+}
+
+async function readThroughput(
+  adapter: RwLockAdapter,
+  env: Env,
+  options: RwBenchOptions,
+  counter: Counting | undefined,
+): Promise<Measured> {
+  const { granted, seconds, counts } = await looping(adapter, env, options, counter, () => 'read')
+  return { metrics: { readsPerSec: granted / seconds }, requests: perGrant('Read', counts, granted) }
 }
 
 /**
@@ -222,35 +242,19 @@ async function mixed(
   options: RwBenchOptions,
   counter: Counting | undefined,
 ): Promise<Measured> {
-  const name = fresh('m')
-  return withContenders(adapter, env, options, WORKERS, async (workers) => {
-    let granted = 0
-    const writerWaits: number[] = []
-    const end = clock() + options.seconds * 1000
-    const { seconds, counts } = await timed(counter, async () => {
-      await Promise.all(
-        workers.map(async (worker, w) => {
-          for (let i = 0; clock() < end; i++) {
-            const mode = (i + w) % WRITE_EVERY === 0 ? 'write' : 'read'
-            const asked = clock()
-            const held = await worker.acquire(name, mode)
-            if (mode === 'write') writerWaits.push(clock() - asked)
-            granted++
-            await holdOneTurn(held)
-          }
-        }),
-      )
-    })
-    return {
-      metrics: {
-        grantsPerSec: granted / seconds,
-        writesPerSec: writerWaits.length / seconds,
-        writerWaitP50: percentile(writerWaits, 50),
-        writerWaitMax: Math.max(...writerWaits),
-      },
-      requests: perGrant('Mixed', counts, granted),
-    }
-  })
+  // Each worker's writes are a tenth of its ops, the workers' staggered.
+  const { granted, writerWaits, seconds, counts } = await looping(adapter, env, options, counter, (i, w) =>
+    (i + w) % WRITE_EVERY === 0 ? 'write' : 'read',
+  )
+  return {
+    metrics: {
+      grantsPerSec: granted / seconds,
+      writesPerSec: writerWaits.length / seconds,
+      writerWaitP50: percentile(writerWaits, 50),
+      writerWaitMax: Math.max(...writerWaits),
+    },
+    requests: perGrant('Mixed', counts, granted),
+  }
 }
 
 /** Every scenario on every adapter, in order; `onAdapter` hears each adapter as it starts. */
