@@ -127,8 +127,8 @@ type Measured = { metrics: Record<string, number>; requests?: Record<string, num
 
 /**
  * 8 workers looping acquire (in the mode `modeOf` picks for a worker's i-th op) → hold one turn → release
- * for `seconds`, each the last op it began: the grants, the ms each writer waited, and what the store was
- * sent, where `counter` counts it.
+ * for `options.seconds`, each finishing the op it began: the grants, the ms each writer waited from asking,
+ * the seconds taken, and what the store was sent, where `counter` counts it.
  */
 async function looping(
   adapter: RwLockAdapter,
