@@ -19,20 +19,12 @@ import zookeeper from 'node-zookeeper-client'
 import postgres from 'postgres'
 import { serverOf } from './mysql.js'
 import type { SemaphoreAdapter } from './semaphores.js'
+import { armed } from './wake.js'
 import { call, connected, sequence } from './zookeeper.js'
 
 let permitIds = 0
 /** A permit id unique across the bench's contenders (one process): the floors' here, and Redis's. */
 export const permitId = () => `${process.pid}-${permitIds++}`
-
-/** The armed half of a wake-up: `woken` resolves once `wake` is called (armed before the try it follows). */
-function armed(): { woken: Promise<void>; wake: () => void } {
-  let wake: () => void = () => {}
-  const woken = new Promise<void>((resolve) => {
-    wake = resolve
-  })
-  return { woken, wake }
-}
 
 /**
  * The waiters of each name (a semaphore, a prefix), woken together when its release is heard. `arm` before

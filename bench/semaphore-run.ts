@@ -22,13 +22,12 @@ import { join } from 'node:path'
 import { setImmediate, setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { Redis } from 'ioredis'
 import type { Env } from './adapter.js'
 import { startEnv } from './env.js'
-import { monitorRedis } from './redis-monitor.js'
 import type { Results, Row } from './report.js'
 import { type Contender, type Permit, SEMAPHORE_ADAPTERS, type SemaphoreAdapter } from './semaphores.js'
 import { percentile } from './stats.js'
+import { type Counting, counting } from './store-requests.js'
 import { printTable } from './table.js'
 
 const { values } = parseArgs({
@@ -135,73 +134,13 @@ async function handoff(adapter: SemaphoreAdapter, env: Env): Promise<Record<stri
   })
 }
 
-/** Readings of what the store did since `start`, by figure; `stop` ends the counting. */
-type Counting = { begin(): Promise<void>; stop(): Promise<Record<string, number>>; close(): void }
-
-/** Redis commands run so far, from `INFO commandstats`: those a Lua script runs inside Redis included. */
-async function redisCommandsRun(env: Env): Promise<number> {
-  const admin = new Redis(env.redis, '127.0.0.1', { maxRetriesPerRequest: 1 })
-  try {
-    const info = await admin.info('commandstats')
-    // Every command's calls but the bench's own (INFO, and CLIENT as a connection opens).
-    return [...info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)]
-      .filter((m) => m[1] !== 'info' && !m[1]!.startsWith('client'))
-      .reduce((sum, m) => sum + Number(m[2]), 0)
-  } finally {
-    admin.disconnect()
-  }
-}
-
-/**
- * Starts counting what the adapter's store is sent, where the bench can: on Redis the requests (MONITOR,
- * whose lines from inside a script have the source "lua": not round trips) and the commands run; on
- * PostgreSQL the statements at the bench's proxy. Undefined elsewhere.
- */
-function counting(adapter: SemaphoreAdapter, env: Env): (() => Promise<Counting>) | undefined {
-  if (adapter.store === 'postgres' && env.postgresStatements) {
-    const statements = env.postgresStatements
-    return async () => {
-      let before = 0
-      return {
-        begin: async () => {
-          before = statements()
-        },
-        stop: async () => ({ requests: statements() - before }),
-        close: () => {},
-      }
-    }
-  }
-  if (adapter.store !== 'redis') return undefined
-  return async () => {
-    let requests = 0
-    let counting = false
-    const monitor = await monitorRedis(env.redis, (command, source) => {
-      if (!counting || source === 'lua') return
-      if (command !== 'monitor' && command !== 'info' && command !== 'client') requests++
-    })
-    let before = 0
-    return {
-      async begin() {
-        before = await redisCommandsRun(env)
-        counting = true
-      },
-      async stop() {
-        const commands = (await redisCommandsRun(env)) - before
-        counting = false
-        return { requests, commands }
-      },
-      close: () => monitor.close(),
-    }
-  }
-}
-
 /**
  * r: the store's requests (and commands) per waiter per second while 8 waiters wait on a full limit 4, where
  * the bench can count them; on every store, a waiter granted while the 4 hold fails the row (the check of
  * the limit that does not depend on timing: scenario t's overlaps see only grants that land at once).
  */
 async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<string, number>> {
-  const start = counting(adapter, env)
+  const start = counting(adapter.store, env)
   const name = fresh('r')
   let counted: Counting | undefined
   try {
@@ -234,7 +173,7 @@ async function requests(adapter: SemaphoreAdapter, env: Env): Promise<Record<str
       if (counts === undefined) return {}
       const perWaiterSecond = (n: number) => n / CONTENDERS / elapsed
       return {
-        requestsPerWaitingSec: perWaiterSecond(counts.requests!),
+        requestsPerWaitingSec: perWaiterSecond(counts.requests),
         ...(counts.commands === undefined ? {} : { commandsPerWaitingSec: perWaiterSecond(counts.commands) }),
       }
     })
