@@ -145,11 +145,14 @@ describe('scheduler', { timeout: 60_000 }, () => {
       turnOf.push(turns)
       return extendMany(leases, ttlMs, signal)
     }
-    const client = createLockClient(backend, { ttl: 8000 })
+    // A lease long enough that taking 2500 locks on a loaded machine (seconds) cannot use it up.
+    const ttl = 20_000
+    const client = createLockClient(backend, { ttl })
     try {
+      const started = performance.now()
       const locks = await acquireMany(client, 2500)
       // A stalled event loop: every lock's renewal (due ttl/3 after its grant) comes due in one round.
-      const stalledUntil = performance.now() + 3500
+      const stalledUntil = Math.max(performance.now(), started + ttl / 3) + 500
       while (performance.now() < stalledUntil) {}
       // The first renewal of every lock: the batches until 2500 keys went out.
       const firstRound = () => {
