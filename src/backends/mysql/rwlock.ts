@@ -169,7 +169,7 @@ export class MySqlRwLockAdapter implements SqlRwLockAdapter {
         'renew',
         key,
         `UPDATE ${this.#entries} SET expires_at = ${NOW_US} + CAST(? AS SIGNED) * 1000
-         WHERE rw_key = ? AND owner = ? AND fence = CAST(? AS SIGNED)`,
+         WHERE rw_key = ? AND owner = ? AND fence = CAST(? AS SIGNED) AND expires_at > ${NOW_US}`,
         [Math.floor(ttlMs), Buffer.from(key, 'utf8'), owner, fence.toString()],
       )) > 0
     )

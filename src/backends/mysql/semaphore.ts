@@ -167,7 +167,8 @@ export class MySqlSemaphoreAdapter implements SqlSemaphoreAdapter {
     try {
       const [result] = await this.#pool.query(
         `UPDATE ${this.#permits} SET expires_at = ${NOW_US} + CAST(? AS SIGNED) * 1000
-         WHERE sem_key = ? AND owner = ? AND granted = 1 AND sequence = CAST(? AS SIGNED)`,
+         WHERE sem_key = ? AND owner = ? AND granted = 1 AND sequence = CAST(? AS SIGNED)
+           AND expires_at > ${NOW_US}`,
         [Math.floor(ttlMs), Buffer.from(key, 'utf8'), owner, sequence.toString()],
       )
       return (result as ResultSetHeader).affectedRows > 0 ? ttlMs : undefined

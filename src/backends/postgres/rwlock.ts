@@ -175,7 +175,7 @@ export class PostgresRwLockAdapter implements SqlRwLockAdapter {
       'renew',
       key,
       `UPDATE ${this.#entries} SET expires_at = ${NOW} + $4::float8 * interval '1 millisecond'
-       WHERE name = $1::text AND owner = $2::text AND fence = $3::int8 RETURNING 1`,
+       WHERE name = $1::text AND owner = $2::text AND fence = $3::int8 AND expires_at > ${NOW} RETURNING 1`,
       [key, owner, fence.toString(), ttlMs],
       signal,
     )

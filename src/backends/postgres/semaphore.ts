@@ -211,7 +211,8 @@ export class PostgresSemaphoreAdapter implements SqlSemaphoreAdapter {
       const rows = (await raceSignal(
         this.#sql.unsafe(
           `UPDATE ${this.#permits} SET expires_at = ${NOW} + $4::float8 * interval '1 millisecond'
-           WHERE name = $1::text AND owner = $2::text AND granted AND sequence = $3::int8 RETURNING 1`,
+           WHERE name = $1::text AND owner = $2::text AND granted AND sequence = $3::int8
+             AND expires_at > ${NOW} RETURNING 1`,
           [key, owner, sequence.toString(), ttlMs] as never[],
           { prepare: this.#prepare },
         ),

@@ -97,8 +97,8 @@ export interface SqlRwLockAdapter {
   transaction<T>(what: string, key: string | undefined, body: (tx: SqlRwLockTx) => Promise<T>): Promise<T>
   /**
    * ONE statement: restarts `owner`'s lease of `key` at `ttlMs` from the server's now, only while its
-   * granted entry with `fence` is there (an ended lease nobody purged is still ours: every grant since
-   * would have purged it). True when it was.
+   * granted entry with `fence` is there and its lease has not ended on the server's clock (an ended lease
+   * is never revived, as the mutex's extend: the name was free in between). True when it was.
    */
   extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal): Promise<boolean>
   /**

@@ -102,8 +102,9 @@ export interface SqlSemaphoreAdapter {
   transaction<T>(what: string, key: string | undefined, body: (tx: SqlSemaphoreTx) => Promise<T>): Promise<T>
   /**
    * ONE statement: restarts `owner`'s lease of `key` at `ttlMs` from the server's now, only while its grant
-   * with `sequence` is there (an ended lease nobody purged is still ours: every grant since would have
-   * purged it). Returns the lease set (ms), or `undefined` when the grant is gone.
+   * with `sequence` is there and its lease has not ended on the server's clock (an ended lease is never
+   * revived, as the mutex's extend: the permit was free in between). Returns the lease set (ms), or
+   * `undefined` when the grant is gone.
    */
   extend(
     key: string,

@@ -119,6 +119,20 @@ export function rwlockTests(target: () => SqlRwLockTarget): void {
     await next.release()
   })
 
+  it("an ended lease is not revived by its holder's next renewal (no one asked in between)", async () => {
+    // As the mutex's extend since s11-me: the server ended the lease, so the name was free in between
+    // (inspect said so); the holder must hear that it lost it, not have it silently brought back.
+    const locks = client({ renew: false })
+    const stale = await locks.rwlock('rw-revive').write({ timeout: '20s' })
+    await target().endLeases('rw-revive')
+    assert.deepEqual((await locks.rwlock('rw-revive').inspect()).holders, [])
+    await assert.rejects(stale.extend(), LockLostError)
+    const next = await client().rwlock('rw-revive').tryWrite()
+    assert.ok(next, 'the ended lease must leave the name free')
+    assert.ok(next.fence > stale.fence)
+    await next.release()
+  })
+
   it('an idle read-write lock leaves no row, and its next fence is still greater', async () => {
     const rw = client().rwlock('rw-idle')
     const first = await rw.write({ timeout: '20s' })

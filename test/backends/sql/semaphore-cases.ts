@@ -109,6 +109,18 @@ export function semaphoreTests(target: () => SqlSemaphoreTarget): void {
     await next.release()
   })
 
+  it("an ended grant is not revived by its holder's next renewal (no one asked in between)", async () => {
+    // As the mutex's extend since s11-me: the server ended the lease, so its permit was free in between;
+    // the holder must hear that it lost it, not have it silently brought back.
+    const locks = client({ renew: false })
+    const stale = await locks.semaphore('revive', { limit: 1 }).acquire({ timeout: '20s' })
+    await target().endLeases('revive')
+    await assert.rejects(stale.extend(), LockLostError)
+    const next = await client().semaphore('revive', { limit: 1 }).tryAcquire()
+    assert.ok(next, 'the ended grant must leave its permit free')
+    await next.release()
+  })
+
   it('an idle semaphore leaves no row, and its next sequence is still greater', async () => {
     const locks = client()
     const sem = locks.semaphore('idle', { limit: 2 })
