@@ -303,7 +303,7 @@ export class SlotsSemaphoreImpl implements SlotsSemaphore {
     for (;;) {
       const taken: Lock[] = []
       try {
-        const listing = await this.#list(prepared)
+        const listing = await this.#withoutDeadOthers(await this.#list(prepared), prepared)
         this.#refuseOtherLimit(listing, prepared)
         for (const key of candidates(this.name, this.limit, permits, listing, prepared.tryHeld)) {
           if (taken.length === permits) break
@@ -342,6 +342,29 @@ export class SlotsSemaphoreImpl implements SlotsSemaphore {
 
   #list(prepared: PreparedSlots): Promise<ListedLock[]> {
     return this.#runtime.list(this.name, prepared.signal)
+  }
+
+  /**
+   * `listing` less the slots of another limit that an attempt finds over (taken, then given back at once):
+   * on the observed-expiry stores a dead holder's slot is listed held until an attempt has seen it
+   * unchanged for a lease, and no client of this limit would ever try it, so a crashed client of an old
+   * limit would refuse every acquire forever. Where an attempt queues an entry (session stores), none.
+   */
+  async #withoutDeadOthers(listing: ListedLock[], prepared: PreparedSlots): Promise<ListedLock[]> {
+    if (!prepared.tryHeld) return listing
+    const kept: ListedLock[] = []
+    for (const slot of listing) {
+      const parsed = parseSlotKey(this.name, slot.key)
+      if (slot.held && parsed && parsed.limit !== this.limit) {
+        const lock = await prepared.take(slot.key)
+        if (lock) {
+          await releaseAll([lock])
+          continue
+        }
+      }
+      kept.push(slot)
+    }
+    return kept
   }
 
   #refuseOtherLimit(listing: readonly ListedLock[], prepared: PreparedSlots): void {

@@ -149,4 +149,42 @@ export const slotsCases: ConformanceCase[] = [
       await assert.rejects(a.acquire(`${name}\uFFFF2\uFFFF0`), /U\+FFFF/)
     },
   },
+  {
+    name: 'slots: a dead holder of another limit stops refusing once its lease is over',
+    async run(ctx) {
+      const name = ctx.key('slots-dead-other-limit')
+      const lease = ctx.ttl(2)
+      // A client of the old limit takes a slot and dies (never renews, never releases).
+      // Its backend never releases: the process is gone (no clean-up at its local expiry either).
+      const dead = await ctx.backend()
+      const gone = new Proxy(dead, {
+        get: (target, prop, receiver) =>
+          prop === 'release' || prop === 'abandon'
+            ? async () => false
+            : Reflect.get(target, prop, receiver),
+      })
+      const old = ctx.client({ ttl: lease, renew: false }, gone)
+      await slots(old, name, 2).acquire()
+      await sleep(lease * 2)
+      // Long after its lease: the new limit must be usable (on every store, as a dead holder of the same
+      // limit is taken over).
+      const b = ctx.client({ ttl: '20s' })
+      let refusals = 0
+      const held = await pollUntil(
+        async () => {
+          try {
+            return await slots(b, name, 1).acquire({ timeout: '5s' })
+          } catch (error) {
+            if (!(error instanceof LimitMismatchError)) throw error
+            refusals++
+            return undefined
+          }
+        },
+        (h) => h !== undefined,
+        WITHIN,
+      )
+      assert.ok(held, `still refused after ${refusals} tries`)
+      await held.release()
+    },
+  },
 ]
