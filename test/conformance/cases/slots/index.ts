@@ -157,11 +157,13 @@ export const slotsCases: ConformanceCase[] = [
       // A client of the old limit takes a slot and dies (never renews, never releases).
       // Its backend never releases: the process is gone (no clean-up at its local expiry either).
       const dead = await ctx.backend()
+      // Methods bound to the backend itself: a class backend's private fields are not reachable through a proxy.
       const gone = new Proxy(dead, {
-        get: (target, prop, receiver) =>
-          prop === 'release' || prop === 'abandon'
-            ? async () => false
-            : Reflect.get(target, prop, receiver),
+        get: (target, prop) => {
+          if (prop === 'release' || prop === 'abandon') return async () => false
+          const value = Reflect.get(target, prop, target)
+          return typeof value === 'function' ? value.bind(target) : value
+        },
       })
       const old = ctx.client({ ttl: lease, renew: false }, gone)
       await slots(old, name, 2).acquire()
