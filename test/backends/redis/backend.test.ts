@@ -22,6 +22,8 @@ import { pollUntil } from '../../support/wait.js'
 let server: RedisServer
 let admin: Redis
 const clients: LockClient[] = []
+/** The proxies `proxied` made, closed at the end whatever the tests did. */
+const opened: Awaited<ReturnType<typeof startProxy>>[] = []
 const key = (label: string) => `redis-${label}-${randomBytes(3).toString('hex')}`
 const client = (url: string, options: Parameters<typeof createLockClient>[1] = {}) => {
   const c = createLockClient(url, options)
@@ -76,6 +78,9 @@ async function unavailableOnTime(url: string, label: string, says: RegExp): Prom
  */
 async function proxied(commandTimeout: number) {
   const proxy = await startProxy(server.port)
+  // Closed by the file's after() too: a test that fails before its own close() must not leave the proxy
+  // listening, which would keep this file's process alive.
+  opened.push(proxy)
   const redis = new Redis({ port: proxy.port, host: '127.0.0.1', commandTimeout, maxRetriesPerRequest: 1 })
   redis.on('error', () => {})
   await redis.ping()
@@ -99,6 +104,7 @@ before(async () => {
   admin = new Redis(server.port, '127.0.0.1')
 })
 after(async () => {
+  await Promise.all(opened.map((proxy) => proxy.close()))
   await Promise.all(clients.map((c) => c.close()))
   admin.disconnect()
   await server.destroy()
