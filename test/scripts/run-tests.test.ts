@@ -100,4 +100,22 @@ describe('the test run: longest files first, and each file timed', () => {
     for (const line of timed) assert.match(line, /^\d+\.\d\t/)
     assert.match(readFileSync(failures, 'utf8'), /alpha\.test\.mjs: failed/)
   })
+
+  it('ends a file whose tests are done though it left a server open', () => {
+    // Without the runner's forceExit this file's process never exits, and neither does the run.
+    const open = join(dir.path, 'open.test.mjs')
+    writeFileSync(
+      open,
+      `import { test } from 'node:test'\nimport { createServer } from 'node:net'\n` +
+        `test('leaves a server listening', () => { createServer().listen(0, '127.0.0.1') })\n`,
+    )
+    const { NODE_TEST_CONTEXT: _, ...env } = process.env
+    const result = spawnSync(
+      process.execPath,
+      [RUN, '1', join(dir.path, 'open-failures.txt'), join(dir.path, 'open-durations.txt'), '--', open],
+      { encoding: 'utf8', cwd: dir.path, env, timeout: 60_000, killSignal: 'SIGKILL' },
+    )
+    assert.equal(result.signal, null, 'the run did not end by itself within 60 s')
+    assert.equal(result.status, 0, `${result.stdout}\n${result.stderr}`)
+  })
 })
