@@ -16,12 +16,13 @@ const READY = Buffer.from([0x5a, 0, 0, 0, 5, 0x49])
 
 describe('postgres: a peer that only says ReadyForQuery', { timeout: 60_000 }, () => {
   const sockets = new Set<Socket>()
-  const server = createServer((socket) => {
+  const answerReady = (socket: Socket) => {
     sockets.add(socket)
     socket.on('error', () => {})
     // One 'Z' per chunk the client writes: the startup message, then each query.
     socket.on('data', () => socket.write(READY))
-  })
+  }
+  const server = createServer(answerReady)
   let url = ''
   const open: LockClient[] = []
 
