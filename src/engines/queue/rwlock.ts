@@ -14,7 +14,7 @@
  * readers read the value and join it. Creating a read entry instead would put it behind a queued writer
  * (Curator's CURATOR-276: the writer got in between).
  */
-import type { HeldLease, LeaseFacet, RwLockFacet } from '../../core/backend.js'
+import type { HeldLease, LeaseFacet, RwLockFacet, RwLockMode } from '../../core/backend.js'
 import type { QueueAdapters } from './adapter.js'
 import { type Acquisition, QueueLock } from './engine.js'
 import { readWriteRule } from './grants.js'
@@ -67,4 +67,27 @@ export function queueRwLock<Id, Entry>(
     inspect: parts.inspect,
   }
   return { facet, close: () => engine.close() }
+}
+
+/**
+ * `facet`, telling `modes` the mode of each acquire by its owner id while the acquire is under way or
+ * holds: for an adapter that names an entry by its mode (Curator's `__WRIT__`, etcd's `write/`), which
+ * `nameOf` learns only from the owner.
+ */
+export function tellingModes(facet: RwLockFacet, modes: Map<string, RwLockMode>): RwLockFacet {
+  return {
+    ...facet,
+    tryAcquire: (req, signal) => {
+      if (req.rwlock) modes.set(req.owner, req.rwlock.mode)
+      return facet.tryAcquire(req, signal)
+    },
+    release: (lease, signal) => {
+      modes.delete(lease.owner)
+      return facet.release(lease, signal)
+    },
+    abandon: (req, signal) => {
+      modes.delete(req.owner)
+      return facet.abandon(req, signal)
+    },
+  }
 }
