@@ -44,6 +44,8 @@
  *
  * - Semaphores: a line of keys under `<prefix>%semaphore/<name>/` with the limit beside them, on the queue
  *   engine's semaphore (semaphore.ts has the layout).
+ * - Read-write locks: Go's `recipe.RWMutex` layout under `<prefix>%rwlock/<name>/`, on the queue engine's
+ *   read-write lock (rwlock.ts has the layout and the downgrade).
  *
  * - Operations: `list` ranges over the prefix a page of keys at a time, keeping each lock's first key;
  *   `break` deletes the holder's key conditioned on its create revision (operations.ts).
@@ -51,7 +53,7 @@
  * Files: queue.ts (the queue-lock adapter: transactions and watches on a lock's prefix), queue-watch.ts
  * (the waits' watches: one watcher per lock's line and client), leases.ts (the
  * session adapter: etcd leases and etcd3's keep-alive events), layout.ts (key names, shared with the
- * tests), operations.ts (inspect, list, break), semaphore.ts (counting semaphores), faults.ts (etcd3 client options and error words).
+ * tests), operations.ts (inspect, list, break), semaphore.ts (counting semaphores), rwlock.ts (read-write locks), faults.ts (etcd3 client options and error words).
  */
 import type { Etcd3, IOptions } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
@@ -65,6 +67,7 @@ import { DEFAULT_PREFIX, prefixEnd } from './layout.js'
 import { EtcdLeases } from './leases.js'
 import { breakLock, inspectLock, listLocks } from './operations.js'
 import { EtcdQueue } from './queue.js'
+import { etcdRwLock } from './rwlock.js'
 import { etcdSemaphore } from './semaphore.js'
 
 export { type Etcd3Module, etcdClientOptions } from './faults.js'
@@ -121,7 +124,7 @@ function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend
     key: string,
     what: string,
     error: unknown,
-    subject: 'lock' | 'election' | 'semaphore',
+    subject: 'lock' | 'election' | 'semaphore' | 'read-write lock',
   ) => {
     if (error instanceof BackendUnavailableError) return error
     const { text, retryable } = describeFailure(error)
@@ -132,7 +135,7 @@ function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend
       retryable,
     })
   }
-  return queueLockBackend(
+  const backend = queueLockBackend(
     {
       id,
       limits: ETCD_LIMITS,
@@ -149,6 +152,21 @@ function etcdBackendOf(options: EtcdBackendOptions, owned: boolean): LockBackend
     etcdElection(client, prefix, (key, what, error) => unavailable(key, what, error, 'election')),
     etcdSemaphore(client, prefix, (key, what, error) => unavailable(key, what, error, 'semaphore')),
   )
+  const rwlock = etcdRwLock(
+    client,
+    prefix,
+    { id, capabilities: backend.capabilities, limits: ETCD_LIMITS },
+    (key, what, error) => unavailable(key, what, error, 'read-write lock'),
+  )
+  return {
+    ...backend,
+    rwlock: rwlock.facet,
+    close: async () => {
+      // Both engines revoke their own leases; the backend's close then closes the client if it is ours.
+      await rwlock.close()
+      await backend.close()
+    },
+  }
 }
 
 /** `fencelock doctor`: the cluster's version and leader, and how many keys fencelock keeps now. */

@@ -70,3 +70,23 @@ export function prefixEnd(prefix: string): Buffer {
   }
   return Buffer.from([0])
 }
+
+/**
+ * The prefix of the read-write lock named `name`, apart from every lock, election and semaphore:
+ * `<prefix>%rwlock/<name escaped>/`. Without its last `/` it is the prefix Go's `recipe.NewRWMutex(session,
+ * pfx)` takes: its readers' keys are `<pfx>/read/…`, its writers' `<pfx>/write/…`, as ours.
+ */
+export const rwlockPrefix = (name: string, prefix: string = DEFAULT_PREFIX): string =>
+  lockPrefix(name, `${prefix}%rwlock/`)
+
+/** Where a read-write lock's entries of each mode live, under its prefix (Go's `RWMutex` names). */
+export const READERS = 'read/'
+export const WRITERS = 'write/'
+
+/**
+ * The prefix of the gates of the read-write lock whose prefix is `line` (`rwlockPrefix`): `%rwgate` in
+ * place of `%rwlock`, outside the lock's prefix, so Go's `RWMutex` never reads them. A fencelock writer's
+ * entry `<line>write/<id>` has the gate `<gates>/<id>` (rwlock.ts says why).
+ */
+export const gatesOf = (line: string, prefix: string = DEFAULT_PREFIX): string =>
+  `${prefix}%rwgate/${line.slice(`${prefix}%rwlock/`.length)}`

@@ -7,7 +7,8 @@
  * timer that keeps the process alive, also once the client is closed. A watcher still being set up when
  * its client closes never settles etcd3's `create()`: whoever waited for it to cancel it never would.
  */
-import type { Etcd3, IKeyValue, IRequestOp, WatchBuilder, Watcher } from 'etcd3'
+import type { Etcd3, IKeyValue, IRequestOp, IResponseOp, WatchBuilder, Watcher } from 'etcd3'
+import type { RwLockMode } from '../../core/backend.js'
 import type {
   Cancel,
   HeldEvents,
@@ -96,21 +97,52 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
       success: [
         { request_put: { key: Buffer.from(name), value: Buffer.from(value), lease: lease.decimal } },
         newestOf(queue, looksBack + 1),
+        ...this.lineReads(queue),
+        ...this.entryPuts(name, lease),
       ],
-      failure: [{ request_range: { key: Buffer.from(name) } }, firstOf(queue, looksBack)],
+      failure: [
+        { request_range: { key: Buffer.from(name) } },
+        firstOf(queue, looksBack),
+        ...this.lineReads(queue),
+      ],
     })
+    const reads = reply.responses.slice(2)
     if (reply.succeeded) {
       const revision = reply.header.revision
       const [mine, ...before] = reply.responses[1]?.response_range.kvs ?? []
       // Ours is the newest, created by this txn: anything else (no key) is no answer to act on.
       if (mine?.create_revision !== revision) return { position: undefined }
-      return { position: BigInt(revision), ahead: before.reverse() }
+      return { position: BigInt(revision), ...this.ruled(queue, name, before.reverse(), reads) }
     }
     const revision = reply.responses[0]?.response_range.kvs[0]?.create_revision
     if (revision === undefined) return { position: undefined }
     const first = reply.responses[1]?.response_range.kvs ?? []
     const at = first.findIndex((kv) => kv.create_revision === revision)
-    return { position: BigInt(revision), ahead: at < 0 ? undefined : first.slice(0, at) }
+    if (at < 0) return { position: BigInt(revision) }
+    return { position: BigInt(revision), ...this.ruled(queue, name, first.slice(0, at), reads) }
+  }
+
+  /** Puts made with our entry, in its enqueue transaction (none; a read-write lock's writer: its gate). */
+  protected entryPuts(_name: string, _lease: LeaseId): IRequestOp[] {
+    return []
+  }
+
+  /** Reads made with every read of the line `queue` (none; a read-write lock's: its gates). */
+  protected lineReads(_queue: string): IRequestOp[] {
+    return []
+  }
+
+  /**
+   * The entries ahead of our entry `name` as the grant rule takes them, from the line read and the replies
+   * to `lineReads` (`reads`): as read, for a mutex; with each one's mode, for a read-write lock's reader.
+   */
+  protected ruled(
+    _queue: string,
+    _name: string,
+    ahead: IKeyValue[],
+    _reads: readonly IResponseOp[],
+  ): { readonly ahead: readonly IKeyValue[]; readonly modes?: readonly RwLockMode[] } {
+    return { ahead }
   }
 
   /**
@@ -136,13 +168,15 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
           },
         },
         { request_range: { key: Buffer.from(entry.name), serializable } },
+        ...this.lineReads(p).map((op) => ({ request_range: { ...op.request_range!, serializable } })),
       ],
       failure: [],
     })
     if (serializable && BigInt(reply.header.revision) < after) return 'behind'
     const mine = reply.responses[1]?.response_range.kvs[0]
+    const ahead = (reply.responses[0]?.response_range.kvs ?? []).reverse()
     return {
-      ahead: (reply.responses[0]?.response_range.kvs ?? []).reverse(),
+      ...this.ruled(p, entry.name, ahead, reply.responses.slice(2)),
       mine: mine !== undefined && BigInt(mine.create_revision) === entry.position,
     }
   }
@@ -210,7 +244,7 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
 
   /** Only the key we created (same create revision) goes. */
   remove(entry: OwnEntry): Promise<boolean> {
-    return this.#ifOurs(entry, { request_delete_range: { key: Buffer.from(entry.name) } })
+    return this.ifOurs(entry, { request_delete_range: { key: Buffer.from(entry.name) } })
   }
 
   async removeNames(names: readonly string[]): Promise<void> {
@@ -223,7 +257,7 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
 
   /** A put on an existing key keeps its create revision, so only its lease (and value) changes. */
   move(entry: OwnEntry, value: string, lease: LeaseId): Promise<boolean> {
-    return this.#ifOurs(entry, {
+    return this.ifOurs(entry, {
       request_put: { key: Buffer.from(entry.name), value: Buffer.from(value), lease: lease.decimal },
     })
   }
@@ -246,12 +280,12 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
     for (const watcher of [...this.#watchers]) this.#cancel(watcher)
   }
 
-  /** One transaction applying `op` only if our key is still the one we created (same create revision). */
-  async #ifOurs(entry: OwnEntry, op: IRequestOp): Promise<boolean> {
+  /** One transaction applying `ops` only if our key is still the one we created (same create revision). */
+  protected async ifOurs(entry: OwnEntry, ...ops: IRequestOp[]): Promise<boolean> {
     const key = Buffer.from(entry.name)
     const reply = await this.#client.kv.txn({
       compare: [{ target: 'Create', result: 'Equal', key, create_revision: entry.position.toString() }],
-      success: [op],
+      success: ops,
       failure: [],
     })
     return reply.succeeded

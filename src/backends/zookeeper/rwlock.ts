@@ -30,7 +30,7 @@ import type {
   RwLockMode,
 } from '../../core/backend.js'
 import type { OwnEntry } from '../../engines/queue/adapter.js'
-import { downgradedValue, isDowngraded, queueRwLock } from '../../engines/queue/rwlock.js'
+import { downgradedValue, isDowngraded, queueRwLock, tellingModes } from '../../engines/queue/rwlock.js'
 import type { SessionAdapter } from '../../engines/session/adapter.js'
 import { read, setDataAt, stat, type ZkClient, zxidOf } from './client.js'
 import { entryData, isWriterNode, READ_NAME, rwLine, rwlockPath, WRITE_NAME } from './layout.js'
@@ -201,23 +201,8 @@ export function zookeeperRwLock(
     named,
     unavailable,
   )
-  const told = <R extends { owner: string }>(req: R, mode: RwLockMode | undefined) => {
-    if (mode) queue.modes.set(req.owner, mode)
-    return req
-  }
   return {
-    facet: {
-      ...facet,
-      tryAcquire: (req, signal) => facet.tryAcquire(told(req, req.rwlock?.mode), signal),
-      release: (lease, signal) => {
-        queue.modes.delete(lease.owner)
-        return facet.release(lease, signal)
-      },
-      abandon: (req, signal) => {
-        queue.modes.delete(req.owner)
-        return facet.abandon(req, signal)
-      },
-    },
+    facet: tellingModes(facet, queue.modes),
     close,
   }
 }

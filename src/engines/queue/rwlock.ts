@@ -7,14 +7,15 @@
  * it is ahead of it and every writer granted after it is behind it. Readers' fences are their own
  * positions: each reader its own epoch, between the writers around it.
  *
- * A downgrade rewrites our entry's value, in place and only while it is ours (the adapter's `proclaim`):
- * the value gets a last line `downgraded` (`downgradedValue`), and the adapter reads such a writer's entry
- * as a reader's. Where the store names an entry by its mode (Curator's `__WRIT__`, etcd's `write/`), the
- * name stays: a peer that reads only names keeps seeing a writer and waits, which is safe; fencelock's
- * readers read the value and join it. Creating a read entry instead would put it behind a queued writer
- * (Curator's CURATOR-276: the writer got in between).
+ * A downgrade marks our entry, in place and only while it is ours (the adapter's `proclaim`): ZooKeeper's
+ * adapter writes its value with a last line `downgraded` (`downgradedValue`), etcd's deletes the writer's
+ * gate key (Go's recipe orders by mod revision, so a put there would move the entry); the adapter then
+ * reads such a writer's entry as a reader's. Where the store names an entry by its mode (Curator's
+ * `__WRIT__`, etcd's `write/`), the name stays: a peer that reads only names keeps seeing a writer and
+ * waits, which is safe; fencelock's readers read the mark and join it. Creating a read entry instead would
+ * put it behind a queued writer (Curator's CURATOR-276: the writer got in between).
  */
-import type { HeldLease, LeaseFacet, RwLockFacet } from '../../core/backend.js'
+import type { HeldLease, LeaseFacet, RwLockFacet, RwLockMode } from '../../core/backend.js'
 import type { QueueAdapters } from './adapter.js'
 import { type Acquisition, QueueLock } from './engine.js'
 import { readWriteRule } from './grants.js'
@@ -67,4 +68,27 @@ export function queueRwLock<Id, Entry>(
     inspect: parts.inspect,
   }
   return { facet, close: () => engine.close() }
+}
+
+/**
+ * `facet`, telling `modes` the mode of each acquire by its owner id while the acquire is under way or
+ * holds: for an adapter that names an entry by its mode (Curator's `__WRIT__`, etcd's `write/`), which
+ * `nameOf` learns only from the owner.
+ */
+export function tellingModes(facet: RwLockFacet, modes: Map<string, RwLockMode>): RwLockFacet {
+  return {
+    ...facet,
+    tryAcquire: (req, signal) => {
+      if (req.rwlock) modes.set(req.owner, req.rwlock.mode)
+      return facet.tryAcquire(req, signal)
+    },
+    release: (lease, signal) => {
+      modes.delete(lease.owner)
+      return facet.release(lease, signal)
+    },
+    abandon: (req, signal) => {
+      modes.delete(req.owner)
+      return facet.abandon(req, signal)
+    },
+  }
 }
