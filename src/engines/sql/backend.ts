@@ -56,8 +56,10 @@ export function sqlLeaseBackend(
     close: () => engine.close(),
     // A row's owner and fence are what extend and release check, on the server's clock: a token needs no more.
     resume: OWNER_CHECKED_RESUME,
-    multiKeyRefusal:
-      "each key's lease row is taken by a statement of its own, and one transaction over several is not built yet",
+    // Every key's row in one transaction, where the adapter can run one (atomic sets).
+    ...(adapter.acquireAll
+      ? { multiKey: { tryAcquireAll: (reqs, signal) => engine.attemptAll(reqs, signal) } }
+      : { multiKeyRefusal: 'its adapter runs no transaction over several lease rows' }),
   }
   const election = elections && sqlElection(elections.adapter, elections.options)
   const semaphore = semaphores && sqlSemaphore(semaphores.adapter, semaphores.options)
