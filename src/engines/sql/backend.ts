@@ -4,7 +4,8 @@
  * to one engine over the adapter's lock table; the election facet (election.ts), where the store gives an
  * elections table, to another engine over it; the semaphore facet (semaphore.ts), where the store gives
  * semaphore tables, to the semaphore engine; the rwlock facet (rwlock.ts), where the store gives read-write
- * lock tables, to the read-write lock engine. Doctor adds each one's table findings. The adapters are the
+ * lock tables, to the read-write lock engine; atomic sets, where the adapter runs them (`acquireAll`), to the
+ * mutex's engine. Doctor adds each one's table findings. The adapters are the
  * whole store part: the engine reads, lists and diagnoses through them.
  */
 import type { LockBackend } from '../../core/backend.js'

@@ -27,6 +27,9 @@
  *   (the connection dropped after sending) is settled by re-reading the row: not ours any more means lost
  *   (extend) or nothing to release; ours means the statement is repeated (both are idempotent) or the
  *   outcome is reported unknown to the core, which retries.
+ * - Atomic sets (`attemptAll`, where the adapter has `acquireAll`): the grant statement of every key in
+ *   ONE transaction, in sorted key order, committed only when all were granted; each key is then a lease
+ *   row like any other. A transaction that lost to another (deadlock, serialization failure) is a refusal.
  * - Abandon: an acquire that gave up after a statement that may have granted (one that threw, or any
  *   grant) releases whatever its owner holds, owner-checked. A statement still running on the server
  *   after that (a dropped connection the server has not noticed yet) can leave a lease nobody renews: it
