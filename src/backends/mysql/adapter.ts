@@ -213,7 +213,7 @@ export class MySqlAdapter implements SqlAdapter {
    * two sets lock their common keys in one order. The first key held by another rolls it all back; a
    * deadlock or a lock wait timeout rolled it back too: a refusal, tried again. The doorbells are left
    * out (a named lock outlives a rollback): each key's first renewal takes its bell, and until then its
-   * waiters fall back to the lease's end (doorbell.ts).
+   * waiters ask about every two seconds (doorbell.ts: a bell missing while the row is held).
    */
   async acquireAll(reqs: readonly SqlAcquireRequest[], _signal: AbortSignal): Promise<SqlAcquiredAll> {
     let out: { key: string; insertId: number | string }[]
