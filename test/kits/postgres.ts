@@ -110,7 +110,7 @@ async function startStore(
 const POSTGRES = {
   backend: 'postgres',
   entry: 'postgres/conformance',
-  primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'resume', 'rwlock'],
+  primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'multikey-atomic', 'resume', 'rwlock'],
   networked: true,
   // Fences live in a committed row and a sequence: they survive a restart and a crash (fsync off loses
   // only a power cut).

@@ -9,11 +9,13 @@ import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError } from '../../core/errors.js'
 import type {
   SqlAcquired,
+  SqlAcquiredAll,
   SqlAcquireRequest,
   SqlAdapter,
   SqlListedRow,
   SqlRow,
 } from '../../engines/sql/adapter.js'
+import { HeldByAnother } from '../../engines/sql/held-by-another.js'
 import { countFinding, deleteFinding, mysqlDoctor, valueColumnFinding } from './doctor.js'
 import { type BellEffect, type BellUse, DoorbellWaits, LeaseConnections } from './doorbell.js'
 import { describeFailure, poolConnectionLimit, type SqlParam } from './faults.js'
@@ -33,6 +35,7 @@ import {
   retireSql,
   tableExistsSql,
 } from './statements.js'
+import { inTransaction } from './transaction.js'
 
 /** Keys up to the key column's 3072 bytes; leases up to 2^31 ms (24.8 days: Node's timers). */
 export const MYSQL_LIMITS: BackendLimits = { maxKeyBytes: MAX_KEY_BYTES, maxTtlMs: 2 ** 31 - 1 }
@@ -170,33 +173,14 @@ export class MySqlAdapter implements SqlAdapter {
   }
 
   async acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired> {
-    const holder = req.holder ?? null
     const { key, owner, ttlMs } = req
     // A key this client holds already has its bell on one of our connections: this statement leaves it alone.
     const holding = (this.#holding.get(key)?.size ?? 0) > 0
     const bell = this.#lease && !holding ? [this.#bell(key)] : []
-    // An elections table's value: after the insert's holder, and (owner, value) after the update's.
-    const value = this.#options.election ? [req.value ?? ''] : []
-    const ours = this.#options.election ? [owner, req.value ?? ''] : []
     const result = await this.#run<ResultSetHeader>(
       key,
       holding ? this.#sql.acquireHolding : this.#sql.acquire,
-      [
-        key,
-        owner,
-        ttlMs,
-        ...bell,
-        ...bell,
-        holder,
-        ...value,
-        owner,
-        ...bell,
-        holder,
-        ...ours,
-        owner,
-        owner,
-        ttlMs,
-      ],
+      this.#acquireParams(req, bell),
       'lease',
       signal,
       this.#bellUse(key, holding ? () => undefined : (r) => (r.affectedRows > 0 ? 'took' : undefined)),
@@ -208,6 +192,70 @@ export class MySqlAdapter implements SqlAdapter {
     this.#hold(key, owner)
     const fence = await this.#fence(req, result.insertId)
     return { granted: true, fence, leaseMs: ttlMs }
+  }
+
+  /** The acquire statement's params (statements.ts, `acquireSql`); `bell`: the bell's name, or none. */
+  #acquireParams(req: SqlAcquireRequest, bell: string[]): SqlParam[] {
+    const { key, owner, ttlMs } = req
+    const holder = req.holder ?? null
+    // An elections table's value: after the insert's holder, and (owner, value) after the update's.
+    const value = this.#options.election ? [req.value ?? ''] : []
+    const ours = this.#options.election ? [owner, req.value ?? ''] : []
+    return [
+      ...[key, owner, ttlMs, ...bell, ...bell, holder, ...value, owner, ...bell, holder, ...ours],
+      ...[owner, owner, ttlMs],
+    ]
+  }
+
+  /**
+   * Every key's acquire statement in ONE transaction (transaction.ts: READ COMMITTED, read-write) on a
+   * connection of the pool, in the order given: each statement keeps its key's row locked to the end, so
+   * two sets lock their common keys in one order. The first key held by another rolls it all back; a
+   * deadlock or a lock wait timeout rolled it back too: a refusal, tried again. The doorbells are left
+   * out (a named lock outlives a rollback): each key's first renewal takes its bell, and until then its
+   * waiters ask about every two seconds (doorbell.ts: a bell missing while the row is held).
+   */
+  async acquireAll(reqs: readonly SqlAcquireRequest[], _signal: AbortSignal): Promise<SqlAcquiredAll> {
+    let out: { key: string; insertId: number | string }[]
+    try {
+      out = await inTransaction(
+        this.#pool,
+        async (run) => {
+          const granted: { key: string; insertId: number | string }[] = []
+          for (const req of reqs) {
+            const result = (await run(
+              this.#sql.acquireHolding,
+              this.#acquireParams(req, []),
+            )) as ResultSetHeader
+            // 0: held by another (its lease left in the OK packet): nothing of the set is kept.
+            if (result.affectedRows === 0) throw new HeldByAnother(req.key, Number(result.insertId))
+            granted.push({ key: req.key, insertId: result.insertId })
+          }
+          return granted
+        },
+        true,
+      )
+    } catch (cause) {
+      if (cause instanceof HeldByAnother)
+        return { granted: false, key: cause.key, remainingMs: cause.remainingMs }
+      const code = (cause as { code?: unknown }).code
+      if (code === 'ER_LOCK_DEADLOCK' || code === 'ER_LOCK_WAIT_TIMEOUT') return { granted: false }
+      const { text, retryable } = describeFailure(cause)
+      const key = reqs[0]?.key
+      throw new BackendUnavailableError(`${this.id} failed for "${key}": ${text}`, {
+        key,
+        backend: this.id,
+        cause,
+        retryable,
+      })
+    }
+    const grants = []
+    for (const [i, req] of reqs.entries()) {
+      this.#hold(req.key, req.owner)
+      // After the commit: a fence past 2^53 is read back from the row, ours by then.
+      grants.push({ fence: await this.#fence(req, out[i]!.insertId), leaseMs: req.ttlMs })
+    }
+    return { granted: true, grants }
   }
 
   #hold(key: string, owner: string): void {

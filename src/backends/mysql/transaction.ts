@@ -10,14 +10,24 @@ export type Param = string | number | Buffer | null
 /** Runs one statement of the transaction; resolves with what mysql2 gives (rows, or a result header). */
 export type Run = (sql: string, params: Param[]) => Promise<unknown>
 
-export async function inTransaction<T>(pool: Pool, body: (run: Run) => Promise<T>): Promise<T> {
+/**
+ * `prepared`: each statement prepared by the server with its params (`execute`), never escaped into the
+ * text by the client (whose backslash escapes a session's NO_BACKSLASH_ESCAPES would misread).
+ */
+export async function inTransaction<T>(
+  pool: Pool,
+  body: (run: Run) => Promise<T>,
+  prepared = false,
+): Promise<T> {
   let connection: PoolConnection | undefined
   try {
     connection = await pool.getConnection()
     await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
     await connection.query('START TRANSACTION READ WRITE')
     const c = connection
-    const out = await body(async (sql, params) => (await c.query(sql, params))[0])
+    const out = await body(async (sql, params) =>
+      prepared ? (await c.execute(sql, params))[0] : (await c.query(sql, params))[0],
+    )
     await connection.query('COMMIT')
     connection.release()
     return out

@@ -20,12 +20,14 @@ import type { BackendLimits } from '../../core/backend.js'
 import { type Primitive, quoteKey } from '../../core/errors.js'
 import type {
   SqlAcquired,
+  SqlAcquiredAll,
   SqlAcquireRequest,
   SqlAdapter,
   SqlListedRow,
   SqlListener,
   SqlRow,
 } from '../../engines/sql/adapter.js'
+import { HeldByAnother } from '../../engines/sql/held-by-another.js'
 import type { PgSql } from './client.js'
 import { pgDoctor, pgTableDoctor } from './doctor.js'
 import { createRaced, droppedHandshake, tableNoun, tlsRefused, unavailable } from './faults.js'
@@ -116,6 +118,38 @@ export class PostgresAdapter implements SqlAdapter {
     const row = rows[0]
     if (row?.granted) return { granted: true, fence: BigInt(row.fence), leaseMs: Number(row.ms) }
     return { granted: false, current: row === undefined ? undefined : toRow(row) }
+  }
+
+  /**
+   * Every key's acquire statement in ONE transaction, READ COMMITTED and read-write whatever the session's
+   * defaults (set by its BEGIN), in the order given: each statement keeps its key's row and advisory lock
+   * to the end, so two sets lock their common keys in one order. The first key held by another rolls it
+   * all back. A deadlock or serialization failure (keys whose advisory locks share a hash) rolled it back
+   * too: a refusal, tried again.
+   */
+  async acquireAll(reqs: readonly SqlAcquireRequest[], _signal: AbortSignal): Promise<SqlAcquiredAll> {
+    for (const req of reqs) checkKey(req.key)
+    try {
+      return await this.#sql.begin('isolation level read committed read write', async (sql) => {
+        const grants: { fence: bigint; leaseMs: number }[] = []
+        for (const req of reqs) {
+          const values = parameters()
+          const query = sql.unsafe(this.#q.acquire(values, req), values.params as never[], {
+            prepare: this.#prepare,
+          })
+          const row = ranStatement<Row>(await query)[0]
+          if (!row?.granted) throw new HeldByAnother(req.key, row && toRow(row).remainingMs)
+          grants.push({ fence: BigInt(row.fence), leaseMs: Number(row.ms) })
+        }
+        return { granted: true as const, grants }
+      })
+    } catch (error) {
+      if (error instanceof HeldByAnother)
+        return { granted: false, key: error.key, remainingMs: error.remainingMs }
+      const code = (error as { code?: unknown }).code
+      if (code === '40001' || code === '40P01') return { granted: false }
+      throw await this.#failure(error, 'acquire', reqs[0]?.key)
+    }
   }
 
   async extend(key: string, owner: string, fence: bigint, ttlMs: number, signal: AbortSignal) {

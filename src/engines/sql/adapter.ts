@@ -79,6 +79,19 @@ export type SqlAcquired =
       readonly remainingMs?: number | undefined
     }
 
+/**
+ * The outcome of `acquireAll`: every key granted (each as `acquire` grants it, in the order asked), or
+ * nothing written. Refused, `key` names a key held by another and `remainingMs` its holder's lease left
+ * (paces the next attempt); neither when the transaction lost to a concurrent one (a deadlock, a
+ * serialization failure): the engine then retries soon.
+ */
+export type SqlAcquiredAll =
+  | {
+      readonly granted: true
+      readonly grants: readonly { readonly fence: bigint; readonly leaseMs: number }[]
+    }
+  | { readonly granted: false; readonly key?: string | undefined; readonly remainingMs?: number | undefined }
+
 export interface SqlAdapter {
   /** Names the store in errors and diagnostics (`postgres://user@host:5432/db`); never contains secrets. */
   readonly id: string
@@ -95,6 +108,14 @@ export interface SqlAdapter {
    * a lease nobody renews for a whole ttl (chaos scenario S15 showed it).
    */
   acquire(req: SqlAcquireRequest, signal: AbortSignal): Promise<SqlAcquired>
+  /**
+   * Atomic multi-key acquire: ONE transaction that runs `acquire`'s statement for each request in the
+   * order given (sorted keys: every such transaction locks rows in one order) and commits only when every
+   * key was granted; else it rolls back, writing nothing. Settles as `acquire` does (never early on abort);
+   * a failure to commit or to hear the commit's reply throws, its outcome unknown. Omit where the store
+   * cannot (the engine refuses atomic sets).
+   */
+  acquireAll?(reqs: readonly SqlAcquireRequest[], signal: AbortSignal): Promise<SqlAcquiredAll>
   /**
    * Restarts the lease of `key` at `ttlMs` from the server's now, only while the row is held by `owner`
    * with `fence` and not released (an expired row nobody took is still ours: nobody else was granted).

@@ -4,7 +4,8 @@
  * to one engine over the adapter's lock table; the election facet (election.ts), where the store gives an
  * elections table, to another engine over it; the semaphore facet (semaphore.ts), where the store gives
  * semaphore tables, to the semaphore engine; the rwlock facet (rwlock.ts), where the store gives read-write
- * lock tables, to the read-write lock engine. Doctor adds each one's table findings. The adapters are the
+ * lock tables, to the read-write lock engine; atomic sets, where the adapter runs them (`acquireAll`), to the
+ * mutex's engine. Doctor adds each one's table findings. The adapters are the
  * whole store part: the engine reads, lists and diagnoses through them.
  */
 import type { LockBackend } from '../../core/backend.js'
@@ -56,8 +57,10 @@ export function sqlLeaseBackend(
     close: () => engine.close(),
     // A row's owner and fence are what extend and release check, on the server's clock: a token needs no more.
     resume: OWNER_CHECKED_RESUME,
-    multiKeyRefusal:
-      "each key's lease row is taken by a statement of its own, and one transaction over several is not built yet",
+    // Every key's row in one transaction, where the adapter can run one (atomic sets).
+    ...(adapter.acquireAll
+      ? { multiKey: { tryAcquireAll: (reqs, signal) => engine.attemptAll(reqs, signal) } }
+      : { multiKeyRefusal: 'its adapter runs no transaction over several lease rows' }),
   }
   const election = elections && sqlElection(elections.adapter, elections.options)
   const semaphore = semaphores && sqlSemaphore(semaphores.adapter, semaphores.options)

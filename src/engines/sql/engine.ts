@@ -27,6 +27,9 @@
  *   (the connection dropped after sending) is settled by re-reading the row: not ours any more means lost
  *   (extend) or nothing to release; ours means the statement is repeated (both are idempotent) or the
  *   outcome is reported unknown to the core, which retries.
+ * - Atomic sets (`attemptAll`, where the adapter has `acquireAll`): the grant statement of every key in
+ *   ONE transaction, in sorted key order, committed only when all were granted; each key is then a lease
+ *   row like any other. A transaction that lost to another (deadlock, serialization failure) is a refusal.
  * - Abandon: an acquire that gave up after a statement that may have granted (one that threw, or any
  *   grant) releases whatever its owner holds, owner-checked. A statement still running on the server
  *   after that (a dropped connection the server has not noticed yet) can leave a lease nobody renews: it
@@ -55,6 +58,7 @@
 
 import type {
   AcquireRequest,
+  AllAttemptResult,
   AttemptResult,
   BreakOptions,
   BreakResult,
@@ -68,13 +72,14 @@ import type {
 import { BoundedMap } from '../../core/bounded-map.js'
 import { BackendUnavailableError, type Primitive } from '../../core/errors.js'
 import { retryRounds } from '../../core/retry.js'
-import type { SqlAdapter, SqlRow } from './adapter.js'
+import type { SqlAcquiredAll, SqlAdapter, SqlRow } from './adapter.js'
 import { RetirePacer } from './retire-pacer.js'
 import { TableCheck } from './table-check.js'
 import { SqlWaiting } from './wait.js'
 
 export type {
   SqlAcquired,
+  SqlAcquiredAll,
   SqlAcquireRequest,
   SqlAdapter,
   SqlListedRow,
@@ -210,6 +215,43 @@ export class SqlLease {
       out.current ?? (out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }),
       mark,
     )
+  }
+
+  /**
+   * One atomic attempt over a set (`MultiKeyFacet.tryAcquireAll`; the adapter's `acquireAll`, one
+   * transaction): every key granted as `attempt` grants one, or Busy with nothing taken. The owner is
+   * marked as possibly holding before the transaction is sent, as `attempt` does, so the core's clean-up
+   * of every key (`abandon`) undoes a commit whose reply was lost.
+   */
+  async attemptAll(reqs: readonly AcquireRequest[], signal: AbortSignal): Promise<AllAttemptResult> {
+    const owner = reqs[0]!.owner
+    const ready = this.#table.ready(signal)
+    if (ready) await ready
+    const sent = (this.#mayHold.get(owner) ?? 0) + 1
+    this.#mayHold.set(owner, sent)
+    const marks = reqs.map((req) => this.waiting.mark(req.key))
+    let out: SqlAcquiredAll
+    try {
+      out = await this.#adapter.acquireAll!(reqs, signal)
+    } catch (error) {
+      this.#table.forget()
+      throw error
+    }
+    if (out.granted) {
+      this.#retire()
+      const grants = out.grants.map((grant, i) => {
+        const ttlMs = Math.min(reqs[i]!.ttlMs, grant.leaseMs)
+        this.waiting.granted(reqs[i]!.key, owner, ttlMs)
+        return { granted: true as const, fence: grant.fence, ttlMs }
+      })
+      return { granted: true, grants }
+    }
+    // Rolled back: as `attempt`'s definite refusal, this transaction left nothing of ours.
+    if (sent === 1 && this.#mayHold.get(owner) === 1) this.#mayHold.delete(owner)
+    const at = reqs.findIndex((req) => req.key === out.key)
+    if (at < 0) return { granted: false }
+    const seen = out.remainingMs === undefined ? undefined : { remainingMs: out.remainingMs }
+    return this.waiting.busy(reqs[at]!.key, owner, seen, marks[at]!)
   }
 
   /** `LockBackend.extend`: our lease restarted from the server's now, if the row is still ours. */

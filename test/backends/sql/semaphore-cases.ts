@@ -9,10 +9,10 @@
 import assert from 'node:assert/strict'
 import { it } from 'node:test'
 import type { DoctorFinding } from '../../../src/core/backend.js'
-import { type ClientOptions, createLockClient, type LockClient, LockLostError } from '../../../src/index.js'
+import { type ClientOptions, type LockClient, LockLostError } from '../../../src/index.js'
 import { awaitLater } from '../../support/later.js'
-import { startProxy } from '../../support/proxy.js'
 import { waitUntil } from '../../support/wait.js'
+import { givenUpAfterLostCommit } from './lost-commit.js'
 
 /** A semaphore's row as stored: its limit and its latest sequence. */
 export interface SemaphoreRow {
@@ -158,44 +158,15 @@ export function semaphoreTests(target: () => SqlSemaphoreTarget): void {
     // The server commits the grant, the reply never arrives, the connection breaks (the attempt fails, its
     // outcome unknown) and the caller gives up: the core's clean-up must delete that grant, not leave it
     // holding the only permit for the whole lease.
-    const proxy = await startProxy(target().port)
-    const locks = createLockClient(target().urlVia(proxy.port), { ttl: '120s' })
-    try {
-      let commitSent = false
-      proxy.filter = (chunk, direction) => {
-        // From the transaction's COMMIT on, replies are lost.
-        if (!commitSent && direction === 'request' && target().isCommit(chunk)) {
-          commitSent = true
-          proxy.mode = 'drop-replies'
-        }
-        return true
-      }
-      const stop = new AbortController()
-      const acquiring = awaitLater(
-        locks.semaphore('lost-reply', { limit: 1 }).acquire({ timeout: '120s', signal: stop.signal }),
-      )
-      await waitUntil(
-        async () => (await permitRows('lost-reply')).some((row) => row.granted),
-        'the grant committed on the server',
-        WITHIN,
-      )
-      stop.abort(new Error('given up'))
-      proxy.filter = undefined
-      proxy.mode = 'pass'
-      proxy.cut()
-      await assert.rejects(acquiring, /given up/)
-      await waitUntil(
-        async () => (await permitRows('lost-reply')).length === 0,
-        'the unconfirmed grant deleted by the clean-up (its lease has 120 s)',
-        WITHIN,
-      )
-      const last = await client().semaphore('lost-reply', { limit: 1 }).tryAcquire()
-      assert.ok(last, 'the only permit is free')
-      await last.release()
-    } finally {
-      await locks.close()
-      await proxy.close()
-    }
+    await givenUpAfterLostCommit(target(), {
+      acquire: (locks, signal) =>
+        locks.semaphore('lost-reply', { limit: 1 }).acquire({ timeout: '120s', signal }),
+      committed: async () => (await permitRows('lost-reply')).some((row) => row.granted),
+      undone: async () => (await permitRows('lost-reply')).length === 0,
+    })
+    const last = await client().semaphore('lost-reply', { limit: 1 }).tryAcquire()
+    assert.ok(last, 'the only permit is free')
+    await last.release()
   })
 
   it('doctor names the semaphore tables', async () => {
