@@ -1,7 +1,8 @@
 /**
  * `node build/bench/semaphore-run.js [--seconds 5] [--rounds 20] [--wait 3] [--ttl 10000] [--match text] [--out dir]`:
- * fencelock's counting semaphore on every store that has one, beside redis-semaphore's `Semaphore` and a
- * hand-written floor per store (bench/semaphores.ts, bench/semaphore-floors.ts), with the same lease
+ * fencelock's counting semaphore on every store that has one and its slots layout on every store, beside
+ * redis-semaphore's `Semaphore` and `RedlockSemaphore` and a hand-written floor per store family
+ * (bench/semaphores.ts, bench/semaphore-floors.ts, bench/semaphore-slots.ts), with the same lease
  * length (`--ttl`) for every adapter, on the servers the bench starts (bench/env.ts), in one run. Three
  * scenarios per adapter, each on a semaphore of its own:
  * - t, throughput: limit 4, 8 contenders each looping acquire → release for `--seconds`; permits per second,
