@@ -10,7 +10,7 @@
  * - h, handoff: limit 1, one holder and one waiter; after a pause (time for the waiter to be waiting: nothing
  *   tells when a peer's acquire waits) the holder releases; ms from the release's start to the grant, over
  *   `--rounds` rounds.
- * - r, requests while waiting: limit 4 held by 4, 8 waiters wait `--wait` seconds; on Redis and PostgreSQL,
+ * - r, requests while waiting: limit 4 held by 4, 8 waiters wait `--wait` seconds; on Redis (Redlock: its five servers summed) and PostgreSQL,
  *   where the bench can count them, the requests the store is sent per waiter per second, the holders'
  *   renewals included (Redis: MONITOR, and the commands it runs, scripts' inside included, from
  *   `INFO commandstats`; PostgreSQL: statements at the bench's proxy); on every store, a waiter granted
