@@ -1,7 +1,8 @@
 /**
  * `node build/bench/semaphore-run.js [--seconds 5] [--rounds 20] [--wait 3] [--ttl 10000] [--match text] [--out dir]`:
- * fencelock's counting semaphore on every store that has one, beside redis-semaphore's `Semaphore` and a
- * hand-written floor per store (bench/semaphores.ts, bench/semaphore-floors.ts), with the same lease
+ * fencelock's counting semaphore on every store that has one and its slots layout on every store, beside
+ * redis-semaphore's `Semaphore` and `RedlockSemaphore` and a hand-written floor per store family
+ * (bench/semaphores.ts, bench/semaphore-floors.ts, bench/semaphore-slots.ts), with the same lease
  * length (`--ttl`) for every adapter, on the servers the bench starts (bench/env.ts), in one run. Three
  * scenarios per adapter, each on a semaphore of its own:
  * - t, throughput: limit 4, 8 contenders each looping acquire → release for `--seconds`; permits per second,
@@ -9,7 +10,7 @@
  * - h, handoff: limit 1, one holder and one waiter; after a pause (time for the waiter to be waiting: nothing
  *   tells when a peer's acquire waits) the holder releases; ms from the release's start to the grant, over
  *   `--rounds` rounds.
- * - r, requests while waiting: limit 4 held by 4, 8 waiters wait `--wait` seconds; on Redis and PostgreSQL,
+ * - r, requests while waiting: limit 4 held by 4, 8 waiters wait `--wait` seconds; on Redis (Redlock: its five servers summed) and PostgreSQL,
  *   where the bench can count them, the requests the store is sent per waiter per second, the holders'
  *   renewals included (Redis: MONITOR, and the commands it runs, scripts' inside included, from
  *   `INFO commandstats`; PostgreSQL: statements at the bench's proxy); on every store, a waiter granted

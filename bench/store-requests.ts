@@ -1,6 +1,7 @@
 /**
  * What a store is sent while a bench scenario runs, where the bench can count it: on Redis the requests
- * (MONITOR, whose lines from inside a script have the source "lua": not round trips) and the commands run
+ * (MONITOR, whose lines from inside a script have the source "lua": not round trips) and the commands run,
+ * on one server or summed over Redlock's five
  * (`INFO commandstats`, which counts those a Lua script runs inside Redis); on PostgreSQL the statements at
  * the bench's proxy. Shared by the semaphore and read-write lock benches, which report per waiter or per
  * grant what this counts.
@@ -16,9 +17,9 @@ export type Counting = {
   close(): void
 }
 
-/** Redis commands run so far, from `INFO commandstats`: those a Lua script runs inside Redis included. */
-async function redisCommandsRun(env: Env): Promise<number> {
-  const admin = new Redis(env.redis, '127.0.0.1', { maxRetriesPerRequest: 1 })
+/** Redis commands run so far on the server at `port`, from `INFO commandstats`: those a Lua script runs inside Redis included. */
+async function redisCommandsRun(port: number): Promise<number> {
+  const admin = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 })
   try {
     const info = await admin.info('commandstats')
     // Every command's calls but the bench's own (INFO, and CLIENT as a connection opens).
@@ -45,27 +46,36 @@ export function counting(store: string, env: Env): (() => Promise<Counting>) | u
       }
     }
   }
-  if (store !== 'redis') return undefined
+  // Redlock's five servers are counted together: a request to each is one request.
+  const ports = store === 'redis' ? [env.redis] : store === 'redis x5' ? env.redis5 : undefined
+  if (ports === undefined) return undefined
+  const commandsRun = async () => (await Promise.all(ports.map(redisCommandsRun))).reduce((a, b) => a + b, 0)
   return async () => {
     let requests = 0
     let counting = false
-    const monitor = await monitorRedis(env.redis, (command, source) => {
-      if (!counting || source === 'lua') return
-      if (command !== 'monitor' && command !== 'info' && command !== 'client') requests++
-    })
+    const monitors = await Promise.all(
+      ports.map((port) =>
+        monitorRedis(port, (command, source) => {
+          if (!counting || source === 'lua') return
+          if (command !== 'monitor' && command !== 'info' && command !== 'client') requests++
+        }),
+      ),
+    )
     let before = 0
     return {
       async begin() {
-        before = await redisCommandsRun(env)
+        before = await commandsRun()
         requests = 0
         counting = true
       },
       async stop() {
-        const commands = (await redisCommandsRun(env)) - before
+        const commands = (await commandsRun()) - before
         counting = false
         return { requests, commands }
       },
-      close: () => monitor.close(),
+      close: () => {
+        for (const monitor of monitors) monitor.close()
+      },
     }
   }
 }

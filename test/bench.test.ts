@@ -99,7 +99,7 @@ it('the election runner times a new leader after a kill and a resign', { timeout
 
 const SEMAPHORE = fileURLToPath(new URL('../bench/semaphore-run.js', import.meta.url))
 
-// A smoke run of the semaphore runner (tiny counts, fencelock and the peer on Redis): every scenario's table
+// A smoke run of the semaphore runner (tiny counts, fencelock's two layouts and the peer on Redis): every scenario's table
 // and the JSON must come out whole. The figures are measured by `npm run bench:semaphore`.
 it(
   'the semaphore runner measures throughput, handoff and requests while waiting',
@@ -109,7 +109,7 @@ it(
     try {
       const { stdout } = await promisify(execFile)(process.execPath, [
         ...[SEMAPHORE, '--seconds', '0.3', '--rounds', '1', '--wait', '0.3', '--settle', '100'],
-        ...['--match', 'fencelock redis,redis-semaphore', '--out', out.path],
+        ...['--match', 'fencelock redis,redis-semaphore Semaphore', '--out', out.path],
       ])
       for (const id of ['t', 'h', 'r']) assert.match(stdout, new RegExp(`### ${id} — `))
       const results = JSON.parse(readFileSync(join(out.path, 'results', 'semaphore-latest.json'), 'utf8'))
@@ -119,7 +119,7 @@ it(
         r: 'requestsPerWaitingSec',
       }
       for (const scenario of results.scenarios) {
-        assert.equal(scenario.rows.length, 2, `${scenario.id}: ${JSON.stringify(scenario.rows)}`)
+        assert.equal(scenario.rows.length, 3, `${scenario.id}: ${JSON.stringify(scenario.rows)}`)
         for (const row of scenario.rows) {
           assert.equal(row.error, undefined, JSON.stringify(row))
           const value = row.metrics[metrics[scenario.id]!]
@@ -150,7 +150,8 @@ it('every semaphore floor keeps the limit and hands a permit to a waiter', { tim
         error?: string
         metrics: Record<string, number>
       }>
-    const stores = ['memory', 'file', 'redis', 'etcd', 'postgres', 'mysql', 'zookeeper']
+    // The counting floors, and the slots floors on Redlock and S3 (the conditional-write family).
+    const stores = ['memory', 'file', 'redis', 'etcd', 'postgres', 'mysql', 'zookeeper', 'redis x5', 's3']
     assert.deepEqual(
       rowsOf('t')
         .map((r) => r.store)
@@ -162,7 +163,8 @@ it('every semaphore floor keeps the limit and hands a permit to a waiter', { tim
       assert.equal(row.metrics.overlaps, 0, `${row.adapter} admitted more than the limit`)
       assert.ok(row.metrics.permitsPerSec! > 0, JSON.stringify(row))
     }
-    for (const row of rowsOf('h')) assert.equal(row.error, undefined, JSON.stringify(row))
+    for (const id of ['h', 'r'])
+      for (const row of rowsOf(id)) assert.equal(row.error, undefined, JSON.stringify(row))
   } finally {
     out.cleanup()
   }
