@@ -21,8 +21,12 @@ it('an acquire whose signal aborts settles only when its statement does', async 
   const statement = new Promise<unknown[]>((resolve) => {
     answer = resolve
   })
-  // One message: the isolation pin's (empty) result, then the statement's rows.
-  const message = statement.then((rows) => [[], rows])
+  // One message: the isolation pin's (empty) result, then the statement's rows, each with its command tag
+  // as postgres.js sets it (the adapter takes rows only from a statement that ran).
+  const message = statement.then((rows) => [
+    Object.assign([], { command: 'SET' }),
+    Object.assign(rows, { command: 'SELECT' }),
+  ])
   const sql = Object.assign(() => {}, {
     unsafe: () => Object.assign(message, { simple: () => message }),
     listen: async () => ({ unlisten: async () => {} }),
