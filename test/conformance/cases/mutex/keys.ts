@@ -36,8 +36,9 @@ export const keyCases: ConformanceCase[] = [
       ]
       // All taken at once and held together: any two mapped to the same record would collide here, one of
       // the two refused. At once, as a store whose new records wait for its clock (cas stores: 1-2 s each)
-      // takes one such wait for all of them.
-      const taken = await Promise.all(names.map((name) => client.tryAcquire(name)))
+      // takes one such wait for all of them. With a timeout: twelve first writes at once on a loaded machine
+      // may take more than a try's one second to answer; a collision still ends in null, only later.
+      const taken = await Promise.all(names.map((name) => client.tryAcquire(name, { timeout: '20s' })))
       const locks = taken.map((lock, i) => {
         assert.ok(
           lock,
