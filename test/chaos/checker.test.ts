@@ -656,6 +656,44 @@ describe('A7: liveness after the faults', () => {
   })
 })
 
+describe('A7 on a loaded machine: a waiter counts only the time it could run', () => {
+  const OPTIONS = FENCED // bound: ttl 1000 + recovery 500
+  const stall = (t: number, client: string, ms: number): HistoryEvent => ({ t, client, ev: 'stall', ms })
+
+  it('excuses an unanswered waiter the stalls it reported, and not one that sat idle', () => {
+    const waits = [invoke(0, 'w1', 'slow'), invoke(0, 'w2', 'idle'), finalRead(2000, 'k', [])]
+    // w1 could run 1400 ms of its 2000 (a 600 ms stall); w2 ran all 2000 and heard nothing.
+    const report = checkHistory([...waits, stall(900, 'w1', 600)], OPTIONS)
+    assert.equal(report.a7.stuck, 1)
+    assert.match(report.a7.examples.join('\n'), /k: idle \(w2\) invoked t=0, never answered/)
+    assert.equal(checkHistory([...waits, stall(900, 'w1', 400)], OPTIONS).a7.stuck, 2)
+  })
+
+  it("ends an unanswered waiter's time at its kill at the end of the run", () => {
+    const killedAtEnd = [invoke(0, 'w1', 'a'), ...faultSpan('kill-at-end', 'w1', 1400, 1400)]
+    const report = checkHistory([...killedAtEnd, finalRead(3000, 'k', [])], OPTIONS)
+    assert.equal(report.a7.stuck, 0)
+    const late = [invoke(0, 'w1', 'a'), ...faultSpan('kill-at-end', 'w1', 1600, 1600)]
+    assert.equal(checkHistory([...late, finalRead(3000, 'k', [])], OPTIONS).a7.stuck, 1)
+  })
+
+  it('excuses a slow recovery while every waiter was stalled, and not while one could run', () => {
+    const history = [
+      ...faultSpan('partition', 'redis', 0, 1000),
+      invoke(500, 'w2', 'b'),
+      ...hold({ client: 'w1', op: 'a', fence: '1', invoke: 500, ok: 2600, release: 2700 }),
+    ]
+    // w1 stalled 200 ms of the 1600 to its grant; w2, waiting too, ran all of it.
+    const oneRan = checkHistory([...history, stall(2000, 'w1', 200), fail(2650, 'w2', 'b', true)], OPTIONS)
+    assert.equal(oneRan.a7.slowRecovery, true)
+    assert.match(oneRan.a7.examples[0]!, /first grant 1600 ms .*; w2 waited 1600 ms of it, not stalled/)
+    const bothStalled = [...history, stall(2000, 'w1', 200), stall(2000, 'w2', 200), fail(2650, 'w2', 'b', true)]
+    const excused = checkHistory(bothStalled, OPTIONS)
+    assert.equal(excused.a7.slowRecovery, false)
+    assert.equal(excused.a7.lastRecoveryMs, 1600) // the wall-clock figure, as reported
+  })
+})
+
 describe('I1: believed holds that overlap', () => {
   it('counts each hold whose believed interval overlaps another, without failing the run', () => {
     const report = checkHistory(

@@ -805,7 +805,12 @@ function nextGrant(history: History, t: number): number | undefined {
   return history.grantTimes.find((g) => g >= t)
 }
 
-/** A7: after the last fault, a grant within the bound; and no waiter left unanswered past the bound. */
+/**
+ * A7: after the last fault, a grant within the bound; and no waiter left unanswered past the bound. Both
+ * count a waiter's time only while its process could run: a stall it reported (the machine gave it no CPU)
+ * is no evidence of a waiter the library forgot, while a waiter truly forgotten sits idle, never stalled,
+ * and its time counts in full.
+ */
 function checkA7(
   history: History,
   boundMs: number,
@@ -836,28 +841,86 @@ function lastRecovery(history: History, boundMs: number, examples: string[], fin
     return none
   }
   const next = nextGrant(history, lastEnd.t)
+  const waited = longestRunnableWait(history, lastEnd.t, next ?? history.end)
   if (next !== undefined) {
     const ms = next - lastEnd.t
-    if (ms > boundMs) note(examples, `first grant ${ms} ms after the last fault ended (${at(lastEnd.t)})`)
-    return { ms, slow: ms > boundMs }
+    const slow = waited !== undefined && waited.ms > boundMs
+    if (slow) {
+      note(
+        examples,
+        `first grant ${ms} ms after the last fault ended (${at(lastEnd.t)}); ` +
+          `${waited.client} waited ${Math.round(waited.ms)} ms of it, not stalled`,
+      )
+    }
+    return { ms, slow }
   }
-  const wanted = [...history.ops.values()].some((op) => op.invoke && op.invoke.t >= lastEnd.t)
-  if (!wanted) return none
+  if (waited === undefined) return none
   // Judge a missing grant only once the history ran past the bound: a short tail is the harness's fault.
   if (history.end - lastEnd.t <= boundMs) {
     findings.push(`history ends ${history.end - lastEnd.t} ms after the last fault, within the A7 bound`)
     return none
   }
+  if (waited.ms <= boundMs) return none
   note(examples, `no grant after the last fault ended (${at(lastEnd.t)}), though clients asked`)
   return { ms: undefined, slow: true }
 }
 
-/** Acquires never answered, older than the bound, by a client nobody killed after it asked. */
+/**
+ * Of the clients waiting in [from, to] (an acquire invoked and not yet answered), the one that waited the
+ * longest there while able to run: from its first such acquire (or `from`) to `to` or its kill, less its
+ * stalls. Undefined when nobody waited.
+ */
+function longestRunnableWait(history: History, from: number, to: number) {
+  const firstWait = new Map<string, number>()
+  for (const { invoke, ok, fail } of history.ops.values()) {
+    if (invoke === undefined || invoke.t > to) continue
+    const answered = ok?.t ?? fail?.t
+    if (answered !== undefined && answered < from) continue
+    const start = Math.max(from, invoke.t)
+    firstWait.set(invoke.client, Math.min(start, firstWait.get(invoke.client) ?? start))
+  }
+  let longest: { client: string; ms: number } | undefined
+  for (const [client, start] of firstWait) {
+    const ms = runnableMs(history, client, start, Math.min(to, killedAfter(history, client, start)))
+    if (longest === undefined || ms > longest.ms) longest = { client, ms }
+  }
+  return longest
+}
+
+/** When `client` was first killed at or after `t` (by the nemesis or at the run's end); Infinity if never. */
+function killedAfter(history: History, client: string, t: number): number {
+  const kill = history.faults.find(
+    (f) =>
+      f.ev === 'fault-start' &&
+      (f.type === 'kill-holder' || f.type === 'kill-at-end' || endsLeases(f.type)) &&
+      f.target === client &&
+      f.t >= t,
+  )
+  return kill?.t ?? Number.POSITIVE_INFINITY
+}
+
+/** The time in [from, to] that `client`'s process could run: the span less the stalls it reported. */
+function runnableMs(history: History, client: string, from: number, to: number): number {
+  let stalled = 0
+  let covered = from
+  const stalls = history.stalls.filter((s) => s.client === client).sort((a, b) => a.start - b.start)
+  for (const s of stalls) {
+    const start = Math.max(s.start, covered)
+    const end = Math.min(s.end, to)
+    if (end > start) stalled += end - start
+    covered = Math.max(covered, s.end)
+  }
+  return Math.max(0, to - from - stalled)
+}
+
+/**
+ * Acquires never answered whose client could run for longer than the bound after it asked, until the end
+ * or its kill at the end; a client the nemesis killed after it asked owes no answer.
+ */
 function stuckWaiters(history: History, boundMs: number, examples: string[]): number {
   let stuck = 0
   for (const [op, { invoke, ok, fail }] of history.ops) {
     if (invoke === undefined || ok || fail) continue
-    if (history.end - invoke.t <= boundMs) continue
     const killed = history.faults.some(
       (f) =>
         f.ev === 'fault-start' &&
@@ -866,6 +929,8 @@ function stuckWaiters(history: History, boundMs: number, examples: string[]): nu
         f.t >= invoke.t,
     )
     if (killed) continue
+    const until = Math.min(history.end, killedAfter(history, invoke.client, invoke.t))
+    if (runnableMs(history, invoke.client, invoke.t, until) <= boundMs) continue
     stuck++
     note(examples, `${invoke.key}: ${op} (${invoke.client}) invoked ${at(invoke.t)}, never answered`)
   }
