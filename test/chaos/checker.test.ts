@@ -687,7 +687,12 @@ describe('A7 on a loaded machine: a waiter counts only the time it could run', (
     const oneRan = checkHistory([...history, stall(2000, 'w1', 200), fail(2650, 'w2', 'b', true)], OPTIONS)
     assert.equal(oneRan.a7.slowRecovery, true)
     assert.match(oneRan.a7.examples[0]!, /first grant 1600 ms .*; w2 waited 1600 ms of it, not stalled/)
-    const bothStalled = [...history, stall(2000, 'w1', 200), stall(2000, 'w2', 200), fail(2650, 'w2', 'b', true)]
+    const bothStalled = [
+      ...history,
+      stall(2000, 'w1', 200),
+      stall(2000, 'w2', 200),
+      fail(2650, 'w2', 'b', true),
+    ]
     const excused = checkHistory(bothStalled, OPTIONS)
     assert.equal(excused.a7.slowRecovery, false)
     assert.equal(excused.a7.lastRecoveryMs, 1600) // the wall-clock figure, as reported

@@ -313,10 +313,18 @@ export async function runScenario(
       await sleep(Math.min(ms, Math.max(0, deadline - performance.now())))
     },
   }
-  const deadline = performance.now() + options.durationMs
+  let deadline = Number.POSITIVE_INFINITY
   // While the harness could not run, the lines it then received all get late stamps: say so.
   const unwatch = watchStalls((ms) => record('harness', { ev: 'stall', ms }))
   try {
+    // The run (its nemesis, its length) starts at the first grant: a store slow to serve its first
+    // requests on a loaded machine (a JVM warming up) would leave a nemesis that acts on holders nothing to
+    // act on. Bounded by the run's length: a store that grants nothing by then fails "no grant at all".
+    await pollUntil(() => events.some((e) => e.ev === 'acquire-ok'), Boolean, {
+      withinMs: options.durationMs,
+      everyMs: 50,
+    })
+    deadline = performance.now() + options.durationMs
     const timer = setTimeout(() => stop.abort(), options.durationMs)
     const nemesis = scenario.nemesis ? scenario.nemesis(ctx).catch((error: unknown) => error) : undefined
     await sleep(options.durationMs)
