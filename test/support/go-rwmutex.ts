@@ -63,10 +63,10 @@ export interface GoRwMutex {
   /** Resolves with its key and the key's create revision once the key is on the store. */
   readonly queued: Promise<{ key: string; revision: bigint }>
   /**
-   * Resolves with the key the recipe first watched (it waits for that key's deletion), or undefined when
-   * `RLock` or `Lock` returned without waiting.
+   * Resolves with the key the recipe watched the `nth` time (1: first; it waits for that key's deletion,
+   * and reads the line again when woken), or undefined when `RLock` or `Lock` returned before.
    */
-  readonly waitedFor: Promise<string | undefined>
+  waitedFor(nth?: number): Promise<string | undefined>
   /** Resolves once `RLock` or `Lock` returned. */
   readonly acquired: Promise<void>
   /** Whether `acquired` has resolved. */
@@ -91,12 +91,13 @@ export async function startGoRwMutex(
   let gone: Error | undefined
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   const printed: string[] = []
-  /** Takers of the first line whose first word is one of theirs; failed once the process is gone. */
-  const takers: Array<{ words: string[]; take(line: string): void; fail(e: Error): void }> = []
+  /** Takers of the line their `find` picks from the lines so far; failed once the process is gone. */
+  type Find = (lines: readonly string[]) => string | undefined
+  const takers: Array<{ find: Find; take(line: string): void; fail(e: Error): void }> = []
   const deliver = () => {
     for (let i = 0; i < takers.length; i++) {
       const taker = takers[i]!
-      const found = printed.find((line) => taker.words.includes(line.split(' ')[0]!))
+      const found = taker.find(printed)
       if (found !== undefined) {
         takers.splice(i--, 1)
         taker.take(found)
@@ -106,15 +107,17 @@ export async function startGoRwMutex(
       }
     }
   }
-  /** The first line starting with one of `words` (so far or to come); handled at once, awaited later. */
-  const first = (...words: string[]) => {
+  /** The line `find` picks (from the lines so far or to come); handled at once, awaited later. */
+  const lineWhere = (find: Find) => {
     const line = new Promise<string>((take, fail) => {
-      takers.push({ words, take, fail })
+      takers.push({ find, take, fail })
       deliver()
     })
     line.catch(() => {})
     return line
   }
+  const first = (word: string) =>
+    lineWhere((lines) => lines.find((l) => l.startsWith(`${word} `) || l === word))
   child.stderr.on('data', (chunk) => {
     transcript += chunk
   })
@@ -144,10 +147,12 @@ export async function startGoRwMutex(
     return { key: key!, revision: BigInt(revision!) }
   })
   queued.catch(() => {})
-  const waitedFor = first('waits', 'acquired').then((line) =>
-    line.startsWith('waits ') ? line.slice('waits '.length) : undefined,
-  )
-  waitedFor.catch(() => {})
+  /** The `nth` "waits" line, or the "acquired" line when it comes first. */
+  const waitedFor = (nth = 1) =>
+    lineWhere((lines) => {
+      let seen = 0
+      return lines.find((l) => l.startsWith('acquired ') || (l.startsWith('waits ') && ++seen === nth))
+    }).then((line) => (line.startsWith('waits ') ? line.slice('waits '.length) : undefined))
   await first('ready').catch(async (error: Error) => {
     child.kill('SIGKILL')
     await exited
