@@ -62,7 +62,14 @@ function wholeSet(backend: LockBackend, facet: MultiKeyFacet, keys: readonly str
       fence: grant.fence,
       cookie: grant.cookie,
     }))
-  const waitForChange = backend.waitForChange?.bind(backend)
+  const waitForKey = backend.waitForChange?.bind(backend)
+  const waitForSet = facet.waitForChange?.bind(facet)
+  const waitForChange = waitForSet
+    ? (req: AcquireRequest, signal: AbortSignal) => waitForSet(each(req), signal)
+    : waitForKey &&
+      (async (req: AcquireRequest, signal: AbortSignal) => {
+        await Promise.race(each(req).map((one) => waitForKey(one, signal)))
+      })
   return {
     id: backend.id,
     capabilities: backend.capabilities,
@@ -82,13 +89,7 @@ function wholeSet(backend: LockBackend, facet: MultiKeyFacet, keys: readonly str
       await Promise.all(each(req).map((one) => backend.abandon(one, signal)))
     },
     // A change of any key may free the set; no hand-over is taken (the store keeps no line for the set).
-    ...(waitForChange
-      ? {
-          async waitForChange(req, signal) {
-            await Promise.race(each(req).map((one) => waitForChange(one, signal)))
-          },
-        }
-      : {}),
+    ...(waitForChange ? { waitForChange } : {}),
     inspect: (_key, signal) => backend.inspect(keys[0]!, signal),
     extend() {
       // The loop's grant becomes one lock per key at once: only those are ever extended.

@@ -481,6 +481,13 @@ export interface MultiKeyFacet {
    * already held by the owner (an earlier attempt whose reply was lost) counts as granted. Must not wait.
    */
   tryAcquireAll(requests: readonly AcquireRequest[], signal: AbortSignal): Promise<AllAttemptResult>
+  /**
+   * Optional: waits, after a `Busy` of `tryAcquireAll` for these `requests`, for a change that may free the
+   * set, where the store has no wake-up of each key's mutex for it (a queue store: the set keeps no entry in
+   * any line, and a key's mutex wakes only an entry). Absent: a change of any key, by the mutex's
+   * `waitForChange`. Never rejects; resolves early on any doubt (the core attempts again).
+   */
+  waitForChange?(requests: readonly AcquireRequest[], signal: AbortSignal): Promise<void>
 }
 
 /**

@@ -199,17 +199,21 @@ async function main(config: WorkerConfig): Promise<void> {
   createInterface({ input: process.stdin }).on('line', (line) => {
     if (line.trim() === 'stop') stopping = true
   })
-  /** The lock held now, by owner, so a renewal (reported on a diagnostics channel) finds its op. */
+  /**
+   * The lock held now, by owner and key (the keys of an atomic set share their acquire's owner), so a
+   * renewal (reported on a diagnostics channel) finds its op.
+   */
   const held = new Map<string, { op: string; lock: Held }>()
+  const heldId = (owner: string, key: string) => `${key}\n${owner}`
   /** What the library said of each release (`release()` itself resolves with nothing). */
   const releases = new Map<string, boolean>()
   subscribe('fencelock:release', (message) => {
-    const { owner, released } = message as { owner: string; released: boolean }
-    releases.set(owner, released)
+    const { owner, key, released } = message as { owner: string; key: string; released: boolean }
+    releases.set(heldId(owner, key), released)
   })
   subscribe('fencelock:extend', (message) => {
-    const { owner, outcome } = message as { owner: string; outcome: string }
-    const h = held.get(owner)
+    const { owner, key, outcome } = message as { owner: string; key: string; outcome: string }
+    const h = held.get(heldId(owner, key))
     if (h && outcome === 'renewed') {
       emit({ ev: 'renew-ok', op: h.op, validInMs: h.lock.validUntil - performance.now() })
     }
@@ -261,8 +265,8 @@ async function main(config: WorkerConfig): Promise<void> {
       })),
       at,
     )
-    for (const { op, held: lock } of taken.holds) {
-      held.set(lock.owner, { op, lock })
+    for (const { op, key, held: lock } of taken.holds) {
+      held.set(heldId(lock.owner, key), { op, lock })
       const onLost = () => {
         const reason = lock.signal.reason as Error | undefined
         emit({ ev: 'lost', op, reason: `${reason?.name}: ${reason?.message}`.slice(0, 300) })
@@ -302,17 +306,17 @@ async function main(config: WorkerConfig): Promise<void> {
     for (const { op } of taken.holds) emit({ ev: 'release-invoke', op })
     try {
       await taken.release()
-      for (const { op, held: lock } of taken.holds) {
-        emit({ ev: 'release-ok', op, released: releases.get(lock.owner) ?? false })
+      for (const { op, key, held: lock } of taken.holds) {
+        emit({ ev: 'release-ok', op, released: releases.get(heldId(lock.owner, key)) ?? false })
       }
     } catch (error) {
       for (const { op } of taken.holds) {
         emit({ ev: 'release-fail', op, reason: `${(error as Error).message}`.slice(0, 300) })
       }
     }
-    for (const { held: lock } of taken.holds) {
-      held.delete(lock.owner)
-      releases.delete(lock.owner)
+    for (const { key, held: lock } of taken.holds) {
+      held.delete(heldId(lock.owner, key))
+      releases.delete(heldId(lock.owner, key))
     }
   }
   await locks.close()

@@ -89,7 +89,16 @@ function etcdKit(size: number): Kit {
     backend: 'etcd',
     title: size === 1 ? 'etcd' : `etcd (${size} members)`,
     entry: 'etcd/conformance',
-    primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'resume', 'rwlock'],
+    primitives: [
+      'mutex',
+      'slots',
+      'election',
+      'semaphore',
+      'multikey',
+      'multikey-atomic',
+      'resume',
+      'rwlock',
+    ],
     networked: true,
     capabilities: {
       fifo: true,

@@ -169,7 +169,7 @@ function zookeeperKit(size: number): Kit {
     backend: 'zookeeper',
     title: size === 1 ? 'zookeeper' : `zookeeper (${size} members)`,
     entry: size === 1 ? 'zookeeper/conformance' : 'zookeeper/conformance-ensemble',
-    primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'rwlock'],
+    primitives: ['mutex', 'slots', 'election', 'semaphore', 'multikey', 'multikey-atomic', 'rwlock'],
     networked: true,
     capabilities: {
       fifo: true,

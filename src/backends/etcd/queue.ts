@@ -15,6 +15,8 @@ import type {
   OwnEntry,
   QueueAdapter,
   QueueState,
+  SetEnqueued,
+  SetEntry,
   Watch,
 } from '../../engines/queue/adapter.js'
 import { lockPrefix, prefixEnd } from './layout.js'
@@ -120,6 +122,37 @@ export class EtcdQueue implements QueueAdapter<LeaseId, IKeyValue> {
     const at = first.findIndex((kv) => kv.create_revision === revision)
     if (at < 0) return { position: BigInt(revision) }
     return { position: BigInt(revision), ...this.ruled(queue, name, first.slice(0, at), reads) }
+  }
+
+  /**
+   * An atomic set's step, ONE transaction: if every line is empty, put every entry as `enqueue` puts it
+   * (same value, same lease), all at the transaction's revision; else read each line's first key. A line
+   * is empty iff version = 0 holds over its whole prefix: etcd compares an empty range as a zero key-value,
+   * and every existing key has version >= 1 (server's applyCompare). Our keys first in every line are an
+   * earlier attempt's put whose reply was lost; ours in only some lines cannot be (one transaction put
+   * them all), but if they were, they are deleted: a set never waits in a line.
+   */
+  async enqueueAll(entries: readonly SetEntry[], lease: LeaseId): Promise<SetEnqueued<IKeyValue>> {
+    const reply = await this.#client.kv.txn({
+      compare: entries.map(({ queue }) => ({
+        target: 'Version' as const,
+        result: 'Equal' as const,
+        key: Buffer.from(queue),
+        range_end: prefixEnd(queue),
+        version: 0,
+      })),
+      success: entries.map(({ name, value }) => ({
+        request_put: { key: Buffer.from(name), value: Buffer.from(value), lease: lease.decimal },
+      })),
+      failure: entries.map(({ queue }) => firstOf(queue)),
+    })
+    if (reply.succeeded) return { positions: entries.map(() => BigInt(reply.header.revision)) }
+    const heads = reply.responses.map((op) => op.response_range?.kvs[0])
+    const ours = entries.map(({ name }, i) => heads[i]?.key.toString() === name)
+    if (ours.every(Boolean)) return { positions: heads.map((head) => BigInt(head!.create_revision)) }
+    const left = entries.filter((_, i) => ours[i]).map(({ name }) => name)
+    if (left.length > 0) await this.removeNames(left)
+    return { heads: heads.map((head, i) => (ours[i] ? undefined : head)) }
   }
 
   /** Puts made with our entry, in its enqueue transaction (none; a read-write lock's writer: its gate). */

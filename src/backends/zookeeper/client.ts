@@ -190,6 +190,43 @@ export async function setDataWhile(
   }
 }
 
+/**
+ * Creates every node of `nodes` in ONE multi, each with its data in `mode`: all or none. Resolves with the
+ * paths created (a sequential node's, with its number), in order.
+ */
+export const createAll = (
+  client: ZkClient,
+  nodes: readonly { readonly path: string; readonly data: Buffer }[],
+  mode: number,
+): Promise<string[]> =>
+  request<string[]>(client, (done) => {
+    const multi = client.transaction()
+    for (const { path, data } of nodes) multi.create(path, data, mode)
+    multi.commit((error, results) =>
+      done(
+        error,
+        ((results ?? []) as { path?: string }[]).map((result) => result.path ?? ''),
+      ),
+    )
+  })
+
+/**
+ * Deletes every node of `paths` (any version) in ONE multi; where one is gone already (the multi refused
+ * whole), each of the others one by one.
+ */
+export async function removeAll(client: ZkClient, paths: readonly string[]): Promise<void> {
+  try {
+    await request<unknown>(client, (done) => {
+      const multi = client.transaction()
+      for (const path of paths) multi.remove(path, -1)
+      multi.commit(done)
+    })
+  } catch (error) {
+    if (codeOf(error) !== CODE.NO_NODE) throw error
+    await Promise.all(paths.map((path) => remove(client, path)))
+  }
+}
+
 /** Deletes `path` (any version); false when it was gone already. */
 export const remove = (client: ZkClient, path: string): Promise<boolean> =>
   request<boolean, boolean>(

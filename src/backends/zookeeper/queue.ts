@@ -15,6 +15,8 @@ import type {
   OwnEntry,
   QueueAdapter,
   QueueState,
+  SetEnqueued,
+  SetEntry,
   Watch,
 } from '../../engines/queue/adapter.js'
 import {
@@ -22,11 +24,13 @@ import {
   children,
   codeOf,
   create,
+  createAll,
   EPHEMERAL_SEQUENTIAL,
   mkdirp,
   NODE_DELETED,
   read,
   remove,
+  removeAll,
   stat,
   type Watcher,
   type ZkClient,
@@ -258,6 +262,99 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     })
     const [node, names] = await send()
     return { node, names: names ?? [] }
+  }
+
+  /**
+   * An atomic set's step: ONE multi creating every key's node (the node `enqueue` creates: same protected
+   * name, data, session), then one listing per line and a stat of one node (the multi's zxid, every
+   * node's czxid and fence), pipelined. Each node first in its line: all taken (a listing follows our
+   * multi, entries created later are behind ours, and earlier ones can only leave, so each was first from
+   * that listing on, and all are at once). Else every node of ours is deleted in one multi: a set never
+   * waits in a line. A single acquirer that listed our node meanwhile watches it, and is woken by that
+   * delete. Two sets sharing lines cannot both lose for ever on each other: one multi is before the other
+   * in every line they share. After a lost reply, a listing finds what the multi created first.
+   */
+  async enqueueAll(entries: readonly SetEntry[], lease: ZkSession): Promise<SetEnqueued<ZkEntry>> {
+    const { client } = lease
+    const known = entries.map(({ name }) => {
+      const found = this.#known.get(name)
+      if (found?.session === lease) return found
+      const fresh: Known = { session: lease }
+      this.#known.set(name, fresh)
+      return fresh
+    })
+    for (const { queue } of entries) this.#retirer.used(queue)
+    if (known.some((k) => k.node === undefined && k.sent)) {
+      // A multi whose reply was lost may have created our nodes (all or none): found by their names.
+      const lines = await Promise.all(entries.map(({ queue }) => children(client, queue)))
+      for (const [i, { queue, name }] of entries.entries()) {
+        const child = lines[i]?.find((c) => c.startsWith(posix.basename(name)))
+        if (child) known[i]!.node = `${queue}/${child}`
+      }
+    }
+    if (known.every((k) => k.node === undefined)) {
+      // A line seen taken refuses the set before any create: our nodes appear only when every line
+      // looked empty, so a single acquirer rarely finds one of them ahead of it for a moment.
+      const before = await this.#lines(client, entries)
+      if (before.some((names) => names.length > 0)) return { heads: this.#heads(client, entries, before) }
+      for (const k of known) k.sent = true
+      const nodes = await this.#createAll(lease, entries)
+      for (const [i, node] of nodes.entries()) known[i]!.node = node
+    }
+    const first = known.find((k) => k.node !== undefined)!.node!
+    const [s, line] = await Promise.all([stat(client, first), this.#lines(client, entries)])
+    const ours = known.map((k, i) => k.node !== undefined && line[i]![0] === posix.basename(k.node))
+    if (s && ours.every(Boolean)) return { positions: entries.map(() => zxidOf(s.czxid)) }
+    const mine = known.flatMap((k) => (k.node === undefined ? [] : [k.node]))
+    await removeAll(client, mine)
+    for (const k of known) {
+      k.node = undefined
+      k.sent = false
+    }
+    // In each line where ours was not first, the entry that was (ours may have gone with the session).
+    const others = line.map((names, i) =>
+      ours[i] ? [] : names.filter((child) => !mine.includes(`${entries[i]!.queue}/${child}`)),
+    )
+    return { heads: this.#heads(client, entries, others) }
+  }
+
+  /** Each line of `entries`, in Curator's order: one listing each, pipelined. */
+  async #lines(client: ZkClient, entries: readonly SetEntry[]): Promise<string[][]> {
+    const lines = await Promise.all(entries.map(({ queue }) => children(client, queue)))
+    return lines.map((names, i) => this.#kind.line(names ?? [], entries[i]!.queue))
+  }
+
+  /** The first entry of each line of `lines` (undefined for an empty one), to wait for. */
+  #heads(client: ZkClient, entries: readonly SetEntry[], lines: readonly string[][]) {
+    return lines.map((names, i) =>
+      names[0] === undefined ? undefined : { path: `${entries[i]!.queue}/${names[0]}`, client },
+    )
+  }
+
+  /** The atomic set's multi of creates; a missing lock node is made as for `#create`, then sent again once. */
+  async #createAll(lease: ZkSession, entries: readonly SetEntry[]) {
+    const { client } = lease
+    const send = async () => {
+      const sentAt = now()
+      const timeout = client.getSessionTimeout()
+      const nodes = entries.map(({ name, value }) => ({ path: name, data: this.#kind.data(value, timeout) }))
+      const made = await createAll(client, nodes, EPHEMERAL_SEQUENTIAL)
+      lease.evidence.answered(sentAt, timeout)
+      return made
+    }
+    try {
+      return await send()
+    } catch (error) {
+      if (codeOf(error) !== CODE.NO_NODE) throw error
+    }
+    await Promise.all(
+      entries.map(({ queue }) =>
+        mkdirp(client, queue).catch((error: unknown) => {
+          if (codeOf(error) !== CODE.NODE_EXISTS) throw error
+        }),
+      ),
+    )
+    return await send()
   }
 
   /** The entries ahead of ours in Curator's order, and whether ours is still there: one listing. */

@@ -57,9 +57,15 @@ export class Acquisition<Id> {
  */
 export const afterGrant = (work: () => void): void => void setImmediate(work)
 
-/** The acquisitions of one client, by owner, and what happens to them. */
+/**
+ * Who an acquisition is among a client's: its owner and key. One owner is one acquire, of one key, except
+ * an atomic set's (atomic.ts), whose keys share their acquire's owner.
+ */
+const idOf = (owner: string, key: string) => `${key}\n${owner}`
+
+/** The acquisitions of one client, by owner and key, and what happens to them. */
 export class Acquisitions<Id, Entry> {
-  readonly #byOwner = new Map<string, Acquisition<Id>>()
+  readonly #byId = new Map<string, Acquisition<Id>>()
   readonly #adapter: QueueAdapter<Id, Entry>
   readonly #pool: SessionPool<Acquisition<Id>, Id>
 
@@ -68,16 +74,16 @@ export class Acquisitions<Id, Entry> {
     this.#pool = pool
   }
 
-  get(owner: string): Acquisition<Id> | undefined {
-    return this.#byOwner.get(owner)
+  get(req: Pick<AcquireRequest, 'owner' | 'key'>): Acquisition<Id> | undefined {
+    return this.#byId.get(idOf(req.owner, req.key))
   }
 
   /** The acquisition of `req.owner`, made at its first attempt. */
   of(req: AcquireRequest): Acquisition<Id> {
-    const existing = this.#byOwner.get(req.owner)
+    const existing = this.get(req)
     if (existing && !existing.ended) return existing
     const acq = new Acquisition<Id>(req, this.#adapter.queueOf(req.key), this.#adapter.entryValue?.(req))
-    this.#byOwner.set(req.owner, acq)
+    this.#byId.set(idOf(req.owner, req.key), acq)
     return acq
   }
 
@@ -103,7 +109,7 @@ export class Acquisitions<Id, Entry> {
   end(acq: Acquisition<Id>): void {
     acq.ended = true
     this.stopWatching(acq)
-    if (this.#byOwner.get(acq.owner) === acq) this.#byOwner.delete(acq.owner)
+    if (this.get(acq) === acq) this.#byId.delete(idOf(acq.owner, acq.key))
     for (const session of [...acq.on]) this.detach(acq, session)
   }
 
@@ -172,10 +178,10 @@ export class Acquisitions<Id, Entry> {
 
   /** Ends every acquisition without a loss (closing: our own revokes delete our entries). */
   endAll(): void {
-    for (const acq of this.#byOwner.values()) {
+    for (const acq of this.#byId.values()) {
       acq.ended = true
       this.stopWatching(acq)
     }
-    this.#byOwner.clear()
+    this.#byId.clear()
   }
 }

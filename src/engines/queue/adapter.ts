@@ -42,6 +42,21 @@ export interface Cancel {
   cancel(): void
 }
 
+/** One key's entry of an atomic set (`QueueAdapter.enqueueAll`): what `enqueue` would put in its line. */
+export interface SetEntry {
+  readonly queue: string
+  readonly name: string
+  readonly value: string
+}
+
+/**
+ * What an atomic set's step found: every entry put and first in its line (their positions, in order), or
+ * none left behind and, per line, the first entry that is not ours (undefined where none), to wait for.
+ */
+export type SetEnqueued<Entry> =
+  | { readonly positions: readonly bigint[] }
+  | { readonly heads: readonly (Entry | undefined)[] }
+
 /** A watch on another's entry, waiting for its deletion. */
 export interface Watch extends Cancel {
   /**
@@ -87,6 +102,14 @@ export interface QueueAdapter<Id, Entry> {
     readonly counted?: Counted<Entry> | undefined
     readonly modes?: readonly RwLockMode[] | undefined
   }>
+  /**
+   * Optional (stores that put entries in several lines in one step: etcd's transaction, ZooKeeper's
+   * multi): puts every entry of `entries` on lease `lease` only if each is then FIRST in its line, else
+   * leaves none of them behind: an atomic set never waits in a line (a set queued behind a sequential
+   * holder's key while ahead of it in another would wait for it for ever). Entries of ours found first
+   * already (an earlier attempt whose reply was lost) count as put.
+   */
+  enqueueAll?(entries: readonly SetEntry[], lease: Id): Promise<SetEnqueued<Entry>>
   /**
    * Reads the newest `looksBack` entries before ours and whether ours exists, in one consistent read. With
    * `after` (the position of a deletion a watch told of) the adapter may read cheaply from a replica, and

@@ -58,9 +58,26 @@ export function queueLockBackend<LockId, LockEntry, ElectionId, ElectionEntry, S
     id,
     capabilities: CAPABILITIES,
     limits,
-    multiKeyRefusal:
-      'each key keeps a waiting line of its own, and entries that hold one place across several lines (one ' +
-      'etcd transaction, one ZooKeeper multi) are not built yet',
+    // Where the store puts entries in several lines in one step (etcd's transaction, ZooKeeper's multi).
+    ...(locks.queue.enqueueAll
+      ? {
+          multiKey: {
+            tryAcquireAll: async (reqs, signal) => {
+              try {
+                return await mutex.attemptAll(reqs, signal)
+              } catch (error) {
+                if (signal.aborted) throw signal.reason
+                throw unavailable(reqs.map((req) => req.key).join(', '), 'acquire', error)
+              }
+            },
+            waitForChange: (reqs, signal) => mutex.waitAll(reqs, signal),
+          },
+        }
+      : {
+          multiKeyRefusal:
+            'each key keeps a waiting line of its own, and this store cannot put entries in several lines ' +
+            'in one step',
+        }),
     ...queueLeasedMethods(mutex, unavailable),
     inspect: async (key, signal) => {
       try {

@@ -35,7 +35,13 @@
  * Used by: etcd (src/backends/etcd), ZooKeeper (src/backends/zookeeper).
  */
 import { linkedAbort, raceSignal } from '../../core/abort.js'
-import type { AcquireRequest, AttemptResult, ExtendResult, Grant } from '../../core/backend.js'
+import type {
+  AcquireRequest,
+  AllAttemptResult,
+  AttemptResult,
+  ExtendResult,
+  Grant,
+} from '../../core/backend.js'
 import { jitter, now, sleep } from '../../core/clock.js'
 import type { SessionAdapter } from '../session/adapter.js'
 import { SessionPool } from '../session/pool.js'
@@ -75,6 +81,8 @@ export class QueueLock<Id, Entry> {
    * granted after the pool closed would be kept alive by nobody's close, and keep the process alive).
    */
   readonly #closing = new AbortController()
+  /** Per atomic set still trying (its owner): the entries first in its lines at its latest refusal. */
+  readonly #heads = new Map<string, readonly Entry[]>()
 
   constructor(adapter: QueueAdapter<Id, Entry>, leases: SessionAdapter<Id>, options: QueueLockOptions = {}) {
     this.#adapter = adapter
@@ -178,7 +186,7 @@ export class QueueLock<Id, Entry> {
    * the core then attempts again.
    */
   async wait(req: AcquireRequest, signal: AbortSignal): Promise<Grant | undefined> {
-    const acq = this.#acqs.get(req.owner)
+    const acq = this.#acqs.get(req)
     if (!acq || acq.ended || acq.entry === undefined) return undefined
     const entry = acq.entry
     const rule = this.#grants(req)
@@ -256,6 +264,91 @@ export class QueueLock<Id, Entry> {
     }
   }
 
+  /**
+   * One attempt of an atomic set (`MultiKeyFacet.tryAcquireAll`): every key's entry put in one step of the
+   * store, each first in its line, or none left behind (`QueueAdapter.enqueueAll`). Each key gets the
+   * acquisition a single acquire of it would have, on one session, so the mutex's extend, release and
+   * abandon serve it; each key's fence is its entry's position, as for a single acquire.
+   */
+  async attemptAll(reqs: readonly AcquireRequest[], signal: AbortSignal): Promise<AllAttemptResult> {
+    const enqueueAll = this.#adapter.enqueueAll
+    if (!enqueueAll) throw new Error('this queue cannot take several keys at once: its adapter cannot')
+    const started = now()
+    const acqs = reqs.map((req) => this.#acqs.of(req))
+    const session = this.#session(this.#pool.leaseMs(reqs[0]!.ttlMs))
+    for (const acq of acqs) {
+      acq.attemptedAt = started
+      this.#acqs.attach(acq, session)
+      if (acq.session && acq.session !== session) this.#acqs.detach(acq, acq.session)
+      acq.session = session
+    }
+    const lease = await raceSignal(session.id, signal)
+    signal.throwIfAborted()
+    if (acqs.some((acq) => acq.ended)) return BUSY
+    const entries = acqs.map((acq) => {
+      const name = this.#adapter.nameOf(acq.queue, lease, acq.owner)
+      acq.name = name
+      acq.names.add(name)
+      return { queue: acq.queue, name, value: acq.value }
+    })
+    const viaWrite = this.#pool.requestsKeepAlive(session)
+    const refresh = viaWrite ? undefined : this.#pool.refresh(session, reqs[0]!.ttlMs)
+    const sentAt = now()
+    const put = enqueueAll.call(this.#adapter, entries, lease)
+    // As for a single attempt: abandon deletes by name only once this write has settled.
+    const settled = put.then(
+      () => {},
+      () => {},
+    )
+    for (const acq of acqs) acq.inflight = acq.inflight ? Promise.all([acq.inflight, settled]) : settled
+    const found = await raceSignal(put, signal)
+    if (viaWrite) this.#pool.answered(session, sentAt)
+    if (!('positions' in found)) {
+      this.#heads.set(
+        reqs[0]!.owner,
+        found.heads.filter((head) => head !== undefined),
+      )
+      return BUSY
+    }
+    this.#heads.delete(reqs[0]!.owner)
+    if (refresh) await this.#pool.settle(refresh, signal)
+    const grants: Grant[] = []
+    for (const [i, acq] of acqs.entries()) {
+      acq.entry = { queue: acq.queue, name: entries[i]!.name, position: found.positions[i]! }
+      const grant = this.#grantOf(acq, started)
+      // Ended meanwhile (a concurrent clean-up): the core's abandon of every key removes the others.
+      if (!grant.granted) return BUSY
+      grants.push(grant)
+    }
+    return { granted: true, grants }
+  }
+
+  /**
+   * Waits after a refused `attemptAll` (`MultiKeyFacet.waitForChange`) for the deletion of any entry that
+   * stood first in one of the set's lines: the set keeps no entry of its own to be woken in. Each watch in
+   * place first, then a read that its entry is still there (as a single wait does). Resolves on any doubt.
+   */
+  async waitAll(reqs: readonly AcquireRequest[], signal: AbortSignal): Promise<void> {
+    const heads = this.#heads.get(reqs[0]!.owner)
+    if (!heads || heads.length === 0) return
+    const link = linkedAbort(signal, this.#closing.signal)
+    const watches: Watch[] = []
+    try {
+      for (const head of heads) watches.push(await this.#watch(head, link.signal))
+      const still = await raceSignal(
+        Promise.all(heads.map((head) => this.#adapter.exists(head))),
+        link.signal,
+      )
+      if (still.every(Boolean))
+        await raceSignal(Promise.race(watches.map((watch) => watch.gone)), link.signal)
+    } catch {
+      // An abort, a closed adapter or a failed read: the core's next attempt says what holds.
+    } finally {
+      for (const watch of watches) watch.cancel()
+      link.dispose()
+    }
+  }
+
   /** `LockBackend.extend`: a keep-alive beside a read (same or shorter lease), or a move to a longer one. */
   async extend(acq: Acquisition<Id>, ttlMs: number, signal: AbortSignal): Promise<ExtendResult> {
     const start = now()
@@ -315,7 +408,8 @@ export class QueueLock<Id, Entry> {
 
   /** `LockBackend.abandon`: deletes whatever `req.owner` may have put, once its writes have settled. */
   async abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
-    const acq = this.#acqs.get(req.owner)
+    this.#heads.delete(req.owner)
+    const acq = this.#acqs.get(req)
     if (!acq) return
     const sessions = [...acq.on]
     // Nothing the attempt may hold counts as a loss now (we delete it ourselves), and no attempt sends

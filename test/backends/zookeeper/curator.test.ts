@@ -193,6 +193,40 @@ describe('zookeeper: interop with Curator InterProcessMutex', { timeout: 240_000
     await c2!.release()
   })
 
+  it('(g) an atomic set waits for a Curator holder with no node of its own, then holds through nodes Curator takes for its own', async () => {
+    const java = await curator()
+    const keys = ['atomic-curator:a', 'atomic-curator:b']
+    const held = await java.acquire(queueOf(keys[1]!), 30_000)
+    assert.ok(held)
+    const state: { all?: Awaited<ReturnType<LockClient['acquireAll']>> } = {}
+    const granted = awaitLater(
+      locks()
+        .acquireAll(keys, { atomic: true, timeout: '60s' })
+        .then((all) => {
+          state.all = all
+          return all
+        }),
+    )
+    // Refused while Curator holds b: it leaves no node in either line (it never waits in one).
+    for (let check = 0; check < 5; check++) {
+      assert.deepEqual(await queue(java, keys[0]!), [], 'no node of the set in the free line')
+      assert.deepEqual(await queue(java, keys[1]!), [held.slice(queueOf(keys[1]!).length + 1)])
+    }
+    assert.equal(state.all, undefined, 'the set waited while Curator held a key')
+    await java.release()
+    const all = await granted
+    for (const key of keys) {
+      const [ours] = await queue(java, key)
+      assert.match(ours!, LOCK_NODE)
+      assert.ok(await java.isProtected(ours!), "Curator takes the set's node for one of its protected nodes")
+    }
+    // Curator times out behind the set's node, as behind any holder's.
+    assert.equal(await java.acquire(queueOf(keys[0]!), 500), undefined, "Curator's acquire timed out")
+    await all.release()
+    assert.ok(await java.acquire(queueOf(keys[0]!), 30_000), 'Curator gets the key once the set released it')
+    await java.release()
+  })
+
   it('(e) a Curator holder whose session expires lets fencelock in (its ephemeral node goes with the session)', async () => {
     const java = await curator()
     const watcher = await curator()
