@@ -108,7 +108,7 @@ export const dynamodbKit: Kit = {
   backend: 'dynamodb',
   title: 'dynamodb (DynamoDB Local)',
   entry: 'dynamodb/conformance',
-  primitives: ['mutex', 'slots', 'election', 'multikey', 'resume'],
+  primitives: ['mutex', 'slots', 'election', 'multikey', 'multikey-atomic', 'resume'],
   networked: true,
   capabilities: casCapabilities(2000),
   lacks: CAS_LACKS,

@@ -10,10 +10,17 @@ import type { AttributeValue, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { raceSignal } from '../../core/abort.js'
 import type { BackendLimits, DoctorFinding } from '../../core/backend.js'
 import { BackendUnavailableError, quoteKey } from '../../core/errors.js'
-import type { CasAdapter, CasListed, CasVersioned, CasWrite } from '../../engines/cas/adapter.js'
+import type {
+  CasAdapter,
+  CasListed,
+  CasTransact,
+  CasTransactWrite,
+  CasVersioned,
+  CasWrite,
+} from '../../engines/cas/adapter.js'
 import { type ServerClock, withServerClock } from '../../engines/cas/fence.js'
 import { runDoctor } from './doctor.js'
-import { describeFailure, isConditionFailed, isTableMissing } from './faults.js'
+import { cancellation, describeFailure, isConditionFailed, isTableMissing } from './faults.js'
 import {
   ATTR,
   createTableCommand,
@@ -60,6 +67,16 @@ export interface DynamoDbCasAdapterOptions {
 }
 
 type Item = Record<string, AttributeValue>
+
+/** The actions one TransactWriteItems takes at most (DynamoDB's limit). */
+const TRANSACT_LIMIT = 100
+
+/** A write's condition: on no item at all (a create), or on the item's version attribute (a replace). */
+interface Condition {
+  readonly ConditionExpression: string
+  readonly ExpressionAttributeNames: Record<string, string>
+  readonly ExpressionAttributeValues?: Item
+}
 
 /**
  * DynamoDB's words for a request whose key is not the table's: another key name (`The provided key
@@ -176,9 +193,7 @@ export class DynamoDbCasAdapter implements CasAdapter {
   }
 
   create(key: string, body: string, signal: AbortSignal, clock?: ServerClock): Promise<CasWrite> {
-    // attribute_not_exists on the key: true only when there is no item for this lock at all.
-    const condition = { expression: 'attribute_not_exists(#k)', names: { '#k': ATTR.key } }
-    return this.#put(key, body, condition, signal, clock)
+    return this.#put(key, body, writeCondition(undefined), signal, clock)
   }
 
   replace(
@@ -188,13 +203,48 @@ export class DynamoDbCasAdapter implements CasAdapter {
     signal: AbortSignal,
     clock?: ServerClock,
   ): Promise<CasWrite> {
-    // A missing item has no version attribute, so the comparison is false then too: no attribute_exists needed.
-    const condition = {
-      expression: '#v = :v',
-      names: { '#v': ATTR.version },
-      values: { ':v': { S: version } },
+    return this.#put(key, body, writeCondition(version), signal, clock)
+  }
+
+  /** At most `TRANSACT_LIMIT` writes in one TransactWriteItems. */
+  readonly transactLimit = TRANSACT_LIMIT
+
+  /**
+   * ONE TransactWriteItems of the writes' conditional Puts, each the PutItem `create` or `replace` would
+   * send (a fresh version), all applied or none. Its idempotency token (the SDK fills `ClientRequestToken`
+   * and keeps it across its own retries) makes a retry of a transaction that was applied answer success,
+   * not a refusal. Cancelled for a failed condition (each such action's item as it is, `ALL_OLD`) or for
+   * another transaction on an item: a refusal. Cancelled for throttling: a retryable failure.
+   */
+  async transact(
+    writes: readonly CasTransactWrite[],
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasTransact> {
+    const versions = writes.map(() => randomUUID())
+    const TransactItems = writes.map(({ key, body, version }, i) => ({
+      Put: {
+        TableName: this.#table,
+        Item: this.#item(key, body, versions[i]!),
+        ...writeCondition(version),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const,
+      },
+    }))
+    try {
+      await this.#call(writes[0]!.key, 'write', signal, (sdk) =>
+        this.#client.send(withServerClock(new sdk.TransactWriteItemsCommand({ TransactItems }), clock), {
+          abortSignal: signal,
+        }),
+      )
+      return { ok: true, versions }
+    } catch (error) {
+      const reasons = cancellation(error)
+      if (reasons === undefined) throw error
+      const failed = reasons.flatMap(({ code, item }, index) =>
+        code === 'ConditionalCheckFailed' ? [{ index, current: versioned(item as Item | undefined) }] : [],
+      )
+      return { ok: false, conflict: reasons.some(({ code }) => code === 'TransactionConflict'), failed }
     }
-    return this.#put(key, body, condition, signal, clock)
   }
 
   /**
@@ -245,23 +295,19 @@ export class DynamoDbCasAdapter implements CasAdapter {
   async #put(
     key: string,
     body: string,
-    condition: { expression: string; names: Record<string, string>; values?: Item },
+    condition: Condition,
     signal: AbortSignal,
     clock: ServerClock | undefined,
   ): Promise<CasWrite> {
-    const { expression, names, values } = condition
     const version = randomUUID()
-    const Item = { ...this.#itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
     try {
       await this.#call(key, 'write', signal, (sdk) =>
         this.#client.send(
           withServerClock(
             new sdk.PutItemCommand({
               TableName: this.#table,
-              Item,
-              ConditionExpression: expression,
-              ExpressionAttributeNames: names,
-              ...(values ? { ExpressionAttributeValues: values } : {}),
+              Item: this.#item(key, body, version),
+              ...condition,
               ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
             }),
             clock,
@@ -275,6 +321,11 @@ export class DynamoDbCasAdapter implements CasAdapter {
       // No item on the refusal: it was deleted, or the server ignores ALL_OLD; the engine reads then.
       return { ok: false, current: versioned(error.Item as Item | undefined) }
     }
+  }
+
+  /** The whole item of lock `key`: its record text and a fresh `version`. */
+  #item(key: string, body: string, version: string): Item {
+    return { ...this.#itemKey(key), [ATTR.record]: { S: body }, [ATTR.version]: { S: version } }
   }
 
   /**
@@ -293,7 +344,10 @@ export class DynamoDbCasAdapter implements CasAdapter {
       return await this.#withTable(sdk, signal, run)
     } catch (error) {
       if (signal.aborted) throw signal.reason
-      if (isConditionFailed(error) || error instanceof BackendUnavailableError) throw error
+      // A refused condition, or a transaction cancelled only for conditions or another transaction.
+      if (isConditionFailed(error) || cancellation(error) || error instanceof BackendUnavailableError) {
+        throw error
+      }
       throw await this.#unavailable(key, what, error)
     }
   }
@@ -385,6 +439,22 @@ export class DynamoDbCasAdapter implements CasAdapter {
     } catch {
       return undefined
     }
+  }
+}
+
+/**
+ * The condition of a write of a lock's item: a create (`version` undefined) only where there is no item
+ * for it at all, a replace only on the item's version attribute `version` (a missing item has no
+ * version attribute, so the comparison is false then too).
+ */
+function writeCondition(version: string | undefined): Condition {
+  if (version === undefined) {
+    return { ConditionExpression: 'attribute_not_exists(#k)', ExpressionAttributeNames: { '#k': ATTR.key } }
+  }
+  return {
+    ConditionExpression: '#v = :v',
+    ExpressionAttributeNames: { '#v': ATTR.version },
+    ExpressionAttributeValues: { ':v': { S: version } },
   }
 }
 

@@ -27,6 +27,8 @@
  *   `list` is a Scan of the whole table filtered by `begins_with(pk, …)` after reading (no sort key, so no
  *   Query by prefix): every item is read and billed. A break is the engine's (a release's write, no owner
  *   check): 1 GetItem + 1 conditional PutItem.
+ * - Atomic sets (`acquireAll(keys, { atomic: true })`): the keys' conditional Puts in one
+ *   TransactWriteItems (at most 100 keys, DynamoDB's limit of actions; more are refused before any request).
  * - Election: the engine again over the items whose `pk` starts with NUL and `election/` (layout.ts);
  *   lock names starting with NUL are refused so that no lock can be one. The record carries the leader's
  *   value; observers read it once a second (src/engines/cas/election.ts).

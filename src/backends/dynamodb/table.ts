@@ -12,6 +12,7 @@ export type DynamoDbSdk = Pick<
   typeof import('@aws-sdk/client-dynamodb'),
   | 'GetItemCommand'
   | 'PutItemCommand'
+  | 'TransactWriteItemsCommand'
   | 'ScanCommand'
   | 'DeleteItemCommand'
   | 'CreateTableCommand'

@@ -36,6 +36,29 @@ export interface CasListed {
   readonly current: CasVersioned
 }
 
+/** One write of a transaction (`CasAdapter.transact`): a create when `version` is undefined, else a replace on it. */
+export interface CasTransactWrite {
+  readonly key: string
+  readonly body: string
+  readonly version: string | undefined
+}
+
+/** The outcome of a transaction: every write landed, or none did and none ever will. */
+export type CasTransact =
+  /** Every write landed; `versions` are the records' new versions, in the order of the writes. */
+  | { readonly ok: true; readonly versions: readonly string[] }
+  /**
+   * Refused as a whole, nothing written. `failed` names the writes whose condition failed, each with its
+   * record as it is now when the store returns it (undefined: no record, or none returned); `conflict`
+   * says the store refused for another transaction on one of the records at the same moment (no
+   * condition failed: trying again soon may succeed).
+   */
+  | {
+      readonly ok: false
+      readonly conflict: boolean
+      readonly failed: readonly { readonly index: number; readonly current: CasVersioned | undefined }[]
+    }
+
 export interface CasAdapter {
   /** Names the store in errors and diagnostics (`s3://bucket/prefix`); never contains secrets. */
   readonly id: string
@@ -62,6 +85,19 @@ export interface CasAdapter {
     signal: AbortSignal,
     clock?: ServerClock,
   ): Promise<CasWrite>
+  /**
+   * The writes of `writes` (one per key, no key twice) in ONE transaction of the store, all or none
+   * (DynamoDB's TransactWriteItems), each conditioned as `create` or `replace` would condition it; notes
+   * the clock as `read` does. Absent where the store has no conditional write of several records at once
+   * (S3, GCS): the engine then refuses atomic sets.
+   */
+  transact?(
+    writes: readonly CasTransactWrite[],
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<CasTransact>
+  /** The most writes one `transact` takes (DynamoDB: 100); present with `transact`. */
+  readonly transactLimit?: number | undefined
   /**
    * Deletes the record of `key` only if its version is still `version` (S3 `If-Match: <ETag>`, GCS
    * `ifGenerationMatch`, a DynamoDB condition on the version attribute), never unconditionally: true when

@@ -5,7 +5,7 @@
  * an adapter of an elections' namespace, to another engine over it. The adapters are the whole store part: the locks'
  * doctor is the backend's, and list is offered only where the adapter can list its store.
  */
-import type { LockBackend } from '../../core/backend.js'
+import type { LockBackend, MultiKeyFacet } from '../../core/backend.js'
 import type { CasAdapter } from './adapter.js'
 import { casElection } from './election.js'
 import { CasLease, type CasLeaseOptions, casLeaseFacet } from './engine.js'
@@ -26,9 +26,7 @@ export function casLeaseBackend(
     ...casLeaseFacet(engine, adapter, options.id ?? adapter.id),
     ...(election ? { election: election.facet } : {}),
     resume: engine.resume,
-    multiKeyRefusal:
-      "S3 and GCS have no conditional write of several objects at once, and DynamoDB's (TransactWriteItems) " +
-      'is not used for leases yet',
+    ...atomicSets(engine, adapter),
     breakLock: (key, options) => engine.operations.breakLock(key, options),
     close: async () => {
       await Promise.all([engine.retirer.close(), election?.close()])
@@ -41,4 +39,28 @@ export function casLeaseBackend(
   const list: LockBackend['list'] =
     adapter.list && ((prefix, signal) => engine.operations.list(prefix, signal))
   return { ...backend, ...(doctor ? { doctor } : {}), ...(list ? { list } : {}) }
+}
+
+/**
+ * Atomic sets (`acquireAll(keys, { atomic: true })`) where the adapter writes several records in one
+ * transaction (DynamoDB), up to its limit of writes; else why not (S3, GCS).
+ */
+function atomicSets(
+  engine: CasLease,
+  adapter: CasAdapter,
+): { readonly multiKey: MultiKeyFacet } | { readonly multiKeyRefusal: string } {
+  if (!adapter.transact) {
+    return { multiKeyRefusal: 'this store has no conditional write of several records at once' }
+  }
+  const limit = adapter.transactLimit ?? Number.POSITIVE_INFINITY
+  return {
+    multiKey: {
+      refusal: (keys) =>
+        keys.length <= limit
+          ? undefined
+          : `${keys.length} keys are more than the ${limit} writes one transaction of the store takes. ` +
+            `Split the set into atomic sets of at most ${limit} keys taken in a fixed order`,
+      tryAcquireAll: (reqs, signal) => engine.attemptAll(reqs, signal),
+    },
+  }
 }

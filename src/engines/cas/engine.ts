@@ -58,17 +58,26 @@
  * - break: 1 R + 1 W (a write lost to a renewal: + 1 R, again); list: the adapter's listing (each
  *   backend's header says what it reads).
  *
+ * - Atomic sets (`attemptAll`, where the adapter has `transact`: DynamoDB): every key decided as
+ *   `attempt` decides it alone, and only when all are free to write, their writes in ONE transaction of
+ *   the store; a set with a new key places first (its placeholders and the others' records held by us,
+ *   ungranted, in one transaction) and grants once their fences settle. Every key's fence, observation
+ *   and placeholder is the single-key path's own; abandon is per key, as after any attempt.
  * - Resume (resume.ts): a lock continued from its token, while its lease is live by the store's clock.
  * - Elections (election.ts): the engine again, over an adapter of the elections' own namespace.
  *
  * Adapter: `CasAdapter` (adapter.ts). Used by: S3, GCS, DynamoDB (src/backends/{s3,gcs,dynamodb}).
  */
 
+import { setMaxListeners } from 'node:events'
 import { raceSignal } from '../../core/abort.js'
 import type {
   AcquireRequest,
+  AllAttemptResult,
   AttemptResult,
   BackendCapabilities,
+  Busy,
+  Grant,
   LeaseFacet,
   LockInfo,
   ResumeFacet,
@@ -78,12 +87,12 @@ import { now } from '../../core/clock.js'
 import type { CasAdapter } from './adapter.js'
 import { freshGrantFence, grantFence, newRecordFence, type ServerClock, settled, settlesAt } from './fence.js'
 import { type CasHold, CasHolds } from './hold.js'
-import { type Observation, Observations } from './observe.js'
+import { type Observation, Observations, POLL_FIRST_MS } from './observe.js'
 import { CasOperations, recordView } from './operations.js'
 import { type CasRecord, heldBy, newNonce } from './record.js'
 import { casResume } from './resume.js'
 import { CasRetirer } from './retire.js'
-import { CasIo } from './write.js'
+import { type AllWriteOutcome, CasIo, type KeyWrite } from './write.js'
 
 export type { CasHold } from './hold.js'
 
@@ -137,9 +146,19 @@ export function casLeaseFacet(engine: CasLease, adapter: CasAdapter, id: string)
 }
 
 /** A grant to write: its fence, and whether it is made on a new (or still fresh) record. */
-interface Grant {
+interface GrantPlan {
   readonly fence: bigint
   readonly fresh: boolean
+}
+
+/** What one attempt at a key does (`#decide`): answer at once, or write a grant (a placeholder when fresh). */
+type Step =
+  | { readonly kind: 'answer'; readonly result: AttemptResult }
+  | { readonly kind: 'write'; readonly grant: GrantPlan; readonly seen: Observation | undefined }
+
+/** The placeholder map's key of an acquire's key: an atomic set's acquire places one per key. */
+function placeOf(req: AcquireRequest): string {
+  return `${req.owner}\n${req.key}`
 }
 
 /** A placeholder this acquire wrote (marked fresh), to be replaced by the grant once its fence settles. */
@@ -171,7 +190,10 @@ export class CasLease {
   readonly #writers = new BoundedMap<string, Set<string>>(WRITERS_KEPT)
   /** Owners whose acquire has read the record at least once: their next attempts may be paced. */
   readonly #waiting = new BoundedMap<string, true>(WRITERS_KEPT)
-  /** Owners whose acquire wrote a placeholder its next attempt turns into the grant (see `attempt`). */
+  /**
+   * The placeholders acquires wrote (marked fresh), by owner and key (`placeOf`), each turned into the
+   * grant by its acquire's next attempt (see `attempt`).
+   */
   readonly #placed = new BoundedMap<string, Placeholder>(WRITERS_KEPT)
   /** The grant write of each key in flight from this process, settled when it is (see `#write`). */
   readonly #granting = new Map<string, Promise<void>>()
@@ -198,22 +220,138 @@ export class CasLease {
 
   /** One attempt (`LockBackend.tryAcquire`). Never waits for the holder. */
   async attempt(req: AcquireRequest, signal: AbortSignal): Promise<AttemptResult> {
+    const step = await this.#decide(req, signal)
+    return step.kind === 'answer' ? step.result : await this.#write(req, step.grant, step.seen, signal)
+  }
+
+  /**
+   * One attempt at every key of an atomic set (`MultiKeyFacet.tryAcquireAll`, on an adapter with
+   * `transact`): each key decided as `attempt` decides it alone, and the keys' writes sent in ONE
+   * transaction of the store, or none. Only when every key is free to write: a key held by another (or
+   * our grant of it settling) answers for the whole set, with nothing written. A set with a key to make
+   * new (or still marked fresh) first writes, in one transaction, placeholders of those keys and the
+   * others' records held by us, ungranted; its next attempt, once the store's clock has settled their
+   * fences, grants them all in one transaction, as `attempt` grants one key (fence.ts: why a new
+   * record's grant waits). Every key's fence is its own rule's.
+   */
+  async attemptAll(reqs: readonly AcquireRequest[], signal: AbortSignal): Promise<AllAttemptResult> {
+    // Every key's read listens on the attempt's signal at once (a set may have 100 keys): no leak.
+    setMaxListeners(0, signal)
+    const steps = await Promise.all(reqs.map((req) => this.#decide(req, signal)))
+    const answers = steps.flatMap((step) => (step.kind === 'answer' ? [step.result as Busy] : []))
+    if (answers.length > 0) return setAnswer(answers)
+    const writes = steps as Extract<Step, { kind: 'write' }>[]
+    // A grant write of one of the keys in flight from this process: its outcome first (see `#write`).
+    const other = reqs.map((req) => this.#granting.get(req.key)).find((each) => each !== undefined)
+    if (other !== undefined) {
+      await raceSignal(other, signal)
+      return { granted: false, retryInMs: 0 }
+    }
+    const placing = writes.some(({ grant }) => grant.fresh)
+    if (!placing) {
+      // Fences the store's clock has not settled yet: the set's grant waits for the last of them.
+      const serverSecond = this.#io.serverSecond
+      const due = writes.flatMap(({ grant }, i) =>
+        settled(grant.fence, serverSecond) ? [] : [this.#settling(reqs[i]!, grant.fence)],
+      )
+      if (due.length > 0) return settling(Math.max(...due) - now())
+    }
+    const sent = writes.map(({ grant, seen }, i) => {
+      const req = reqs[i]!
+      // Placing: every record keeps the set for its creator until the grant, as a placeholder's lease does.
+      const leaseMs = placing ? Math.max(req.ttlMs, SETTLE_ALLOWANCE_MS) : req.ttlMs
+      const fields = { fence: grant.fence, leaseMs, ...(grant.fresh ? { fresh: true as const } : {}) }
+      return { key: req.key, record: this.#recordOf(req, fields), version: seen?.version }
+    })
+    const answered: ServerClock = {}
+    const out = await this.#writeAll(reqs, writes, sent, signal, answered)
+    if (out.kind === 'unknown') throw out.error
+    if (out.kind === 'refused') return this.#refusedAll(reqs, out.conflict)
+    const { versions } = out
+    if (placing) {
+      const due = writes.flatMap(({ grant, seen }, i) => {
+        if (!grant.fresh) return []
+        const fence = this.#placedFence(reqs[i]!, grant.fence, seen, answered)
+        return [this.#placeAt(reqs[i]!, versions[i]!, fence)]
+      })
+      return settling(Math.max(...due) - now())
+    }
+    const grants = reqs.map((req, i) =>
+      this.#granted(req, writes[i]!.grant.fence, versions[i]!, sent[i]!.record.nonce),
+    )
+    return { granted: true, grants }
+  }
+
+  /**
+   * Sends the set's writes in one transaction, once the store's write rate allows each key's, as the
+   * process's one grant write in flight of every key (see `#write`).
+   */
+  async #writeAll(
+    reqs: readonly AcquireRequest[],
+    writes: readonly { readonly seen: Observation | undefined }[],
+    sent: readonly KeyWrite[],
+    signal: AbortSignal,
+    answered: ServerClock,
+  ): Promise<AllWriteOutcome> {
+    const sending = (async () => {
+      for (const req of reqs) await this.#io.paced(req.key, signal)
+      // Before it is sent: from here on it may land at any time, even after the core gave up on it.
+      for (const [i, req] of reqs.entries()) this.#sending(req.owner, writes[i]!.seen)
+      return await this.#io.writeAll(sent, signal, answered)
+    })()
+    const done = sending.then(
+      () => {},
+      () => {},
+    )
+    for (const req of reqs) this.#granting.set(req.key, done)
+    try {
+      return await sending
+    } finally {
+      for (const req of reqs) if (this.#granting.get(req.key) === done) this.#granting.delete(req.key)
+    }
+  }
+
+  /**
+   * A set's transaction refused: another transaction on one of its records (soon again), or a condition
+   * failed: back when the first key held by another may be read again or taken over (at once when none
+   * is: a record of ours, or one freed since, is decided anew).
+   */
+  #refusedAll(reqs: readonly AcquireRequest[], conflict: boolean): Busy {
+    // Spread, so that the transactions that met do not meet again at once.
+    if (conflict) return { granted: false, retryInMs: Math.round(POLL_FIRST_MS * (0.5 + Math.random())) }
+    const waits = reqs.flatMap((req) => {
+      const seen = this.#seen.get(req.key)
+      return seen && this.#othersHold(seen, req.owner) ? [this.#busy(seen).retryInMs ?? 0] : []
+    })
+    return { granted: false, retryInMs: waits.length > 0 ? Math.min(...waits) : 0 }
+  }
+
+  /**
+   * What an attempt at `req.key` does, from what this process has seen or a read now shows: answer at
+   * once (held by another, our own grant settling), or write `grant` over `seen` (undefined: a create).
+   * Shared by `attempt` and `attemptAll`, so that a key of an atomic set is decided exactly as alone.
+   */
+  async #decide(req: AcquireRequest, signal: AbortSignal): Promise<Step> {
+    const answer = (result: AttemptResult): Step => ({ kind: 'answer', result })
+    const write = (grant: GrantPlan, seen: Observation | undefined): Step => ({ kind: 'write', grant, seen })
     const start = now()
     // Taken again here: its released record is written over, not deleted.
     this.retirer.cancel(req.key)
-    const placed = this.#placed.get(req.owner)
+    const placed = this.#placed.get(placeOf(req))
     // Our placeholder, whose fence the store's clock cannot have settled yet: nothing to ask.
-    if (placed !== undefined && start < placed.readAt) return settling(placed.readAt - start)
+    if (placed !== undefined && start < placed.readAt) return answer(settling(placed.readAt - start))
     const known = this.#seen.get(req.key)
     const waiting = this.#waiting.has(req.owner)
     if (waiting) {
       // A write on what we see was refused while our reads kept showing it (a lagging store): nothing
       // new to try before its backoff ends, and a read now would most likely show the same.
       const lagging = this.#seen.laggingUntil(req.key, known?.version, start)
-      if (lagging !== undefined) return { granted: false, retryInMs: lagging - start }
+      if (lagging !== undefined) return answer({ granted: false, retryInMs: lagging - start })
       // Seen held by another a moment ago, too recently to read again: the answer is the same, free. Only
       // for an acquire already waiting: a new one (a `tryAcquire` just after a release elsewhere) reads.
-      if (known && start < known.nextReadAt && this.#othersHold(known, req.owner)) return this.#busy(known)
+      if (known && start < known.nextReadAt && this.#othersHold(known, req.owner)) {
+        return answer(this.#busy(known))
+      }
     }
     // The server's second of this read decides the fence of a grant made on what it returns (fence.ts).
     // A waiter takes any read of the key in flight (what it shows is observed at its return, whoever sent
@@ -229,43 +367,42 @@ export class CasLease {
     const lift = seconds !== undefined
     // None: a create, marked fresh when the store shows its clock (a grant only once settled: fence.ts).
     if (current === undefined || seen === undefined) {
-      this.#placed.delete(req.owner)
-      const fence = newRecordFence(seconds, req.key, id)
-      return await this.#write(req, { fence, fresh: lift }, undefined, signal)
+      this.#placed.delete(placeOf(req))
+      return write({ fence: newRecordFence(seconds, req.key, id), fresh: lift }, undefined)
     }
     const record = seen.record
     // Our placeholder as we left it: the grant, with the fence we chose for it, once that is settled.
     if (placed !== undefined && seen.version === placed.version && heldBy(record, req.owner)) {
-      return await this.#write(req, { fence: placed.fence, fresh: false }, seen, signal)
+      return write({ fence: placed.fence, fresh: false }, seen)
     }
-    this.#placed.delete(req.owner)
+    this.#placed.delete(placeOf(req))
     // Not a record of ours: its fence is unknown, so it is never overwritten (inspect says so).
-    if (record === undefined) return this.#busy(seen)
+    if (record === undefined) return answer(this.#busy(seen))
     // A record still marked fresh may carry the fence of a create that landed late: lifted first.
     const fresh = lift && record.fresh === true
-    const next = (): Grant => ({
+    const next = (): GrantPlan => ({
       fence: (fresh ? freshGrantFence : grantFence)(record.fence, seconds, req.key, id),
       fresh,
     })
-    if (record.state === 'released') return await this.#write(req, next(), seen, signal)
+    if (record.state === 'released') return write(next(), seen)
     // Ours: an earlier attempt of this acquire landed after all. Written again, so that the validity
     // the core counts from this attempt's start is really the lease's (waiters restart their watch).
     // Still fresh (a placeholder whose answer we never heard): its fence is lifted as a new record's.
     if (record.owner === req.owner) {
       const fence = fresh ? freshGrantFence(record.fence, seconds, req.key, id) : record.fence
-      return await this.#write(req, { fence, fresh }, seen, signal)
+      return write({ fence, fresh }, seen)
     }
     // Another's, seen unchanged for a whole lease plus the margin: its holder cannot count on it any
     // more (it counted its validity from before the write we have been watching), so it is taken over.
     const takeoverAt = this.#seen.takeoverAt(seen)!
-    if (now() < takeoverAt) return this.#busy(seen)
-    return await this.#write(req, next(), seen, signal)
+    if (now() < takeoverAt) return answer(this.#busy(seen))
+    return write(next(), seen)
   }
 
   /** `LockBackend.abandon`: the acquire is over; what it may have left is released (hold.ts). */
   abandon(req: AcquireRequest, signal: AbortSignal): Promise<void> {
     this.#waiting.delete(req.owner)
-    this.#placed.delete(req.owner)
+    this.#placed.delete(placeOf(req))
     return this.holds.abandon(req, signal)
   }
 
@@ -294,7 +431,7 @@ export class CasLease {
    */
   async #write(
     req: AcquireRequest,
-    grant: Grant,
+    grant: GrantPlan,
     seen: Pick<Observation, 'version'> | undefined,
     signal: AbortSignal,
   ): Promise<AttemptResult> {
@@ -333,10 +470,7 @@ export class CasLease {
     // our placeholder): the grant waits until an answer shows it settled (fence.ts), any answer of this
     // process, since every one came before this write would be sent.
     if (!settled(fence, this.#io.serverSecond)) {
-      const readAt = this.#settlesBy(fence)
-      const placed = this.#placed.get(req.owner)
-      if (placed !== undefined) this.#placed.set(req.owner, { ...placed, readAt })
-      return settling(readAt - now())
+      return settling(this.#settling(req, fence) - now())
     }
     const out = await this.#put(req, { fence, leaseMs: req.ttlMs }, seen, signal)
     if (out.kind !== 'written') return out.result
@@ -359,13 +493,7 @@ export class CasLease {
     const answered: ServerClock = {}
     const out = await this.#put(req, { fence, leaseMs, fresh: true }, seen, signal, answered)
     if (out.kind !== 'written') return out.result
-    // A create may have landed long after its read (fence.ts): the fence of its answer's second.
-    const byAnswer = seen === undefined ? newRecordFence(answered.seconds, req.key, this.id) : 0n
-    const granted = byAnswer > fence ? byAnswer : fence
-    const placedAt = now()
-    const readAt = this.#settlesBy(granted)
-    this.#placed.set(req.owner, { version: out.version, fence: granted, placedAt, readAt })
-    return settling(readAt - placedAt)
+    return settling(this.#placeAt(req, out.version, this.#placedFence(req, fence, seen, answered)) - now())
   }
 
   /**
@@ -380,9 +508,40 @@ export class CasLease {
     return Math.max(t + SETTLE_POLL_MIN_MS, serverSecondSince + (settlesAt(fence) - serverSecond) * 1000)
   }
 
-  #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string): AttemptResult {
+  /** The fence the grant of a placeholder written over `seen` (undefined: a create) with `fence` takes. */
+  #placedFence(
+    req: AcquireRequest,
+    fence: bigint,
+    seen: Pick<Observation, 'version'> | undefined,
+    answered: ServerClock,
+  ): bigint {
+    // A create may have landed long after its read (fence.ts): the fence of its answer's second.
+    const byAnswer = seen === undefined ? newRecordFence(answered.seconds, req.key, this.id) : 0n
+    return byAnswer > fence ? byAnswer : fence
+  }
+
+  /**
+   * Notes our placeholder of `req.key` at `version`, whose grant takes `fence` once it is settled;
+   * returns when that grant's read is due.
+   */
+  #placeAt(req: AcquireRequest, version: string, fence: bigint): number {
+    const placedAt = now()
+    const readAt = this.#settlesBy(fence)
+    this.#placed.set(placeOf(req), { version, fence, placedAt, readAt })
+    return readAt
+  }
+
+  /** A grant of `fence` the store's clock has not settled yet: when to come back (noted on our placeholder). */
+  #settling(req: AcquireRequest, fence: bigint): number {
+    const readAt = this.#settlesBy(fence)
+    const placed = this.#placed.get(placeOf(req))
+    if (placed !== undefined) this.#placed.set(placeOf(req), { ...placed, readAt })
+    return readAt
+  }
+
+  #granted(req: AcquireRequest, fence: bigint, version: string, nonce: string): Grant {
     this.#waiting.delete(req.owner)
-    this.#placed.delete(req.owner)
+    this.#placed.delete(placeOf(req))
     const hold: CasHold = {
       version,
       leaseMs: req.ttlMs,
@@ -391,6 +550,25 @@ export class CasLease {
       nonces: new Set([nonce]),
     }
     return { granted: true, fence, ttlMs: req.ttlMs, cookie: hold }
+  }
+
+  /** Our record of `req.key` held with `fields`, with a fresh nonce. */
+  #recordOf(req: AcquireRequest, fields: Pick<CasRecord, 'fence' | 'leaseMs' | 'fresh'>): CasRecord {
+    return {
+      owner: req.owner,
+      state: 'held',
+      holder: req.holder,
+      nonce: newNonce(),
+      ...(req.value === undefined ? {} : { value: req.value }),
+      ...fields,
+    }
+  }
+
+  /** Notes, before a write is sent, that `owner` may leave a record there from now on (abandon reads it). */
+  #sending(owner: string, seen: Pick<Observation, 'version'> | undefined): void {
+    const conditioned = this.#writers.get(owner) ?? new Set<string>()
+    if (seen !== undefined) conditioned.add(seen.version)
+    this.#writers.set(owner, conditioned)
   }
 
   /** One write of our record held over `seen` (undefined: a create): its version, or the attempt's answer. */
@@ -407,18 +585,9 @@ export class CasLease {
     // The store's write rate (GCS: about one write per second per object). If the record changes
     // meanwhile, the write's condition says so.
     await this.#io.paced(req.key, signal)
-    const record: CasRecord = {
-      owner: req.owner,
-      state: 'held',
-      holder: req.holder,
-      nonce: newNonce(),
-      ...(req.value === undefined ? {} : { value: req.value }),
-      ...fields,
-    }
+    const record = this.#recordOf(req, fields)
     // Before it is sent: from here on it may land at any time, even after the core gave up on it.
-    const conditioned = this.#writers.get(req.owner) ?? new Set<string>()
-    if (seen !== undefined) conditioned.add(seen.version)
-    this.#writers.set(req.owner, conditioned)
+    this.#sending(req.owner, seen)
     const out = await this.#io.write(req.key, record, seen?.version, signal, answered)
     if (out.kind === 'written') return { kind: 'written', version: out.version, nonce: record.nonce }
     // It may still land: unknown to the core too, which counts a later grant's validity from here.
@@ -449,7 +618,7 @@ export class CasLease {
    * Refused: come back at the next read this process allows itself, which is never later than the
    * moment a takeover becomes possible, and not before the store allows a takeover write.
    */
-  #busy(seen: Observation): AttemptResult {
+  #busy(seen: Observation): Busy {
     const t = now()
     const takeoverAt = this.#seen.takeoverAt(seen)
     let at = seen.nextReadAt
@@ -460,6 +629,16 @@ export class CasLease {
 }
 
 /** Not granted yet, and not for want of a holder: our own grant waits `retryInMs` for the store's clock. */
-function settling(retryInMs: number): AttemptResult {
+function settling(retryInMs: number): Busy {
   return { granted: false, pending: true, retryInMs: Math.max(0, retryInMs) }
+}
+
+/**
+ * An atomic set's answer from its keys' (none written): busy until the first key held by another may be
+ * looked at again; when only our own grants are settling, pending until the last of them is due.
+ */
+function setAnswer(answers: readonly Busy[]): Busy {
+  const busy = answers.filter((answer) => !answer.pending)
+  if (busy.length > 0) return { granted: false, retryInMs: Math.min(...busy.map((b) => b.retryInMs ?? 0)) }
+  return settling(Math.max(...answers.map((answer) => answer.retryInMs ?? 0)))
 }

@@ -37,6 +37,22 @@ export type WriteOutcome =
   /** It threw, and the record still matches its condition: it may land yet. `error` is the adapter's. */
   | { readonly kind: 'unknown'; readonly error: unknown }
 
+/** One write of a transaction (`CasIo.writeAll`): `record` over `version` (undefined: a create) of `key`. */
+export interface KeyWrite {
+  readonly key: string
+  readonly record: CasRecord
+  readonly version: string | undefined
+}
+
+/** What a transaction of writes came to: all landed, none did (and none will), or unknown. */
+export type AllWriteOutcome =
+  /** Every write landed: `versions` are the records' new versions, in the order of the writes. */
+  | { readonly kind: 'written'; readonly versions: readonly string[] }
+  /** Refused as a whole: a condition failed (each record seen as it is now), or another transaction's `conflict`. */
+  | { readonly kind: 'refused'; readonly conflict: boolean }
+  /** It threw, and no record shows it landed: it may land yet, whole. `error` is the adapter's. */
+  | { readonly kind: 'unknown'; readonly error: unknown }
+
 /** What a conditional delete came to: gone (ours or not), another version (`current`), or unknown. */
 export type DeleteOutcome =
   | { readonly kind: 'gone' }
@@ -180,6 +196,67 @@ export class CasIo {
     const stillPossible = version === undefined ? current === undefined : current?.version === version
     if (error !== undefined && stillPossible) return { kind: 'unknown', error }
     return { kind: 'other', current, record: found, lagging: error === undefined && stillPossible }
+  }
+
+  /**
+   * Writes every record of `writes` in ONE transaction of the store (the adapter's `transact`, which must
+   * exist): all or none. Its outcome, when the answer is lost, is decided by the records as `write` decides
+   * one: the transaction lands whole or not at all, so every record showing our owner and its write's
+   * nonce means it landed; anything else leaves it unknown (the core's clean-up of every key then makes
+   * sure it never lands, or undoes it: hold.ts).
+   */
+  async writeAll(
+    writes: readonly KeyWrite[],
+    signal: AbortSignal,
+    clock?: ServerClock,
+  ): Promise<AllWriteOutcome> {
+    const notBeforeMs = this.storeClockFloorMs()
+    const sent = writes.map(({ key, record, version }) => ({
+      key,
+      version,
+      body: encodeRecord({ ...record, key, ...(notBeforeMs === undefined ? {} : { notBeforeMs }) }),
+    }))
+    const noteWriting = () => {
+      const t = now()
+      for (const { key } of writes) this.seen.writing(key, t)
+    }
+    noteWriting()
+    const answered: ServerClock = {}
+    let error: unknown
+    try {
+      const out = await this.adapter.transact!(sent, signal, answered)
+      if (out.ok) {
+        writes.forEach(({ key, record }, i) => {
+          this.seen.saw(key, out.versions[i]!, record, now())
+          this.seen.landed(key)
+        })
+        return { kind: 'written', versions: out.versions }
+      }
+      for (const { index, current } of out.failed) this.#saw(writes[index]!.key, current)
+      return { kind: 'refused', conflict: out.conflict }
+    } catch (thrown) {
+      error = thrown
+    } finally {
+      noteWriting()
+      noteClock(clock, answered.seconds)
+      this.#heard(answered)
+    }
+    for (const { key } of writes) this.seen.stale(key)
+    try {
+      const found = await Promise.all(writes.map(({ key }) => this.read(key, signal, clock)))
+      const landed = found.every((current, i) => {
+        const record = current && decodeRecord(current.body)
+        const ours = writes[i]!.record
+        return record?.owner === ours.owner && record.nonce === ours.nonce
+      })
+      if (landed) {
+        for (const { key } of writes) this.seen.landed(key)
+        return { kind: 'written', versions: found.map((current) => current!.version) }
+      }
+    } catch {
+      // Unreadable now: the outcome stays unknown.
+    }
+    return { kind: 'unknown', error }
   }
 
   /**
