@@ -8,7 +8,7 @@ import { attach } from './abort.js'
 import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend.js'
 import { giveBack, now, sleep, takeController, withTimeout } from './clock.js'
 import { BackendUnavailableError, causeText, LockError, type Primitive, subjectOf } from './errors.js'
-import { type Scheduled, Scheduler } from './scheduler.js'
+import { Bound, Scheduler } from './scheduler.js'
 
 /** How long a timed-out attempt waits for the backend's own account of the failure. */
 const EXPLAIN_WAIT_MS = 100
@@ -23,16 +23,6 @@ export class AttemptTimeout extends Error {
   }
 }
 
-/** One attempt's bound: when it passes, the attempt's signal aborts with an `AttemptTimeout`. */
-class Bound implements Scheduled {
-  dueAt = Number.POSITIVE_INFINITY
-  heapIndex = -1
-  constructor(
-    readonly link: AbortController,
-    readonly ms: number,
-  ) {}
-}
-
 /**
  * The bounds of a client's attempts, on one timer (a timer of their own cost each attempt a Node timer
  * list made and dropped, its duration being new each time). Ref'd while an attempt is bounded: an
@@ -43,7 +33,7 @@ export type AttemptBounds = Scheduler<Bound>
 export function attemptBounds(): AttemptBounds {
   return new Scheduler<Bound>(
     (due) => {
-      for (const bound of due) bound.link.abort(new AttemptTimeout(Math.round(bound.ms)))
+      for (const bound of due) bound.controller.abort(new AttemptTimeout(Math.round(bound.ms)))
     },
     { keepAlive: true },
   )

@@ -1,5 +1,5 @@
 import { attach } from './abort.js'
-import { type Scheduled, Scheduler } from './scheduler.js'
+import { Bound, Scheduler } from './scheduler.js'
 
 /** The monotonic clock every validity computation uses, in milliseconds. Never the wall clock. */
 export const now = (): number => performance.now()
@@ -92,25 +92,15 @@ export function giveBack(controller: AbortController): void {
   if (!controller.signal.aborted && spare.length < MAX_SPARE) spare.push(controller)
 }
 
-/** One `withTimeout` operation's bound: its controller aborts when it passes. */
-class Timeout implements Scheduled {
-  dueAt = Number.POSITIVE_INFINITY
-  heapIndex = -1
-  constructor(
-    readonly controller: AbortController,
-    readonly ms: number,
-  ) {}
-}
-
 /**
  * The bounds of every `withTimeout` in the process, on one unref'd timer: a timer each cost every release
  * and renewal a Node timer made and cleared. Unref'd as those were: the operation's own I/O keeps the
  * process alive while it runs. Made on first use: scheduler.ts reads this module's clock.
  */
-let timeouts: Scheduler<Timeout> | undefined
+let timeouts: Scheduler<Bound> | undefined
 
 /** Aborts each operation whose bound passed. */
-function timedOut(due: readonly Timeout[]): void {
+function timedOut(due: readonly Bound[]): void {
   for (const { controller, ms } of due) {
     controller.abort(new DOMException(`The operation timed out after ${Math.round(ms)} ms`, 'TimeoutError'))
   }
@@ -128,7 +118,7 @@ export async function withTimeout<T>(
   operation: (signal: AbortSignal, controller: AbortController) => Promise<T>,
 ): Promise<T> {
   const controller = takeController()
-  const timeout = new Timeout(controller, ms)
+  const timeout = new Bound(controller, ms)
   timeouts ??= new Scheduler(timedOut)
   const bounds = timeouts
   bounds.schedule(timeout, now() + Math.max(1, timerDelay(ms)))

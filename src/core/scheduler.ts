@@ -15,6 +15,17 @@ export interface Scheduled {
   heapIndex: number
 }
 
+/** An operation's bound on a scheduler: whoever runs the scheduler aborts `controller` when it comes due. */
+export class Bound implements Scheduled {
+  dueAt = Number.POSITIVE_INFINITY
+  heapIndex = -1
+  constructor(
+    readonly controller: AbortController,
+    /** The bound, for the message of the abort. */
+    readonly ms: number,
+  ) {}
+}
+
 export class Scheduler<T extends Scheduled> {
   readonly #heap: T[] = []
   /** Called once per timer run with the entries that came due (removed from the heap), in due order. */
