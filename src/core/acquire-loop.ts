@@ -6,7 +6,14 @@
  * loop's state; one attempt itself is attempt.ts. (About 400 lines: the loop's state and every
  * step that changes it stay in one class, to be read together.)
  */
-import { abandonAfter, boundedAttempt, releaseQuietly, unavailableError } from './attempt.js'
+import {
+  type AttemptBounds,
+  type AttemptTracker,
+  abandonAfter,
+  boundedAttempt,
+  releaseQuietly,
+  unavailableError,
+} from './attempt.js'
 import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend.js'
 import { jitter, nap, now, sleep } from './clock.js'
 import { channels, publish } from './diagnostics.js'
@@ -62,6 +69,8 @@ export interface AcquireContext extends LockContext {
   readonly held: Set<LockHandle>
   /** The client's timer for the renewals and expiries of every lock it holds. */
   readonly renewals: Renewals<LockHandle>
+  /** The client's timer for the bounds of its attempts. */
+  readonly bounds: AttemptBounds
   /**
    * Clean-ups of failed acquires still running on a store that was answering: `close` lets them finish
    * (bounded) before closing the store.
@@ -101,8 +110,11 @@ export function acquireLoop<L extends object>(
   return new AcquireLoop<L | LockHandle>(ctx, key, opts, signal, hold).run()
 }
 
-/** One `acquire` call: its state (named fields, not captured variables) and the steps that change it. */
-class AcquireLoop<L extends object> {
+/**
+ * One `acquire` call: its state (named fields, not captured variables) and the steps that change it. No
+ * closure is made per acquire: an uncontended one is a few microseconds of the core, and each counts.
+ */
+class AcquireLoop<L extends object> implements AttemptTracker {
   readonly #ctx: AcquireContext
   readonly #backend: LeaseFacet
   #req: AcquireRequest
@@ -132,17 +144,6 @@ class AcquireLoop<L extends object> {
   #unresolvedSince: number | undefined
   /** The latest attempt as the backend runs it, for the clean-up to follow (see `#abandon`). */
   #inFlight: Promise<unknown> | undefined
-  /**
-   * Hands `#inFlight` each attempt, right after the backend sent it (made once per acquire, not per
-   * attempt); re-arms a local hint there (see `#rearm`).
-   */
-  readonly #track = (attempt: Promise<unknown>) => {
-    this.#inFlight = attempt
-    if (this.#rearm) {
-      this.#rearm = false
-      this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
-    }
-  }
   /** Armed before the attempt that precedes each wait (see WakeHint), or right after it was sent (`#rearm`). */
   #hint: WakeHint | undefined
   /**
@@ -168,7 +169,8 @@ class AcquireLoop<L extends object> {
   /** The clean-up of a failed acquire; the rejection waits for it briefly (see `run`). */
   #abandoning: Promise<unknown> | undefined
 
-  readonly #hold: Hold<L>
+  /** What a grant becomes; undefined: a `LockHandle` (`#handle`). */
+  readonly #hold: Hold<L> | undefined
 
   constructor(
     ctx: AcquireContext,
@@ -178,7 +180,7 @@ class AcquireLoop<L extends object> {
     hold: Hold<L> | undefined,
   ) {
     this.#ctx = ctx
-    this.#hold = hold ?? ((grant, _req, until) => this.#handle(grant, until) as unknown as L)
+    this.#hold = hold
     this.#backend = ctx.backend
     this.#opts = opts
     this.#signal = signal
@@ -191,6 +193,7 @@ class AcquireLoop<L extends object> {
       key,
       owner: newOwnerId(),
       ttlMs: opts.ttlMs,
+      since: this.#startedAt,
       holder: opts.holder,
     }
     if (opts.value !== undefined) req.value = opts.value
@@ -207,9 +210,24 @@ class AcquireLoop<L extends object> {
     return { key: this.#req.key, backend: this.#backend.id, owner: this.#req.owner }
   }
 
+  /**
+   * Sets `#inFlight` to each attempt, right after the backend sent it; re-arms a local hint there (see
+   * `#rearm`).
+   */
+  sent(attempt: Promise<unknown>): void {
+    this.#inFlight = attempt
+    if (this.#rearm) {
+      this.#rearm = false
+      this.#hint = WakeHint.arm(this.#backend, this.#req, this.#signal)
+    }
+  }
+
   async run(): Promise<L> {
-    const { ttlMs, timeoutMs } = this.#opts
-    publish(channels.acquireStart, () => ({ ...this.#diag, ttlMs, timeoutMs }))
+    // Tested before `publish`: its message closure would be made on every acquire, listened to or not.
+    if (channels.acquireStart.hasSubscribers) {
+      const { ttlMs, timeoutMs } = this.#opts
+      publish(channels.acquireStart, () => ({ ...this.#diag, ttlMs, timeoutMs }))
+    }
     try {
       for (;;) {
         if (this.#signal.aborted) {
@@ -277,7 +295,8 @@ class AcquireLoop<L extends object> {
 
   /** The next attempt, bounded (attempt.ts). */
   #attempt(): Promise<AttemptResult> {
-    return boundedAttempt(this.#backend, this.#req, this.#signal, this.#startAttempt(), this.#track)
+    const boundMs = this.#startAttempt()
+    return boundedAttempt(this.#backend, this.#req, this.#signal, this.#ctx.bounds, boundMs, this)
   }
 
   /** An attempt's answer: a refusal resolves the earlier unknown outcomes. */
@@ -358,18 +377,22 @@ class AcquireLoop<L extends object> {
     const from = Math.min(this.#attemptStart, this.#unresolvedSince ?? this.#attemptStart)
     const until = validUntil(from, grant.ttlMs, this.#ctx.driftFactor)
     if (now() >= until || grant.lost?.aborted) return this.#giveBack(grant, false)
-    const lock = this.#hold(grant, this.#req, until)
+    const lock = this.#hold
+      ? this.#hold(grant, this.#req, until)
+      : (this.#handle(grant, until) as unknown as L)
     this.#hint?.disarm()
-    publish(channels.acquireOk, () => {
-      const at = now()
-      return {
-        ...this.#diag,
-        fence: grant.fence,
-        attempts: this.#attempts,
-        waitedMs: at - this.#startedAt,
-        attemptMs: at - this.#roundStart,
-      }
-    })
+    if (channels.acquireOk.hasSubscribers) {
+      publish(channels.acquireOk, () => {
+        const at = now()
+        return {
+          ...this.#diag,
+          fence: grant.fence,
+          attempts: this.#attempts,
+          waitedMs: at - this.#startedAt,
+          attemptMs: at - this.#roundStart,
+        }
+      })
+    }
     return lock
   }
 

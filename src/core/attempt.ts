@@ -6,8 +6,9 @@
  */
 import { attach } from './abort.js'
 import type { AcquireRequest, AttemptResult, Grant, LeaseFacet } from './backend.js'
-import { giveBack, sleep, takeController, timerDelay, withTimeout } from './clock.js'
+import { giveBack, now, sleep, takeController, withTimeout } from './clock.js'
 import { BackendUnavailableError, causeText, LockError, type Primitive, subjectOf } from './errors.js'
+import { Bound, Scheduler } from './scheduler.js'
 
 /** How long a timed-out attempt waits for the backend's own account of the failure. */
 const EXPLAIN_WAIT_MS = 100
@@ -23,31 +24,54 @@ export class AttemptTimeout extends Error {
 }
 
 /**
- * One attempt, raced against the signal and bounded by `boundMs`. A grant that lands after an abort or
- * the bound is released, never leaked; `track` receives the backend's own promise, which the clean-up of
- * a failed acquire waits for.
+ * The bounds of a client's attempts, on one timer (a timer of their own cost each attempt a Node timer
+ * list made and dropped, its duration being new each time). Ref'd while an attempt is bounded: an
+ * acquire the caller awaits keeps the process alive, as a timer of its own did.
+ */
+export type AttemptBounds = Scheduler<Bound>
+
+export function attemptBounds(): AttemptBounds {
+  return new Scheduler<Bound>(
+    (due) => {
+      for (const bound of due) bound.controller.abort(new AttemptTimeout(Math.round(bound.ms)))
+    },
+    { keepAlive: true },
+  )
+}
+
+/** Who runs attempts: told of each as soon as the backend has it (the clean-up of a failed acquire waits for it). */
+export interface AttemptTracker {
+  sent(attempt: Promise<AttemptResult>): void
+}
+
+/**
+ * One attempt, raced against the signal and bounded by `boundMs` on `bounds`. A grant that lands after an
+ * abort or the bound is released, never leaked; `tracker` receives the backend's own promise, which the
+ * clean-up of a failed acquire waits for.
  */
 export function boundedAttempt(
   backend: LeaseFacet,
   req: AcquireRequest,
   signal: AbortSignal,
+  bounds: AttemptBounds,
   boundMs: number,
-  track: (attempt: Promise<AttemptResult>) => void,
+  tracker: AttemptTracker,
 ): Promise<AttemptResult> {
   // A pooled controller (a new one costs several microseconds, a large share of an in-memory cycle):
   // backends detach their listeners when a call settles, so one that did not abort is safe to reuse.
   const link = takeController()
   const detach = attach(signal, link)
-  const timer = setTimeout(() => link.abort(new AttemptTimeout(Math.round(boundMs))), timerDelay(boundMs))
+  const bound = new Bound(link, boundMs)
+  bounds.schedule(bound, now() + boundMs)
   let attempt: Promise<AttemptResult>
   try {
     attempt = backend.tryAcquire(req, link.signal)
   } catch (error) {
     attempt = Promise.reject(error)
   }
-  track(attempt)
+  tracker.sent(attempt)
   const done = () => {
-    clearTimeout(timer)
+    bounds.cancel(bound)
     detach()
     giveBack(link)
   }

@@ -52,6 +52,11 @@ export interface AcquireRequest {
   /** The lease asked for, in ms. */
   readonly ttlMs: number
   /**
+   * When the acquire began, on the monotonic clock (`performance.now()`): how long its caller has waited
+   * so far (a store that bounds starvation marks a waiter refused for too long). The same for every attempt.
+   */
+  readonly since?: number | undefined
+  /**
    * Who asks, in words ("build-7 (pid 4121, `./deploy.sh`)"; at most 256 bytes, no control characters),
    * for `inspect` to show. A backend stores it with the grant where the store can, and never uses it to
    * decide anything: the owner id alone says who holds a key.

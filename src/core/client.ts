@@ -9,7 +9,7 @@ import { setMaxListeners } from 'node:events'
 import { linkedAbort, raceSignal } from './abort.js'
 import { type AcquireContext, acquireLoop } from './acquire-loop.js'
 import { acquireAtomically } from './atomic-acquire.js'
-import { AttemptTimeout, unavailableError } from './attempt.js'
+import { AttemptTimeout, attemptBounds, unavailableError } from './attempt.js'
 import type {
   BreakResult,
   ElectionFacet,
@@ -239,11 +239,17 @@ class Client implements LockClient {
   readonly #held = new Set<LockHandle>()
   /** One timer for the renewals and expiries of every lock this client holds. */
   readonly #renewals = lockRenewals()
+  /** One timer for the bounds of every attempt this client makes. */
+  readonly #bounds = attemptBounds()
   /** Acquires under way. */
   readonly #running = new Set<Promise<unknown>>()
   /** Clean-ups of failed acquires still running: `close` lets them finish (bounded) before closing the store. */
   readonly #cleanups = new Set<Promise<unknown>>()
   #backendId: string | undefined
+  /** The backend once loaded: an acquire then goes straight on, without awaiting the loading. */
+  #loaded: LockBackend | undefined
+  /** `acquire(key)`'s options, resolved once: no options is the common call. */
+  readonly #plainAcquire: ResolvedAcquireOptions
   #closed: Promise<void> | undefined
   /**
    * The keys whose `withLock` the current async context runs inside. Locks are not reentrant: an acquire
@@ -264,10 +270,14 @@ class Client implements LockClient {
     setMaxListeners(0, this.#closing.signal)
     this.#backend = backend.then((b) => {
       this.#backendId = b.id
+      this.#loaded = b
       return b
     })
     this.#backend.catch(() => {})
     this.#options = options
+    this.#plainAcquire = Object.freeze(
+      resolveAcquireOptions(undefined, options, options.timeoutMs, LOCK_OPTIONS),
+    )
   }
 
   get backendId(): string | undefined {
@@ -279,7 +289,10 @@ class Client implements LockClient {
     // resolution jobs to every acquire. A bad argument still rejects, never throws.
     try {
       validateKey(key)
-      const opts = resolveAcquireOptions(options, this.#options, this.#options.timeoutMs, LOCK_OPTIONS)
+      const opts =
+        options === undefined
+          ? this.#plainAcquire
+          : resolveAcquireOptions(options, this.#options, this.#options.timeoutMs, LOCK_OPTIONS)
       this.#refuseSelfDeadlock(key)
       return this.#acquire(key, opts)
     } catch (error) {
@@ -722,6 +735,7 @@ class Client implements LockClient {
         driftFactor: this.#options.driftFactor,
         held,
         renewals: this.#renewals,
+        bounds: this.#bounds,
         cleanups: this.#cleanups,
         primitive,
         onSettled: (lock) => held.delete(lock),
@@ -733,15 +747,35 @@ class Client implements LockClient {
 
   /**
    * Runs the acquire loop (acquire-loop.ts) on this client's backend (or on `facet`, one of its
-   * primitives'), tracked for `close`.
+   * primitives'), tracked for `close`. Not `async`: once the backend has loaded, an acquire goes straight
+   * to the loop, without two more promises and their turns; a bad argument still rejects, never throws.
    */
-  async #acquire(
+  #acquire(
     key: string,
     opts: ResolvedAcquireOptions,
     facet?: LeaseFacet,
     primitive?: Primitive,
   ): Promise<LockHandle> {
-    const backend = facet ?? (await this.#open(key, opts.ttlMs))
+    try {
+      if (facet) return this.#acquireOn(facet, key, opts, primitive)
+      const loaded = this.#loaded
+      if (loaded === undefined || this.#closing.signal.aborted) {
+        return this.#open(key, opts.ttlMs).then((backend) => this.#acquireOn(backend, key, opts, primitive))
+      }
+      checkLimits(loaded, key, opts.ttlMs)
+      return this.#acquireOn(loaded, key, opts, primitive)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+  }
+
+  /** `#acquire` on `backend`, loaded. @throws {CapabilityError} for what the backend cannot do */
+  #acquireOn(
+    backend: LeaseFacet,
+    key: string,
+    opts: ResolvedAcquireOptions,
+    primitive: Primitive | undefined,
+  ): Promise<LockHandle> {
     if (opts.resumable && !(backend as LockBackend).resume) {
       throw new CapabilityError(
         `Cannot acquire resumable lock ${quoteKey(key)} on ${backend.id}: this backend cannot hand a lease to ` +
@@ -750,7 +784,7 @@ class Client implements LockClient {
       )
     }
     const ctx = this.#contextOf(backend, primitive)
-    return await this.#tracked(opts, (signal) => acquireLoop(ctx, key, opts, signal))
+    return this.#tracked(opts, (signal) => acquireLoop(ctx, key, opts, signal))
   }
 
   /** Runs an acquisition under the caller's and the client's signals, tracked for `close`. */

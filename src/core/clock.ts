@@ -1,4 +1,5 @@
 import { attach } from './abort.js'
+import { Bound, Scheduler } from './scheduler.js'
 
 /** The monotonic clock every validity computation uses, in milliseconds. Never the wall clock. */
 export const now = (): number => performance.now()
@@ -92,7 +93,21 @@ export function giveBack(controller: AbortController): void {
 }
 
 /**
- * Runs `operation` with a signal that aborts after `ms`, and clears the timer as soon as it settles.
+ * The bounds of every `withTimeout` in the process, on one unref'd timer: a timer each cost every release
+ * and renewal a Node timer made and cleared. Unref'd as those were: the operation's own I/O keeps the
+ * process alive while it runs. Made on first use: scheduler.ts reads this module's clock.
+ */
+let timeouts: Scheduler<Bound> | undefined
+
+/** Aborts each operation whose bound passed. */
+function timedOut(due: readonly Bound[]): void {
+  for (const { controller, ms } of due) {
+    controller.abort(new DOMException(`The operation timed out after ${Math.round(ms)} ms`, 'TimeoutError'))
+  }
+}
+
+/**
+ * Runs `operation` with a signal that aborts after `ms`, and unschedules that as soon as it settles.
  * `operation` also gets the signal's controller, to abort it sooner itself (a renewal given up when its
  * lock is declared lost) without a controller of its own.
  * `AbortSignal.timeout` would cost ~10 µs and leave its timer pending for the whole duration (a lease
@@ -103,18 +118,14 @@ export async function withTimeout<T>(
   operation: (signal: AbortSignal, controller: AbortController) => Promise<T>,
 ): Promise<T> {
   const controller = takeController()
-  const timer = setTimeout(
-    () =>
-      controller.abort(
-        new DOMException(`The operation timed out after ${Math.round(ms)} ms`, 'TimeoutError'),
-      ),
-    Math.max(1, timerDelay(ms)),
-  )
-  timer.unref()
+  const timeout = new Bound(controller, ms)
+  timeouts ??= new Scheduler(timedOut)
+  const bounds = timeouts
+  bounds.schedule(timeout, now() + Math.max(1, timerDelay(ms)))
   try {
     return await operation(controller.signal, controller)
   } finally {
-    clearTimeout(timer)
+    bounds.cancel(timeout)
     giveBack(controller)
   }
 }

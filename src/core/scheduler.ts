@@ -2,7 +2,8 @@
  * One timer for many deadlines: entries wait in a min-heap by the instant they are due (on `now()`'s
  * clock), and a single unref'd setTimeout is armed for the earliest. A client holding 50,000 locks had
  * two timers per lock, re-created at every renewal; with this it has one, and an entry costs no
- * allocation when it moves (it is its own heap node).
+ * allocation when it moves (it is its own heap node). A scheduler that keeps the process alive (the bounds
+ * of store calls a caller awaits) holds its timer ref'd only while entries wait.
  */
 import { now, timerDelay } from './clock.js'
 
@@ -14,6 +15,17 @@ export interface Scheduled {
   heapIndex: number
 }
 
+/** An operation's bound on a scheduler: whoever runs the scheduler aborts `controller` when it comes due. */
+export class Bound implements Scheduled {
+  dueAt = Number.POSITIVE_INFINITY
+  heapIndex = -1
+  constructor(
+    readonly controller: AbortController,
+    /** The bound, for the message of the abort. */
+    readonly ms: number,
+  ) {}
+}
+
 export class Scheduler<T extends Scheduled> {
   readonly #heap: T[] = []
   /** Called once per timer run with the entries that came due (removed from the heap), in due order. */
@@ -22,9 +34,12 @@ export class Scheduler<T extends Scheduled> {
   /** When the armed timer fires; Infinity when none is armed. */
   #timerAt = Number.POSITIVE_INFINITY
   readonly #fire = () => this.#run()
+  /** Whether waiting entries keep the process alive (an idle scheduler never does). */
+  readonly #keepAlive: boolean
 
-  constructor(onDue: (entries: readonly T[], at: number) => void) {
+  constructor(onDue: (entries: readonly T[], at: number) => void, { keepAlive = false } = {}) {
     this.#onDue = onDue
+    this.#keepAlive = keepAlive
   }
 
   /** Entries waiting. */
@@ -38,6 +53,7 @@ export class Scheduler<T extends Scheduled> {
     const old = entry.dueAt
     entry.dueAt = at
     if (entry.heapIndex < 0) {
+      if (heap.length === 0 && this.#keepAlive) this.#timer?.ref()
       entry.heapIndex = heap.length
       heap.push(entry)
       this.#up(entry.heapIndex)
@@ -59,7 +75,7 @@ export class Scheduler<T extends Scheduled> {
       last.heapIndex = i
       this.#up(i)
       this.#down(last.heapIndex)
-    }
+    } else if (heap.length === 0 && this.#keepAlive) this.#timer?.unref()
     // The timer stays armed, even with the heap empty: a timer that fires early just re-arms (or, with
     // nothing left, stops), and the next entry is usually due later still (a lock acquired and released
     // in a loop would otherwise clear its timer at each release and set a new one at each grant).
@@ -69,7 +85,7 @@ export class Scheduler<T extends Scheduled> {
     clearTimeout(this.#timer)
     this.#timerAt = at
     this.#timer = setTimeout(this.#fire, timerDelay(at - now()))
-    this.#timer.unref()
+    if (!this.#keepAlive || this.#heap.length === 0) this.#timer.unref()
   }
 
   #run(): void {

@@ -36,7 +36,7 @@ export class RedisStore {
   readonly client: RedisClient
   readonly id: string
   readonly #prefix: string
-  readonly #ready: Promise<unknown> | undefined
+  #ready: Promise<unknown> | undefined
   /** host:port, for messages. */
   readonly #address: string
   /**
@@ -56,6 +56,13 @@ export class RedisStore {
     this.id = options.id
     this.#prefix = options.prefix
     this.#ready = options.ready
+    // Once the database is selected, commands go out at once: the SELECT is ahead of them on the connection.
+    options.ready?.then(
+      () => {
+        this.#ready = undefined
+      },
+      () => {},
+    )
     this.#address = describeAddress(client)
     for (const c of options.owned) {
       const failed = (error: unknown) => {
@@ -106,18 +113,24 @@ export class RedisStore {
    * source goes out a round trip late, after whatever was sent meanwhile; an acquire whose `signal` has
    * aborted by then is not re-sent (it would grant a lock nobody waits for, after its clean-up).
    */
-  async run(s: Script, keys: string[], args: Array<string | number>, signal?: AbortSignal): Promise<unknown> {
-    if (this.#ready) await this.#ready
-    this.#coalesce()
+  run(s: Script, keys: string[], args: Array<string | number>, signal?: AbortSignal): Promise<unknown> {
+    // Not `async`: with the database selected (or the default one), a script goes out in this turn, and
+    // its reply takes one promise to the caller, not three.
+    if (this.#ready) return this.#ready.then(() => this.#send(s, keys, args, signal))
+    return this.#send(s, keys, args, signal)
+  }
+
+  #send(s: Script, keys: string[], args: Array<string | number>, signal?: AbortSignal): Promise<unknown> {
     try {
-      return await this.client.evalsha(s.sha, keys.length, ...keys, ...args)
-    } catch (error) {
-      if (isReplyError(error) && error.message.startsWith('NOSCRIPT')) {
+      this.#coalesce()
+      return this.client.evalsha(s.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
+        if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error
         if (signal?.aborted) throw signal.reason
         this.#coalesce()
         return this.client.eval(s.source, keys.length, ...keys, ...args)
-      }
-      throw error
+      })
+    } catch (error) {
+      return Promise.reject(error)
     }
   }
 

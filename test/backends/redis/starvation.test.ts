@@ -35,12 +35,9 @@ function backend(starvationMs?: number): RedisBackend {
   return redisBackend({ client: connection, starvationMs })
 }
 
-/** A request whose attempts count as starving: its first attempt is `ago`, past a 1 ms bound. */
-async function starvingRequest(b: RedisBackend, k: string, who: string): Promise<AcquireRequest> {
-  const req = { key: k, owner: who, ttlMs: 30_000 }
-  await b.tryAcquire(req, live)
-  await sleep(20)
-  return req
+/** A request whose attempts count as starving: its acquire began 20 ms ago, past a 1 ms bound. */
+function starvingRequest(k: string, who: string): AcquireRequest {
+  return { key: k, owner: who, ttlMs: 30_000, since: performance.now() - 20 }
 }
 
 before(async () => {
@@ -117,7 +114,7 @@ describe('redis plain mode: starvation bound', () => {
     const b = backend(1)
     const holder = { key: k, owner: owner(), ttlMs: 30_000 }
     assert.ok((await b.tryAcquire(holder, live)).granted)
-    const ghost = await starvingRequest(b, k, 'ghost')
+    const ghost = starvingRequest(k, 'ghost')
     const refused = await b.tryAcquire(ghost, live)
     assert.ok(!refused.granted)
     const { starving } = redisLockKeys(k)
@@ -154,7 +151,7 @@ describe('redis plain mode: starvation bound', () => {
       try {
         const holder = { key: k, owner: owner(), ttlMs: 30_000 }
         assert.ok((await b.tryAcquire(holder, live)).granted)
-        const waiter = await starvingRequest(b, k, `waiter-${param}`)
+        const waiter = starvingRequest(k, `waiter-${param}`)
         assert.ok(!(await b.tryAcquire(waiter, live)).granted)
         marks[param] = await admin.get(redisLockKeys(k).starving)
         await b.release({ key: k, owner: holder.owner, fence: 0n, cookie: undefined }, live)
@@ -170,7 +167,7 @@ describe('redis plain mode: starvation bound', () => {
     const b = backend(1)
     const holder = { key: k, owner: owner(), ttlMs: 30_000 }
     assert.ok((await b.tryAcquire(holder, live)).granted)
-    const marked = await starvingRequest(b, k, 'marked')
+    const marked = starvingRequest(k, 'marked')
     await b.tryAcquire(marked, live)
     const { starving } = redisLockKeys(k)
     assert.equal(await admin.get(starving), 'marked')

@@ -11,7 +11,7 @@
  */
 import type { AcquireRequest } from '../../../core/backend.js'
 import type { RedisStore } from '../store.js'
-import { type LockLayout, named, nameOf } from './layout.js'
+import type { LockLayout } from './layout.js'
 import type { Mode } from './mode.js'
 import { ABANDON, ACQUIRE, BREAK, RELEASE } from './scripts.js'
 
@@ -28,8 +28,6 @@ export class PlainMode implements Mode {
   readonly #layout: LockLayout
   /** Refused for this long, a waiter marks itself starving (0: never). */
   readonly #starvationMs: number
-  /** When each acquire's first attempt was sent: the same request object comes back for each attempt. */
-  readonly #since = new WeakMap<AcquireRequest, number>()
 
   constructor(store: RedisStore, layout: LockLayout, starvationMs: number) {
     this.#store = store
@@ -39,23 +37,27 @@ export class PlainMode implements Mode {
 
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<unknown> {
     const k = this.#layout.keysOf(req.key)
-    return this.#store.run(
-      ACQUIRE,
-      [k.lock, k.fence, k.starving, ...named(k)],
-      [req.owner, req.ttlMs, req.holder ?? '', this.#markMs(req), ...nameOf(k, req.key)],
-      signal,
-    )
+    const mark = this.#markMs(req)
+    // Written out rather than spread from `named`/`nameOf`: this runs on every attempt.
+    return k.name === undefined
+      ? this.#store.run(
+          ACQUIRE,
+          [k.lock, k.fence, k.starving],
+          [req.owner, req.ttlMs, req.holder ?? '', mark],
+          signal,
+        )
+      : this.#store.run(
+          ACQUIRE,
+          [k.lock, k.fence, k.starving, k.name],
+          [req.owner, req.ttlMs, req.holder ?? '', mark, req.key],
+          signal,
+        )
   }
 
-  /** The mark's PX when `req` has waited past the bound, else 0. */
+  /** The mark's PX when `req`'s acquire has waited past the bound, else 0. */
   #markMs(req: AcquireRequest): number {
-    if (this.#starvationMs <= 0) return 0
-    const since = this.#since.get(req)
-    if (since === undefined) {
-      this.#since.set(req, performance.now())
-      return 0
-    }
-    return performance.now() - since >= this.#starvationMs ? STARVING_MARK_MS : 0
+    if (this.#starvationMs <= 0 || req.since === undefined) return 0
+    return performance.now() - req.since >= this.#starvationMs ? STARVING_MARK_MS : 0
   }
 
   async release(lease: { key: string; owner: string }): Promise<boolean> {
