@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Builds the package and the tests, then runs every *.test.js with the given node (default: node on PATH).
-# Usage: scripts/run-tests.sh [path/to/node] [--current-drivers] [--test-name-pattern=<regular expression>]...
+# Usage: scripts/run-tests.sh [path/to/node] [--current-drivers] [--chaos-parts=1,2]
+#   [--test-name-pattern=<regular expression>]...
 # --current-drivers: the Redis, Redlock and GCS files run on their drivers' current majors instead of the
 # pinned ones (scripts/current-drivers.sh builds them), in the same run, so the lanes stay full. CI's Node 24
 # run does that: every file runs on Node 20 with the pinned drivers and on Node 24 with the current ones.
+# --chaos-parts: only these parts of the short chaos set (build/test/chaos/chaos-<n>.test.js); the others
+# are left out. CI runs each part once, on one of its two Nodes (scripts/test-all.sh says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_BIN="${1:-node}"
 shift || true
 CURRENT_DRIVERS=false
-if [ "${1:-}" = --current-drivers ]; then
-  CURRENT_DRIVERS=true
+CHAOS_PARTS=all
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+  --current-drivers) CURRENT_DRIVERS=true ;;
+  --chaos-parts=*) CHAOS_PARTS="${1#--chaos-parts=}" ;;
+  *) break ;;
+  esac
   shift
-fi
+done
 npx tsc -p tsconfig.build.json
 npx tsc -p tsconfig.json
 # Only *.test.js: fixtures and helpers under build/test are not tests (node --test would run any .js there).
@@ -20,7 +28,15 @@ npx tsc -p tsconfig.json
 # them in that order as lanes free up (`node --test` would sort them by path), so the run does not end on
 # a slow file started last, alone.
 DURATIONS=build/test-durations.txt
-mapfile -t tests < <("$NODE_BIN" scripts/test-order.mjs "$DURATIONS" $(find build/test -name '*.test.js' | sort))
+mapfile -t files < <(find build/test -name '*.test.js' | sort)
+if [ "$CHAOS_PARTS" != all ]; then
+  keep="^build/test/chaos/chaos-(${CHAOS_PARTS//,/|})\.test\.js\$"
+  mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -Ev '^build/test/chaos/chaos-[0-9]+\.test\.js$' || true
+    printf '%s\n' "${files[@]}" | grep -E "$keep" || true)
+  [ "$(printf '%s\n' "${files[@]}" | grep -cE "$keep")" -eq "$(tr ',' '\n' <<<"$CHAOS_PARTS" | wc -l)" ] ||
+    { echo "--chaos-parts=$CHAOS_PARTS names a part with no build/test/chaos/chaos-<n>.test.js" >&2; exit 1; }
+fi
+mapfile -t tests < <("$NODE_BIN" scripts/test-order.mjs "$DURATIONS" "${files[@]}")
 TIMES="$DURATIONS"
 if [ "$CURRENT_DRIVERS" = true ]; then
   # Each line: a compiled test file, a tab, its copy on the current drivers, which runs in its place (in
