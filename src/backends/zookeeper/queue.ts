@@ -205,6 +205,14 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
+    // Another node of this acquire (a create whose reply was lost, and that the listing looking for it
+    // did not see yet: a server behind the leader) is ahead of ours: deleted, never waited for. It lives
+    // on our own session, which we keep alive, so we (and everyone behind) would wait for it for ever.
+    const strays = names.filter((child) => child.startsWith(mine) && child !== posix.basename(node))
+    if (strays.length > 0) {
+      await Promise.all(strays.map((child) => remove(client, `${queue}/${child}`)))
+      names = names.filter((child) => !strays.includes(child))
+    }
     // The listing was sent after our create (or found our node): the entries ahead of ours in it are the
     // ones the engine decides from (and a waiter watches one of them first).
     const line = this.#kind.line(names, queue)
