@@ -185,8 +185,14 @@ export class LockHandle implements Lock {
           ),
           'session_ended',
         )
-      lost.addEventListener('abort', onLost, { once: true })
-      this.#detachLost = () => lost.removeEventListener('abort', onLost)
+      // Lost already (a key of an atomic set, between its grant and the take): an 'abort' listener would
+      // never hear it. Lost once the one who made the handle has it (a microtask: it may still add it to
+      // its held locks), before its caller resumes.
+      if (lost.aborted) queueMicrotask(onLost)
+      else {
+        lost.addEventListener('abort', onLost, { once: true })
+        this.#detachLost = () => lost.removeEventListener('abort', onLost)
+      }
     }
   }
 

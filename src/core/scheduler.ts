@@ -47,8 +47,11 @@ export class Scheduler<T extends Scheduled> {
     return this.#heap.length
   }
 
-  /** (Re)schedules `entry` at `at`; moves it if it was already waiting. */
+  /** (Re)schedules `entry` at `at`; moves it if it was already waiting. NaN is due now. */
   schedule(entry: T, at: number): void {
+    // A NaN instant (a bound of a NaN duration) fails every comparison: in the heap it would never come
+    // due, nor would any entry behind it. Due now, as a Node timer of NaN ms fires at once.
+    if (Number.isNaN(at)) at = now()
     const heap = this.#heap
     const old = entry.dueAt
     entry.dueAt = at

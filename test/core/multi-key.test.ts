@@ -100,4 +100,35 @@ describe('multi-key locks in the core', () => {
     })
     await locks.close()
   })
+
+  it("an atomic set's key whose grant was lost before the take is handed out lost, never held", async () => {
+    // A key's `lost` may abort between the store's grant and the core's take: a single acquire gives such
+    // a grant back (`#take`); each key of a set becomes a lock of its own, which must report it at once.
+    const inner = freshMemory()
+    const gone = AbortSignal.abort(new Error('its entry was deleted'))
+    const backend = new Proxy(inner, {
+      get(target, name, receiver) {
+        if (name !== 'multiKey') return Reflect.get(target, name, receiver)
+        const facet = target.multiKey!
+        return {
+          ...facet,
+          async tryAcquireAll(reqs: Parameters<typeof facet.tryAcquireAll>[0], signal: AbortSignal) {
+            const result = await facet.tryAcquireAll(reqs, signal)
+            if (!result.granted) return result
+            return {
+              granted: true,
+              grants: result.grants.map((g, i) => (i === 1 ? { ...g, lost: gone } : g)),
+            }
+          },
+        }
+      },
+    })
+    const locks = createLockClient(backend)
+    const [first, second] = [`${uniqueKey()}:1`, `${uniqueKey()}:2`].sort()
+    const all = await locks.acquireAll([first!, second!], { atomic: true })
+    assert.equal(all.locks.get(second!)!.signal.aborted, true, 'the lost key is lost')
+    assert.equal(all.locks.get(first!)!.signal.aborted, false, 'the other key is held')
+    await all.release()
+    await locks.close()
+  })
 })

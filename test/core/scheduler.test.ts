@@ -209,6 +209,23 @@ describe('scheduler', { timeout: 60_000 }, () => {
     assert.equal(scheduler.size, 0)
   })
 
+  it('runs an entry due at NaN at once, and holds up no other', async () => {
+    // A bound computed from a NaN duration: every comparison with NaN is false, so in the heap it would
+    // rise to the root and never come due, and no entry behind it would either.
+    const ran: Scheduled[] = []
+    const scheduler = new Scheduler<Scheduled>((entries) => {
+      ran.push(...entries)
+    })
+    const entry = (): Scheduled => ({ dueAt: Number.POSITIVE_INFINITY, heapIndex: -1 })
+    const broken = entry()
+    const later = entry()
+    scheduler.schedule(broken, Number.NaN)
+    scheduler.schedule(later, performance.now() + 50)
+    await waitFor(() => ran.length === 2, 'both run', { withinMs: 5000 })
+    assert.deepEqual(ran, [broken, later])
+    assert.equal(scheduler.size, 0)
+  })
+
   it('renews many locks on one timer, gathered into batches', async () => {
     const backend = batching()
     const client = createLockClient(backend, { ttl: 3000 })

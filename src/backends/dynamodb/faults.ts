@@ -52,6 +52,8 @@ const PASSING = new Set([
   'InternalServerError',
   'ServiceUnavailable',
   'TransactionConflictException',
+  // The SDK's own retry of a transaction met the first try still being applied (same token): it may land.
+  'TransactionInProgressException',
 ])
 
 /** A transaction cancelled for throttling or the service's own trouble (its reasons say so per action). */

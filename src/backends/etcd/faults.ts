@@ -171,6 +171,13 @@ const ETCD_ERRORS: ReadonlyArray<readonly [RegExp, string, boolean]> = [
   ],
   [/etcdserver: too many requests/, 'etcd is overloaded (too many requests)', true],
   [
+    /etcdserver: too many operations in txn request/,
+    "the transaction has more operations than etcd's --max-txn-ops allows (128 by default; an atomic set " +
+      'puts one per key): split the set into atomic sets of fewer keys taken in a fixed order, or raise ' +
+      '--max-txn-ops on every member',
+    false,
+  ],
+  [
     /etcdserver: request is too large/,
     "the request is larger than etcd's --max-request-bytes allows (use a shorter key)",
     false,

@@ -112,6 +112,9 @@ function ahead(
     .map((child) => ({ path: `${queue}/${child}`, client }))
 }
 
+/** Whether `child` of `entry`'s queue carries `entry`'s protected name (unique to its acquire). */
+const named = (entry: SetEntry, child: string): boolean => child.startsWith(posix.basename(entry.name))
+
 export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
   readonly #prefix: string
   /** Our entries by name: the session that creates each one, and its node. Dropped by remove. */
@@ -202,6 +205,14 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const position = zxidOf(s.czxid)
     // The watch counts for the node this reply found: the client registered it with the reply.
     if (!held && known.held === undefined) known.held = { position }
+    // Another node of this acquire (a create whose reply was lost, and that the listing looking for it
+    // did not see yet: a server behind the leader) is ahead of ours: deleted, never waited for. It lives
+    // on our own session, which we keep alive, so we (and everyone behind) would wait for it for ever.
+    const strays = names.filter((child) => child.startsWith(mine) && child !== posix.basename(node))
+    if (strays.length > 0) {
+      await Promise.all(strays.map((child) => remove(client, `${queue}/${child}`)))
+      names = names.filter((child) => !strays.includes(child))
+    }
     // The listing was sent after our create (or found our node): the entries ahead of ours in it are the
     // ones the engine decides from (and a waiter watches one of them first).
     const line = this.#kind.line(names, queue)
@@ -273,6 +284,11 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
    * waits in a line. A single acquirer that listed our node meanwhile watches it, and is woken by that
    * delete. Two sets sharing lines cannot both lose for ever on each other: one multi is before the other
    * in every line they share. After a lost reply, a listing finds what the multi created first.
+   *
+   * A node with one of the set's names that the step did not create or find (`#strays`) is ours too: a
+   * multi whose reply was lost, unseen by the listing after it (a server behind the leader, or its commit
+   * between the listings), then seen. It is deleted, never waited for: it lives on our own session, which
+   * we keep alive, so the set (and every acquirer behind it) would wait for it for ever.
    */
   async enqueueAll(entries: readonly SetEntry[], lease: ZkSession): Promise<SetEnqueued<ZkEntry>> {
     const { client } = lease
@@ -296,7 +312,10 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
       // A line seen taken refuses the set before any create: our nodes appear only when every line
       // looked empty, so a single acquirer rarely finds one of them ahead of it for a moment.
       const before = await this.#lines(client, entries)
-      if (before.some((names) => names.length > 0)) return { heads: this.#heads(client, entries, before) }
+      const strays = this.#strays(entries, known, before)
+      if (strays.length > 0) await removeAll(client, strays)
+      const taken = before.map((names, i) => names.filter((child) => !named(entries[i]!, child)))
+      if (taken.some((names) => names.length > 0)) return { heads: this.#heads(client, entries, taken) }
       for (const k of known) k.sent = true
       const nodes = await this.#createAll(lease, entries)
       for (const [i, node] of nodes.entries()) known[i]!.node = node
@@ -304,18 +323,33 @@ export class ZkQueue implements QueueAdapter<ZkSession, ZkEntry> {
     const first = known.find((k) => k.node !== undefined)!.node!
     const [s, line] = await Promise.all([stat(client, first), this.#lines(client, entries)])
     const ours = known.map((k, i) => k.node !== undefined && line[i]![0] === posix.basename(k.node))
-    if (s && ours.every(Boolean)) return { positions: entries.map(() => zxidOf(s.czxid)) }
+    const strays = this.#strays(entries, known, line)
+    if (s && ours.every(Boolean)) {
+      // Behind ours now, first once we release: gone first (best effort, our hold does not depend on it).
+      if (strays.length > 0) await removeAll(client, strays).catch(() => {})
+      return { positions: entries.map(() => zxidOf(s.czxid)) }
+    }
     const mine = known.flatMap((k) => (k.node === undefined ? [] : [k.node]))
-    await removeAll(client, mine)
+    await removeAll(client, [...mine, ...strays])
     for (const k of known) {
       k.node = undefined
       k.sent = false
     }
     // In each line where ours was not first, the entry that was (ours may have gone with the session).
     const others = line.map((names, i) =>
-      ours[i] ? [] : names.filter((child) => !mine.includes(`${entries[i]!.queue}/${child}`)),
+      ours[i] ? [] : names.filter((child) => !named(entries[i]!, child)),
     )
     return { heads: this.#heads(client, entries, others) }
+  }
+
+  /** The nodes in `lines` carrying one of the set's names, other than those `known` holds: ours, unheard of. */
+  #strays(entries: readonly SetEntry[], known: readonly Known[], lines: readonly string[][]): string[] {
+    return lines.flatMap((names, i) => {
+      const { queue } = entries[i]!
+      return names
+        .filter((child) => named(entries[i]!, child) && known[i]!.node !== `${queue}/${child}`)
+        .map((child) => `${queue}/${child}`)
+    })
   }
 
   /** Each line of `entries`, in Curator's order: one listing each, pipelined. */

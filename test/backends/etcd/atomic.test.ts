@@ -2,7 +2,8 @@
  * etcd's atomic multi-key step, one transaction over the keys' lines: the range compare it rests on (an
  * empty line compares as a zero key-value), and a transaction whose reply is lost, taken by etcd: the
  * next attempt is granted the keys it finds already ours, and an acquisition that gives up after such
- * replies leaves no key held, while its client lives on and keeps its sessions alive.
+ * replies leaves no key held, while its client lives on and keeps its sessions alive; a set larger than
+ * etcd takes in one transaction fails at once, saying so.
  */
 import assert from 'node:assert/strict'
 import { after, describe, it } from 'node:test'
@@ -92,5 +93,19 @@ describe('etcd: atomic multi-key acquisition in one transaction', { timeout: 120
     }
     for (const key of keys)
       assert.deepEqual(await etcd.keysUnder(`fencelock/${key}/`), [], `${key}: no entry left`)
+  })
+
+  it("a set above etcd's --max-txn-ops fails at its first attempt, naming the setting", async () => {
+    // 129 keys: 129 compares, puts and ranges in one transaction, one more than etcd's default allows.
+    const keys = Array.from({ length: 129 }, (_, i) => `atomic-many:${String(i).padStart(3, '0')}`)
+    const locks = etcd.client(etcd.backend(), { ttl: '30s' })
+    await assert.rejects(locks.acquireAll(keys, { atomic: true, timeout: '30s' }), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `${error}`)
+      assert.equal(error.retryable, false, 'no retry makes the transaction smaller')
+      assert.match(error.message, /--max-txn-ops/)
+      return true
+    })
+    for (const key of [keys[0]!, keys[128]!])
+      assert.deepEqual(await etcd.keysUnder(`fencelock/${key}/`), [], `${key}: nothing taken`)
   })
 })

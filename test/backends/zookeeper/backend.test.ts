@@ -5,6 +5,7 @@ import { promisify } from 'node:util'
 import zookeeper from 'node-zookeeper-client'
 import { fromUrl, zookeeperBackend } from '../../../src/backends/zookeeper/index.js'
 import { inLine, lockPath, protectedName } from '../../../src/backends/zookeeper/layout.js'
+import { newOwnerId } from '../../../src/core/owner.js'
 import { createLockClient, type LockClient } from '../../../src/index.js'
 import { call, connectAdmin, withAdmin } from '../../kits/zookeeper.js'
 import { MAX_SESSION_MS, startZooKeeper, type ZooKeeperEnsemble } from '../../servers/zookeeper.js'
@@ -18,7 +19,8 @@ const run = promisify(execFile)
 /**
  * The ZooKeeper backend's own semantics on a standalone server: your own client (one session for every
  * ttl), a Curator-style holder it waits behind, a create whose reply was lost (a single acquire's, an atomic
- * set's multi: found again by the next attempt, or cleaned up by one given up), `doctor` and the URL.
+ * set's multi: found again by the next attempt, or cleaned up by one given up; one unseen, then found as a
+ * stray node of the acquire's own name: deleted, never waited for), `doctor` and the URL.
  */
 describe('zookeeper backend', { timeout: 90_000 }, () => {
   let zk: ZooKeeperEnsemble
@@ -189,6 +191,77 @@ describe('zookeeper backend', { timeout: 90_000 }, () => {
       )
     } finally {
       await proxy.close()
+    }
+  })
+
+  it("a stray node of the set's own name is deleted, never waited for", async () => {
+    // What a multi whose reply was lost leaves when the listing after it did not see it yet (a server
+    // behind the leader): a node with the set's name that the set does not know. Waited for as another's,
+    // it would hold the set (and every acquirer of its keys) for as long as the session lives.
+    const backend = await fromUrl(new URL(zk.url()))
+    const admin = await connectAdmin(zk.connectString)
+    try {
+      const keys = ['atomic-stray:a', 'atomic-stray:b']
+      const owner = newOwnerId()
+      for (const key of keys) await call((done) => admin.mkdirp(lockPath(key), done))
+      const stray = await call<string>((done) =>
+        admin.create(
+          `${lockPath(keys[0]!)}/${protectedName(owner)}`,
+          Buffer.from(owner),
+          zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL,
+          done,
+        ),
+      )
+      const reqs = keys.map((key) => ({ key, owner, ttlMs: 5000 }))
+      let result: Awaited<ReturnType<NonNullable<typeof backend.multiKey>['tryAcquireAll']>> | undefined
+      for (let i = 0; i < 3 && !result?.granted; i++) {
+        result = await backend.multiKey!.tryAcquireAll(reqs, AbortSignal.timeout(20_000))
+      }
+      assert.ok(result?.granted, 'granted, not waiting behind its own stray node')
+      const line = await children(lockPath(keys[0]!))
+      assert.equal(line.length, 1, `one node in the line: ${line}`)
+      assert.notEqual(`${lockPath(keys[0]!)}/${line[0]}`, stray, 'the stray is gone')
+      for (const [i, grant] of result.grants.entries()) {
+        const lease = { key: keys[i]!, owner, fence: grant.fence, cookie: grant.cookie }
+        assert.equal(await backend.release(lease, AbortSignal.timeout(20_000)), true)
+      }
+    } finally {
+      admin.close()
+      await backend.close()
+    }
+  })
+
+  it('a single acquire deletes a stray node of its own name ahead of its node, never waits for it', async () => {
+    // The same stray for one key: a create whose reply was lost, unseen by the listing that looked for
+    // it, and a second create behind it. Waited for as the node ahead, it would never go.
+    const backend = await fromUrl(new URL(zk.url()))
+    const admin = await connectAdmin(zk.connectString)
+    try {
+      const key = 'single-stray'
+      const owner = newOwnerId()
+      await call((done) => admin.mkdirp(lockPath(key), done))
+      const stray = await call<string>((done) =>
+        admin.create(
+          `${lockPath(key)}/${protectedName(owner)}`,
+          Buffer.from(owner),
+          zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL,
+          done,
+        ),
+      )
+      const req = { key, owner, ttlMs: 5000 }
+      let result: Awaited<ReturnType<typeof backend.tryAcquire>> | undefined
+      for (let i = 0; i < 3 && !result?.granted; i++) {
+        result = await backend.tryAcquire(req, AbortSignal.timeout(20_000))
+      }
+      assert.ok(result?.granted, 'granted, not waiting behind its own stray node')
+      const line = await children(lockPath(key))
+      assert.equal(line.length, 1, `one node in the line: ${line}`)
+      assert.notEqual(`${lockPath(key)}/${line[0]}`, stray, 'the stray is gone')
+      const lease = { key, owner, fence: result.fence, cookie: result.cookie }
+      assert.equal(await backend.release(lease, AbortSignal.timeout(20_000)), true)
+    } finally {
+      admin.close()
+      await backend.close()
     }
   })
 
