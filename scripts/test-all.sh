@@ -2,7 +2,8 @@
 # The README's second command: installs whatever is missing, then runs every check and every test.
 # On a fresh machine: npm packages (npm ci), the Debian packages of the servers the backend tests start
 # (redis-server, etcd-server and etcd-client; zookeeper, with its log4j bridge; mariadb-server, postgresql-15;
-# faketime for the chaos suite's clock faults; chromium for the bench report's browser test; a Java runtime for
+# faketime for the chaos suite's clock faults; strace for a race test;
+# chromium for the bench report's browser test; a Java runtime for
 # DynamoDB Local and ZooKeeper; a JDK and Debian's Curator jars for the Curator interop test; Go and etcd's Go
 # sources for the Go RWMutex interop test), DynamoDB Local's jar
 # from the npm registry, a Node 24 binary from the npm registry, and the current majors of ioredis and
@@ -22,6 +23,9 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v faketime >/dev/null || need+=(faketime)
+# strace holds a process after a given system call, so a test can race it deterministically
+# (test/backends/file/break-race.test.ts).
+command -v strace >/dev/null || need+=(strace)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mariadbd >/dev/null || need+=(mariadb-server)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)

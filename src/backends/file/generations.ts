@@ -202,6 +202,7 @@ export class Pending {
   readonly #path: string
   #fd: number | undefined
   #removed = false
+  #linked = false
   /** The generation `holds` found in place (after the pin): `commit` need not look again. */
   #held: bigint | undefined
 
@@ -268,6 +269,7 @@ export class Pending {
       // The atomic step: link() creates the name or fails with EEXIST; of all writers that read state
       // gen - 1, exactly one gets here first.
       linkSync(this.#path, target)
+      this.#linked = true
     } catch (error) {
       const code = errno(error)
       // EEXIST: someone else won; ENOENT: the folder (and with it our temp file) was removed.
@@ -301,6 +303,14 @@ export class Pending {
     // ENOENT: the caller reports the store unavailable and retries.)
     if (flush) await flush.path(this.#folder)
     return names
+  }
+
+  /**
+   * Whether `commit` linked the record, whatever it answered: a commit that lost only after its link (a
+   * higher generation was there at once) may still have been the state, and a successor built on it.
+   */
+  get linked(): boolean {
+    return this.#linked
   }
 
   /** Closes and removes the temp file; safe to call more than once. */

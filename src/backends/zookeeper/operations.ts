@@ -112,6 +112,8 @@ export function breakLock(
   const signal = options.signal ?? never
   const path = lockPath(key, prefix)
   let synced = false
+  // The grant the first round found: a later round ends only it, never a waiter's grant that followed it.
+  let aimed = options.fence
   return retryRounds(
     BREAK_ROUNDS,
     async (): Promise<BreakResult | undefined> => {
@@ -122,7 +124,8 @@ export function breakLock(
       if (!holder) return { broken: false }
       const { owner = '', fence = 0n, holder: description } = holder.info
       const lease = { owner, fence, ...(description === undefined ? {} : { holder: description }) }
-      if (options.fence !== undefined && options.fence !== fence) return { broken: false, lease }
+      if (aimed !== undefined && aimed !== fence) return { broken: false, lease }
+      aimed = fence
       // Not deleted: that child went meanwhile (released, its session ended); read who holds it now.
       const deleted = await raceSignal(removeAt(client, holder.path, holder.stat.version), signal)
       return deleted ? { broken: true, lease } : undefined

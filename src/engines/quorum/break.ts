@@ -14,7 +14,8 @@
  *   `grantCounter`); the index they show may differ from the holder's (a node written back to M that comes
  *   first), so only M is compared. The token reported is the nodes' view (inspect's), or `fence` itself when it matched.
  * - A round that finds the hold gone on some nodes (released or expired meanwhile) reads again, a bounded
- *   number of times (the core's `retryRounds`).
+ *   number of times (the core's `retryRounds`), and ends only the grant the first round found: a waiter's
+ *   grant that followed it is never touched.
  */
 import type { BreakResult } from '../../core/backend.js'
 import { retryRounds } from '../../core/retry.js'
@@ -32,20 +33,25 @@ export function breakQuorumLock(
   fence: bigint | undefined,
   signal: AbortSignal,
 ): Promise<BreakResult> {
+  const aim = { fence }
   return retryRounds(
     BREAK_ROUNDS,
-    () => breakOnce(quorum, key, fence, signal),
+    () => breakOnce(quorum, key, aim, signal),
     () => new Error(`the lock kept changing under ${BREAK_ROUNDS} attempts to break it`),
   )
 }
 
-/** One read and break: what it did, or undefined when the hold it read ended meanwhile on some nodes. */
+/**
+ * One read and break: what it did, or undefined when the hold it read ended meanwhile on some nodes.
+ * `aim.fence`: the grant to end (asked for, or found by the first round).
+ */
 async function breakOnce(
   quorum: Quorum,
   key: string,
-  fence: bigint | undefined,
+  aim: { fence: bigint | undefined },
   signal: AbortSignal,
 ): Promise<BreakResult | undefined> {
+  const { fence } = aim
   const infos = await quorum.holds(key, signal)
   const hold = majorityHold(infos, quorum.q)
   const view = quorum.viewOf(infos)
@@ -58,6 +64,7 @@ async function breakOnce(
     ...(view.holder === undefined ? {} : { holder: view.holder }),
   }
   if (!matches) return { broken: false, lease }
+  aim.fence = lease.fence
   const { votes } = await round(
     quorum.n,
     OPERATOR_NODE_TIMEOUT_MS,

@@ -329,13 +329,16 @@ export class SqlLease {
   async breakLock(key: string, options: BreakOptions = {}): Promise<BreakResult> {
     const signal = options.signal ?? new AbortController().signal
     if (!(await this.#table.there(signal))) return { broken: false }
+    // The grant the first round read: a later round ends only it, never a waiter's grant that followed it.
+    let aimed = options.fence
     return retryRounds(
       BREAK_ROUNDS,
       async () => {
         const row = await this.#adapter.read(key, signal)
         if (row === undefined || row.released || row.remainingMs <= 0) return { broken: false }
         const lease = { owner: row.owner, fence: row.fence, holder: row.holder }
-        if (options.fence !== undefined && options.fence !== row.fence) return { broken: false, lease }
+        if (aimed !== undefined && aimed !== row.fence) return { broken: false, lease }
+        aimed = row.fence
         if (await this.#adapter.breakLease(key, row.owner, row.fence, signal)) return { broken: true, lease }
         return undefined
       },

@@ -382,6 +382,35 @@ describe('sql-lease: list and break', () => {
     assert.equal(server.tablesCreated, 0)
   })
 
+  it("a break that lost to the holder's release never ends the waiter's grant that followed", async () => {
+    const server = new FakeSqlServer()
+    const { backend, adapter } = processOn(server)
+    const stuck = await backend.tryAcquire(req('a'.repeat(32), 60_000), signal())
+    assert.ok(stuck.granted)
+    const waiter = processOn(server).backend
+    const breakLease = adapter.breakLease.bind(adapter)
+    let waiterFence: bigint | undefined
+    adapter.breakLease = async (...args) => {
+      if (waiterFence === undefined) {
+        // Between the break's read and its statement, the holder releases and a waiter is granted.
+        await backend.release(
+          { key: 'k', owner: 'a'.repeat(32), fence: stuck.fence, cookie: undefined },
+          signal(),
+        )
+        const grant = await waiter.tryAcquire(req('b'.repeat(32), 60_000), signal())
+        assert.ok(grant.granted)
+        waiterFence = grant.fence
+      }
+      return breakLease(...args)
+    }
+    const result = await backend.breakLock!('k')
+    assert.deepEqual(
+      [result.broken, result.lease?.owner, result.lease?.fence],
+      [false, 'b'.repeat(32), waiterFence],
+    )
+    assert.equal((await backend.inspect!('k', signal()))?.owner, 'b'.repeat(32), "the waiter's grant stands")
+  })
+
   it('break gives up after 10 rounds lost to other writers, naming the key', async () => {
     const server = new FakeSqlServer()
     const { backend, adapter } = processOn(server)
