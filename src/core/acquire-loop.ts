@@ -135,6 +135,8 @@ class AcquireLoop<L extends object> implements AttemptTracker {
   #backoff = FAILURE_BACKOFF_FIRST_MS
   /** Since when every attempt has failed (undefined while the store answers). */
   #unavailableSince: number | undefined
+  /** The error of the latest attempt that found the store unavailable: what a give-up reports. */
+  #outage: BackendUnavailableError | undefined
   /**
    * The start of the earliest attempt whose outcome is unknown (no answer, an abort racing the reply) and
    * not yet resolved by a refusal: it may have set the lease a later attempt finds "already ours", so a
@@ -259,6 +261,11 @@ class AcquireLoop<L extends object> implements AttemptTracker {
         }
         if (result === undefined) {
           await this.#backOff()
+          // A process stalled through its backoff may wake past the give-up time: it starts no attempt
+          // there (its bound would be below zero), and reports the outage it saw.
+          const since = this.#unavailableSince
+          if (this.#outage && since !== undefined && now() >= since + this.#giveUpAfterMs)
+            this.#fail(this.#outage)
           continue
         }
         if (!this.#hint) {
@@ -308,6 +315,7 @@ class AcquireLoop<L extends object> implements AttemptTracker {
   /** The store answered: it is reachable again. */
   #answered<R extends AttemptResult>(result: R): R {
     this.#unavailableSince = undefined
+    this.#outage = undefined
     this.#backoff = FAILURE_BACKOFF_FIRST_MS
     return result
   }
@@ -363,6 +371,7 @@ class AcquireLoop<L extends object> implements AttemptTracker {
     // The store's own refusal of the request (a key holding foreign data): it answers, and may clean up.
     if (!(wrapped instanceof BackendUnavailableError)) this.#fail(wrapped)
     this.#unavailableSince ??= this.#attemptStart
+    this.#outage = wrapped
     if (!wrapped.retryable) this.#fail(wrapped)
     if (now() >= this.#deadline || now() >= this.#unavailableSince + this.#giveUpAfterMs) this.#fail(wrapped)
     return undefined

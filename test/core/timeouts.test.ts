@@ -115,6 +115,31 @@ describe('timeouts against a store that does not answer', { timeout: 60_000 }, (
     assert.ok(ms < 2000, `close() took ${Math.round(ms)} ms`)
   })
 
+  it('a process stalled past its give-up time starts no attempt: it fails with the outage it saw', async () => {
+    // The first attempt fails as an outage; while the acquire backs off, the event loop stalls past the
+    // give-up time (5 s), as on a machine that deschedules the process. A next attempt would get a bound
+    // below zero (it used to report "did not answer within -300 ms").
+    const backend = scripted({
+      tryAcquire: async () => {
+        if (backend.of('tryAcquire').length > 1) return never()
+        setTimeout(() => {
+          const until = performance.now() + 5300
+          while (performance.now() < until) {}
+        }, 10)
+        throw new BackendUnavailableError('connection refused at 127.0.0.1:1')
+      },
+    })
+    const client = createLockClient(backend, { ttl: 1000 })
+    await assert.rejects(client.acquire(uniqueKey()), (error: unknown) => {
+      assert.ok(error instanceof BackendUnavailableError, `got ${error}`)
+      assert.match(error.message, /connection refused at 127\.0\.0\.1:1/)
+      assert.doesNotMatch(error.message, /within -?\d+ ms/)
+      return true
+    })
+    assert.equal(backend.of('tryAcquire').length, 1, 'no attempt after the give-up time')
+    await client.close()
+  })
+
   it('a store that answers: the rejection waits for the clean-up only until 0.5 s past the deadline', async () => {
     const key = uniqueKey()
     const backend = scripted({ abandon: never })
