@@ -22,7 +22,8 @@
  *     or holding a new state, and is used as it is.
  * What it leaves: a folder whose removal failed (empty, one inode), a folder with a crashed writer's temp
  * file (until a transition collects it), the folders of a process that crashed or was killed before
- * `afterMs`. `doctor` counts the folders kept.
+ * `afterMs`. `doctor` counts the folders kept. The timer's removals go a slice at a time (SLICE_MS), so a
+ * burst of them never stalls the process.
  *
  * The unlink follows the stat of `holds` at once, on the same thread: for the name N to be another file
  * between the two, our record would have to be superseded, the folder emptied by another removal and
@@ -45,6 +46,14 @@ const MAX_REMEMBERED = KEY_FOLDERS_REMEMBERED
 /** How long a released key folder stays before it is removed, unless the key was used again. */
 export const DEFAULT_RETIRE_AFTER_MS = 10_000
 
+/**
+ * The most time one turn of the event loop spends removing folders before it yields: each removal is a
+ * few synchronous metadata calls, and on a disk busy with other writes each can take milliseconds, so
+ * the thousands released together by a burst of new keys would otherwise stall the process for seconds
+ * (seen: 28 s, and acquires of other keys failing meanwhile).
+ */
+const SLICE_MS = 5
+
 /** Our free record in a folder: its generation and the stamp of its file. */
 interface Released {
   readonly gen: bigint
@@ -54,12 +63,15 @@ interface Released {
 
 export class FolderRetirer {
   readonly #afterMs: number
+  /** When a release happened and which are due: the monotonic clock, or a test's. */
+  readonly #clock: () => number
   /** Key folders by path, oldest release first (a Map keeps insertion order). */
   readonly #released = new Map<string, Released>()
   #timer: NodeJS.Timeout | undefined
 
-  constructor(afterMs: number) {
+  constructor(afterMs: number, clock: () => number = now) {
     this.#afterMs = afterMs
+    this.#clock = clock
   }
 
   /** How many released folders wait for their removal. */
@@ -71,7 +83,7 @@ export class FolderRetirer {
   released(folder: string, gen: bigint, stamp: Stamp): void {
     if (this.#afterMs === Number.POSITIVE_INFINITY) return // Never: keeps every folder (tests).
     this.#released.delete(folder)
-    this.#released.set(folder, { gen, stamp, at: now() })
+    this.#released.set(folder, { gen, stamp, at: this.#clock() })
     if (this.#released.size > MAX_REMEMBERED) {
       const [oldest, entry] = this.#released.entries().next().value!
       this.#released.delete(oldest)
@@ -80,7 +92,10 @@ export class FolderRetirer {
     this.#arm()
   }
 
-  /** Removes every remembered folder still in the state we left it in, now. */
+  /**
+   * Removes every remembered folder still in the state we left it in, now, in one go: the client is
+   * closing, and what it leaves would wait for another process's sweep.
+   */
   close(): void {
     clearTimeout(this.#timer)
     this.#timer = undefined
@@ -92,15 +107,22 @@ export class FolderRetirer {
     if (this.#timer !== undefined) return
     const first = this.#released.values().next().value
     if (!first) return
-    this.#timer = setTimeout(() => this.#sweep(), timerDelay(first.at + this.#afterMs - now()))
+    this.#timer = setTimeout(() => this.#sweep(), timerDelay(first.at + this.#afterMs - this.#clock()))
     this.#timer.unref()
   }
 
   #sweep(): void {
     this.#timer = undefined
-    const due = now() - this.#afterMs
+    const due = this.#clock() - this.#afterMs
+    const until = now() + SLICE_MS
     for (const [folder, { gen, stamp, at }] of this.#released) {
       if (at > due) break
+      if (now() >= until) {
+        // The rest in a later turn, after whatever else is waiting (an acquire's attempt, its timers).
+        this.#timer = setTimeout(() => this.#sweep(), 0)
+        this.#timer.unref()
+        return
+      }
       this.#released.delete(folder)
       retireFolder(folder, gen, stamp)
     }

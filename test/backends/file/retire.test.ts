@@ -12,7 +12,7 @@ import { after, describe, it } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { keyFolderName } from '../../../src/backends/file/generations.js'
 import { fileBackend } from '../../../src/backends/file/index.js'
-import { retireFolder } from '../../../src/backends/file/retire.js'
+import { FolderRetirer, retireFolder } from '../../../src/backends/file/retire.js'
 import { createLockClient } from '../../../src/index.js'
 import { runScript } from '../../support/processes.js'
 import { tempDir } from '../../support/temp.js'
@@ -44,6 +44,37 @@ describe('file backend: released key folders are retired', () => {
       `${keyFolders(root).length} of 200 key folders left`,
     )
     await client.close()
+  })
+
+  it('a burst of releases is retired a slice at a time: other work runs between the removals', async () => {
+    const root = newRoot()
+    // A client that never retires leaves 2,000 released folders; one retirer is then told of them all at
+    // once, as a burst of releases within a few milliseconds would.
+    const client = createLockClient(fileBackend({ dir: root }, { retireAfterMs: Number.POSITIVE_INFINITY }))
+    const keys = Array.from({ length: 2000 }, (_, i) => key(`burst-${i}`))
+    for (const k of keys) await (await client.acquire(k)).release()
+    await client.close()
+    // Released at one instant of a clock that then jumps past their time: every one is due at the sweep.
+    let clock = 0
+    const retirer = new FolderRetirer(50, () => clock)
+    for (const k of keys) {
+      const folder = join(root, keyFolderName(k))
+      const gen = readdirSync(folder).filter((name) => /^\d+$/.test(name))[0]!
+      const { dev, ino, mtimeNs } = statSync(join(folder, gen), { bigint: true })
+      retirer.released(folder, BigInt(gen), { dev, ino, mtimeNs })
+    }
+    clock = 60_000
+    const first = join(root, keyFolderName(keys[0]!))
+    const last = join(root, keyFolderName(keys.at(-1)!))
+    // Looks between turns of the event loop: only a sweep that yields can be seen half done (each removal
+    // is several system calls; 2,000 of them take far longer than one slice).
+    let halfDone = false
+    while (existsSync(last)) {
+      if (!existsSync(first)) halfDone = true
+      await new Promise((resume) => setImmediate(resume))
+    }
+    assert.ok(halfDone, 'the 2,000 removals all ran in one turn of the event loop')
+    assert.equal(keyFolders(root).length, 0)
   })
 
   it('closing the client retires every folder it released, at once', async () => {
