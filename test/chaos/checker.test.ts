@@ -870,8 +870,14 @@ describe('A8: a break ends only a grant it found', () => {
     assert.deepEqual(violationsOf(report), { ...ZERO, A1: 1, A8: 1 })
     assert.match(
       report.a8.examples[0]!,
-      /broke fence 2: b \(w2, fence 2, granted t=101\) granted after it began, while a \(w1/,
+      /broke fence 2: b \(w2, fence 2, granted t=101\) granted after it began, while a \(w1, fence 1, granted t=10\) had not ended/,
     )
+  })
+
+  it('flags it too when the grant it ended silently came after it began (a slow first look)', () => {
+    // The break began at 5, before w1's grant; its first look found w1's and ended it; w2 on top.
+    const history = [...holder, breakEvent(5, 103, true, '2'), ...waiter(101, lost(400, 'w2', 'b'))]
+    assert.deepEqual(violationsOf(checkHistory(history, FENCED)), { ...ZERO, A1: 1, A8: 1 })
   })
 
   it('passes a break whose first look found a grant made as it began (the holder had just released)', () => {

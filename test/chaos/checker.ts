@@ -151,7 +151,7 @@ export interface ChaosReport {
   }
   /**
    * `violations`: operator breaks that reported broken a grant heard of only after the break began, while
-   * a grant live when it began had not ended by then: the break ended that one and then its successor.
+   * an earlier grant, not reported broken, had not ended by then: the break ended that one and its successor.
    */
   readonly a8: RuleReport & {
     /** Breaks that answered `broken: true`. */
@@ -970,10 +970,11 @@ function stuckWaiters(history: History, boundMs: number, examples: string[]): nu
  * A8: a break ends only a grant its first look found. It reports the fence of the grant it ended; a grant
  * heard of before the break began is one it may have found. One heard of later may be too: the holder
  * released (or its lease ran out) as the break began, the next waiter was granted, and the break's first
- * look found that. What no correct break shows is a later grant reported broken while a grant live when
- * the break began had not ended on its own (released, lost, lapsed, killed) by the later one's grant: then
- * the break ended the first, a waiter was granted on top, and the break ended that one too. A fence nobody
- * heard of (an acquire that timed out may have been granted) is a note, not a violation.
+ * look found that. What no correct break shows is a grant heard of after it began reported broken while
+ * an earlier grant, not reported broken, had not ended on its own (released, lost, lapsed, killed) by then:
+ * the break silently ended that one, a waiter was granted on top, and the break ended the waiter's too.
+ * (Its grant also counts in A1, inside the earlier one's validity; A8 says the break did it.) A fence
+ * nobody heard of (an acquire that timed out may have been granted) is a note, not a violation.
  */
 function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosReport['a8'] {
   let violations = 0
@@ -991,7 +992,7 @@ function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosRep
       continue
     }
     if (reported.okT <= br.invokedAt) continue
-    const live = holds.find((a) => a !== reported && a.okT <= br.invokedAt && a.validEnd > reported.okT)
+    const live = holds.find((a) => a.okT < reported.okT && a.validEnd > reported.okT)
     if (live === undefined) {
       note(notes, `${text}: ${holdText(reported)} granted after it began, its predecessor had ended`)
       continue
@@ -999,8 +1000,8 @@ function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosRep
     violations++
     note(
       examples,
-      `${text}: ${holdText(reported)} granted after it began, while ${holdText(live)}, live when it ` +
-        `began, had not ended (until ${at(live.validEnd)})`,
+      `${text}: ${holdText(reported)} granted after it began, while ${holdText(live)} had not ended ` +
+        `(until ${at(live.validEnd)})`,
     )
   }
   return { violations, broken, examples, notes }
