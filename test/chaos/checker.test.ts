@@ -84,14 +84,19 @@ const finalRead = (t: number, key: string, values: string[]): HistoryEvent => ({
   values,
 })
 /** An operator's break invoked at `invokedAt` that answered at `t`, reporting `fence` (broken or not). */
-const breakEvent = (invokedAt: number, t: number, broken: boolean, fence?: string): HistoryEvent => ({
+const breakEvent = (
+  invokedAt: number,
+  t: number,
+  broken: boolean,
+  reported?: { op: string; fence: string },
+): HistoryEvent => ({
   ev: 'break',
   t,
   client: 'nemesis',
   key: 'k',
   invokedAt,
   broken,
-  ...(fence === undefined ? {} : { fence, owner: `owner-${fence}` }),
+  ...(reported === undefined ? {} : { fence: reported.fence, owner: `${reported.op}-owner` }),
 })
 const faultSpan = (type: string, target: string, start: number, end?: number): Fault[] => {
   const begin: Fault = { ev: 'fault-start', t: start, client: 'nemesis', type, target }
@@ -855,7 +860,11 @@ describe('A8: a break ends only a grant it found', () => {
 
   it('passes a break that ended the grant live when it began', () => {
     const report = checkHistory(
-      [...holder, breakEvent(100, 102, true, '1'), ...waiter(103, releaseInvoke(300, 'w2', 'b'))],
+      [
+        ...holder,
+        breakEvent(100, 102, true, { op: 'a', fence: '1' }),
+        ...waiter(103, releaseInvoke(300, 'w2', 'b')),
+      ],
       FENCED,
     )
     // w1's validity ends at the break: w2's grant is inside nobody's.
@@ -863,9 +872,26 @@ describe('A8: a break ends only a grant it found', () => {
     assert.equal(report.a8.broken, 1)
   })
 
+  it('knows the grant by its owner, whatever fence the break shows (a quorum shows the nodes’ token)', () => {
+    const report = checkHistory(
+      [
+        ...holder,
+        breakEvent(100, 102, true, { op: 'a', fence: '0' }),
+        ...waiter(103, releaseInvoke(300, 'w2', 'b')),
+      ],
+      FENCED,
+    )
+    assert.deepEqual(violationsOf(report), ZERO)
+    assert.deepEqual(report.a8.notes, [])
+  })
+
   it('flags a break that ended the waiter granted on top of the grant it found', () => {
     // The break ended w1's lease, w2 was granted at once, and the break reported (and ended) w2's.
-    const history = [...holder, breakEvent(100, 103, true, '2'), ...waiter(101, lost(400, 'w2', 'b'))]
+    const history = [
+      ...holder,
+      breakEvent(100, 103, true, { op: 'b', fence: '2' }),
+      ...waiter(101, lost(400, 'w2', 'b')),
+    ]
     const report = checkHistory(history, FENCED)
     assert.deepEqual(violationsOf(report), { ...ZERO, A1: 1, A8: 1 })
     assert.match(
@@ -876,7 +902,11 @@ describe('A8: a break ends only a grant it found', () => {
 
   it('flags it too when the grant it ended silently came after it began (a slow first look)', () => {
     // The break began at 5, before w1's grant; its first look found w1's and ended it; w2 on top.
-    const history = [...holder, breakEvent(5, 103, true, '2'), ...waiter(101, lost(400, 'w2', 'b'))]
+    const history = [
+      ...holder,
+      breakEvent(5, 103, true, { op: 'b', fence: '2' }),
+      ...waiter(101, lost(400, 'w2', 'b')),
+    ]
     assert.deepEqual(violationsOf(checkHistory(history, FENCED)), { ...ZERO, A1: 1, A8: 1 })
   })
 
@@ -884,7 +914,7 @@ describe('A8: a break ends only a grant it found', () => {
     const released = hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10, release: 99 })
     const history = [
       ...released,
-      breakEvent(100, 103, true, '2'),
+      breakEvent(100, 103, true, { op: 'b', fence: '2' }),
       ...waiter(101, lost(400, 'w2', 'b')),
       // w3 granted after the break: inside w2's validity but for the break that ended it.
       ...hold({ client: 'w3', op: 'c', fence: '3', invoke: 50, ok: 104, release: 200 }),
@@ -897,8 +927,8 @@ describe('A8: a break ends only a grant it found', () => {
   it('notes a fence nobody heard of, and ignores breaks that broke nothing or failed', () => {
     const history = [
       ...holder,
-      breakEvent(100, 102, true, '7'),
-      breakEvent(200, 202, false, '1'),
+      breakEvent(100, 102, true, { op: 'x', fence: '7' }),
+      breakEvent(200, 202, false, { op: 'a', fence: '1' }),
       { ev: 'break', t: 302, client: 'nemesis', key: 'k', invokedAt: 300, reason: 'timeout' } as HistoryEvent,
     ]
     const report = checkHistory(history, FENCED)

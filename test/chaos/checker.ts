@@ -346,6 +346,8 @@ interface Hold {
   readonly op: string
   readonly key: string
   readonly client: string
+  /** The grant's owner: unique per grant, what a break names it by. */
+  readonly owner: string
   readonly fence: bigint
   readonly fenceText: string
   readonly invokeT: number | undefined
@@ -408,12 +410,13 @@ function holdsOf(history: History, findings: string[], rwlock = false): Hold[] {
     // A break that reports this grant broken ended it between its invoke and its answer: at the invoke at
     // the earliest, and not before its client heard of it (a break that ended some other grant does not
     // count here: A8 judges it).
-    const breakOf = history.breaks.find((b) => b.broken === true && b.key === ok.key && b.fence === ok.fence)
+    const breakOf = history.breaks.find((b) => b.broken === true && b.key === ok.key && reports(b, ok))
     const brokenT = breakOf && Math.max(breakOf.invokedAt, ok.t)
     holds.push({
       op,
       key: ok.key,
       client: ok.client,
+      owner: ok.owner,
       fence: fenceOf(ok.fence, op),
       fenceText: ok.fence,
       invokeT: events.invoke?.t,
@@ -986,7 +989,7 @@ function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosRep
     broken++
     const holds = byKey.get(br.key) ?? []
     const text = `${br.key}: break invoked ${at(br.invokedAt)}, answered ${at(br.t)}, broke fence ${br.fence}`
-    const reported = holds.find((h) => h.fenceText === br.fence)
+    const reported = holds.find((h) => reports(br, h))
     if (reported === undefined) {
       note(notes, `${text}: no client heard of that grant`)
       continue
@@ -1005,6 +1008,15 @@ function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosRep
     )
   }
   return { violations, broken, examples, notes }
+}
+
+/**
+ * Whether a break reports this grant: by its owner, unique per grant. Not by its fence: a quorum's break
+ * reports the token the nodes show, whose node index may differ from the holder's. By the fence only when
+ * the break could not read an owner.
+ */
+function reports(br: Break, grant: { readonly owner: string; readonly fence: string | bigint }): boolean {
+  return br.owner ? br.owner === grant.owner : br.fence === String(grant.fence)
 }
 
 /** I1: two clients that both believe they hold. Expected under pauses for a lease lock; fencing covers it. */
