@@ -688,6 +688,7 @@ export const CI_SCENARIOS = [
   'S19',
   'S20',
   'S21',
+  'S22',
   'L2',
   'L4',
   'L7',
