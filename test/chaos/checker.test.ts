@@ -83,6 +83,21 @@ const finalRead = (t: number, key: string, values: string[]): HistoryEvent => ({
   key,
   values,
 })
+/** An operator's break invoked at `invokedAt` that answered at `t`, reporting `fence` (broken or not). */
+const breakEvent = (
+  invokedAt: number,
+  t: number,
+  broken: boolean,
+  reported?: { op: string; fence: string },
+): HistoryEvent => ({
+  ev: 'break',
+  t,
+  client: 'nemesis',
+  key: 'k',
+  invokedAt,
+  broken,
+  ...(reported === undefined ? {} : { fence: reported.fence, owner: `${reported.op}-owner` }),
+})
 const faultSpan = (type: string, target: string, start: number, end?: number): Fault[] => {
   const begin: Fault = { ev: 'fault-start', t: start, client: 'nemesis', type, target }
   return end === undefined ? [begin] : [begin, { ...begin, ev: 'fault-end', t: end }]
@@ -139,7 +154,7 @@ const verdict = (
   key = 'k',
 ) => write(t, 'w1', `op-${value}`, fence, value, ev, highest, key).slice(1)
 
-const ZERO = { A1: 0, A2: 0, A3: 0, A4: 0, A5: 0, A7: 0 }
+const ZERO = { A1: 0, A2: 0, A3: 0, A4: 0, A5: 0, A7: 0, A8: 0 }
 
 /** A rule's counters, with how many examples and notes it kept (their wording is asserted apart). */
 function countsOf<T extends RuleReport>({ examples, notes, ...counters }: T) {
@@ -193,6 +208,7 @@ describe('checkHistory', () => {
       a4: { violations: 0, releases: 0, renewals: 0, ...nothing },
       a5: { violations: 0, lateLost: 0, writesAfterValidity: 0, excusedByStalls: 0, ...nothing },
       a7: { violations: 0, lastRecoveryMs: 100, slowRecovery: false, stuck: 0, idle: 0, ...nothing },
+      a8: { violations: 0, broken: 0, ...nothing },
       i1: { overlappingHolds: 0, examples: [] },
       findings: [],
     })
@@ -801,11 +817,7 @@ describe('chaos checker: a read-write lock run (rwlock)', () => {
       ...rwHold('read', { client: 'w1', op: 'd', fence: '5', invoke: 650, ok: 710, release: 800 }),
     ]
     const report = checkHistory(readers, RW)
-    assert.deepEqual(
-      violationsOf(report),
-      { A1: 0, A2: 0, A3: 0, A4: 0, A5: 0, A7: 0 },
-      report.a2.examples.join('\n'),
-    )
+    assert.deepEqual(violationsOf(report), ZERO, report.a2.examples.join('\n'))
     // A mutex's grants never share a fence nor overlap: the same history breaks both rules there.
     const mutex = checkHistory(readers, FENCED)
     assert.ok(mutex.a1.violations > 0 && mutex.a2.duplicates > 0)
@@ -830,5 +842,100 @@ describe('chaos checker: a read-write lock run (rwlock)', () => {
     const report = checkHistory(fences, RW)
     assert.equal(report.a2.orderViolations, 2, report.a2.examples.join('\n'))
     assert.equal(report.a2.duplicates, 2)
+  })
+})
+
+describe('A8: a break ends only a grant it found', () => {
+  // w1 holds fence 1 (valid to 1000); w2 waits from 5; the operator breaks at 100. w1 acts on and
+  // releases at 150: no longer its lock.
+  const holder = [
+    ...hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10 }),
+    releaseInvoke(150, 'w1', 'a'),
+    releaseOk(155, 'w1', 'a', false),
+  ]
+  const waiter = (ok: number, end: HistoryEvent) => [
+    ...hold({ client: 'w2', op: 'b', fence: '2', invoke: 5, ok }),
+    end,
+  ]
+
+  it('passes a break that ended the grant live when it began', () => {
+    const report = checkHistory(
+      [
+        ...holder,
+        breakEvent(100, 102, true, { op: 'a', fence: '1' }),
+        ...waiter(103, releaseInvoke(300, 'w2', 'b')),
+      ],
+      FENCED,
+    )
+    // w1's validity ends at the break: w2's grant is inside nobody's.
+    assert.deepEqual(violationsOf(report), ZERO, JSON.stringify(report, null, 1))
+    assert.equal(report.a8.broken, 1)
+  })
+
+  it('knows the grant by its owner, whatever fence the break shows (a quorum shows the nodes’ token)', () => {
+    const report = checkHistory(
+      [
+        ...holder,
+        breakEvent(100, 102, true, { op: 'a', fence: '0' }),
+        ...waiter(103, releaseInvoke(300, 'w2', 'b')),
+      ],
+      FENCED,
+    )
+    assert.deepEqual(violationsOf(report), ZERO)
+    assert.deepEqual(report.a8.notes, [])
+  })
+
+  it('flags a break that ended the waiter granted on top of the grant it found', () => {
+    // The break ended w1's lease, w2 was granted at once, and the break reported (and ended) w2's.
+    const history = [
+      ...holder,
+      breakEvent(100, 103, true, { op: 'b', fence: '2' }),
+      ...waiter(101, lost(400, 'w2', 'b')),
+    ]
+    const report = checkHistory(history, FENCED)
+    assert.deepEqual(violationsOf(report), { ...ZERO, A1: 1, A8: 1 })
+    assert.match(
+      report.a8.examples[0]!,
+      /broke fence 2: b \(w2, fence 2, granted t=101\) granted after it began, while a \(w1, fence 1, granted t=10\) had not ended/,
+    )
+  })
+
+  it('flags it too when the grant it ended silently came after it began (a slow first look)', () => {
+    // The break began at 5, before w1's grant; its first look found w1's and ended it; w2 on top.
+    const history = [
+      ...holder,
+      breakEvent(5, 103, true, { op: 'b', fence: '2' }),
+      ...waiter(101, lost(400, 'w2', 'b')),
+    ]
+    assert.deepEqual(violationsOf(checkHistory(history, FENCED)), { ...ZERO, A1: 1, A8: 1 })
+  })
+
+  it('passes a break whose first look found a grant made as it began (the holder had just released)', () => {
+    const released = hold({ client: 'w1', op: 'a', fence: '1', invoke: 0, ok: 10, release: 99 })
+    const history = [
+      ...released,
+      breakEvent(100, 103, true, { op: 'b', fence: '2' }),
+      ...waiter(101, lost(400, 'w2', 'b')),
+      // w3 granted after the break: inside w2's validity but for the break that ended it.
+      ...hold({ client: 'w3', op: 'c', fence: '3', invoke: 50, ok: 104, release: 200 }),
+    ]
+    const report = checkHistory(history, FENCED)
+    assert.deepEqual(violationsOf(report), ZERO, JSON.stringify(report.a1.examples))
+    assert.equal(report.a8.notes.length, 1)
+  })
+
+  it('notes a fence nobody heard of, and ignores breaks that broke nothing or failed', () => {
+    const history = [
+      ...holder,
+      breakEvent(100, 102, true, { op: 'x', fence: '7' }),
+      breakEvent(200, 202, false, { op: 'a', fence: '1' }),
+      { ev: 'break', t: 302, client: 'nemesis', key: 'k', invokedAt: 300, reason: 'timeout' } as HistoryEvent,
+    ]
+    const report = checkHistory(history, FENCED)
+    assert.equal(report.a8.violations, 0)
+    assert.equal(report.a8.broken, 1)
+    assert.deepEqual(report.a8.notes, [
+      'k: break invoked t=100, answered t=102, broke fence 7: no client heard of that grant',
+    ])
   })
 })

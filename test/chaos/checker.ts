@@ -3,13 +3,14 @@
  * *holds* (an `acquire-ok` with its invoke, renewals, loss signal, release and writes, joined by `op`) and
  * checks, per key, what the library promises: no grant inside another hold's validity (A1), fences that are
  * unique and ordered (A2), a protected resource that fencing actually protects (A3), release and renewal that
- * never touch another owner's lease (A4), a loss signal on time (A5) and recovery after the faults (A7). It
- * also reports what a lease lock cannot promise, such as two clients that both *believe* they hold (I1).
+ * never touch another owner's lease (A4), a loss signal on time (A5), recovery after the faults (A7) and an
+ * operator's break that ends only a grant it found (A8). It also reports what a lease lock cannot promise, such as two clients that both *believe* they hold (I1).
  *
  * Intervals are half-open, `[from, to)`, on the history's clock (CLOCK_MONOTONIC ms):
  * - validity chain: `v = ok.validUntil`; each `renew-ok` (in time order) that came by `v` moves `v` to its
  *   `validUntil`; the first one that came later ends the chain (the lease had lapsed in between);
- * - `valid(h) = [ok, min(releaseInvoke, lost, v))`;
+ * - `valid(h) = [ok, min(releaseInvoke, lost, v, break))`, where `break` is the invoke of an operator's break
+ *   that reported h's fence broken (it ended the lease somewhere between its invoke and its answer);
  * - `believed(h) = [ok, releaseInvoke ?? lost ?? end of history)`;
  * - a *maybe-hold* is an `acquire-fail` with `definite: false`: `[invoke, invoke + invoke.ttlMs)`, because
  *   the store may have granted it without the client ever hearing.
@@ -23,6 +24,7 @@ import type {
   AcquireFail,
   AcquireInvoke,
   AcquireOk,
+  Break,
   Fault,
   FinalRead,
   HistoryEvent,
@@ -68,7 +70,7 @@ export interface CheckOptions {
 }
 
 /** Every hard rule: a run passes when `violationsOf` is zero for each. */
-export type HardRule = 'A1' | 'A2' | 'A3' | 'A4' | 'A5' | 'A7'
+export type HardRule = 'A1' | 'A2' | 'A3' | 'A4' | 'A5' | 'A7' | 'A8'
 
 export interface RuleReport {
   /** Hard violations of the rule; the counters beside it say which kind. */
@@ -147,6 +149,14 @@ export interface ChaosReport {
     /** Idle periods longer than `idleBoundMs` while an acquire waited (0 when the bound is not set). */
     readonly idle: number
   }
+  /**
+   * `violations`: operator breaks that reported broken a grant heard of only after the break began, while
+   * an earlier grant, not reported broken, had not ended by then: the break ended that one and its successor.
+   */
+  readonly a8: RuleReport & {
+    /** Breaks that answered `broken: true`. */
+    readonly broken: number
+  }
   /** Informational: holds whose believed interval overlaps another hold's on the same key. */
   readonly i1: { readonly overlappingHolds: number; readonly examples: readonly string[] }
   /** What the history lacks for a check (an `acquire-ok` without its invoke, no `final-read`, …). */
@@ -182,6 +192,7 @@ export function checkHistory(events: readonly HistoryEvent[], options: CheckOpti
     a4: options.limit === undefined && !options.rwlock ? checkA4(byKey) : notApplicable(A4_NONE),
     a5: checkA5(holds, history, options.lostGraceMs ?? DEFAULT_LOST_GRACE_MS),
     a7: checkA7(history, options.ttlMs + options.recoveryMs, findings, options.idleBoundMs),
+    a8: checkA8(byKey, history.breaks),
     i1: checkI1(byKey),
     findings,
   }
@@ -196,6 +207,7 @@ export function violationsOf(report: ChaosReport): Record<HardRule, number> {
     A4: report.a4.violations,
     A5: report.a5.violations,
     A7: report.a7.violations,
+    A8: report.a8.violations,
   }
 }
 
@@ -221,6 +233,8 @@ interface History {
   /** The last `final-read` per key. */
   readonly finalReads: Map<string, FinalRead>
   readonly faults: Fault[]
+  /** Operators' breaks, by the time they answered. */
+  readonly breaks: Break[]
   /** Spans in which a process could not run (`stall` events): a worker, or the harness ('harness'). */
   readonly stalls: { readonly client: string; readonly start: number; readonly end: number }[]
   /** The `t` of every `acquire-ok`, ascending: the next grant after a fault is a binary search. */
@@ -237,6 +251,7 @@ function indexHistory(events: readonly HistoryEvent[]): History {
     results: [],
     finalReads: new Map(),
     faults: [],
+    breaks: [],
     stalls: [],
     grantTimes: [],
     end: sorted.at(-1)?.t ?? 0,
@@ -260,6 +275,9 @@ function record(history: History, event: HistoryEvent): void {
       return
     case 'stall':
       history.stalls.push({ client: event.client, start: event.t - event.ms, end: event.t })
+      return
+    case 'break':
+      history.breaks.push(event)
       return
   }
   const op = opOf(history, event.op)
@@ -328,6 +346,8 @@ interface Hold {
   readonly op: string
   readonly key: string
   readonly client: string
+  /** The grant's owner: unique per grant, what a break names it by. */
+  readonly owner: string
   readonly fence: bigint
   readonly fenceText: string
   readonly invokeT: number | undefined
@@ -387,16 +407,28 @@ function holdsOf(history: History, findings: string[], rwlock = false): Hold[] {
     const rebootT = history.faults.find(
       (f) => f.ev === 'fault-start' && endsLeases(f.type) && f.target === ok.client && f.t >= ok.t,
     )?.t
+    // A break that reports this grant broken ended it between its invoke and its answer: at the invoke at
+    // the earliest, and not before its client heard of it (a break that ended some other grant does not
+    // count here: A8 judges it).
+    const breakOf = history.breaks.find((b) => b.broken === true && b.key === ok.key && reports(b, ok))
+    const brokenT = breakOf && Math.max(breakOf.invokedAt, ok.t)
     holds.push({
       op,
       key: ok.key,
       client: ok.client,
+      owner: ok.owner,
       fence: fenceOf(ok.fence, op),
       fenceText: ok.fence,
       invokeT: events.invoke?.t,
       okT: ok.t,
       validUntil,
-      validEnd: Math.min(releaseInvokeT ?? Infinity, lostT ?? Infinity, rebootT ?? Infinity, validUntil),
+      validEnd: Math.min(
+        releaseInvokeT ?? Infinity,
+        lostT ?? Infinity,
+        rebootT ?? Infinity,
+        brokenT ?? Infinity,
+        validUntil,
+      ),
       believedEnd: releaseInvokeT ?? lostT ?? history.end,
       releaseInvokeT,
       lostT,
@@ -935,6 +967,56 @@ function stuckWaiters(history: History, boundMs: number, examples: string[]): nu
     note(examples, `${invoke.key}: ${op} (${invoke.client}) invoked ${at(invoke.t)}, never answered`)
   }
   return stuck
+}
+
+/**
+ * A8: a break ends only a grant its first look found. It reports the fence of the grant it ended; a grant
+ * heard of before the break began is one it may have found. One heard of later may be too: the holder
+ * released (or its lease ran out) as the break began, the next waiter was granted, and the break's first
+ * look found that. What no correct break shows is a grant heard of after it began reported broken while
+ * an earlier grant, not reported broken, had not ended on its own (released, lost, lapsed, killed) by then:
+ * the break silently ended that one, a waiter was granted on top, and the break ended the waiter's too.
+ * (Its grant also counts in A1, inside the earlier one's validity; A8 says the break did it.) A fence
+ * nobody heard of (an acquire that timed out may have been granted) is a note, not a violation.
+ */
+function checkA8(byKey: Map<string, Hold[]>, breaks: readonly Break[]): ChaosReport['a8'] {
+  let violations = 0
+  let broken = 0
+  const examples: string[] = []
+  const notes: string[] = []
+  for (const br of breaks) {
+    if (br.broken !== true || br.fence === undefined) continue
+    broken++
+    const holds = byKey.get(br.key) ?? []
+    const text = `${br.key}: break invoked ${at(br.invokedAt)}, answered ${at(br.t)}, broke fence ${br.fence}`
+    const reported = holds.find((h) => reports(br, h))
+    if (reported === undefined) {
+      note(notes, `${text}: no client heard of that grant`)
+      continue
+    }
+    if (reported.okT <= br.invokedAt) continue
+    const live = holds.find((a) => a.okT < reported.okT && a.validEnd > reported.okT)
+    if (live === undefined) {
+      note(notes, `${text}: ${holdText(reported)} granted after it began, its predecessor had ended`)
+      continue
+    }
+    violations++
+    note(
+      examples,
+      `${text}: ${holdText(reported)} granted after it began, while ${holdText(live)} had not ended ` +
+        `(until ${at(live.validEnd)})`,
+    )
+  }
+  return { violations, broken, examples, notes }
+}
+
+/**
+ * Whether a break reports this grant: by its owner, unique per grant. Not by its fence: a quorum's break
+ * reports the token the nodes show, whose node index may differ from the holder's. By the fence only when
+ * the break could not read an owner.
+ */
+function reports(br: Break, grant: { readonly owner: string; readonly fence: string | bigint }): boolean {
+  return br.owner ? br.owner === grant.owner : br.fence === String(grant.fence)
 }
 
 /** I1: two clients that both believe they hold. Expected under pauses for a lease lock; fencing covers it. */

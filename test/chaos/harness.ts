@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
+import { CapabilityError, createLockClient, type LockClient } from '../../src/index.js'
 import { startProxy, type Proxy as TcpProxy } from '../support/proxy.js'
 // CLOCK_MONOTONIC in ms: shared by every process of the host, never faked here.
 import { monotonicMs, sleep } from '../support/time.js'
@@ -43,7 +44,7 @@ export function seeded(seed: number): () => number {
   }
 }
 
-export type Rule = 'A1' | 'A2' | 'A3' | 'A4' | 'A5' | 'A7'
+export type Rule = 'A1' | 'A2' | 'A3' | 'A4' | 'A5' | 'A7' | 'A8'
 
 export interface Worker {
   readonly id: string
@@ -77,6 +78,12 @@ export interface NemesisContext {
    */
   replaceAll(between: () => Promise<void>): Promise<void>
   sleep(ms: number): Promise<void>
+  /**
+   * An operator breaks the key's lock (`LockClient.break`, no fence) through a client of the harness's
+   * own, on the store's direct URL: recorded as a `break` event (invoke, answer, what it reports) inside an
+   * `operator-break` fault.
+   */
+  breakLock(): Promise<void>
 }
 
 export interface Scenario {
@@ -197,6 +204,8 @@ export async function runScenario(
   await resource.start()
   const key = `chaos-${scenario.id}`
   const workers: Worker[] = []
+  /** The operator's client for `breakLock`: made at its first break, closed with the run. */
+  let operator: LockClient | undefined
   /** Per worker: the op it holds now (acquire-ok not yet released or lost). */
   const holding = new Map<string, string>()
   let nextId = 1
@@ -309,6 +318,27 @@ export async function runScenario(
       await between()
       for (let i = 0; i < gone.length; i++) await spawnWorker()
     },
+    async breakLock() {
+      operator ??= createLockClient(store.urlVia(store.ports), { ttl: ttlMs })
+      const client = operator
+      await ctx.fault('operator-break', 'store', async () => {
+        const invokedAt = monotonicMs()
+        try {
+          const { broken, lease } = await client.break(key)
+          record('nemesis', {
+            ev: 'break',
+            key,
+            invokedAt,
+            broken,
+            ...(lease ? { fence: String(lease.fence), owner: lease.owner } : {}),
+          })
+        } catch (error) {
+          record('nemesis', { ev: 'break', key, invokedAt, reason: String(error) })
+          // A break the backend refuses is the scenario's error (it should not apply there), not a fault.
+          if (error instanceof CapabilityError || error instanceof TypeError) throw error
+        }
+      })
+    },
     sleep: async (ms) => {
       await sleep(Math.min(ms, Math.max(0, deadline - performance.now())))
     },
@@ -338,6 +368,7 @@ export async function runScenario(
       record('nemesis', { ev: 'fault-start', type: 'kill-at-end', target: id })
       record('nemesis', { ev: 'fault-end', type: 'kill-at-end', target: id })
     })
+    await operator?.close()
     await resource.close()
     // The servers' logs go beside the history, for a replay of a failing run.
     for (const [name, log] of Object.entries(store.logs())) writeFileSync(join(dir, `${name}.log`), log)
@@ -428,6 +459,7 @@ export function figuresOf(result: RunResult): Record<string, string | number> {
     A4: r.a4.violations,
     A5: r.a5.violations,
     A7: r.a7.violations,
+    'A8 bad/breaks': `${r.a8.violations}/${r.a8.broken}`,
     'stale writes rejected': r.a3.staleRejected,
     'lost updates': r.fenced ? '-' : r.a3.lostUpdates,
     'I1 believed overlaps': r.i1.overlappingHolds,

@@ -116,6 +116,25 @@ export interface Fault extends Base {
 }
 
 /**
+ * An operator's break of a key's lock (`LockClient.break`), run by the nemesis through a client of its own.
+ * Stamped when it answered (or failed); `invokedAt` is when it was called. A break ends whatever grant its
+ * first look at the store found, so the fence it reports must be that of a grant live when it began.
+ */
+export interface Break extends Base {
+  readonly ev: 'break'
+  readonly key: string
+  /** When `break` was called (`t` is its answer). */
+  readonly invokedAt: number
+  /** What it answered; absent when it failed (`reason`), and then it may or may not have ended a grant. */
+  readonly broken?: boolean | undefined
+  /** The grant it reports: the one it ended (`broken`), or the one it left alone. */
+  readonly fence?: string | undefined
+  readonly owner?: string | undefined
+  /** Why it failed (the error's message), when it did. */
+  readonly reason?: string | undefined
+}
+
+/**
  * A process that could not run for a while (its event loop stalled: the machine was busy): a worker, or
  * the harness itself (client 'harness'), whose stamps of everything it received in the meantime are late.
  * Stamped when the stall ended; `ms` is how long it lasted. Nobody injected it: it is load, and the
@@ -140,6 +159,7 @@ export type HistoryEvent =
   | WriteResult
   | FinalRead
   | Fault
+  | Break
 
 /** Parses a history file's text (JSON lines; a truncated last line, from a killed process, is skipped). */
 export function parseHistory(text: string): HistoryEvent[] {

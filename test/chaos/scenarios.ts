@@ -536,6 +536,21 @@ export const scenarios: Scenario[] = [
         }),
       ),
   },
+  {
+    id: 'S22',
+    title: "an operator breaks the holder's lock (fencelock break) every 2 x ttl while others wait",
+    ...FENCED,
+    // Every chaos target's backend breaks a lock by its key (Redis's fair mode, which cannot, is no target).
+    applies: () => true,
+    // The broken holder acts on until its next renewal fails; the checker ends its validity at the break's
+    // invoke, so the next grant is no A1, and its stale writes are the resource's to refuse (A3). A break
+    // that ends a waiter granted on top of the grant it found shows as A8 (and as A1: the grant it found
+    // was never reported broken, so its validity runs on).
+    nemesis: (ctx) =>
+      every(ctx, 2 * TTL, async () => {
+        if (await holderOf(ctx)) await ctx.breakLock()
+      }),
+  },
   // Leader election under the nemeses that matter most to a leader: paused past its lease, killed,
   // campaigns given up at any await point. The same rules as a lock's: one valid leader at a time, terms
   // that increase, a paused ex-leader's late write refused by its term.
@@ -673,6 +688,7 @@ export const CI_SCENARIOS = [
   'S19',
   'S20',
   'S21',
+  'S22',
   'L2',
   'L4',
   'L7',
