@@ -155,6 +155,31 @@ describe('etcd: list and break', { timeout: 180_000 }, () => {
     await next.release()
   })
 
+  it('a break with no fence that lost to a release leaves the grant that followed it', async () => {
+    const prefix = freshPrefix()
+    const users = locks(prefix)
+    const stuck = await users.acquire('report')
+    const raced = etcd()
+    let next: Lock | undefined
+    // As above, with no fence asked for: the break's next round reads the new grant, never the one meant.
+    const txn = raced.kv.txn.bind(raced.kv)
+    let armed = true
+    raced.kv.txn = async (request) => {
+      if (armed) {
+        armed = false
+        await stuck.release()
+        next = await users.acquire('report')
+      }
+      return txn(request)
+    }
+    const result = await breakLock(raced, prefix, 'report')
+    assert.ok(next)
+    assert.deepEqual([result.broken, result.lease?.fence], [false, next.fence])
+    assert.equal(next.signal.aborted, false)
+    assert.equal((await users.inspect('report')).owner, next.owner)
+    await next.release()
+  })
+
   it('a holder whose watch never reports the break finds its key gone at its next extend', async () => {
     const prefix = freshPrefix()
     // The holder's client watches nothing: every watch it makes stays silent.
