@@ -11,6 +11,7 @@
  *   exactly the grant read, never a later one (a key deleted and put again has a new create revision). The
  *   holder's own watch on its key, and its next extend's read, find it gone; the next key in line is the
  *   next holder through its predecessor watch; its create revision (the next fence) is above every earlier.
+ *   A round that lost (the key went meanwhile) reads again, and ends only the grant the first round found.
  */
 import type { Etcd3, IKeyValue } from 'etcd3'
 import { raceSignal } from '../../core/abort.js'
@@ -149,6 +150,8 @@ export function breakLock(
 ): Promise<BreakResult> {
   const signal = options.signal ?? never
   const p = lockPrefix(key, prefix)
+  // The grant the first round found: a later round ends only it, never a waiter's grant that followed it.
+  let aimed = options.fence
   return retryRounds(
     BREAK_ROUNDS,
     async (): Promise<BreakResult | undefined> => {
@@ -156,7 +159,8 @@ export function breakLock(
       if (!holder) return { broken: false }
       const { owner, fence, holder: description } = heldView(holder, undefined)
       const lease = { owner, fence, ...(description === undefined ? {} : { holder: description }) }
-      if (options.fence !== undefined && options.fence !== fence) return { broken: false, lease }
+      if (aimed !== undefined && aimed !== fence) return { broken: false, lease }
+      aimed = fence
       const reply = await raceSignal(
         client.kv.txn({
           compare: [

@@ -127,29 +127,50 @@ describe('etcd: list and break', { timeout: 180_000 }, () => {
     }
   })
 
-  it('a break aimed at a fence leaves a grant made between its read and its delete', async () => {
+  /**
+   * A lock held by `stuck` and a client `raced` whose first transaction (a break's delete) goes out only
+   * after `stuck` is released and the lock granted again (`race.next`): the delete, conditioned on the key
+   * the break read, must not take the new grant.
+   */
+  const raceBreak = async () => {
     const prefix = freshPrefix()
     const users = locks(prefix)
     const stuck = await users.acquire('report')
     const raced = etcd()
-    let next: Lock | undefined
-    // The break reads `stuck` as the holder; before its delete goes out, `stuck` is released and the
-    // lock granted again: the delete, conditioned on the key it read, must not take the new grant.
+    const race: { next?: Lock } = {}
     const txn = raced.kv.txn.bind(raced.kv)
     let armed = true
     raced.kv.txn = async (request) => {
       if (armed) {
         armed = false
         await stuck.release()
-        next = await users.acquire('report')
+        race.next = await users.acquire('report')
       }
       return txn(request)
     }
+    return { prefix, users, stuck, raced, race }
+  }
+
+  it('a break aimed at a fence leaves a grant made between its read and its delete', async () => {
+    const { prefix, users, stuck, raced, race } = await raceBreak()
     const aimed = await breakLock(raced, prefix, 'report', { fence: stuck.fence })
+    const next = race.next
     assert.ok(next)
     assert.equal(aimed.broken, false, 'the new grant is left alone')
     assert.equal(aimed.lease?.owner, next.owner)
     assert.equal(aimed.lease?.fence, next.fence)
+    assert.equal(next.signal.aborted, false)
+    assert.equal((await users.inspect('report')).owner, next.owner)
+    await next.release()
+  })
+
+  it('a break with no fence that lost to a release leaves the grant that followed it', async () => {
+    const { prefix, users, raced, race } = await raceBreak()
+    // The break's next round reads the new grant, never the one it meant.
+    const result = await breakLock(raced, prefix, 'report')
+    const next = race.next
+    assert.ok(next)
+    assert.deepEqual([result.broken, result.lease?.fence], [false, next.fence])
     assert.equal(next.signal.aborted, false)
     assert.equal((await users.inspect('report')).owner, next.owner)
     await next.release()

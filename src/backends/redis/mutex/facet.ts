@@ -284,7 +284,11 @@ export class RedisMutex<R extends AcquireRequest = AcquireRequest> {
       throw new TypeError(`${this.#store.id}: this mode breaks a lock by its owner, not by its key`)
     try {
       const signal = options?.signal ?? new AbortController().signal
-      const reply = await raceSignal(breakLock.call(this.#mode, key, options?.fence), signal)
+      // The script names the grant read here: ioredis resends a command whose reply a dropped connection
+      // lost, and a resent "whoever holds it" would end the grant of the waiter the first run woke.
+      const aimed = options?.fence ?? (await this.#heldFence(key, signal))
+      if (aimed === null) return { broken: false }
+      const reply = await raceSignal(breakLock.call(this.#mode, key, aimed), signal)
       const [code, owner, fence, described] = reply as [number, string?, string?, string?]
       if (code === 0 || owner === undefined) return { broken: false }
       const lease = { owner, fence: BigInt(fence || 0), ...describedBy(owner, described) }
@@ -292,6 +296,12 @@ export class RedisMutex<R extends AcquireRequest = AcquireRequest> {
     } catch (error) {
       throw this.#explain(key, 'break', error)
     }
+  }
+
+  /** The fence of the grant holding `key` (undefined: its fence key is gone), or null when it is free. */
+  async #heldFence(key: string, signal: AbortSignal): Promise<bigint | undefined | null> {
+    const info = await this.inspect(key, signal)
+    return info?.held ? info.fence : null
   }
 
   waitForMessage(req: AcquireRequest, signal: AbortSignal): Promise<string | undefined> {
