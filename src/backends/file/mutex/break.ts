@@ -56,6 +56,8 @@ async function breakOnce(
   const same = held && isAimedAt(aim, onlyFence, lease)
   if (!same) return aim.linked || !held ? endedAfter(aim) : { broken: false, lease }
   if (!aim.found) Object.assign(aim, { found: true, lease })
+  // The aimed grant is still the state: no earlier link of ours ended it.
+  aim.linked = false
   const gen = current.gen + 1n
   const base = await nextBase(root, known ? carriedBase(root, known) : undefined, gen, folder)
   const pending = pendingIn(folder)
