@@ -232,7 +232,8 @@ export interface ListedLock extends LockInfo {
 export interface BreakOptions {
   /**
    * Break only the grant with this fence: when another grant holds the key by then (the stuck holder's
-   * lease ended and someone else took it), leave it alone. Without it, whoever holds the key.
+   * lease ended and someone else took it), leave it alone. Without it, the grant the break first reads,
+   * whoever holds it; never one granted after that read.
    */
   readonly fence?: bigint | undefined
   /** Gives up on the call when it aborts. */

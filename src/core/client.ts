@@ -121,8 +121,9 @@ export interface LockClient extends AsyncDisposable {
    * Frees `key` whoever holds it, for an operator whose holder is stuck (a hung process that still renews,
    * or one that died on a store that keeps its lease for the ttl). The fence is kept: the next grant's is
    * greater. The holder finds out at its next renewal (its `lock.signal` aborts); until then it may still
-   * act, so a resource that checks fences is what makes breaking safe. With `fence`, only that grant is
-   * broken (a lock re-taken since is left alone).
+   * act, so a resource that checks fences is what makes breaking safe. It ends at most the grant it first
+   * reads, never one granted after that read (a waiter that took the key meanwhile keeps it). With `fence`,
+   * only that grant is broken (a lock re-taken since is left alone).
    * @throws {CapabilityError} on a backend that cannot break locks
    */
   break(
