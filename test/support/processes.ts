@@ -51,10 +51,17 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
   child.stderr.on('data', (chunk) => {
     stderr += chunk
   })
-  createInterface({ input: child.stdout }).on('line', (line) => {
-    events.push(parseEvent(line))
-    wakeAll()
-  })
+  // Every line it printed has been read once its output has ended: 'exit' can come before the last lines.
+  let outputEnded = false
+  createInterface({ input: child.stdout })
+    .on('line', (line) => {
+      events.push(parseEvent(line))
+      wakeAll()
+    })
+    .on('close', () => {
+      outputEnded = true
+      wakeAll()
+    })
   const exited = new Promise<number>((resolve) => {
     child.on('exit', (code, signal) => {
       resolve(code ?? (signal === 'SIGKILL' ? 137 : 128))
@@ -73,7 +80,7 @@ export function startHold(url: string, key: string, args: string[] = []): HoldPr
           const found = events.find((e) => e.event === event)
           if (found) return resolve(found)
           if (failed) return reject(new Error(`fencelock hold could not start: ${failed.message}`))
-          if (child.exitCode !== null || child.signalCode !== null) {
+          if (outputEnded && (child.exitCode !== null || child.signalCode !== null)) {
             return reject(
               new Error(
                 `fencelock hold exited (${child.exitCode ?? child.signalCode}) before "${event}" ` +
